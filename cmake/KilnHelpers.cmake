@@ -1,0 +1,52 @@
+# Helpers shared by kiln's CMake files.
+
+# Decide which optional backends this build can have. Each KILN_<X> option asks for a
+# backend; KILN_HAVE_<X> says whether its toolkit was found. The backends' code arrives in
+# their own issues: until then a found toolkit is only reported.
+function(kiln_detect_backends)
+  set(have_cuda OFF)
+  if(KILN_CUDA)
+    find_package(CUDAToolkit QUIET)
+    if(CUDAToolkit_FOUND)
+      set(have_cuda ON)
+    endif()
+  endif()
+  set(have_vulkan OFF)
+  if(KILN_VULKAN)
+    find_package(Vulkan QUIET)
+    if(Vulkan_FOUND)
+      set(have_vulkan ON)
+    endif()
+  endif()
+  set(have_nccl OFF)
+  if(KILN_NCCL AND have_cuda)
+    find_library(KILN_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    if(KILN_NCCL_LIBRARY)
+      set(have_nccl ON)
+    endif()
+  endif()
+  set(KILN_HAVE_CUDA ${have_cuda} PARENT_SCOPE)
+  set(KILN_HAVE_VULKAN ${have_vulkan} PARENT_SCOPE)
+  set(KILN_HAVE_NCCL ${have_nccl} PARENT_SCOPE)
+endfunction()
+
+function(kiln_set_warnings target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
+      -Wno-sign-conversion)
+    if(KILN_WERROR)
+      target_compile_options(${target} PRIVATE -Werror)
+    endif()
+  endif()
+endfunction()
+
+# kiln_add_test(NAME LABEL src...): a doctest executable registered with CTest under LABEL
+# (cpu, vulkan or cuda), so CI runs what its machine can and the device runs the rest.
+function(kiln_add_test name label)
+  add_executable(${name} ${ARGN})
+  target_link_libraries(${name} PRIVATE kiln::kiln kiln_doctest_main)
+  target_compile_definitions(${name} PRIVATE KILN_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+  kiln_set_warnings(${name})
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS ${label})
+endfunction()

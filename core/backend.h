@@ -1,0 +1,163 @@
+// The backend interface: what CPU, CUDA and Vulkan each implement, and nothing more.
+//
+// A backend runs kernels on raw buffers it allocated. It owns nothing beyond those buffers and
+// knows nothing of autograd: the functional ops in core check shapes and dtypes, allocate the
+// outputs and call exactly one of these methods per kernel. Every backend implements the same
+// list; a kernel a backend lacks throws BackendUnavailable naming the backend and the op.
+//
+// Conventions for every kernel:
+// - A TensorRef describes a tensor: buffer, offset and strides in elements, shape and dtype.
+// - Inputs are contiguous unless the method says it takes strides; outputs are always
+//   contiguous and already allocated with the right shape and dtype.
+// - Floating-point kernels take f32 and f64; accumulations of f32 run in double on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace kiln {
+
+struct TensorRef {
+  void* buffer = nullptr;  // the backend's buffer handle (a plain pointer on CPU and CUDA)
+  int64_t offset = 0;      // where the first element sits in the buffer, in elements
+  Shape shape;
+  Strides strides;         // in elements; 0 along broadcast dimensions
+  DType dtype = DType::f32;
+
+  bool defined() const { return buffer != nullptr; }
+  int64_t numel() const { return shape.numel(); }
+  bool is_contiguous() const;
+  template <class T> T* data() const { return static_cast<T*>(buffer) + offset; }
+};
+
+enum class UnaryOp : uint8_t {
+  neg, exp, log, sqrt, abs, sign,
+  relu, leaky_relu,  // leaky_relu: x if x > 0 else alpha*x
+  gelu,              // exact: x * Phi(x), Phi the standard normal CDF (PyTorch's default)
+  tanh, sigmoid,
+  pow,               // x ** alpha
+  add_scalar,        // x + alpha
+  mul_scalar,        // x * alpha
+};
+
+enum class BinaryOp : uint8_t {
+  add, sub, mul, div, pow, maximum, minimum,
+  eq, ne, gt, ge, lt, le,  // 1 where true, 0 where false, in the inputs' dtype
+};
+
+enum class ReduceOp : uint8_t { sum, mean, max, min, argmax, argmin };
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+struct Pool2dParams {
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;  // avg_pool2d: divide by the full window, padding included
+};
+
+// C[b] = op(A[b]) * op(B[b]) for b in [0, batch). C is contiguous [batch, m, n].
+// op(A) is m x k: A is row-major m x k with row stride lda, or, when trans_a, row-major
+// k x m with row stride lda (so op(A) = A^T). Likewise op(B) is k x n. A batch stride of
+// 0 uses the same matrix for every batch entry (broadcasting).
+struct MatmulParams {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t lda = 0, ldb = 0;
+  int64_t batch_stride_a = 0, batch_stride_b = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;  // "cpu", "cuda", "vulkan"
+
+  // ---- memory ----
+  // Throws OutOfMemory naming the request and, where the device reports them, free and total bytes.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* buffer) noexcept = 0;
+  virtual void write(void* buffer, size_t byte_offset, const void* host, size_t bytes) = 0;
+  virtual void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) = 0;
+  virtual void synchronize() = 0;  // waits for every kernel queued so far
+
+  // ---- creation and copies ----
+  virtual void fill(const TensorRef& out, double value) = 0;
+  virtual void arange(const TensorRef& out, double start, double step) = 0;
+  // out[i] = src[i] with any strides on both sides and conversion between dtypes
+  // (floating to integer truncates toward zero, as a C++ cast does).
+  virtual void copy(const TensorRef& src, const TensorRef& out) = 0;
+  // Philox4x32-10 draws keyed by (seed, offset); see core/philox.h for the exact stream.
+  virtual void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) = 0;
+  virtual void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) = 0;
+
+  // ---- elementwise (inputs take strides, so broadcasts and views need no copy) ----
+  virtual void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) = 0;
+  // out = grad * f'(x) for the activations whose derivative is not a short composition of
+  // other ops: relu, leaky_relu (alpha) and gelu. grad and x take strides.
+  virtual void unary_backward(UnaryOp op, const TensorRef& x, const TensorRef& grad,
+                              const TensorRef& out, double alpha) = 0;
+  // a and b are already broadcast to out's shape (stride 0 where they repeat).
+  virtual void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) = 0;
+
+  // ---- reductions: x is contiguous [outer, n, inner], out is [outer, inner] ----
+  // argmax/argmin write i32 indices in [0, n) (the first one on ties); the others write x's dtype.
+  virtual void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) = 0;
+  // softmax over the middle axis of contiguous [outer, n, inner]; log_softmax when `log`.
+  virtual void softmax(const TensorRef& x, const TensorRef& out, bool log) = 0;
+
+  // ---- losses ----
+  // logits [N, C], targets i32 [N] in [0, C), losses [N]:
+  //   losses[i] = (1 - s) * -log p[i, t_i] + s * mean_c(-log p[i, c]),  p = softmax(logits[i])
+  virtual void cross_entropy(const TensorRef& logits, const TensorRef& targets,
+                             const TensorRef& losses, double label_smoothing) = 0;
+  // grad_logits[i, c] = grad_losses[i] * (p[i, c] - (1 - s) * [c == t_i] - s / C)
+  virtual void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
+                                      const TensorRef& grad_losses, const TensorRef& grad_logits,
+                                      double label_smoothing) = 0;
+  // indices i32 [N] in [0, C) -> out [N, C] of out's dtype, 1 at the index and 0 elsewhere.
+  virtual void one_hot(const TensorRef& indices, const TensorRef& out) = 0;
+
+  // ---- matmul ----
+  virtual void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out,
+                      const MatmulParams& p) = 0;
+
+  // ---- convolution: x [N, C, H, W], w [O, C/groups, KH, KW], y [N, O, OH, OW] ----
+  // bias [O] may be undefined (no bias).
+  virtual void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias,
+                      const TensorRef& y, const Conv2dParams& p) = 0;
+  virtual void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w,
+                                     const TensorRef& grad_x, const Conv2dParams& p) = 0;
+  virtual void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y,
+                                      const TensorRef& grad_w, const Conv2dParams& p) = 0;
+
+  // ---- pooling: x [N, C, H, W], y [N, C, OH, OW] ----
+  // indices i32, same shape as y: the argmax's position h * W + w in its input plane.
+  virtual void max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices,
+                          const Pool2dParams& p) = 0;
+  virtual void max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices,
+                                   const TensorRef& grad_x, const Pool2dParams& p) = 0;
+  virtual void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) = 0;
+  virtual void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x,
+                                   const Pool2dParams& p) = 0;
+};
+
+// The backend that serves `device`; throws BackendUnavailable when kiln was built without it
+// or when it has no such device.
+Backend& backend_for(const Device& device);
+
+std::string_view unary_op_name(UnaryOp op);
+std::string_view binary_op_name(BinaryOp op);
+std::string_view reduce_op_name(ReduceOp op);
+
+}  // namespace kiln

@@ -1,0 +1,66 @@
+// kiln's exceptions. Every error says what went wrong, where (file:line of the check) and
+// which rule was broken; shape errors name the op and show the shapes involved.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace kiln {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ShapeError : public Error {  // shapes that an op cannot combine
+  using Error::Error;
+};
+class DTypeError : public Error {  // a dtype an op or backend does not take
+  using Error::Error;
+};
+class DeviceError : public Error {  // tensors on different devices, or a device that does not exist
+  using Error::Error;
+};
+class BackendUnavailable : public DeviceError {  // a backend that is not compiled in or found no device
+  using DeviceError::DeviceError;
+};
+class OutOfMemory : public Error {  // an allocation the device could not satisfy
+  using Error::Error;
+};
+class ValueError : public Error {  // an argument outside what the op accepts (axis, probability, ...)
+  using Error::Error;
+};
+class AutogradError : public Error {  // backward() asked of something that has no gradient
+  using Error::Error;
+};
+
+namespace detail {
+template <class... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+[[noreturn]] void throw_with_location(const char* file, int line, const std::string& message,
+                                      void (*raise)(const std::string&));
+template <class E>
+void raise(const std::string& what) {
+  throw E(what);
+}
+}  // namespace detail
+
+}  // namespace kiln
+
+// KILN_CHECK(cond, ErrorType, message parts...): throws ErrorType("message (file:line)").
+#define KILN_CHECK(cond, E, ...)                                                            \
+  do {                                                                                      \
+    if (!(cond))                                                                            \
+      ::kiln::detail::throw_with_location(__FILE__, __LINE__,                               \
+                                          ::kiln::detail::concat(__VA_ARGS__),              \
+                                          &::kiln::detail::raise<E>);                       \
+  } while (0)
+
+#define KILN_FAIL(E, ...)                                                                   \
+  ::kiln::detail::throw_with_location(__FILE__, __LINE__, ::kiln::detail::concat(__VA_ARGS__), \
+                                      &::kiln::detail::raise<E>)

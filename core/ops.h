@@ -1,0 +1,166 @@
+// kiln's functional ops: one function each. An op checks its arguments (errors name the op and
+// show the shapes), allocates its output, runs one backend kernel and, when autograd is
+// recording and an input requires grad, attaches its backward formula (autograd/formulas.h).
+//
+// Every tensor argument must sit on the same device. Floating-point ops take f32 or f64;
+// arithmetic and comparisons also take i32; binary ops need both operands of one dtype.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace kiln {
+
+// ---- views: share storage, record a node so gradients flow back to the base ----
+Tensor reshape(const Tensor& x, const Shape& shape);  // one dimension may be -1; copies if it must
+Tensor view(const Tensor& x, const Shape& shape);     // like reshape, but never copies (throws instead)
+Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1);
+Tensor transpose(const Tensor& x, int64_t a, int64_t b);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& order);
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t step = 1);
+Tensor squeeze(const Tensor& x, int64_t axis);
+Tensor unsqueeze(const Tensor& x, int64_t axis);
+Tensor expand(const Tensor& x, const Shape& shape);  // size-1 dimensions repeat with stride 0
+Tensor contiguous(const Tensor& x);
+Tensor clone(const Tensor& x);
+Tensor to_dtype(const Tensor& x, DType dtype);   // differentiable between floating dtypes
+Tensor to_device(const Tensor& x, const Device& device);
+// Sums x down to `shape` (the reverse of broadcasting): the gradient of expand.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- elementwise, with broadcasting ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);  // not differentiable
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor gelu(const Tensor& x);  // exact (erf) form, PyTorch's default
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+
+// Comparisons: 1 where true, 0 where false, in the operands' dtype. Not differentiable.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+// ---- reductions: empty `axes` means every axis ----
+Tensor sum(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+// max/min of values (PyTorch's amax/amin): the gradient is shared evenly between ties.
+Tensor max(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor min(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+// i32 index of the first largest (smallest) element along `axis`. Not differentiable.
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
+
+// ---- linear algebra ----
+// 1-D, 2-D and batched (leading dimensions broadcast) products, as torch.matmul. Transposed
+// views are handed to the kernel as transposed operands, not copied.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- neural-network ops ----
+Tensor softmax(const Tensor& x, int64_t axis);
+Tensor log_softmax(const Tensor& x, int64_t axis);
+
+enum class Reduction : uint8_t { none, mean, sum };
+
+// logits [N, C], targets i32 [N] with values in [0, C): log-softmax and NLL in one kernel.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     Reduction reduction = Reduction::mean, double label_smoothing = 0.0);
+// log_probs [N, C], targets i32 [N]: -log_probs[i, targets[i]], reduced.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction = Reduction::mean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// indices i32 [N] -> [N, classes] with 1 at each index. Not differentiable.
+Tensor one_hot(const Tensor& indices, int64_t classes, DType dtype = DType::f32);
+
+struct Conv2dConfig {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+};
+// x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] or undefined -> [N, O, OH, OW]
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              const Conv2dConfig& config = {});
+
+struct Pool2dConfig {
+  std::array<int64_t, 2> kernel{2, 2};
+  std::array<int64_t, 2> stride{0, 0};  // 0 means "equal to the kernel", as in PyTorch
+  std::array<int64_t, 2> padding{0, 0};
+  bool count_include_pad = true;        // avg_pool2d only
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dConfig& config = {});
+Tensor avg_pool2d(const Tensor& x, const Pool2dConfig& config = {});
+
+// x [N, C] or [N, C, ...]. In training, normalises with the batch's statistics and updates the
+// running ones in place (unbiased variance, as PyTorch); in eval, uses the running ones.
+// weight and bias [C] may be undefined; running_mean and running_var may be undefined in training.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training,
+                  double momentum = 0.1, double eps = 1e-5);
+
+class Generator;
+// Zeroes each element with probability p (Philox mask) and scales the rest by 1 / (1 - p).
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator = nullptr);
+
+Tensor concat(const std::vector<Tensor>& tensors, int64_t axis = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
+
+// ---- backward kernels as ops: the fused kernels autograd's formulas call. Not differentiable. ----
+Tensor relu_backward(const Tensor& x, const Tensor& grad);
+Tensor leaky_relu_backward(const Tensor& x, const Tensor& grad, double negative_slope);
+Tensor gelu_backward(const Tensor& x, const Tensor& grad);
+// per-sample losses' gradient [N] -> logits' gradient [N, C]
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                              const Tensor& grad_losses, double label_smoothing);
+Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& weight, const Shape& x_shape,
+                             const Conv2dConfig& config);
+Tensor conv2d_backward_weight(const Tensor& x, const Tensor& grad_y, const Shape& weight_shape,
+                              const Conv2dConfig& config);
+struct PoolResult {
+  Tensor values;
+  Tensor indices;  // i32, position h * W + w of each maximum in its input plane
+};
+PoolResult max_pool2d_with_indices(const Tensor& x, const Pool2dConfig& config = {});
+Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,
+                           const Pool2dConfig& config);
+Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dConfig& config);
+
+}  // namespace kiln

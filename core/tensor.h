@@ -1,0 +1,169 @@
+// Tensor: a handle to shared storage plus a view of it (shape, strides, offset), a dtype, a
+// device, and the autograd slots (requires_grad, grad, the node that produced it).
+//
+// Copying a Tensor copies the handle, as in PyTorch: both refer to the same data. Views
+// (reshape, transpose, slice, ...) share storage with their base; contiguous() and clone() copy.
+// The math lives in the functional ops (core/ops.h); the methods here are the usual shortcuts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+
+namespace kiln {
+
+class Backend;
+struct TensorRef;
+namespace autograd {
+struct Node;
+}
+
+// Device memory owned through a shared pointer; freed by its backend when the last view goes.
+class Storage {
+ public:
+  Storage(Device device, size_t bytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  const Device& device() const { return device_; }
+  Backend& backend() const { return *backend_; }
+
+ private:
+  Device device_;
+  Backend* backend_;
+  size_t bytes_;
+  void* data_;
+};
+
+struct TensorOptions {
+  DType dtype_ = DType::f32;
+  Device device_ = Device::cpu();
+  bool requires_grad_ = false;
+
+  TensorOptions() = default;
+  TensorOptions(DType t) : dtype_(t) {}                    // NOLINT: kiln::zeros({2}, DType::f64)
+  TensorOptions(Device d) : device_(d) {}                  // NOLINT: kiln::zeros({2}, Device::cpu())
+  TensorOptions& dtype(DType t) { dtype_ = t; return *this; }
+  TensorOptions& device(Device d) { device_ = d; return *this; }
+  TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
+};
+
+struct TensorImpl;
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: no storage; most calls on it throw
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Strides& strides() const;
+  int64_t offset() const;
+  int64_t dim() const { return shape().rank(); }
+  int64_t size(int64_t axis) const;  // negative axes count from the end
+  int64_t numel() const { return shape().numel(); }
+  DType dtype() const;
+  Device device() const;
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const;
+  Backend& backend() const;
+  TensorRef ref() const;  // what a backend kernel sees of this tensor
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool requires = true);  // only on leaves: tensors no op produced
+  bool is_leaf() const;
+  Tensor grad() const;                  // accumulated gradient; undefined until a backward reaches it
+  void set_grad(const Tensor& grad) const;
+  void zero_grad() const;               // drops the gradient (the next backward starts from nothing)
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  // Accumulates d(this)/d(leaf) into every leaf's grad(). Without `grad`, this must hold one
+  // element. The graph is freed afterwards unless retain_graph.
+  void backward(const Tensor& grad = {}, bool retain_graph = false) const;
+  Tensor detach() const;  // same data, cut from the graph
+
+  // ---- host access (each is a synchronisation point) ----
+  double item() const;  // the single element, converted to double
+  template <class T> T item() const { return static_cast<T>(item()); }
+  template <class T> std::vector<T> to_vector() const;  // every element in row-major order
+  std::string str() const;  // values and metadata, as PyTorch prints them
+
+  // ---- conversions and copies ----
+  Tensor to(const Device& device) const;
+  Tensor to(DType dtype) const;
+  Tensor contiguous() const;  // itself when already contiguous
+  Tensor clone() const;       // a contiguous copy that records a node (gradients flow through)
+  Tensor& copy_(const Tensor& src);  // in place, broadcasting src; no autograd node
+  Tensor& fill_(double value);       // in place; no autograd node
+  Tensor& zero_() { return fill_(0.0); }
+
+  // ---- views (share storage; see core/ops.h) ----
+  Tensor reshape(const Shape& shape) const;
+  Tensor view(const Shape& shape) const;
+  Tensor flatten(int64_t start = 0, int64_t end = -1) const;
+  Tensor transpose(int64_t a, int64_t b) const;
+  Tensor t() const { return transpose(0, 1); }
+  Tensor permute(const std::vector<int64_t>& order) const;
+  Tensor slice(int64_t axis, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor squeeze(int64_t axis) const;
+  Tensor unsqueeze(int64_t axis) const;
+  Tensor expand(const Shape& shape) const;
+
+  // ---- reductions (see core/ops.h) ----
+  Tensor sum(const std::vector<int64_t>& axes = {}, bool keepdim = false) const;
+  Tensor mean(const std::vector<int64_t>& axes = {}, bool keepdim = false) const;
+  Tensor max(const std::vector<int64_t>& axes = {}, bool keepdim = false) const;
+  Tensor min(const std::vector<int64_t>& axes = {}, bool keepdim = false) const;
+  Tensor argmax(int64_t axis, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::f32;
+
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<autograd::Node> grad_fn;  // set on tensors that an op produced under autograd
+};
+
+std::ostream& operator<<(std::ostream& out, const Tensor& t);
+
+// ---- factories ----
+Tensor empty(const Shape& shape, const TensorOptions& options = {});
+Tensor zeros(const Shape& shape, const TensorOptions& options = {});
+Tensor ones(const Shape& shape, const TensorOptions& options = {});
+Tensor full(const Shape& shape, double value, const TensorOptions& options = {});
+Tensor scalar(double value, const TensorOptions& options = {});  // rank 0
+// [start, end) in steps of `step`, like PyTorch's arange.
+Tensor arange(double start, double end, double step = 1.0, const TensorOptions& options = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+// Copies host values into a new tensor; values.size() must equal shape.numel().
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options = {});
+
+// A view of `base` with the given layout, sharing storage (no checks: internal building block).
+Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);
+
+}  // namespace kiln

@@ -1,0 +1,73 @@
+// The CPU backend: kiln's reference for every other backend and a real path on machines with no
+// GPU. Kernels are written to be read first: each accumulates f32 in double where sums are long,
+// and the heavy ones (matmul, conv2d) are cache-blocked and spread over the thread pool
+// (kernels/cpu/parallel.h). One file per op family, named as in the other backends.
+#pragma once
+
+#include "core/backend.h"
+
+namespace kiln::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  // memory.cpp
+  void* allocate(size_t bytes) override;
+  void deallocate(void* buffer) noexcept override;
+  void write(void* buffer, size_t byte_offset, const void* host, size_t bytes) override;
+  void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) override;
+  void synchronize() override {}
+
+  // elementwise.cpp
+  void fill(const TensorRef& out, double value) override;
+  void arange(const TensorRef& out, double start, double step) override;
+  void copy(const TensorRef& src, const TensorRef& out) override;
+  void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) override;
+  void unary_backward(UnaryOp op, const TensorRef& x, const TensorRef& grad, const TensorRef& out,
+                      double alpha) override;
+  void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
+
+  // random.cpp
+  void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
+  void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
+
+  // reduce.cpp
+  void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
+
+  // softmax.cpp
+  void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
+
+  // cross_entropy.cpp
+  void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
+                     double label_smoothing) override;
+  void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
+                              const TensorRef& grad_losses, const TensorRef& grad_logits,
+                              double label_smoothing) override;
+  void one_hot(const TensorRef& indices, const TensorRef& out) override;
+
+  // matmul.cpp
+  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out,
+              const MatmulParams& p) override;
+
+  // conv2d.cpp
+  void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
+              const Conv2dParams& p) override;
+  void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
+                             const Conv2dParams& p) override;
+  void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                              const Conv2dParams& p) override;
+
+  // pool.cpp
+  void max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices,
+                  const Pool2dParams& p) override;
+  void max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices,
+                           const TensorRef& grad_x, const Pool2dParams& p) override;
+  void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) override;
+  void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x,
+                           const Pool2dParams& p) override;
+};
+
+CpuBackend& backend();
+
+}  // namespace kiln::cpu
