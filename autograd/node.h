@@ -6,6 +6,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -15,7 +16,9 @@ namespace kiln::autograd {
 
 // One gradient per op input, in order; an undefined Tensor where an input gets none.
 using Grads = std::vector<Tensor>;
-using BackwardFn = std::function<Grads(const Tensor& grad_output)>;
+// needed[i] says whether input i wants a gradient, so a formula can skip work nobody uses
+// (the input gradient of a network's first layer, say).
+using BackwardFn = std::function<Grads(const Tensor& grad_output, const std::vector<bool>& needed)>;
 
 struct Node;
 
@@ -33,6 +36,11 @@ struct Node {
   std::vector<Shape> input_shapes;  // to check each formula's result
   std::vector<DType> input_dtypes;
   BackwardFn backward;              // emptied by backward() unless the graph is retained
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  ~Node();  // iterative: a long chain of nodes must not recurse through destructors
 };
 
 // Gradients are recorded unless a NoGradGuard is alive on this thread.
@@ -50,11 +58,17 @@ class NoGradGuard {
 };
 
 // True when grad mode is on and some input requires grad: then the op must record a node.
-bool is_recording(std::initializer_list<Tensor> inputs);
+bool is_recording(std::span<const Tensor> inputs);
+inline bool is_recording(std::initializer_list<Tensor> inputs) {
+  return is_recording(std::span<const Tensor>(inputs.begin(), inputs.size()));
+}
 
 // Makes `output` the result of a recorded op: it requires grad and points at a new node.
-void record(Tensor& output, std::string_view op, std::initializer_list<Tensor> inputs,
-            BackwardFn backward);
+void record(Tensor& output, std::string_view op, std::span<const Tensor> inputs, BackwardFn backward);
+inline void record(Tensor& output, std::string_view op, std::initializer_list<Tensor> inputs,
+                   BackwardFn backward) {
+  record(output, op, std::span<const Tensor>(inputs.begin(), inputs.size()), std::move(backward));
+}
 
 }  // namespace kiln::autograd
 

@@ -42,12 +42,15 @@ KILN_HOST_DEVICE inline Block philox4x32_10(Block counter, uint32_t key0, uint32
   return counter;
 }
 
+// Block c of the stream of `seed`: the four words for elements 4(c - offset) .. 4(c - offset) + 3.
+KILN_HOST_DEVICE inline Block block(uint64_t seed, uint64_t c) {
+  return philox4x32_10({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u},
+                       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
 // The 32-bit word for element i of a draw that starts at `offset`.
 KILN_HOST_DEVICE inline uint32_t word(uint64_t seed, uint64_t offset, uint64_t i) {
-  uint64_t c = offset + i / 4;
-  Block block = philox4x32_10({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u},
-                              static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return block[i % 4];
+  return block(seed, offset + i / 4)[i % 4];
 }
 
 KILN_HOST_DEVICE inline float to_unit(uint32_t w) {

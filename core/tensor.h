@@ -81,7 +81,7 @@ class Tensor {
 
   // ---- autograd ----
   bool requires_grad() const;
-  Tensor& requires_grad_(bool requires = true);  // only on leaves: tensors no op produced
+  Tensor& requires_grad_(bool on = true);  // only on leaves: tensors no op produced
   bool is_leaf() const;
   Tensor grad() const;                  // accumulated gradient; undefined until a backward reaches it
   void set_grad(const Tensor& grad) const;
@@ -159,9 +159,11 @@ Tensor arange(double start, double end, double step = 1.0, const TensorOptions& 
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
-// Copies host values into a new tensor; values.size() must equal shape.numel().
+// Copies host values into a new tensor; values.size() must equal shape.numel(). The dtype is
+// T's unless the options name another.
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options = {});
+Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                   TensorOptions options = TensorOptions(dtype_of_v<T>));
 
 // A view of `base` with the given layout, sharing storage (no checks: internal building block).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);

@@ -1,0 +1,101 @@
+// Reductions over any set of axes. The backend reduces the middle axis of a contiguous
+// [outer, n, inner] tensor; here any request is brought to that form: without a copy when the
+// reduced axes are adjacent in a contiguous tensor, else by moving them last first.
+#include <algorithm>
+
+#include "core/ops_common.h"
+
+namespace kiln {
+
+namespace af = autograd::formulas;
+using detail::empty_as;
+
+namespace {
+
+// Runs `op` of the backend over `axes` (normalised) and returns the result with keepdim = true.
+Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_t>& axes) {
+  Tensor x = input.detach();  // the layout changes below are not part of the graph
+  const Shape shape = x.shape();  // a copy: x is rebound below
+  bool adjacent = axes.empty() || axes.back() - axes.front() + 1 == static_cast<int64_t>(axes.size());
+  if (!adjacent || !x.is_contiguous()) {
+    // Move kept axes first and reduced axes last, then reduce one trailing block.
+    std::vector<int64_t> order;
+    for (int64_t i = 0; i < x.dim(); ++i)
+      if (std::find(axes.begin(), axes.end(), i) == axes.end()) order.push_back(i);
+    size_t kept = order.size();
+    order.insert(order.end(), axes.begin(), axes.end());
+    x = permute(x, order).contiguous();
+    std::vector<int64_t> moved(axes.size());
+    for (size_t i = 0; i < axes.size(); ++i) moved[i] = static_cast<int64_t>(kept + i);
+    Tensor y = reduce_keepdim(op, x, moved);
+    return y.reshape(detail::reduced_shape(shape, axes, true));
+  }
+  int64_t outer = 1, n = 1, inner = 1;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    int64_t d = shape[static_cast<size_t>(i)];
+    if (axes.empty() || i < axes.front()) outer *= d;
+    else if (i <= axes.back()) n *= d;
+    else inner *= d;
+  }
+  if (axes.empty()) outer = 1, n = x.numel(), inner = 1;
+  bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
+  Tensor y = empty_as(detail::reduced_shape(shape, axes, true), x, arg ? DType::i32 : x.dtype());
+  TensorRef in = x.ref();
+  in.shape = {outer, n, inner};
+  in.strides = contiguous_strides(in.shape);
+  TensorRef out = y.ref();
+  out.shape = {outer, inner};
+  out.strides = contiguous_strides(out.shape);
+  x.backend().reduce(op, in, out);
+  return y;
+}
+
+Tensor drop_axes(const Tensor& y, const Shape& x_shape, const std::vector<int64_t>& axes, bool keepdim) {
+  if (keepdim) return y;
+  Tensor flat = y.detach();
+  return make_view(flat, detail::reduced_shape(x_shape, axes, false),
+                   contiguous_strides(detail::reduced_shape(x_shape, axes, false)), flat.offset());
+}
+
+Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes_in, bool keepdim) {
+  const char* name = reduce_op_name(op).data();
+  std::vector<int64_t> axes = detail::normalize_axes(axes_in, x.dim(), name);
+  if (x.dim() == 0) axes.clear();
+  bool floating_only = op == ReduceOp::mean;
+  KILN_CHECK(is_floating(x.dtype()) || (!floating_only && x.dtype() == DType::i32), DTypeError,
+             name, ": takes ", floating_only ? "f32 or f64" : "f32, f64 or i32", " tensors, got ",
+             x.dtype(), " of shape ", x.shape());
+  Tensor y = drop_axes(reduce_keepdim(op, x, axes), x.shape(), axes, keepdim);
+  if (!autograd::is_recording({x})) return y;
+  switch (op) {
+    case ReduceOp::sum: autograd::record(y, name, {x}, af::sum(x.shape(), axes, keepdim)); break;
+    case ReduceOp::mean: autograd::record(y, name, {x}, af::mean(x.shape(), axes, keepdim)); break;
+    case ReduceOp::max:
+    case ReduceOp::min: autograd::record(y, name, {x}, af::extremum(x, y.detach(), axes, keepdim)); break;
+    default: break;
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return reduce(ReduceOp::sum, x, axes, keepdim);
+}
+Tensor mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return reduce(ReduceOp::mean, x, axes, keepdim);
+}
+Tensor max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return reduce(ReduceOp::max, x, axes, keepdim);
+}
+Tensor min(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return reduce(ReduceOp::min, x, axes, keepdim);
+}
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
+  return reduce(ReduceOp::argmax, x, {normalize_axis(axis, x.dim(), "argmax")}, keepdim);
+}
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
+  return reduce(ReduceOp::argmin, x, {normalize_axis(axis, x.dim(), "argmin")}, keepdim);
+}
+
+}  // namespace kiln

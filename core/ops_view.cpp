@@ -1,0 +1,308 @@
+// Views and copies: reshape, transpose, slice, expand, ... share storage with their input;
+// contiguous, clone, concat and the conversions copy.
+#include <algorithm>
+#include <numeric>
+
+#include "core/ops_common.h"
+
+namespace kiln {
+
+namespace af = autograd::formulas;
+
+namespace detail {
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.device() == b.device(), DeviceError, op, ": operands on different devices (",
+             a.device(), " and ", b.device(), "); move one with .to(device)");
+}
+
+void check_floating(const char* op, const Tensor& x) {
+  KILN_CHECK(is_floating(x.dtype()), DTypeError, op, ": takes f32 or f64 tensors, got ",
+             x.dtype(), " of shape ", x.shape());
+}
+
+Tensor empty_as(const Shape& shape, const Tensor& like, DType dtype) {
+  return empty(shape, TensorOptions(dtype).device(like.device()));
+}
+
+TensorRef broadcast_ref(const Tensor& x, const Shape& shape) {
+  TensorRef r = x.ref();
+  size_t lead = shape.size() - r.shape.size();
+  Strides strides(std::vector<int64_t>(shape.size(), 0));
+  for (size_t i = 0; i < r.shape.size(); ++i)
+    strides[lead + i] = r.shape[i] == 1 ? 0 : r.strides[i];
+  r.shape = shape;
+  r.strides = strides;
+  return r;
+}
+
+std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, const char* op) {
+  std::vector<int64_t> out;
+  if (axes.empty()) {
+    out.resize(static_cast<size_t>(rank));
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  for (int64_t a : axes) out.push_back(normalize_axis(a, rank, op));
+  std::sort(out.begin(), out.end());
+  KILN_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), ValueError, op,
+             ": an axis appears twice in the list of axes");
+  return out;
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdim) {
+  Shape out;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    bool reduced = std::find(axes.begin(), axes.end(), static_cast<int64_t>(i)) != axes.end();
+    if (!reduced) out.push_back(shape[i]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+using detail::empty_as;
+
+namespace {
+
+// A view of x with a new layout that records `op` with `formula` when x needs a gradient.
+Tensor view_of(const Tensor& x, Shape shape, Strides strides, int64_t offset, std::string_view op,
+               const std::function<autograd::BackwardFn()>& formula) {
+  Tensor y = make_view(x, std::move(shape), std::move(strides), offset);
+  if (autograd::is_recording({x})) autograd::record(y, op, {x}, formula());
+  return y;
+}
+
+Shape resolve_shape(const Shape& x_shape, const Shape& requested, const char* op) {
+  Shape shape = requested;
+  int64_t known = 1;
+  int64_t infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      KILN_CHECK(infer < 0, ShapeError, op, ": only one dimension of ", requested, " may be -1");
+      infer = static_cast<int64_t>(i);
+    } else {
+      KILN_CHECK(shape[i] >= 0, ShapeError, op, ": ", requested, " has a negative dimension");
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    KILN_CHECK(known != 0 && x_shape.numel() % known == 0, ShapeError, op, ": cannot reshape ",
+               x_shape, " into ", requested);
+    shape[static_cast<size_t>(infer)] = x_shape.numel() / known;
+  }
+  KILN_CHECK(shape.numel() == x_shape.numel(), ShapeError, op, ": cannot reshape ", x_shape, " (",
+             x_shape.numel(), " elements) into ", requested, " (", shape.numel(), " elements)");
+  return shape;
+}
+
+}  // namespace
+
+Tensor view(const Tensor& x, const Shape& shape) {
+  Shape s = resolve_shape(x.shape(), shape, "view");
+  KILN_CHECK(x.is_contiguous(), ShapeError, "view: the tensor of shape ", x.shape(), " and strides ",
+             x.strides(), " is not contiguous; use reshape() (which copies) or contiguous() first");
+  Shape x_shape = x.shape();
+  return view_of(x, s, contiguous_strides(s), x.offset(), "view", [&] { return af::reshape(x_shape); });
+}
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  Shape s = resolve_shape(x.shape(), shape, "reshape");
+  Tensor c = x.contiguous();
+  Shape x_shape = x.shape();
+  return view_of(c, s, contiguous_strides(s), c.offset(), "reshape", [&] { return af::reshape(x_shape); });
+}
+
+Tensor flatten(const Tensor& x, int64_t start, int64_t end) {
+  if (x.dim() == 0) return reshape(x, {1});
+  int64_t s = normalize_axis(start, x.dim(), "flatten");
+  int64_t e = normalize_axis(end, x.dim(), "flatten");
+  KILN_CHECK(s <= e, ValueError, "flatten: start axis ", start, " comes after end axis ", end);
+  Shape out;
+  for (int64_t i = 0; i < s; ++i) out.push_back(x.shape()[static_cast<size_t>(i)]);
+  int64_t merged = 1;
+  for (int64_t i = s; i <= e; ++i) merged *= x.shape()[static_cast<size_t>(i)];
+  out.push_back(merged);
+  for (int64_t i = e + 1; i < x.dim(); ++i) out.push_back(x.shape()[static_cast<size_t>(i)]);
+  return reshape(x, out);
+}
+
+Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
+  int64_t i = normalize_axis(a, x.dim(), "transpose");
+  int64_t j = normalize_axis(b, x.dim(), "transpose");
+  if (x.dim() == 0) return x;
+  Shape shape = x.shape();
+  Strides strides = x.strides();
+  std::swap(shape[static_cast<size_t>(i)], shape[static_cast<size_t>(j)]);
+  std::swap(strides[static_cast<size_t>(i)], strides[static_cast<size_t>(j)]);
+  return view_of(x, shape, strides, x.offset(), "transpose", [&] { return af::transpose(i, j); });
+}
+
+Tensor permute(const Tensor& x, const std::vector<int64_t>& order) {
+  KILN_CHECK(static_cast<int64_t>(order.size()) == x.dim(), ShapeError, "permute: ", order.size(),
+             " axes given for a tensor of shape ", x.shape());
+  std::vector<int64_t> axes;
+  for (int64_t a : order) axes.push_back(normalize_axis(a, x.dim(), "permute"));
+  std::vector<int64_t> sorted = axes;
+  std::sort(sorted.begin(), sorted.end());
+  KILN_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), ValueError,
+             "permute: the order must name each axis once");
+  Shape shape;
+  Strides strides;
+  for (int64_t a : axes) {
+    shape.push_back(x.shape()[static_cast<size_t>(a)]);
+    strides.push_back(x.strides()[static_cast<size_t>(a)]);
+  }
+  return view_of(x, shape, strides, x.offset(), "permute", [&] { return af::permute(axes); });
+}
+
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t step) {
+  int64_t a = normalize_axis(axis, x.dim(), "slice");
+  KILN_CHECK(x.dim() > 0, ShapeError, "slice: a scalar has no axis to slice");
+  KILN_CHECK(step > 0, ValueError, "slice: step must be positive, got ", step);
+  int64_t n = x.shape()[static_cast<size_t>(a)];
+  // Python's rules: negative indices count from the end, out-of-range ones clamp.
+  auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  int64_t s = clamp(start), e = std::max(clamp(end), clamp(start));
+  Shape shape = x.shape();
+  shape[static_cast<size_t>(a)] = (e - s + step - 1) / step;
+  Strides strides = x.strides();
+  int64_t offset = x.offset() + s * strides[static_cast<size_t>(a)];
+  strides[static_cast<size_t>(a)] *= step;
+  Shape x_shape = x.shape();
+  return view_of(x, shape, strides, offset, "slice", [&] { return af::slice(x_shape, a, s, e, step); });
+}
+
+Tensor squeeze(const Tensor& x, int64_t axis) {
+  int64_t a = normalize_axis(axis, x.dim(), "squeeze");
+  if (x.dim() == 0 || x.shape()[static_cast<size_t>(a)] != 1) return x;  // as PyTorch: a no-op
+  Shape shape = x.shape();
+  Strides strides = x.strides();
+  shape.erase(static_cast<size_t>(a));
+  strides.erase(static_cast<size_t>(a));
+  Shape x_shape = x.shape();
+  return view_of(x, shape, strides, x.offset(), "squeeze", [&] { return af::reshape(x_shape); });
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t axis) {
+  int64_t a = normalize_axis(axis, x.dim() + 1, "unsqueeze");
+  Shape shape = x.shape();
+  Strides strides = x.strides();
+  int64_t stride = a < x.dim() ? strides[static_cast<size_t>(a)] * shape[static_cast<size_t>(a)] : 1;
+  shape.insert(static_cast<size_t>(a), 1);
+  strides.insert(static_cast<size_t>(a), stride);
+  Shape x_shape = x.shape();
+  return view_of(x, shape, strides, x.offset(), "unsqueeze", [&] { return af::reshape(x_shape); });
+}
+
+Tensor expand(const Tensor& x, const Shape& shape) {
+  KILN_CHECK(shape.size() >= x.shape().size(), ShapeError, "expand: cannot expand ", x.shape(),
+             " to fewer dimensions ", shape);
+  size_t lead = shape.size() - x.shape().size();
+  Shape out = shape;
+  for (size_t i = 0; i < x.shape().size(); ++i) {
+    int64_t have = x.shape()[i];
+    int64_t& want = out[lead + i];
+    if (want == -1) want = have;
+    KILN_CHECK(have == want || have == 1, ShapeError, "expand: cannot expand ", x.shape(), " to ",
+               shape, " (dimension ", lead + i, ": size ", have, " is neither ", want, " nor 1)");
+  }
+  if (out == x.shape()) return x;
+  TensorRef r = detail::broadcast_ref(x, out);
+  Shape x_shape = x.shape();
+  return view_of(x, out, r.strides, x.offset(), "expand", [&] { return af::expand(x_shape); });
+}
+
+Tensor contiguous(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  return clone(x);
+}
+
+Tensor clone(const Tensor& x) {
+  Tensor y = empty_as(x.shape(), x);
+  x.backend().copy(x.ref(), y.ref());
+  if (autograd::is_recording({x})) autograd::record(y, "clone", {x}, af::identity());
+  return y;
+}
+
+Tensor to_dtype(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor y = empty_as(x.shape(), x, dtype);
+  x.backend().copy(x.ref(), y.ref());
+  if (is_floating(dtype) && autograd::is_recording({x}))
+    autograd::record(y, "to_dtype", {x}, af::to_dtype(x.dtype()));
+  return y;
+}
+
+Tensor to_device(const Tensor& x, const Device& device) {
+  if (x.device() == device) return x;
+  Tensor c = x.contiguous();
+  Tensor y = empty(c.shape(), TensorOptions(c.dtype()).device(device));
+  size_t bytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
+  size_t at = static_cast<size_t>(c.offset()) * dtype_size(c.dtype());
+  // Through host memory: the backends only exchange data with the host.
+  std::vector<unsigned char> staging(bytes);
+  c.backend().read(c.storage()->data(), at, staging.data(), bytes);
+  y.backend().write(y.storage()->data(), 0, staging.data(), bytes);
+  if (autograd::is_recording({x})) autograd::record(y, "to_device", {x}, af::to_device(x.device()));
+  return y;
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  KILN_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), ShapeError, "sum_to: ",
+             x.shape(), " is not a broadcast of ", shape);
+  size_t lead = x.shape().size() - shape.size();
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < x.shape().size(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1)) axes.push_back(static_cast<int64_t>(i));
+  Tensor s = sum(x, axes, true);
+  // Drop the leading axes that `shape` does not have.
+  return lead ? reshape(s, shape) : s;
+}
+
+Tensor concat(const std::vector<Tensor>& tensors, int64_t axis) {
+  KILN_CHECK(!tensors.empty(), ValueError, "concat: needs at least one tensor");
+  const Tensor& first = tensors[0];
+  KILN_CHECK(first.dim() > 0, ShapeError, "concat: scalars cannot be concatenated; use stack");
+  int64_t a = normalize_axis(axis, first.dim(), "concat");
+  Shape shape = first.shape();
+  shape[static_cast<size_t>(a)] = 0;
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : tensors) {
+    detail::check_same_device("concat", first, t);
+    KILN_CHECK(t.dtype() == first.dtype(), DTypeError, "concat: mixes ", first.dtype(), " and ",
+               t.dtype());
+    bool fits = t.dim() == first.dim();
+    for (int64_t i = 0; fits && i < t.dim(); ++i)
+      fits = i == a || t.shape()[static_cast<size_t>(i)] == first.shape()[static_cast<size_t>(i)];
+    KILN_CHECK(fits, ShapeError, "concat: shapes ", first.shape(), " and ", t.shape(),
+               " differ outside axis ", a);
+    sizes.push_back(t.shape()[static_cast<size_t>(a)]);
+    shape[static_cast<size_t>(a)] += sizes.back();
+  }
+  Tensor y = empty_as(shape, first);
+  int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    Tensor part = make_view(y, t.shape(), y.strides(), y.offset() + at * y.strides()[static_cast<size_t>(a)]);
+    t.backend().copy(t.ref(), part.ref());
+    at += t.shape()[static_cast<size_t>(a)];
+  }
+  if (autograd::is_recording(tensors)) autograd::record(y, "concat", tensors, af::concat(sizes, a));
+  return y;
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t axis) {
+  KILN_CHECK(!tensors.empty(), ValueError, "stack: needs at least one tensor");
+  int64_t a = normalize_axis(axis, tensors[0].dim() + 1, "stack");
+  std::vector<Tensor> parts;
+  for (const Tensor& t : tensors) {
+    KILN_CHECK(t.shape() == tensors[0].shape(), ShapeError, "stack: shapes ", tensors[0].shape(),
+               " and ", t.shape(), " differ; stack needs equal shapes");
+    parts.push_back(unsqueeze(t, a));
+  }
+  return concat(parts, a);
+}
+
+}  // namespace kiln

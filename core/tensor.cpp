@@ -1,0 +1,285 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "autograd/engine.h"
+#include "autograd/node.h"
+#include "core/backend.h"
+#include "core/ops.h"
+
+namespace kiln {
+
+// ---- Storage ----
+
+Storage::Storage(Device device, size_t bytes)
+    : device_(device), backend_(&backend_for(device)), bytes_(bytes), data_(backend_->allocate(bytes)) {}
+
+Storage::~Storage() { backend_->deallocate(data_); }
+
+// ---- metadata ----
+
+namespace {
+const TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl) {
+  KILN_CHECK(impl != nullptr, ValueError, "this tensor is undefined (default-constructed, or an "
+             "absent gradient): it has no shape, dtype or data");
+  return *impl;
+}
+}  // namespace
+
+const Shape& Tensor::shape() const { return checked(impl_).shape; }
+const Strides& Tensor::strides() const { return checked(impl_).strides; }
+int64_t Tensor::offset() const { return checked(impl_).offset; }
+DType Tensor::dtype() const { return checked(impl_).dtype; }
+Device Tensor::device() const { return checked(impl_).storage->device(); }
+const std::shared_ptr<Storage>& Tensor::storage() const { return checked(impl_).storage; }
+Backend& Tensor::backend() const { return storage()->backend(); }
+
+int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis(axis, dim(), "size")]; }
+
+bool Tensor::is_contiguous() const { return ref().is_contiguous(); }
+
+TensorRef Tensor::ref() const {
+  const TensorImpl& t = checked(impl_);
+  return TensorRef{t.storage->data(), t.offset, t.shape, t.strides, t.dtype};
+}
+
+// ---- autograd ----
+
+bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }
+
+Tensor& Tensor::requires_grad_(bool on) {
+  checked(impl_);
+  KILN_CHECK(is_leaf(), AutogradError, "requires_grad_: only leaf tensors (made by the user, not "
+             "by an op) can change requires_grad; use detach() for a leaf copy of this one");
+  KILN_CHECK(!on || is_floating(dtype()), DTypeError, "requires_grad_: only floating-point "
+             "tensors can require gradients, this one is ", dtype());
+  impl_->requires_grad = on;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return checked(impl_).grad_fn == nullptr; }
+Tensor Tensor::grad() const { return checked(impl_).grad; }
+void Tensor::set_grad(const Tensor& grad) const {
+  checked(impl_);
+  KILN_CHECK(!grad.defined() || grad.shape() == shape(), ShapeError, "set_grad: gradient of shape ",
+             grad.shape(), " for a tensor of shape ", shape());
+  impl_->grad = grad;
+}
+void Tensor::zero_grad() const { checked(impl_); impl_->grad = Tensor(); }
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return checked(impl_).grad_fn; }
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  autograd::backward(*this, grad, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl& t = checked(impl_);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage;
+  impl->shape = t.shape;
+  impl->strides = t.strides;
+  impl->offset = t.offset;
+  impl->dtype = t.dtype;
+  return Tensor(std::move(impl));
+}
+
+// ---- host access ----
+
+namespace {
+// Reads every element of a contiguous tensor into `out`, converting to T.
+template <class T>
+std::vector<T> read_all(const Tensor& t) {
+  Tensor c = t.contiguous();
+  std::vector<T> out(static_cast<size_t>(c.numel()));
+  visit_dtype(c.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    std::vector<S> raw(out.size());
+    c.backend().read(c.storage()->data(), static_cast<size_t>(c.offset()) * sizeof(S), raw.data(),
+                     raw.size() * sizeof(S));
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = static_cast<T>(raw[i]);
+  });
+  return out;
+}
+}  // namespace
+
+double Tensor::item() const {
+  KILN_CHECK(numel() == 1, ValueError, "item: the tensor has shape ", shape(), " (", numel(),
+             " elements); item() reads a tensor of exactly one element");
+  return read_all<double>(*this)[0];
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  return read_all<T>(*this);
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+
+namespace {
+// PyTorch's layout: nested brackets, at most 3 + 3 entries per axis once a tensor is large.
+void print_values(std::ostream& out, const std::vector<double>& v, const Shape& shape, size_t axis,
+                  int64_t base, int64_t stride, bool summarize, bool floating, int indent) {
+  if (shape.empty()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, floating ? "%.4f" : "%.0f", v[static_cast<size_t>(base)]);
+    out << buf;
+    return;
+  }
+  int64_t n = shape[axis];
+  int64_t inner = stride / std::max<int64_t>(n, 1);
+  out << '[';
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 6 && i == 3) {
+      out << "...";
+      i = n - 3;
+      out << (axis + 1 == shape.size() ? ", " : ",\n" + std::string(static_cast<size_t>(indent + 1), ' '));
+    }
+    if (axis + 1 == shape.size()) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, floating ? "%.4f" : "%.0f", v[static_cast<size_t>(base + i)]);
+      out << buf;
+    } else {
+      print_values(out, v, shape, axis + 1, base + i * inner, inner, summarize, floating, indent + 1);
+    }
+    if (i + 1 < n)
+      out << (axis + 1 == shape.size() ? ", " : ",\n" + std::string(static_cast<size_t>(indent + 1), ' '));
+  }
+  out << ']';
+}
+}  // namespace
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  std::ostringstream out;
+  std::vector<double> v = to_vector<double>();
+  out << "tensor(";
+  print_values(out, v, shape(), 0, 0, numel(), numel() > 1000, is_floating(dtype()), 7);
+  out << ", shape=" << shape() << ", dtype=" << dtype();
+  if (!device().is_cpu()) out << ", device=" << device();
+  if (!is_leaf()) out << ", grad_fn=" << grad_fn()->op;
+  else if (requires_grad()) out << ", requires_grad";
+  out << ")";
+  return out.str();
+}
+
+std::ostream& operator<<(std::ostream& out, const Tensor& t) { return out << t.str(); }
+
+// ---- conversions and copies ----
+
+Tensor Tensor::to(const Device& device) const { return to_device(*this, device); }
+Tensor Tensor::to(DType t) const { return to_dtype(*this, t); }
+Tensor Tensor::contiguous() const { return kiln::contiguous(*this); }
+Tensor Tensor::clone() const { return kiln::clone(*this); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  KILN_CHECK(src.device() == device(), DeviceError, "copy_: source on ", src.device(),
+             ", destination on ", device(), "; move it first with .to(device)");
+  Tensor from = kiln::expand(src.detach(), shape());
+  backend().copy(from.ref(), ref());
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  if (is_contiguous()) {
+    backend().fill(ref(), value);
+  } else {
+    Tensor v = full({}, value, TensorOptions(dtype()).device(device()));
+    copy_(v);
+  }
+  return *this;
+}
+
+// ---- method shortcuts ----
+
+Tensor Tensor::reshape(const Shape& s) const { return kiln::reshape(*this, s); }
+Tensor Tensor::view(const Shape& s) const { return kiln::view(*this, s); }
+Tensor Tensor::flatten(int64_t start, int64_t end) const { return kiln::flatten(*this, start, end); }
+Tensor Tensor::transpose(int64_t a, int64_t b) const { return kiln::transpose(*this, a, b); }
+Tensor Tensor::permute(const std::vector<int64_t>& order) const { return kiln::permute(*this, order); }
+Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end, int64_t step) const {
+  return kiln::slice(*this, axis, start, end, step);
+}
+Tensor Tensor::squeeze(int64_t axis) const { return kiln::squeeze(*this, axis); }
+Tensor Tensor::unsqueeze(int64_t axis) const { return kiln::unsqueeze(*this, axis); }
+Tensor Tensor::expand(const Shape& s) const { return kiln::expand(*this, s); }
+Tensor Tensor::sum(const std::vector<int64_t>& axes, bool keepdim) const { return kiln::sum(*this, axes, keepdim); }
+Tensor Tensor::mean(const std::vector<int64_t>& axes, bool keepdim) const { return kiln::mean(*this, axes, keepdim); }
+Tensor Tensor::max(const std::vector<int64_t>& axes, bool keepdim) const { return kiln::max(*this, axes, keepdim); }
+Tensor Tensor::min(const std::vector<int64_t>& axes, bool keepdim) const { return kiln::min(*this, axes, keepdim); }
+Tensor Tensor::argmax(int64_t axis, bool keepdim) const { return kiln::argmax(*this, axis, keepdim); }
+Tensor Tensor::matmul(const Tensor& other) const { return kiln::matmul(*this, other); }
+
+// ---- factories ----
+
+Tensor empty(const Shape& shape, const TensorOptions& options) {
+  for (int64_t d : shape)
+    KILN_CHECK(d >= 0, ShapeError, "empty: shape ", shape, " has a negative dimension");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(options.device_,
+                                            static_cast<size_t>(shape.numel()) * dtype_size(options.dtype_));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype_;
+  Tensor t(std::move(impl));
+  if (options.requires_grad_) t.requires_grad_();
+  return t;
+}
+
+Tensor full(const Shape& shape, double value, const TensorOptions& options) {
+  Tensor t = empty(shape, TensorOptions(options.dtype_).device(options.device_));
+  t.backend().fill(t.ref(), value);
+  if (options.requires_grad_) t.requires_grad_();
+  return t;
+}
+
+Tensor zeros(const Shape& shape, const TensorOptions& options) { return full(shape, 0.0, options); }
+Tensor ones(const Shape& shape, const TensorOptions& options) { return full(shape, 1.0, options); }
+Tensor scalar(double value, const TensorOptions& options) { return full({}, value, options); }
+
+Tensor arange(double start, double end, double step, const TensorOptions& options) {
+  KILN_CHECK(step != 0.0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+             ValueError, "arange: start, end and step must be finite and step non-zero (got ", start,
+             ", ", end, ", ", step, ")");
+  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  Tensor t = empty({std::max<int64_t>(n, 0)}, TensorOptions(options.dtype_).device(options.device_));
+  t.backend().arange(t.ref(), start, step);
+  if (options.requires_grad_) t.requires_grad_();
+  return t;
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options) {
+  KILN_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), ShapeError, "from_vector: ",
+             values.size(), " values for shape ", shape, " (", shape.numel(), " elements)");
+  Tensor host = empty(shape, TensorOptions(dtype_of_v<T>));
+  host.backend().write(host.storage()->data(), 0, values.data(), values.size() * sizeof(T));
+  Tensor t = host.to(options.device_).to(options.dtype_);  // a leaf: host needs no gradient
+  if (options.requires_grad_) t.requires_grad_();
+  return t;
+}
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&, TensorOptions);
+
+Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace kiln

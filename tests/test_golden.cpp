@@ -1,0 +1,225 @@
+// kiln against PyTorch: forward outputs and gradients of one representative case per op family,
+// recomputed in f64 and in f32 and compared with the values PyTorch computed in float64
+// (tests/data/golden.txt, written by tests/golden/make_golden.py; see there for the format).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+using Args = std::vector<Tensor>;
+
+struct Fixture {
+  DType dtype = DType::f64;  // f64 or i32
+  Shape shape;
+  std::vector<double> values;
+};
+
+std::map<std::string, Fixture> load_fixtures() {
+  std::ifstream in(KILN_TEST_DATA_DIR "/golden.txt");
+  REQUIRE_MESSAGE(in.good(), "cannot open " KILN_TEST_DATA_DIR "/golden.txt");
+  std::map<std::string, Fixture> fixtures;
+  std::string header, data;
+  while (std::getline(in, header)) {
+    if (header.empty() || header[0] == '#') continue;
+    REQUIRE_MESSAGE(std::getline(in, data), "golden.txt: no values after '" << header << "'");
+    std::istringstream h(header);
+    std::string name, dtype;
+    int64_t rank = 0;
+    h >> name >> dtype >> rank;
+    Fixture f;
+    REQUIRE_MESSAGE((dtype == "f64" || dtype == "i32"), "golden.txt: unknown dtype in '" << header << "'");
+    f.dtype = dtype == "f64" ? DType::f64 : DType::i32;
+    for (int64_t i = 0; i < rank; ++i) {
+      int64_t d = 0;
+      h >> d;
+      f.shape.push_back(d);
+    }
+    std::istringstream v(data);
+    std::string token;
+    while (v >> token) f.values.push_back(std::stod(token));
+    REQUIRE_MESSAGE(static_cast<int64_t>(f.values.size()) == f.shape.numel(),
+                    "golden.txt: " << name << " has " << f.values.size() << " values for shape " << f.shape);
+    fixtures[name] = std::move(f);
+  }
+  return fixtures;
+}
+
+struct Tolerance {
+  double rtol, atol;
+};
+
+// What a case sees besides its inputs: the file's constants, converted to the dtype under test,
+// and a way to name extra results to compare after the forward pass.
+class Context {
+ public:
+  Context(const std::map<std::string, Fixture>& fixtures, std::string name, DType dtype)
+      : fixtures_(fixtures), name_(std::move(name)), dtype_(dtype) {}
+
+  bool has(const std::string& role) const { return fixtures_.count(name_ + "." + role) != 0; }
+
+  // A fresh tensor holding the fixture: i32 stays i32, floating values take the tested dtype.
+  Tensor constant(const std::string& role) const {
+    const Fixture& f = fixtures_.at(name_ + "." + role);
+    if (f.dtype == DType::i32) {
+      std::vector<int32_t> v(f.values.begin(), f.values.end());
+      return from_vector<int32_t>(v, f.shape);
+    }
+    return from_vector<double>(f.values, f.shape).to(dtype_);
+  }
+
+  void expect(const std::string& role, const Tensor& t) { expected_.emplace_back(role, t); }
+  const std::vector<std::pair<std::string, Tensor>>& expected() const { return expected_; }
+
+ private:
+  const std::map<std::string, Fixture>& fixtures_;
+  std::string name_;
+  DType dtype_;
+  std::vector<std::pair<std::string, Tensor>> expected_;
+};
+
+struct GoldenCase {
+  std::string name;
+  std::function<Tensor(const Args&, Context&)> f;
+};
+
+// Compares got with the fixture element by element; one failure message per tensor.
+void compare(const std::string& what, const Tensor& got, const Fixture& want, const Tolerance& tol) {
+  REQUIRE_MESSAGE(got.defined(), what << ": undefined");
+  CHECK_MESSAGE(got.shape() == want.shape, what << ": shape " << got.shape() << ", expected " << want.shape);
+  if (got.shape() != want.shape) return;
+  std::vector<double> v = got.to_vector<double>();
+  double worst = 0.0;
+  size_t at = 0;
+  bool ok = true;
+  for (size_t i = 0; i < v.size(); ++i) {
+    double err = std::abs(v[i] - want.values[i]);
+    double excess = err - (tol.atol + tol.rtol * std::abs(want.values[i]));
+    if (excess > 0 && (ok || excess > worst)) {
+      worst = excess;
+      at = i;
+      ok = false;
+    }
+  }
+  if (ok) return;
+  std::ostringstream msg;
+  msg.precision(17);
+  msg << what << ": element " << at << " is " << v[at] << ", PyTorch gives " << want.values[at] << " (rtol "
+      << tol.rtol << ", atol " << tol.atol << ")";
+  FAIL_CHECK(msg.str());
+}
+
+Tensor unary_input(const Args& x) { return x.at(0); }
+
+std::vector<GoldenCase> golden_cases() {
+  auto unary = [](Tensor (*op)(const Tensor&)) {
+    return [op](const Args& x, Context&) { return op(unary_input(x)); };
+  };
+  auto binary = [](Tensor (*op)(const Tensor&, const Tensor&)) {
+    return [op](const Args& x, Context&) { return op(x.at(0), x.at(1)); };
+  };
+  Pool2dConfig pool{{3, 3}, {2, 2}, {1, 1}, true};
+  Pool2dConfig pool_excl{{3, 3}, {2, 2}, {1, 1}, false};
+  return {
+      {"add", binary(kiln::add)},
+      {"mul", binary(kiln::mul)},
+      {"div", binary(kiln::div)},
+      {"pow", binary(kiln::pow)},
+      {"pow_scalar", [](const Args& x, Context&) { return pow(x[0], 2.5); }},
+      {"exp", unary(kiln::exp)},
+      {"log", unary(kiln::log)},
+      {"sqrt", unary(kiln::sqrt)},
+      {"abs", unary(kiln::abs)},
+      {"tanh", unary(kiln::tanh)},
+      {"sigmoid", unary(kiln::sigmoid)},
+      {"relu", unary(kiln::relu)},
+      {"leaky_relu", [](const Args& x, Context&) { return leaky_relu(x[0], 0.1); }},
+      {"gelu", unary(kiln::gelu)},
+      {"sum", [](const Args& x, Context&) { return sum(x[0], {0, 2}, true); }},
+      {"mean", [](const Args& x, Context&) { return mean(x[0], {1}, false); }},
+      {"amax", [](const Args& x, Context&) { return max(x[0], {1, 2}, true); }},
+      {"amin", [](const Args& x, Context&) { return min(x[0], {0}, false); }},
+      {"matmul", binary(kiln::matmul)},
+      {"softmax", [](const Args& x, Context&) { return softmax(x[0], 1); }},
+      {"log_softmax", [](const Args& x, Context&) { return log_softmax(x[0], -1); }},
+      {"cross_entropy",
+       [](const Args& x, Context& c) { return cross_entropy(x[0], c.constant("target"), Reduction::mean, 0.1); }},
+      {"nll_loss", [](const Args& x, Context& c) { return nll_loss(x[0], c.constant("target"), Reduction::mean); }},
+      {"mse_loss", [](const Args& x, Context&) { return mse_loss(x[0], x[1], Reduction::mean); }},
+      {"conv2d", [](const Args& x, Context&) { return conv2d(x[0], x[1], x[2], {{2, 2}, {1, 1}, {1, 1}, 2}); }},
+      {"conv2d_dilated",
+       [](const Args& x, Context&) { return conv2d(x[0], x[1], x[2], {{1, 1}, {1, 1}, {2, 2}, 1}); }},
+      {"max_pool2d", [=](const Args& x, Context&) { return max_pool2d(x[0], pool); }},
+      {"avg_pool2d_exclude_pad", [=](const Args& x, Context&) { return avg_pool2d(x[0], pool_excl); }},
+      {"avg_pool2d_include_pad", [=](const Args& x, Context&) { return avg_pool2d(x[0], pool); }},
+      {"batch_norm_train",
+       [](const Args& x, Context& c) {
+         Tensor rm = c.constant("running_mean"), rv = c.constant("running_var");
+         c.expect("running_mean_after", rm);  // updated in place by the forward pass
+         c.expect("running_var_after", rv);
+         return batch_norm(x[0], rm, rv, x[1], x[2], true, 0.1, 1e-5);
+       }},
+      {"batch_norm_eval",
+       [](const Args& x, Context& c) {
+         Tensor rm = c.constant("running_mean"), rv = c.constant("running_var");
+         c.expect("running_mean", rm);  // eval leaves them alone
+         c.expect("running_var", rv);
+         return batch_norm(x[0], rm, rv, x[1], x[2], false, 0.1, 1e-5);
+       }},
+  };
+}
+
+void run_case(const GoldenCase& gc, const std::map<std::string, Fixture>& fixtures, DType dtype,
+              const Tolerance& tol) {
+  std::string tag = gc.name + " (" + std::string(dtype_name(dtype)) + ")";
+  Context ctx(fixtures, gc.name, dtype);
+  Args inputs;
+  for (int i = 0; ctx.has("in" + std::to_string(i)); ++i)
+    inputs.push_back(ctx.constant("in" + std::to_string(i)).requires_grad_());
+  REQUIRE_MESSAGE(!inputs.empty(), tag << ": no inputs in golden.txt");
+  Tensor y = gc.f(inputs, ctx);
+  compare(tag + " forward", y, fixtures.at(gc.name + ".out"), tol);
+  y.backward(ctx.constant("gout"));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    compare(tag + " gradient of input " + std::to_string(i), inputs[i].grad(),
+            fixtures.at(gc.name + ".grad" + std::to_string(i)), tol);
+  for (const auto& [role, t] : ctx.expected()) compare(tag + " " + role, t, fixtures.at(gc.name + "." + role), tol);
+}
+
+void run_all(DType dtype, const Tolerance& tol) {
+  std::map<std::string, Fixture> fixtures = load_fixtures();
+  for (const GoldenCase& gc : golden_cases()) {
+    try {
+      run_case(gc, fixtures, dtype, tol);
+    } catch (const std::exception& e) {
+      FAIL_CHECK(gc.name << " (" << dtype << ") threw: " << e.what());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every case in golden.txt has a kiln counterpart") {
+  std::set<std::string> in_file, in_table;
+  for (const auto& [name, f] : load_fixtures()) in_file.insert(name.substr(0, name.find('.')));
+  for (const GoldenCase& gc : golden_cases()) in_table.insert(gc.name);
+  CHECK(in_file == in_table);
+  CHECK(in_file.size() >= 30);
+}
+
+TEST_CASE("golden: f64 matches PyTorch to ~1e-10") { run_all(DType::f64, {1e-10, 1e-12}); }
+
+// f32 inputs are the f64 values rounded: errors of ~1e-7 relative per value and per operation.
+TEST_CASE("golden: f32 matches PyTorch to ~1e-4") { run_all(DType::f32, {1e-4, 1e-5}); }
