@@ -155,8 +155,11 @@ std::vector<GoldenCase> golden_cases() {
       {"softmax", [](const Args& x, Context&) { return softmax(x[0], 1); }},
       {"log_softmax", [](const Args& x, Context&) { return log_softmax(x[0], -1); }},
       {"cross_entropy",
-       [](const Args& x, Context& c) { return cross_entropy(x[0], c.constant("target"), Reduction::mean, 0.1); }},
-      {"nll_loss", [](const Args& x, Context& c) { return nll_loss(x[0], c.constant("target"), Reduction::mean); }},
+       [](const Args& x, Context& c) {
+         return cross_entropy(x[0], c.constant("target"), Reduction::mean, 0.1);
+       }},
+      {"nll_loss",
+       [](const Args& x, Context& c) { return nll_loss(x[0], c.constant("target"), Reduction::mean); }},
       {"mse_loss", [](const Args& x, Context&) { return mse_loss(x[0], x[1], Reduction::mean); }},
       {"conv2d", [](const Args& x, Context&) { return conv2d(x[0], x[1], x[2], {{2, 2}, {1, 1}, {1, 1}, 2}); }},
       {"conv2d_dilated",
@@ -195,7 +198,8 @@ void run_case(const GoldenCase& gc, const std::map<std::string, Fixture>& fixtur
   for (size_t i = 0; i < inputs.size(); ++i)
     compare(tag + " gradient of input " + std::to_string(i), inputs[i].grad(),
             fixtures.at(gc.name + ".grad" + std::to_string(i)), tol);
-  for (const auto& [role, t] : ctx.expected()) compare(tag + " " + role, t, fixtures.at(gc.name + "." + role), tol);
+  for (const auto& [role, t] : ctx.expected())
+    compare(tag + " " + role, t, fixtures.at(gc.name + "." + role), tol);
 }
 
 void run_all(DType dtype, const Tolerance& tol) {

@@ -24,6 +24,7 @@ using autograd::GradcheckResult;
 namespace {
 
 using Args = std::vector<Tensor>;
+using Reduce = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
 
 struct Case {
   std::string name;
@@ -77,7 +78,8 @@ Tensor distinct(const Shape& shape, uint64_t seed, double spacing = 0.05) {
   auto n = static_cast<size_t>(shape.numel());
   std::vector<double> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = spacing * (static_cast<double>(i) - static_cast<double>(n) / 2.0);
-  for (size_t i = n; i > 1; --i) std::swap(v[i - 1], v[static_cast<size_t>(rng.below(static_cast<int64_t>(i)))]);
+  for (size_t i = n; i > 1; --i)
+    std::swap(v[i - 1], v[static_cast<size_t>(rng.below(static_cast<int64_t>(i)))]);
   return leaf(v, shape);
 }
 
@@ -111,12 +113,17 @@ void run_directional(const std::vector<Case>& cases) { run_cases(cases, &autogra
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
+// |got - want| <= tol * (1 + |want|) everywhere; one message naming the first bad element.
 void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
                  const std::string& what) {
   REQUIRE_MESSAGE(got.size() == want.size(), what << ": " << got.size() << " values, expected " << want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    CHECK_MESSAGE(std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i])),
-                  what << "[" << i << "]: got " << got[i] << ", expected " << want[i]);
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i]))) continue;
+    if (bad++ == 0) first = i;
+  }
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << got.size() << " values off, the first ["
+                               << first << "] is " << got[first] << ", expected " << want[first]);
 }
 
 }  // namespace
@@ -143,7 +150,8 @@ TEST_CASE("gradcheck: views and copies") {
       {"squeeze 1", [](const Args& x) { return squeeze(x[0], 1); }, {rand({3, 1, 5}, 13)}},
       {"squeeze of a size-2 axis is a no-op", [](const Args& x) { return squeeze(x[0], 0) * 2.0; },
        {rand({2, 3}, 14)}},
-      {"unsqueeze 0 and -1", [](const Args& x) { return unsqueeze(unsqueeze(x[0], 0), -1); }, {rand({3, 5}, 15)}},
+      {"unsqueeze 0 and -1", [](const Args& x) { return unsqueeze(unsqueeze(x[0], 0), -1); },
+       {rand({3, 5}, 15)}},
       {"expand [3,1,5] -> [2,3,4,5]", [](const Args& x) { return expand(x[0], {2, 3, 4, 5}); },
        {rand({3, 1, 5}, 16)}},
       {"expand [1] -> [7]", [](const Args& x) { return expand(x[0], {7}); }, {rand({1}, 17)}},
@@ -156,7 +164,8 @@ TEST_CASE("gradcheck: views and copies") {
        {rand({2, 3}, 22), rand({4, 3}, 23), rand({1, 3}, 24)}},
       {"concat axis 1 of transposed views", [](const Args& x) { return concat({x[0].t(), x[1].t()}, 1); },
        {rand({3, 5}, 25), rand({7, 5}, 26)}},
-      {"concat the same tensor twice", [](const Args& x) { return concat({x[0], x[0]}, -1); }, {rand({2, 7}, 27)}},
+      {"concat the same tensor twice", [](const Args& x) { return concat({x[0], x[0]}, -1); },
+       {rand({2, 7}, 27)}},
       {"stack axis 1", [](const Args& x) { return stack({x[0], x[1], x[0]}, 1); },
        {rand({3, 4}, 28), rand({3, 4}, 29)}},
       {"stack axis -1 (new last axis)", [](const Args& x) { return stack({x[0], x[1]}, -1); },
@@ -188,13 +197,17 @@ TEST_CASE("gradcheck: to_dtype f64 -> f32 -> f64") {
 
 TEST_CASE("gradcheck: binary arithmetic with broadcasting") {
   run({
-      {"add [3,1,5] + [4,5]", [](const Args& x) { return add(x[0], x[1]); }, {rand({3, 1, 5}, 50), rand({4, 5}, 51)}},
+      {"add [3,1,5] + [4,5]", [](const Args& x) { return add(x[0], x[1]); },
+       {rand({3, 1, 5}, 50), rand({4, 5}, 51)}},
       {"add [1,1] + [7,13]", [](const Args& x) { return x[0] + x[1]; }, {rand({1, 1}, 52), rand({7, 13}, 53)}},
       {"add transposed view + row", [](const Args& x) { return x[0].t() + x[1]; },
        {rand({13, 7}, 54), rand({13}, 55)}},
-      {"sub [4,5] - [3,1,5]", [](const Args& x) { return sub(x[0], x[1]); }, {rand({4, 5}, 56), rand({3, 1, 5}, 57)}},
-      {"sub scalar-shaped [] - [37]", [](const Args& x) { return x[0] - x[1]; }, {rand({}, 58), rand({37}, 59)}},
-      {"mul [3,1,5] * [4,5]", [](const Args& x) { return mul(x[0], x[1]); }, {rand({3, 1, 5}, 60), rand({4, 5}, 61)}},
+      {"sub [4,5] - [3,1,5]", [](const Args& x) { return sub(x[0], x[1]); },
+       {rand({4, 5}, 56), rand({3, 1, 5}, 57)}},
+      {"sub scalar-shaped [] - [37]", [](const Args& x) { return x[0] - x[1]; },
+       {rand({}, 58), rand({37}, 59)}},
+      {"mul [3,1,5] * [4,5]", [](const Args& x) { return mul(x[0], x[1]); },
+       {rand({3, 1, 5}, 60), rand({4, 5}, 61)}},
       {"mul x * x", [](const Args& x) { return x[0] * x[0]; }, {rand({37}, 62)}},
       {"mul of a slice by an expand",
        [](const Args& x) { return x[0].slice(1, 0, 13, 2) * x[1].expand({7, 7}); },
@@ -247,11 +260,13 @@ TEST_CASE("gradcheck: unary math and activations") {
       {"log", [](const Args& x) { return log(x[0]); }, {rand({37}, 114, 0.3, 3.0)}},
       {"log of a transpose", [](const Args& x) { return log(x[0].t()); }, {rand({5, 3}, 115, 0.3, 3.0)}},
       {"sqrt", [](const Args& x) { return sqrt(x[0]); }, {rand({7, 13}, 116, 0.3, 3.0)}},
-      {"sqrt of an expand", [](const Args& x) { return sqrt(x[0].expand({4, 7})); }, {rand({1, 7}, 117, 0.3, 3.0)}},
+      {"sqrt of an expand", [](const Args& x) { return sqrt(x[0].expand({4, 7})); },
+       {rand({1, 7}, 117, 0.3, 3.0)}},
       {"abs", [](const Args& x) { return abs(x[0]); }, {away_from_zero({37}, 118)}},
       {"abs of a transpose", [](const Args& x) { return abs(x[0].t()); }, {away_from_zero({5, 7}, 119)}},
       {"relu", [](const Args& x) { return relu(x[0]); }, {away_from_zero({7, 13}, 120)}},
-      {"relu of a slice", [](const Args& x) { return relu(x[0].slice(1, 0, 13, 3)); }, {away_from_zero({7, 13}, 121)}},
+      {"relu of a slice", [](const Args& x) { return relu(x[0].slice(1, 0, 13, 3)); },
+       {away_from_zero({7, 13}, 121)}},
       {"leaky_relu 0.01", [](const Args& x) { return leaky_relu(x[0]); }, {away_from_zero({37}, 122)}},
       {"leaky_relu 0.2 of a transpose", [](const Args& x) { return leaky_relu(x[0].t(), 0.2); },
        {away_from_zero({5, 7}, 123)}},
@@ -273,12 +288,15 @@ TEST_CASE("gradcheck: unary and binary ops on sizes past the parallel grain (dir
   run_directional({
       {"exp large", [](const Args& x) { return exp(x[0]); }, {rand({200, 331}, 140)}},
       {"gelu large, transposed", [](const Args& x) { return gelu(x[0].t()); }, {rand({200, 331}, 141, -3, 3)}},
-      {"mul large with broadcast", [](const Args& x) { return x[0] * x[1]; }, {rand({200, 331}, 142), rand({331}, 143)}},
+      {"mul large with broadcast", [](const Args& x) { return x[0] * x[1]; },
+       {rand({200, 331}, 142), rand({331}, 143)}},
       {"sigmoid large", [](const Args& x) { return sigmoid(x[0]); }, {rand({66201}, 144, -4, 4)}},
       {"sum large over axis 0", [](const Args& x) { return sum(x[0], {0}); }, {rand({200, 331}, 145)}},
       {"softmax large rows", [](const Args& x) { return softmax(x[0], 1); }, {rand({200, 331}, 146)}},
-      {"log_softmax large, over axis 0", [](const Args& x) { return log_softmax(x[0], 0); }, {rand({331, 200}, 147)}},
-      {"max over axes 0,2 large", [](const Args& x) { return max(x[0], {0, 2}); }, {distinct({40, 37, 50}, 148, 1e-5)}},
+      {"log_softmax large, over axis 0", [](const Args& x) { return log_softmax(x[0], 0); },
+       {rand({331, 200}, 147)}},
+      {"max over axes 0,2 large", [](const Args& x) { return max(x[0], {0, 2}); },
+       {distinct({40, 37, 50}, 148, 1e-5)}},
       {"mean over axes 1,2 of a permute, large",
        [](const Args& x) { return mean(x[0].permute({2, 0, 1}), {1, 2}); }, {rand({64, 33, 37}, 149)}},
   });
@@ -288,23 +306,31 @@ TEST_CASE("gradcheck: sum and mean over axes") {
   std::vector<Case> cases;
   for (bool keep : {false, true}) {
     std::string k = keep ? " keepdim" : "";
-    auto add_cases = [&](const std::string& op, Tensor (*reduce)(const Tensor&, const std::vector<int64_t>&, bool)) {
-      cases.push_back({op + " axis 1" + k, [=](const Args& x) { return reduce(x[0], {1}, keep); }, {rand({3, 4, 5}, 150)}});
-      cases.push_back({op + " axis -1" + k, [=](const Args& x) { return reduce(x[0], {-1}, keep); }, {rand({7, 13}, 151)}});
-      cases.push_back({op + " axis 0" + k, [=](const Args& x) { return reduce(x[0], {0}, keep); }, {rand({37, 3}, 152)}});
-      cases.push_back({op + " axes 1,2 (adjacent)" + k, [=](const Args& x) { return reduce(x[0], {1, 2}, keep); },
+    auto add_cases = [&](const std::string& op, Reduce reduce) {
+      cases.push_back({op + " axis 1" + k, [=](const Args& x) { return reduce(x[0], {1}, keep); },
+                       {rand({3, 4, 5}, 150)}});
+      cases.push_back({op + " axis -1" + k, [=](const Args& x) { return reduce(x[0], {-1}, keep); },
+                       {rand({7, 13}, 151)}});
+      cases.push_back({op + " axis 0" + k, [=](const Args& x) { return reduce(x[0], {0}, keep); },
+                       {rand({37, 3}, 152)}});
+      cases.push_back({op + " axes 1,2 (adjacent)" + k,
+                       [=](const Args& x) { return reduce(x[0], {1, 2}, keep); },
                        {rand({2, 3, 4, 5}, 153)}});
       cases.push_back({op + " axes 0,2 (apart)" + k, [=](const Args& x) { return reduce(x[0], {0, 2}, keep); },
                        {rand({3, 4, 5}, 154)}});
-      cases.push_back({op + " axes 3,0 (apart, unsorted)" + k, [=](const Args& x) { return reduce(x[0], {3, 0}, keep); },
+      cases.push_back({op + " axes 3,0 (apart, unsorted)" + k,
+                       [=](const Args& x) { return reduce(x[0], {3, 0}, keep); },
                        {rand({2, 3, 1, 5}, 155)}});
-      cases.push_back({op + " all axes" + k, [=](const Args& x) { return reduce(x[0], {}, keep); }, {rand({3, 4, 5}, 156)}});
+      cases.push_back({op + " all axes" + k, [=](const Args& x) { return reduce(x[0], {}, keep); },
+                       {rand({3, 4, 5}, 156)}});
       cases.push_back({op + " size-1 axis" + k, [=](const Args& x) { return reduce(x[0], {1}, keep); },
                        {rand({3, 1, 5}, 157)}});
       cases.push_back({op + " axis 1 of a transpose" + k,
-                       [=](const Args& x) { return reduce(x[0].transpose(0, 2), {1}, keep); }, {rand({3, 4, 5}, 158)}});
+                       [=](const Args& x) { return reduce(x[0].transpose(0, 2), {1}, keep); },
+                       {rand({3, 4, 5}, 158)}});
       cases.push_back({op + " axis 0 of a slice" + k,
-                       [=](const Args& x) { return reduce(x[0].slice(1, 0, 13, 2), {0}, keep); }, {rand({7, 13}, 159)}});
+                       [=](const Args& x) { return reduce(x[0].slice(1, 0, 13, 2), {0}, keep); },
+                       {rand({7, 13}, 159)}});
       cases.push_back({op + " axis 0 of 70 rows" + k, [=](const Args& x) { return reduce(x[0], {0}, keep); },
                        {rand({70, 2}, 160)}});
     };
@@ -321,15 +347,20 @@ TEST_CASE("gradcheck: max and min over axes (no ties)") {
   std::vector<Case> cases;
   for (bool keep : {false, true}) {
     std::string k = keep ? " keepdim" : "";
-    auto add_cases = [&](const std::string& op, Tensor (*reduce)(const Tensor&, const std::vector<int64_t>&, bool)) {
-      cases.push_back({op + " axis 1" + k, [=](const Args& x) { return reduce(x[0], {1}, keep); }, {distinct({3, 4, 5}, 170)}});
-      cases.push_back({op + " axis -1" + k, [=](const Args& x) { return reduce(x[0], {-1}, keep); }, {distinct({7, 13}, 171)}});
-      cases.push_back({op + " axis 0" + k, [=](const Args& x) { return reduce(x[0], {0}, keep); }, {distinct({37, 2}, 172)}});
-      cases.push_back({op + " axes 1,2 (adjacent)" + k, [=](const Args& x) { return reduce(x[0], {1, 2}, keep); },
+    auto add_cases = [&](const std::string& op, Reduce reduce) {
+      cases.push_back({op + " axis 1" + k, [=](const Args& x) { return reduce(x[0], {1}, keep); },
+                       {distinct({3, 4, 5}, 170)}});
+      cases.push_back({op + " axis -1" + k, [=](const Args& x) { return reduce(x[0], {-1}, keep); },
+                       {distinct({7, 13}, 171)}});
+      cases.push_back({op + " axis 0" + k, [=](const Args& x) { return reduce(x[0], {0}, keep); },
+                       {distinct({37, 2}, 172)}});
+      cases.push_back({op + " axes 1,2 (adjacent)" + k,
+                       [=](const Args& x) { return reduce(x[0], {1, 2}, keep); },
                        {distinct({2, 3, 4, 5}, 173)}});
       cases.push_back({op + " axes 0,2 (apart)" + k, [=](const Args& x) { return reduce(x[0], {0, 2}, keep); },
                        {distinct({3, 4, 5}, 174)}});
-      cases.push_back({op + " all axes" + k, [=](const Args& x) { return reduce(x[0], {}, keep); }, {distinct({3, 4, 5}, 175)}});
+      cases.push_back({op + " all axes" + k, [=](const Args& x) { return reduce(x[0], {}, keep); },
+                       {distinct({3, 4, 5}, 175)}});
       cases.push_back({op + " size-1 axis" + k, [=](const Args& x) { return reduce(x[0], {1}, keep); },
                        {distinct({3, 1, 5}, 176)}});
       cases.push_back({op + " axis 0 of a transpose" + k,
@@ -363,8 +394,10 @@ TEST_CASE("gradcheck: matmul") {
       {"2-D x 1-D", [](const Args& x) { return matmul(x[0], x[1]); }, {rand({4, 5}, 204), rand({5}, 205)}},
       {"1-D x 3-D", [](const Args& x) { return matmul(x[0], x[1]); }, {rand({5}, 206), rand({2, 5, 3}, 207)}},
       {"3-D x 1-D", [](const Args& x) { return matmul(x[0], x[1]); }, {rand({2, 3, 5}, 208), rand({5}, 209)}},
-      {"[7,13] x [13,5]", [](const Args& x) { return matmul(x[0], x[1]); }, {rand({7, 13}, 210), rand({13, 5}, 211)}},
-      {"[1,13] x [13,1]", [](const Args& x) { return matmul(x[0], x[1]); }, {rand({1, 13}, 212), rand({13, 1}, 213)}},
+      {"[7,13] x [13,5]", [](const Args& x) { return matmul(x[0], x[1]); },
+       {rand({7, 13}, 210), rand({13, 5}, 211)}},
+      {"[1,13] x [13,1]", [](const Args& x) { return matmul(x[0], x[1]); },
+       {rand({1, 13}, 212), rand({13, 1}, 213)}},
       {"batched broadcast [2,1,4,5] x [3,5,6]", [](const Args& x) { return matmul(x[0], x[1]); },
        {rand({2, 1, 4, 5}, 214), rand({3, 5, 6}, 215)}},
       {"batched x matrix [3,4,5] x [5,6]", [](const Args& x) { return matmul(x[0], x[1]); },
@@ -373,11 +406,14 @@ TEST_CASE("gradcheck: matmul") {
        {rand({4, 5}, 218), rand({3, 5, 6}, 219)}},
       {"batch dims [2,1] x [1,3]", [](const Args& x) { return matmul(x[0], x[1]); },
        {rand({2, 1, 3, 4}, 220), rand({1, 3, 4, 2}, 221)}},
-      {"transposed A", [](const Args& x) { return matmul(x[0].t(), x[1]); }, {rand({13, 7}, 222), rand({13, 5}, 223)}},
-      {"transposed B", [](const Args& x) { return matmul(x[0], x[1].t()); }, {rand({7, 13}, 224), rand({5, 13}, 225)}},
+      {"transposed A", [](const Args& x) { return matmul(x[0].t(), x[1]); },
+       {rand({13, 7}, 222), rand({13, 5}, 223)}},
+      {"transposed B", [](const Args& x) { return matmul(x[0], x[1].t()); },
+       {rand({7, 13}, 224), rand({5, 13}, 225)}},
       {"both transposed", [](const Args& x) { return matmul(x[0].t(), x[1].t()); },
        {rand({13, 7}, 226), rand({5, 13}, 227)}},
-      {"batched transposed operands", [](const Args& x) { return matmul(x[0].transpose(-1, -2), x[1].transpose(1, 2)); },
+      {"batched transposed operands",
+       [](const Args& x) { return matmul(x[0].transpose(-1, -2), x[1].transpose(1, 2)); },
        {rand({3, 5, 4}, 228), rand({3, 6, 5}, 229)}},
       {"A a column slice (ld > k)", [](const Args& x) { return matmul(x[0].slice(1, 2, 9), x[1]); },
        {rand({7, 13}, 230), rand({7, 5}, 231)}},
@@ -389,7 +425,8 @@ TEST_CASE("gradcheck: matmul") {
        {rand({4, 3, 5}, 236), rand({2, 5, 2}, 237)}},
       {"expanded (stride-0) operand", [](const Args& x) { return matmul(x[0].expand({3, 4, 5}), x[1]); },
        {rand({1, 4, 5}, 238), rand({3, 5, 2}, 239)}},
-      {"the same tensor on both sides", [](const Args& x) { return matmul(x[0], x[0].t()); }, {rand({4, 7}, 240)}},
+      {"the same tensor on both sides", [](const Args& x) { return matmul(x[0], x[0].t()); },
+       {rand({4, 7}, 240)}},
       {"permuted batch axes", [](const Args& x) { return matmul(x[0].permute({1, 0, 2}), x[1]); },
        {rand({4, 3, 5}, 241), rand({3, 5, 2}, 242)}},
   });
@@ -397,36 +434,127 @@ TEST_CASE("gradcheck: matmul") {
 
 TEST_CASE("gradcheck: matmul past the small-product path (directional, f64)") {
   run_directional({
-      {"[97,113] x [113,71]", [](const Args& x) { return matmul(x[0], x[1]); }, {rand({97, 113}, 250), rand({113, 71}, 251)}},
+      {"[97,113] x [113,71]", [](const Args& x) { return matmul(x[0], x[1]); },
+       {rand({97, 113}, 250), rand({113, 71}, 251)}},
       {"[130,300] x [300,75] (k over one KC block)", [](const Args& x) { return matmul(x[0], x[1]); },
        {rand({130, 300}, 252), rand({300, 75}, 253)}},
       {"transposed both [88,101]^T x [79,88]^T", [](const Args& x) { return matmul(x[0].t(), x[1].t()); },
        {rand({88, 101}, 254), rand({79, 88}, 255)}},
       {"batched broadcast [2,1,70,90] x [3,90,80]", [](const Args& x) { return matmul(x[0], x[1]); },
        {rand({2, 1, 70, 90}, 256), rand({3, 90, 80}, 257)}},
-      {"sliced A [100, 2*85:step 2] x [85,73]", [](const Args& x) { return matmul(x[0].slice(1, 0, 170, 2), x[1]); },
+      {"sliced A [100, 2*85:step 2] x [85,73]",
+       [](const Args& x) { return matmul(x[0].slice(1, 0, 170, 2), x[1]); },
        {rand({100, 170}, 258), rand({85, 73}, 259)}},
-      {"column slice A (ld > k) [111, 5:125] x [120,77]", [](const Args& x) { return matmul(x[0].slice(1, 5, 125), x[1]); },
+      {"[7,40] x [40,2100] (n over one NC panel)", [](const Args& x) { return matmul(x[0], x[1]); },
+       {rand({7, 40}, 262), rand({40, 2100}, 263)}},
+      {"short and wide [6,200] x [200,2100] (threads split columns)",
+       [](const Args& x) { return matmul(x[0], x[1]); },
+       {rand({6, 200}, 264), rand({200, 2100}, 265)}},
+      {"batched [5,40,90] x [90,80] (one product per thread)", [](const Args& x) { return matmul(x[0], x[1]); },
+       {rand({5, 40, 90}, 266), rand({90, 80}, 267)}},
+      {"column slice A (ld > k) [111, 5:125] x [120,77]",
+       [](const Args& x) { return matmul(x[0].slice(1, 5, 125), x[1]); },
        {rand({111, 130}, 260), rand({120, 77}, 261)}},
   });
+}
+
+TEST_CASE("matmul and conv2d forwards on blocked sizes match a naive loop") {
+  // gradcheck compares a forward with its own backward; a GEMM that is wrong the same way in
+  // both (a skipped k block, say) needs a reference of its own. Sizes cross MC, KC and NC.
+  auto naive_matmul = [](const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t k,
+                         int64_t n) {
+    std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j)
+          c[static_cast<size_t>(i * n + j)] +=
+              a[static_cast<size_t>(i * k + p)] * b[static_cast<size_t>(p * n + j)];
+    return c;
+  };
+  struct Size {
+    int64_t m, k, n;
+  };
+  for (Size sz : {Size{97, 113, 71}, Size{130, 300, 75}, Size{7, 40, 2100}, Size{6, 200, 2100},
+                  Size{300, 64, 50}, Size{145, 257, 17}}) {
+    Tensor a = rand({sz.m, sz.k}, static_cast<uint64_t>(sz.m * 7 + sz.k)).detach();
+    Tensor b = rand({sz.k, sz.n}, static_cast<uint64_t>(sz.n * 11 + sz.k)).detach();
+    std::vector<double> want = naive_matmul(values(a), values(b), sz.m, sz.k, sz.n);
+    std::string what =
+        "matmul " + std::to_string(sz.m) + "x" + std::to_string(sz.k) + "x" + std::to_string(sz.n);
+    check_close(values(matmul(a, b)), want, 1e-12, what + " f64");
+    check_close(values(matmul(a.t().contiguous().t(), b.t().contiguous().t())), want, 1e-12,
+                what + " f64, transposed operands");
+    check_close(values(matmul(a.to(DType::f32), b.to(DType::f32))), want, 1e-4, what + " f32");
+    check_close(values(matmul(a.to(DType::f32).t().contiguous().t(), b.to(DType::f32))), want, 1e-4,
+                what + " f32, transposed A");
+  }
+  // Batched: 5 products of 40x90x80 (each blocked, spread over threads), b broadcast.
+  Tensor a = rand({5, 40, 90}, 1001).detach(), b = rand({90, 80}, 1002).detach();
+  std::vector<double> av = values(a), bv = values(b), got = values(matmul(a, b));
+  std::vector<double> got32 = values(matmul(a.to(DType::f32), b.to(DType::f32)));
+  for (int64_t i = 0; i < 5; ++i) {
+    std::vector<double> ai(av.begin() + i * 3600, av.begin() + (i + 1) * 3600);
+    std::vector<double> want = naive_matmul(ai, bv, 40, 90, 80);
+    check_close(std::vector<double>(got.begin() + i * 3200, got.begin() + (i + 1) * 3200), want, 1e-12,
+                "batched matmul f64, batch " + std::to_string(i));
+    check_close(std::vector<double>(got32.begin() + i * 3200, got32.begin() + (i + 1) * 3200), want, 1e-4,
+                "batched matmul f32, batch " + std::to_string(i));
+  }
+
+  // conv2d x [3, 12, 11, 13], w [20, 6, 3, 3] (groups 2), stride 2, pad 1, dilation (1, 2).
+  const int64_t N = 3, C = 12, H = 11, W = 13, O = 20, G = 2, KH = 3, KW = 3, SH = 2, SW = 2, PH = 1, PW = 1,
+                DH = 1, DW = 2;
+  const int64_t OH = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1, OW = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
+  Tensor x = rand({N, C, H, W}, 1003).detach(), w = rand({O, C / G, KH, KW}, 1004).detach();
+  Tensor bias = rand({O}, 1005).detach();
+  std::vector<double> xv = values(x), wv = values(w), bv2 = values(bias);
+  std::vector<double> want(static_cast<size_t>(N * O * OH * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double acc = bv2[static_cast<size_t>(o)];
+          int64_t g = o / (O / G);
+          for (int64_t c = 0; c < C / G; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                int64_t h = i * SH - PH + kh * DH, ww = j * SW - PW + kw * DW;
+                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                acc += wv[static_cast<size_t>(((o * (C / G) + c) * KH + kh) * KW + kw)] *
+                       xv[static_cast<size_t>(((n * C + g * (C / G) + c) * H + h) * W + ww)];
+              }
+          want[static_cast<size_t>(((n * O + o) * OH + i) * OW + j)] = acc;
+        }
+  Conv2dConfig cfg{{SH, SW}, {PH, PW}, {DH, DW}, G};
+  check_close(values(conv2d(x, w, bias, cfg)), want, 1e-12, "conv2d f64");
+  check_close(values(conv2d(x.to(DType::f32), w.to(DType::f32), bias.to(DType::f32), cfg)), want, 1e-4,
+              "conv2d f32");
 }
 
 TEST_CASE("gradcheck: softmax and log_softmax") {
   std::vector<Case> cases;
   for (int64_t axis : {0, 1, 2, -1}) {
     std::string a = std::to_string(axis);
-    cases.push_back({"softmax axis " + a, [=](const Args& x) { return softmax(x[0], axis); }, {rand({3, 4, 5}, 300, -2, 2)}});
+    cases.push_back({"softmax axis " + a, [=](const Args& x) { return softmax(x[0], axis); },
+                     {rand({3, 4, 5}, 300, -2, 2)}});
     cases.push_back({"log_softmax axis " + a, [=](const Args& x) { return log_softmax(x[0], axis); },
                      {rand({3, 4, 5}, 301, -2, 2)}});
   }
-  cases.push_back({"softmax 37 classes", [](const Args& x) { return softmax(x[0], 1); }, {rand({2, 37}, 302, -3, 3)}});
-  cases.push_back({"log_softmax 37 classes", [](const Args& x) { return log_softmax(x[0], -1); }, {rand({2, 37}, 303, -3, 3)}});
-  cases.push_back({"softmax of a transpose", [](const Args& x) { return softmax(x[0].t(), 1); }, {rand({7, 3}, 304)}});
-  cases.push_back({"log_softmax of a slice", [](const Args& x) { return log_softmax(x[0].slice(1, 0, 13, 2), 0); },
+  cases.push_back({"softmax 37 classes", [](const Args& x) { return softmax(x[0], 1); },
+                   {rand({2, 37}, 302, -3, 3)}});
+  cases.push_back({"log_softmax 37 classes", [](const Args& x) { return log_softmax(x[0], -1); },
+                   {rand({2, 37}, 303, -3, 3)}});
+  cases.push_back({"softmax of a transpose", [](const Args& x) { return softmax(x[0].t(), 1); },
+                   {rand({7, 3}, 304)}});
+  cases.push_back({"log_softmax of a slice",
+                   [](const Args& x) { return log_softmax(x[0].slice(1, 0, 13, 2), 0); },
                    {rand({7, 13}, 305)}});
-  cases.push_back({"softmax over a size-1 axis", [](const Args& x) { return softmax(x[0], 1) * x[0]; }, {rand({3, 1, 2}, 306)}});
-  cases.push_back({"softmax of a 1-D tensor", [](const Args& x) { return softmax(x[0], 0); }, {rand({13}, 307)}});
-  cases.push_back({"softmax of large logits (shifted by 500)", [](const Args& x) { return softmax(x[0] + 500.0, 1); },
+  cases.push_back({"softmax over a size-1 axis", [](const Args& x) { return softmax(x[0], 1) * x[0]; },
+                   {rand({3, 1, 2}, 306)}});
+  cases.push_back({"softmax of a 1-D tensor", [](const Args& x) { return softmax(x[0], 0); },
+                   {rand({13}, 307)}});
+  cases.push_back({"softmax of large logits (shifted by 500)",
+                   [](const Args& x) { return softmax(x[0] + 500.0, 1); },
                    {rand({2, 7}, 308)}});
   run(cases);
 }
@@ -438,22 +566,28 @@ TEST_CASE("gradcheck: losses") {
     std::string rn = r == Reduction::mean ? "mean" : r == Reduction::sum ? "sum" : "none";
     for (double ls : {0.0, 0.1}) {
       std::string name = "cross_entropy " + rn + " smoothing " + std::to_string(ls);
-      cases.push_back({name, [=](const Args& x) { return cross_entropy(x[0], t5, r, ls); }, {rand({5, 7}, 320, -2, 2)}});
-      cases.push_back({name + " of a transpose", [=](const Args& x) { return cross_entropy(x[0].t(), t5, r, ls); },
+      cases.push_back({name, [=](const Args& x) { return cross_entropy(x[0], t5, r, ls); },
+                       {rand({5, 7}, 320, -2, 2)}});
+      cases.push_back({name + " of a transpose",
+                       [=](const Args& x) { return cross_entropy(x[0].t(), t5, r, ls); },
                        {rand({7, 5}, 321, -2, 2)}});
     }
-    cases.push_back({"nll_loss " + rn, [=](const Args& x) { return nll_loss(x[0], t5, r); }, {rand({5, 7}, 322)}});
-    cases.push_back({"nll_loss of log_softmax " + rn, [=](const Args& x) { return nll_loss(log_softmax(x[0], 1), t5, r); },
+    cases.push_back({"nll_loss " + rn, [=](const Args& x) { return nll_loss(x[0], t5, r); },
+                     {rand({5, 7}, 322)}});
+    cases.push_back({"nll_loss of log_softmax " + rn,
+                     [=](const Args& x) { return nll_loss(log_softmax(x[0], 1), t5, r); },
                      {rand({5, 7}, 323)}});
     cases.push_back({"mse_loss " + rn, [=](const Args& x) { return mse_loss(x[0], x[1], r); },
                      {rand({3, 13}, 324), rand({3, 13}, 325)}});
-    cases.push_back({"mse_loss of a transpose " + rn, [=](const Args& x) { return mse_loss(x[0].t(), x[1], r); },
+    cases.push_back({"mse_loss of a transpose " + rn,
+                     [=](const Args& x) { return mse_loss(x[0].t(), x[1], r); },
                      {rand({4, 3}, 326), rand({3, 4}, 327)}});
   }
   cases.push_back({"cross_entropy one sample, 37 classes, smoothing 0.3",
                    [](const Args& x) { return cross_entropy(x[0], labels({36}), Reduction::mean, 0.3); },
                    {rand({1, 37}, 328, -3, 3)}});
-  cases.push_back({"cross_entropy smoothing 1", [=](const Args& x) { return cross_entropy(x[0], t5, Reduction::sum, 1.0); },
+  cases.push_back({"cross_entropy smoothing 1",
+                   [=](const Args& x) { return cross_entropy(x[0], t5, Reduction::sum, 1.0); },
                    {rand({5, 7}, 329)}});
   run(cases);
 }
@@ -469,19 +603,25 @@ TEST_CASE("gradcheck: conv2d") {
   Conv2dConfig mixed{{2, 1}, {1, 0}, {1, 2}, 1};
   Conv2dConfig groups2_s2{{2, 2}, {0, 1}, {1, 1}, 2};
   run({
-      {"conv2d 3->4, 3x3, bias", conv(plain, true), {rand({2, 3, 7, 6}, 400), rand({4, 3, 3, 3}, 401), rand({4}, 402)}},
+      {"conv2d 3->4, 3x3, bias", conv(plain, true),
+       {rand({2, 3, 7, 6}, 400), rand({4, 3, 3, 3}, 401), rand({4}, 402)}},
       {"conv2d no bias", conv(plain, false), {rand({2, 3, 7, 6}, 403), rand({4, 3, 3, 3}, 404)}},
       {"conv2d stride 2 pad 1, kernel 3x2, input 7x9", conv(s2p1, true),
        {rand({2, 3, 7, 9}, 405), rand({4, 3, 3, 2}, 406), rand({4}, 407)}},
-      {"conv2d dilation 2 pad 2", conv(dil2, true), {rand({1, 2, 7, 8}, 408), rand({3, 2, 3, 3}, 409), rand({3}, 410)}},
-      {"conv2d groups 2, pad 1", conv(groups2, true), {rand({2, 4, 6, 7}, 411), rand({6, 2, 3, 3}, 412), rand({6}, 413)}},
+      {"conv2d dilation 2 pad 2", conv(dil2, true),
+       {rand({1, 2, 7, 8}, 408), rand({3, 2, 3, 3}, 409), rand({3}, 410)}},
+      {"conv2d groups 2, pad 1", conv(groups2, true),
+       {rand({2, 4, 6, 7}, 411), rand({6, 2, 3, 3}, 412), rand({6}, 413)}},
       {"conv2d groups 2 no bias, stride 2, pad (0,1)", conv(groups2_s2, false),
        {rand({1, 4, 7, 5}, 414), rand({4, 2, 2, 3}, 415)}},
       {"conv2d stride (2,1) pad (1,0) dilation (1,2)", conv(mixed, true),
        {rand({2, 2, 7, 9}, 416), rand({3, 2, 3, 2}, 417), rand({3}, 418)}},
-      {"conv2d 1x1 kernel", conv(plain, true), {rand({2, 5, 3, 4}, 419), rand({3, 5, 1, 1}, 420), rand({3}, 421)}},
-      {"conv2d 1x1 spatial input, kernel 1x1", conv(plain, false), {rand({3, 4, 1, 1}, 422), rand({2, 4, 1, 1}, 423)}},
-      {"conv2d kernel as large as the input", conv(plain, true), {rand({2, 2, 3, 4}, 424), rand({3, 2, 3, 4}, 425), rand({3}, 426)}},
+      {"conv2d 1x1 kernel", conv(plain, true),
+       {rand({2, 5, 3, 4}, 419), rand({3, 5, 1, 1}, 420), rand({3}, 421)}},
+      {"conv2d 1x1 spatial input, kernel 1x1", conv(plain, false),
+       {rand({3, 4, 1, 1}, 422), rand({2, 4, 1, 1}, 423)}},
+      {"conv2d kernel as large as the input", conv(plain, true),
+       {rand({2, 2, 3, 4}, 424), rand({3, 2, 3, 4}, 425), rand({3}, 426)}},
       {"conv2d of a permuted (NHWC-stored) input",
        [](const Args& x) { return conv2d(x[0].permute({0, 3, 1, 2}), x[1], x[2]); },
        {rand({2, 6, 5, 3}, 427), rand({2, 3, 3, 3}, 428), rand({2}, 429)}},
@@ -507,9 +647,11 @@ TEST_CASE("gradcheck: pooling") {
       {"max_pool2d 3x3 stride 2 pad 1", maxp(k3s2p1), {distinct({2, 3, 7, 9}, 501)}},
       {"max_pool2d 2x3 stride (1,2) pad 1", maxp(k23s12p11), {distinct({1, 2, 7, 6}, 502)}},
       {"max_pool2d 3x3 stride 1 (overlapping)", maxp(k3s1), {distinct({1, 2, 6, 7}, 503)}},
-      {"max_pool2d of negative values with padding", [](const Args& x) { return max_pool2d(x[0] - 10.0, {{3, 3}, {2, 2}, {1, 1}, true}); },
+      {"max_pool2d of negative values with padding",
+       [](const Args& x) { return max_pool2d(x[0] - 10.0, {{3, 3}, {2, 2}, {1, 1}, true}); },
        {distinct({1, 2, 5, 5}, 504)}},
-      {"max_pool2d of a transpose", [](const Args& x) { return max_pool2d(x[0].transpose(2, 3), {{3, 3}, {2, 2}, {1, 1}, true}); },
+      {"max_pool2d of a transpose",
+       [](const Args& x) { return max_pool2d(x[0].transpose(2, 3), {{3, 3}, {2, 2}, {1, 1}, true}); },
        {distinct({2, 2, 9, 7}, 505)}},
       {"avg_pool2d 2x2", avgp(k2), {rand({2, 3, 7, 9}, 510)}},
       {"avg_pool2d 3x3 stride 2 pad 1 include pad", avgp(k3s2p1), {rand({2, 3, 7, 9}, 511)}},
@@ -517,7 +659,8 @@ TEST_CASE("gradcheck: pooling") {
       {"avg_pool2d 2x3 stride (1,2) pad 1 include pad", avgp(k23s12p11), {rand({1, 2, 7, 6}, 513)}},
       {"avg_pool2d 2x3 stride (1,2) pad 1 exclude pad", avgp(k23s12p11_excl), {rand({1, 2, 7, 6}, 514)}},
       {"avg_pool2d 3x3 stride 1", avgp(k3s1), {rand({1, 2, 6, 7}, 515)}},
-      {"avg_pool2d of a permute", [](const Args& x) { return avg_pool2d(x[0].permute({0, 3, 1, 2}), {{3, 3}, {2, 2}, {1, 1}, false}); },
+      {"avg_pool2d of a permute",
+       [](const Args& x) { return avg_pool2d(x[0].permute({0, 3, 1, 2}), {{3, 3}, {2, 2}, {1, 1}, false}); },
        {rand({2, 7, 5, 3}, 516)}},
   });
 }
@@ -532,9 +675,11 @@ TEST_CASE("gradcheck: conv2d, pooling and batch_norm on larger inputs (direction
        [](const Args& x) { return conv2d(x[0], x[1], x[2], {{1, 1}, {2, 2}, {2, 2}, 4}); },
        {rand({3, 16, 21, 19}, 453), rand({8, 4, 3, 3}, 454), rand({8}, 455)}},
       {"max_pool2d 3x3 stride 2 pad 1 on [8,16,33,33]",
-       [](const Args& x) { return max_pool2d(x[0], {{3, 3}, {2, 2}, {1, 1}, true}); }, {distinct({8, 16, 33, 33}, 456, 1e-5)}},
+       [](const Args& x) { return max_pool2d(x[0], {{3, 3}, {2, 2}, {1, 1}, true}); },
+       {distinct({8, 16, 33, 33}, 456, 1e-5)}},
       {"avg_pool2d 3x3 stride 2 pad 1 exclude pad on [8,16,33,33]",
-       [](const Args& x) { return avg_pool2d(x[0], {{3, 3}, {2, 2}, {1, 1}, false}); }, {rand({8, 16, 33, 33}, 457)}},
+       [](const Args& x) { return avg_pool2d(x[0], {{3, 3}, {2, 2}, {1, 1}, false}); },
+       {rand({8, 16, 33, 33}, 457)}},
       {"batch_norm training [16,24,13,11]",
        [](const Args& x) { return batch_norm(x[0], Tensor(), Tensor(), x[1], x[2], true); },
        {rand({16, 24, 13, 11}, 458), rand({24}, 459), rand({24}, 460)}},
@@ -558,8 +703,10 @@ TEST_CASE("gradcheck: batch_norm") {
   Tensor rm = from_vector<double>({0.3, -0.2, 0.5}, {3});
   Tensor rv = from_vector<double>({0.8, 1.5, 0.4}, {3});
   run({
-      {"batch_norm training [N,C] affine", bn_train(true), {rand({5, 3}, 600), rand({3}, 601, 0.5, 1.5), rand({3}, 602)}},
-      {"batch_norm training [N,C,L] affine", bn_train(true), {rand({4, 3, 5}, 603), rand({3}, 604, 0.5, 1.5), rand({3}, 605)}},
+      {"batch_norm training [N,C] affine", bn_train(true),
+       {rand({5, 3}, 600), rand({3}, 601, 0.5, 1.5), rand({3}, 602)}},
+      {"batch_norm training [N,C,L] affine", bn_train(true),
+       {rand({4, 3, 5}, 603), rand({3}, 604, 0.5, 1.5), rand({3}, 605)}},
       {"batch_norm training [N,C,H,W] affine", bn_train(true),
        {rand({2, 3, 4, 5}, 606), rand({3}, 607, 0.5, 1.5), rand({3}, 608)}},
       {"batch_norm training no weight/bias", bn_train(false), {rand({2, 3, 4, 5}, 609)}},
@@ -570,11 +717,14 @@ TEST_CASE("gradcheck: batch_norm") {
        },
        {rand({4, 3, 2}, 610), rand({3}, 611), rand({3}, 612)}},
       {"batch_norm training of a permuted input",
-       [](const Args& x) { return batch_norm(x[0].permute({0, 3, 1, 2}), Tensor(), Tensor(), x[1], x[2], true); },
+       [](const Args& x) {
+         return batch_norm(x[0].permute({0, 3, 1, 2}), Tensor(), Tensor(), x[1], x[2], true);
+       },
        {rand({2, 4, 5, 3}, 613), rand({3}, 614), rand({3}, 615)}},
       {"batch_norm eval affine", [=](const Args& x) { return batch_norm(x[0], rm, rv, x[1], x[2], false); },
        {rand({2, 3, 4, 5}, 616), rand({3}, 617), rand({3}, 618)}},
-      {"batch_norm eval no weight/bias", [=](const Args& x) { return batch_norm(x[0], rm, rv, Tensor(), Tensor(), false); },
+      {"batch_norm eval no weight/bias",
+       [=](const Args& x) { return batch_norm(x[0], rm, rv, Tensor(), Tensor(), false); },
        {rand({4, 3}, 619)}},
   });
 }
@@ -734,7 +884,8 @@ TEST_CASE("forward values gradcheck cannot judge") {
     // loss = 0.7 * -ln(1/2) + 0.3 * mean(-ln p)
     Tensor logits = from_vector<double>({0.0, std::log(2.0), std::log(3.0)}, {1, 3});
     double want = 0.7 * std::log(2.0) + 0.3 * (std::log(6.0) + std::log(3.0) + std::log(2.0)) / 3.0;
-    CHECK(cross_entropy(logits, labels({2}), Reduction::mean, 0.3).item() == doctest::Approx(want).epsilon(1e-14));
+    CHECK(cross_entropy(logits, labels({2}), Reduction::mean, 0.3).item() ==
+          doctest::Approx(want).epsilon(1e-14));
   }
   SUBCASE("matmul of two vectors is a scalar") {
     Tensor a = from_vector<double>({1, 2, 3}, {3}), b = from_vector<double>({4, 5, 6}, {3});
