@@ -7,9 +7,11 @@
 //
 // Conventions for every kernel:
 // - A TensorRef describes a tensor: buffer, offset and strides in elements, shape and dtype.
-// - Inputs are contiguous unless the method says it takes strides; outputs are always
-//   contiguous and already allocated with the right shape and dtype.
-// - Floating-point kernels take f32 and f64; accumulations of f32 run in double on the CPU.
+// - Inputs are contiguous unless the method says it takes strides; outputs are contiguous
+//   (but those of fill and copy, which write through views) and already allocated with the
+//   right shape and dtype.
+// - Floating-point kernels take f32 and f64. On the CPU, reductions, softmax and losses of f32
+//   accumulate in double; matmul and conv accumulate in the working type, as BLAS does.
 #pragma once
 
 #include <cstddef>
@@ -92,7 +94,7 @@ class Backend {
   virtual void synchronize() = 0;  // waits for every kernel queued so far
 
   // ---- creation and copies ----
-  virtual void fill(const TensorRef& out, double value) = 0;
+  virtual void fill(const TensorRef& out, double value) = 0;  // out may be strided (a view)
   virtual void arange(const TensorRef& out, double start, double step) = 0;
   // out[i] = src[i] with any strides on both sides and conversion between dtypes
   // (floating to integer truncates toward zero, as a C++ cast does).

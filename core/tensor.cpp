@@ -186,12 +186,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(double value) {
-  if (is_contiguous()) {
-    backend().fill(ref(), value);
-  } else {
-    Tensor v = full({}, value, TensorOptions(dtype()).device(device()));
-    copy_(v);
-  }
+  backend().fill(ref(), value);
   return *this;
 }
 

@@ -6,10 +6,8 @@ the same table: f32 matmul 1024^3 (plain, A^T.B, A.B^T) and the MNIST CNN's conv
     /usr/bin/python3 scripts/bench_cpu_torch.py [--threads 2] [--json FILE]
 
 Use Debian's python3-torch (/usr/bin/python3). Its matmul goes through whatever libblas.so.3 the
-system provides; Debian's default is the unoptimised reference BLAS. To time it on OpenBLAS
-without changing the system, unpack Debian's libopenblas0-pthread and put its library first:
-    apt-get download libopenblas0-pthread && dpkg-deb -x libopenblas0-pthread_*.deb ob
-    LD_LIBRARY_PATH=$PWD/ob/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 scripts/bench_cpu_torch.py
+system provides: the unoptimised reference BLAS unless OpenBLAS is installed, which
+`scripts/setup --dev` does (libopenblas0-pthread; Debian then selects it).
 Convolutions use oneDNN (MKL-DNN) either way. The script prints which BLAS library was loaded.
 """
 import argparse
