@@ -185,6 +185,20 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
+void Tensor::set_data(const Tensor& src) {
+  checked(impl_);
+  const TensorImpl& from = checked(src.impl_ptr());
+  KILN_CHECK(!impl_->requires_grad || is_floating(from.dtype), DTypeError, "set_data: a tensor "
+             "that requires grad must stay floating-point, got ", from.dtype);
+  impl_->storage = from.storage;
+  impl_->shape = from.shape;
+  impl_->strides = from.strides;
+  impl_->offset = from.offset;
+  impl_->dtype = from.dtype;
+  if (impl_->grad.defined() && (impl_->grad.device() != from.storage->device() || impl_->grad.dtype() != from.dtype))
+    impl_->grad = Tensor();  // a gradient on the old device or dtype no longer fits
+}
+
 Tensor& Tensor::fill_(double value) {
   backend().fill(ref(), value);
   return *this;

@@ -106,6 +106,10 @@ class Tensor {
   Tensor& copy_(const Tensor& src);  // in place, broadcasting src; no autograd node
   Tensor& fill_(double value);       // in place; no autograd node
   Tensor& zero_() { return fill_(0.0); }
+  // Makes this tensor (every handle to it) refer to src's data, shape and dtype; keeps its
+  // autograd identity (requires_grad, grad). How Module::to moves parameters without breaking
+  // the handles layers and optimizers hold. No autograd node.
+  void set_data(const Tensor& src);
 
   // ---- views (share storage; see core/ops.h) ----
   Tensor reshape(const Shape& shape) const;
