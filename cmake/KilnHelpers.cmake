@@ -50,3 +50,25 @@ function(kiln_add_test name label)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS ${label})
 endfunction()
+
+# `cmake --install` puts the library, its headers (include/kiln/<layer>/...) and a CMake package,
+# so that an outside project's find_package(kiln CONFIG REQUIRED) and
+# target_link_libraries(app PRIVATE kiln::kiln) work.
+function(kiln_install_package)
+  include(CMakePackageConfigHelpers)
+  install(TARGETS kiln EXPORT kilnTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  foreach(layer core autograd layers optim datasets)
+    install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${layer}
+      FILES_MATCHING PATTERN "*.h" PATTERN "ops_common.h" EXCLUDE)
+  endforeach()
+  set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
+  install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${config_dir})
+  configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/kilnConfig.cmake.in
+    ${PROJECT_BINARY_DIR}/kilnConfig.cmake INSTALL_DESTINATION ${config_dir})
+  write_basic_package_version_file(${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
+    COMPATIBILITY SameMinorVersion)
+  install(FILES ${PROJECT_BINARY_DIR}/kilnConfig.cmake ${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
+    DESTINATION ${config_dir})
+endfunction()
