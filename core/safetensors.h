@@ -1,0 +1,41 @@
+// safetensors files (https://github.com/huggingface/safetensors): the format kiln writes
+// checkpoints in, so that PyTorch reads them with safetensors.torch.load_file.
+//
+// Layout: 8 bytes little-endian N, then N bytes of JSON header, then the data. The header maps
+// each tensor's name to {"dtype", "shape", "data_offsets": [begin, end)} (offsets into the data
+// that follows the header) and may hold "__metadata__", a map of strings. Tensors are stored
+// row-major, little-endian, back to back.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace kiln {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+struct SafetensorsFile {
+  NamedTensors tensors;                         // in the file's data order
+  std::map<std::string, std::string> metadata;  // "__metadata__"
+};
+
+// Writes atomically: a temporary file beside `path`, fsync, rename over `path`, fsync of the
+// folder. A failure at any point leaves an existing file at `path` untouched. Tensors may be on
+// any device; names must be unique and non-empty.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads every tensor onto the CPU. F32, F64, I32 and U8 load as they are; I64 loads as i32 when
+// every value fits (PyTorch's class labels and counters). Anything malformed throws
+// SerializationError naming the file, the byte offset and the rule.
+SafetensorsFile load_safetensors(const std::string& path);
+
+class SerializationError : public Error {
+  using Error::Error;
+};
+
+}  // namespace kiln
