@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "core/device.h"
@@ -78,6 +79,65 @@ struct MatmulParams {
   bool trans_a = false, trans_b = false;
   int64_t lda = 0, ldb = 0;
   int64_t batch_stride_a = 0, batch_stride_b = 0;
+};
+
+// ---- optimizer steps: the hyperparameters of Backend::sgd_step, adam_step, adadelta_step and
+// rmsprop_step ----
+// One call updates a whole list of parameters in place, so that a GPU backend can do it in one
+// multi-tensor launch. The formulas are PyTorch's (torch.optim.SGD, Adam, AdamW, Adadelta,
+// RMSprop with maximize=False; their foreach and single-tensor forms compute the same values).
+// Per element, with p the parameter, g its gradient and the state named as in PyTorch.
+
+// SGD:
+//   g = g + weight_decay * p                          (when weight_decay != 0)
+//   when momentum != 0:
+//     buf = g                                         (first step: init_buffers)
+//     buf = momentum * buf + (1 - dampening) * g      (later steps)
+//     g = nesterov ? g + momentum * buf : buf
+//   p = p - lr * g
+struct SgdStep {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool init_buffers = false;  // the buffers are new: they take g itself, undamped, as PyTorch does
+};
+
+// Adam (decoupled_weight_decay = false) and AdamW (true), at step t (counted from 1):
+//   Adam:  g = g + weight_decay * p                   (L2 penalty folded into the gradient)
+//   AdamW: p = p * (1 - lr * weight_decay)            (the weights decay directly)
+//   m = beta1 * m + (1 - beta1) * g                   (exp_avg)
+//   v = beta2 * v + (1 - beta2) * g^2                 (exp_avg_sq)
+//   amsgrad: v_max = max(v_max, v), and v_max stands for v below (max_exp_avg_sq)
+//   p = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)
+// with the bias corrections bc1 = 1 - beta1^t and bc2 = 1 - beta2^t computed by the caller
+// (parameters at different steps go to different calls). As PyTorch's code (not its docs):
+// amsgrad keeps the maximum of the uncorrected v.
+struct AdamStep {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool decoupled_weight_decay = false;
+  bool amsgrad = false;
+  double bias_correction1 = 1, bias_correction2 = 1;
+};
+
+// Adadelta:
+//   g = g + weight_decay * p
+//   v = rho * v + (1 - rho) * g^2                     (square_avg)
+//   delta = sqrt(u + eps) / sqrt(v + eps) * g         (u: acc_delta)
+//   u = rho * u + (1 - rho) * delta^2
+//   p = p - lr * delta
+struct AdadeltaStep {
+  double lr = 0, rho = 0, eps = 0, weight_decay = 0;
+};
+
+// RMSprop:
+//   g = g + weight_decay * p
+//   v = alpha * v + (1 - alpha) * g^2                 (square_avg)
+//   centered: g_avg = alpha * g_avg + (1 - alpha) * g, and avg = sqrt(v - g_avg^2) + eps
+//   else:     avg = sqrt(v) + eps
+//   momentum > 0: buf = momentum * buf + g / avg, p = p - lr * buf   (momentum_buffer)
+//   else:         p = p - lr * g / avg
+struct RmspropStep {
+  double lr = 0, alpha = 0, eps = 0, weight_decay = 0, momentum = 0;
+  bool centered = false;
 };
 
 class Backend {
@@ -152,6 +212,25 @@ class Backend {
   virtual void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) = 0;
   virtual void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x,
                                    const Pool2dParams& p) = 0;
+
+  // ---- optimizer steps: the update rules above the class ----
+  // Every list holds one tensor per parameter, in the same order, each contiguous with the
+  // parameter's element count; all share params[0]'s dtype (f32 or f64) and device. params and
+  // the state lists are updated in place; grads are read. A state list the step does not use
+  // is empty (momentum_buffers when momentum == 0, max_exp_avg_sqs without amsgrad, grad_avgs
+  // unless centered).
+  virtual void sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                        std::span<const TensorRef> momentum_buffers, const SgdStep& h) = 0;
+  virtual void adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                         std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
+                         std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h) = 0;
+  virtual void adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                             std::span<const TensorRef> square_avgs,
+                             std::span<const TensorRef> acc_deltas, const AdadeltaStep& h) = 0;
+  virtual void rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                            std::span<const TensorRef> square_avgs,
+                            std::span<const TensorRef> momentum_buffers,
+                            std::span<const TensorRef> grad_avgs, const RmspropStep& h) = 0;
 };
 
 // The backend that serves `device`; throws BackendUnavailable when kiln was built without it

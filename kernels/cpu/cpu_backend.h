@@ -66,6 +66,20 @@ class CpuBackend final : public Backend {
   void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) override;
   void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x,
                            const Pool2dParams& p) override;
+
+  // optim.cpp
+  void sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                std::span<const TensorRef> momentum_buffers, const SgdStep& h) override;
+  void adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                 std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
+                 std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h) override;
+  void adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                     std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
+                     const AdadeltaStep& h) override;
+  void rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                    std::span<const TensorRef> square_avgs,
+                    std::span<const TensorRef> momentum_buffers,
+                    std::span<const TensorRef> grad_avgs, const RmspropStep& h) override;
 };
 
 CpuBackend& backend();

@@ -1,0 +1,94 @@
+#include "optim/adam.h"
+
+#include <cmath>
+
+#include "core/backend.h"
+
+namespace kiln::optim {
+
+namespace {
+
+enum Buffer : size_t { kExpAvg, kExpAvgSq, kMaxExpAvgSq };
+
+void check(std::string_view name, const AdamOptions& o) {
+  detail::check_non_negative(name, "epsilon", o.eps_);
+  detail::check_in_range(name, "beta1", o.betas_.first, 0.0, 1.0, false);
+  detail::check_in_range(name, "beta2", o.betas_.second, 0.0, 1.0, false);
+  detail::check_non_negative(name, "weight_decay", o.weight_decay_);
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam("Adam", std::move(params), options, false) {}
+
+Adam::Adam(std::string_view name, std::vector<Tensor> params, const AdamOptions& options,
+           bool decoupled_weight_decay)
+    : Optimizer(name, std::move(params), options.lr_, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+                true),
+      options_(options), decoupled_weight_decay_(decoupled_weight_decay) {
+  check(this->name(), options_);
+}
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam("AdamW", std::move(params), options, true) {}
+
+void Adam::set_momentum(double beta1) {
+  AdamOptions o = options_;
+  o.betas_.first = beta1;
+  check(name(), o);
+  options_ = o;
+}
+
+void Adam::update(const std::vector<size_t>& active) {
+  for (size_t i : active) {
+    ++param_step(i);
+    zero_buffer(i, kExpAvg);
+    zero_buffer(i, kExpAvgSq);
+    if (options_.amsgrad_) zero_buffer(i, kMaxExpAvgSq);
+  }
+  // The bias corrections depend on the step count, so parameters that missed steps (no
+  // gradient) go to a call of their own.
+  for (const auto& run : launches(active, [&](size_t i) { return param_step(i); })) {
+    const auto t = static_cast<double>(param_step(run[0]));
+    AdamStep h;
+    h.lr = lr();
+    h.beta1 = options_.betas_.first;
+    h.beta2 = options_.betas_.second;
+    h.eps = options_.eps_;
+    h.weight_decay = options_.weight_decay_;
+    h.decoupled_weight_decay = decoupled_weight_decay_;
+    h.amsgrad = options_.amsgrad_;
+    h.bias_correction1 = 1.0 - std::pow(h.beta1, t);
+    h.bias_correction2 = 1.0 - std::pow(h.beta2, t);
+    std::vector<Tensor> keep;
+    const std::vector<TensorRef> grads = grad_refs(run, keep);
+    parameters()[run[0]].backend().adam_step(
+        param_refs(run), grads, buffer_refs(run, kExpAvg), buffer_refs(run, kExpAvgSq),
+        h.amsgrad ? buffer_refs(run, kMaxExpAvgSq) : std::vector<TensorRef>{}, h);
+  }
+}
+
+std::vector<Optimizer::Hyper> Adam::hypers() const {
+  return {{"betas", {options_.betas_.first, options_.betas_.second}},
+          {"eps", {options_.eps_}},
+          {"weight_decay", {options_.weight_decay_}},
+          {"amsgrad", {options_.amsgrad_ ? 1.0 : 0.0}}};
+}
+
+void Adam::set_hypers(const std::vector<Hyper>& h) {
+  AdamOptions o = options_;
+  o.betas_ = {h[0].values[0], h[0].values[1]};
+  o.eps_ = h[1].values[0];
+  o.weight_decay_ = h[2].values[0];
+  o.amsgrad_ = h[3].values[0] != 0.0;
+  check(name(), o);
+  options_ = o;
+}
+
+Optimizer::Presence Adam::presence(size_t buffer) const {
+  if (buffer != kMaxExpAvgSq) return Presence::required;
+  return options_.amsgrad_ ? Presence::required : Presence::absent;
+}
+
+}  // namespace kiln::optim

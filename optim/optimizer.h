@@ -1,0 +1,131 @@
+// Optimizer: the base of SGD, Adam, AdamW, Adadelta and RMSprop, with PyTorch's semantics.
+//
+// An optimizer holds the parameters it updates (handles to the model's leaves, in the order
+// given), one learning rate, the other hyperparameters of its rule, and per parameter a step
+// count and its state tensors (momentum buffers, running averages) on the parameter's device
+// and in its dtype. step() updates every parameter that has a gradient in one fused backend
+// call per (device, dtype) — core/backend.h gives the update rules — under NoGradGuard and
+// without reading anything back to the host. zero_grad() drops the gradients (PyTorch's
+// set_to_none=True).
+//
+// Checkpoints: state_dict() flattens PyTorch's optimizer.state_dict() into named tensors,
+//   "state.<i>.step"            f64 scalar: updates parameter i has had (Adam, Adadelta, RMSprop)
+//   "state.<i>.<buffer>"        the state tensors under PyTorch's names ("exp_avg", ...)
+//   "param_groups.0.<hyper>"    f64: lr, momentum, ..., "betas" as [2], flags as 0 or 1
+// where i is the parameter's position in the list the optimizer was built from. A parameter
+// that never had a gradient has no state, as in PyTorch. load_state_dict() checks the keys, the
+// shapes and the values before it changes anything.
+//
+// One parameter group: kiln has no per-group hyperparameters (yet); "param_groups.0" keeps
+// room for them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/kiln.h"
+
+namespace kiln::optim {
+
+// Named tensors in a fixed order (the same type as nn::StateDict).
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter whose grad() is defined; the others (and their state) stay as they
+  // are, as in PyTorch.
+  void step();
+  // Drops every parameter's gradient, so the next backward starts from nothing.
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);  // what schedulers call
+  // The momentum that OneCycleLR cycles: SGD's and RMSprop's momentum, Adam's beta1; nullopt
+  // for an optimizer that has none (Adadelta), whose set_momentum throws.
+  virtual std::optional<double> momentum() const { return std::nullopt; }
+  virtual void set_momentum(double momentum);
+
+  int64_t step_count() const { return step_count_; }  // step() calls on this object
+  const std::vector<Tensor>& parameters() const { return params_; }
+  std::string_view name() const { return name_; }  // "SGD", "Adam", ...
+
+  // The state and hyperparameters as named tensors (keys above). The state tensors are the
+  // optimizer's own, not copies (as PyTorch's): clone them to keep a snapshot while training.
+  StateDict state_dict() const;
+  // Replaces hyperparameters and state with `dict`'s, copied to each parameter's device and
+  // dtype. Throws ValueError naming the key and the rule on a missing, unexpected or duplicate
+  // key or an invalid value, ShapeError on a wrong shape; the optimizer is unchanged then.
+  void load_state_dict(const StateDict& dict);
+
+ protected:
+  // A hyperparameter as state_dict() stores it under "param_groups.0.<name>": one value, or
+  // two for betas; flags as 0 or 1.
+  struct Hyper {
+    std::string name;
+    std::vector<double> values;
+  };
+  // Whether a state buffer must be there for a parameter that has state, may be, or must not.
+  enum class Presence : uint8_t { required, optional, absent };
+
+  // `buffers`: the names of the per-parameter state tensors, in the order the subclass indexes
+  // them; `counts_steps`: whether each parameter keeps a step count (all but SGD).
+  Optimizer(std::string_view name, std::vector<Tensor> params, double lr,
+            std::vector<std::string> buffers, bool counts_steps);
+
+  // Updates the parameters listed in `active` (positions of those that have a gradient).
+  virtual void update(const std::vector<size_t>& active) = 0;
+  // Every hyperparameter but lr, and the setter that validates and applies them (same order).
+  virtual std::vector<Hyper> hypers() const = 0;
+  virtual void set_hypers(const std::vector<Hyper>& hypers) = 0;
+  // Which buffers a parameter with state has under the current hyperparameters.
+  virtual Presence presence(size_t buffer) const = 0;
+
+  // ---- for subclasses ----
+  int64_t& param_step(size_t param) { return state_[param].step; }
+  // Buffer `buffer` of parameter `param`: undefined until created.
+  Tensor& state_buffer(size_t param, size_t buffer) { return state_[param].buffers[buffer]; }
+  // The buffer, created filled with zeros (the parameter's shape, dtype and device) when absent.
+  Tensor& zero_buffer(size_t param, size_t buffer);
+  // `active` split into the groups that one kernel call takes: same device and dtype, and the
+  // same key(i) (the step count, say, on which Adam's bias correction depends). Usually one.
+  std::vector<std::vector<size_t>> launches(const std::vector<size_t>& active,
+                                            const std::function<int64_t(size_t)>& key) const;
+  std::vector<TensorRef> param_refs(const std::vector<size_t>& run) const;
+  // The gradients of `run`, made contiguous; `keep` holds the tensors while the refs are used.
+  std::vector<TensorRef> grad_refs(const std::vector<size_t>& run, std::vector<Tensor>& keep) const;
+  std::vector<TensorRef> buffer_refs(const std::vector<size_t>& run, size_t buffer) const;
+
+ private:
+  struct ParamState {
+    int64_t step = 0;
+    std::vector<Tensor> buffers;  // one per buffer name; undefined where absent
+  };
+  bool has_state(size_t param) const;
+
+  std::string name_;
+  std::vector<Tensor> params_;
+  double lr_;
+  std::vector<std::string> buffer_names_;
+  bool counts_steps_;
+  std::vector<ParamState> state_;
+  int64_t step_count_ = 0;
+};
+
+namespace detail {
+// The checks PyTorch's constructors make, shared by the optimizers (ValueError naming the
+// optimizer, the hyperparameter and its value).
+void check_non_negative(std::string_view optimizer, std::string_view what, double value);
+void check_in_range(std::string_view optimizer, std::string_view what, double value, double low,
+                    double high, bool high_inclusive);
+}  // namespace detail
+
+}  // namespace kiln::optim

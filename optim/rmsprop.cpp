@@ -1,0 +1,88 @@
+#include "optim/rmsprop.h"
+
+#include "core/backend.h"
+
+namespace kiln::optim {
+
+namespace {
+
+enum Buffer : size_t { kSquareAvg, kMomentumBuffer, kGradAvg };
+
+void check(const RMSpropOptions& o) {
+  detail::check_non_negative("RMSprop", "epsilon", o.eps_);
+  detail::check_non_negative("RMSprop", "momentum", o.momentum_);
+  detail::check_non_negative("RMSprop", "weight_decay", o.weight_decay_);
+  detail::check_non_negative("RMSprop", "alpha", o.alpha_);
+}
+
+}  // namespace
+
+RMSprop::RMSprop(std::vector<Tensor> params, const RMSpropOptions& options)
+    : Optimizer("RMSprop", std::move(params), options.lr_,
+                {"square_avg", "momentum_buffer", "grad_avg"}, true),
+      options_(options) {
+  check(options_);
+}
+
+void RMSprop::set_momentum(double momentum) {
+  RMSpropOptions o = options_;
+  o.momentum_ = momentum;
+  check(o);
+  options_ = o;
+}
+
+void RMSprop::update(const std::vector<size_t>& active) {
+  const bool use_momentum = options_.momentum_ > 0.0;
+  for (size_t i : active) {
+    ++param_step(i);  // counted for checkpoints; the rule itself does not use it
+    zero_buffer(i, kSquareAvg);
+    // Zeros, as PyTorch starts them; a buffer first needed later (OneCycleLR raised the
+    // momentum from 0) starts from zeros too.
+    if (use_momentum) zero_buffer(i, kMomentumBuffer);
+    if (options_.centered_) zero_buffer(i, kGradAvg);
+  }
+  for (const auto& run : launches(active, [](size_t) { return int64_t{0}; })) {
+    RmspropStep h;
+    h.lr = lr();
+    h.alpha = options_.alpha_;
+    h.eps = options_.eps_;
+    h.weight_decay = options_.weight_decay_;
+    h.momentum = options_.momentum_;
+    h.centered = options_.centered_;
+    std::vector<Tensor> keep;
+    const std::vector<TensorRef> grads = grad_refs(run, keep);
+    parameters()[run[0]].backend().rmsprop_step(
+        param_refs(run), grads, buffer_refs(run, kSquareAvg),
+        use_momentum ? buffer_refs(run, kMomentumBuffer) : std::vector<TensorRef>{},
+        h.centered ? buffer_refs(run, kGradAvg) : std::vector<TensorRef>{}, h);
+  }
+}
+
+std::vector<Optimizer::Hyper> RMSprop::hypers() const {
+  return {{"alpha", {options_.alpha_}},
+          {"eps", {options_.eps_}},
+          {"weight_decay", {options_.weight_decay_}},
+          {"momentum", {options_.momentum_}},
+          {"centered", {options_.centered_ ? 1.0 : 0.0}}};
+}
+
+void RMSprop::set_hypers(const std::vector<Hyper>& h) {
+  RMSpropOptions o = options_;
+  o.alpha_ = h[0].values[0];
+  o.eps_ = h[1].values[0];
+  o.weight_decay_ = h[2].values[0];
+  o.momentum_ = h[3].values[0];
+  o.centered_ = h[4].values[0] != 0.0;
+  check(o);
+  options_ = o;
+}
+
+Optimizer::Presence RMSprop::presence(size_t buffer) const {
+  switch (buffer) {
+    case kSquareAvg: return Presence::required;
+    case kMomentumBuffer: return Presence::optional;  // made when momentum is first > 0
+    default: return options_.centered_ ? Presence::required : Presence::absent;
+  }
+}
+
+}  // namespace kiln::optim

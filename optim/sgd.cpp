@@ -1,0 +1,82 @@
+#include "optim/sgd.h"
+
+#include "core/backend.h"
+
+namespace kiln::optim {
+
+namespace {
+
+enum Buffer : size_t { kMomentumBuffer };
+
+void check(const SGDOptions& o) {
+  detail::check_non_negative("SGD", "momentum", o.momentum_);
+  detail::check_non_negative("SGD", "weight_decay", o.weight_decay_);
+  KILN_CHECK(!o.nesterov_ || (o.momentum_ > 0.0 && o.dampening_ == 0.0), ValueError,
+             "SGD: Nesterov momentum requires a momentum > 0 and zero dampening (momentum ",
+             o.momentum_, ", dampening ", o.dampening_, ")");
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
+    : Optimizer("SGD", std::move(params), options.lr_, {"momentum_buffer"}, false),
+      options_(options) {
+  check(options_);
+}
+
+void SGD::set_momentum(double momentum) {
+  SGDOptions o = options_;
+  o.momentum_ = momentum;
+  check(o);
+  options_ = o;
+}
+
+void SGD::update(const std::vector<size_t>& active) {
+  const bool use_momentum = options_.momentum_ != 0.0;
+  // A parameter whose buffer is new takes a different first step (buf = g), so new and
+  // existing buffers go to separate calls; after the first step there is one call.
+  for (const auto& run : launches(active, [&](size_t i) -> int64_t {
+         return use_momentum && !state_buffer(i, kMomentumBuffer).defined();
+       })) {
+    SgdStep h;
+    h.lr = lr();
+    h.momentum = options_.momentum_;
+    h.dampening = options_.dampening_;
+    h.weight_decay = options_.weight_decay_;
+    h.nesterov = options_.nesterov_;
+    std::vector<TensorRef> buffers;
+    if (use_momentum) {
+      h.init_buffers = !state_buffer(run[0], kMomentumBuffer).defined();
+      // empty, not zeros: the kernel writes the first gradient into it
+      for (size_t i : run)
+        if (h.init_buffers) state_buffer(i, kMomentumBuffer) = empty_like(parameters()[i]);
+      buffers = buffer_refs(run, kMomentumBuffer);
+    }
+    std::vector<Tensor> keep;
+    const std::vector<TensorRef> grads = grad_refs(run, keep);
+    parameters()[run[0]].backend().sgd_step(param_refs(run), grads, buffers, h);
+  }
+}
+
+std::vector<Optimizer::Hyper> SGD::hypers() const {
+  return {{"momentum", {options_.momentum_}},
+          {"dampening", {options_.dampening_}},
+          {"weight_decay", {options_.weight_decay_}},
+          {"nesterov", {options_.nesterov_ ? 1.0 : 0.0}}};
+}
+
+void SGD::set_hypers(const std::vector<Hyper>& h) {
+  SGDOptions o = options_;
+  o.momentum_ = h[0].values[0];
+  o.dampening_ = h[1].values[0];
+  o.weight_decay_ = h[2].values[0];
+  o.nesterov_ = h[3].values[0] != 0.0;
+  check(o);
+  options_ = o;
+}
+
+Optimizer::Presence SGD::presence(size_t) const {
+  return Presence::optional;  // there once the parameter has stepped with momentum
+}
+
+}  // namespace kiln::optim
