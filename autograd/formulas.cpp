@@ -66,6 +66,12 @@ BackwardFn concat(const std::vector<int64_t>& sizes, int64_t axis) {
   };
 }
 
+BackwardFn index_select(const Shape& x_shape, int64_t axis, const Tensor& indices) {
+  return [x_shape, axis, indices](const Tensor& g, const std::vector<bool>&) -> Grads {
+    return {index_select_backward(g, axis, indices, x_shape)};
+  };
+}
+
 // ---- elementwise ----
 // A broadcast operand receives the gradient summed over the axes it was repeated along.
 

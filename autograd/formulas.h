@@ -25,6 +25,7 @@ BackwardFn expand(const Shape& x_shape);
 BackwardFn to_dtype(DType from);
 BackwardFn to_device(const Device& from);
 BackwardFn concat(const std::vector<int64_t>& sizes, int64_t axis);
+BackwardFn index_select(const Shape& x_shape, int64_t axis, const Tensor& indices);
 
 // ---- elementwise: (a, b, y = op(a, b)) ----
 BackwardFn add(const Tensor& a, const Tensor& b, const Tensor& y);

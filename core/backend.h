@@ -178,6 +178,14 @@ class Backend {
   // softmax over the middle axis of contiguous [outer, n, inner]; log_softmax when `log`.
   virtual void softmax(const TensorRef& x, const TensorRef& out, bool log) = 0;
 
+  // ---- indexing: x contiguous [outer, n, inner], indices i32 [m] with values in [0, n) ----
+  // out [outer, m, inner]: out[o, j, i] = x[o, indices[j], i]. How a batch is gathered from a
+  // data set held on the device, and an embedding's lookup.
+  virtual void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) = 0;
+  // The reverse, accumulating: out[o, indices[j], i] += src[o, j, i], out [outer, n, inner]
+  // already holding what to add to. Repeated indices add up.
+  virtual void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) = 0;
+
   // ---- losses ----
   // logits [N, C], targets i32 [N] in [0, C), losses [N]:
   //   losses[i] = (1 - s) * -log p[i, t_i] + s * mean_c(-log p[i, c]),  p = softmax(logits[i])

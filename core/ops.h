@@ -140,10 +140,16 @@ class Generator;
 // Zeroes each element with probability p (Philox mask) and scales the rest by 1 / (1 - p).
 Tensor dropout(const Tensor& x, double p, bool training, Generator* generator = nullptr);
 
+// The slices of x at `indices` (i32 [m], values in [0, x.size(axis))) along `axis`:
+// x [.., n, ..] -> [.., m, ..]. Indices may repeat; their gradients add up.
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& indices);
+
 Tensor concat(const std::vector<Tensor>& tensors, int64_t axis = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
 
 // ---- backward kernels as ops: the fused kernels autograd's formulas call. Not differentiable. ----
+// zeros(x_shape) with grad's slices added at `indices` along `axis`: index_select's gradient.
+Tensor index_select_backward(const Tensor& grad, int64_t axis, const Tensor& indices, const Shape& x_shape);
 Tensor relu_backward(const Tensor& x, const Tensor& grad);
 Tensor leaky_relu_backward(const Tensor& x, const Tensor& grad, double negative_slope);
 Tensor gelu_backward(const Tensor& x, const Tensor& grad);

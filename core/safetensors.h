@@ -16,8 +16,6 @@
 
 namespace kiln {
 
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-
 struct SafetensorsFile {
   NamedTensors tensors;                         // in the file's data order
   std::map<std::string, std::string> metadata;  // "__metadata__"

@@ -10,6 +10,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -168,6 +169,9 @@ Tensor ones_like(const Tensor& t);
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape,
                    TensorOptions options = TensorOptions(dtype_of_v<T>));
+
+// Tensors under names, in a fixed order: a module's parameters, a state dict, a checkpoint.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // A view of `base` with the given layout, sharing storage (no checks: internal building block).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);

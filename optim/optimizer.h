@@ -33,7 +33,7 @@
 namespace kiln::optim {
 
 // Named tensors in a fixed order (the same type as nn::StateDict).
-using StateDict = std::vector<std::pair<std::string, Tensor>>;
+using StateDict = NamedTensors;  // kiln::NamedTensors (core/tensor.h)
 
 class Optimizer {
  public:

@@ -1,19 +1,16 @@
 // kiln against PyTorch: forward outputs and gradients of one representative case per op family,
 // recomputed in f64 and in f32 and compared with the values PyTorch computed in float64
-// (tests/data/golden.txt, written by tests/golden/make_golden.py; see there for the format).
+// (tests/data/golden.txt, written by tests/golden/make_golden.py; format in tests/golden_file.h).
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <exception>
-#include <fstream>
 #include <functional>
-#include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/kiln.h"
+#include "golden_file.h"
 
 using namespace kiln;
 
@@ -21,70 +18,29 @@ namespace {
 
 using Args = std::vector<Tensor>;
 
-struct Fixture {
-  DType dtype = DType::f64;  // f64 or i32
-  Shape shape;
-  std::vector<double> values;
-};
+using golden::GoldenFile;
+using golden::Tolerance;
+using golden::compare;
 
-std::map<std::string, Fixture> load_fixtures() {
-  std::ifstream in(KILN_TEST_DATA_DIR "/golden.txt");
-  REQUIRE_MESSAGE(in.good(), "cannot open " KILN_TEST_DATA_DIR "/golden.txt");
-  std::map<std::string, Fixture> fixtures;
-  std::string header, data;
-  while (std::getline(in, header)) {
-    if (header.empty() || header[0] == '#') continue;
-    REQUIRE_MESSAGE(std::getline(in, data), "golden.txt: no values after '" << header << "'");
-    std::istringstream h(header);
-    std::string name, dtype;
-    int64_t rank = 0;
-    h >> name >> dtype >> rank;
-    Fixture f;
-    REQUIRE_MESSAGE((dtype == "f64" || dtype == "i32"), "golden.txt: unknown dtype in '" << header << "'");
-    f.dtype = dtype == "f64" ? DType::f64 : DType::i32;
-    for (int64_t i = 0; i < rank; ++i) {
-      int64_t d = 0;
-      h >> d;
-      f.shape.push_back(d);
-    }
-    std::istringstream v(data);
-    std::string token;
-    while (v >> token) f.values.push_back(std::stod(token));
-    REQUIRE_MESSAGE(static_cast<int64_t>(f.values.size()) == f.shape.numel(),
-                    "golden.txt: " << name << " has " << f.values.size() << " values for shape " << f.shape);
-    fixtures[name] = std::move(f);
-  }
-  return fixtures;
-}
-
-struct Tolerance {
-  double rtol, atol;
-};
+GoldenFile load_fixtures() { return GoldenFile(KILN_TEST_DATA_DIR "/golden.txt"); }
 
 // What a case sees besides its inputs: the file's constants, converted to the dtype under test,
 // and a way to name extra results to compare after the forward pass.
 class Context {
  public:
-  Context(const std::map<std::string, Fixture>& fixtures, std::string name, DType dtype)
+  Context(const GoldenFile& fixtures, std::string name, DType dtype)
       : fixtures_(fixtures), name_(std::move(name)), dtype_(dtype) {}
 
-  bool has(const std::string& role) const { return fixtures_.count(name_ + "." + role) != 0; }
+  bool has(const std::string& role) const { return fixtures_.has(name_ + "." + role); }
 
   // A fresh tensor holding the fixture: i32 stays i32, floating values take the tested dtype.
-  Tensor constant(const std::string& role) const {
-    const Fixture& f = fixtures_.at(name_ + "." + role);
-    if (f.dtype == DType::i32) {
-      std::vector<int32_t> v(f.values.begin(), f.values.end());
-      return from_vector<int32_t>(v, f.shape);
-    }
-    return from_vector<double>(f.values, f.shape).to(dtype_);
-  }
+  Tensor constant(const std::string& role) const { return fixtures_.at(name_ + "." + role).tensor(dtype_); }
 
   void expect(const std::string& role, const Tensor& t) { expected_.emplace_back(role, t); }
   const std::vector<std::pair<std::string, Tensor>>& expected() const { return expected_; }
 
  private:
-  const std::map<std::string, Fixture>& fixtures_;
+  const GoldenFile& fixtures_;
   std::string name_;
   DType dtype_;
   std::vector<std::pair<std::string, Tensor>> expected_;
@@ -94,32 +50,6 @@ struct GoldenCase {
   std::string name;
   std::function<Tensor(const Args&, Context&)> f;
 };
-
-// Compares got with the fixture element by element; one failure message per tensor.
-void compare(const std::string& what, const Tensor& got, const Fixture& want, const Tolerance& tol) {
-  REQUIRE_MESSAGE(got.defined(), what << ": undefined");
-  CHECK_MESSAGE(got.shape() == want.shape, what << ": shape " << got.shape() << ", expected " << want.shape);
-  if (got.shape() != want.shape) return;
-  std::vector<double> v = got.to_vector<double>();
-  double worst = 0.0;
-  size_t at = 0;
-  bool ok = true;
-  for (size_t i = 0; i < v.size(); ++i) {
-    double err = std::abs(v[i] - want.values[i]);
-    double excess = err - (tol.atol + tol.rtol * std::abs(want.values[i]));
-    if (excess > 0 && (ok || excess > worst)) {
-      worst = excess;
-      at = i;
-      ok = false;
-    }
-  }
-  if (ok) return;
-  std::ostringstream msg;
-  msg.precision(17);
-  msg << what << ": element " << at << " is " << v[at] << ", PyTorch gives " << want.values[at] << " (rtol "
-      << tol.rtol << ", atol " << tol.atol << ")";
-  FAIL_CHECK(msg.str());
-}
 
 Tensor unary_input(const Args& x) { return x.at(0); }
 
@@ -184,7 +114,7 @@ std::vector<GoldenCase> golden_cases() {
   };
 }
 
-void run_case(const GoldenCase& gc, const std::map<std::string, Fixture>& fixtures, DType dtype,
+void run_case(const GoldenCase& gc, const GoldenFile& fixtures, DType dtype,
               const Tolerance& tol) {
   std::string tag = gc.name + " (" + std::string(dtype_name(dtype)) + ")";
   Context ctx(fixtures, gc.name, dtype);
@@ -203,7 +133,7 @@ void run_case(const GoldenCase& gc, const std::map<std::string, Fixture>& fixtur
 }
 
 void run_all(DType dtype, const Tolerance& tol) {
-  std::map<std::string, Fixture> fixtures = load_fixtures();
+  GoldenFile fixtures = load_fixtures();
   for (const GoldenCase& gc : golden_cases()) {
     try {
       run_case(gc, fixtures, dtype, tol);
@@ -217,7 +147,8 @@ void run_all(DType dtype, const Tolerance& tol) {
 
 TEST_CASE("every case in golden.txt has a kiln counterpart") {
   std::set<std::string> in_file, in_table;
-  for (const auto& [name, f] : load_fixtures()) in_file.insert(name.substr(0, name.find('.')));
+  GoldenFile fixtures = load_fixtures();
+  for (const auto& [name, f] : fixtures.entries()) in_file.insert(name.substr(0, name.find('.')));
   for (const GoldenCase& gc : golden_cases()) in_table.insert(gc.name);
   CHECK(in_file == in_table);
   CHECK(in_file.size() >= 30);

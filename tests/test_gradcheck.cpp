@@ -949,3 +949,19 @@ TEST_CASE("gradcheck_directional in f32 on larger ops") {
        {f32_leaf({32, 8, 5, 5}, 1.0), f32_leaf({8}, 1.0), f32_leaf({8}, 1.0)}, f32},
   });
 }
+
+TEST_CASE("gradcheck: index_select, with repeated indices") {
+  Tensor x = from_vector<double>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 4}, TensorOptions(DType::f64).requires_grad());
+  Tensor idx = from_vector<int32_t>({2, 0, 2}, {3});
+  for (int64_t axis : {0, 1, -1}) {
+    auto r = autograd::gradcheck([&](const std::vector<Tensor>& in) { return index_select(in[0].t(), axis, idx); }, {x});
+    CHECK_MESSAGE(r.ok, "axis ", axis, ": ", r.message);
+  }
+  CHECK(index_select(x.detach(), 0, idx).to_vector<double>() ==
+        std::vector<double>{9, 10, 11, 12, 1, 2, 3, 4, 9, 10, 11, 12});
+  x.zero_grad();
+  index_select(x, 0, idx).sum().backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 2, 2});
+  CHECK_THROWS_AS(index_select(x, 0, from_vector<int32_t>({3}, {1})), ValueError);
+  CHECK_THROWS_AS(index_select(x, 0, from_vector<float>({0}, {1})), ShapeError);
+}

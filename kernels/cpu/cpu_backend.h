@@ -38,6 +38,10 @@ class CpuBackend final : public Backend {
   // softmax.cpp
   void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
 
+  // index.cpp
+  void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;
+  void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
+
   // cross_entropy.cpp
   void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
                      double label_smoothing) override;
