@@ -212,8 +212,8 @@ void write_all(int fd, const void* data, size_t bytes, const std::string& path) 
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata,
+                               const std::string& path) {
   std::set<std::string> names;
   std::string header = "{";
   if (!metadata.empty()) {
@@ -229,7 +229,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     KILN_CHECK(!name.empty() && name != "__metadata__" && names.insert(name).second, ValueError,
-               "save_safetensors '", path, "': tensor names must be unique, non-empty and not "
+               "safetensors '", path, "': tensor names must be unique, non-empty and not "
                "__metadata__ (got '", name, "')");
     uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype());
     if (header.size() > 1) header += ',';
@@ -246,6 +246,25 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
 
+  std::string out(8, '\0');
+  for (size_t i = 0; i < 8; ++i) out[i] = static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  out.reserve(8 + header.size() + offset);
+  out += header;
+  for (const auto& [name, t] : tensors) {
+    size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+    size_t at = out.size();
+    out.resize(at + bytes);
+    Tensor c = t.detach().contiguous();
+    if (bytes > 0)
+      c.backend().read(c.storage()->data(), static_cast<size_t>(c.offset()) * dtype_size(c.dtype()), out.data() + at, bytes);
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::string bytes = encode_safetensors(tensors, metadata, path);
+
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -256,18 +275,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   KILN_CHECK(fd >= 0, SerializationError, "cannot write '", path, "': creating '", temp, "' failed: ",
              std::strerror(errno));
   try {
-    uint64_t n = header.size();
-    unsigned char length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(n >> (8 * i));
-    write_all(fd, length, 8, path);
-    write_all(fd, header.data(), header.size(), path);
-    for (const auto& [name, t] : tensors) {
-      std::vector<unsigned char> bytes(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
-      Tensor c = t.detach().contiguous();
-      c.backend().read(c.storage()->data(), static_cast<size_t>(c.offset()) * dtype_size(c.dtype()),
-                       bytes.data(), bytes.size());
-      write_all(fd, bytes.data(), bytes.size(), path);
-    }
+    write_all(fd, bytes.data(), bytes.size(), path);
     KILN_CHECK(::fsync(fd) == 0, SerializationError, "writing '", path, "': fsync failed: ", std::strerror(errno));
     KILN_CHECK(::close(fd) == 0, SerializationError, "writing '", path, "': close failed: ", std::strerror(errno));
     fd = -1;
@@ -288,25 +296,28 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // ---- reading ----
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::ifstream in(path, std::ios::binary);
   KILN_CHECK(in.good(), SerializationError, "cannot open safetensors file '", path, "': ",
              std::strerror(errno));
-  auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  KILN_CHECK(!in.bad(), SerializationError, "reading safetensors file '", path, "' failed: ",
+             std::strerror(errno));
+  return decode_safetensors(bytes, path);
+}
+
+SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& path) {
+  auto file_size = static_cast<uint64_t>(bytes.size());
   auto fail = [&](uint64_t at, const std::string& rule) {
     KILN_FAIL(SerializationError, "safetensors file '", path, "', byte ", at, ": ", rule);
   };
   if (file_size < 8) fail(0, "the file has " + std::to_string(file_size) + " bytes, fewer than the 8 of the header length");
-  unsigned char length[8];
-  in.read(reinterpret_cast<char*>(length), 8);
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | length[i];
+  for (size_t i = 8; i-- > 0;) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
   if (n > kMaxHeaderBytes) fail(0, "the header length " + std::to_string(n) + " exceeds the 100 MiB limit");
   if (n > file_size - 8)
     fail(0, "the header length " + std::to_string(n) + " runs past the end of the file (" +
                 std::to_string(file_size) + " bytes)");
-  std::string text(static_cast<size_t>(n), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
+  std::string text = bytes.substr(8, static_cast<size_t>(n));
   Json doc = JsonReader(path, text, 8).document();
 
   struct Entry {
@@ -389,24 +400,22 @@ SafetensorsFile load_safetensors(const std::string& path) {
              std::to_string(data_size) + (expected > data_size ? " (truncated)" : " (trailing bytes)"));
 
   for (const Entry* e : by_offset) {
-    std::vector<unsigned char> bytes(static_cast<size_t>(e->end - e->begin));
-    in.seekg(static_cast<std::streamoff>(data_start + e->begin));
-    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!in) fail(data_start + e->begin, "reading the data of '" + e->name + "' failed");
+    const char* data = bytes.data() + data_start + e->begin;
+    auto size = static_cast<size_t>(e->end - e->begin);
     Tensor t = empty(e->shape, TensorOptions(e->dtype));
     if (e->from_i64) {
-      std::vector<int32_t> values(bytes.size() / 8);
+      std::vector<int32_t> values(size / 8);
       for (size_t i = 0; i < values.size(); ++i) {
         int64_t v = 0;
-        std::memcpy(&v, bytes.data() + 8 * i, 8);
+        std::memcpy(&v, data + 8 * i, 8);
         if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
           fail(data_start + e->begin + 8 * i, "I64 tensor '" + e->name + "' holds " + std::to_string(v) +
                                                   ", which does not fit kiln's i32");
         values[i] = static_cast<int32_t>(v);
       }
       t.backend().write(t.storage()->data(), 0, values.data(), values.size() * 4);
-    } else if (!bytes.empty()) {
-      t.backend().write(t.storage()->data(), 0, bytes.data(), bytes.size());
+    } else if (size > 0) {
+      t.backend().write(t.storage()->data(), 0, data, size);
     }
     result.tensors.emplace_back(e->name, t);
   }

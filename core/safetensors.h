@@ -32,6 +32,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // SerializationError naming the file, the byte offset and the rule.
 SafetensorsFile load_safetensors(const std::string& path);
 
+// The same, in memory: the bytes of a safetensors file, and back (`name` stands for the file
+// in error messages). A checkpoint nests one file in another's metadata this way.
+std::string encode_safetensors(const NamedTensors& tensors,
+                               const std::map<std::string, std::string>& metadata = {},
+                               const std::string& name = "<memory>");
+SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& name = "<memory>");
+
 class SerializationError : public Error {
   using Error::Error;
 };

@@ -1,0 +1,43 @@
+// Turns a picture of a handwritten digit (a photo, a scan, a drawing) into an MNIST-like input by
+// the steps that made MNIST itself (LeCun et al. 1998; yann.lecun.com/exdb/mnist):
+//
+//   1. grey: luminance 0.299 R + 0.587 G + 0.114 B, transparent pixels composited onto white;
+//   2. polarity: ink is what differs from the background, read as the median of the outermost
+//      2-pixel frame; a light background (median > 127) means dark ink, and the image is inverted;
+//   3. noise: the background level plus 3 robust deviations of the frame (median + 4.45 MAD) is
+//      subtracted and the rest stretched so the strongest ink is 1, so paper texture and JPEG
+//      ringing do not become ink;
+//   4. box: the bounding box of the pixels at >= 25% of that ink is cut out, with one pixel
+//      around it for the fainter anti-aliased edge of the strokes;
+//   5. size: the box is scaled, aspect kept, so its longer side is 20 pixels: an area average when
+//      shrinking, bilinear when enlarging, so edges come out anti-aliased like MNIST's;
+//   6. place: the result goes into a 28x28 field with the centre of mass of its intensities at
+//      pixel (14, 14) (row and column index), by a whole-pixel shift; what falls off is cut.
+//
+// The output is white ink on black, f32 [28, 28] in [0, 1] on the CPU: what a model trained on
+// MNIST (scaled to [0, 1]) expects; normalise it as that model's training data was.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+#include "datasets/idx.h"
+
+namespace kiln::data {
+
+// Images larger than this on either side are refused: no digit needs it, and a decoded
+// 16384 x 16384 RGBA image is already 1 GiB.
+inline constexpr int kMaxImageSide = 16384;
+
+// Reads a PNG, JPEG, BMP, GIF (first frame), TGA, PSD, HDR, PIC or PNM file, any size up to
+// kMaxImageSide, any channel count, 8 or 16 bits, and preprocesses it as above. DataError naming
+// the file when it cannot be read or decoded (with the decoder's reason), is too large, or holds
+// no ink (a blank or nearly uniform picture).
+Tensor load_digit_image(const std::string& path);
+
+// The preprocessing alone, on a grey image (row-major, width * height bytes, 0 black, 255 white,
+// either polarity). ValueError when the sizes are outside 1..kMaxImageSide or the image has no ink.
+Tensor to_mnist_digit(const uint8_t* grey, int width, int height);
+
+}  // namespace kiln::data

@@ -1,0 +1,549 @@
+// Digit pictures to MNIST inputs: synthetic digits drawn here at several sizes, written in every
+// channel layout, both polarities and several file formats, must all come out as MNIST digits
+// (20-pixel box, centre of mass at (14, 14)) and as the same digit; broken files are refused by
+// name; real MNIST digits pass through unchanged.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "datasets/image.h"
+#include "datasets/mnist.h"
+#include "idx_writer.h"
+
+// The writer only makes the test's pictures; static, so it cannot clash with another copy.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wconversion"
+#pragma GCC diagnostic ignored "-Wsign-conversion"
+#pragma GCC diagnostic ignored "-Wshadow"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wdouble-promotion"
+#define STB_IMAGE_WRITE_STATIC
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#include <stb_image_write.h>
+#pragma GCC diagnostic pop
+
+using namespace kiln;
+using namespace kiln::data;
+using kiln::test::TempDir;
+
+namespace {
+
+// ---- drawing: a digit as ink coverage in [0, 1], row-major ----
+
+struct Picture {
+  int width = 0, height = 0;
+  std::vector<float> ink;  // coverage of each pixel, 4x4 supersampled
+};
+
+double segment_distance(double x, double y, double ax, double ay, double bx, double by) {
+  const double dx = bx - ax, dy = by - ay;
+  const double t = std::clamp(((x - ax) * dx + (y - ay) * dy) / (dx * dx + dy * dy), 0.0, 1.0);
+  return std::hypot(x - ax - t * dx, y - ay - t * dy);
+}
+
+// Shapes in a unit square, (0, 0) top left: true where (x, y) is ink.
+using Shape2D = std::function<bool(double, double)>;
+const Shape2D kOne = [](double x, double y) {
+  return segment_distance(x, y, 0.3, 0.22, 0.55, 0.05) < 0.07 ||
+         segment_distance(x, y, 0.55, 0.05, 0.55, 0.95) < 0.07;
+};
+const Shape2D kSeven = [](double x, double y) {
+  return segment_distance(x, y, 0.15, 0.08, 0.85, 0.08) < 0.06 ||
+         segment_distance(x, y, 0.85, 0.08, 0.4, 0.95) < 0.06;
+};
+const Shape2D kDisc = [](double x, double y) { return std::hypot(x - 0.5, y - 0.5) < 0.4; };
+const Shape2D kRing = [](double x, double y) {
+  const double r = std::hypot(x - 0.5, y - 0.5);
+  return r < 0.42 && r > 0.28;
+};
+
+// The shape drawn in a square of 0.7 * the shorter side, off centre (towards the top left), so
+// that centring has work to do.
+Picture draw(const Shape2D& shape, int width, int height) {
+  Picture p{width, height,
+            std::vector<float>(static_cast<size_t>(width) * static_cast<size_t>(height))};
+  const double side = 0.7 * std::min(width, height), left = 0.1 * width, top = 0.08 * height;
+  constexpr int kSub = 4;
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x) {
+      int hits = 0;
+      for (int sy = 0; sy < kSub; ++sy)
+        for (int sx = 0; sx < kSub; ++sx)
+          hits +=
+              shape((x + (sx + 0.5) / kSub - left) / side, (y + (sy + 0.5) / kSub - top) / side);
+      p.ink[static_cast<size_t>(y * width + x)] = static_cast<float>(hits) / (kSub * kSub);
+    }
+  return p;
+}
+
+// ---- encoding: channel layouts and polarities ----
+
+enum class Layout { grey, grey_alpha, rgb, rgba };
+enum class Polarity { dark_on_light, light_on_dark };
+
+const char* name_of(Layout l) {
+  switch (l) {
+    case Layout::grey: return "grey";
+    case Layout::grey_alpha: return "grey+alpha";
+    case Layout::rgb: return "rgb";
+    case Layout::rgba: return "rgba";
+  }
+  return "?";
+}
+
+int channels_of(Layout l) {
+  switch (l) {
+    case Layout::grey: return 1;
+    case Layout::grey_alpha: return 2;
+    case Layout::rgb: return 3;
+    case Layout::rgba: return 4;
+  }
+  return 0;
+}
+
+uint8_t mix(double paper, double ink, float coverage) {
+  return static_cast<uint8_t>(std::lround(paper + (ink - paper) * coverage));
+}
+
+// Paper grain: uniform noise in [-12, 12] grey levels, the same sequence on every run.
+class Grain {
+ public:
+  explicit Grain(uint32_t seed) : state_(seed) {}
+  double operator()() {
+    state_ = state_ * 1664525u + 1013904223u;
+    return static_cast<double>(state_ >> 8) / double(1u << 24) * 24.0 - 12.0;
+  }
+
+ private:
+  uint32_t state_;
+};
+
+// grey: black on white or white on black. rgb: dark blue ink on cream paper, or cream on blue.
+// With alpha the ink is opaque black and the background fully transparent (its colour black too,
+// so a reader that ignored alpha would see a black square): only dark on light makes sense.
+std::vector<uint8_t> encode(const Picture& p, Layout layout, Polarity polarity) {
+  const int c = channels_of(layout);
+  const bool dark_ink = polarity == Polarity::dark_on_light;
+  const double paper_rgb[3] = {250, 245, 230}, ink_rgb[3] = {20, 30, 90};
+  std::vector<uint8_t> out(p.ink.size() * static_cast<size_t>(c));
+  for (size_t i = 0; i < p.ink.size(); ++i) {
+    uint8_t* px = &out[i * static_cast<size_t>(c)];
+    const float cover = p.ink[i];
+    switch (layout) {
+      case Layout::grey: px[0] = dark_ink ? mix(255, 0, cover) : mix(0, 255, cover); break;
+      case Layout::grey_alpha: px[0] = 0, px[1] = mix(0, 255, cover); break;
+      case Layout::rgb:
+        for (int k = 0; k < 3; ++k)
+          px[k] = dark_ink ? mix(paper_rgb[k], ink_rgb[k], cover)
+                           : mix(ink_rgb[k], paper_rgb[k], cover);
+        break;
+      case Layout::rgba: px[0] = px[1] = px[2] = 0, px[3] = mix(0, 255, cover); break;
+    }
+  }
+  return out;
+}
+
+enum class Format { png, jpeg, bmp, tga };
+
+const char* extension_of(Format f) {
+  switch (f) {
+    case Format::png: return ".png";
+    case Format::jpeg: return ".jpg";
+    case Format::bmp: return ".bmp";
+    case Format::tga: return ".tga";
+  }
+  return "";
+}
+
+std::string write_image(const TempDir& dir, const std::string& stem, Format format, int width,
+                        int height, int channels, const std::vector<uint8_t>& pixels) {
+  const std::string path = (dir.path() / (stem + extension_of(format))).string();
+  int ok = 0;
+  switch (format) {
+    case Format::png:
+      ok = stbi_write_png(path.c_str(), width, height, channels, pixels.data(), 0);
+      break;
+    case Format::jpeg:
+      ok = stbi_write_jpg(path.c_str(), width, height, channels, pixels.data(), 95);
+      break;
+    case Format::bmp:
+      ok = stbi_write_bmp(path.c_str(), width, height, channels, pixels.data());
+      break;
+    case Format::tga:
+      ok = stbi_write_tga(path.c_str(), width, height, channels, pixels.data());
+      break;
+  }
+  REQUIRE_MESSAGE(ok, "cannot write ", path);
+  return path;
+}
+
+// ---- what an MNIST digit looks like ----
+
+struct DigitStats {
+  double min = 1, max = 0;
+  int box_width = 0, box_height = 0;  // of the pixels at >= 0.25
+  double com_x = 0, com_y = 0;        // centre of mass, (column, row) index
+  double outside_max = 0;             // strongest pixel more than two pixels away from that box
+};
+
+DigitStats stats_of(const std::vector<float>& v) {
+  DigitStats s;
+  int x0 = 28, x1 = -1, y0 = 28, y1 = -1;
+  double mass = 0;
+  for (int y = 0; y < 28; ++y)
+    for (int x = 0; x < 28; ++x) {
+      const double value = v[static_cast<size_t>(y * 28 + x)];
+      s.min = std::min(s.min, value), s.max = std::max(s.max, value);
+      mass += value, s.com_x += x * value, s.com_y += y * value;
+      if (value >= 0.25)
+        x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  s.com_x /= mass, s.com_y /= mass;
+  s.box_width = x1 - x0 + 1, s.box_height = y1 - y0 + 1;
+  for (int y = 0; y < 28; ++y)
+    for (int x = 0; x < 28; ++x)
+      if (x < x0 - 2 || x > x1 + 2 || y < y0 - 2 || y > y1 + 2)
+        s.outside_max = std::max(s.outside_max, double(v[static_cast<size_t>(y * 28 + x)]));
+  return s;
+}
+
+void check_mnist_like(const Tensor& digit) {
+  REQUIRE(digit.shape() == Shape{28, 28});
+  REQUIRE(digit.dtype() == DType::f32);
+  const DigitStats s = stats_of(digit.to_vector<float>());
+  CHECK(s.min >= 0.0);
+  CHECK(s.max <= 1.0);
+  CHECK(s.max >= 0.8);  // the strongest ink is stretched to 1; resampling may dim it a little
+  CHECK(s.outside_max < 0.05);  // the background is black
+  CHECK(std::max(s.box_width, s.box_height) >= 19);
+  CHECK(std::max(s.box_width, s.box_height) <= 21);
+  CHECK(std::abs(s.com_x - 14.0) <= 0.75);
+  CHECK(std::abs(s.com_y - 14.0) <= 0.75);
+}
+
+struct Difference {
+  double mean = 0, max = 0;
+};
+
+// How far apart two fields are, after the whole-pixel shift (at most one pixel each way) that
+// brings them closest: centring rounds the centre of mass to a whole pixel, and a symmetric
+// shape's centre sits on a half pixel, where the smallest change tips the rounding.
+Difference difference(const Tensor& a, const Tensor& b) {
+  const std::vector<float> va = a.to_vector<float>(), vb = b.to_vector<float>();
+  Difference best{1e9, 1e9};
+  for (int dy = -1; dy <= 1; ++dy)
+    for (int dx = -1; dx <= 1; ++dx) {
+      Difference d;
+      for (int y = 0; y < 28; ++y)
+        for (int x = 0; x < 28; ++x) {
+          const int sx = x + dx, sy = y + dy;
+          const double vs = sx >= 0 && sx < 28 && sy >= 0 && sy < 28
+                                ? va[static_cast<size_t>(sy * 28 + sx)]
+                                : 0.0;
+          const double e = std::abs(vs - vb[static_cast<size_t>(y * 28 + x)]);
+          d.mean += e / 784.0, d.max = std::max(d.max, e);
+        }
+      if (d.mean < best.mean) best = d;
+    }
+  return best;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& word) {
+  return text.find(word) != std::string::npos;
+}
+
+struct Size {
+  int width, height;
+};
+const Size kSizes[] = {{28, 28}, {100, 60}, {60, 100}, {400, 400}, {16, 16}};
+
+struct NamedShape {
+  std::string name;
+  const Shape2D* shape;
+};
+const NamedShape kShapes[] = {{"1", &kOne}, {"7", &kSeven}, {"disc", &kDisc}, {"ring", &kRing}};
+
+// The MNIST test images, u8 [10000, 28, 28], or nothing (the tests using them then skip).
+std::optional<Tensor> mnist_test_images() {
+  const char* env = std::getenv("KILN_DATA");
+  const std::filesystem::path dir = env && *env ? env : KILN_MNIST_DIR;
+  try {
+    find_mnist(dir, Split::test);
+  } catch (const DataError&) {
+    MESSAGE("skipped: no MNIST in ", dir.string(), " (run scripts/setup, or set KILN_DATA=DIR)");
+    return std::nullopt;
+  }
+  return load_mnist(dir, Split::test).images;
+}
+
+Tensor mnist_field(const uint8_t* grey) {
+  std::vector<float> values(784);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = grey[i] / 255.0f;
+  return from_vector(values, Shape{28, 28});
+}
+
+}  // namespace
+
+TEST_CASE("image: a digit in every layout, polarity and format comes out as one MNIST digit") {
+  TempDir dir;
+  struct Variant {
+    Layout layout;
+    Polarity polarity;
+    Format format;
+  };
+  const Variant variants[] = {
+      {Layout::grey, Polarity::light_on_dark, Format::png},
+      {Layout::grey_alpha, Polarity::dark_on_light, Format::png},
+      {Layout::rgb, Polarity::dark_on_light, Format::png},
+      {Layout::rgb, Polarity::light_on_dark, Format::png},
+      {Layout::rgba, Polarity::dark_on_light, Format::png},
+      {Layout::grey, Polarity::dark_on_light, Format::bmp},
+      {Layout::rgb, Polarity::light_on_dark, Format::tga},
+      {Layout::grey, Polarity::dark_on_light, Format::jpeg},
+      {Layout::grey, Polarity::light_on_dark, Format::jpeg},
+      {Layout::rgb, Polarity::dark_on_light, Format::jpeg},
+  };
+  for (const Size& size : kSizes)
+    for (const NamedShape& shape : kShapes) {
+      const Picture picture = draw(*shape.shape, size.width, size.height);
+      const std::string stem =
+          shape.name + "_" + std::to_string(size.width) + "x" + std::to_string(size.height);
+      CAPTURE(stem);
+      // The reference: black on white grey PNG, lossless.
+      const Tensor reference =
+          load_digit_image(write_image(dir, stem, Format::png, size.width, size.height, 1,
+                                       encode(picture, Layout::grey, Polarity::dark_on_light)));
+      check_mnist_like(reference);
+
+      for (const Variant& v : variants) {
+        const std::string name = stem + "_" + name_of(v.layout) +
+                                 (v.polarity == Polarity::dark_on_light ? "_dark" : "_light");
+        CAPTURE(name);
+        const std::string extension = extension_of(v.format);
+        CAPTURE(extension);
+        const Tensor digit = load_digit_image(write_image(dir, name, v.format, size.width,
+                                                          size.height, channels_of(v.layout),
+                                                          encode(picture, v.layout, v.polarity)));
+        check_mnist_like(digit);
+        const Difference d = difference(digit, reference);
+        if (v.format == Format::jpeg) {
+          // JPEG noise can tip a faint edge pixel across the box threshold, which moves the box
+          // by one source pixel: 1/17 of its size in a 28-pixel picture.
+          CHECK(d.mean < 0.08);
+        } else {
+          CHECK(d.max < 0.02);  // lossless: only grey-level rounding differs
+        }
+      }
+
+      // Polarity alone, through the same lossy format: black on white against white on black.
+      auto jpeg = [&](Polarity polarity) {
+        const std::string name =
+            stem + (polarity == Polarity::dark_on_light ? "_pair_dark" : "_pair_light");
+        return load_digit_image(write_image(dir, name, Format::jpeg, size.width, size.height, 1,
+                                            encode(picture, Layout::grey, polarity)));
+      };
+      CHECK(difference(jpeg(Polarity::dark_on_light), jpeg(Polarity::light_on_dark)).mean < 0.02);
+    }
+}
+
+TEST_CASE("image: the same digit at other sizes and aspect ratios gives nearly the same field") {
+  // Pictures where the digit is at least 40 pixels: smaller ones lose detail before enlarging.
+  const Size sizes[] = {{100, 60}, {60, 100}, {250, 180}};
+  for (const NamedShape& shape : kShapes) {
+    CAPTURE(shape.name);
+    auto digit_at = [&](Size size) {
+      const Picture p = draw(*shape.shape, size.width, size.height);
+      return to_mnist_digit(encode(p, Layout::grey, Polarity::dark_on_light).data(), size.width,
+                            size.height);
+    };
+    const Tensor large = digit_at({400, 400});
+    for (const Size& size : sizes) {
+      CAPTURE(size.width);
+      CAPTURE(size.height);
+      CHECK(difference(digit_at(size), large).mean < 0.04);
+    }
+  }
+}
+
+TEST_CASE("image: a photo-like picture: tinted, textured paper, uneven ink, JPEG") {
+  TempDir dir;
+  const int width = 300, height = 240;
+  const Picture picture = draw(kSeven, width, height);
+  std::vector<uint8_t> rgb(static_cast<size_t>(width * height * 3));
+  Grain grain(12345);
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x) {
+      const size_t i = static_cast<size_t>(y * width + x);
+      const double g = grain(), ink_strength = 0.75 + 0.25 * x / width;  // a pen running dry
+      const double paper[3] = {215 + g, 205 + g, 180 + g}, ink[3] = {40, 40, 60};
+      for (int k = 0; k < 3; ++k)
+        rgb[i * 3 + static_cast<size_t>(k)] =
+            mix(paper[k], ink[k], static_cast<float>(picture.ink[i] * ink_strength));
+    }
+  const Tensor digit =
+      load_digit_image(write_image(dir, "photo", Format::jpeg, width, height, 3, rgb));
+  check_mnist_like(digit);
+  const Tensor clean =
+      to_mnist_digit(encode(picture, Layout::grey, Polarity::dark_on_light).data(), width, height);
+  CHECK(difference(digit, clean).mean < 0.05);
+}
+
+TEST_CASE("image: to_mnist_digit and load_digit_image agree") {
+  TempDir dir;
+  const Picture picture = draw(kRing, 100, 60);
+  const std::vector<uint8_t> grey = encode(picture, Layout::grey, Polarity::dark_on_light);
+  const std::string path = write_image(dir, "ring", Format::png, 100, 60, 1, grey);
+  CHECK(difference(load_digit_image(path), to_mnist_digit(grey.data(), 100, 60)).max == 0.0);
+  // The ring's hole stays empty.
+  const std::vector<float> v = to_mnist_digit(grey.data(), 100, 60).to_vector<float>();
+  CHECK(v[14 * 28 + 14] < 0.05);
+}
+
+TEST_CASE("image: blank pictures are refused, naming the file") {
+  TempDir dir;
+  const int width = 64, height = 48;
+  std::vector<uint8_t> white(static_cast<size_t>(width * height), 255), black(white.size(), 0);
+  std::vector<uint8_t> grainy(white.size());
+  for (size_t i = 0; i < grainy.size(); ++i)
+    grainy[i] = static_cast<uint8_t>(240 + (i * 7919) % 13);
+  const std::vector<std::string> paths = {
+      write_image(dir, "white", Format::png, width, height, 1, white),
+      write_image(dir, "black", Format::png, width, height, 1, black),
+      write_image(dir, "grainy", Format::jpeg, width, height, 1, grainy),
+  };
+  for (const std::string& path : paths) {
+    CAPTURE(path);
+    const std::string message = error_of([&] { load_digit_image(path); });
+    CHECK_MESSAGE(contains(message, path), message);
+    CHECK_MESSAGE(contains(message, "no ink"), message);
+    CHECK_THROWS_AS(load_digit_image(path), DataError);
+  }
+  CHECK_THROWS_AS(to_mnist_digit(white.data(), width, height), ValueError);
+  CHECK_MESSAGE(contains(error_of([&] { to_mnist_digit(white.data(), width, height); }), "no ink"),
+                "blank grey buffer");
+}
+
+TEST_CASE("image: unreadable files are refused with the file's name and the reason") {
+  TempDir dir;
+  const std::string missing = (dir.path() / "missing.png").string();
+  std::string message = error_of([&] { load_digit_image(missing); });
+  CHECK_MESSAGE(contains(message, missing), message);
+  CHECK_MESSAGE(contains(message, "no such file"), message);
+
+  message = error_of([&] { load_digit_image(dir.path().string()); });
+  CHECK_MESSAGE(contains(message, "not a regular file"), message);
+
+  const std::string text = "not an image";
+  const std::string garbage = dir.write("garbage.png", {text.begin(), text.end()}).string();
+  message = error_of([&] { load_digit_image(garbage); });
+  CHECK_MESSAGE(contains(message, garbage), message);
+  CHECK_MESSAGE(contains(message, "not an image stb_image can read"), message);
+  CHECK_THROWS_AS(load_digit_image(garbage), DataError);
+
+  // A real PNG cut short: the header reads, the pixels do not.
+  const Picture picture = draw(kOne, 64, 64);
+  const std::string whole = write_image(dir, "whole", Format::png, 64, 64, 1,
+                                        encode(picture, Layout::grey, Polarity::dark_on_light));
+  const std::uintmax_t bytes = std::filesystem::file_size(whole);
+  std::filesystem::copy_file(whole, dir.path() / "cut.png");
+  std::filesystem::resize_file(dir.path() / "cut.png", bytes / 2);
+  const std::string cut = (dir.path() / "cut.png").string();
+  message = error_of([&] { load_digit_image(cut); });
+  CHECK_MESSAGE(contains(message, cut), message);
+  CHECK_MESSAGE(contains(message, "cannot decode"), message);
+  CHECK_THROWS_AS(load_digit_image(cut), DataError);
+}
+
+TEST_CASE("image: sizes beyond kMaxImageSide are refused") {
+  TempDir dir;
+  std::vector<uint8_t> row(static_cast<size_t>(kMaxImageSide + 1), 255);
+  row[100] = 0;
+  const std::string wide = write_image(dir, "wide", Format::png, kMaxImageSide + 1, 1, 1, row);
+  const std::string message = error_of([&] { load_digit_image(wide); });
+  CHECK_MESSAGE(contains(message, wide), message);
+  CHECK_MESSAGE(contains(message, "16385x1 pixels"), message);
+
+  CHECK_THROWS_AS(to_mnist_digit(row.data(), kMaxImageSide + 1, 1), ValueError);
+  CHECK_THROWS_AS(to_mnist_digit(row.data(), 0, 1), ValueError);
+  CHECK_THROWS_AS(to_mnist_digit(nullptr, 28, 28), ValueError);
+  // The largest allowed width is fine: a one-pixel-high line with a dot in it.
+  CHECK(to_mnist_digit(row.data(), kMaxImageSide, 1).shape() == Shape{28, 28});
+}
+
+TEST_CASE("image: real MNIST digits pass through to_mnist_digit unchanged (if present)") {
+  // MNIST was made by this very preprocessing (20-pixel box, centre of mass at (14, 14)).
+  const std::optional<Tensor> images = mnist_test_images();
+  if (!images) return;
+  const std::vector<uint8_t> pixels = images->to_vector<uint8_t>();
+  const int64_t n = images->size(0);
+  double total = 0;
+  int64_t close = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const uint8_t* grey = pixels.data() + k * 784;
+    const std::vector<float> out = to_mnist_digit(grey, 28, 28).to_vector<float>();
+    double diff = 0;
+    for (size_t i = 0; i < out.size(); ++i) diff += std::abs(out[i] - grey[i] / 255.0) / 784.0;
+    total += diff;
+    close += diff < 0.05;
+  }
+  MESSAGE("MNIST test set through to_mnist_digit: mean abs diff ", total / double(n), ", ", close,
+          " of ", n, " images under 0.05");
+  CHECK(total / double(n) < 0.002);
+  // The rest hold a stray speck fainter than a quarter of the ink that MNIST's box took in.
+  CHECK(close >= n * 995 / 1000);
+}
+
+TEST_CASE("image: MNIST digits enlarged 10x, dark on grainy paper, JPEG, come back (if present)") {
+  const std::optional<Tensor> images = mnist_test_images();
+  if (!images) return;
+  const std::vector<uint8_t> pixels = images->to_vector<uint8_t>();
+  TempDir dir;
+  constexpr int kScale = 10, kSide = 28 * kScale, kDigits = 50;
+  Grain grain(2024);
+  double total = 0;
+  for (int k = 0; k < kDigits; ++k) {
+    CAPTURE(k);
+    const uint8_t* grey = pixels.data() + k * 784;
+    auto at = [&](int x, int y) {
+      return x < 0 || y < 0 || x > 27 || y > 27 ? 0.0 : grey[y * 28 + x] / 255.0;
+    };
+    std::vector<uint8_t> page(static_cast<size_t>(kSide * kSide));
+    for (int y = 0; y < kSide; ++y)
+      for (int x = 0; x < kSide; ++x) {
+        // Bilinear upsampling of the digit, dark grey ink on grainy light paper.
+        const double sx = (x + 0.5) / kScale - 0.5, sy = (y + 0.5) / kScale - 0.5;
+        const int ix = static_cast<int>(std::floor(sx)), iy = static_cast<int>(std::floor(sy));
+        const double fx = sx - ix, fy = sy - iy;
+        const double ink = (1 - fx) * (1 - fy) * at(ix, iy) + fx * (1 - fy) * at(ix + 1, iy) +
+                           (1 - fx) * fy * at(ix, iy + 1) + fx * fy * at(ix + 1, iy + 1);
+        page[static_cast<size_t>(y * kSide + x)] = mix(215 + grain(), 40, static_cast<float>(ink));
+      }
+    const Tensor digit = load_digit_image(
+        write_image(dir, "digit" + std::to_string(k), Format::jpeg, kSide, kSide, 1, page));
+    check_mnist_like(digit);
+    const double diff = difference(digit, mnist_field(grey)).mean;
+    CHECK(diff < 0.06);
+    total += diff;
+  }
+  MESSAGE("MNIST digits enlarged 10x, inverted, grainy, JPEG: mean abs diff ", total / kDigits,
+          " (after the best whole-pixel shift)");
+  CHECK(total / kDigits < 0.035);
+}
