@@ -1,0 +1,186 @@
+// mnist-train end to end: exit codes, a real (small) training run, resume equivalence, Ctrl-C,
+// and checkpoints that are malformed. Runs the built binary; needs the MNIST files (skips
+// without them, as scripts/setup fetches them).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "apps/mnist/checkpoint.h"
+#include "core/kiln.h"
+#include "core/safetensors.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string data_dir() {
+  const char* env = std::getenv("KILN_DATA");
+  return env ? env : KILN_MNIST_DIR;
+}
+bool have_data() { return fs::exists(fs::path(data_dir()) / "train-images-idx3-ubyte"); }
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("kiln-mnist-train-" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args, const std::string& prefix = "") {
+  std::string log = (fs::temp_directory_path() / ("kiln-run-" + std::to_string(::getpid()) + ".log")).string();
+  std::string data = args.find("--data") == std::string::npos ? "--data '" + data_dir() + "' " : "";
+  std::string cmd = prefix + "'" + std::string(KILN_MNIST_TRAIN) + "' " + data + args + " > '" + log + "' 2>&1";
+  int status = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  fs::remove(log);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+}
+
+double best_accuracy(const std::string& out) {
+  auto at = out.find("best test accuracy ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(out.substr(at + 19));
+}
+
+// The model tensors of two checkpoints, compared bit for bit.
+void check_same_weights(const std::string& a, const std::string& b) {
+  NamedTensors x = load_safetensors(a).tensors, y = load_safetensors(b).tensors;
+  REQUIRE(x.size() == y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    CHECK(x[i].first == y[i].first);
+    CHECK_MESSAGE(x[i].second.to_vector<float>() == y[i].second.to_vector<float>(), x[i].first);
+  }
+}
+
+const std::string kQuick = "--model cnn --limit-train 640 --limit-test 500 --test-batch-size 500 -q ";
+
+}  // namespace
+
+TEST_CASE("--help, --version and a bad flag give exit codes 0, 0 and 2") {
+  Result help = run("--help");
+  CHECK(help.code == 0);
+  CHECK(help.out.find("--batch-size") != std::string::npos);
+  Result version = run("--version");
+  CHECK(version.code == 0);
+  CHECK(version.out.find("mnist-train (kiln)") != std::string::npos);
+  CHECK(run("--no-such-flag").code == 2);
+  CHECK(run("--model resnet").code == 2);
+  CHECK(run("--device tpu").code == 2);
+  CHECK(run("--epochs 0").code == 2);
+  Result missing = run("--data /nonexistent-kiln-data --epochs 1");
+  CHECK(missing.code == 1);
+  CHECK(missing.out.find("scripts/setup") != std::string::npos);
+}
+
+TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CPU") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir(), " (run scripts/setup)");
+    return;
+  }
+  TempDir dir;
+  Result r = run("--model mlp --epochs 1 --limit-train 5000 --batch-size 16 --scheduler none --device cpu -q "
+                 "--metrics-out '" + dir.file("m.jsonl") + "' --plot '" + dir.file("m.png") + "'");
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  CHECK(best_accuracy(r.out) >= 90.0);
+  CHECK(r.out.find("confusion matrix") != std::string::npos);
+  std::ifstream metrics(dir.file("m.jsonl"));
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  CHECK(last.find("\"type\":\"epoch\"") != std::string::npos);
+  CHECK(fs::file_size(dir.file("m.png")) > 1000);
+}
+
+TEST_CASE("2 epochs straight equal 1 epoch, save, resume, 1 more: bit for bit") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  TempDir dir;
+  REQUIRE(run(kQuick + "--epochs 2 --save '" + dir.file("straight") + "'").code == 0);
+  REQUIRE(run(kQuick + "--epochs 1 --save '" + dir.file("split") + "'").code == 0);
+  Result resumed = run(kQuick + "--epochs 2 --resume '" + dir.file("split") + "' --save '" + dir.file("split") + "'");
+  REQUIRE_MESSAGE(resumed.code == 0, resumed.out);
+  check_same_weights(dir.file("straight"), dir.file("split"));
+  apps::LoadedCheckpoint c = apps::load_checkpoint(dir.file("split"));
+  CHECK(c.state.epoch == 2);
+  CHECK(c.state.step == 20);
+  CHECK(c.state.model == "cnn");
+}
+
+TEST_CASE("Ctrl-C saves at the next step boundary; the run then resumes to the same weights") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  TempDir dir;
+  const std::string args = "--model cnn --limit-train 6400 --limit-test 500 --test-batch-size 500 -q --epochs 1 ";
+  Result stopped = run(args + "--save '" + dir.file("ckpt") + "'", "timeout --preserve-status -s INT 3 ");
+  REQUIRE_MESSAGE(stopped.code == 130, stopped.out);
+  apps::LoadedCheckpoint c = apps::load_checkpoint(dir.file("ckpt"));
+  CHECK(c.state.epoch == 0);
+  CHECK(c.state.batch > 0);
+  CHECK(c.state.batch < 100);
+  CHECK(c.state.step == c.state.batch);
+  Result resumed = run(args + "--resume '" + dir.file("ckpt") + "' --save '" + dir.file("ckpt") + "'");
+  REQUIRE_MESSAGE(resumed.code == 0, resumed.out);
+  REQUIRE(run(args + "--save '" + dir.file("straight") + "'").code == 0);
+  check_same_weights(dir.file("straight"), dir.file("ckpt"));
+}
+
+TEST_CASE("malformed checkpoints are refused with exit code 1 and a message naming the problem") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  TempDir dir;
+  REQUIRE(run(kQuick + "--epochs 1 --save '" + dir.file("good") + "'").code == 0);
+  SafetensorsFile good = load_safetensors(dir.file("good"));
+  auto variant = [&](const std::string& name, auto&& change) {
+    SafetensorsFile f = good;
+    change(f);
+    save_safetensors(dir.file(name), f.tensors, f.metadata);
+    return dir.file(name);
+  };
+  struct Case {
+    std::string path;
+    const char* message;
+  };
+  std::vector<Case> cases{
+      {variant("no-format", [](SafetensorsFile& f) { f.metadata.erase("kiln.format"); }), "kiln.format"},
+      {variant("wrong-format", [](SafetensorsFile& f) { f.metadata["kiln.format"] = "other/9"; }), "format 'other/9'"},
+      {variant("no-optimizer", [](SafetensorsFile& f) { f.metadata.erase("kiln.optimizer"); }), "kiln.optimizer"},
+      {variant("bad-base64", [](SafetensorsFile& f) { f.metadata["kiln.optimizer"] = "!!!!"; }), "not base64"},
+      {variant("bad-nested", [](SafetensorsFile& f) { f.metadata["kiln.optimizer"] = "AAAA"; }), "fewer than the 8"},
+      {variant("bad-epoch", [](SafetensorsFile& f) { f.metadata["kiln.epoch"] = "two"; }), "whole number"},
+      {variant("bad-rng", [](SafetensorsFile& f) { f.metadata["kiln.rng"] = "17"; }), "seed:offset"},
+      {variant("other-model", [](SafetensorsFile& f) { f.metadata["kiln.model"] = "mlp"; }), "'mlp' model"},
+      {variant("missing-weight", [](SafetensorsFile& f) { f.tensors.pop_back(); }), "fc2.bias"},
+      {variant("wrong-shape", [](SafetensorsFile& f) { f.tensors[0].second = zeros({3, 3}); }), "conv1.weight"},
+      {variant("extra-weight", [](SafetensorsFile& f) { f.tensors.emplace_back("fc3.weight", zeros({2})); }), "fc3.weight"},
+  };
+  std::ofstream(dir.file("truncated"), std::ios::binary) << std::string(5, 'x');
+  cases.push_back({dir.file("truncated"), "fewer than the 8"});
+  cases.push_back({dir.file("absent"), "cannot open"});
+  for (const Case& c : cases) {
+    Result r = run(kQuick + "--epochs 2 --resume '" + c.path + "'");
+    CHECK_MESSAGE(r.code == 1, c.path, ": ", r.out);
+    CHECK_MESSAGE(r.out.find(c.message) != std::string::npos, c.path, ": ", r.out);
+  }
+}
