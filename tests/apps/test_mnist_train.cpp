@@ -184,3 +184,19 @@ TEST_CASE("malformed checkpoints are refused with exit code 1 and a message nami
     CHECK_MESSAGE(r.out.find(c.message) != std::string::npos, c.path, ": ", r.out);
   }
 }
+
+TEST_CASE("--config reads options from a TOML file; flags on the command line win") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  TempDir dir;
+  std::ofstream(dir.file("run.toml")) << "model = \"mlp\"\nepochs = 1\nlimit-train = 640\nlimit-test = 500\nbatch-size = 16\n";
+  Result r = run("--config '" + dir.file("run.toml") + "' --batch-size 32");
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  CHECK(r.out.find("\"model\":\"mlp\"") != std::string::npos);
+  CHECK(r.out.find("\"batch_size\":32") != std::string::npos);
+  std::ofstream(dir.file("bad.toml")) << "epochs = \"many\"\n";
+  CHECK(run("--config '" + dir.file("bad.toml") + "'").code == 2);
+  CHECK(run("--config '" + dir.file("absent.toml") + "'").code == 2);
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""One training epoch of PyTorch's examples/mnist models on the CPU, for comparison with
+mnist-train: the same models (cnn: examples/mnist's Net; mlp: 784-128-10), batch size, optimizer
+(Adadelta, lr 1.0) and data held in memory as tensors, normalised once (as kiln does), with a
+seeded shuffle per epoch. Prints the seconds of the training epoch and the test accuracy.
+
+    /usr/bin/python3 scripts/bench_mnist_torch.py --model cnn [--threads 2] [--batch-size 64] [--data data/mnist]
+
+Compare with:  mnist-train --model cnn --epochs 1 --device cpu   (its "epoch 1 ... s" figure)
+"""
+import argparse
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_idx(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+class Net(nn.Module):  # examples/mnist
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = self.dropout1(F.max_pool2d(x, 2))
+        x = F.relu(self.fc1(torch.flatten(x, 1)))
+        return self.fc2(self.dropout2(x))
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+def load(data, split):
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx(os.path.join(data, f"{prefix}-images-idx3-ubyte"))
+    labels = read_idx(os.path.join(data, f"{prefix}-labels-idx1-ubyte"))
+    x = (torch.from_numpy(images.copy()).float().div_(255) - 0.1307).div_(0.3081).unsqueeze(1)
+    return x, torch.from_numpy(labels.copy()).long()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--data", default=os.environ.get("KILN_DATA", "data/mnist"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+    train_x, train_y = load(args.data, "train")
+    test_x, test_y = load(args.data, "test")
+    model = Net() if args.model == "cnn" else MLP()
+    opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
+
+    model.train()
+    order = torch.randperm(len(train_x))
+    start = time.perf_counter()
+    for i in range(0, len(order), args.batch_size):
+        idx = order[i:i + args.batch_size]
+        opt.zero_grad()
+        loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+        loss.backward()
+        opt.step()
+    train_seconds = time.perf_counter() - start
+
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(test_x), 1000):
+            correct += (model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
+    print(f"pytorch {torch.__version__} cpu, {torch.get_num_threads()} threads, model {args.model}, "
+          f"batch {args.batch_size}: train epoch {train_seconds:.1f} s, "
+          f"test accuracy {100 * correct / len(test_x):.2f}%")
+
+
+if __name__ == "__main__":
+    main()
