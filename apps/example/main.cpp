@@ -1,0 +1,85 @@
+// fit-sine: kiln used from outside, as any C++ program would use it. A two-layer MLP learns
+// y = sin(x) on [-pi, pi] with Adam on the CPU, is saved as safetensors, and is loaded back into
+// a fresh model that must predict exactly the same values. Exit status 1 when either check fails.
+//
+// Build it against an installed kiln (tests/install does this on every test run):
+//   cmake --install build/release --prefix /tmp/kiln
+//   cmake -S apps/example -B /tmp/fit-sine -G Ninja -DCMAKE_PREFIX_PATH=/tmp/kiln
+//   cmake --build /tmp/fit-sine && /tmp/fit-sine/fit-sine [model.safetensors]
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include <kiln/core/kiln.h>
+#include <kiln/core/safetensors.h>
+#include <kiln/layers/nn.h>
+#include <kiln/optim/optim.h>
+
+using namespace kiln;
+
+constexpr int64_t kPoints = 256;        // training inputs, evenly spaced on [-pi, pi]
+constexpr int64_t kHidden = 32;
+constexpr int kSteps = 500;             // full-batch Adam steps
+constexpr int kLogInterval = 100;
+constexpr double kLearningRate = 1e-2;
+constexpr double kMaxFinalLoss = 1e-3;  // mean squared error the fit must get below
+constexpr uint64_t kSeed = 1;
+
+struct SineNet : nn::Module {
+  SineNet() {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(1, kHidden));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(kHidden, 1));
+  }
+  // x: [N, 1] -> [N, 1]
+  Tensor forward(const Tensor& x) override { return fc2->forward(tanh(fc1->forward(x))); }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+};
+
+int main(int argc, char** argv) {
+  const std::string path = argc > 1 ? argv[1] : "fit-sine.safetensors";
+  manual_seed(kSeed);
+
+  // The data, made on the host: x and y = sin(x), both [kPoints, 1].
+  std::vector<float> xs(kPoints), ys(kPoints);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double t = static_cast<double>(i) / static_cast<double>(kPoints - 1);  // 0 .. 1
+    xs[i] = static_cast<float>(std::numbers::pi * (2.0 * t - 1.0));
+    ys[i] = std::sin(xs[i]);
+  }
+  const Tensor x = from_vector(xs, {kPoints, 1});
+  const Tensor y = from_vector(ys, {kPoints, 1});
+
+  SineNet model;
+  optim::Adam optimizer(model.parameters(), optim::AdamOptions(kLearningRate));
+  nn::MSELoss criterion;
+  for (int step = 1; step <= kSteps; ++step) {
+    optimizer.zero_grad();
+    Tensor loss = criterion(model(x), y);
+    loss.backward();
+    optimizer.step();
+    if (step % kLogInterval == 0) std::printf("step %3d  loss %.6f\n", step, loss.item());
+  }
+
+  NoGradGuard no_grad;
+  const double final_loss = criterion(model(x), y).item();
+  std::printf("final loss %.6f\n", final_loss);
+  if (!(final_loss < kMaxFinalLoss)) {
+    std::fprintf(stderr, "fit-sine: final loss %.6f is not below %g\n", final_loss, kMaxFinalLoss);
+    return 1;
+  }
+
+  save_safetensors(path, model.state_dict());
+  SineNet restored;  // freshly initialised, then overwritten by the file's weights
+  restored.load_state_dict(load_safetensors(path).tensors);
+  // Same weights, same kernels: the same bits.
+  const double difference = abs(model(x) - restored(x)).max().item();
+  if (difference != 0.0) {
+    std::fprintf(stderr, "fit-sine: the model loaded from %s differs by %g\n", path.c_str(), difference);
+    return 1;
+  }
+  std::printf("saved %s; the reloaded model predicts the same\n", path.c_str());
+  return 0;
+}
