@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "apps/mnist/checkpoint.h"
+#include "apps/mnist/models.h"
 #include "core/kiln.h"
 #include "core/safetensors.h"
 
@@ -199,4 +200,45 @@ TEST_CASE("--config reads options from a TOML file; flags on the command line wi
   std::ofstream(dir.file("bad.toml")) << "epochs = \"many\"\n";
   CHECK(run("--config '" + dir.file("bad.toml") + "'").code == 2);
   CHECK(run("--config '" + dir.file("absent.toml") + "'").code == 2);
+}
+
+TEST_CASE("PyTorch loads a checkpoint as its model's state dict and computes the same logits") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  TempDir dir;
+  for (const char* model : {"cnn", "mlp", "fast"}) {
+    std::string ckpt = dir.file(std::string(model) + ".safetensors");
+    REQUIRE(run(std::string("--model ") + model + " --epochs 1 --limit-train 256 --limit-test 100 -q --save '" +
+                ckpt + "'").code == 0);
+    std::string log = dir.file("torch.log");
+    int status = std::system(("/usr/bin/python3 '" + std::string(KILN_TORCH_LOAD_SCRIPT) + "' '" + ckpt + "' > '" +
+                              log + "' 2>&1").c_str());
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (code == 77 || code == 127) {
+      MESSAGE("skipped: no PyTorch for /usr/bin/python3 (scripts/setup --dev installs it)");
+      return;
+    }
+    REQUIRE_MESSAGE(code == 0, text.str());
+    std::string out = text.str();
+    std::istringstream logits(out.substr(out.find("logits ") + 7));
+    std::vector<double> theirs;
+    for (double v; logits >> v;) theirs.push_back(v);
+
+    apps::LoadedCheckpoint c = apps::load_model_checkpoint(ckpt);
+    std::shared_ptr<nn::Module> net = apps::make_model(c.state.model);
+    net->load_state_dict(c.model);
+    net->eval();
+    NoGradGuard no_grad;
+    std::vector<float> ramp(2 * 784);
+    for (size_t i = 0; i < ramp.size(); ++i)
+      ramp[i] = static_cast<float>((static_cast<double>(i % 256) / 255.0 - 0.1307) / 0.3081);
+    std::vector<float> ours = (*net)(from_vector(ramp, {2, 1, 28, 28})).to_vector<float>();
+    REQUIRE(theirs.size() == ours.size());
+    for (size_t i = 0; i < ours.size(); ++i) CHECK(ours[i] == doctest::Approx(theirs[i]).epsilon(1e-4));
+  }
 }
