@@ -18,10 +18,11 @@
 #include <sstream>
 
 #include "apps/mnist/checkpoint.h"
+#include "apps/mnist/device.h"
 #include "apps/mnist/models.h"
 #include "apps/mnist/plot.h"
-#include "core/backend.h"
 #include "core/kiln.h"
+#include "datasets/augment.h"
 #include "datasets/loader.h"
 #include "datasets/mnist.h"
 #include "layers/nn.h"
@@ -51,6 +52,7 @@ struct Config {
   int64_t log_interval = 10;
   int64_t limit_train = 0;
   int64_t limit_test = 0;
+  int64_t augment = 0;  // random translations of up to this many pixels (0: none)
   std::string save, resume, metrics_out, plot;
   int verbosity = 1;  // 0 quiet, 1 normal, 2 verbose
 
@@ -60,7 +62,7 @@ struct Config {
     o << "{\"model\":\"" << model << "\",\"epochs\":" << epochs << ",\"batch_size\":" << batch_size
       << ",\"optimizer\":\"" << optimizer << "\",\"lr\":" << lr << ",\"momentum\":" << momentum
       << ",\"weight_decay\":" << weight_decay << ",\"scheduler\":\"" << scheduler << "\",\"gamma\":" << gamma
-      << ",\"seed\":" << seed << ",\"limit_train\":" << limit_train << "}";
+      << ",\"seed\":" << seed << ",\"limit_train\":" << limit_train << ",\"augment\":" << augment << "}";
     return o.str();
   }
 };
@@ -88,22 +90,6 @@ extern "C" void on_sigint(int) {
   if (g_interrupts.fetch_add(1) >= 1) _exit(130);
 }
 
-// ---- device ----
-
-Device pick_device(const std::string& spec) {
-  if (spec != "auto") return Device(spec);
-  for (Device d : {Device::cuda(0), Device::vulkan(0)}) {
-    try {
-      (void)backend_for(d);
-      info("device: " + d.str() + " (auto: the first available of cuda, vulkan, cpu)");
-      return d;
-    } catch (const BackendUnavailable& e) {
-      if (g_verbosity >= 2) info(std::string("device: skipping ") + d.str() + ": " + e.what());
-    }
-  }
-  info("device: cpu (auto: this build of kiln has no CUDA or Vulkan backend)");
-  return Device::cpu();
-}
 
 // ---- optimizer and schedule ----
 
@@ -178,7 +164,7 @@ void print_confusion(const std::vector<int64_t>& m) {
 }
 
 int run(Config c) {
-  Device device = pick_device(c.device);
+  Device device = apps::pick_device(c.device, info, g_verbosity >= 2);
   std::optional<apps::LoadedCheckpoint> resumed;
   if (!c.resume.empty()) {
     resumed = apps::load_checkpoint(c.resume);
@@ -256,6 +242,7 @@ int run(Config c) {
     double last_loss = 0.0;
     for (int64_t i = state.batch; i < batches; ++i) {
       data::Batch b = train_loader.batch(i);
+      if (c.augment > 0) b.inputs = data::random_translate(b.inputs, c.augment, -0.1307 / 0.3081);
       opt->zero_grad();
       Tensor logits = (*model)(b.inputs);
       Tensor loss = cross_entropy(logits, b.targets);
@@ -375,20 +362,14 @@ int main(int argc, char** argv) {
   app.add_option("--gamma", c.gamma, "learning-rate decay per epoch of the step scheduler")->capture_default_str();
   app.add_option("--seed", c.seed, "random seed (init, dropout, shuffling)")->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
-      ->check([](const std::string& spec) -> std::string {
-        if (spec == "auto") return {};
-        try {
-          (void)Device(spec);
-          return {};
-        } catch (const Error& e) {
-          return e.what();
-        }
-      })
+      ->check(apps::check_device_spec)
       ->capture_default_str();
   app.add_option("--log-interval", c.log_interval, "batches between progress updates")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--limit-train", c.limit_train, "train on the first N images only (0: all)")->capture_default_str();
   app.add_option("--limit-test", c.limit_test, "test on the first N images only (0: all)")->capture_default_str();
+  app.add_option("--augment", c.augment, "shift training images randomly by up to N pixels (0: off)")
+      ->check(CLI::Range(0, 8))->capture_default_str();
   app.add_option("--save", c.save, "write a checkpoint here after every epoch and on Ctrl-C");
   app.add_option("--resume", c.resume, "continue the run saved in this checkpoint");
   app.add_option("--metrics-out", c.metrics_out, "append JSON lines of metrics to this file");

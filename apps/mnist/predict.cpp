@@ -1,0 +1,317 @@
+// mnist-predict: reads handwritten digits with a model that mnist-train saved.
+//
+//   mnist-predict --model mnist.safetensors digit.png scan.jpg
+//     digit.png: 7 (0.998)  0:0.000 1:0.000 2:0.001 3:0.000 4:0.000 5:0.000 6:0.000 7:0.998 8:0.000 9:0.001
+//   mnist-predict --model mnist.safetensors --data data/mnist          (the test split's accuracy)
+//   mnist-predict --model mnist.safetensors --idx IMAGES LABELS        (any labelled IDX pair)
+//
+// A picture (PNG, JPEG, BMP, ...) goes through data::load_digit_image, which makes it look like
+// MNIST (white ink on black, the digit in a 20x20 box centred by mass in 28x28), then through the
+// normalisation of training; it gets the most likely digit and the 10 class probabilities (the
+// softmax of the logits). An IDX images file given like a picture is recognised by its magic bytes
+// and scored, with the labels file that MNIST's naming puts beside it, as --idx scores its pair.
+//
+// Exit codes: 0 done; 1 runtime error (a bad checkpoint, or an input that cannot be read: it is
+// reported on stderr, the other inputs are still read); 2 usage error (unknown flag, bad value,
+// nothing to read).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/mnist/checkpoint.h"
+#include "apps/mnist/device.h"
+#include "apps/mnist/models.h"
+#include "core/backend.h"
+#include "core/kiln.h"
+#include "datasets/idx.h"
+#include "datasets/image.h"
+#include "datasets/loader.h"
+#include "datasets/mnist.h"
+
+namespace {
+
+using namespace kiln;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kVersion = "0.1.0";
+constexpr int64_t kSide = 28;    // the models take MNIST's 28x28 images
+constexpr int64_t kClasses = 10;
+// MNIST's pixel mean and standard deviation: what data::normalize_images applies in training.
+constexpr double kMean = 0.1307, kStd = 0.3081;
+
+struct Config {
+  std::string model;
+  std::vector<std::string> inputs;  // pictures and IDX images files, in the order given
+  std::string data;                 // a folder in MNIST's layout: its test split is scored
+  std::vector<std::string> idx;     // images, labels
+  std::string device = "auto";
+  int64_t batch_size = 1000;
+  bool json = false;
+  int verbosity = 1;  // 0 quiet, 1 normal, 2 verbose
+};
+
+// ---- logging: results on stdout, everything else on stderr ----
+
+int g_verbosity = 1;
+
+void info(const std::string& line) {
+  if (g_verbosity >= 1) std::cerr << line << "\n";
+}
+
+// Failures are reported whatever the verbosity: they decide the exit code.
+void report_error(const std::string& what) { std::cerr << "mnist-predict: error: " << what << "\n"; }
+
+std::string fmt(const char* format, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, format, args...);
+  return buf;
+}
+
+// A JSON string literal: file names may hold quotes, backslashes and control characters.
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      out += fmt("\\u%04x", static_cast<unsigned>(ch));
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+
+// ---- the model ----
+
+// The net that the checkpoint names, with its weights, in evaluation mode on `device`.
+std::shared_ptr<nn::Module> load_model(const std::string& path, const Device& device) {
+  apps::LoadedCheckpoint checkpoint = apps::load_model_checkpoint(path);
+  std::shared_ptr<nn::Module> model;
+  try {
+    model = apps::make_model(checkpoint.state.model);
+    model->load_state_dict(checkpoint.model);
+  } catch (const Error& e) {
+    KILN_FAIL(SerializationError, "checkpoint '", path, "': ", e.what());
+  }
+  model->to(device);
+  model->eval();
+  info("model: " + checkpoint.state.model + " from " + path);
+  if (g_verbosity >= 2) std::cerr << *model;
+  return model;
+}
+
+// ---- pictures ----
+
+// Predicts a batch of pictures and prints a line for each, in the order given. A picture that
+// cannot be read is reported and left out. Returns how many were left out.
+int64_t predict_pictures(nn::Module& model, const std::vector<std::string>& paths, const Device& device,
+                         const Config& c) {
+  std::vector<std::string> read;
+  std::vector<Tensor> pixels;  // f32 [28, 28] in [0, 1] each
+  for (const std::string& path : paths) {
+    try {
+      pixels.push_back(data::load_digit_image(path));
+      read.push_back(path);
+    } catch (const std::exception& e) {
+      report_error(e.what());
+    }
+  }
+  const auto failed = static_cast<int64_t>(paths.size() - read.size());
+  if (read.empty()) return failed;
+
+  Tensor x = ((stack(pixels).to(device) - kMean) / kStd).unsqueeze(1);  // [B, 1, 28, 28]
+  std::vector<float> p = softmax(model(x), 1).to_vector<float>();       // [B, 10]
+  for (size_t i = 0; i < read.size(); ++i) {
+    const float* probs = p.data() + i * kClasses;
+    int64_t digit = 0;
+    for (int64_t k = 1; k < kClasses; ++k)
+      if (probs[k] > probs[digit]) digit = k;
+    std::string line;
+    if (c.json) {
+      line = "{\"file\":" + json_string(read[i]) + fmt(",\"digit\":%lld,\"probability\":%.6f,\"probabilities\":[",
+                                                       static_cast<long long>(digit), probs[digit]);
+      for (int64_t k = 0; k < kClasses; ++k) line += fmt(k ? ",%.6f" : "%.6f", probs[k]);
+      line += "]}";
+    } else {
+      line = read[i] + fmt(": %lld (%.3f) ", static_cast<long long>(digit), probs[digit]);
+      for (int64_t k = 0; k < kClasses; ++k) line += fmt(" %lld:%.3f", static_cast<long long>(k), probs[k]);
+    }
+    std::cout << line << "\n";
+  }
+  std::cout << std::flush;
+  return failed;
+}
+
+// ---- labelled IDX sets ----
+
+// IDX files start 00 00 <type> <rank>; the classic mirrors ship them gzip-compressed (1f 8b).
+// No picture format starts either way.
+bool looks_like_idx(const std::string& path) {
+  std::array<unsigned char, 4> head{};
+  std::ifstream in(path, std::ios::binary);
+  if (!in.read(reinterpret_cast<char*>(head.data()), head.size())) return false;
+  if (head[0] == 0x1f && head[1] == 0x8b) return true;
+  const bool known_type = head[2] == 0x08 || head[2] == 0x09 || (head[2] >= 0x0B && head[2] <= 0x0E);
+  return head[0] == 0 && head[1] == 0 && known_type && head[3] >= 1 && head[3] <= 4;
+}
+
+// The labels file that MNIST's naming pairs with an images file, in the same folder:
+// t10k-images-idx3-ubyte -> t10k-labels-idx1-ubyte (also "images.idx3", with or without .gz).
+fs::path labels_beside(const fs::path& images) {
+  std::string name = images.filename().string();
+  const size_t kind = name.find("images");
+  KILN_CHECK(kind != std::string::npos, data::DataError, images.string(),
+             ": an IDX file, but its name does not say where its labels are (no 'images' in it); "
+             "pass --idx IMAGES LABELS");
+  name.replace(kind, 6, "labels");
+  if (size_t rank = name.find("idx3"); rank != std::string::npos) name.replace(rank, 4, "idx1");
+  if (name.ends_with(".gz")) name.resize(name.size() - 3);
+  for (const std::string& candidate : {name, name + ".gz"}) {
+    std::error_code ec;
+    if (fs::is_regular_file(images.parent_path() / candidate, ec)) return images.parent_path() / candidate;
+  }
+  KILN_FAIL(data::DataError, images.string(), ": an IDX images file, but no labels file beside it (looked for ",
+            (images.parent_path() / name).string(), " and .gz); pass --idx IMAGES LABELS");
+}
+
+// Accuracy over a labelled set: images u8 [N, 28, 28], labels u8 [N] in 0..9, in batches on the
+// device; the count of correct predictions stays there until the end.
+void evaluate(nn::Module& model, const fs::path& images_path, const fs::path& labels_path, const Device& device,
+              const Config& c) {
+  Clock::time_point t0 = Clock::now();
+  data::IdxFile images = data::read_idx(images_path);
+  KILN_CHECK(images.type == DType::u8 && images.dims.size() == 3 && images.dims[1] == kSide && images.dims[2] == kSide,
+             data::DataError, images_path.string(), ": expected u8 images [N, 28, 28] (IDX type 0x08, rank 3); this file holds ",
+             images.type, " ", Shape(images.dims));
+  data::IdxFile labels = data::read_idx(labels_path);
+  KILN_CHECK(labels.type == DType::u8 && labels.dims.size() == 1, data::DataError, labels_path.string(),
+             ": expected u8 labels [N] (IDX type 0x08, rank 1); this file holds ", labels.type, " ",
+             Shape(labels.dims));
+  KILN_CHECK(images.dims[0] == labels.dims[0], data::DataError, "image and label counts differ: ",
+             images_path.string(), " holds ", images.dims[0], " images, ", labels_path.string(), " holds ",
+             labels.dims[0], " labels");
+  std::vector<int32_t> classes(labels.bytes.begin(), labels.bytes.end());
+  for (size_t i = 0; i < classes.size(); ++i)
+    KILN_CHECK(classes[i] < kClasses, data::DataError, labels_path.string(), ": label ", classes[i], " at index ",
+               i, " is not a digit");
+
+  const int64_t n = images.dims[0];
+  Tensor all = data::to_tensor(images);                       // u8 [N, 28, 28] on the CPU
+  Tensor targets = from_vector(classes, Shape{n}).to(device);  // i32 [N]
+  Tensor correct;
+  for (int64_t start = 0; start < n; start += c.batch_size) {
+    const int64_t end = std::min(n, start + c.batch_size);
+    Tensor logits = model(data::normalize_images(all.slice(0, start, end), device, kMean, kStd));
+    Tensor ok = eq(argmax(logits, 1), targets.slice(0, start, end)).sum();
+    correct = correct.defined() ? correct + ok : ok;
+  }
+  const auto right = static_cast<int64_t>(correct.item());
+  const double accuracy = static_cast<double>(right) / static_cast<double>(n);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (c.json) {
+    std::cout << "{\"images\":" << json_string(images_path.string()) << ",\"labels\":"
+              << json_string(labels_path.string())
+              << fmt(",\"count\":%lld,\"correct\":%lld,\"accuracy\":%.6f}", static_cast<long long>(n),
+                     static_cast<long long>(right), accuracy)
+              << std::endl;
+  } else {
+    std::cout << images_path.string()
+              << fmt(": accuracy %.2f%% (%lld of %lld correct)", 100 * accuracy, static_cast<long long>(right),
+                     static_cast<long long>(n))
+              << std::endl;
+  }
+  if (g_verbosity >= 2)
+    info(fmt("%s: %lld images in %.2f s (%.0f img/s)", images_path.string().c_str(), static_cast<long long>(n), secs,
+             static_cast<double>(n) / std::max(secs, 1e-9)));
+}
+
+// ---- the run ----
+
+int run(const Config& c) {
+  Device device = apps::pick_device(c.device, info, g_verbosity >= 2);
+  std::shared_ptr<nn::Module> model = load_model(c.model, device);
+  NoGradGuard no_grad;
+  int64_t failures = 0;
+  auto attempt = [&](auto&& step) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      report_error(e.what());
+      ++failures;
+    }
+  };
+
+  std::vector<std::string> pictures;  // waiting for a full batch, or for the next IDX file
+  auto flush = [&] {
+    if (!pictures.empty()) failures += predict_pictures(*model, pictures, device, c);
+    pictures.clear();
+  };
+  for (const std::string& input : c.inputs) {
+    if (looks_like_idx(input)) {
+      flush();
+      attempt([&] { evaluate(*model, input, labels_beside(input), device, c); });
+    } else {
+      pictures.push_back(input);
+      if (static_cast<int64_t>(pictures.size()) == c.batch_size) flush();
+    }
+  }
+  flush();
+  if (c.idx.size() == 2) attempt([&] { evaluate(*model, c.idx[0], c.idx[1], device, c); });
+  if (!c.data.empty()) {
+    attempt([&] {
+      data::MnistFiles files = data::find_mnist(c.data, data::Split::test);
+      evaluate(*model, files.images, files.labels, device, c);
+    });
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"mnist-predict: reads handwritten digits with a model saved by mnist-train"};
+  app.add_option("IMAGE", c.inputs,
+                 "pictures of digits (PNG, JPEG, BMP, GIF, ...), or IDX images files to score against the labels "
+                 "beside them")
+      ->type_name("");
+  app.add_option("--model", c.model, "checkpoint written by mnist-train --save")->type_name("PATH")->required();
+  app.add_option("--data", c.data, "score the test split of this folder in MNIST's layout")->type_name("DIR");
+  app.add_option("--idx", c.idx, "score IDX images (the first file) against IDX labels (the second)")
+      ->type_name("FILE")->expected(2);
+  app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
+      ->check(apps::check_device_spec)
+      ->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "images per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--json", c.json, "one JSON object per line instead of text");
+  app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
+  app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "nothing on stderr but errors");
+  app.set_version_flag("--version", std::string("mnist-predict (kiln) ") + kVersion);
+  try {
+    app.parse(argc, argv);
+    if (c.inputs.empty() && c.data.empty() && c.idx.empty())
+      throw CLI::ValidationError("nothing to read: give pictures, IDX files, --data DIR or --idx IMAGES LABELS");
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  g_verbosity = c.verbosity;
+  try {
+    return run(c);
+  } catch (const std::exception& e) {
+    report_error(e.what());
+    return 1;
+  }
+}
