@@ -29,7 +29,6 @@
 #include "apps/mnist/checkpoint.h"
 #include "apps/mnist/device.h"
 #include "apps/mnist/models.h"
-#include "core/backend.h"
 #include "core/kiln.h"
 #include "datasets/idx.h"
 #include "datasets/image.h"
