@@ -302,6 +302,7 @@ int run(Config c) {
     EpochResult r = test(*model, test_loader, &confusion);
     best = std::max(best, r.accuracy);
     double images_per_s = static_cast<double>(seen) / std::max(train_time, 1e-9);
+    if (g_tty && g_verbosity >= 1) std::cerr << "\r\033[K" << std::flush;  // the bar gives way to the summary
     std::cout << fmt("epoch %2lld  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  %.1f s  %.0f img/s  lr %.4g",
                      static_cast<long long>(state.epoch + 1), train_loss, 100 * train_acc, r.loss, 100 * r.accuracy,
                      train_time, images_per_s, opt->lr())
