@@ -123,7 +123,7 @@ void check_against_pytorch(const Case& c, DType dtype, Tolerance tol, int64_t ti
     check_close(c.name + "." + key, t, tol.rtol, tol.atol, key.ends_with(".step") ? 1 : tiles);
   }
   std::set<std::string> theirs;
-  for (const auto& [name, f] : optim_test::fixtures())
+  for (const auto& [name, f] : optim_test::fixtures().entries())
     if (name.rfind(c.name + ".state.", 0) == 0) theirs.insert(name.substr(c.name.size() + 1));
   CHECK(ours == theirs);
 }
