@@ -2,6 +2,9 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#ifdef KILN_WITH_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace kiln {
 
@@ -19,9 +22,13 @@ Backend& backend_for(const Device& device) {
     case DeviceType::cpu:
       return cpu::backend();
     case DeviceType::cuda:
+#ifdef KILN_WITH_CUDA
+      return cuda::backend(device.index);
+#else
       KILN_FAIL(BackendUnavailable, "device ", device,
-                ": this build of kiln has no CUDA backend (it arrives with the CUDA backend; "
-                "use --device cpu)");
+                ": this build of kiln has no CUDA backend (configure with the CUDA toolkit and "
+                "KILN_CUDA=ON; or use --device cpu)");
+#endif
     case DeviceType::vulkan:
       KILN_FAIL(BackendUnavailable, "device ", device,
                 ": this build of kiln has no Vulkan backend (it arrives with the Vulkan backend; "

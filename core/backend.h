@@ -157,7 +157,8 @@ class Backend {
   virtual void fill(const TensorRef& out, double value) = 0;  // out may be strided (a view)
   virtual void arange(const TensorRef& out, double start, double step) = 0;
   // out[i] = src[i] with any strides on both sides and conversion between dtypes
-  // (floating to integer truncates toward zero, as a C++ cast does).
+  // (floating to integer truncates toward zero to 64 bits, then wraps to the target's width:
+  // -4.0 -> u8 252, as in PyTorch).
   virtual void copy(const TensorRef& src, const TensorRef& out) = 0;
   // Philox4x32-10 draws keyed by (seed, offset); see core/philox.h for the exact stream.
   virtual void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) = 0;

@@ -292,6 +292,19 @@ void CpuBackend::arange(const TensorRef& out, double start, double step) {
   });
 }
 
+namespace {
+// A value of dtype S as dtype O. Floating to integer truncates toward zero to 64 bits and then
+// wraps to O's width, as PyTorch does (-4.0 -> u8 252), so every backend agrees where a plain C++
+// cast would be undefined; out-of-range values beyond 64 bits stay undefined.
+template <class O, class S>
+O convert(S v) {
+  if constexpr (std::is_floating_point_v<S> && std::is_integral_v<O>)
+    return static_cast<O>(static_cast<int64_t>(v));
+  else
+    return static_cast<O>(v);
+}
+}  // namespace
+
 void CpuBackend::copy(const TensorRef& src, const TensorRef& out) {
   KILN_CHECK(src.numel() == out.numel(), ShapeError, "cpu copy: src ", src.shape, " has ",
              src.numel(), " elements but out ", out.shape, " has ", out.numel());
@@ -313,7 +326,7 @@ void CpuBackend::copy(const TensorRef& src, const TensorRef& out) {
     visit_dtype(o.dtype, [&](auto out_tag) {
       using S = decltype(src_tag);
       using O = decltype(out_tag);
-      map1<O, S>(o, s, [](S v) { return static_cast<O>(v); });  // float -> int truncates
+      map1<O, S>(o, s, [](S v) { return convert<O>(v); });
     });
   });
 }

@@ -1,0 +1,87 @@
+// The CUDA backend: tensors resident on one GPU, kernels written by hand (cuBLAS and cuDNN appear
+// only in tests and benches). One stream per device; memory from the stream-ordered allocator
+// (cudaMallocAsync on the device's pool, with a release threshold high enough that freed blocks
+// stay cached); host reads are the only synchronisation points.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/backend.h"
+
+namespace kiln::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  std::string_view name() const override { return "cuda"; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // runtime.cu
+  void* allocate(size_t bytes) override;
+  void deallocate(void* buffer) noexcept override;
+  void write(void* buffer, size_t byte_offset, const void* host, size_t bytes) override;
+  void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) override;
+  void synchronize() override;
+
+  // elementwise.cu
+  void fill(const TensorRef& out, double value) override;
+  void arange(const TensorRef& out, double start, double step) override;
+  void copy(const TensorRef& src, const TensorRef& out) override;
+  void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) override;
+  void unary_backward(UnaryOp op, const TensorRef& x, const TensorRef& grad, const TensorRef& out,
+                      double alpha) override;
+  void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
+
+  // random.cu
+  void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
+  void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
+
+  // pending.cu: the kernel families still to be written; each throws BackendUnavailable naming it
+  void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
+  void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
+  void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;
+  void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
+  void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
+                     double label_smoothing) override;
+  void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
+                              const TensorRef& grad_losses, const TensorRef& grad_logits,
+                              double label_smoothing) override;
+  void one_hot(const TensorRef& indices, const TensorRef& out) override;
+  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p) override;
+  void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
+              const Conv2dParams& p) override;
+  void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
+                             const Conv2dParams& p) override;
+  void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                              const Conv2dParams& p) override;
+  void max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices,
+                  const Pool2dParams& p) override;
+  void max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& grad_x,
+                           const Pool2dParams& p) override;
+  void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) override;
+  void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x, const Pool2dParams& p) override;
+  void sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                std::span<const TensorRef> momentum_buffers, const SgdStep& hyper) override;
+  void adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                 std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
+                 std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& hyper) override;
+  void adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                     std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
+                     const AdadeltaStep& hyper) override;
+  void rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                    std::span<const TensorRef> square_avgs, std::span<const TensorRef> momentum_buffers,
+                    std::span<const TensorRef> grad_avgs, const RmspropStep& hyper) override;
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cudaMemPool_t pool_ = nullptr;
+};
+
+// The backend of GPU `index`, created on first use. Throws BackendUnavailable when there is no
+// such device (or no usable driver), with the CUDA runtime's reason.
+CudaBackend& backend(int index);
+
+}  // namespace kiln::cuda

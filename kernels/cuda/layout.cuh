@@ -1,0 +1,53 @@
+// How a kernel walks a strided tensor: element i of a row-major index space maps to an offset.
+// Inputs that are broadcast to the output's shape carry stride 0 along repeated dimensions.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend.h"
+#include "core/error.h"
+
+namespace kiln::cuda {
+
+constexpr int kMaxDims = 8;
+
+struct Layout {
+  int rank = 0;
+  bool contiguous = true;  // offset + i: the fast path
+  int64_t offset = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+
+  __device__ int64_t at(int64_t i) const {
+    if (contiguous) return offset + i;
+    int64_t off = offset;
+    for (int d = rank - 1; d >= 0; --d) {
+      off += (i % sizes[d]) * strides[d];
+      i /= sizes[d];
+    }
+    return off;
+  }
+};
+
+inline Layout layout_of(const TensorRef& t, const char* op) {
+  KILN_CHECK(t.shape.rank() <= kMaxDims, ShapeError, "cuda ", op, ": tensors of rank ", t.shape.rank(),
+             " exceed the ", kMaxDims, " dimensions the elementwise kernels walk");
+  Layout l;
+  l.rank = static_cast<int>(t.shape.rank());
+  l.offset = t.offset;
+  l.contiguous = t.is_contiguous();
+  for (int d = 0; d < l.rank; ++d) {
+    l.sizes[d] = t.shape[static_cast<size_t>(d)];
+    l.strides[d] = t.strides[static_cast<size_t>(d)];
+  }
+  return l;
+}
+
+// One thread per element, in a grid-stride loop so any size fits the grid.
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
+}
+
+}  // namespace kiln::cuda

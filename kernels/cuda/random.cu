@@ -1,0 +1,74 @@
+// Random draws on the GPU: the Philox4x32-10 stream of core/philox.h, exactly as the CPU draws
+// it. One thread computes one Philox block (four elements): element i of a draw is a pure
+// function of (seed, offset, i), so no state is shared between threads, and a draw of the same
+// seed and offset gives the CPU's numbers (uniform: the same bits; normal: up to the last bits
+// of the math library's log, sin and cos).
+#include <cstdint>
+
+#include "core/philox.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/layout.cuh"
+
+namespace kiln::cuda {
+
+namespace {
+
+template <class T>
+__global__ void uniform_kernel(T* out, int64_t n, double low, double high, uint64_t seed, uint64_t offset) {
+  int64_t blocks = (n + 3) / 4;
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks; b += int64_t{gridDim.x} * blockDim.x) {
+    philox::Block words = philox::block(seed, offset + static_cast<uint64_t>(b));
+    for (int r = 0; r < 4 && 4 * b + r < n; ++r)
+      out[4 * b + r] = static_cast<T>(low + (high - low) * static_cast<double>(philox::to_unit(words[r])));
+  }
+}
+
+template <class T>
+__global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, uint64_t seed, uint64_t offset) {
+  int64_t blocks = (n + 3) / 4;
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks; b += int64_t{gridDim.x} * blockDim.x) {
+    philox::Block words = philox::block(seed, offset + static_cast<uint64_t>(b));
+    // Box-Muller on the block's two pairs of uniforms; an odd n drops the last sine.
+    for (int pair = 0; pair < 2; ++pair) {
+      int64_t i = 4 * b + 2 * pair;
+      if (i >= n) break;
+      double r = sqrt(-2.0 * log(static_cast<double>(philox::to_unit(words[2 * pair]))));
+      double theta = 2.0 * 3.14159265358979323846 * static_cast<double>(philox::to_unit(words[2 * pair + 1]));
+      out[i] = static_cast<T>(mean + stddev * r * cos(theta));
+      if (i + 1 < n) out[i + 1] = static_cast<T>(mean + stddev * r * sin(theta));
+    }
+  }
+}
+
+template <class Fn>
+void visit_floating(const TensorRef& out, const char* op, Fn&& fn) {
+  KILN_CHECK(out.is_contiguous(), ValueError, "cuda ", op, ": writes a contiguous tensor");
+  if (out.dtype == DType::f32) return fn(float{});
+  if (out.dtype == DType::f64) return fn(double{});
+  KILN_FAIL(DTypeError, "cuda backend: ", op, " does not take ", out.dtype, " (random draws are f32 or f64)");
+}
+
+}  // namespace
+
+void CudaBackend::uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) {
+  int64_t n = out.numel();
+  if (n == 0) return;
+  visit_floating(out, "uniform", [&](auto tag) {
+    using T = decltype(tag);
+    uniform_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(out.data<T>(), n, low, high, seed, offset);
+  });
+  KILN_CUDA_LAUNCH_CHECK("uniform");
+}
+
+void CudaBackend::normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) {
+  int64_t n = out.numel();
+  if (n == 0) return;
+  visit_floating(out, "normal", [&](auto tag) {
+    using T = decltype(tag);
+    normal_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(out.data<T>(), n, mean, stddev, seed, offset);
+  });
+  KILN_CUDA_LAUNCH_CHECK("normal");
+}
+
+}  // namespace kiln::cuda

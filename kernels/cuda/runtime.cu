@@ -1,0 +1,86 @@
+// The CUDA runtime of kiln: device selection, one stream per device, the stream-ordered memory
+// pool, and copies to and from the host.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace kiln::cuda {
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  KILN_CUDA_CHECK(cudaSetDevice(device_));
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Freed blocks go back to the pool, not to the driver: with an unbounded release threshold a
+  // training step's allocations are served from cache after the first step, and stay legal
+  // inside a captured CUDA graph.
+  KILN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool_, device_));
+  uint64_t threshold = UINT64_MAX;
+  KILN_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+
+CudaBackend::~CudaBackend() {
+  // Destructors log, never throw: the process is ending or the device is already gone.
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void* CudaBackend::allocate(size_t bytes) {
+  KILN_CUDA_CHECK(cudaSetDevice(device_));
+  void* p = nullptr;
+  cudaError_t err = cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, stream_);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky error before asking for the numbers
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    KILN_FAIL(OutOfMemory, "cuda:", device_, ": out of memory allocating ", bytes, " bytes (",
+              free, " bytes free of ", total, ")");
+  }
+  KILN_CUDA_CHECK(err);
+  return p;
+}
+
+void CudaBackend::deallocate(void* buffer) noexcept {
+  if (buffer) cudaFreeAsync(buffer, stream_);
+}
+
+void CudaBackend::write(void* buffer, size_t byte_offset, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  // Pageable host memory: the copy is staged by the driver and has returned once the source may
+  // be reused, so the caller's buffer can go right after.
+  KILN_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(buffer) + byte_offset, host, bytes,
+                                  cudaMemcpyHostToDevice, stream_));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::read(const void* buffer, size_t byte_offset, void* host, size_t bytes) {
+  if (bytes == 0) return;
+  KILN_CUDA_CHECK(cudaMemcpyAsync(host, static_cast<const char*>(buffer) + byte_offset, bytes,
+                                  cudaMemcpyDeviceToHost, stream_));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::synchronize() { KILN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+CudaBackend& backend(int index) {
+  static std::mutex mutex;
+  // Never destroyed: tensors freed during static destruction still return their memory here.
+  static auto& backends = *new std::vector<std::unique_ptr<CudaBackend>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    KILN_FAIL(BackendUnavailable, "device cuda:", index, ": no usable CUDA device (",
+              cudaGetErrorString(err), ")");
+  }
+  KILN_CHECK(index >= 0 && index < count, BackendUnavailable, "device cuda:", index, ": this machine has ",
+             count, " CUDA device", count == 1 ? "" : "s");
+  if (backends.size() < static_cast<size_t>(count)) backends.resize(static_cast<size_t>(count));
+  auto& slot = backends[static_cast<size_t>(index)];
+  if (!slot) slot = std::make_unique<CudaBackend>(index);
+  return *slot;
+}
+
+}  // namespace kiln::cuda
