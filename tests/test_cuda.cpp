@@ -204,3 +204,35 @@ TEST_CASE("device errors: out of memory names the numbers, a missing kernel name
   CHECK_THROWS_AS((void)zeros({1}, Device::cuda(1000)), BackendUnavailable);
   CHECK_THROWS_AS(x + ones({4, 4}), DeviceError);
 }
+
+TEST_CASE("reductions over any axes match the CPU, NaN and ties included") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    Shape s = random_shape(rng);
+    // A random non-empty subset of axes (or all of them).
+    std::vector<int64_t> axes;
+    for (int64_t a = 0; a < s.rank(); ++a)
+      if (std::uniform_int_distribution<int>(0, 1)(rng)) axes.push_back(a);
+    bool keepdim = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+    for (DType t : {DType::f32, DType::f64, DType::i32}) {
+      Tensor cpu = (uniform(s, -50, 50) * (t == DType::i32 ? 1.0 : 0.1)).to(t);
+      if (t == DType::f32) cpu = (cpu * 4.0).to(DType::i32).to(DType::f32);  // ties, to test the first-index rule
+      Tensor gpu = cpu.to(kCuda);
+      std::string what = s.str() + " " + std::string(dtype_name(t)) + (keepdim ? " keepdim" : "");
+      double tol = t == DType::f64 ? 1e-12 : 1e-5;
+      check_close(sum(gpu, axes, keepdim), sum(cpu, axes, keepdim), tol, tol, "sum " + what);
+      if (t != DType::i32) check_close(mean(gpu, axes, keepdim), mean(cpu, axes, keepdim), tol, tol, "mean " + what);
+      check_close(max(gpu, axes, keepdim), max(cpu, axes, keepdim), 0, 0, "max " + what);
+      check_close(min(gpu, axes, keepdim), min(cpu, axes, keepdim), 0, 0, "min " + what);
+      int64_t axis = std::uniform_int_distribution<int64_t>(0, s.rank() - 1)(rng);
+      check_close(argmax(gpu, axis, keepdim), argmax(cpu, axis, keepdim), 0, 0, "argmax " + what);
+      check_close(argmin(gpu, axis, keepdim), argmin(cpu, axis, keepdim), 0, 0, "argmin " + what);
+    }
+  }
+  Tensor with_nan = from_vector<float>({1, NAN, 3, NAN, 2, 5}, {2, 3});
+  check_close(max(with_nan.to(kCuda), {1}), max(with_nan, {1}), 0, 0, "max with NaN");
+  check_close(argmax(with_nan.to(kCuda), 1), argmax(with_nan, 1), 0, 0, "argmax with NaN");
+  Tensor big = uniform({3000000}, -1, 1, DType::f64);  // one long row: the block-per-row version
+  check_close(sum(big.to(kCuda)), sum(big), 1e-10, 1e-10, "sum of 3M");
+}

@@ -38,17 +38,19 @@ class CudaBackend final : public Backend {
   void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
   void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
 
-  // pending.cu: the kernel families still to be written; each throws BackendUnavailable naming it
+  // reduce.cu
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
+
+  // pending.cu: the kernel families still to be written; each throws BackendUnavailable naming it
   void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
   void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;
   void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
+  void one_hot(const TensorRef& indices, const TensorRef& out) override;
   void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
                      double label_smoothing) override;
   void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
                               const TensorRef& grad_losses, const TensorRef& grad_logits,
                               double label_smoothing) override;
-  void one_hot(const TensorRef& indices, const TensorRef& out) override;
   void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p) override;
   void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
               const Conv2dParams& p) override;
