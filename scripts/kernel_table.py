@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""Regenerates the kernel-bench tables in kernels/README.md from the JSON of a device run.
+
+    scripts/kernel_table.py out/kernels.json [--readme kernels/README.md]
+
+kernel-bench --json writes the file (scripts/device-run does, on the GPU machine). The tables
+sit between the markers <!-- kernel-bench: begin --> and <!-- kernel-bench: end -->; everything
+between them is replaced, nothing else is touched. One table per family, rows in the order the
+bench ran them. The last column compares each row with its yardstick: GB/s rows with the
+device's copy bandwidth; TFLOP/s rows with the reference of the same family and shape (cuBLAS,
+cuDNN), TF32 versions with the TF32 reference where there is one.
+"""
+import argparse
+import json
+import re
+import sys
+
+BEGIN = "<!-- kernel-bench: begin -->"
+END = "<!-- kernel-bench: end -->"
+
+
+def yardstick(row, rows, copy_gbs):
+    if row["unit"] == "GB/s":
+        return (copy_gbs, "copy") if copy_gbs else (None, None)
+    refs = [r for r in rows if r["reference"] and r["family"] == row["family"] and r["shape"] == row["shape"]
+            and r["unit"] == row["unit"]]
+    if not refs:
+        return None, None
+    if "tf32" in row["version"].lower():
+        tf32 = [r for r in refs if "tf32" in r["version"].lower()]
+        refs = tf32 or refs
+    else:
+        plain = [r for r in refs if "tf32" not in r["version"].lower()]
+        refs = plain or refs
+    return refs[0]["value"], refs[0]["version"]
+
+
+def tables(run):
+    rows = run["results"]
+    copy = next((r for r in rows if r["family"] == "copy"), None)
+    copy_gbs = copy["value"] if copy else None
+    out = [f"Measured {run['date']} on {run['device']} with `kernel-bench` (`scripts/device-run bench`);"
+           f" regenerate with `scripts/kernel_table.py`."]
+    if copy:
+        out.append(f"Device-to-device copy: {copy['value']:.0f} GB/s (bytes read + written).")
+    families = []
+    for r in rows:
+        if r["family"] != "copy" and r["family"] not in families:
+            families.append(r["family"])
+    for family in families:
+        out += ["", f"#### {family}", "", "| version | shape | ms | figure | vs yardstick | note |",
+                "| --- | --- | ---: | ---: | ---: | --- |"]
+        for r in (r for r in rows if r["family"] == family):
+            value, name = yardstick(r, rows, copy_gbs)
+            ratio = f"{100 * r['value'] / value:.0f}% of {name}" if value and not r["reference"] else ""
+            version = f"**{r['version']}**" if r["reference"] else r["version"]
+            out.append(f"| {version} | {r['shape']} | {r['ms']:.4f} | {r['value']:.2f} {r['unit']} | {ratio} |"
+                       f" {r['note']} |")
+    return "\n".join(out)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("json")
+    parser.add_argument("--readme", default="kernels/README.md")
+    args = parser.parse_args()
+    with open(args.json) as f:
+        run = json.load(f)
+    with open(args.readme) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        sys.exit(f"{args.readme}: no {BEGIN} ... {END} markers")
+    text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: f"{BEGIN}\n{tables(run)}\n{END}", text,
+                  flags=re.S)
+    with open(args.readme, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
