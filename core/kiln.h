@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/precision.h"
 #include "core/random.h"
 #include "core/shape.h"
 #include "core/tensor.h"

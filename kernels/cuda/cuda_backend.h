@@ -10,6 +10,20 @@
 
 namespace kiln::cuda {
 
+// A fault a kernel finds in its input but cannot throw: an index outside its range. Kernels
+// record the first one in the backend's fault slot (device memory; see fault.cuh), and the host
+// throws it as a ValueError at the next synchronisation (read or synchronize), naming the op,
+// the index, its position and the range. Checking costs one 24-byte copy per synchronisation and
+// no synchronisation of its own, so a training step keeps running asynchronously.
+enum class FaultOp : int32_t { none, gather, index_add, one_hot, cross_entropy, cross_entropy_backward };
+
+struct DeviceFault {
+  int32_t op = 0;      // a FaultOp; 0 while nothing went wrong
+  int32_t value = 0;   // the offending index
+  int64_t position = 0;
+  int64_t bound = 0;   // the index should have been in [0, bound)
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -24,6 +38,7 @@ class CudaBackend final : public Backend {
   void write(void* buffer, size_t byte_offset, const void* host, size_t bytes) override;
   void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) override;
   void synchronize() override;
+  DeviceFault* fault_slot() const { return fault_; }  // device memory, for kernels to report into
 
   // elementwise.cu
   void fill(const TensorRef& out, double value) override;
@@ -41,29 +56,41 @@ class CudaBackend final : public Backend {
   // reduce.cu
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
 
-  // pending.cu: the kernel families still to be written; each throws BackendUnavailable naming it
+  // softmax.cu
   void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
+
+  // index.cu
   void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;
   void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
   void one_hot(const TensorRef& indices, const TensorRef& out) override;
+
+  // cross_entropy.cu
   void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
                      double label_smoothing) override;
   void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
                               const TensorRef& grad_losses, const TensorRef& grad_logits,
                               double label_smoothing) override;
+
+  // matmul.cu (the versions: matmul/)
   void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p) override;
+
+  // conv2d.cu
   void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
               const Conv2dParams& p) override;
   void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
                              const Conv2dParams& p) override;
   void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                               const Conv2dParams& p) override;
+
+  // pool.cu
   void max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices,
                   const Pool2dParams& p) override;
   void max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& grad_x,
                            const Pool2dParams& p) override;
   void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) override;
   void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x, const Pool2dParams& p) override;
+
+  // optim.cu
   void sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                 std::span<const TensorRef> momentum_buffers, const SgdStep& hyper) override;
   void adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
@@ -80,6 +107,11 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_ = nullptr;
   cudaMemPool_t pool_ = nullptr;
+  DeviceFault* fault_ = nullptr;        // device
+  DeviceFault* fault_host_ = nullptr;   // pinned host copy, refreshed at each synchronisation
+
+  // Waits for the stream, then throws the fault a kernel recorded since the last check, if any.
+  void sync_and_check_fault();
 };
 
 // The backend of GPU `index`, created on first use. Throws BackendUnavailable when there is no

@@ -29,9 +29,6 @@ void visit(DType t, const char* op, Fn&& fn) {
   KILN_FAIL(DTypeError, "cuda ", op, ": unknown dtype");
 }
 
-#define KILN_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
-
 template <class T>
 __global__ void fill_kernel(T* out, Layout lo, int64_t n, T value) {
   KILN_GRID_STRIDE(i, n) out[lo.at(i)] = value;

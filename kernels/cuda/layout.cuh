@@ -50,4 +50,18 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
 }
 
+#define KILN_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
+
+// Calls fn(T{}) with T the C++ type of a floating dtype (f32, f64); other dtypes are refused,
+// naming the op.
+template <class Fn>
+void visit_floating(DType t, const char* op, Fn&& fn) {
+  switch (t) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    default: KILN_FAIL(DTypeError, "cuda backend: ", op, " takes f32 or f64, got ", t);
+  }
+}
+
 }  // namespace kiln::cuda

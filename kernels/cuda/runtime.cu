@@ -19,11 +19,16 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   KILN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool_, device_));
   uint64_t threshold = UINT64_MAX;
   KILN_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+  KILN_CUDA_CHECK(cudaMalloc(&fault_, sizeof(DeviceFault)));
+  KILN_CUDA_CHECK(cudaMemset(fault_, 0, sizeof(DeviceFault)));
+  KILN_CUDA_CHECK(cudaMallocHost(&fault_host_, sizeof(DeviceFault)));
 }
 
 CudaBackend::~CudaBackend() {
   // Destructors log, never throw: the process is ending or the device is already gone.
   if (stream_) cudaStreamDestroy(stream_);
+  if (fault_) cudaFree(fault_);
+  if (fault_host_) cudaFreeHost(fault_host_);
 }
 
 void* CudaBackend::allocate(size_t bytes) {
@@ -51,17 +56,30 @@ void CudaBackend::write(void* buffer, size_t byte_offset, const void* host, size
   // be reused, so the caller's buffer can go right after.
   KILN_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(buffer) + byte_offset, host, bytes,
                                   cudaMemcpyHostToDevice, stream_));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sync_and_check_fault();
 }
 
 void CudaBackend::read(const void* buffer, size_t byte_offset, void* host, size_t bytes) {
   if (bytes == 0) return;
   KILN_CUDA_CHECK(cudaMemcpyAsync(host, static_cast<const char*>(buffer) + byte_offset, bytes,
                                   cudaMemcpyDeviceToHost, stream_));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sync_and_check_fault();
 }
 
-void CudaBackend::synchronize() { KILN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() { sync_and_check_fault(); }
+
+void CudaBackend::sync_and_check_fault() {
+  KILN_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(DeviceFault), cudaMemcpyDeviceToHost, stream_));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (fault_host_->op == 0) return;
+  DeviceFault f = *fault_host_;
+  KILN_CUDA_CHECK(cudaMemsetAsync(fault_, 0, sizeof(DeviceFault), stream_));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  static const char* const names[] = {"?", "gather", "index_add", "one_hot", "cross_entropy", "cross_entropy_backward"};
+  const char* op = f.op > 0 && f.op < 6 ? names[f.op] : "?";
+  KILN_FAIL(ValueError, "cuda ", op, ": index ", f.value, " at position ", f.position, " is outside [0, ",
+            f.bound, ") (found on the device, reported at the next synchronisation)");
+}
 
 CudaBackend& backend(int index) {
   static std::mutex mutex;

@@ -1,0 +1,245 @@
+// kernel-bench --only conv: every conv2d version of kernels/cuda/conv2d.cuh against cuDNN, f32
+// NCHW, forward, backward-input and backward-weight, at the MNIST CNN's two layers (batch 64 and
+// 512) and one large layer. cuDNN runs with CUDNN_FMA_MATH (plain FP32 FMA: no TF32, which cuDNN
+// would otherwise allow for conv), each pass with the fastest algorithm that
+// cudnnFind*AlgorithmEx measures, given a 256 MiB workspace. Each kiln version is first checked
+// against cuDNN's result (max error relative to the largest |value|; over 1e-3 is reported as
+// wrong and not timed). No bias in the timings: cuDNN's convolution has none. TFLOP/s counts
+// 2*N*O*OH*OW*C/G*KH*KW flops for each of the three passes.
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "apps/bench/kernel_bench.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/conv2d.cuh"
+
+#define KILN_CUDNN_CHECK(call)                                                                    \
+  do {                                                                                            \
+    cudnnStatus_t kiln_status_ = (call);                                                          \
+    if (kiln_status_ != CUDNN_STATUS_SUCCESS)                                                     \
+      throw std::runtime_error(std::string("cuDNN call ") + #call + " failed: " +                \
+                               cudnnGetErrorString(kiln_status_) + " (" __FILE__ ":" +            \
+                               std::to_string(__LINE__) + ")");                                   \
+  } while (0)
+
+namespace kiln::bench {
+
+namespace {
+
+namespace cv = kiln::cuda::conv2d;
+
+struct ConvShape {
+  const char* layer;
+  int64_t n, c, h, w, o, k, pad;
+};
+
+std::string shape_str(const ConvShape& s) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld]%s", s.layer,
+                static_cast<long long>(s.n), static_cast<long long>(s.c), static_cast<long long>(s.h),
+                static_cast<long long>(s.w), static_cast<long long>(s.o), static_cast<long long>(s.c),
+                static_cast<long long>(s.k), static_cast<long long>(s.k), s.pad ? " pad 1" : "");
+  return buf;
+}
+
+// Max |a - b| over max |b|, both on the device.
+double rel_err(const float* a, const float* b, int64_t n) {
+  std::vector<float> ha(static_cast<size_t>(n)), hb(static_cast<size_t>(n));
+  KILN_CUDA_CHECK(cudaMemcpy(ha.data(), a, sizeof(float) * ha.size(), cudaMemcpyDeviceToHost));
+  KILN_CUDA_CHECK(cudaMemcpy(hb.data(), b, sizeof(float) * hb.size(), cudaMemcpyDeviceToHost));
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < ha.size(); ++i) {
+    const double d = std::abs(static_cast<double>(ha[i]) - hb[i]);
+    err = std::isnan(d) ? INFINITY : std::max(err, d);
+    scale = std::max(scale, std::abs(static_cast<double>(hb[i])));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+std::string fmt_err(double e) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "max rel err %.1e", e);
+  return buf;
+}
+
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH: return "default math";
+    case CUDNN_TENSOR_OP_MATH: return "tensor-op math";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor-op math (conversion)";
+    case CUDNN_FMA_MATH: return "FMA math";
+  }
+  return "?";
+}
+
+// The cuDNN objects for one shape.
+struct Cudnn {
+  cudnnHandle_t handle = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  Cudnn(const ConvShape& s, int64_t oh, int64_t ow, cudaStream_t stream) {
+    KILN_CUDNN_CHECK(cudnnCreate(&handle));
+    KILN_CUDNN_CHECK(cudnnSetStream(handle, stream));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    auto i = [](int64_t v) { return static_cast<int>(v); };
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.c), i(s.h), i(s.w)));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.o), i(oh), i(ow)));
+    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(s.o), i(s.c), i(s.k), i(s.k)));
+    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, i(s.pad), i(s.pad), 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                     CUDNN_DATA_FLOAT));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+  }
+  ~Cudnn() {
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroy(handle);
+  }
+  Cudnn(const Cudnn&) = delete;
+  Cudnn& operator=(const Cudnn&) = delete;
+};
+
+// The first successful result of a Find call (they come sorted by time).
+template <class Perf>
+const Perf& best(const Perf* perf, int count, const char* what) {
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i];
+  throw std::runtime_error(std::string("cuDNN found no ") + what + " algorithm");
+}
+
+template <class Perf>
+std::string algo_note(const Perf& p) {
+  return "algo " + std::to_string(static_cast<int>(p.algo)) + ", " + math_name(p.mathType) + ", workspace " +
+         std::to_string(p.memory >> 10) + " KiB";
+}
+
+void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t workspace_bytes) {
+  cudaStream_t stream = bench.stream();
+  cv::Geometry g;
+  g.n = s.n, g.c = s.c, g.h = s.h, g.w = s.w, g.o = s.o, g.kh = s.k, g.kw = s.k;
+  g.pad_h = g.pad_w = s.pad;
+  g.oh = s.h + 2 * s.pad - s.k + 1, g.ow = s.w + 2 * s.pad - s.k + 1;
+  const int64_t nx = s.n * s.c * s.h * s.w, nw = s.o * s.c * s.k * s.k, ny = s.n * s.o * g.oh * g.ow;
+  const double flops = 2.0 * static_cast<double>(ny) * static_cast<double>(s.c * s.k * s.k);
+  const std::string shape = shape_str(s);
+
+  float* x = bench.random_floats(nx, 1);
+  float* w = bench.random_floats(nw, 2);
+  float* gy = bench.random_floats(ny, 3);
+  auto buffer = [&](int64_t n) { return static_cast<float*>(bench.device_bytes(sizeof(float) * static_cast<size_t>(n))); };
+  float* y_ref = buffer(ny);
+  float* y = buffer(ny);
+  float* gx_ref = buffer(nx);
+  float* gx = buffer(nx);
+  float* gw_ref = buffer(nw);
+  float* gw = buffer(nw);
+  float* kiln_ws = buffer(std::max<int64_t>(1, cv::backward_weight_workspace(g)));
+
+  Cudnn dnn(s, g.oh, g.ow, stream);
+  const float one = 1, zero = 0;
+  auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+  // Checks a kiln version's output against cuDNN's, then times it (or reports it wrong).
+  auto kiln_version = [&](const std::string& version, const std::function<void()>& fn, const float* out,
+                          const float* ref, int64_t n) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(out), 0xff, sizeof(float) * static_cast<size_t>(n), stream));
+    fn();
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double err = rel_err(out, ref, n);
+    if (!(err <= 1e-3)) {
+      bench.record({"conv2d", version, shape, 0, 0, "TFLOP/s", false, "wrong: " + fmt_err(err) + "; not timed"});
+      return;
+    }
+    const double ms = bench.time_ms(fn);
+    bench.record({"conv2d", version, shape, ms, tflops(ms), "TFLOP/s", false, fmt_err(err)});
+  };
+
+  // ---- forward ----
+  {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int count = 0;
+    KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(dnn.handle, dnn.x, x, dnn.w, w, dnn.conv, dnn.y, y_ref,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf,
+                                                            workspace, workspace_bytes));
+    const auto& p = best(perf, count, "forward");
+    auto ref = [&] {
+      KILN_CUDNN_CHECK(cudnnConvolutionForward(dnn.handle, &one, dnn.x, x, dnn.w, w, dnn.conv, p.algo, workspace,
+                                               p.memory, &zero, dnn.y, y_ref));
+    };
+    ref();
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double ms = bench.time_ms(ref);
+    bench.record({"conv2d", "fwd cuDNN", shape, ms, tflops(ms), "TFLOP/s", true, algo_note(p)});
+    kiln_version("fwd 1 direct", [&] { cv::forward_direct<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
+    kiln_version("fwd 2 implicit GEMM", [&] { cv::forward_implicit_gemm<float>(x, w, nullptr, y, g, stream); }, y,
+                 y_ref, ny);
+  }
+
+  // ---- backward input ----
+  {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(dnn.handle, dnn.w, w, dnn.y, gy, dnn.conv, dnn.x,
+                                                                 gx_ref, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                                 &count, perf, workspace, workspace_bytes));
+    const auto& p = best(perf, count, "backward-data");
+    auto ref = [&] {
+      KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(dnn.handle, &one, dnn.w, w, dnn.y, gy, dnn.conv, p.algo,
+                                                    workspace, p.memory, &zero, dnn.x, gx_ref));
+    };
+    ref();
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double ms = bench.time_ms(ref);
+    bench.record({"conv2d", "bwd-input cuDNN", shape, ms, tflops(ms), "TFLOP/s", true, algo_note(p)});
+    kiln_version("bwd-input 1 direct", [&] { cv::backward_input_direct<float>(gy, w, gx, g, stream); }, gx, gx_ref,
+                 nx);
+    kiln_version("bwd-input 2 implicit GEMM",
+                 [&] { cv::backward_input_implicit_gemm<float>(gy, w, gx, g, stream); }, gx, gx_ref, nx);
+  }
+
+  // ---- backward weight ----
+  {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int count = 0;
+    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(dnn.handle, dnn.x, x, dnn.y, gy, dnn.conv, dnn.w,
+                                                                   gw_ref, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                                   &count, perf, workspace, workspace_bytes));
+    const auto& p = best(perf, count, "backward-filter");
+    auto ref = [&] {
+      KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dnn.handle, &one, dnn.x, x, dnn.y, gy, dnn.conv, p.algo,
+                                                      workspace, p.memory, &zero, dnn.w, gw_ref));
+    };
+    ref();
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double ms = bench.time_ms(ref);
+    bench.record({"conv2d", "bwd-weight cuDNN", shape, ms, tflops(ms), "TFLOP/s", true, algo_note(p)});
+    kiln_version("bwd-weight implicit GEMM split-K",
+                 [&] { cv::backward_weight_implicit_gemm<float>(x, gy, gw, kiln_ws, g, stream); }, gw, gw_ref, nw);
+  }
+}
+
+}  // namespace
+
+void bench_conv(Bench& bench) {
+  std::vector<ConvShape> shapes = {{"conv1", 64, 1, 28, 28, 32, 3, 0}, {"conv2", 64, 32, 26, 26, 64, 3, 0}};
+  if (!bench.quick()) {
+    shapes.push_back({"conv1", 512, 1, 28, 28, 32, 3, 0});
+    shapes.push_back({"conv2", 512, 32, 26, 26, 64, 3, 0});
+    shapes.push_back({"large", 64, 128, 56, 56, 128, 3, 1});
+  }
+  const size_t workspace_bytes = size_t{256} << 20;
+  void* workspace = bench.device_bytes(workspace_bytes);
+  for (const ConvShape& s : shapes) bench_shape(bench, s, workspace, workspace_bytes);
+}
+
+}  // namespace kiln::bench

@@ -1,0 +1,142 @@
+// kernel-bench --only matmul: every version of the CUDA matmul ladder (kernels/cuda/matmul/), the
+// production path (CudaBackend::matmul, FP32 and with allow_tf32), cuBLAS SGEMM (FP32) and cuBLAS
+// with TF32 tensor cores, in TFLOP/s (2 m n k flops per product), on C = A B with A, B row-major.
+// Each version is first checked against cuBLAS FP32: its note gives the largest error relative to
+// max|C|; a version beyond its tolerance (1e-4 FP32, 1e-2 TF32) is reported and not timed.
+// 01 and 02 run only up to 2048^3: at 4096^3 they take seconds per call.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "apps/bench/kernel_bench.h"
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/precision.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/matmul/matmul.cuh"
+
+#define KILN_CUBLAS_CHECK(call)                                                                        \
+  do {                                                                                                 \
+    cublasStatus_t kiln_status_ = (call);                                                              \
+    KILN_CHECK(kiln_status_ == CUBLAS_STATUS_SUCCESS, ::kiln::Error, "cuBLAS call ", #call, " failed: ", \
+               static_cast<int>(kiln_status_));                                                        \
+  } while (0)
+
+namespace kiln::bench {
+
+namespace {
+
+struct Mnk {
+  int64_t m, n, k;
+};
+
+std::vector<float> to_host(const float* device, int64_t count, cudaStream_t stream) {
+  std::vector<float> host(static_cast<size_t>(count));
+  KILN_CUDA_CHECK(cudaMemcpyAsync(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host;
+}
+
+// max |got - want| / max |want|: the error on the scale of the result.
+double max_rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    err = std::isnan(d) ? INFINITY : std::max(err, d);
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1e", v);
+  return buf;
+}
+
+TensorRef matrix_ref(const float* data, int64_t rows, int64_t cols) {
+  TensorRef r;
+  r.buffer = const_cast<float*>(data);
+  r.shape = Shape{rows, cols};
+  r.strides = Strides{cols, 1};
+  r.dtype = DType::f32;
+  return r;
+}
+
+}  // namespace
+
+void bench_matmul(Bench& bench) {
+  const std::vector<Mnk> shapes = bench.quick()
+                                      ? std::vector<Mnk>{{4096, 4096, 4096}, {64, 128, 784}}
+                                      : std::vector<Mnk>{{4096, 4096, 4096}, {2048, 2048, 2048}, {1024, 1024, 1024},
+                                                         {64, 128, 784}, {64, 10, 128}, {784, 128, 64}};
+  const cudaStream_t stream = bench.stream();
+  cublasHandle_t handle;
+  KILN_CUBLAS_CHECK(cublasCreate(&handle));
+  KILN_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  cuda::CudaBackend& backend = cuda::backend(0);
+
+  for (const Mnk& s : shapes) {
+    const std::string shape = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+    const float* A = bench.random_floats(s.m * s.k, 1);
+    const float* B = bench.random_floats(s.k * s.n, 2);
+    auto* C = static_cast<float*>(bench.device_bytes(static_cast<size_t>(s.m * s.n) * sizeof(float)));
+    MatmulParams p;
+    p.m = s.m, p.n = s.n, p.k = s.k;
+    p.lda = s.k, p.ldb = s.n;
+
+    // cuBLAS is column-major: row-major C = A B is column-major C^T = B^T A^T, so pass B first.
+    const float one = 1, zero = 0;
+    auto cublas = [&](cublasMath_t mode) {
+      return [&, mode] {
+        KILN_CUBLAS_CHECK(cublasSetMathMode(handle, mode));
+        KILN_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(s.m),
+                                      static_cast<int>(s.k), &one, B, static_cast<int>(s.n), A,
+                                      static_cast<int>(s.k), &zero, C, static_cast<int>(s.n)));
+      };
+    };
+    auto fp32 = cublas(CUBLAS_DEFAULT_MATH);
+    fp32();
+    const std::vector<float> want = to_host(C, s.m * s.n, stream);
+
+    // Checks fn's result against cuBLAS FP32, then times it (or reports it wrong).
+    auto run = [&](const std::string& version, bool tf32, bool reference, const std::function<void()>& fn) {
+      KILN_CUDA_CHECK(cudaMemsetAsync(C, 0, static_cast<size_t>(s.m * s.n) * sizeof(float), stream));
+      fn();
+      const double err = max_rel_err(to_host(C, s.m * s.n, stream), want);
+      const double tol = tf32 ? 1e-2 : 1e-4;
+      if (!(err <= tol)) {
+        bench.record({"matmul", version, shape, 0, 0, "TFLOP/s", reference,
+                      "wrong: max rel err " + sci(err) + " > " + sci(tol) + ", not timed"});
+        return;
+      }
+      const double ms = bench.time_ms(fn);
+      bench.record({"matmul", version, shape, ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s", reference,
+                    "max rel err " + sci(err)});
+    };
+
+    run("cuBLAS SGEMM", false, true, fp32);
+    run("cuBLAS TF32", true, true, cublas(CUBLAS_TF32_TENSOR_OP_MATH));
+    for (const auto& v : cuda::matmul::versions()) {
+      const bool slow = std::string(v.name) == "01_naive" || std::string(v.name) == "02_coalesced";
+      if (slow && flops > 2.0 * 2048.0 * 2048.0 * 2048.0) continue;
+      run(v.name, v.tf32, false, [&, fn = v.run] { fn(p, A, B, C, stream); });
+    }
+    const TensorRef ra = matrix_ref(A, s.m, s.k), rb = matrix_ref(B, s.k, s.n), rc = matrix_ref(C, s.m, s.n);
+    // The production path runs on the backend's stream, which is the bench's stream.
+    run("production (FP32)", false, false, [&] { backend.matmul(ra, rb, rc, p); });
+    set_allow_tf32(true);
+    run("production (TF32)", true, false, [&] { backend.matmul(ra, rb, rc, p); });
+    set_allow_tf32(false);
+  }
+  KILN_CUBLAS_CHECK(cublasDestroy(handle));
+}
+
+}  // namespace kiln::bench

@@ -1,0 +1,269 @@
+// kernel-bench --only softmax: the memory-bound kernels against the device's copy bandwidth.
+//   softmax forward (f32): every version of kernels/cuda/softmax.cuh and the production path, on
+//     [4096, 32768] (long rows), [8192, 1024] (the warp/block boundary), [65536, 10] (MNIST's
+//     logits: many short rows), and [64, 1024, 256] over the middle axis (the column version);
+//   cross-entropy forward and backward (f32), both versions, on [65536, 10] and [8192, 32000];
+//   sum reductions through CudaBackend::reduce over the last axis of [8192, 8192] and over the
+//     middle axis of [64, 4096, 256].
+// Each row reports GB/s = (bytes read + bytes written) / time and its share of the copy
+// bandwidth (the bench's reference row). Every version is first checked against a double
+// precision host computation on sampled rows; a wrong one is reported and not timed.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "apps/bench/kernel_bench.h"
+#include "core/backend.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/softmax.cuh"
+
+namespace kiln::bench {
+
+namespace {
+
+namespace v = kiln::cuda::softmax;
+
+constexpr int kSamples = 64;  // slices checked on the host per version
+
+std::vector<float> to_host(const float* device, int64_t n, cudaStream_t stream) {
+  std::vector<float> h(static_cast<size_t>(n));
+  KILN_CUDA_CHECK(cudaMemcpyAsync(h.data(), device, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return h;
+}
+
+std::string shape_of(std::initializer_list<int64_t> dims) {
+  std::string s = "[";
+  for (int64_t d : dims) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
+  return s + "]";
+}
+
+// Records a timed run: GB/s from the bytes moved, with its share of the copy bandwidth.
+void record(Bench& bench, const std::string& family, const std::string& version, const std::string& shape,
+            double bytes, const std::function<void()>& fn, const std::string& check_note) {
+  double ms = bench.time_ms(fn);
+  double gbs = bytes / (ms * 1e-3) / 1e9;
+  char note[160];
+  std::snprintf(note, sizeof note, "%.0f%% of copy; %s", 100.0 * gbs / bench.copy_gbs(), check_note.c_str());
+  bench.record({family, version, shape, ms, gbs, "GB/s", false, note});
+}
+
+void record_wrong(Bench& bench, const std::string& family, const std::string& version, const std::string& shape,
+                  const std::string& why) {
+  bench.record({family, version, shape, 0, 0, "GB/s", false, "wrong: " + why});
+}
+
+// Compares got against want (host, double) element by element; empty when within tolerance.
+std::string compare(const std::vector<double>& want, const float* got, double* max_err) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    *max_err = std::max(*max_err, err / std::max(std::abs(want[i]), 1e-6));
+    if (!(err <= 1e-6 + 1e-4 * std::abs(want[i]))) {
+      char s[128];
+      std::snprintf(s, sizeof s, "element %zu is %g (want %g)", i, static_cast<double>(got[i]), want[i]);
+      return s;
+    }
+  }
+  return "";
+}
+
+std::string max_err_note(double err) {
+  char s[64];
+  std::snprintf(s, sizeof s, "max rel err %.1e", err);
+  return s;
+}
+
+// softmax of [outer, n, inner] over n, one (o, i) slice, in double on the host.
+std::vector<double> host_softmax(const std::vector<float>& x, int64_t o, int64_t i, int64_t n, int64_t inner) {
+  std::vector<double> out(static_cast<size_t>(n));
+  double m = -INFINITY, s = 0;
+  auto at = [&](int64_t k) { return static_cast<double>(x[static_cast<size_t>((o * n + k) * inner + i)]); };
+  for (int64_t k = 0; k < n; ++k) m = std::max(m, at(k));
+  for (int64_t k = 0; k < n; ++k) s += std::exp(at(k) - m);
+  for (int64_t k = 0; k < n; ++k) out[static_cast<size_t>(k)] = std::exp(at(k) - m) / s;
+  return out;
+}
+
+void bench_softmax_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) {
+  cudaStream_t stream = bench.stream();
+  const int64_t numel = outer * n * inner;
+  const std::string shape = inner == 1 ? shape_of({outer, n}) : shape_of({outer, n, inner}) + " axis 1";
+  float* x = bench.random_floats(numel, 7);
+  auto* out = static_cast<float*>(bench.device_bytes(static_cast<size_t>(numel) * sizeof(float)));
+  // logits of magnitude 10 instead of 1, so that the rows are not nearly uniform
+  TensorRef xr;
+  xr.buffer = x;
+  xr.shape = Shape{numel};
+  xr.strides = Strides{1};
+  cuda::backend(0).unary(UnaryOp::mul_scalar, xr, xr, 10.0);
+  const std::vector<float> hx = to_host(x, numel, stream);
+
+  TensorRef in = xr, result = xr;
+  in.shape = result.shape = Shape{outer, n, inner};
+  in.strides = result.strides = contiguous_strides(in.shape);
+  result.buffer = out;
+
+  struct Version {
+    const char* name;
+    std::function<void()> run;
+  };
+  std::vector<Version> versions;
+  if (inner == 1) {
+    versions.push_back({"1 naive (thread per row)", [&] { v::naive(x, out, outer, n, false, stream); }});
+    versions.push_back({"2 warp per row", [&] { v::warp_per_row(x, out, outer, n, false, stream); }});
+    versions.push_back({"3 block per row, online", [&] { v::block_per_row(x, out, outer, n, false, stream); }});
+  }
+  versions.push_back({"4 columns", [&] { v::columns(x, out, outer, n, inner, false, stream); }});
+  versions.push_back({"production (CudaBackend)", [&] { cuda::backend(0).softmax(in, result, false); }});
+
+  std::mt19937 rng(3);
+  for (const Version& version : versions) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(out, 0xff, static_cast<size_t>(numel) * sizeof(float), stream));  // NaNs
+    version.run();
+    const std::vector<float> got = to_host(out, numel, stream);
+    double err = 0;
+    std::string wrong;
+    for (int sample = 0; sample < kSamples && wrong.empty(); ++sample) {
+      int64_t o = std::uniform_int_distribution<int64_t>(0, outer - 1)(rng);
+      int64_t i = std::uniform_int_distribution<int64_t>(0, inner - 1)(rng);
+      std::vector<double> want = host_softmax(hx, o, i, n, inner);
+      std::vector<float> slice(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) slice[static_cast<size_t>(k)] = got[static_cast<size_t>((o * n + k) * inner + i)];
+      wrong = compare(want, slice.data(), &err);
+    }
+    if (!wrong.empty()) record_wrong(bench, "softmax", version.name, shape, wrong);
+    else record(bench, "softmax", version.name, shape, 2.0 * static_cast<double>(numel) * sizeof(float), version.run, max_err_note(err));
+  }
+}
+
+void bench_cross_entropy_shape(Bench& bench, int64_t rows, int64_t classes) {
+  cudaStream_t stream = bench.stream();
+  const int64_t numel = rows * classes;
+  const std::string shape = shape_of({rows, classes});
+  const double s = 0.1;
+  float* x = bench.random_floats(numel, 11);
+  float* grad_losses = bench.random_floats(rows, 12);
+  auto* losses = static_cast<float*>(bench.device_bytes(static_cast<size_t>(rows) * sizeof(float)));
+  auto* grad = static_cast<float*>(bench.device_bytes(static_cast<size_t>(numel) * sizeof(float)));
+  auto* targets = static_cast<int32_t*>(bench.device_bytes(static_cast<size_t>(rows) * sizeof(int32_t)));
+  std::vector<int32_t> ht(static_cast<size_t>(rows));
+  std::mt19937 rng(5);
+  for (auto& t : ht) t = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(classes - 1))(rng);
+  KILN_CUDA_CHECK(cudaMemcpyAsync(targets, ht.data(), ht.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  const std::vector<float> hx = to_host(x, numel, stream), hg = to_host(grad_losses, rows, stream);
+
+  // the host's loss and gradient row in double, as kernels/cpu/cross_entropy.cpp computes them
+  auto host_row = [&](int64_t r, double* loss, std::vector<double>* grad_row) {
+    const float* row = hx.data() + r * classes;
+    double m = -INFINITY, sum = 0, total = 0;
+    for (int64_t c = 0; c < classes; ++c) m = std::max<double>(m, row[c]), total += row[c];
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - m);
+    const double lse = m + std::log(sum);
+    const int32_t t = ht[static_cast<size_t>(r)];
+    *loss = (1 - s) * (lse - row[t]) + s * (lse - total / static_cast<double>(classes));
+    grad_row->resize(static_cast<size_t>(classes));
+    for (int64_t c = 0; c < classes; ++c)
+      (*grad_row)[static_cast<size_t>(c)] =
+          hg[static_cast<size_t>(r)] * (std::exp(row[c] - lse) - ((c == t ? 1 - s : 0) + s / static_cast<double>(classes)));
+  };
+
+  struct Version {
+    const char* name;
+    bool backward;
+    std::function<void()> run;
+  };
+  const Version versions[] = {
+      {"forward, warp per row", false, [&] { v::cross_entropy_warp(x, targets, losses, rows, classes, s, nullptr, stream); }},
+      {"forward, block per row", false, [&] { v::cross_entropy_block(x, targets, losses, rows, classes, s, nullptr, stream); }},
+      {"backward, warp per row", true,
+       [&] { v::cross_entropy_backward_warp(x, targets, grad_losses, grad, rows, classes, s, nullptr, stream); }},
+      {"backward, block per row", true,
+       [&] { v::cross_entropy_backward_block(x, targets, grad_losses, grad, rows, classes, s, nullptr, stream); }},
+  };
+  for (const Version& version : versions) {
+    float* out = version.backward ? grad : losses;
+    const int64_t out_numel = version.backward ? numel : rows;
+    KILN_CUDA_CHECK(cudaMemsetAsync(out, 0xff, static_cast<size_t>(out_numel) * sizeof(float), stream));
+    version.run();
+    const std::vector<float> got = to_host(out, out_numel, stream);
+    double err = 0;
+    std::string wrong;
+    for (int sample = 0; sample < kSamples && wrong.empty(); ++sample) {
+      int64_t r = std::uniform_int_distribution<int64_t>(0, rows - 1)(rng);
+      double loss = 0;
+      std::vector<double> grad_row;
+      host_row(r, &loss, &grad_row);
+      wrong = version.backward ? compare(grad_row, got.data() + r * classes, &err)
+                               : compare({loss}, got.data() + r, &err);
+    }
+    // bytes: logits, targets and the per-sample value in; losses or the gradient out
+    const double bytes = static_cast<double>(numel) * sizeof(float) * (version.backward ? 2 : 1) +
+                         static_cast<double>(rows) * (sizeof(int32_t) + sizeof(float));
+    if (!wrong.empty()) record_wrong(bench, "cross_entropy", version.name, shape, wrong);
+    else record(bench, "cross_entropy", version.name, shape, bytes, version.run, max_err_note(err));
+  }
+}
+
+void bench_reduce_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) {
+  cudaStream_t stream = bench.stream();
+  const int64_t numel = outer * n * inner;
+  const std::string shape = inner == 1 ? shape_of({outer, n}) + " axis 1" : shape_of({outer, n, inner}) + " axis 1";
+  float* x = bench.random_floats(numel, 13);
+  auto* out = static_cast<float*>(bench.device_bytes(static_cast<size_t>(outer * inner) * sizeof(float)));
+  TensorRef in, result;
+  in.buffer = x;
+  in.shape = Shape{outer, n, inner};
+  in.strides = contiguous_strides(in.shape);
+  result.buffer = out;
+  result.shape = Shape{outer, inner};
+  result.strides = contiguous_strides(result.shape);
+  auto run = [&] { cuda::backend(0).reduce(ReduceOp::sum, in, result); };
+  run();
+  const std::vector<float> hx = to_host(x, numel, stream), got = to_host(out, outer * inner, stream);
+  std::mt19937 rng(9);
+  double err = 0;
+  std::string wrong;
+  for (int sample = 0; sample < kSamples && wrong.empty(); ++sample) {
+    int64_t o = std::uniform_int_distribution<int64_t>(0, outer - 1)(rng);
+    int64_t i = std::uniform_int_distribution<int64_t>(0, inner - 1)(rng);
+    double sum = 0;
+    for (int64_t k = 0; k < n; ++k) sum += hx[static_cast<size_t>((o * n + k) * inner + i)];
+    const float g = got[static_cast<size_t>(o * inner + i)];
+    err = std::max(err, std::abs(g - sum));
+    if (!(std::abs(g - sum) <= 1e-4 + 1e-5 * std::abs(sum))) {
+      char s[128];
+      std::snprintf(s, sizeof s, "output (%lld, %lld) is %g (want %g)", static_cast<long long>(o), static_cast<long long>(i),
+                    static_cast<double>(g), sum);
+      wrong = s;
+    }
+  }
+  const double bytes = static_cast<double>(numel + outer * inner) * sizeof(float);
+  char note[64];
+  std::snprintf(note, sizeof note, "max abs err %.1e", err);
+  const char* version = inner == 1 ? "sum, block per row (CudaBackend)" : "sum, thread per column (CudaBackend)";
+  if (!wrong.empty()) record_wrong(bench, "reduce", version, shape, wrong);
+  else record(bench, "reduce", version, shape, bytes, run, note);
+}
+
+}  // namespace
+
+void bench_softmax(Bench& bench) {
+  const bool quick = bench.quick();
+  bench_softmax_shape(bench, quick ? 1024 : 4096, 32768, 1);
+  bench_softmax_shape(bench, 8192, 1024, 1);
+  bench_softmax_shape(bench, 65536, 10, 1);
+  bench_softmax_shape(bench, quick ? 16 : 64, 1024, 256);
+  bench_cross_entropy_shape(bench, 65536, 10);
+  bench_cross_entropy_shape(bench, quick ? 1024 : 8192, 32000);
+  bench_reduce_shape(bench, quick ? 2048 : 8192, 8192, 1);
+  bench_reduce_shape(bench, quick ? 16 : 64, 4096, 256);
+}
+
+}  // namespace kiln::bench

@@ -1,0 +1,159 @@
+// kernel-bench: every version of every CUDA kernel family against the library it is measured
+// by: matmul against cuBLAS (FP32 and TF32), conv2d against cuDNN, softmax, cross-entropy and
+// reductions against the device's copy bandwidth. Prints a table and writes JSON, from which
+// scripts/kernel_table.py regenerates the tables in kernels/README.md.
+//
+//   kernel-bench [--only matmul|conv|softmax] [--quick] [--json FILE]
+//
+// Run it on the GPU machine through scripts/device-run.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "apps/bench/kernel_bench.h"
+#include "core/backend.h"
+#include "core/error.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace kiln::bench {
+
+void Bench::init() { stream_ = cuda::backend(0).stream(); }
+
+Bench::~Bench() {
+  for (void* p : buffers_) cudaFree(p);
+}
+
+double Bench::time_ms(const std::function<void()>& fn) {
+  cudaEvent_t start, stop;
+  KILN_CUDA_CHECK(cudaEventCreate(&start));
+  KILN_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 2; ++i) fn();
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Time one call to size the batches, then take batches of calls until the budget is spent.
+  KILN_CUDA_CHECK(cudaEventRecord(start, stream_));
+  fn();
+  KILN_CUDA_CHECK(cudaEventRecord(stop, stream_));
+  KILN_CUDA_CHECK(cudaEventSynchronize(stop));
+  float first = 0;
+  KILN_CUDA_CHECK(cudaEventElapsedTime(&first, start, stop));
+  const double budget_ms = quick_? 20 : 200;
+  int per_batch = std::max(1, static_cast<int>(budget_ms / 10 / std::max(first, 1e-3f)));
+  std::vector<double> samples;
+  double spent = 0;
+  while (samples.size() < 3 || (spent < budget_ms && samples.size() < 200)) {
+    KILN_CUDA_CHECK(cudaEventRecord(start, stream_));
+    for (int i = 0; i < per_batch; ++i) fn();
+    KILN_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    KILN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    samples.push_back(static_cast<double>(ms) / per_batch);
+    spent += ms;
+  }
+  KILN_CUDA_CHECK(cudaEventDestroy(start));
+  KILN_CUDA_CHECK(cudaEventDestroy(stop));
+  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+  return samples[samples.size() / 2];
+}
+
+void Bench::record(Result r) {
+  std::printf("%-10s %-34s %-36s %10.4f ms %10.2f %-7s %s\n", r.family.c_str(), r.version.c_str(),
+              r.shape.c_str(), r.ms, r.value, r.unit.c_str(), r.note.c_str());
+  std::fflush(stdout);
+  results_.push_back(std::move(r));
+}
+
+void* Bench::device_bytes(size_t bytes) {
+  void* p = nullptr;
+  KILN_CUDA_CHECK(cudaMalloc(&p, bytes));
+  buffers_.push_back(p);
+  return p;
+}
+
+float* Bench::random_floats(int64_t n, uint64_t seed) {
+  auto* p = static_cast<float*>(device_bytes(static_cast<size_t>(n) * sizeof(float)));
+  TensorRef ref;
+  ref.buffer = p;
+  ref.shape = Shape{n};
+  ref.strides = Strides{1};
+  cuda::backend(0).uniform(ref, -1, 1, seed, 0);
+  return p;
+}
+
+double Bench::copy_gbs() {
+  if (copy_gbs_ > 0) return copy_gbs_;
+  const size_t bytes = size_t{1} << 30;
+  void* a = device_bytes(bytes);
+  void* b = device_bytes(bytes);
+  double ms = time_ms([&] { KILN_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream_)); });
+  copy_gbs_ = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+  record({"copy", "cudaMemcpyAsync", "1 GiB", ms, copy_gbs_, "GB/s", true, "read + written"});
+  return copy_gbs_;
+}
+
+namespace {
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+void write_json(const std::string& path, const std::string& device, const std::vector<Result>& results) {
+  std::ofstream f(path);
+  KILN_CHECK(f.good(), Error, "kernel-bench: cannot write ", path);
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  f << "{\n  \"device\": \"" << json_escape(device) << "\",\n  \"date\": \"" << date << "\",\n  \"results\": [\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    f << "    {\"family\": \"" << json_escape(r.family) << "\", \"version\": \"" << json_escape(r.version)
+      << "\", \"shape\": \"" << json_escape(r.shape) << "\", \"ms\": " << r.ms << ", \"value\": " << r.value
+      << ", \"unit\": \"" << r.unit << "\", \"reference\": " << (r.reference ? "true" : "false")
+      << ", \"note\": \"" << json_escape(r.note) << "\"}" << (i + 1 < results.size() ? "," : "") << "\n";
+  }
+  f << "  ]\n}\n";
+}
+
+}  // namespace
+}  // namespace kiln::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{"kernel-bench: kiln's CUDA kernels against cuBLAS, cuDNN and copy bandwidth"};
+  std::string only, json;
+  bool quick = false;
+  app.add_option("--only", only, "one family: matmul, conv or softmax")
+      ->check(CLI::IsMember({"matmul", "conv", "softmax"}));
+  app.add_flag("--quick", quick, "fewer shapes and shorter timings (a smoke run)");
+  app.add_option("--json", json, "write the results to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    kiln::bench::Bench bench(quick);
+    bench.init();
+    cudaDeviceProp prop{};
+    KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("kernel-bench on %s (%d SMs, %.0f GiB)\n", prop.name, prop.multiProcessorCount,
+                static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+    bench.copy_gbs();
+    if (only.empty() || only == "matmul") kiln::bench::bench_matmul(bench);
+    if (only.empty() || only == "conv") kiln::bench::bench_conv(bench);
+    if (only.empty() || only == "softmax") kiln::bench::bench_softmax(bench);
+    if (!json.empty()) kiln::bench::write_json(json, prop.name, bench.results());
+  } catch (const std::exception& e) {
+    std::cerr << "kernel-bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,70 @@
+// kernel-bench: the pieces every family's bench file shares.
+//
+// A family's file (bench_matmul.cu, bench_conv.cu, bench_softmax.cu) defines one function
+// `void bench_<family>(Bench&)` that, for each shape it cares about, times every version of its
+// kernels and the library it is measured against (cuBLAS, cuDNN, the device's copy bandwidth),
+// and records one Result per (version, shape). Versions are checked against a reference before
+// they are timed: a wrong kernel is reported, never timed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kiln::bench {
+
+struct Result {
+  std::string family;   // "matmul", "conv2d", "softmax", ...
+  std::string version;  // "01_naive", ..., or the reference: "cuBLAS SGEMM"
+  std::string shape;    // "4096x4096x4096", "x[64,32,26,26] w[64,32,3,3]"
+  double ms = 0;        // median time of one call
+  double value = 0;     // the figure of merit: TFLOP/s or GB/s
+  std::string unit;     // "TFLOP/s" or "GB/s"
+  bool reference = false;
+  std::string note;     // e.g. "max rel err 3e-4" or "wrong: element 17 is 3 (want 2)"
+};
+
+class Bench {
+ public:
+  explicit Bench(bool quick) : quick_(quick) {}
+
+  cudaStream_t stream() const { return stream_; }
+  bool quick() const { return quick_; }  // fewer shapes and repetitions: a smoke run
+
+  // Runs fn (which queues kernels on stream()) a few times to warm up, then times it with CUDA
+  // events until about 0.2 s (0.02 s when quick) have passed; returns the median ms per call.
+  double time_ms(const std::function<void()>& fn);
+
+  // Prints the result as a table row and keeps it for the JSON file.
+  void record(Result r);
+  const std::vector<Result>& results() const { return results_; }
+
+  // Device-to-device copy bandwidth (bytes read + written per second), measured once on first
+  // use with a 1 GiB cudaMemcpyAsync: the ceiling for memory-bound kernels.
+  double copy_gbs();
+
+  // A device buffer of n floats, uniform in [-1, 1), freed with the Bench.
+  float* random_floats(int64_t n, uint64_t seed = 1);
+  void* device_bytes(size_t bytes);
+
+  Bench(const Bench&) = delete;
+  Bench& operator=(const Bench&) = delete;
+  ~Bench();
+  void init();
+
+ private:
+  bool quick_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> buffers_;
+  std::vector<Result> results_;
+  double copy_gbs_ = 0;
+};
+
+void bench_matmul(Bench& bench);
+void bench_conv(Bench& bench);
+void bench_softmax(Bench& bench);
+
+}  // namespace kiln::bench

@@ -1,0 +1,586 @@
+// conv2d on the GPU, forward and both backwards, f32 and f64, with stride, padding, dilation and
+// groups (the CPU oracle is kernels/cpu/conv2d.cpp):
+//   x [N, C, H, W], w [O, C/G, KH, KW], bias [O] (optional), y [N, O, OH, OW]
+//   y[n, o, i, j] = bias[o] + sum_{c, kh, kw} w[o, c, kh, kw] * x[n, g*C/G + c, i*sh - ph + kh*dh,
+//                                                                        j*sw - pw + kw*dw]
+//   (g = o / (O/G); reads outside the input are zeros.) Accumulation is in T, as on the CPU.
+// Bench: `kernel-bench --only conv` (every version against cuDNN; figures: kernels/README.md,
+// from kernel-bench). Versions are declared in kernels/cuda/conv2d.cuh.
+//
+// The GEMM view. Per group, the forward pass is a matrix product C[M, N] = A[M, K] . B[K, N] with
+//   M = N_img*OH*OW (one row per output pixel), N = O/G, K = C/G*KH*KW,
+//   A = the im2col matrix (row: an output pixel, column: one (c, kh, kw) tap), B = w_g^T.
+// Both backwards are products of the same pieces:
+//   backward input   M = N_img*H*W (one row per input pixel), N = C/G, K = O/G*KH*KW:
+//                    A(m, (o, kh, kw)) = grad_y at the output pixel whose tap (kh, kw) reads
+//                    input pixel m, or 0 when no output does (stride/dilation do not divide)
+//   backward weight  M = O/G, N = C/G*KH*KW, K = N_img*OH*OW: grad_y_g . im2col
+//
+// Forward version 1 (direct): one thread per output element loops over its C/G*KH*KW taps.
+//   Neighbouring threads own neighbouring output columns, so x reads coalesce and w reads are
+//   broadcasts. Nothing to tile when the reduction is tiny: the first MNIST layer has C*KH*KW = 9
+//   and would leave a K tile of 16 mostly empty. Production uses it when C/G*KH*KW <= 16.
+// Forward version 2 (implicit GEMM): the GEMM above with a BM x BN block tile (128 x 64, or
+//   128 x 32 when O/G is small) stepping through K in slices of BK = 16. Each slice of A and B is
+//   gathered from x and w straight into shared memory, so the im2col matrix is never
+//   materialised; the (c, kh, kw) decode of the slice's 16 columns is done once per slice into a
+//   shared table, and each thread decodes its fixed row (n, oh, ow) once before the loop, so a
+//   load costs two bounds checks and an add. Each thread then accumulates a TM x TN = 8 x 4
+//   register tile (rows strided by BM/TM so that a warp's threads own neighbouring output pixels:
+//   conflict-free shared reads, coalesced stores). The bias is added as the tile is stored.
+// Backward input version 1 (direct gather): one thread per grad_x element sums the grad_y values
+//   of every (o, kh, kw) whose tap lands on it; no atomics, every element written once. Used when
+//   C/G <= 8, where the GEMM's N tile would be mostly empty (the first MNIST layer has C = 1).
+// Backward input version 2 (implicit GEMM): the same kernel template as forward version 2 with
+//   the gather-form A above: A(m, k) skips taps whose offset the stride does not divide, so the
+//   transposed convolution needs neither atomics nor a zeroed output.
+// Backward weight (implicit GEMM, split-K): K = N_img*OH*OW is long and M x N small (conv2 of
+//   MNIST: 64 x 288, K = 36864 at batch 64), so the block tiles alone would leave most SMs idle.
+//   K is split into S ranges (S chosen to give ~4 blocks per SM); block (tile, s) writes its
+//   partial tile to a workspace [S, O, C/G*KH*KW], and a second kernel sums the S partials of each
+//   element in order: deterministic, no atomics. 64 x 64 tiles, 32 x 32 for small layers.
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/layout.cuh"
+
+namespace kiln::cuda::conv2d {
+
+namespace {
+
+// The geometry as the kernels read it, with the derived sizes.
+struct Dims {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+  int64_t hw, ohw, khkw;
+  int64_t cg, og;  // channels per group, in and out
+  int sh, sw, ph, pw, dh, dw;
+};
+
+Dims dims_of(const Geometry& g) {
+  Dims d{};
+  d.n = g.n, d.c = g.c, d.h = g.h, d.w = g.w, d.o = g.o, d.kh = g.kh, d.kw = g.kw, d.oh = g.oh, d.ow = g.ow;
+  d.hw = g.h * g.w, d.ohw = g.oh * g.ow, d.khkw = g.kh * g.kw;
+  d.cg = g.c / g.groups, d.og = g.o / g.groups;
+  d.sh = static_cast<int>(g.stride_h), d.sw = static_cast<int>(g.stride_w);
+  d.ph = static_cast<int>(g.pad_h), d.pw = static_cast<int>(g.pad_w);
+  d.dh = static_cast<int>(g.dilation_h), d.dw = static_cast<int>(g.dilation_w);
+  return d;
+}
+
+// ---- forward, version 1: direct ----
+
+template <class T>
+__global__ void forward_direct_kernel(const T* x, const T* w, const T* bias, T* y, Dims d, int64_t total) {
+  KILN_GRID_STRIDE(i, total) {
+    const int64_t j = i % d.ow, r = i / d.ow, oi = r % d.oh, r2 = r / d.oh;
+    const int64_t o = r2 % d.o, img = r2 / d.o;
+    const int64_t g = o / d.og;
+    const T* xg = x + (img * d.c + g * d.cg) * d.hw;  // this group's input planes
+    const T* wo = w + o * d.cg * d.khkw;               // w[o]: [C/G, KH, KW]
+    const int64_t ih0 = oi * d.sh - d.ph, iw0 = j * d.sw - d.pw;
+    T acc = 0;
+    for (int64_t c = 0; c < d.cg; ++c) {
+      for (int64_t ky = 0; ky < d.kh; ++ky) {
+        const int64_t ih = ih0 + ky * d.dh;
+        if (ih < 0 || ih >= d.h) continue;
+        const T* xrow = xg + c * d.hw + ih * d.w;
+        const T* wrow = wo + (c * d.kh + ky) * d.kw;
+        for (int64_t kx = 0; kx < d.kw; ++kx) {
+          const int64_t iw = iw0 + kx * d.dw;
+          if (iw >= 0 && iw < d.w) acc += wrow[kx] * xrow[iw];
+        }
+      }
+    }
+    y[i] = bias ? acc + bias[o] : acc;
+  }
+}
+
+// ---- backward input, version 1: direct gather ----
+
+template <class T>
+__global__ void backward_input_direct_kernel(const T* gy, const T* w, T* gx, Dims d, int64_t total) {
+  KILN_GRID_STRIDE(i, total) {
+    const int64_t iw = i % d.w, r = i / d.w, ih = r % d.h, r2 = r / d.h;
+    const int64_t c = r2 % d.c, img = r2 / d.c;
+    const int64_t g = c / d.cg, cl = c % d.cg;
+    const T* gyg = gy + (img * d.o + g * d.og) * d.ohw;  // grad_y planes of this group
+    const T* wg = w + (g * d.og * d.cg + cl) * d.khkw;   // w[g*og + o, cl] at o = 0
+    T acc = 0;
+    for (int64_t o = 0; o < d.og; ++o) {
+      for (int64_t ky = 0; ky < d.kh; ++ky) {
+        // output row oi reads input row oi*sh - ph + ky*dh; it reads ih when that equals ih
+        const int64_t ny = ih + d.ph - ky * d.dh;
+        if (ny < 0 || ny % d.sh != 0 || ny / d.sh >= d.oh) continue;
+        const int64_t oi = ny / d.sh;
+        for (int64_t kx = 0; kx < d.kw; ++kx) {
+          const int64_t nx = iw + d.pw - kx * d.dw;
+          if (nx < 0 || nx % d.sw != 0 || nx / d.sw >= d.ow) continue;
+          acc += gyg[o * d.ohw + oi * d.ow + nx / d.sw] * wg[o * d.cg * d.khkw + ky * d.kw + kx];
+        }
+      }
+    }
+    gx[i] = acc;
+  }
+}
+
+// ---- the implicit GEMM kernel and its three problems ----
+//
+// A problem P describes C[M, N] = A[M, K] . B[K, N] for one group without storing A or B:
+//   a_row(g, m) / b_row(g, n): what a thread needs about its fixed row of A (column of B),
+//     decoded once before the K loop; a_col(g, k) / b_col(g, k): what every row needs about
+//     column k of A (row k of B), decoded once per K slice into a shared table;
+//   a(row, col) / b(row, col): the element (0 outside the matrix or in the padding);
+//   c_row(g, split, m) and store(row, n, v): where C[m, n] goes.
+// a_k_fast / b_k_fast: which index neighbouring threads take when loading a slice (the one along
+// which memory is contiguous, for coalescing); c_m_fast: likewise for the register tiles and the
+// stores.
+
+template <class T>
+struct ForwardProblem {
+  static constexpr bool a_k_fast = false, b_k_fast = true, c_m_fast = true;
+  const T* x;
+  const T* w;
+  const T* bias;
+  T* y;
+  Dims d;
+  int64_t M, N, K;
+
+  struct ARow { const T* base; int64_t ih0, iw0; bool valid; };
+  struct ACol { int64_t off, dy, dx; bool valid; };
+  struct BRow { const T* p; bool valid; };
+  struct BCol { int64_t k; bool valid; };
+  struct CRow { T* p; const T* bias; bool valid; };
+
+  __device__ ARow a_row(int64_t g, int64_t m) const {
+    if (m >= M) return {nullptr, 0, 0, false};
+    const int64_t img = m / d.ohw, r = m % d.ohw;
+    return {x + (img * d.c + g * d.cg) * d.hw, (r / d.ow) * d.sh - d.ph, (r % d.ow) * d.sw - d.pw, true};
+  }
+  __device__ ACol a_col(int64_t, int64_t k, int64_t k_end) const {
+    if (k >= k_end) return {0, 0, 0, false};
+    const int64_t c = k / d.khkw, r = k % d.khkw;
+    const int64_t dy = (r / d.kw) * d.dh, dx = (r % d.kw) * d.dw;
+    return {c * d.hw + dy * d.w + dx, dy, dx, true};
+  }
+  __device__ T a(const ARow& r, const ACol& c) const {
+    const int64_t ih = r.ih0 + c.dy, iw = r.iw0 + c.dx;
+    if (!r.valid || !c.valid || ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return T(0);
+    return r.base[c.off + r.ih0 * d.w + r.iw0];
+  }
+  __device__ BRow b_row(int64_t g, int64_t n) const {
+    if (n >= N) return {nullptr, false};
+    return {w + (g * d.og + n) * K, true};
+  }
+  __device__ BCol b_col(int64_t, int64_t k, int64_t k_end) const { return {k, k < k_end}; }
+  __device__ T b(const BRow& r, const BCol& c) const { return r.valid && c.valid ? r.p[c.k] : T(0); }
+  __device__ CRow c_row(int64_t g, int64_t, int64_t m) const {
+    if (m >= M) return {nullptr, nullptr, false};
+    const int64_t img = m / d.ohw, r = m % d.ohw;
+    return {y + (img * d.o + g * d.og) * d.ohw + r, bias ? bias + g * d.og : nullptr, true};
+  }
+  __device__ void store(const CRow& r, int64_t n, T v) const {
+    if (r.valid && n < N) r.p[n * d.ohw] = r.bias ? v + r.bias[n] : v;
+  }
+};
+
+template <class T>
+struct BackwardInputProblem {
+  static constexpr bool a_k_fast = false, b_k_fast = true, c_m_fast = true;
+  const T* gy;
+  const T* w;
+  T* gx;
+  Dims d;
+  int64_t M, N, K;
+
+  struct ARow { const T* base; int64_t ty, tx; bool valid; };  // ty = ih + ph, tx = iw + pw
+  struct ACol { int64_t off, dy, dx; bool valid; };
+  struct BRow { const T* p; bool valid; };
+  struct BCol { int64_t off; bool valid; };
+  struct CRow { T* p; bool valid; };
+
+  __device__ ARow a_row(int64_t g, int64_t m) const {
+    if (m >= M) return {nullptr, 0, 0, false};
+    const int64_t img = m / d.hw, r = m % d.hw;
+    return {gy + (img * d.o + g * d.og) * d.ohw, r / d.w + d.ph, r % d.w + d.pw, true};
+  }
+  __device__ ACol a_col(int64_t, int64_t k, int64_t k_end) const {
+    if (k >= k_end) return {0, 0, 0, false};
+    const int64_t o = k / d.khkw, r = k % d.khkw;
+    return {o * d.ohw, (r / d.kw) * d.dh, (r % d.kw) * d.dw, true};
+  }
+  // The output pixel (oi, oj) whose tap (ky, kx) reads this input pixel: oi*sh + ky*dh = ih + ph.
+  __device__ T a(const ARow& r, const ACol& c) const {
+    if (!r.valid || !c.valid) return T(0);
+    const int64_t ny = r.ty - c.dy, nx = r.tx - c.dx;
+    if (ny < 0 || nx < 0 || ny % d.sh != 0 || nx % d.sw != 0) return T(0);
+    const int64_t oi = ny / d.sh, oj = nx / d.sw;
+    if (oi >= d.oh || oj >= d.ow) return T(0);
+    return r.base[c.off + oi * d.ow + oj];
+  }
+  __device__ BRow b_row(int64_t g, int64_t n) const {
+    if (n >= N) return {nullptr, false};
+    return {w + (g * d.og * d.cg + n) * d.khkw, true};  // w[g*og, n]
+  }
+  __device__ BCol b_col(int64_t, int64_t k, int64_t k_end) const {
+    if (k >= k_end) return {0, false};
+    return {(k / d.khkw) * d.cg * d.khkw + k % d.khkw, true};  // w[+o, n, kh, kw]
+  }
+  __device__ T b(const BRow& r, const BCol& c) const { return r.valid && c.valid ? r.p[c.off] : T(0); }
+  __device__ CRow c_row(int64_t g, int64_t, int64_t m) const {
+    if (m >= M) return {nullptr, false};
+    const int64_t img = m / d.hw, r = m % d.hw;
+    return {gx + (img * d.c + g * d.cg) * d.hw + r, true};
+  }
+  __device__ void store(const CRow& r, int64_t n, T v) const {
+    if (r.valid && n < N) r.p[n * d.hw] = v;
+  }
+};
+
+template <class T>
+struct BackwardWeightProblem {
+  static constexpr bool a_k_fast = true, b_k_fast = true, c_m_fast = false;
+  const T* x;
+  const T* gy;
+  T* out;  // grad_w, or the workspace [splits, O, C/G*KH*KW]
+  Dims d;
+  int64_t M, N, K;
+
+  struct ARow { const T* p; bool valid; };
+  struct ACol { int64_t off; bool valid; };
+  struct BRow { const T* base; int64_t dy, dx; bool valid; };  // dy = kh*dh - ph
+  struct BCol { int64_t off, ih0, iw0; bool valid; };
+  struct CRow { T* p; bool valid; };
+
+  __device__ ARow a_row(int64_t g, int64_t m) const {
+    if (m >= M) return {nullptr, false};
+    return {gy + (g * d.og + m) * d.ohw, true};
+  }
+  __device__ ACol a_col(int64_t, int64_t k, int64_t k_end) const {
+    if (k >= k_end) return {0, false};
+    return {(k / d.ohw) * d.o * d.ohw + k % d.ohw, true};
+  }
+  __device__ T a(const ARow& r, const ACol& c) const { return r.valid && c.valid ? r.p[c.off] : T(0); }
+  __device__ BRow b_row(int64_t g, int64_t n) const {
+    if (n >= N) return {nullptr, 0, 0, false};
+    const int64_t c = n / d.khkw, r = n % d.khkw;
+    return {x + (g * d.cg + c) * d.hw, (r / d.kw) * d.dh - d.ph, (r % d.kw) * d.dw - d.pw, true};
+  }
+  __device__ BCol b_col(int64_t, int64_t k, int64_t k_end) const {
+    if (k >= k_end) return {0, 0, 0, false};
+    const int64_t img = k / d.ohw, r = k % d.ohw;
+    return {img * d.c * d.hw, (r / d.ow) * d.sh, (r % d.ow) * d.sw, true};
+  }
+  __device__ T b(const BRow& r, const BCol& c) const {
+    const int64_t ih = c.ih0 + r.dy, iw = c.iw0 + r.dx;
+    if (!r.valid || !c.valid || ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return T(0);
+    return r.base[c.off + ih * d.w + iw];
+  }
+  __device__ CRow c_row(int64_t g, int64_t split, int64_t m) const {
+    if (m >= M) return {nullptr, false};
+    return {out + (split * d.o + g * d.og + m) * N, true};
+  }
+  __device__ void store(const CRow& r, int64_t n, T v) const {
+    if (r.valid && n < N) r.p[n] = v;
+  }
+};
+
+// One block computes the BM x BN tile (blockIdx.x, blockIdx.y) of C for group
+// blockIdx.z / splits over the K range of split blockIdx.z % splits.
+template <class T, int BM, int BN, int BK, int TM, int TN, class P>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    implicit_gemm_kernel(P p, int64_t k_per_split, int64_t splits) {
+  constexpr int kT = (BM / TM) * (BN / TN);  // threads
+  static_assert(BM % TM == 0 && BN % TN == 0, "thread tiles must divide the block tile");
+  static_assert(kT % BK == 0 && (BM * BK) % kT == 0 && (BN * BK) % kT == 0, "slice loads must divide evenly");
+  static_assert(P::a_k_fast || kT % BM == 0, "an m-fast load needs the threads to cover BM");
+  static_assert(P::b_k_fast || kT % BN == 0, "an n-fast load needs the threads to cover BN");
+  constexpr int kLoadsA = BM * BK / kT, kLoadsB = BN * BK / kT;  // elements per thread per slice
+
+  // +1 column: a k-fast load writes a column of the tile, and the padding puts its 16 elements
+  // in 16 different banks.
+  __shared__ T as[BK][BM + 1];
+  __shared__ T bs[BK][BN + 1];
+  __shared__ typename P::ACol acol[BK];
+  __shared__ typename P::BCol bcol[BK];
+
+  const int tid = threadIdx.x;
+  const int64_t group = blockIdx.z / splits, split = blockIdx.z % splits;
+  const int64_t m0 = int64_t{blockIdx.x} * BM, n0 = int64_t{blockIdx.y} * BN;
+  const int64_t k_begin = split * k_per_split, k_end = p.K < k_begin + k_per_split ? p.K : k_begin + k_per_split;
+
+  // The rows of A (columns of B) this thread loads, decoded once.
+  typename P::ARow arow[P::a_k_fast ? kLoadsA : 1];
+  typename P::BRow brow[P::b_k_fast ? kLoadsB : 1];
+  if constexpr (P::a_k_fast) {
+    for (int r = 0; r < kLoadsA; ++r) arow[r] = p.a_row(group, m0 + tid / BK + r * (kT / BK));
+  } else {
+    arow[0] = p.a_row(group, m0 + tid % BM);
+  }
+  if constexpr (P::b_k_fast) {
+    for (int r = 0; r < kLoadsB; ++r) brow[r] = p.b_row(group, n0 + tid / BK + r * (kT / BK));
+  } else {
+    brow[0] = p.b_row(group, n0 + tid % BN);
+  }
+
+  // This thread's register tile: rows ty + i*(BM/TM), columns tx + j*(BN/TN).
+  const int ty = P::c_m_fast ? tid % (BM / TM) : tid / (BN / TN);
+  const int tx = P::c_m_fast ? tid / (BM / TM) : tid % (BN / TN);
+  T acc[TM][TN] = {};
+
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
+    if (tid < BK) {
+      acol[tid] = p.a_col(group, k0 + tid, k_end);
+      bcol[tid] = p.b_col(group, k0 + tid, k_end);
+    }
+    __syncthreads();
+    for (int r = 0; r < kLoadsA; ++r) {
+      if constexpr (P::a_k_fast) {
+        const int ki = tid % BK, mi = tid / BK + r * (kT / BK);
+        as[ki][mi] = p.a(arow[r], acol[ki]);
+      } else {
+        const int mi = tid % BM, ki = tid / BM + r * (kT / BM);
+        as[ki][mi] = p.a(arow[0], acol[ki]);
+      }
+    }
+    for (int r = 0; r < kLoadsB; ++r) {
+      if constexpr (P::b_k_fast) {
+        const int ki = tid % BK, ni = tid / BK + r * (kT / BK);
+        bs[ki][ni] = p.b(brow[r], bcol[ki]);
+      } else {
+        const int ni = tid % BN, ki = tid / BN + r * (kT / BN);
+        bs[ki][ni] = p.b(brow[0], bcol[ki]);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      T a[TM], b[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) a[i] = as[kk][ty + i * (BM / TM)];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) b[j] = bs[kk][tx + j * (BN / TN)];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();  // the next slice overwrites the tiles and tables
+  }
+
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const typename P::CRow row = p.c_row(group, split, m0 + ty + i * (BM / TM));
+#pragma unroll
+    for (int j = 0; j < TN; ++j) p.store(row, n0 + tx + j * (BN / TN), acc[i][j]);
+  }
+}
+
+template <class T, int BM, int BN, int BK, int TM, int TN, class P>
+void launch_gemm(const P& p, int64_t groups, int64_t splits, int64_t k_per_split, cudaStream_t stream,
+                 const char* op) {
+  if (p.M == 0 || p.N == 0) return;
+  const int64_t gx = (p.M + BM - 1) / BM, gy = (p.N + BN - 1) / BN, gz = groups * splits;
+  KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && gz <= 65535, ShapeError, "cuda ", op,
+             ": the problem is too large for one launch (", gx, " x ", gy, " x ", gz, " blocks)");
+  implicit_gemm_kernel<T, BM, BN, BK, TM, TN, P>
+      <<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)),
+         (BM / TM) * (BN / TN), 0, stream>>>(p, k_per_split, splits);
+  KILN_CUDA_LAUNCH_CHECK(op);
+}
+
+// Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i].
+template <class T>
+__global__ void sum_splits_kernel(const T* ws, T* gw, int64_t count, int64_t splits) {
+  KILN_GRID_STRIDE(i, count) {
+    T acc = 0;
+    for (int64_t s = 0; s < splits; ++s) acc += ws[s * count + i];
+    gw[i] = acc;
+  }
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// How backward_weight splits its reduction: tile size (small: 32 x 32, else 64 x 64), the number
+// of splits and the K range of each (a multiple of the K slice).
+struct WeightPlan {
+  bool small = false;
+  int64_t splits = 1, k_per_split = 0;
+};
+constexpr int kSliceK = 16;
+
+WeightPlan plan_weight(const Geometry& g) {
+  const Dims d = dims_of(g);
+  WeightPlan plan;
+  const int64_t M = d.og, N = d.cg * d.khkw, K = d.n * d.ohw;
+  plan.small = M <= 32 && N <= 32;
+  const int64_t bm = plan.small ? 32 : 64, bn = plan.small ? 32 : 64;
+  const int64_t tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * g.groups;
+  const int64_t target = 4 * static_cast<int64_t>(sm_count());
+  // Each split gets at least 16 K slices, so that the partials stay a small share of the work.
+  const int64_t most = std::max<int64_t>(1, K / (16 * kSliceK));
+  plan.splits = std::clamp<int64_t>((target + tiles - 1) / tiles, 1, std::max<int64_t>(1, std::min<int64_t>(most, 65535 / g.groups)));
+  const int64_t per = (K + plan.splits - 1) / plan.splits;
+  plan.k_per_split = std::max<int64_t>(kSliceK, (per + kSliceK - 1) / kSliceK * kSliceK);
+  plan.splits = std::max<int64_t>(1, (K + plan.k_per_split - 1) / plan.k_per_split);
+  return plan;
+}
+
+}  // namespace
+
+// ---- the versions (conv2d.cuh) ----
+
+bool forward_uses_direct(const Geometry& g) { return (g.c / g.groups) * g.kh * g.kw <= 16; }
+bool backward_input_uses_direct(const Geometry& g) { return g.c / g.groups <= 8; }
+
+template <class T>
+void forward_direct(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
+  const int64_t total = g.n * g.o * g.oh * g.ow;
+  if (total == 0) return;
+  forward_direct_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(x, w, bias, y, dims_of(g), total);
+  KILN_CUDA_LAUNCH_CHECK("conv2d");
+}
+
+template <class T>
+void forward_implicit_gemm(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  const ForwardProblem<T> p{x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw};
+  if (d.og > 32) launch_gemm<T, 128, 64, kSliceK, 8, 4>(p, g.groups, 1, p.K, stream, "conv2d");
+  else launch_gemm<T, 128, 32, kSliceK, 8, 4>(p, g.groups, 1, p.K, stream, "conv2d");
+}
+
+template <class T>
+void backward_input_direct(const T* grad_y, const T* w, T* grad_x, const Geometry& g, cudaStream_t stream) {
+  const int64_t total = g.n * g.c * g.h * g.w;
+  if (total == 0) return;
+  backward_input_direct_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(grad_y, w, grad_x, dims_of(g), total);
+  KILN_CUDA_LAUNCH_CHECK("conv2d_backward_input");
+}
+
+template <class T>
+void backward_input_implicit_gemm(const T* grad_y, const T* w, T* grad_x, const Geometry& g, cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  const BackwardInputProblem<T> p{grad_y, w, grad_x, d, d.n * d.hw, d.cg, d.og * d.khkw};
+  if (d.cg > 32) launch_gemm<T, 128, 64, kSliceK, 8, 4>(p, g.groups, 1, p.K, stream, "conv2d_backward_input");
+  else launch_gemm<T, 128, 32, kSliceK, 8, 4>(p, g.groups, 1, p.K, stream, "conv2d_backward_input");
+}
+
+int64_t backward_weight_workspace(const Geometry& g) {
+  const WeightPlan plan = plan_weight(g);
+  return plan.splits > 1 ? plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
+}
+
+template <class T>
+void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
+                                   cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  const int64_t count = d.o * d.cg * d.khkw;
+  if (count == 0) return;
+  if (d.n * d.ohw == 0) {  // an empty batch: the gradient is zero
+    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(T) * static_cast<size_t>(count), stream));
+    return;
+  }
+  const WeightPlan plan = plan_weight(g);
+  KILN_CHECK(plan.splits == 1 || workspace != nullptr, ValueError,
+             "cuda conv2d_backward_weight: needs a workspace of ", backward_weight_workspace(g), " elements");
+  const BackwardWeightProblem<T> p{x, grad_y, plan.splits > 1 ? workspace : grad_w, d, d.og, d.cg * d.khkw,
+                                   d.n * d.ohw};
+  if (plan.small)
+    launch_gemm<T, 32, 32, kSliceK, 4, 4>(p, g.groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
+  else
+    launch_gemm<T, 64, 64, kSliceK, 4, 4>(p, g.groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
+  if (plan.splits > 1) {
+    sum_splits_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(workspace, grad_w, count, plan.splits);
+    KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
+  }
+}
+
+#define KILN_CONV2D_INSTANTIATE(T)                                                                          \
+  template void forward_direct<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);         \
+  template void forward_implicit_gemm<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);  \
+  template void backward_input_direct<T>(const T*, const T*, T*, const Geometry&, cudaStream_t);            \
+  template void backward_input_implicit_gemm<T>(const T*, const T*, T*, const Geometry&, cudaStream_t);     \
+  template void backward_weight_implicit_gemm<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
+KILN_CONV2D_INSTANTIATE(float)
+KILN_CONV2D_INSTANTIATE(double)
+#undef KILN_CONV2D_INSTANTIATE
+
+}  // namespace kiln::cuda::conv2d
+
+// ---- the production path: CudaBackend ----
+
+namespace kiln::cuda {
+
+namespace {
+
+conv2d::Geometry geometry_of(const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p) {
+  conv2d::Geometry g;
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.o = w[0], g.kh = w[2], g.kw = w[3];
+  g.oh = y[2], g.ow = y[3];
+  g.stride_h = p.stride_h, g.stride_w = p.stride_w, g.pad_h = p.pad_h, g.pad_w = p.pad_w;
+  g.dilation_h = p.dilation_h, g.dilation_w = p.dilation_w, g.groups = p.groups;
+  return g;
+}
+
+void check_same_dtype(const char* op, const TensorRef& a, const TensorRef& b, const TensorRef& c) {
+  KILN_CHECK(a.dtype == b.dtype && b.dtype == c.dtype, DTypeError, "cuda backend: ", op,
+             " needs one dtype, got ", a.dtype, ", ", b.dtype, " and ", c.dtype);
+}
+
+}  // namespace
+
+void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
+                         const Conv2dParams& p) {
+  check_same_dtype("conv2d", x, w, y);
+  KILN_CHECK(!bias.defined() || bias.dtype == y.dtype, DTypeError,
+             "cuda backend: conv2d needs one dtype, got bias ", bias.dtype, " for ", y.dtype);
+  const conv2d::Geometry g = geometry_of(x.shape, w.shape, y.shape, p);
+  visit_floating(y.dtype, "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    if (conv2d::forward_uses_direct(g)) conv2d::forward_direct<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
+    else conv2d::forward_implicit_gemm<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
+  });
+}
+
+void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
+                                        const Conv2dParams& p) {
+  check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
+  const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
+  visit_floating(grad_x.dtype, "conv2d_backward_input", [&](auto tag) {
+    using T = decltype(tag);
+    if (conv2d::backward_input_uses_direct(g))
+      conv2d::backward_input_direct<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
+    else conv2d::backward_input_implicit_gemm<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
+  });
+}
+
+void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                                         const Conv2dParams& p) {
+  check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
+  const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
+  visit_floating(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t elems = conv2d::backward_weight_workspace(g);
+    // The workspace comes from the stream-ordered pool and goes back to it right after the
+    // launches: a later kernel on the stream cannot reuse it before they finish.
+    struct Workspace {
+      CudaBackend& backend;
+      void* p;
+      ~Workspace() { backend.deallocate(p); }
+    } ws{*this, elems > 0 ? allocate(sizeof(T) * static_cast<size_t>(elems)) : nullptr};
+    conv2d::backward_weight_implicit_gemm<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(),
+                                             static_cast<T*>(ws.p), g, stream_);
+  });
+}
+
+}  // namespace kiln::cuda

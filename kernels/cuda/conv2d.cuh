@@ -1,0 +1,50 @@
+// The versions of the conv2d kernels (kernels/cuda/conv2d.cu), callable on raw device pointers so
+// that kernel-bench and the tests can run each one; CudaBackend::conv2d* picks among them.
+// All take contiguous NCHW tensors of float or double and queue their work on `stream`:
+//   x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or nullptr, y [N, O, OH, OW].
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kiln::cuda::conv2d {
+
+struct Geometry {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // x
+  int64_t o = 0, kh = 0, kw = 0;       // w [o, c / groups, kh, kw]
+  int64_t oh = 0, ow = 0;              // y
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+// Forward, version 1: direct convolution, one thread per output element.
+template <class T>
+void forward_direct(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream);
+// Forward, version 2: implicit GEMM with the bias added in the epilogue.
+template <class T>
+void forward_implicit_gemm(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
+                           cudaStream_t stream);
+
+// grad_x (overwritten) from grad_y [N, O, OH, OW] and w.
+// Version 1: direct gather, one thread per grad_x element.
+template <class T>
+void backward_input_direct(const T* grad_y, const T* w, T* grad_x, const Geometry& g, cudaStream_t stream);
+// Version 2: implicit GEMM of grad_y with the weights (the transposed convolution, gather form).
+template <class T>
+void backward_input_implicit_gemm(const T* grad_y, const T* w, T* grad_x, const Geometry& g,
+                                  cudaStream_t stream);
+
+// grad_w [O, C/groups, KH, KW] (overwritten) from x and grad_y: implicit GEMM with split-K into
+// `workspace` (backward_weight_workspace(g) elements of T, may be null when that is 0), then a
+// second kernel sums the splits in a fixed order (deterministic).
+int64_t backward_weight_workspace(const Geometry& g);
+template <class T>
+void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace,
+                                   const Geometry& g, cudaStream_t stream);
+
+// What the production path picks.
+bool forward_uses_direct(const Geometry& g);
+bool backward_input_uses_direct(const Geometry& g);
+
+}  // namespace kiln::cuda::conv2d

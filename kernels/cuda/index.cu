@@ -1,0 +1,128 @@
+// Indexing on the GPU along the middle axis of contiguous [outer, n, inner]:
+//   gather     out[o, j, i] = x[o, indices[j], i]            out [outer, m, inner]
+//   index_add  out[o, indices[j], i] += src[o, j, i]          out [outer, n, inner]
+// gather is how a batch is drawn from a data set held on the device (x [60000, 1, 784], m = 64)
+// and an embedding's lookup.
+//
+// gather: one thread per output element. Consecutive threads own consecutive elements of an
+// output row and read consecutive elements of the source row, so loads and stores coalesce.
+//
+// index_add: one thread per source element, adding with atomicAdd because repeated indices send
+// several source rows to one output row. Atomics make the order of those additions vary between
+// runs, so f32 sums of repeated indices can differ in their last bits from run to run (the CPU
+// adds in index order); with distinct indices (a permutation, the usual case) no two threads
+// touch one element and the result is exact.
+//
+// An index outside [0, n) cannot throw from a kernel: the thread skips the element (gather
+// writes 0) and records the fault, which the host throws at the next synchronisation as the CPU
+// would have thrown at once (fault.cuh).
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fault.cuh"
+#include "kernels/cuda/layout.cuh"
+
+namespace kiln::cuda {
+
+namespace {
+
+template <class T>
+__global__ void gather_kernel(const T* x, const int32_t* idx, T* out, int64_t m, int64_t n, int64_t inner,
+                              int64_t total, DeviceFault* fault) {
+  KILN_GRID_STRIDE(e, total) {
+    int64_t i = e % inner, j = (e / inner) % m, o = e / (inner * m);
+    int32_t row = idx[j];
+    if (row >= 0 && row < n) {
+      out[e] = x[(o * n + row) * inner + i];
+    } else {
+      out[e] = T(0);
+      report_fault(fault, FaultOp::gather, row, j, n);
+    }
+  }
+}
+
+template <class T>
+__global__ void index_add_kernel(const T* src, const int32_t* idx, T* out, int64_t m, int64_t n, int64_t inner,
+                                 int64_t total, DeviceFault* fault) {
+  KILN_GRID_STRIDE(e, total) {
+    int64_t i = e % inner, j = (e / inner) % m, o = e / (inner * m);
+    int32_t row = idx[j];
+    if (row >= 0 && row < n) atomicAdd(&out[(o * n + row) * inner + i], src[e]);
+    else report_fault(fault, FaultOp::index_add, row, j, n);
+  }
+}
+
+template <class T>
+__global__ void one_hot_kernel(const int32_t* idx, T* out, int64_t classes, int64_t total, DeviceFault* fault) {
+  KILN_GRID_STRIDE(e, total) {
+    int64_t k = e / classes, c = e % classes;
+    int32_t v = idx[k];
+    out[e] = static_cast<T>(v == c);
+    if (c == 0 && (v < 0 || v >= classes)) report_fault(fault, FaultOp::one_hot, v, k, classes);
+  }
+}
+
+void check_indices(const char* op, const TensorRef& indices) {
+  KILN_CHECK(indices.dtype == DType::i32, DTypeError, "cuda backend: ", op, " takes i32 indices, got ",
+             indices.dtype);
+}
+
+}  // namespace
+
+void CudaBackend::gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) {
+  check_indices("gather", indices);
+  const int64_t n = x.shape[1], inner = x.shape[2], m = indices.numel(), total = out.numel();
+  if (total == 0) return;
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    gather_kernel<T><<<blocks_for(total), kThreads, 0, stream_>>>(x.data<T>(), indices.data<int32_t>(),
+                                                                  out.data<T>(), m, n, inner, total, fault_);
+  };
+  switch (x.dtype) {
+    case DType::f32: launch(float{}); break;
+    case DType::f64: launch(double{}); break;
+    case DType::i32: launch(int32_t{}); break;
+    case DType::u8: launch(uint8_t{}); break;
+  }
+  KILN_CUDA_LAUNCH_CHECK("gather");
+}
+
+void CudaBackend::index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) {
+  check_indices("index_add", indices);
+  const int64_t n = out.shape[1], inner = out.shape[2], m = indices.numel(), total = src.numel();
+  if (total == 0) return;
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    index_add_kernel<T><<<blocks_for(total), kThreads, 0, stream_>>>(src.data<T>(), indices.data<int32_t>(),
+                                                                     out.data<T>(), m, n, inner, total, fault_);
+  };
+  switch (out.dtype) {
+    case DType::f32: launch(float{}); break;
+    case DType::f64: launch(double{}); break;
+    case DType::i32: launch(int32_t{}); break;
+    case DType::u8: KILN_FAIL(DTypeError, "cuda backend: index_add does not take u8 (no byte atomics)");
+  }
+  KILN_CUDA_LAUNCH_CHECK("index_add");
+}
+
+void CudaBackend::one_hot(const TensorRef& indices, const TensorRef& out) {
+  check_indices("one_hot", indices);
+  const int64_t classes = out.shape.back(), total = out.numel();
+  if (total == 0) return;
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    one_hot_kernel<T><<<blocks_for(total), kThreads, 0, stream_>>>(indices.data<int32_t>(), out.data<T>(), classes,
+                                                                   total, fault_);
+  };
+  switch (out.dtype) {
+    case DType::f32: launch(float{}); break;
+    case DType::f64: launch(double{}); break;
+    case DType::i32: launch(int32_t{}); break;
+    case DType::u8: launch(uint8_t{}); break;
+  }
+  KILN_CUDA_LAUNCH_CHECK("one_hot");
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,278 @@
+// Optimizer steps on the GPU: SGD, Adam/AdamW, Adadelta and RMSprop, each one fused
+// multi-tensor launch over a whole list of parameters.
+//
+// A step is elementwise and bound by memory bandwidth (kernels/cpu/optim.cpp says why each rule
+// is one fused loop). On a GPU a second cost appears: launches. The MNIST CNN has 8 parameter
+// tensors, some tiny (a bias of 10 floats), and one launch per tensor would cost more than the
+// arithmetic. So one launch covers many tensors: the host packs, per tensor, its pointers (the
+// parameter, its gradient, its state) and its length into a struct passed by value as the
+// kernel's argument, and splits every tensor into chunks of kChunk elements; each block looks
+// up which (tensor, chunk) it owns and walks it. A list longer than one struct holds goes in
+// several launches. This is the layout of NVIDIA apex's multi_tensor_apply, which PyTorch's
+// foreach optimizers also use.
+//
+// The per-element formulas are the CPU's (and PyTorch's), operation by operation, in the
+// parameters' type: f32 in float, f64 in double, hyperparameters and derived constants formed
+// in double on the host. This file is compiled with --fmad=false (kernels/cuda/CMakeLists.txt):
+// by default nvcc contracts a * b + c into one fused multiply-add where the CPU rounds twice, and
+// where a gradient nearly cancels its weight decay that last bit decides the step's direction.
+//
+// Bench: the steps are timed as part of a training step (mnist-train --device cuda).
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/layout.cuh"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kMaxTensors = 24;     // per launch
+constexpr int kMaxBlocks = 256;     // per launch
+constexpr int64_t kChunk = 16384;   // elements per block: 64 per thread at 256 threads
+
+// The kernel's argument: Depth pointers per tensor (param, grad, state...), lengths, and which
+// (tensor, chunk) each block works on. About 2.7 KB at Depth 5, under the 4 KB argument limit.
+template <int Depth>
+struct TensorLists {
+  void* ptrs[Depth][kMaxTensors];
+  int64_t sizes[kMaxTensors];
+  int16_t block_tensor[kMaxBlocks];
+  int32_t block_chunk[kMaxBlocks];
+};
+
+template <class T, int Depth, class Rule>
+__global__ void multi_tensor_kernel(TensorLists<Depth> lists, Rule rule) {
+  const int t = lists.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t{lists.block_chunk[blockIdx.x]} * kChunk;
+  const int64_t end = begin + kChunk < lists.sizes[t] ? begin + kChunk : lists.sizes[t];
+  T* p[Depth];
+  for (int d = 0; d < Depth; ++d) p[d] = static_cast<T*>(lists.ptrs[d][t]);
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) rule(p, j);
+}
+
+// Runs rule over every element of every tensor, lists[d][i] being the d-th operand of tensor i
+// (lists[0]: the parameters). Empty lists (state a step does not keep) pass null pointers.
+template <class T, int Depth, class Rule>
+void multi_tensor_apply(cudaStream_t stream, const std::span<const TensorRef> (&lists)[Depth], const Rule& rule,
+                        const char* op) {
+  TensorLists<Depth> args{};
+  int tensors = 0, blocks = 0;
+  auto launch = [&] {
+    if (blocks > 0) {
+      multi_tensor_kernel<T, Depth, Rule><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, rule);
+      KILN_CUDA_LAUNCH_CHECK(op);
+    }
+    tensors = 0, blocks = 0;
+  };
+  // Puts tensor i in the next slot of the table; returns the slot.
+  auto add_tensor = [&](size_t i) {
+    for (int d = 0; d < Depth; ++d)
+      args.ptrs[d][tensors] = lists[d].empty() ? nullptr : lists[d][i].template data<T>();
+    args.sizes[tensors] = lists[0][i].numel();
+    return tensors++;
+  };
+  for (size_t i = 0; i < lists[0].size(); ++i) {
+    const int64_t n = lists[0][i].numel();
+    if (n == 0) continue;
+    if (tensors == kMaxTensors) launch();
+    int slot = add_tensor(i);
+    for (int64_t c = 0; c * kChunk < n; ++c) {
+      if (blocks == kMaxBlocks) {  // the table is full: launch it, then this tensor goes on in a new one
+        launch();
+        slot = add_tensor(i);
+      }
+      args.block_tensor[blocks] = static_cast<int16_t>(slot);
+      args.block_chunk[blocks] = static_cast<int32_t>(c);
+      ++blocks;
+    }
+  }
+  launch();
+}
+
+// ---- checks, as on the CPU ----
+
+void check_list(std::string_view kernel, std::string_view what, std::span<const TensorRef> list,
+                std::span<const TensorRef> params, bool optional) {
+  if (optional && list.empty()) return;
+  KILN_CHECK(list.size() == params.size(), ValueError, "cuda ", kernel, ": ", params.size(), " params but ",
+             list.size(), " ", what);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const TensorRef& t = list[i];
+    KILN_CHECK(t.dtype == params[0].dtype, DTypeError, "cuda ", kernel, ": ", what, "[", i, "] is ", t.dtype,
+               " but params[0] is ", params[0].dtype, "; one call takes one dtype");
+    KILN_CHECK(t.numel() == params[i].numel(), ShapeError, "cuda ", kernel, ": ", what, "[", i, "] has shape ",
+               t.shape, " but params[", i, "] has shape ", params[i].shape);
+    KILN_CHECK(t.is_contiguous(), ValueError, "cuda ", kernel, ": ", what, "[", i,
+               "] is not contiguous; the step kernels take contiguous tensors");
+  }
+}
+
+void check_params(std::string_view kernel, std::span<const TensorRef> params, std::span<const TensorRef> grads) {
+  if (params.empty()) return;
+  KILN_CHECK(params[0].dtype == DType::f32 || params[0].dtype == DType::f64, DTypeError, "cuda ", kernel,
+             ": parameters must be f32 or f64, got ", params[0].dtype);
+  check_list(kernel, "params", params, params, false);
+  check_list(kernel, "grads", grads, params, false);
+}
+
+// ---- the rules: p[0] the parameter, p[1] its gradient, then the state ----
+
+template <class T>
+struct Sgd {
+  T lr, wd, mu, keep;
+  bool decay, momentum, init, nesterov;
+  __device__ void operator()(T* const* p, int64_t j) const {
+    T d = p[1][j];
+    if (decay) d += wd * p[0][j];
+    if (momentum) {
+      T* buf = p[2];
+      buf[j] = init ? d : mu * buf[j] + keep * d;
+      d = nesterov ? d + mu * buf[j] : buf[j];
+    }
+    p[0][j] -= lr * d;
+  }
+};
+
+template <class T>
+struct Adam {
+  T wd, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, bc2_sqrt, eps;
+  bool l2, decoupled, amsgrad;
+  __device__ void operator()(T* const* p, int64_t j) const {
+    T d = p[1][j];
+    if (l2) d += wd * p[0][j];
+    if (decoupled) p[0][j] *= decay;
+    T m = p[2][j] = beta1 * p[2][j] + one_minus_beta1 * d;
+    T v = p[3][j] = beta2 * p[3][j] + one_minus_beta2 * d * d;
+    if (amsgrad) v = p[4][j] = p[4][j] > v ? p[4][j] : v;
+    const T denom = sqrt(v) / bc2_sqrt + eps;
+    p[0][j] -= step_size * (m / denom);
+  }
+};
+
+template <class T>
+struct Adadelta {
+  T lr, wd, rho, one_minus_rho, eps;
+  bool decay;
+  __device__ void operator()(T* const* p, int64_t j) const {
+    T d = p[1][j];
+    if (decay) d += wd * p[0][j];
+    T v = p[2][j] = rho * p[2][j] + one_minus_rho * d * d;
+    const T delta = sqrt(p[3][j] + eps) / sqrt(v + eps) * d;
+    p[3][j] = rho * p[3][j] + one_minus_rho * delta * delta;
+    p[0][j] -= lr * delta;
+  }
+};
+
+template <class T>
+struct Rmsprop {
+  T lr, wd, alpha, one_minus_alpha, eps, mu;
+  bool decay, centered, momentum;
+  __device__ void operator()(T* const* p, int64_t j) const {
+    T d = p[1][j];
+    if (decay) d += wd * p[0][j];
+    T v = p[2][j] = alpha * p[2][j] + one_minus_alpha * d * d;
+    T avg;
+    if (centered) {
+      T g_avg = p[4][j] = alpha * p[4][j] + one_minus_alpha * d;
+      avg = sqrt(v - g_avg * g_avg);
+    } else {
+      avg = sqrt(v);
+    }
+    avg += eps;
+    if (momentum) {
+      T buf = p[3][j] = mu * p[3][j] + d / avg;
+      p[0][j] -= lr * buf;
+    } else {
+      p[0][j] -= lr * (d / avg);
+    }
+  }
+};
+
+}  // namespace
+
+void CudaBackend::sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                           std::span<const TensorRef> momentum_buffers, const SgdStep& h) {
+  check_params("sgd_step", params, grads);
+  check_list("sgd_step", "momentum_buffers", momentum_buffers, params, h.momentum == 0.0);
+  if (params.empty()) return;
+  visit_floating(params[0].dtype, "sgd_step", [&](auto tag) {
+    using T = decltype(tag);
+    Sgd<T> rule{static_cast<T>(h.lr), static_cast<T>(h.weight_decay), static_cast<T>(h.momentum),
+                static_cast<T>(1.0 - h.dampening), h.weight_decay != 0.0, h.momentum != 0.0, h.init_buffers,
+                h.nesterov};
+    const std::span<const TensorRef> lists[3] = {params, grads, momentum_buffers};
+    multi_tensor_apply<T>(stream_, lists, rule, "sgd_step");
+  });
+}
+
+void CudaBackend::adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                            std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
+                            std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h) {
+  check_params("adam_step", params, grads);
+  check_list("adam_step", "exp_avgs", exp_avgs, params, false);
+  check_list("adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
+  check_list("adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !h.amsgrad);
+  KILN_CHECK(h.bias_correction1 > 0.0 && h.bias_correction2 > 0.0, ValueError,
+             "cuda adam_step: bias corrections must be positive (1 - beta^t for a step t >= 1), got ",
+             h.bias_correction1, " and ", h.bias_correction2);
+  if (params.empty()) return;
+  visit_floating(params[0].dtype, "adam_step", [&](auto tag) {
+    using T = decltype(tag);
+    Adam<T> rule{static_cast<T>(h.weight_decay),
+                 static_cast<T>(1.0 - h.lr * h.weight_decay),
+                 static_cast<T>(h.beta1),
+                 static_cast<T>(1.0 - h.beta1),
+                 static_cast<T>(h.beta2),
+                 static_cast<T>(1.0 - h.beta2),
+                 static_cast<T>(h.lr / h.bias_correction1),
+                 static_cast<T>(std::sqrt(h.bias_correction2)),
+                 static_cast<T>(h.eps),
+                 h.weight_decay != 0.0 && !h.decoupled_weight_decay,
+                 h.decoupled_weight_decay,
+                 h.amsgrad};
+    const std::span<const TensorRef> lists[5] = {params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs};
+    multi_tensor_apply<T>(stream_, lists, rule, "adam_step");
+  });
+}
+
+void CudaBackend::adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                                std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
+                                const AdadeltaStep& h) {
+  check_params("adadelta_step", params, grads);
+  check_list("adadelta_step", "square_avgs", square_avgs, params, false);
+  check_list("adadelta_step", "acc_deltas", acc_deltas, params, false);
+  if (params.empty()) return;
+  visit_floating(params[0].dtype, "adadelta_step", [&](auto tag) {
+    using T = decltype(tag);
+    Adadelta<T> rule{static_cast<T>(h.lr), static_cast<T>(h.weight_decay), static_cast<T>(h.rho),
+                     static_cast<T>(1.0 - h.rho), static_cast<T>(h.eps), h.weight_decay != 0.0};
+    const std::span<const TensorRef> lists[4] = {params, grads, square_avgs, acc_deltas};
+    multi_tensor_apply<T>(stream_, lists, rule, "adadelta_step");
+  });
+}
+
+void CudaBackend::rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                               std::span<const TensorRef> square_avgs, std::span<const TensorRef> momentum_buffers,
+                               std::span<const TensorRef> grad_avgs, const RmspropStep& h) {
+  check_params("rmsprop_step", params, grads);
+  check_list("rmsprop_step", "square_avgs", square_avgs, params, false);
+  check_list("rmsprop_step", "momentum_buffers", momentum_buffers, params, h.momentum <= 0.0);
+  check_list("rmsprop_step", "grad_avgs", grad_avgs, params, !h.centered);
+  if (params.empty()) return;
+  visit_floating(params[0].dtype, "rmsprop_step", [&](auto tag) {
+    using T = decltype(tag);
+    Rmsprop<T> rule{static_cast<T>(h.lr),    static_cast<T>(h.weight_decay),   static_cast<T>(h.alpha),
+                    static_cast<T>(1.0 - h.alpha), static_cast<T>(h.eps), static_cast<T>(h.momentum),
+                    h.weight_decay != 0.0, h.centered, h.momentum > 0.0};
+    const std::span<const TensorRef> lists[5] = {params, grads, square_avgs, momentum_buffers, grad_avgs};
+    multi_tensor_apply<T>(stream_, lists, rule, "rmsprop_step");
+  });
+}
+
+}  // namespace kiln::cuda

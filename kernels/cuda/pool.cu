@@ -1,0 +1,199 @@
+// 2-D pooling on the GPU over each plane of x [N, C, H, W] -> y [N, C, OH, OW], and the backward
+// passes, f32 and f64, matching kernels/cpu/pool.cpp bit for bit:
+//   max_pool2d   y = max over the window (clipped to the input: padding never wins); indices (i32,
+//                same shape as y) hold the winner's position h * W + w in its plane. Ties go to
+//                the first element in row-major window order; a NaN wins, the first one seen.
+//   avg_pool2d   y = mean over the window, summed in double; divided by KH * KW when
+//                count_include_pad, else by the number of real input elements in the window.
+//   backward     grad_x is overwritten: each input element gets the sum of the grad_y elements
+//                that came from it.
+// Bench: none yet (memory-bound; figures: kernels/README.md, from kernel-bench).
+//
+// Forward: one thread per output element; neighbouring threads own neighbouring outputs of a row,
+// so their windows overlap and the reads hit the same cache lines.
+// Backward, gather form: one thread per grad_x element walks the outputs whose windows hold it
+// (at most ceil(KH/SH) x ceil(KW/SW) of them) and adds their contributions: for max, grad_y where
+// the output's index points here; for avg, grad_y / count. There are no atomics, every element is
+// written once, and the additions happen in the CPU's order (outputs in row-major order, starting
+// from 0), so overlapping windows give the same bits as the CPU's scatter. An index outside the
+// plane (which the CPU reports) matches no input element and is dropped.
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/layout.cuh"
+
+namespace kiln::cuda {
+
+namespace {
+
+struct PoolDims {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh, kw, sh, sw, ph, pw;
+  bool count_include_pad;
+};
+
+PoolDims pool_dims(const char* op, const TensorRef& x, const TensorRef& y, const Pool2dParams& p) {
+  KILN_CHECK(x.shape.size() == 4 && y.shape.size() == 4 && x.shape[0] == y.shape[0] && x.shape[1] == y.shape[1],
+             ShapeError, "cuda ", op, ": expected x [N, C, H, W] and y [N, C, OH, OW], got ", x.shape, " and ",
+             y.shape);
+  KILN_CHECK(p.kernel_h >= 1 && p.kernel_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.pad_h >= 0 &&
+                 p.pad_w >= 0 && 2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w,
+             ValueError, "cuda ", op, ": kernel ", p.kernel_h, "x", p.kernel_w, ", stride ", p.stride_h, "x",
+             p.stride_w, ", padding ", p.pad_h, "x", p.pad_w,
+             " (kernel and stride must be >= 1, padding at most half the kernel)");
+  return {x.shape[0] * x.shape[1], x.shape[2], x.shape[3], y.shape[2], y.shape[3], p.kernel_h, p.kernel_w,
+          p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.count_include_pad};
+}
+
+// The input rows [h0, h1) and columns [w0, w1) of output (i, j), clipped to the input.
+struct Window {
+  int64_t h0, h1, w0, w1;
+};
+__device__ Window window_of(const PoolDims& d, int64_t i, int64_t j) {
+  const int64_t h = i * d.sh - d.ph, w = j * d.sw - d.pw;
+  return {max(h, int64_t{0}), min(h + d.kh, d.h), max(w, int64_t{0}), min(w + d.kw, d.w)};
+}
+
+// The outputs [first, last) along one axis whose windows hold input position `at`:
+// i*stride - pad <= at < i*stride - pad + kernel.
+__device__ void covering(int64_t at, int64_t pad, int64_t kernel, int64_t stride, int64_t outputs,
+                         int64_t* first, int64_t* last) {
+  const int64_t t = at + pad;  // i*stride <= t and i*stride > t - kernel
+  *first = t - kernel < 0 ? 0 : (t - kernel) / stride + 1;
+  *last = min(t / stride + 1, outputs);
+}
+
+template <class T>
+__global__ void max_pool_kernel(const T* x, T* y, int32_t* indices, PoolDims d, int64_t total) {
+  KILN_GRID_STRIDE(e, total) {
+    const int64_t j = e % d.ow, i = (e / d.ow) % d.oh, plane = e / (d.ow * d.oh);
+    const T* xp = x + plane * d.h * d.w;
+    const Window win = window_of(d, i, j);
+    int64_t best_at = win.h0 * d.w + win.w0;  // start from a real element, as the CPU does
+    T best = xp[best_at];
+    for (int64_t h = win.h0; h < win.h1; ++h)
+      for (int64_t w = win.w0; w < win.w1; ++w) {
+        const T v = xp[h * d.w + w];
+        if (v > best || (v != v && best == best)) {  // v > NaN is false: the first NaN stays
+          best = v;
+          best_at = h * d.w + w;
+        }
+      }
+    y[e] = best;
+    indices[e] = static_cast<int32_t>(best_at);
+  }
+}
+
+template <class T>
+__global__ void max_pool_backward_kernel(const T* gy, const int32_t* indices, T* gx, PoolDims d, int64_t total) {
+  KILN_GRID_STRIDE(e, total) {
+    const int64_t w = e % d.w, h = (e / d.w) % d.h, plane = e / (d.w * d.h);
+    const int64_t at = h * d.w + w;
+    const T* gyp = gy + plane * d.oh * d.ow;
+    const int32_t* ip = indices + plane * d.oh * d.ow;
+    int64_t i0, i1, j0, j1;
+    covering(h, d.ph, d.kh, d.sh, d.oh, &i0, &i1);
+    covering(w, d.pw, d.kw, d.sw, d.ow, &j0, &j1);
+    T acc = 0;
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t j = j0; j < j1; ++j)
+        if (ip[i * d.ow + j] == at) acc += gyp[i * d.ow + j];
+    gx[e] = acc;
+  }
+}
+
+__device__ double avg_count(const PoolDims& d, const Window& win) {
+  return d.count_include_pad ? static_cast<double>(d.kh * d.kw)
+                             : static_cast<double>((win.h1 - win.h0) * (win.w1 - win.w0));
+}
+
+template <class T>
+__global__ void avg_pool_kernel(const T* x, T* y, PoolDims d, int64_t total) {
+  KILN_GRID_STRIDE(e, total) {
+    const int64_t j = e % d.ow, i = (e / d.ow) % d.oh, plane = e / (d.ow * d.oh);
+    const T* xp = x + plane * d.h * d.w;
+    const Window win = window_of(d, i, j);
+    double sum = 0;
+    for (int64_t h = win.h0; h < win.h1; ++h)
+      for (int64_t w = win.w0; w < win.w1; ++w) sum += xp[h * d.w + w];
+    y[e] = static_cast<T>(sum / avg_count(d, win));
+  }
+}
+
+template <class T>
+__global__ void avg_pool_backward_kernel(const T* gy, T* gx, PoolDims d, int64_t total) {
+  KILN_GRID_STRIDE(e, total) {
+    const int64_t w = e % d.w, h = (e / d.w) % d.h, plane = e / (d.w * d.h);
+    const T* gyp = gy + plane * d.oh * d.ow;
+    int64_t i0, i1, j0, j1;
+    covering(h, d.ph, d.kh, d.sh, d.oh, &i0, &i1);
+    covering(w, d.pw, d.kw, d.sw, d.ow, &j0, &j1);
+    T acc = 0;
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t j = j0; j < j1; ++j)
+        // the CPU's share: grad_y / count in double, rounded to T, then added in T
+        acc += static_cast<T>(gyp[i * d.ow + j] / avg_count(d, window_of(d, i, j)));
+    gx[e] = acc;
+  }
+}
+
+void check_indices(const char* op, const TensorRef& indices) {
+  KILN_CHECK(indices.dtype == DType::i32, DTypeError, "cuda ", op, ": indices must be i32, got ", indices.dtype);
+}
+
+}  // namespace
+
+void CudaBackend::max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices,
+                             const Pool2dParams& p) {
+  const PoolDims d = pool_dims("max_pool2d", x, y, p);
+  check_indices("max_pool2d", indices);
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  visit_floating(x.dtype, "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_kernel<T><<<blocks_for(total), kThreads, 0, stream_>>>(x.data<T>(), y.data<T>(),
+                                                                     indices.data<int32_t>(), d, total);
+  });
+  KILN_CUDA_LAUNCH_CHECK("max_pool2d");
+}
+
+void CudaBackend::max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& grad_x,
+                                      const Pool2dParams& p) {
+  const PoolDims d = pool_dims("max_pool2d_backward", grad_x, grad_y, p);
+  check_indices("max_pool2d_backward", indices);
+  const int64_t total = grad_x.numel();
+  if (total == 0) return;
+  visit_floating(grad_y.dtype, "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_backward_kernel<T><<<blocks_for(total), kThreads, 0, stream_>>>(
+        grad_y.data<T>(), indices.data<int32_t>(), grad_x.data<T>(), d, total);
+  });
+  KILN_CUDA_LAUNCH_CHECK("max_pool2d_backward");
+}
+
+void CudaBackend::avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) {
+  const PoolDims d = pool_dims("avg_pool2d", x, y, p);
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  visit_floating(x.dtype, "avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    avg_pool_kernel<T><<<blocks_for(total), kThreads, 0, stream_>>>(x.data<T>(), y.data<T>(), d, total);
+  });
+  KILN_CUDA_LAUNCH_CHECK("avg_pool2d");
+}
+
+void CudaBackend::avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x, const Pool2dParams& p) {
+  const PoolDims d = pool_dims("avg_pool2d_backward", grad_x, grad_y, p);
+  const int64_t total = grad_x.numel();
+  if (total == 0) return;
+  visit_floating(grad_y.dtype, "avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    avg_pool_backward_kernel<T><<<blocks_for(total), kThreads, 0, stream_>>>(grad_y.data<T>(), grad_x.data<T>(),
+                                                                              d, total);
+  });
+  KILN_CUDA_LAUNCH_CHECK("avg_pool2d_backward");
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,157 @@
+// The versions of the softmax family (softmax.cu, cross_entropy.cu) on raw device pointers, for
+// kernel-bench and the tests. CudaBackend::softmax and cross_entropy(_backward) are the
+// production path; they call `best` and the cross-entropy version that fits the row length.
+//
+// Every function queues its kernel on `stream` and returns; f32 and f64 are instantiated. Buffers
+// are contiguous. out may alias x (each element is read before it is written).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_backend.h"
+
+namespace kiln::cuda::softmax {
+
+// ---- softmax over the last axis: x [rows, n] -> out [rows, n]; log_softmax when `log` ----
+template <class T> void naive(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);          // version 1
+template <class T> void warp_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);   // version 2
+template <class T> void block_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);  // version 3
+
+// ---- softmax over the middle axis of [outer, n, inner] ----
+template <class T>  // version 4: a thread per (outer, inner) column
+void columns(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream);
+template <class T>  // the production pick among the four, by n and inner
+void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream);
+
+// ---- cross-entropy: logits [rows, C], targets i32 [rows], losses [rows] ----
+// A target outside [0, C) gives a NaN loss (a NaN gradient row) and is recorded in `fault`
+// (may be null), which CudaBackend throws at its next synchronisation.
+constexpr int64_t kWarpRowMax = 1024;  // rows up to this long go to the warp-per-row versions
+template <class T>
+void cross_entropy_warp(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
+                        double label_smoothing, DeviceFault* fault, cudaStream_t stream);
+template <class T>
+void cross_entropy_block(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
+                         double label_smoothing, DeviceFault* fault, cudaStream_t stream);
+template <class T>
+void cross_entropy_backward_warp(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
+                                 int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
+                                 cudaStream_t stream);
+template <class T>
+void cross_entropy_backward_block(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
+                                  int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
+                                  cudaStream_t stream);
+
+}  // namespace kiln::cuda::softmax
+
+#if defined(__CUDACC__)
+// ---- device pieces shared by softmax.cu and cross_entropy.cu ----
+#include <cmath>
+
+namespace kiln::cuda::softmax::detail {
+
+constexpr int kBlock = 512;  // threads of the block-per-row kernels (16 warps)
+
+__device__ inline float exp_of(float v) { return expf(v); }  // the accurate expf, not __expf
+__device__ inline double exp_of(double v) { return ::exp(v); }
+__device__ inline float log_of(float v) { return logf(v); }
+__device__ inline double log_of(double v) { return ::log(v); }
+
+// The online softmax state of a run of elements: their max m and s = sum exp(x - m). Adding an
+// element larger than m rescales s by exp(m_old - m_new) instead of needing a first pass for the
+// max. A NaN becomes the max and sticks (as on the CPU); a slice whose max is not finite ends
+// with s = NaN (finish), so every output of that slice is NaN, as on the CPU.
+template <class T>
+struct MaxSum {  // no initialisers, so that it may live in __shared__ memory: start from none()
+  T m, s;
+};
+
+template <class T>
+__device__ inline MaxSum<T> none() {
+  return {T(-INFINITY), T(0)};
+}
+
+// exp(v - m), but 1 when v == m: two -inf (or +inf) would give exp(NaN).
+template <class T>
+__device__ inline T shifted_exp(T v, T m) {
+  return v == m ? T(1) : exp_of(v - m);
+}
+
+template <class T>
+__device__ inline void add(MaxSum<T>& a, T v) {
+  if (v > a.m || v != v) {
+    a.s = a.s * shifted_exp(a.m, v) + T(1);
+    a.m = v;
+  } else {
+    a.s += shifted_exp(v, a.m);
+  }
+}
+
+template <class T>
+__device__ inline MaxSum<T> combine(MaxSum<T> a, MaxSum<T> b) {
+  if (b.m > a.m || b.m != b.m) {
+    MaxSum<T> t = a;
+    a = b;
+    b = t;
+  }
+  // a.m is now the max (or a NaN): b's sum rescales to it. An empty b (m = -inf, s = 0) adds 0.
+  a.s += b.s * shifted_exp(b.m, a.m);
+  return a;
+}
+
+template <class T>
+__device__ inline MaxSum<T> finish(MaxSum<T> a) {
+  if (!isfinite(a.m)) a.s = NAN;
+  return a;
+}
+
+// The 32 lanes' states combined; every lane gets the result.
+template <class T>
+__device__ inline MaxSum<T> warp_combine(MaxSum<T> a) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    MaxSum<T> b;
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, offset);
+    b.s = __shfl_xor_sync(0xffffffffu, a.s, offset);
+    a = combine(a, b);
+  }
+  return a;
+}
+
+template <class T>
+__device__ inline T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The block's states combined; every thread gets the result. `scratch` holds one state per
+// warp. Called by every thread of the block (it synchronises twice: before reading the
+// partials and before `scratch` may be written again).
+template <class T>
+__device__ inline MaxSum<T> block_combine(MaxSum<T> a, MaxSum<T>* scratch) {
+  a = warp_combine(a);
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (threadIdx.x % 32 == 0) scratch[warp] = a;
+  __syncthreads();
+  MaxSum<T> all = scratch[0];
+  for (int w = 1; w < warps; ++w) all = combine(all, scratch[w]);  // same order in every thread
+  __syncthreads();
+  return all;
+}
+
+// V neighbouring elements, loaded and stored as one 16-byte access when V * sizeof(T) == 16.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// Whether rows of n elements starting at these pointers can be walked in 16-byte packs.
+template <class T>
+inline bool packable(int64_t n, const void* a, const void* b) {
+  constexpr int64_t v = 16 / sizeof(T);
+  return n % v == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+}
+
+}  // namespace kiln::cuda::softmax::detail
+#endif

@@ -1,0 +1,294 @@
+// The CUDA conv2d and pooling kernels against the CPU backend: the public ops (forward, the
+// functional backward ops and autograd) on random geometries (sizes 1 and odd sizes, kernels 1..5,
+// stride 1..3, padding 0..2, dilation 1..2, groups 1..3, with and without bias), f32 and f64, and
+// every conv2d version of kernels/cuda/conv2d.cuh called directly on device buffers.
+#include "tests/cuda/cuda_test.h"
+
+#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/cuda_backend.h"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+struct ConvCase {
+  Shape x, w;
+  Conv2dConfig config;
+  bool bias = false;
+  Shape y;
+  std::string str() const {
+    return "x " + x.str() + " w " + w.str() + " stride " + std::to_string(config.stride[0]) + "x" +
+           std::to_string(config.stride[1]) + " pad " + std::to_string(config.padding[0]) + "x" +
+           std::to_string(config.padding[1]) + " dilation " + std::to_string(config.dilation[0]) + "x" +
+           std::to_string(config.dilation[1]) + " groups " + std::to_string(config.groups) +
+           (bias ? " bias" : "");
+  }
+};
+
+int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+
+// A random convolution; every fourth is wide enough (C/G, O/G > 32, M > 128) to span several
+// tiles of the implicit GEMM in every dimension.
+ConvCase random_conv(std::mt19937& rng, int trial) {
+  static const int64_t channels[] = {1, 2, 3, 5, 8};
+  ConvCase c;
+  const bool wide = trial % 4 == 3;
+  const int64_t groups = pick(rng, 1, 3);
+  const int64_t cg = wide ? pick(rng, 33, 40) : channels[pick(rng, 0, 4)];
+  const int64_t og = wide ? pick(rng, 33, 70) : channels[pick(rng, 0, 4)];
+  const int64_t n = pick(rng, 1, 3);
+  c.config.groups = groups;
+  for (int i = 0; i < 2; ++i) {
+    c.config.stride[i] = pick(rng, 1, 3);
+    c.config.padding[i] = pick(rng, 0, 2);
+    c.config.dilation[i] = pick(rng, 1, 2);
+  }
+  const int64_t kh = pick(rng, 1, 5), kw = pick(rng, 1, 5);
+  auto in_size = [&](int64_t k, int i) {
+    const int64_t least = std::max<int64_t>(1, c.config.dilation[i] * (k - 1) + 1 - 2 * c.config.padding[i]);
+    return least + pick(rng, 0, wide ? 12 : 9);
+  };
+  const int64_t h = in_size(kh, 0), w = in_size(kw, 1);
+  c.x = {n, cg * groups, h, w};
+  c.w = {og * groups, cg, kh, kw};
+  c.bias = pick(rng, 0, 1) == 1;
+  auto out = [&](int64_t in, int64_t k, int i) {
+    return (in + 2 * c.config.padding[i] - c.config.dilation[i] * (k - 1) - 1) / c.config.stride[i] + 1;
+  };
+  c.y = {n, og * groups, out(h, kh, 0), out(w, kw, 1)};
+  return c;
+}
+
+// f32: rtol 1e-4 plus an absolute term that grows with the reduction length (inputs in [-1, 1)).
+double rtol_for(DType t) { return t == DType::f32 ? 1e-4 : 1e-12; }
+double atol_for(DType t, int64_t length) { return (t == DType::f32 ? 1e-6 : 1e-14) * static_cast<double>(length); }
+
+cuda::conv2d::Geometry geometry(const ConvCase& c) {
+  cuda::conv2d::Geometry g;
+  g.n = c.x[0], g.c = c.x[1], g.h = c.x[2], g.w = c.x[3];
+  g.o = c.w[0], g.kh = c.w[2], g.kw = c.w[3], g.oh = c.y[2], g.ow = c.y[3];
+  g.stride_h = c.config.stride[0], g.stride_w = c.config.stride[1];
+  g.pad_h = c.config.padding[0], g.pad_w = c.config.padding[1];
+  g.dilation_h = c.config.dilation[0], g.dilation_w = c.config.dilation[1];
+  g.groups = c.config.groups;
+  return g;
+}
+
+template <class T>
+T* device_ptr(const Tensor& t) {
+  return t.ref().data<T>();
+}
+
+}  // namespace
+
+TEST_CASE("conv2d forward matches the CPU on random geometries, f32 and f64") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const ConvCase c = random_conv(rng, trial);
+    for (DType t : {DType::f32, DType::f64}) {
+      Tensor x = uniform(c.x, -1, 1, t), w = uniform(c.w, -1, 1, t);
+      Tensor b = c.bias ? uniform({c.w[0]}, -1, 1, t) : Tensor();
+      Tensor want = conv2d(x, w, b, c.config);
+      Tensor got = conv2d(x.to(kCuda), w.to(kCuda), c.bias ? b.to(kCuda) : Tensor(), c.config);
+      check_close(got, want, rtol_for(t), atol_for(t, c.w[1] * c.w[2] * c.w[3]), "conv2d " + c.str());
+    }
+  }
+}
+
+TEST_CASE("conv2d backward input and weight match the CPU on random geometries, f32 and f64") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 60; ++trial) {
+    const ConvCase c = random_conv(rng, trial);
+    for (DType t : {DType::f32, DType::f64}) {
+      Tensor x = uniform(c.x, -1, 1, t), w = uniform(c.w, -1, 1, t), gy = uniform(c.y, -1, 1, t);
+      const int64_t og = c.w[0] / c.config.groups;
+      check_close(conv2d_backward_input(gy.to(kCuda), w.to(kCuda), c.x, c.config),
+                  conv2d_backward_input(gy, w, c.x, c.config), rtol_for(t), atol_for(t, og * c.w[2] * c.w[3]),
+                  "conv2d_backward_input " + c.str());
+      check_close(conv2d_backward_weight(x.to(kCuda), gy.to(kCuda), c.w, c.config),
+                  conv2d_backward_weight(x, gy, c.w, c.config), rtol_for(t), atol_for(t, c.y[0] * c.y[2] * c.y[3]),
+                  "conv2d_backward_weight " + c.str());
+    }
+  }
+}
+
+TEST_CASE("conv2d gradients through autograd match the CPU, non-contiguous input") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 12; ++trial) {
+    ConvCase c = random_conv(rng, trial);
+    c.bias = true;
+    for (DType t : {DType::f32, DType::f64}) {
+      // x is a transposed view: the op makes it contiguous before the kernel
+      Tensor x = uniform({c.x[0], c.x[1], c.x[3], c.x[2]}, -1, 1, t).transpose(2, 3);
+      Tensor w = uniform(c.w, -1, 1, t), b = uniform({c.w[0]}, -1, 1, t), gy = uniform(c.y, -1, 1, t);
+      std::vector<Tensor> grads[2];
+      for (int side = 0; side < 2; ++side) {
+        const Device dev = side == 0 ? Device::cpu() : kCuda;
+        Tensor xl = x.to(dev).detach().requires_grad_(), wl = w.to(dev).detach().requires_grad_();
+        Tensor bl = b.to(dev).detach().requires_grad_();
+        (conv2d(xl, wl, bl, c.config) * gy.to(dev)).sum().backward();
+        grads[side] = {xl.grad(), wl.grad(), bl.grad()};
+      }
+      const int64_t og = c.w[0] / c.config.groups, outputs = c.y[0] * c.y[2] * c.y[3];
+      check_close(grads[1][0], grads[0][0], rtol_for(t), atol_for(t, og * c.w[2] * c.w[3]), "grad x " + c.str());
+      check_close(grads[1][1], grads[0][1], rtol_for(t), atol_for(t, outputs), "grad w " + c.str());
+      check_close(grads[1][2], grads[0][2], rtol_for(t), atol_for(t, outputs), "grad bias " + c.str());
+    }
+  }
+}
+
+TEST_CASE("every conv2d version matches the CPU on device buffers") {
+  if (!have_cuda()) return;
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  std::mt19937 rng(14);
+  for (int trial = 0; trial < 50; ++trial) {
+    const ConvCase c = random_conv(rng, trial);
+    const cv::Geometry g = geometry(c);
+    auto run = [&](auto tag, DType t) {
+      using T = decltype(tag);
+      Tensor x = uniform(c.x, -1, 1, t), w = uniform(c.w, -1, 1, t), gy = uniform(c.y, -1, 1, t);
+      Tensor b = uniform({c.w[0]}, -1, 1, t);
+      Tensor dx = x.to(kCuda), dw = w.to(kCuda), dgy = gy.to(kCuda), db = b.to(kCuda);
+      const T* bias = c.bias ? device_ptr<T>(db) : nullptr;
+      const double rtol = rtol_for(t);
+
+      Tensor want = conv2d(x, w, c.bias ? b : Tensor(), c.config);
+      const double fwd_atol = atol_for(t, c.w[1] * c.w[2] * c.w[3]);
+      Tensor y1 = full(c.y, 7.0, TensorOptions(t).device(kCuda));  // outputs start as garbage
+      cv::forward_direct<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y1), g, stream);
+      check_close(y1, want, rtol, fwd_atol, "forward_direct " + c.str());
+      Tensor y2 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+      cv::forward_implicit_gemm<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y2), g, stream);
+      check_close(y2, want, rtol, fwd_atol, "forward_implicit_gemm " + c.str());
+
+      Tensor want_gx = conv2d_backward_input(gy, w, c.x, c.config);
+      const double in_atol = atol_for(t, c.w[0] / c.config.groups * c.w[2] * c.w[3]);
+      Tensor gx1 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_input_direct<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx1), g, stream);
+      check_close(gx1, want_gx, rtol, in_atol, "backward_input_direct " + c.str());
+      Tensor gx2 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_input_implicit_gemm<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx2), g, stream);
+      check_close(gx2, want_gx, rtol, in_atol, "backward_input_implicit_gemm " + c.str());
+
+      Tensor gw = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+      const int64_t ws_elems = cv::backward_weight_workspace(g);
+      Tensor ws = full({std::max<int64_t>(1, ws_elems)}, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_weight_implicit_gemm<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(gw),
+                                           device_ptr<T>(ws), g, stream);
+      check_close(gw, conv2d_backward_weight(x, gy, c.w, c.config), rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]),
+                  "backward_weight_implicit_gemm " + c.str());
+    };
+    run(float{}, DType::f32);
+    run(double{}, DType::f64);
+  }
+}
+
+TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU") {
+  if (!have_cuda()) return;
+  struct Layer { Shape x, w; };
+  for (const Layer& l : {Layer{{64, 1, 28, 28}, {32, 1, 3, 3}}, Layer{{16, 32, 26, 26}, {64, 32, 3, 3}}}) {
+    Tensor x = uniform(l.x, -1, 1), w = uniform(l.w, -1, 1), b = uniform({l.w[0]}, -1, 1);
+    Tensor y = conv2d(x, w, b);
+    Tensor gy = uniform(y.shape(), -1, 1);
+    const std::string what = "x " + l.x.str() + " w " + l.w.str();
+    const int64_t ckk = l.w[1] * 9, okk = l.w[0] * 9, outputs = y.size(0) * y.size(2) * y.size(3);
+    check_close(conv2d(x.to(kCuda), w.to(kCuda), b.to(kCuda)), y, 1e-4, atol_for(DType::f32, ckk), "conv2d " + what);
+    check_close(conv2d_backward_input(gy.to(kCuda), w.to(kCuda), l.x, {}), conv2d_backward_input(gy, w, l.x, {}),
+                1e-4, atol_for(DType::f32, okk), "conv2d_backward_input " + what);
+    check_close(conv2d_backward_weight(x.to(kCuda), gy.to(kCuda), l.w, {}), conv2d_backward_weight(x, gy, l.w, {}),
+                1e-4, atol_for(DType::f32, outputs), "conv2d_backward_weight " + what);
+  }
+}
+
+namespace {
+
+struct PoolCase {
+  Shape x;
+  Pool2dConfig config;
+  std::string str() const {
+    return "x " + x.str() + " kernel " + std::to_string(config.kernel[0]) + "x" + std::to_string(config.kernel[1]) +
+           " stride " + std::to_string(config.stride[0]) + "x" + std::to_string(config.stride[1]) + " pad " +
+           std::to_string(config.padding[0]) + "x" + std::to_string(config.padding[1]) +
+           (config.count_include_pad ? "" : " exclude pad");
+  }
+};
+
+PoolCase random_pool(std::mt19937& rng) {
+  PoolCase c;
+  Shape x = {pick(rng, 1, 3), pick(rng, 1, 5), 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    c.config.kernel[i] = pick(rng, 1, 4);
+    c.config.stride[i] = pick(rng, 0, 3);  // 0: the kernel size
+    c.config.padding[i] = pick(rng, 0, c.config.kernel[i] / 2);
+    x[2 + i] = std::max<int64_t>(1, c.config.kernel[i] - 2 * c.config.padding[i]) + pick(rng, 0, 12);
+  }
+  c.config.count_include_pad = pick(rng, 0, 1) == 1;
+  c.x = x;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("max_pool2d and its backward match the CPU exactly: ties, NaNs, overlapping windows") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(15);
+  for (int trial = 0; trial < 60; ++trial) {
+    const PoolCase c = random_pool(rng);
+    for (DType t : {DType::f32, DType::f64}) {
+      // Small integers make ties common; some trials sprinkle NaNs; odd trials use a view.
+      std::vector<double> values(static_cast<size_t>(c.x.numel()));
+      for (double& v : values)
+        v = trial % 3 == 0 && pick(rng, 0, 9) == 0 ? std::nan("") : static_cast<double>(pick(rng, -3, 3));
+      Tensor x = from_vector<double>(values, c.x).to(t);
+      if (trial % 2 == 1) x = x.transpose(2, 3).contiguous().transpose(2, 3);
+      Tensor x_device = x.to(kCuda);
+      if (trial % 2 == 1) x_device = x.transpose(2, 3).contiguous().to(kCuda).transpose(2, 3);
+      PoolResult want = max_pool2d_with_indices(x, c.config);
+      PoolResult got = max_pool2d_with_indices(x_device, c.config);
+      check_close(got.values, want.values, 0, 0, "max_pool2d " + c.str());
+      check_close(got.indices, want.indices, 0, 0, "max_pool2d indices " + c.str());
+      Tensor gy = uniform(want.values.shape(), -1, 1, t);
+      check_close(max_pool2d_backward(gy.to(kCuda), got.indices, c.x, c.config),
+                  max_pool2d_backward(gy, want.indices, c.x, c.config), 0, 0, "max_pool2d_backward " + c.str());
+    }
+  }
+}
+
+TEST_CASE("avg_pool2d and its backward match the CPU, with and without the padding counted") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(16);
+  for (int trial = 0; trial < 60; ++trial) {
+    const PoolCase c = random_pool(rng);
+    for (DType t : {DType::f32, DType::f64}) {
+      const double tol = t == DType::f32 ? 1e-6 : 1e-14;
+      Tensor x = uniform(c.x, -1, 1, t);
+      check_close(avg_pool2d(x.to(kCuda), c.config), avg_pool2d(x, c.config), tol, tol, "avg_pool2d " + c.str());
+      Tensor gy = uniform(avg_pool2d(x, c.config).shape(), -1, 1, t);
+      check_close(avg_pool2d_backward(gy.to(kCuda), c.x, c.config), avg_pool2d_backward(gy, c.x, c.config), tol, tol,
+                  "avg_pool2d_backward " + c.str());
+    }
+  }
+}
+
+TEST_CASE("pooling gradients through autograd match the CPU") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 10; ++trial) {
+    const PoolCase c = random_pool(rng);
+    Tensor x = uniform(c.x, -1, 1);
+    Tensor gy = uniform(max_pool2d(x, c.config).shape(), -1, 1);
+    std::vector<Tensor> grads[2];
+    for (int side = 0; side < 2; ++side) {
+      const Device dev = side == 0 ? Device::cpu() : kCuda;
+      Tensor xl = x.to(dev).detach().requires_grad_();
+      (max_pool2d(xl, c.config) * gy.to(dev) + avg_pool2d(xl, c.config) * gy.to(dev)).sum().backward();
+      grads[side] = {xl.grad()};
+    }
+    check_close(grads[1][0], grads[0][0], 1e-6, 1e-6, "pool grads " + c.str());
+  }
+}

@@ -1,0 +1,180 @@
+// CUDA matmul against the CPU backend: the production path through kiln::matmul on random shapes
+// (sizes 1, primes, non-multiples of every tile, transposed views, row strides from slices,
+// batched and broadcast batches), f32 and f64; then every version of the ladder called directly
+// (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose combinations; then TF32.
+#include "tests/cuda/cuda_test.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/precision.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/matmul/matmul.cuh"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+// Restores allow_tf32 to off however the case ends.
+struct Tf32Guard {
+  explicit Tf32Guard(bool on) { set_allow_tf32(on); }
+  ~Tf32Guard() { set_allow_tf32(false); }
+  Tf32Guard(const Tf32Guard&) = delete;
+  Tf32Guard& operator=(const Tf32Guard&) = delete;
+};
+
+int64_t pick(std::mt19937& rng) {
+  static const int64_t sizes[] = {1, 2, 3, 5, 7, 8, 13, 17, 31, 32, 33, 64, 65, 97, 127, 128, 129, 200, 257};
+  return sizes[std::uniform_int_distribution<int>(0, 18)(rng)];
+}
+
+// A [.., rows, cols] operand with a random layout: contiguous, a transposed view of a
+// [.., cols, rows] tensor, or a column slice of a wider tensor (row stride > cols). The base is
+// made once; view() takes the same view of it on either device, so the CUDA kernel receives the
+// trans flags and row strides themselves, not a contiguous copy.
+struct Operand {
+  Tensor base;
+  int layout = 0;
+  int64_t cols = 0;
+  Tensor view(const Tensor& on) const {
+    if (layout == 1) return on.transpose(-1, -2);
+    if (layout == 2) return on.slice(-1, 0, cols);
+    return on;
+  }
+  Tensor cpu() const { return view(base); }
+  Tensor gpu() const { return view(base.to(kCuda)); }
+};
+
+Operand operand(std::mt19937& rng, Shape batch, int64_t rows, int64_t cols, DType t, std::string& how) {
+  Operand op;
+  op.layout = std::uniform_int_distribution<int>(0, 2)(rng);
+  op.cols = cols;
+  Shape s = batch;
+  if (op.layout == 1) {
+    s.push_back(cols), s.push_back(rows);
+    how += " T";
+  } else {
+    s.push_back(rows), s.push_back(cols + (op.layout == 2 ? 3 : 0));
+    if (op.layout == 2) how += " ld+3";
+  }
+  op.base = uniform(s, -1, 1, t);
+  return op;
+}
+
+}  // namespace
+
+TEST_CASE("matmul matches the CPU on random shapes, layouts and batches, f32 and f64") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t m = pick(rng), n = pick(rng), k = pick(rng);
+    Shape batch_a, batch_b;
+    switch (std::uniform_int_distribution<int>(0, 3)(rng)) {
+      case 0: break;                                       // plain 2-D
+      case 1: batch_a = {3}, batch_b = {3}; break;         // batched
+      case 2: batch_a = {2, 3}; break;                     // B broadcast over the batch
+      default: batch_a = {1}, batch_b = {4}; break;        // A broadcast (size-1 batch axis)
+    }
+    for (DType t : {DType::f32, DType::f64}) {
+      std::string how = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
+                        batch_a.str() + batch_b.str() + (t == DType::f32 ? " f32" : " f64");
+      Operand a = operand(rng, batch_a, m, k, t, how), b = operand(rng, batch_b, k, n, t, how);
+      Tensor want = matmul(a.cpu(), b.cpu());
+      const double scale = std::sqrt(static_cast<double>(k)) / 3;  // std of a sum of k products of U(-1, 1)
+      const double tol = t == DType::f32 ? 1e-4 : 1e-12;
+      check_close(matmul(a.gpu(), b.gpu()), want, tol, tol * scale, "matmul " + how);
+    }
+  }
+}
+
+TEST_CASE("matmul keeps transposed and strided views as views on the GPU") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int64_t m = pick(rng), n = pick(rng), k = pick(rng);
+    Tensor a = uniform({k, m}, -1, 1), b = uniform({n, k + 5}, -1, 1);
+    Tensor ga = a.to(kCuda), gb = b.to(kCuda);
+    // The transposes and the slice happen on each device, so the GPU kernel gets trans flags and
+    // a row stride, not a contiguous copy.
+    Tensor want = matmul(a.t(), b.slice(1, 0, k).t());
+    Tensor got = matmul(ga.t(), gb.slice(1, 0, k).t());
+    check_close(got, want, 1e-4, 1e-4 * std::sqrt(static_cast<double>(k)), "A^T B^T with a strided B");
+  }
+}
+
+TEST_CASE("the MNIST MLP's products and their gradients match the CPU") {
+  if (!have_cuda()) return;
+  struct Mnk { int64_t m, n, k; };
+  for (Mnk s : {Mnk{64, 128, 784}, Mnk{64, 10, 128}, Mnk{784, 128, 64}, Mnk{128, 10, 64}, Mnk{64, 784, 128}}) {
+    Tensor a = uniform({s.m, s.k}, -1, 1), b = uniform({s.k, s.n}, -1, 1);
+    Tensor at = uniform({s.k, s.m}, -1, 1), bt = uniform({s.n, s.k}, -1, 1);
+    const double atol = 1e-4 * std::sqrt(static_cast<double>(s.k));
+    std::string what = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    check_close(matmul(a.to(kCuda), b.to(kCuda)), matmul(a, b), 1e-4, atol, what);
+    check_close(matmul(at.to(kCuda).t(), b.to(kCuda)), matmul(at.t(), b), 1e-4, atol, what + " A^T");
+    check_close(matmul(a.to(kCuda), bt.to(kCuda).t()), matmul(a, bt.t()), 1e-4, atol, what + " B^T");
+  }
+}
+
+TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, batches") {
+  if (!have_cuda()) return;
+  struct Case { int64_t batch, m, n, k; bool broadcast_b; int64_t pad; };
+  const Case cases[] = {
+      {1, 1, 1, 1, false, 0},     {1, 1, 7, 5, false, 0},      {1, 13, 1, 17, false, 1},
+      {1, 37, 53, 29, false, 0},  {2, 129, 131, 67, false, 3}, {3, 64, 128, 784, true, 0},
+      {1, 200, 17, 300, false, 4}, {2, 128, 128, 128, false, 0}, {1, 5, 300, 3, true, 2},
+      {1, 33, 65, 0, false, 0},
+  };
+  cuda::CudaBackend& be = cuda::backend(0);
+  for (const Case& cs : cases)
+    for (int trans = 0; trans < 4; ++trans) {
+      MatmulParams p;
+      p.batch = cs.batch, p.m = cs.m, p.n = cs.n, p.k = cs.k;
+      p.trans_a = trans & 1, p.trans_b = trans & 2;
+      // Stored shapes: A [batch, m, k] or [batch, k, m] when transposed, rows padded by `pad`.
+      const int64_t a_rows = p.trans_a ? cs.k : cs.m, a_cols = p.trans_a ? cs.m : cs.k;
+      const int64_t b_rows = p.trans_b ? cs.n : cs.k, b_cols = p.trans_b ? cs.k : cs.n;
+      p.lda = a_cols + cs.pad, p.ldb = b_cols + cs.pad;
+      const int64_t b_batch = cs.broadcast_b ? 1 : cs.batch;
+      p.batch_stride_a = a_rows * p.lda;
+      p.batch_stride_b = cs.broadcast_b ? 0 : b_rows * p.ldb;
+      Tensor a_full = uniform({cs.batch, a_rows, p.lda}, -1, 1), b_full = uniform({b_batch, b_rows, p.ldb}, -1, 1);
+      Tensor a = a_full.slice(2, 0, a_cols), b = b_full.slice(2, 0, b_cols);
+      Tensor want = matmul(p.trans_a ? a.transpose(1, 2) : a, p.trans_b ? b.transpose(1, 2) : b);
+      Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
+      std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
+                          "x" + std::to_string(cs.k) + (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") +
+                          " pad " + std::to_string(cs.pad);
+      const double sk = std::sqrt(static_cast<double>(std::max<int64_t>(cs.k, 1)));
+      for (const auto& v : cuda::matmul::versions()) {
+        Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
+        v.run(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), be.stream());
+        const double tol = v.tf32 ? 2e-3 : 1e-4;
+        check_close(out, want, tol, tol * sk, std::string(v.name) + " " + shape);
+      }
+      Tensor a64 = a_full.to(DType::f64), b64 = b_full.to(DType::f64);
+      Tensor want64 = matmul(p.trans_a ? a64.slice(2, 0, a_cols).transpose(1, 2) : a64.slice(2, 0, a_cols),
+                             p.trans_b ? b64.slice(2, 0, b_cols).transpose(1, 2) : b64.slice(2, 0, b_cols));
+      Tensor ga64 = a64.to(kCuda), gb64 = b64.to(kCuda);
+      Tensor out64 = full({cs.batch, cs.m, cs.n}, 7.0, TensorOptions(DType::f64).device(kCuda));
+      cuda::matmul::smem_tiling_f64(p, ga64.ref().data<double>(), gb64.ref().data<double>(),
+                                    out64.ref().data<double>(), be.stream());
+      check_close(out64, want64, 1e-12, 1e-12 * sk, "03_smem_tiling f64 " + shape);
+    }
+}
+
+TEST_CASE("with allow_tf32, f32 matmul runs on TF32 tensor cores within its error bound") {
+  if (!have_cuda()) return;
+  Tf32Guard tf32(true);
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t m = pick(rng), n = pick(rng), k = pick(rng);
+    std::string how = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " tf32";
+    Operand a = operand(rng, {2}, m, k, DType::f32, how), b = operand(rng, {}, k, n, DType::f32, how);
+    // The truth in f64: TF32's rounding (2^-11 relative per input) is the only error allowed.
+    Tensor want = matmul(a.cpu().to(DType::f64), b.cpu().to(DType::f64));
+    Tensor got = matmul(a.gpu(), b.gpu()).to(DType::f64);
+    check_close(got, want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(k)), how);
+  }
+}

@@ -1,0 +1,258 @@
+// The CUDA softmax family against the CPU backend: softmax and log_softmax over any axis,
+// cross-entropy and its gradient (autograd and the op), special values (-inf, NaN, +inf, logits
+// of 1e3, empty axes), out-of-range targets, and every version of kernels/cuda/softmax.cuh on raw
+// device buffers. Label `cuda`: without a CUDA device every case reports that it skipped.
+#include "tests/cuda/cuda_test.h"
+
+#ifdef KILN_WITH_CUDA
+#include "kernels/cuda/softmax.cuh"
+#endif
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+// Row lengths from 1 to 6000, with the warp/block boundary (1024) and odd sizes around it.
+int64_t random_length(std::mt19937& rng) {
+  static const int64_t lengths[] = {1, 2, 3, 7, 10, 31, 32, 33, 100, 255, 1000, 1023, 1024, 1025, 1500, 2047, 4099, 5003, 6000};
+  return lengths[std::uniform_int_distribution<size_t>(0, std::size(lengths) - 1)(rng)];
+}
+
+// Logits spread: 1 (typical), 30 (peaked rows) and 1e3 (exp overflows without the max shift).
+double random_scale(std::mt19937& rng) {
+  static const double scales[] = {1, 30, 1e3};
+  return scales[std::uniform_int_distribution<int>(0, 2)(rng)];
+}
+
+Tensor random_targets(std::mt19937& rng, int64_t rows, int64_t classes) {
+  std::vector<int32_t> t(static_cast<size_t>(rows));
+  for (auto& v : t) v = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(classes - 1))(rng);
+  return from_vector<int32_t>(t, {rows});
+}
+
+// Tolerances against the CPU's double accumulation (softmax.cu: f32 accumulates in float).
+double rtol(DType t) { return t == DType::f32 ? 1e-5 : 1e-12; }
+double atol(DType t) { return t == DType::f32 ? 1e-6 : 1e-13; }
+
+std::string name_of(const char* op, const Shape& s, DType t, double extra = -1) {
+  std::string name = std::string(op) + " " + s.str() + " " + std::string(dtype_name(t));
+  if (extra >= 0) name += " (" + std::to_string(extra) + ")";
+  return name;
+}
+
+}  // namespace
+
+TEST_CASE("softmax and log_softmax match the CPU over any axis, f32 and f64") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    Shape s = random_shape(rng, 3);
+    const int64_t axis = std::uniform_int_distribution<int64_t>(0, s.rank() - 1)(rng);
+    s[static_cast<size_t>(axis)] = random_length(rng);
+    for (size_t d = 0; s.numel() > 300000 && d < s.size(); ++d)
+      if (static_cast<int64_t>(d) != axis) s[d] = 1;
+    const int64_t signed_axis = trial % 2 ? axis : axis - s.rank();  // negative axes too
+    const double scale = random_scale(rng);
+    for (DType t : {DType::f32, DType::f64}) {
+      Tensor cpu = uniform(s, -scale, scale, t);
+      Tensor gpu = cpu.to(kCuda);
+      if (s.size() >= 2 && trial % 3 == 0) {  // a non-contiguous input: core copies it first
+        cpu = cpu.transpose(0, -1).contiguous().transpose(0, -1);
+        gpu = cpu.to(kCuda);
+        gpu = gpu.transpose(0, -1).contiguous().transpose(0, -1);
+      }
+      check_close(softmax(gpu, signed_axis), softmax(cpu, signed_axis), rtol(t), atol(t) * 1e-1,
+                  name_of("softmax", s, t, static_cast<double>(axis)));
+      check_close(log_softmax(gpu, signed_axis), log_softmax(cpu, signed_axis), rtol(t), atol(t) * 10,
+                  name_of("log_softmax", s, t, static_cast<double>(axis)));
+    }
+  }
+}
+
+TEST_CASE("softmax's special values match the CPU: -inf, NaN, +inf, huge logits, empty axes") {
+  if (!have_cuda()) return;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t n : {3, 40, 2000}) {
+    for (DType t : {DType::f32, DType::f64}) {
+      // rows: a -inf among finite values, all -inf, a NaN, a +inf, huge and tiny logits
+      std::vector<double> v(static_cast<size_t>(6 * n));
+      std::mt19937 rng(static_cast<unsigned>(n));
+      for (auto& e : v) e = std::uniform_real_distribution<double>(-5, 5)(rng);
+      v[0] = -inf;
+      std::fill(v.begin() + n, v.begin() + 2 * n, -inf);
+      v[static_cast<size_t>(2 * n + n / 2)] = nan;
+      v[static_cast<size_t>(3 * n + n - 1)] = inf;
+      for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(4 * n + k)] = 1e3 * (k % 2 ? 1 : -1) + static_cast<double>(k);
+      for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(5 * n + k)] = -3e4 + 0.5 * static_cast<double>(k);
+      Tensor cpu = from_vector<double>(v, {6, n}).to(t);
+      Tensor gpu = cpu.to(kCuda);
+      for (int64_t axis : {1, 0}) {
+        check_close(softmax(gpu, axis), softmax(cpu, axis), rtol(t), atol(t) * 1e-1, name_of("softmax special", cpu.shape(), t, static_cast<double>(axis)));
+        check_close(log_softmax(gpu, axis), log_softmax(cpu, axis), rtol(t), atol(t) * 10, name_of("log_softmax special", cpu.shape(), t, static_cast<double>(axis)));
+      }
+    }
+  }
+  for (const Shape& s : {Shape{3, 0}, Shape{0, 5}, Shape{2, 0, 4}}) {
+    Tensor cpu = zeros(s);
+    for (int64_t axis = 0; axis < s.rank(); ++axis) {
+      check_close(softmax(cpu.to(kCuda), axis), softmax(cpu, axis), 0, 0, "softmax empty " + s.str());
+      check_close(log_softmax(cpu.to(kCuda), axis), log_softmax(cpu, axis), 0, 0, "log_softmax empty " + s.str());
+    }
+  }
+  // a long axis that is not the last (the column version), with few columns
+  Tensor cpu = uniform({2, 7000, 3}, -20, 20, DType::f64);
+  check_close(softmax(cpu.to(kCuda), 1), softmax(cpu, 1), 1e-12, 1e-14, "softmax [2, 7000, 3] axis 1");
+}
+
+TEST_CASE("cross_entropy, its autograd gradient and cross_entropy_backward match the CPU") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t classes = random_length(rng);
+    int64_t rows = std::uniform_int_distribution<int64_t>(1, 300)(rng);
+    rows = std::max<int64_t>(1, std::min<int64_t>(rows, 300000 / classes));
+    const double scale = random_scale(rng);
+    const double smoothing = trial % 2 ? 0.1 : 0.0;
+    Tensor targets = random_targets(rng, rows, classes);
+    for (DType t : {DType::f32, DType::f64}) {
+      const std::string name = name_of("cross_entropy", {rows, classes}, t, smoothing) + " scale " + std::to_string(scale);
+      Tensor cpu = uniform({rows, classes}, -scale, scale, t);
+      Tensor gpu = cpu.to(kCuda);
+      Tensor gpu_targets = targets.to(kCuda);
+      check_close(cross_entropy(gpu, gpu_targets, Reduction::none, smoothing),
+                  cross_entropy(cpu, targets, Reduction::none, smoothing), rtol(t), atol(t) * 10, name);
+
+      // the gradient of the mean loss through autograd
+      Tensor cpu_leaf = cpu.detach().requires_grad_();
+      Tensor gpu_leaf = gpu.detach().requires_grad_();
+      cross_entropy(cpu_leaf, targets, Reduction::mean, smoothing).backward();
+      cross_entropy(gpu_leaf, gpu_targets, Reduction::mean, smoothing).backward();
+      check_close(gpu_leaf.grad(), cpu_leaf.grad(), rtol(t), atol(t), name + " autograd");
+
+      // the op with arbitrary per-sample gradients
+      Tensor g = uniform({rows}, -2, 2, t);
+      check_close(cross_entropy_backward(gpu, gpu_targets, g.to(kCuda), smoothing),
+                  cross_entropy_backward(cpu, targets, g, smoothing), rtol(t), atol(t) * 2, name + " backward");
+    }
+  }
+}
+
+TEST_CASE("cross_entropy's special values match the CPU; an out-of-range target throws at the next read") {
+  if (!have_cuda()) return;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t classes : {5, 10, 3000}) {
+    // rows: a -inf logit (not the target), all -inf, a NaN, a +inf, 1e3-sized logits, the target at -inf
+    std::vector<double> v(static_cast<size_t>(6 * classes));
+    std::mt19937 rng(static_cast<unsigned>(classes));
+    for (auto& e : v) e = std::uniform_real_distribution<double>(-3, 3)(rng);
+    v[1] = -inf;
+    std::fill(v.begin() + classes, v.begin() + 2 * classes, -inf);
+    v[static_cast<size_t>(2 * classes + 2)] = nan;
+    v[static_cast<size_t>(3 * classes + 3)] = inf;
+    for (int64_t c = 0; c < classes; ++c) v[static_cast<size_t>(4 * classes + c)] = 1e3 + 0.01 * static_cast<double>(c);
+    v[static_cast<size_t>(5 * classes)] = -inf;
+    Tensor targets = from_vector<int32_t>({0, 1, 0, 4, 2, 0}, {6});
+    for (DType t : {DType::f32, DType::f64}) {
+      Tensor cpu = from_vector<double>(v, {6, classes}).to(t);
+      for (double smoothing : {0.0, 0.1}) {
+        const std::string name = name_of("cross_entropy special", cpu.shape(), t, smoothing);
+        check_close(cross_entropy(cpu.to(kCuda), targets.to(kCuda), Reduction::none, smoothing),
+                    cross_entropy(cpu, targets, Reduction::none, smoothing), rtol(t), atol(t) * 10, name);
+        Tensor g = full({6}, 0.5, t);
+        check_close(cross_entropy_backward(cpu.to(kCuda), targets.to(kCuda), g.to(kCuda), smoothing),
+                    cross_entropy_backward(cpu, targets, g, smoothing), rtol(t), atol(t), name + " backward");
+      }
+    }
+  }
+  for (int64_t classes : {10, 3000}) {
+    Tensor logits = uniform({4, classes}, -1, 1, kCuda);
+    Tensor bad = from_vector<int32_t>({0, static_cast<int32_t>(classes), 1, -1}, {4}).to(kCuda);
+    CHECK_THROWS_AS(cross_entropy(logits, bad, Reduction::none).to_vector<float>(), ValueError);
+    CHECK_THROWS_AS(cross_entropy_backward(logits, bad, ones({4}, kCuda), 0.0).to_vector<float>(), ValueError);
+    // the fault was cleared: the device goes on, and the bad rows hold NaN
+    std::vector<float> losses = cross_entropy(logits, from_vector<int32_t>({0, 1, 2, 3}, {4}).to(kCuda), Reduction::none).to_vector<float>();
+    CHECK(std::isfinite(losses[0]));
+  }
+}
+
+#ifdef KILN_WITH_CUDA
+TEST_CASE("every softmax and cross-entropy version on raw device buffers matches the CPU") {
+  if (!have_cuda()) return;
+  namespace v = kiln::cuda::softmax;
+  cudaStream_t stream = kiln::cuda::backend(0).stream();
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t n = random_length(rng);
+    int64_t rows = std::uniform_int_distribution<int64_t>(1, 200)(rng);
+    rows = std::max<int64_t>(1, std::min<int64_t>(rows, 200000 / n));
+    const bool log = trial % 2 == 1;
+    const double scale = random_scale(rng);
+    // an offset of one element makes the rows misaligned for the 16-byte packs on odd trials
+    const int64_t offset = trial % 4 >= 2 ? 1 : 0;
+    for (DType t : {DType::f32, DType::f64}) {
+      Tensor cpu = uniform({rows, n}, -scale, scale, t);
+      Tensor want = log ? log_softmax(cpu, 1) : softmax(cpu, 1);
+      Tensor buffer = zeros({rows * n + offset}, TensorOptions(t).device(kCuda));
+      buffer.slice(0, offset, offset + rows * n).copy_(cpu.reshape({rows * n}).to(kCuda));
+      Tensor x = buffer.slice(0, offset, offset + rows * n).reshape({rows, n});
+      auto run = [&](const char* version, auto fn) {
+        Tensor out = zeros({rows, n}, TensorOptions(t).device(kCuda));
+        if (t == DType::f32) fn(x.ref().data<float>(), out.ref().data<float>());
+        else fn(x.ref().data<double>(), out.ref().data<double>());
+        check_close(out, want, rtol(t), log ? atol(t) * 10 : atol(t) * 1e-1,
+                    name_of(version, {rows, n}, t, static_cast<double>(offset)) + (log ? " log" : ""));
+      };
+      run("naive", [&](auto* a, auto* b) { v::naive(a, b, rows, n, log, stream); });
+      run("warp_per_row", [&](auto* a, auto* b) { v::warp_per_row(a, b, rows, n, log, stream); });
+      run("block_per_row", [&](auto* a, auto* b) { v::block_per_row(a, b, rows, n, log, stream); });
+      run("columns (inner 1)", [&](auto* a, auto* b) { v::columns(a, b, rows, n, int64_t{1}, log, stream); });
+      run("best", [&](auto* a, auto* b) { v::best(a, b, rows, n, int64_t{1}, log, stream); });
+
+      // the column version on [outer, n, inner], against the CPU over the middle axis
+      const int64_t outer = std::uniform_int_distribution<int64_t>(1, 3)(rng);
+      const int64_t inner = std::max<int64_t>(2, std::min<int64_t>(37, 100000 / (outer * n)));
+      Tensor cpu3 = uniform({outer, n, inner}, -scale, scale, t);
+      Tensor x3 = cpu3.to(kCuda), out3 = zeros({outer, n, inner}, TensorOptions(t).device(kCuda));
+      if (t == DType::f32) v::columns(x3.ref().data<float>(), out3.ref().data<float>(), outer, n, inner, log, stream);
+      else v::columns(x3.ref().data<double>(), out3.ref().data<double>(), outer, n, inner, log, stream);
+      check_close(out3, log ? log_softmax(cpu3, 1) : softmax(cpu3, 1), rtol(t), log ? atol(t) * 10 : atol(t) * 1e-1,
+                  name_of("columns", cpu3.shape(), t));
+
+      // cross-entropy, both versions, forward and backward, over the same rows as logits
+      const double smoothing = trial % 3 == 0 ? 0.1 : 0.0;
+      Tensor targets = random_targets(rng, rows, n);
+      Tensor gpu_targets = targets.to(kCuda);
+      Tensor g = uniform({rows}, -1, 1, t);
+      Tensor gpu_g = g.to(kCuda);
+      Tensor want_loss = cross_entropy(cpu, targets, Reduction::none, smoothing);
+      Tensor want_grad = cross_entropy_backward(cpu, targets, g, smoothing);
+      const int32_t* tp = gpu_targets.ref().data<int32_t>();
+      auto run_ce = [&](const char* version, auto forward, auto backward) {
+        Tensor loss = zeros({rows}, TensorOptions(t).device(kCuda));
+        Tensor grad = zeros({rows, n}, TensorOptions(t).device(kCuda));
+        if (t == DType::f32) {
+          forward(x.ref().data<float>(), loss.ref().data<float>());
+          backward(x.ref().data<float>(), gpu_g.ref().data<float>(), grad.ref().data<float>());
+        } else {
+          forward(x.ref().data<double>(), loss.ref().data<double>());
+          backward(x.ref().data<double>(), gpu_g.ref().data<double>(), grad.ref().data<double>());
+        }
+        const std::string name = name_of(version, {rows, n}, t, smoothing);
+        check_close(loss, want_loss, rtol(t), atol(t) * 10, name);
+        check_close(grad, want_grad, rtol(t), atol(t), name + " backward");
+      };
+      run_ce("cross_entropy_warp",
+             [&](auto* a, auto* l) { v::cross_entropy_warp(a, tp, l, rows, n, smoothing, nullptr, stream); },
+             [&](auto* a, auto* gl, auto* gx) { v::cross_entropy_backward_warp(a, tp, gl, gx, rows, n, smoothing, nullptr, stream); });
+      run_ce("cross_entropy_block",
+             [&](auto* a, auto* l) { v::cross_entropy_block(a, tp, l, rows, n, smoothing, nullptr, stream); },
+             [&](auto* a, auto* gl, auto* gx) { v::cross_entropy_backward_block(a, tp, gl, gx, rows, n, smoothing, nullptr, stream); });
+    }
+  }
+}
+#endif
