@@ -1,6 +1,8 @@
 // kernel-bench --only matmul: every version of the CUDA matmul ladder (kernels/cuda/matmul/), the
 // production path (CudaBackend::matmul, FP32 and with allow_tf32), cuBLAS SGEMM (FP32) and cuBLAS
-// with TF32 tensor cores, in TFLOP/s (2 m n k flops per product), on C = A B with A, B row-major.
+// with TF32 tensor cores, in TFLOP/s (2 m n k flops per product), on C = op(A) op(B), A and B
+// row-major, transposed where the shape says so (" A^T", " B^T": the layouts autograd hands the
+// kernels for an MLP layer y = x W^T: forward with B^T, grad_x plain, grad_W^T = x^T g with A^T).
 // Each version is first checked against cuBLAS FP32: its note gives the largest error relative to
 // max|C|; a version beyond its tolerance (1e-4 FP32, 1e-2 TF32) is reported and not timed.
 // 01 and 02 run only up to 2048^3: at 4096^3 they take seconds per call.
@@ -34,6 +36,7 @@ namespace {
 
 struct Mnk {
   int64_t m, n, k;
+  bool trans_a = false, trans_b = false;
 };
 
 std::vector<float> to_host(const float* device, int64_t count, cudaStream_t stream) {
@@ -73,9 +76,13 @@ TensorRef matrix_ref(const float* data, int64_t rows, int64_t cols) {
 
 void bench_matmul(Bench& bench) {
   const std::vector<Mnk> shapes = bench.quick()
-                                      ? std::vector<Mnk>{{4096, 4096, 4096}, {64, 128, 784}}
+                                      ? std::vector<Mnk>{{4096, 4096, 4096}, {64, 128, 784},
+                                                         {64, 128, 9216, false, true}}
                                       : std::vector<Mnk>{{4096, 4096, 4096}, {2048, 2048, 2048}, {1024, 1024, 1024},
-                                                         {64, 128, 784}, {64, 10, 128}, {784, 128, 64}};
+                                                         {64, 128, 784}, {64, 10, 128}, {784, 128, 64},
+                                                         // the MNIST CNN's fc1 (9216 -> 128) at batch 64
+                                                         {64, 128, 9216, false, true}, {64, 9216, 128},
+                                                         {9216, 128, 64, true, false}};
   const cudaStream_t stream = bench.stream();
   cublasHandle_t handle;
   KILN_CUBLAS_CHECK(cublasCreate(&handle));
@@ -83,23 +90,29 @@ void bench_matmul(Bench& bench) {
   cuda::CudaBackend& backend = cuda::backend(0);
 
   for (const Mnk& s : shapes) {
-    const std::string shape = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const std::string shape = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+                              (s.trans_a ? " A^T" : "") + (s.trans_b ? " B^T" : "");
     const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
     const float* A = bench.random_floats(s.m * s.k, 1);
     const float* B = bench.random_floats(s.k * s.n, 2);
     auto* C = static_cast<float*>(bench.device_bytes(static_cast<size_t>(s.m * s.n) * sizeof(float)));
     MatmulParams p;
     p.m = s.m, p.n = s.n, p.k = s.k;
-    p.lda = s.k, p.ldb = s.n;
+    // Stored A: [m, k], or [k, m] when transposed; stored B: [k, n], or [n, k].
+    p.trans_a = s.trans_a, p.trans_b = s.trans_b;
+    p.lda = s.trans_a ? s.m : s.k, p.ldb = s.trans_b ? s.k : s.n;
 
-    // cuBLAS is column-major: row-major C = A B is column-major C^T = B^T A^T, so pass B first.
+    // cuBLAS is column-major: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so
+    // pass B first. A row-major matrix is its column-major transpose: a stored operand that is not
+    // transposed goes in as is (OP_N), a transposed one with OP_T; the leading dimensions stay.
     const float one = 1, zero = 0;
+    const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     auto cublas = [&](cublasMath_t mode) {
       return [&, mode] {
         KILN_CUBLAS_CHECK(cublasSetMathMode(handle, mode));
-        KILN_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(s.m),
-                                      static_cast<int>(s.k), &one, B, static_cast<int>(s.n), A,
-                                      static_cast<int>(s.k), &zero, C, static_cast<int>(s.n)));
+        KILN_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, static_cast<int>(s.n), static_cast<int>(s.m),
+                                      static_cast<int>(s.k), &one, B, static_cast<int>(p.ldb), A,
+                                      static_cast<int>(p.lda), &zero, C, static_cast<int>(s.n)));
       };
     };
     auto fp32 = cublas(CUBLAS_DEFAULT_MATH);
@@ -129,7 +142,10 @@ void bench_matmul(Bench& bench) {
       if (slow && flops > 2.0 * 2048.0 * 2048.0 * 2048.0) continue;
       run(v.name, v.tf32, false, [&, fn = v.run] { fn(p, A, B, C, stream); });
     }
-    const TensorRef ra = matrix_ref(A, s.m, s.k), rb = matrix_ref(B, s.k, s.n), rc = matrix_ref(C, s.m, s.n);
+    // The backend reads the data pointers and p; the refs carry the stored shapes.
+    const TensorRef ra = s.trans_a ? matrix_ref(A, s.k, s.m) : matrix_ref(A, s.m, s.k);
+    const TensorRef rb = s.trans_b ? matrix_ref(B, s.n, s.k) : matrix_ref(B, s.k, s.n);
+    const TensorRef rc = matrix_ref(C, s.m, s.n);
     // The production path runs on the backend's stream, which is the bench's stream.
     run("production (FP32)", false, false, [&] { backend.matmul(ra, rb, rc, p); });
     set_allow_tf32(true);

@@ -18,14 +18,28 @@
 //   06_vectorized: float4 global loads and stores, A stored transposed (k-major) in shared memory
 //     so that the inner loop reads both operands with 16-byte loads.
 //   07_warptile: warps own 64 x 32 tiles with lanes laid out for conflict-free shared loads,
-//     plus register-staged double buffering: the best FP32 (SIMT) version.
+//     plus register-staged double buffering: the best FP32 (SIMT) version. 07_warptile_lb1 is
+//     the same kernel compiled for one block per SM instead of two (no register spills).
 //   08_tf32_mma: tensor cores through mma.sync m16n8k8 TF32, on 07's structure.
+//   09_split_k: for few output tiles and a long k (an MLP layer's 64 x 128 x 9216): k cut into S
+//     chunks, a 64 x 64 partial tile per chunk and per block, then a second kernel adding the S
+//     partials in a fixed order (deterministic; no atomics). Workspace [S, m, n].
 //
-// The production path (CudaBackend::matmul) picks: 08 when kiln::allow_tf32() and f32; else 07
-// when the product has enough 128 x 128 tiles to fill the GPU, and 03 otherwise (small products,
-// such as the MNIST MLP's 64 x 128 x 784, would leave most SMs idle with 128 x 128 tiles);
-// f64 always runs 03.
+// Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only matmul, ms), before 09 and the
+// dispatch below: 4096^3 cuBLAS 2.66, 07 3.57, 06 4.88, 08 (TF32) 1.80 vs cuBLAS TF32 0.381;
+// 1024^3 cuBLAS 0.055, 07 0.134, 04 0.180, 03 0.411; 64 x 128 x 784 cuBLAS 0.0112, 03 0.050,
+// 08 0.045, 07 0.095; 64 x 10 x 128 03 0.0096; 784 x 128 x 64 03 0.0060 (cuBLAS 0.0097).
+//
+// The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
+//   - T >= SMs / 4: 07, or 08 when kiln::allow_tf32() (1024^3 has 64 tiles on 132 SMs and 07
+//     still ran 3x faster than 03, so the big tiles pay well before they fill every SM);
+//   - else, one batch entry and a split into S >= 4 chunks (split_k_splits: about two blocks per
+//     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
+//     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
+//   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
+// f64 always runs 03. The SM count is asked once per device.
 #include <algorithm>
+#include <atomic>
 
 #include "core/precision.h"
 #include "kernels/cuda/check.h"
@@ -41,9 +55,24 @@ std::span<const NamedVersion> versions() {
       {"01_naive", naive, false},           {"02_coalesced", coalesced, false},
       {"03_smem_tiling", smem_tiling, false}, {"04_1d_blocktile", blocktile_1d, false},
       {"05_2d_blocktile", blocktile_2d, false}, {"06_vectorized", vectorized, false},
-      {"07_warptile", warptile, false},     {"08_tf32_mma", tf32_mma, true},
+      {"07_warptile", warptile, false},     {"07_warptile_lb1", warptile_lb1, false},
+      {"08_tf32_mma", tf32_mma, true},      {"09_split_k", split_k, false},
   };
   return all;
+}
+
+int multiprocessor_count(int device) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> cache[kDevices];  // 0: not asked yet
+  const bool cached = device >= 0 && device < kDevices;
+  if (cached) {
+    const int sms = cache[device].load(std::memory_order_relaxed);
+    if (sms > 0) return sms;
+  }
+  int sms = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (cached) cache[device].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 }  // namespace matmul
@@ -60,13 +89,20 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
   const float* A = a.data<float>();
   const float* B = b.data<float>();
   float* C = out.data<float>();
-  if (allow_tf32()) return matmul::tf32_mma(p, A, B, C, stream_);
-  // Big tiles pay when there are at least as many as SMs; below that, 32 x 32 tiles spread the
-  // work over more of the GPU. (Threshold to be tuned from kernel-bench.)
-  int sms = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+  const int sms = matmul::multiprocessor_count(device_);
   const int64_t big_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 127) / 128);
-  if (big_tiles >= sms) return matmul::warptile(p, A, B, C, stream_);
+  if (big_tiles >= std::max(sms / 4, 1))
+    return allow_tf32() ? matmul::tf32_mma(p, A, B, C, stream_) : matmul::warptile(p, A, B, C, stream_);
+  // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it).
+  const int64_t splits = p.batch == 1 ? matmul::split_k_splits(p, sms) : 1;
+  if (splits >= 4) {
+    // Freed right after queuing: the pool is stream-ordered, so the memory is not reused before
+    // the kernels on this stream are done with it.
+    auto* workspace = static_cast<float*>(allocate(static_cast<size_t>(splits * p.m * p.n) * sizeof(float)));
+    matmul::split_k_run(p, A, B, C, splits, workspace, stream_);
+    deallocate(workspace);
+    return;
+  }
   matmul::smem_tiling(p, A, B, C, stream_);
 }
 

@@ -1,7 +1,8 @@
 // CUDA matmul against the CPU backend: the production path through kiln::matmul on random shapes
 // (sizes 1, primes, non-multiples of every tile, transposed views, row strides from slices,
 // batched and broadcast batches), f32 and f64; then every version of the ladder called directly
-// (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose combinations; then TF32.
+// (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose combinations; then TF32;
+// then 09_split_k at chosen split counts, and the MLP-layer shapes whose products split k.
 #include "tests/cuda/cuda_test.h"
 
 #include <cmath>
@@ -176,5 +177,73 @@ TEST_CASE("with allow_tf32, f32 matmul runs on TF32 tensor cores within its erro
     Tensor want = matmul(a.cpu().to(DType::f64), b.cpu().to(DType::f64));
     Tensor got = matmul(a.gpu(), b.gpu()).to(DType::f64);
     check_close(got, want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(k)), how);
+  }
+}
+
+TEST_CASE("09_split_k matches the CPU at any number of splits, transposes and odd shapes, deterministically") {
+  if (!have_cuda()) return;
+  // splits: as asked; the kernel takes fewer when k is short (k < splits, or chunks of 32).
+  struct Case { int64_t batch, m, n, k, splits, pad; };
+  const Case cases[] = {
+      {1, 1, 1, 1, 4, 0},      {1, 1, 7, 300, 3, 1},    {1, 13, 1, 257, 5, 0},  {1, 64, 128, 784, 7, 0},
+      {1, 65, 129, 1000, 16, 3}, {1, 3, 5, 40, 64, 0},  {1, 64, 128, 9216, 116, 0}, {1, 33, 17, 0, 4, 0},
+      {2, 37, 70, 333, 6, 2},  {1, 100, 3, 95, 2, 0},
+  };
+  cuda::CudaBackend& be = cuda::backend(0);
+  for (const Case& cs : cases)
+    for (int trans = 0; trans < 4; ++trans) {
+      MatmulParams p;
+      p.batch = cs.batch, p.m = cs.m, p.n = cs.n, p.k = cs.k;
+      p.trans_a = trans & 1, p.trans_b = trans & 2;
+      const int64_t a_rows = p.trans_a ? cs.k : cs.m, a_cols = p.trans_a ? cs.m : cs.k;
+      const int64_t b_rows = p.trans_b ? cs.n : cs.k, b_cols = p.trans_b ? cs.k : cs.n;
+      p.lda = a_cols + cs.pad, p.ldb = b_cols + cs.pad;
+      p.batch_stride_a = a_rows * p.lda, p.batch_stride_b = b_rows * p.ldb;
+      Tensor a_full = uniform({cs.batch, a_rows, p.lda}, -1, 1), b_full = uniform({cs.batch, b_rows, p.ldb}, -1, 1);
+      Tensor a = a_full.slice(2, 0, a_cols), b = b_full.slice(2, 0, b_cols);
+      Tensor want = matmul(p.trans_a ? a.transpose(1, 2) : a, p.trans_b ? b.transpose(1, 2) : b);
+      Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
+      Tensor workspace = full({cs.splits, cs.m, cs.n}, -3.0, kCuda);
+      std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" +
+                          std::to_string(cs.k) + " splits " + std::to_string(cs.splits) + (p.trans_a ? " A^T" : "") +
+                          (p.trans_b ? " B^T" : "") + " pad " + std::to_string(cs.pad);
+      auto run = [&] {
+        Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
+        cuda::matmul::split_k_run(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(),
+                                  cs.splits, workspace.ref().data<float>(), be.stream());
+        return out;
+      };
+      Tensor got = run();
+      const double sk = std::sqrt(static_cast<double>(std::max<int64_t>(cs.k, 1)));
+      check_close(got, want, 1e-4, 1e-4 * sk, "09_split_k " + shape);
+      // The partials are added in a fixed order: a second run gives the same bits.
+      CHECK_MESSAGE(run().to_vector<float>() == got.to_vector<float>(), "09_split_k not deterministic: " << shape);
+    }
+}
+
+TEST_CASE("matmul through kiln::matmul at shapes that split k: an MLP layer's products and their gradients") {
+  if (!have_cuda()) return;
+  // y = x W^T, as layers/linear does, and what autograd forms for the gradients:
+  // grad_x = g W (m x n x k = 64 x 9216 x 128), grad_{W^T} = x^T g (9216 x 128 x 64, A transposed).
+  struct Layer { int64_t batch, in, out; };
+  for (Layer l : {Layer{64, 9216, 128}, Layer{64, 784, 128}, Layer{1, 2048, 128}, Layer{64, 4096, 1},
+                  Layer{5, 3000, 7}}) {
+    Tensor x = uniform({l.batch, l.in}, -1, 1), w = uniform({l.out, l.in}, -1, 1), g = uniform({l.batch, l.out}, -1, 1);
+    Tensor gx = x.to(kCuda), gw = w.to(kCuda), gg = g.to(kCuda);
+    const std::string what = std::to_string(l.batch) + " x " + std::to_string(l.in) + " -> " + std::to_string(l.out);
+    const double tol_in = 1e-4 * std::sqrt(static_cast<double>(l.in));
+    check_close(matmul(gx, gw.t()), matmul(x, w.t()), 1e-4, tol_in, "forward " + what);
+    check_close(matmul(gg, gw), matmul(g, w), 1e-4, 1e-4 * std::sqrt(static_cast<double>(l.out)), "grad_x " + what);
+    check_close(matmul(gx.t(), gg), matmul(x.t(), g), 1e-4, 1e-4 * std::sqrt(static_cast<double>(l.batch)),
+                "grad_W^T " + what);
+  }
+  // The forward again under allow_tf32: a product this small still goes to split-K (exact f32).
+  for (bool tf32 : {false, true}) {
+    Tf32Guard guard(tf32);
+    Tensor x = uniform({64, 9216}, -1, 1), w = uniform({128, 9216}, -1, 1);
+    Tensor want = matmul(x, w.t());
+    const double tol = tf32 ? 1e-3 : 1e-4;
+    check_close(matmul(x.to(kCuda), w.to(kCuda).t()), want, tol, tol * std::sqrt(9216.0),
+                std::string("64 x 9216 -> 128") + (tf32 ? " tf32" : ""));
   }
 }

@@ -7,14 +7,18 @@
 // Double buffering: while the block computes on one pair of shared tiles, the next slice of A and
 // B travels from global memory into registers, then goes to the other pair; one __syncthreads per
 // slice instead of two, and the loads' latency hides behind the arithmetic.
+// Occupancy, a template parameter the bench compares: warptile asks for 2 blocks per SM
+// (__launch_bounds__(256, 2): at most 128 registers a thread, and ptxas spills ~60 bytes to fit);
+// warptile_lb1 for 1 (up to 255 registers, no spills, but one block per SM has no other block's
+// arithmetic to cover its __syncthreads).
 #include "kernels/cuda/matmul/common.cuh"
 #include "kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {
 
-template <int BM, int BN, int BK, int WM, int WN, int WMITER, int WNITER>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 2) warptile_kernel(Args<float> args) {
+template <int BM, int BN, int BK, int WM, int WN, int WMITER, int WNITER, int MIN_BLOCKS>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, MIN_BLOCKS) warptile_kernel(Args<float> args) {
   constexpr int NT = (BM / WM) * (BN / WN) * 32;
   constexpr int LANES_M = WM / (WMITER * 4), LANES_N = WN / (WNITER * 4);  // 8 x 4 lanes
   static_assert(LANES_M * LANES_N == 32, "a warp's lanes must tile its warp tile");
@@ -102,14 +106,23 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 2) warptile_kernel
     }
 }
 
+template <int MIN_BLOCKS>
+void run(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream, const char* name) {
+  constexpr int BM = 128, BN = 128, BK = 8, WM = 64, WN = 32, WMITER = 2, WNITER = 2;
+  constexpr int NT = (BM / WM) * (BN / WN) * 32;
+  launch_batched(p, a, b, c, BM, BN, name, [&](dim3 grid, const Args<float>& args) {
+    warptile_kernel<BM, BN, BK, WM, WN, WMITER, WNITER, MIN_BLOCKS><<<grid, NT, 0, stream>>>(args);
+  });
+}
+
 }  // namespace
 
 void warptile(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  constexpr int BM = 128, BN = 128, BK = 8, WM = 64, WN = 32, WMITER = 2, WNITER = 2;
-  constexpr int NT = (BM / WM) * (BN / WN) * 32;
-  launch_batched(p, a, b, c, BM, BN, "matmul 07_warptile", [&](dim3 grid, const Args<float>& args) {
-    warptile_kernel<BM, BN, BK, WM, WN, WMITER, WNITER><<<grid, NT, 0, stream>>>(args);
-  });
+  run<2>(p, a, b, c, stream, "matmul 07_warptile");
+}
+
+void warptile_lb1(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+  run<1>(p, a, b, c, stream, "matmul 07_warptile_lb1");
 }
 
 }  // namespace kiln::cuda::matmul

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <span>
 
 #include "core/backend.h"
@@ -23,18 +24,33 @@ void blocktile_1d(const MatmulParams& p, const float* a, const float* b, float* 
 void blocktile_2d(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);  // 05
 void vectorized(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);    // 06
 void warptile(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);      // 07
+// 07 compiled for 1 block per SM (__launch_bounds__(256, 1)) instead of 2: no spills, less occupancy.
+void warptile_lb1(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
 // 08: inputs rounded to TF32 (cvt.rna), products on the tensor cores, f32 accumulation.
 void tf32_mma(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+// 09: k cut into S chunks, one 64 x 64 partial tile per chunk, then a fixed-order sum of the S
+// partials (deterministic). split_k picks S for the current device (split_k_splits) and takes its
+// workspace from cudaMallocAsync on `stream`; the production path calls split_k_run with
+// a workspace from the backend's allocator.
+void split_k(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+// S for this product on a GPU of `sms` SMs: about two blocks per SM, no chunk under 64 values of k.
+int64_t split_k_splits(const MatmulParams& p, int sms);
+// Runs with at most `splits` chunks (fewer when k is short); `workspace` holds splits * m * n
+// floats, unused (may be null) when it comes to one chunk. Batch entries run one after another.
+void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, int64_t splits,
+                 float* workspace, cudaStream_t stream);
+// The SM count of `device`, asked once per device and cached.
+int multiprocessor_count(int device);
 // f64 (gradchecks): 03's shared-memory tiling in double.
 void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, cudaStream_t stream);
 
 using Version = void (*)(const MatmulParams&, const float*, const float*, float*, cudaStream_t);
 struct NamedVersion {
-  const char* name;  // "01_naive", ..., "08_tf32_mma"
+  const char* name;  // "01_naive", ..., "09_split_k"
   Version run;
   bool tf32;         // rounds its inputs to TF32: judge it with TF32 tolerances
 };
-// The f32 ladder in order, 01 to 08.
+// The f32 ladder in order, 01 to 09 (with 07's variant 07_warptile_lb1 after 07).
 std::span<const NamedVersion> versions();
 
 }  // namespace kiln::cuda::matmul
