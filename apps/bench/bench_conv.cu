@@ -145,6 +145,7 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
   float* gw_ref = buffer(nw);
   float* gw = buffer(nw);
   float* kiln_ws = buffer(std::max<int64_t>(1, cv::backward_weight_workspace(g)));
+  float* kiln_wt = buffer(std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g)));  // flipped w
 
   Cudnn dnn(s, g.oh, g.ow, stream);
   const float one = 1, zero = 0;
@@ -183,6 +184,8 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     kiln_version("fwd 1 direct", [&] { cv::forward_direct<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
     kiln_version("fwd 2 implicit GEMM", [&] { cv::forward_implicit_gemm<float>(x, w, nullptr, y, g, stream); }, y,
                  y_ref, ny);
+    kiln_version("fwd 3 implicit GEMM prefetch",
+                 [&] { cv::forward_implicit_gemm_prefetch<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
   }
 
   // ---- backward input ----
@@ -205,6 +208,10 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                  nx);
     kiln_version("bwd-input 2 implicit GEMM",
                  [&] { cv::backward_input_implicit_gemm<float>(gy, w, gx, g, stream); }, gx, gx_ref, nx);
+    // every bench shape has stride 1 and pad <= kernel-1 (the timing includes the weight flip)
+    if (cv::backward_input_as_forward_applies(g))
+      kiln_version("bwd-input 3 as forward conv",
+                   [&] { cv::backward_input_as_forward<float>(gy, w, gx, kiln_wt, g, stream); }, gx, gx_ref, nx);
   }
 
   // ---- backward weight ----

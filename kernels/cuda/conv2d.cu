@@ -5,7 +5,9 @@
 //                                                                        j*sw - pw + kw*dw]
 //   (g = o / (O/G); reads outside the input are zeros.) Accumulation is in T, as on the CPU.
 // Bench: `kernel-bench --only conv` (every version against cuDNN; figures: kernels/README.md,
-// from kernel-bench). Versions are declared in kernels/cuda/conv2d.cuh.
+// from kernel-bench). Versions are declared in kernels/cuda/conv2d.cuh. Figures quoted below are
+// from H100 80GB HBM3, 2026-11-22, kernel-bench --only conv, f32, ms, MNIST CNN layers conv1
+// x[64,1,28,28] w[32,1,3,3] and conv2 x[64,32,26,26] w[64,32,3,3] (stride 1, no padding).
 //
 // The GEMM view. Per group, the forward pass is a matrix product C[M, N] = A[M, K] . B[K, N] with
 //   M = N_img*OH*OW (one row per output pixel), N = O/G, K = C/G*KH*KW,
@@ -18,27 +20,44 @@
 //
 // Forward version 1 (direct): one thread per output element loops over its C/G*KH*KW taps.
 //   Neighbouring threads own neighbouring output columns, so x reads coalesce and w reads are
-//   broadcasts. Nothing to tile when the reduction is tiny: the first MNIST layer has C*KH*KW = 9
-//   and would leave a K tile of 16 mostly empty. Production uses it when C/G*KH*KW <= 16.
+//   broadcasts. A tutorial baseline only: even at conv1, where C*KH*KW = 9 leaves the GEMM's K
+//   slice mostly empty, it took 0.0411 ms against 0.0105 for version 2 (cuDNN 0.0315); the
+//   per-thread index decode costs more than the 9 FMAs.
 // Forward version 2 (implicit GEMM): the GEMM above with a BM x BN block tile (128 x 64, or
-//   128 x 32 when O/G is small) stepping through K in slices of BK = 16. Each slice of A and B is
-//   gathered from x and w straight into shared memory, so the im2col matrix is never
+//   128 x 32 / 128 x 16 when O/G is small) stepping through K in slices of BK = 16. Each slice of
+//   A and B is gathered from x and w straight into shared memory, so the im2col matrix is never
 //   materialised; the (c, kh, kw) decode of the slice's 16 columns is done once per slice into a
 //   shared table, and each thread decodes its fixed row (n, oh, ow) once before the loop, so a
 //   load costs two bounds checks and an add. Each thread then accumulates a TM x TN = 8 x 4
 //   register tile (rows strided by BM/TM so that a warp's threads own neighbouring output pixels:
 //   conflict-free shared reads, coalesced stores). The bias is added as the tile is stored.
+//   conv2: 0.1547 ms, 8.8 TFLOP/s (cuDNN 0.0717).
+// Forward version 3 (implicit GEMM, prefetch; production): version 2 with the loads of slice
+//   k+1 issued into registers before slice k's FMAs and written to the shared tiles after them,
+//   so their latency hides behind the arithmetic instead of stalling the block; two barriers per
+//   slice instead of three, the same shared memory.
 // Backward input version 1 (direct gather): one thread per grad_x element sums the grad_y values
 //   of every (o, kh, kw) whose tap lands on it; no atomics, every element written once. Used when
-//   C/G <= 8, where the GEMM's N tile would be mostly empty (the first MNIST layer has C = 1).
-// Backward input version 2 (implicit GEMM): the same kernel template as forward version 2 with
-//   the gather-form A above: A(m, k) skips taps whose offset the stride does not divide, so the
-//   transposed convolution needs neither atomics nor a zeroed output.
+//   version 3 does not apply and C/G <= 8, where the GEMM's N tile would be mostly empty.
+//   conv2: 3.58 ms.
+// Backward input version 2 (implicit GEMM, gather form): the same kernel template as forward
+//   version 2 with the gather-form A above: A(m, k) skips taps whose offset the stride does not
+//   divide, so the transposed convolution needs neither atomics nor a zeroed output. Its A loads
+//   (a division test per element) make it slow: conv2 0.5047 ms, 2.7 TFLOP/s (cuDNN 0.0615).
+//   Production for stride > 1 or padding > dilation*(kernel-1) when C/G > 8.
+// Backward input version 3 (as a forward convolution; production where it applies): with
+//   stride 1, grad_x[n, c, i, j] = sum_{o, kh, kw} w[o, c, kh, kw] gy[n, o, i + ph - kh*dh, ...];
+//   flipping kh -> KH-1-kh makes the row read i - ph' + kh*dh with ph' = dh*(KH-1) - ph, i.e.
+//   grad_x = conv2d_forward(grad_y, w', pad ph', same dilation and groups), where
+//   w'[g*C/G + c, o, kh, kw] = w[g*O/G + o, c, KH-1-kh, KW-1-kw] (per group: in and out channel
+//   axes swapped, kernel flipped). A small kernel writes w' into a workspace, then forward
+//   version 3 runs with no bias. Needs ph' >= 0 and pw' >= 0 (padding <= dilation*(kernel-1)).
 // Backward weight (implicit GEMM, split-K): K = N_img*OH*OW is long and M x N small (conv2 of
 //   MNIST: 64 x 288, K = 36864 at batch 64), so the block tiles alone would leave most SMs idle.
 //   K is split into S ranges (S chosen to give ~4 blocks per SM); block (tile, s) writes its
 //   partial tile to a workspace [S, O, C/G*KH*KW], and a second kernel sums the S partials of each
 //   element in order: deterministic, no atomics. 64 x 64 tiles, 32 x 32 for small layers.
+//   conv2: 0.156 ms (cuDNN 0.067).
 #include <algorithm>
 #include <cstdint>
 
@@ -290,7 +309,11 @@ struct BackwardWeightProblem {
 
 // One block computes the BM x BN tile (blockIdx.x, blockIdx.y) of C for group
 // blockIdx.z / splits over the K range of split blockIdx.z % splits.
-template <class T, int BM, int BN, int BK, int TM, int TN, class P>
+// kPrefetch = false: each K slice is loaded, then computed (three barriers per slice, and the
+// slice's global loads stall the block). kPrefetch = true: the next slice's elements are loaded
+// into registers before the current slice is computed, so their latency hides behind its FMAs,
+// and are written to the shared tiles after it (two barriers per slice, same shared memory).
+template <class T, int BM, int BN, int BK, int TM, int TN, bool kPrefetch, class P>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     implicit_gemm_kernel(P p, int64_t k_per_split, int64_t splits) {
   constexpr int kT = (BM / TM) * (BN / TN);  // threads
@@ -326,36 +349,58 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     brow[0] = p.b_row(group, n0 + tid % BN);
   }
 
-  // This thread's register tile: rows ty + i*(BM/TM), columns tx + j*(BN/TN).
-  const int ty = P::c_m_fast ? tid % (BM / TM) : tid / (BN / TN);
-  const int tx = P::c_m_fast ? tid / (BM / TM) : tid % (BN / TN);
-  T acc[TM][TN] = {};
-
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
+  // Where this thread's r-th element of a slice sits in the tile (k index, m or n index).
+  auto a_at = [&](int r, int& ki, int& mi) {
+    if constexpr (P::a_k_fast) ki = tid % BK, mi = tid / BK + r * (kT / BK);
+    else mi = tid % BM, ki = tid / BM + r * (kT / BM);
+  };
+  auto b_at = [&](int r, int& ki, int& ni) {
+    if constexpr (P::b_k_fast) ki = tid % BK, ni = tid / BK + r * (kT / BK);
+    else ni = tid % BN, ki = tid / BN + r * (kT / BN);
+  };
+  // The slice's column tables (every thread reads them in fetch).
+  auto decode = [&](int64_t k0) {
     if (tid < BK) {
       acol[tid] = p.a_col(group, k0 + tid, k_end);
       bcol[tid] = p.b_col(group, k0 + tid, k_end);
     }
-    __syncthreads();
+  };
+  // Global -> registers, registers -> shared tiles.
+  T ra[kLoadsA], rb[kLoadsB];
+  auto fetch = [&] {
+#pragma unroll
     for (int r = 0; r < kLoadsA; ++r) {
-      if constexpr (P::a_k_fast) {
-        const int ki = tid % BK, mi = tid / BK + r * (kT / BK);
-        as[ki][mi] = p.a(arow[r], acol[ki]);
-      } else {
-        const int mi = tid % BM, ki = tid / BM + r * (kT / BM);
-        as[ki][mi] = p.a(arow[0], acol[ki]);
-      }
+      int ki, mi;
+      a_at(r, ki, mi);
+      ra[r] = p.a(arow[P::a_k_fast ? r : 0], acol[ki]);
     }
+#pragma unroll
     for (int r = 0; r < kLoadsB; ++r) {
-      if constexpr (P::b_k_fast) {
-        const int ki = tid % BK, ni = tid / BK + r * (kT / BK);
-        bs[ki][ni] = p.b(brow[r], bcol[ki]);
-      } else {
-        const int ni = tid % BN, ki = tid / BN + r * (kT / BN);
-        bs[ki][ni] = p.b(brow[0], bcol[ki]);
-      }
+      int ki, ni;
+      b_at(r, ki, ni);
+      rb[r] = p.b(brow[P::b_k_fast ? r : 0], bcol[ki]);
     }
-    __syncthreads();
+  };
+  auto stash = [&] {
+#pragma unroll
+    for (int r = 0; r < kLoadsA; ++r) {
+      int ki, mi;
+      a_at(r, ki, mi);
+      as[ki][mi] = ra[r];
+    }
+#pragma unroll
+    for (int r = 0; r < kLoadsB; ++r) {
+      int ki, ni;
+      b_at(r, ki, ni);
+      bs[ki][ni] = rb[r];
+    }
+  };
+
+  // This thread's register tile: rows ty + i*(BM/TM), columns tx + j*(BN/TN).
+  const int ty = P::c_m_fast ? tid % (BM / TM) : tid / (BN / TN);
+  const int tx = P::c_m_fast ? tid / (BM / TM) : tid % (BN / TN);
+  T acc[TM][TN] = {};
+  auto compute = [&] {
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       T a[TM], b[TN];
@@ -368,7 +413,36 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
     }
-    __syncthreads();  // the next slice overwrites the tiles and tables
+  };
+
+  if constexpr (!kPrefetch) {
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
+      decode(k0);
+      __syncthreads();
+      fetch();
+      stash();
+      __syncthreads();
+      compute();
+      __syncthreads();  // the next slice overwrites the tiles and tables
+    }
+  } else {
+    if (k_begin < k_end) {
+      decode(k_begin);
+      __syncthreads();
+      fetch();
+      __syncthreads();  // everyone has read the tables before the loop decodes the next slice
+    }
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
+      // Invariant: slice k0 is in registers; everyone is done with the tiles (the previous
+      // compute) and the tables (the previous fetch), both behind the last barrier.
+      stash();
+      const bool next = k0 + BK < k_end;  // the same in every thread of the block
+      if (next) decode(k0 + BK);
+      __syncthreads();
+      if (next) fetch();  // in flight while the FMAs below run
+      compute();
+      __syncthreads();
+    }
   }
 
 #pragma unroll
@@ -379,14 +453,14 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
 }
 
-template <class T, int BM, int BN, int BK, int TM, int TN, class P>
+template <class T, int BM, int BN, int BK, int TM, int TN, bool kPrefetch = false, class P>
 void launch_gemm(const P& p, int64_t groups, int64_t splits, int64_t k_per_split, cudaStream_t stream,
                  const char* op) {
   if (p.M == 0 || p.N == 0) return;
   const int64_t gx = (p.M + BM - 1) / BM, gy = (p.N + BN - 1) / BN, gz = groups * splits;
   KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && gz <= 65535, ShapeError, "cuda ", op,
              ": the problem is too large for one launch (", gx, " x ", gy, " x ", gz, " blocks)");
-  implicit_gemm_kernel<T, BM, BN, BK, TM, TN, P>
+  implicit_gemm_kernel<T, BM, BN, BK, TM, TN, kPrefetch, P>
       <<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)),
          (BM / TM) * (BN / TN), 0, stream>>>(p, k_per_split, splits);
   KILN_CUDA_LAUNCH_CHECK(op);
@@ -434,12 +508,39 @@ WeightPlan plan_weight(const Geometry& g) {
   return plan;
 }
 
+// The forward GEMM at the tile that fits O/G: 128 x 64, or 128 x 32 / 128 x 16 when a wider tile
+// would be mostly empty columns (the backward input as a forward convolution has N = C/G, which
+// is 1 for the first MNIST layer).
+template <class T, bool kPrefetch>
+void forward_gemm(const ForwardProblem<T>& p, int64_t groups, cudaStream_t stream, const char* op) {
+  if (p.N > 32) launch_gemm<T, 128, 64, kSliceK, 8, 4, kPrefetch>(p, groups, 1, p.K, stream, op);
+  else if (p.N > 16) launch_gemm<T, 128, 32, kSliceK, 8, 4, kPrefetch>(p, groups, 1, p.K, stream, op);
+  else launch_gemm<T, 128, 16, kSliceK, 8, 2, kPrefetch>(p, groups, 1, p.K, stream, op);
+}
+
+// w' [C, O/G, KH, KW] from w [O, C/G, KH, KW]: w'[g*cg + c, o, kh, kw] = w[g*og + o, c, KH-1-kh, KW-1-kw].
+template <class T>
+__global__ void flip_weights_kernel(const T* w, T* wt, Dims d, int64_t total) {
+  KILN_GRID_STRIDE(i, total) {
+    const int64_t kx = i % d.kw, r = i / d.kw, ky = r % d.kh, r2 = r / d.kh;
+    const int64_t o = r2 % d.og, c = r2 / d.og;  // c: the global input channel
+    const int64_t g = c / d.cg, cl = c % d.cg;
+    wt[i] = w[((g * d.og + o) * d.cg + cl) * d.khkw + (d.kh - 1 - ky) * d.kw + (d.kw - 1 - kx)];
+  }
+}
+
 }  // namespace
 
 // ---- the versions (conv2d.cuh) ----
 
-bool forward_uses_direct(const Geometry& g) { return (g.c / g.groups) * g.kh * g.kw <= 16; }
 bool backward_input_uses_direct(const Geometry& g) { return g.c / g.groups <= 8; }
+
+bool backward_input_as_forward_applies(const Geometry& g) {
+  return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h * (g.kh - 1) - g.pad_h >= 0 &&
+         g.dilation_w * (g.kw - 1) - g.pad_w >= 0;
+}
+
+int64_t backward_input_as_forward_workspace(const Geometry& g) { return g.o * (g.c / g.groups) * g.kh * g.kw; }
 
 template <class T>
 void forward_direct(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
@@ -452,9 +553,14 @@ void forward_direct(const T* x, const T* w, const T* bias, T* y, const Geometry&
 template <class T>
 void forward_implicit_gemm(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
   const Dims d = dims_of(g);
-  const ForwardProblem<T> p{x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw};
-  if (d.og > 32) launch_gemm<T, 128, 64, kSliceK, 8, 4>(p, g.groups, 1, p.K, stream, "conv2d");
-  else launch_gemm<T, 128, 32, kSliceK, 8, 4>(p, g.groups, 1, p.K, stream, "conv2d");
+  forward_gemm<T, false>({x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
+}
+
+template <class T>
+void forward_implicit_gemm_prefetch(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
+                                    cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  forward_gemm<T, true>({x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
 }
 
 template <class T>
@@ -471,6 +577,35 @@ void backward_input_implicit_gemm(const T* grad_y, const T* w, T* grad_x, const 
   const BackwardInputProblem<T> p{grad_y, w, grad_x, d, d.n * d.hw, d.cg, d.og * d.khkw};
   if (d.cg > 32) launch_gemm<T, 128, 64, kSliceK, 8, 4>(p, g.groups, 1, p.K, stream, "conv2d_backward_input");
   else launch_gemm<T, 128, 32, kSliceK, 8, 4>(p, g.groups, 1, p.K, stream, "conv2d_backward_input");
+}
+
+// With stride 1, grad_x[n, c, i, j] = sum_{o, kh, kw} w[o, c, kh, kw] * gy[n, o, i + ph - kh*dh, j + pw - kw*dw].
+// Put kh = KH-1-kh': the row read is i - ph' + kh'*dh with ph' = dh*(KH-1) - ph, which is the
+// forward convolution of gy (as the input, O channels) with w' (C output channels, O/G inputs
+// each) at padding ph', dilation dh, stride 1. Its output height is
+// OH + 2 ph' - dh (KH-1) = (H + 2 ph - dh (KH-1)) + dh (KH-1) - 2 ph = H.
+template <class T>
+void backward_input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                               cudaStream_t stream) {
+  KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
+             "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
+  const int64_t count = backward_input_as_forward_workspace(g);
+  KILN_CHECK(count == 0 || workspace != nullptr, ValueError, "cuda conv2d_backward_input: needs a workspace of ",
+             count, " elements");
+  if (count > 0) {
+    flip_weights_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(w, workspace, dims_of(g), count);
+    KILN_CUDA_LAUNCH_CHECK("conv2d_backward_input");
+  }
+  Geometry f;  // the forward convolution gy -> grad_x
+  f.n = g.n, f.c = g.o, f.h = g.oh, f.w = g.ow;
+  f.o = g.c, f.kh = g.kh, f.kw = g.kw;
+  f.oh = g.h, f.ow = g.w;
+  f.pad_h = g.dilation_h * (g.kh - 1) - g.pad_h, f.pad_w = g.dilation_w * (g.kw - 1) - g.pad_w;
+  f.dilation_h = g.dilation_h, f.dilation_w = g.dilation_w;
+  f.groups = g.groups;
+  const Dims d = dims_of(f);
+  forward_gemm<T, true>({grad_y, workspace, nullptr, grad_x, d, d.n * d.ohw, d.og, d.cg * d.khkw}, f.groups, stream,
+                        "conv2d_backward_input");
 }
 
 int64_t backward_weight_workspace(const Geometry& g) {
@@ -506,8 +641,11 @@ void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* wo
 #define KILN_CONV2D_INSTANTIATE(T)                                                                          \
   template void forward_direct<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);         \
   template void forward_implicit_gemm<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);  \
+  template void forward_implicit_gemm_prefetch<T>(const T*, const T*, const T*, T*, const Geometry&,       \
+                                                  cudaStream_t);                                           \
   template void backward_input_direct<T>(const T*, const T*, T*, const Geometry&, cudaStream_t);            \
   template void backward_input_implicit_gemm<T>(const T*, const T*, T*, const Geometry&, cudaStream_t);     \
+  template void backward_input_as_forward<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);    \
   template void backward_weight_implicit_gemm<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
@@ -531,6 +669,18 @@ conv2d::Geometry geometry_of(const Shape& x, const Shape& w, const Shape& y, con
   return g;
 }
 
+// A buffer from the backend's stream-ordered pool, handed back when it leaves scope: right after
+// the launches that use it are queued, and a later kernel on the stream cannot reuse it before
+// they finish.
+struct Workspace {
+  CudaBackend& backend;
+  void* p;
+  Workspace(CudaBackend& b, size_t bytes) : backend(b), p(bytes > 0 ? b.allocate(bytes) : nullptr) {}
+  ~Workspace() { backend.deallocate(p); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+};
+
 void check_same_dtype(const char* op, const TensorRef& a, const TensorRef& b, const TensorRef& c) {
   KILN_CHECK(a.dtype == b.dtype && b.dtype == c.dtype, DTypeError, "cuda backend: ", op,
              " needs one dtype, got ", a.dtype, ", ", b.dtype, " and ", c.dtype);
@@ -547,8 +697,7 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
   visit_floating(y.dtype, "conv2d", [&](auto tag) {
     using T = decltype(tag);
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
-    if (conv2d::forward_uses_direct(g)) conv2d::forward_direct<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
-    else conv2d::forward_implicit_gemm<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
+    conv2d::forward_implicit_gemm_prefetch<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
   });
 }
 
@@ -558,9 +707,15 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
   visit_floating(grad_x.dtype, "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    if (conv2d::backward_input_uses_direct(g))
+    if (conv2d::backward_input_as_forward_applies(g)) {
+      Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
+      conv2d::backward_input_as_forward<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p), g,
+                                           stream_);
+    } else if (conv2d::backward_input_uses_direct(g)) {
       conv2d::backward_input_direct<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
-    else conv2d::backward_input_implicit_gemm<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
+    } else {
+      conv2d::backward_input_implicit_gemm<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
+    }
   });
 }
 
@@ -570,16 +725,9 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
   visit_floating(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t elems = conv2d::backward_weight_workspace(g);
-    // The workspace comes from the stream-ordered pool and goes back to it right after the
-    // launches: a later kernel on the stream cannot reuse it before they finish.
-    struct Workspace {
-      CudaBackend& backend;
-      void* p;
-      ~Workspace() { backend.deallocate(p); }
-    } ws{*this, elems > 0 ? allocate(sizeof(T) * static_cast<size_t>(elems)) : nullptr};
-    conv2d::backward_weight_implicit_gemm<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(),
-                                             static_cast<T*>(ws.p), g, stream_);
+    Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
+    conv2d::backward_weight_implicit_gemm<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(), static_cast<T*>(ws.p),
+                                             g, stream_);
   });
 }
 

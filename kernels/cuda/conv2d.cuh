@@ -25,6 +25,10 @@ void forward_direct(const T* x, const T* w, const T* bias, T* y, const Geometry&
 template <class T>
 void forward_implicit_gemm(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
                            cudaStream_t stream);
+// Forward, version 3 (production): version 2 with the next K slice prefetched into registers.
+template <class T>
+void forward_implicit_gemm_prefetch(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
+                                    cudaStream_t stream);
 
 // grad_x (overwritten) from grad_y [N, O, OH, OW] and w.
 // Version 1: direct gather, one thread per grad_x element.
@@ -34,6 +38,15 @@ void backward_input_direct(const T* grad_y, const T* w, T* grad_x, const Geometr
 template <class T>
 void backward_input_implicit_gemm(const T* grad_y, const T* w, T* grad_x, const Geometry& g,
                                   cudaStream_t stream);
+// Version 3: the forward convolution (version 3) of grad_y with the flipped, channel-swapped
+// weights, which it first writes into `workspace` (backward_input_as_forward_workspace(g)
+// elements of T, may be null when that is 0). Only for stride 1 and pad <= dilation*(kernel-1)
+// in both directions: backward_input_as_forward_applies(g); it throws otherwise.
+bool backward_input_as_forward_applies(const Geometry& g);
+int64_t backward_input_as_forward_workspace(const Geometry& g);
+template <class T>
+void backward_input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                               cudaStream_t stream);
 
 // grad_w [O, C/groups, KH, KW] (overwritten) from x and grad_y: implicit GEMM with split-K into
 // `workspace` (backward_weight_workspace(g) elements of T, may be null when that is 0), then a
@@ -43,8 +56,7 @@ template <class T>
 void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace,
                                    const Geometry& g, cudaStream_t stream);
 
-// What the production path picks.
-bool forward_uses_direct(const Geometry& g);
+// What the production backward input picks where version 3 does not apply (else version 2).
 bool backward_input_uses_direct(const Geometry& g);
 
 }  // namespace kiln::cuda::conv2d

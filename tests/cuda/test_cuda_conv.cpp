@@ -1,7 +1,9 @@
 // The CUDA conv2d and pooling kernels against the CPU backend: the public ops (forward, the
 // functional backward ops and autograd) on random geometries (sizes 1 and odd sizes, kernels 1..5,
 // stride 1..3, padding 0..2, dilation 1..2, groups 1..3, with and without bias), f32 and f64, and
-// every conv2d version of kernels/cuda/conv2d.cuh called directly on device buffers.
+// every conv2d version of kernels/cuda/conv2d.cuh called directly on device buffers; the backward
+// input as a forward convolution also on stride-1 geometries of its own, with the cases it
+// refuses (padding > dilation*(kernel-1)) checked to fall back.
 #include "tests/cuda/cuda_test.h"
 
 #include "kernels/cuda/conv2d.cuh"
@@ -165,6 +167,9 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
       Tensor y2 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
       cv::forward_implicit_gemm<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y2), g, stream);
       check_close(y2, want, rtol, fwd_atol, "forward_implicit_gemm " + c.str());
+      Tensor y3 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+      cv::forward_implicit_gemm_prefetch<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y3), g, stream);
+      check_close(y3, want, rtol, fwd_atol, "forward_implicit_gemm_prefetch " + c.str());
 
       Tensor want_gx = conv2d_backward_input(gy, w, c.x, c.config);
       const double in_atol = atol_for(t, c.w[0] / c.config.groups * c.w[2] * c.w[3]);
@@ -174,6 +179,14 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
       Tensor gx2 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
       cv::backward_input_implicit_gemm<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx2), g, stream);
       check_close(gx2, want_gx, rtol, in_atol, "backward_input_implicit_gemm " + c.str());
+      if (cv::backward_input_as_forward_applies(g)) {
+        Tensor gx3 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+        Tensor wt = full({std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g))}, 7.0,
+                         TensorOptions(t).device(kCuda));
+        cv::backward_input_as_forward<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx3), device_ptr<T>(wt),
+                                         g, stream);
+        check_close(gx3, want_gx, rtol, in_atol, "backward_input_as_forward " + c.str());
+      }
 
       Tensor gw = full(c.w, 7.0, TensorOptions(t).device(kCuda));
       const int64_t ws_elems = cv::backward_weight_workspace(g);
@@ -186,6 +199,83 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
     run(float{}, DType::f32);
     run(double{}, DType::f64);
   }
+}
+
+TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, and falls back otherwise") {
+  if (!have_cuda()) return;
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  std::mt19937 rng(18);
+  int applied = 0, fell_back = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    // stride 1, pad 0..2, dilation 1..2, groups 1..2, odd sizes; kernels 1..4, so some pads
+    // exceed dilation*(kernel-1) (pad' < 0): those must take the gather path.
+    ConvCase c;
+    const int64_t groups = pick(rng, 1, 2), n = pick(rng, 1, 3);
+    // C/G picks the forward GEMM's N tile in version 3: 16 (<= 16), 32 (17..32) or 64 (> 32)
+    const int trial_kind = trial % 5;
+    const int64_t cg = trial_kind == 4 ? pick(rng, 33, 40) : trial_kind == 3 ? pick(rng, 17, 32) : pick(rng, 1, 9);
+    const int64_t og = trial_kind >= 3 ? pick(rng, 17, 70) : pick(rng, 1, 9);
+    const int64_t k[2] = {pick(rng, 1, 4), pick(rng, 1, 4)};
+    int64_t in[2], out[2];
+    c.config.groups = groups;
+    for (int i = 0; i < 2; ++i) {
+      c.config.stride[i] = 1;
+      c.config.padding[i] = pick(rng, 0, 2);
+      c.config.dilation[i] = pick(rng, 1, 2);
+      const int64_t span = c.config.dilation[i] * (k[i] - 1) + 1;
+      in[i] = std::max<int64_t>(1, span - 2 * c.config.padding[i]) + 2 * pick(rng, 0, 6);  // often odd
+      out[i] = in[i] + 2 * c.config.padding[i] - span + 1;
+    }
+    c.x = {n, cg * groups, in[0], in[1]};
+    c.w = {og * groups, cg, k[0], k[1]};
+    c.y = {n, og * groups, out[0], out[1]};
+    const cv::Geometry g = geometry(c);
+    const bool applies = cv::backward_input_as_forward_applies(g);
+    const bool pad_fits = c.config.padding[0] <= c.config.dilation[0] * (k[0] - 1) &&
+                          c.config.padding[1] <= c.config.dilation[1] * (k[1] - 1);
+    CHECK_MESSAGE(applies == pad_fits, c.str());
+    (applies ? applied : fell_back) += 1;
+    auto run = [&](auto tag, DType t) {
+      using T = decltype(tag);
+      Tensor w = uniform(c.w, -1, 1, t), gy = uniform(c.y, -1, 1, t);
+      Tensor want = conv2d_backward_input(gy, w, c.x, c.config);
+      const double atol = atol_for(t, og * k[0] * k[1]);
+      // the production path, whichever version it takes
+      check_close(conv2d_backward_input(gy.to(kCuda), w.to(kCuda), c.x, c.config), want, rtol_for(t), atol,
+                  "conv2d_backward_input " + c.str());
+      if (!applies) return;
+      Tensor dw = w.to(kCuda), dgy = gy.to(kCuda);
+      Tensor gx = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+      Tensor wt = full({std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g))}, 7.0,
+                       TensorOptions(t).device(kCuda));
+      cv::backward_input_as_forward<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx), device_ptr<T>(wt), g,
+                                       stream);
+      check_close(gx, want, rtol_for(t), atol, "backward_input_as_forward " + c.str());
+    };
+    run(float{}, DType::f32);
+    run(double{}, DType::f64);
+  }
+  CHECK(applied > 10);
+  CHECK(fell_back > 5);
+
+  // A 1x1 kernel with padding 1: pad' = -1, so version 3 refuses and production falls back.
+  ConvCase c;
+  c.config.padding[0] = c.config.padding[1] = 1;
+  c.x = {2, 3, 5, 7};
+  c.w = {4, 3, 1, 1};
+  c.y = {2, 4, 7, 9};
+  const cv::Geometry g = geometry(c);
+  CHECK_FALSE(cv::backward_input_as_forward_applies(g));
+  Tensor w = uniform(c.w, -1, 1), gy = uniform(c.y, -1, 1);
+  Tensor dw = w.to(kCuda), dgy = gy.to(kCuda);
+  check_close(conv2d_backward_input(dgy, dw, c.x, c.config), conv2d_backward_input(gy, w, c.x, c.config), 1e-4,
+              atol_for(DType::f32, 4), "conv2d_backward_input " + c.str());
+  Tensor gx = full(c.x, 7.0, TensorOptions(DType::f32).device(kCuda));
+  Tensor wt = full({12}, 7.0, TensorOptions(DType::f32).device(kCuda));
+  CHECK_THROWS_AS(cv::backward_input_as_forward<float>(device_ptr<float>(dgy), device_ptr<float>(dw),
+                                                      device_ptr<float>(gx), device_ptr<float>(wt), g, stream),
+                  ValueError);
 }
 
 TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU") {
