@@ -3,15 +3,24 @@
 // argmax/argmin return the first index of the extreme (a NaN counts as the extreme, the first
 // NaN wins), as the CPU does.
 //
-// Two versions, picked by the layout:
-//   version 1 (inner > 1): one thread per output. Neighbouring threads own neighbouring outputs,
-//     so at every step k of the loop a warp reads 32 neighbouring elements: coalesced.
+// Three versions, picked by the layout:
+//   version 1 (inner > 1, short or narrow): one thread per output. Neighbouring threads own
+//     neighbouring outputs, so at every step k of the loop a warp reads 32 neighbouring elements:
+//     coalesced. But there are only outer * inner threads: a sum over the middle axis of
+//     [64, 4096, 256] runs 16384 threads, an eighth of what an H100 holds, each walking 4096
+//     elements; it moved 407 GB/s, 13% of the copy bandwidth (H100 80GB HBM3, 2026-11-22,
+//     kernel-bench --only softmax).
+//   version 3 (inner >= 16 and n >= 16): a block of 32 x 8 threads owns 32 neighbouring outputs;
+//     its 8 rows of threads split the reduced axis (row r takes k = r, r + 8, ...), so each warp
+//     still reads 32 neighbouring elements and there are 8 times more threads. The 8 partial
+//     results are combined in shared memory in a fixed order: deterministic.
 //   version 2 (inner == 1, a row per output, e.g. a sum over the last axis or over everything):
 //     one block of 256 threads per output. Each thread strides through the row (coalesced across
 //     the block), then the block combines the 256 partial results in shared memory. The order of
 //     the additions depends only on n and the block size, so results are deterministic.
-// Long rows with few outputs (a full reduction) still run on one block; a multi-block split comes
-// with the reduction benches.
+// Long rows with few outputs (a full reduction) still run on one block; a multi-block split is
+// still to come.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -74,6 +83,45 @@ __global__ void reduce_columns(ReduceOp op, const T* x, T* out, int32_t* out_ind
   }
 }
 
+// Version 3: a block of kColumns x kSplit threads per kColumns neighbouring outputs.
+constexpr int kColumns = 32, kSplit = 8;
+
+template <class T>
+__global__ void reduce_column_tiles(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t outer, int64_t n,
+                                    int64_t inner) {
+  __shared__ Acc<T> sums[kSplit][kColumns];
+  __shared__ T bests[kSplit][kColumns];
+  __shared__ int64_t best_is[kSplit][kColumns];
+  bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t i = blockIdx.x * int64_t{kColumns} + tx;
+  for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+    Acc<T> sum = 0;
+    T best{};
+    int64_t best_i = -1;
+    if (i < inner) {
+      const T* p = x + o * n * inner + i;
+      for (int64_t k = ty; k < n; k += kSplit) {
+        T v = p[k * inner];
+        sum += static_cast<Acc<T>>(v);
+        if (best_i < 0 || beats(v, k, best, best_i, largest)) best = v, best_i = k;
+      }
+    }
+    sums[ty][tx] = sum, bests[ty][tx] = best, best_is[ty][tx] = best_i;
+    __syncthreads();
+    if (ty == 0 && i < inner) {
+      // Rows in order 1..7: the sum's order depends only on n, so results are deterministic.
+      for (int r = 1; r < kSplit; ++r) {
+        sum += sums[r][tx];
+        if (best_is[r][tx] >= 0 && beats(bests[r][tx], best_is[r][tx], best, best_i, largest))
+          best = bests[r][tx], best_i = best_is[r][tx];
+      }
+      store(op, out, out_index, o * inner + i, sum, n, best, best_i);
+    }
+    __syncthreads();  // before the next o overwrites the partials
+  }
+}
+
 // Version 2: one block per output row.
 template <class T>
 __global__ void reduce_rows(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t n) {
@@ -124,6 +172,10 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) 
     if (inner == 1) {
       KILN_CHECK(outer <= 2147483647, ShapeError, "cuda ", name, ": too many rows");
       reduce_rows<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n);
+    } else if (inner >= 16 && n >= 16) {
+      dim3 grid(static_cast<unsigned>((inner + kColumns - 1) / kColumns), static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
+      reduce_column_tiles<T><<<grid, dim3(kColumns, kSplit), 0, stream_>>>(op, x.data<T>(), values, index, outer, n,
+                                                                           inner);
     } else {
       reduce_columns<T><<<blocks_for(outer * inner), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, outer, n, inner);
     }

@@ -180,4 +180,8 @@ TEST_CASE("reductions over any axes match the CPU, NaN and ties included") {
   check_close(argmax(with_nan.to(kCuda), 1), argmax(with_nan, 1), 0, 0, "argmax with NaN");
   Tensor big = uniform({3000000}, -1, 1, DType::f64);  // one long row: the block-per-row version
   check_close(sum(big.to(kCuda)), sum(big), 1e-10, 1e-10, "sum of 3M");
+  // More outer slices than a grid's y dimension holds (65535): the column-tile version loops.
+  Tensor tall = uniform({70000, 16, 17}, -1, 1);
+  check_close(sum(tall.to(kCuda), {1}), sum(tall, {1}), 1e-5, 1e-5, "sum over the middle of [70000, 16, 17]");
+  check_close(argmax(tall.to(kCuda), 1), argmax(tall, 1), 0, 0, "argmax over the middle of [70000, 16, 17]");
 }
