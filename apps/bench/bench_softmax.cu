@@ -119,6 +119,9 @@ void bench_softmax_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) 
     versions.push_back({"1 naive (thread per row)", [&] { v::naive(x, out, outer, n, false, stream); }});
     versions.push_back({"2 warp per row", [&] { v::warp_per_row(x, out, outer, n, false, stream); }});
     versions.push_back({"3 block per row, online", [&] { v::block_per_row(x, out, outer, n, false, stream); }});
+    if (n <= v::kSubWarpRowMax)
+      versions.push_back({"5 rows per warp (lane groups)", [&] { v::rows_per_warp(x, out, outer, n, false, stream); }});
+    versions.push_back({"6 block per row, row in registers", [&] { v::row_in_registers(x, out, outer, n, false, stream); }});
   }
   versions.push_back({"4 columns", [&] { v::columns(x, out, outer, n, inner, false, stream); }});
   versions.push_back({"production (CudaBackend)", [&] { cuda::backend(0).softmax(in, result, false); }});
@@ -179,14 +182,25 @@ void bench_cross_entropy_shape(Bench& bench, int64_t rows, int64_t classes) {
     bool backward;
     std::function<void()> run;
   };
-  const Version versions[] = {
+  const bool short_rows = classes <= v::kSubWarpRowMax;
+  std::vector<Version> versions = {
       {"forward, warp per row", false, [&] { v::cross_entropy_warp(x, targets, losses, rows, classes, s, nullptr, stream); }},
       {"forward, block per row", false, [&] { v::cross_entropy_block(x, targets, losses, rows, classes, s, nullptr, stream); }},
       {"backward, warp per row", true,
        [&] { v::cross_entropy_backward_warp(x, targets, grad_losses, grad, rows, classes, s, nullptr, stream); }},
       {"backward, block per row", true,
        [&] { v::cross_entropy_backward_block(x, targets, grad_losses, grad, rows, classes, s, nullptr, stream); }},
+      {"backward, row in registers", true,
+       [&] { v::cross_entropy_backward_registers(x, targets, grad_losses, grad, rows, classes, s, nullptr, stream); }},
   };
+  if (short_rows) {
+    versions.push_back({"forward, rows per warp (lane groups)", false,
+                        [&] { v::cross_entropy_rows_per_warp(x, targets, losses, rows, classes, s, nullptr, stream); }});
+    versions.push_back({"backward, rows per warp (lane groups)", true, [&] {
+                          v::cross_entropy_backward_rows_per_warp(x, targets, grad_losses, grad, rows, classes, s,
+                                                                  nullptr, stream);
+                        }});
+  }
   for (const Version& version : versions) {
     float* out = version.backward ? grad : losses;
     const int64_t out_numel = version.backward ? numel : rows;
@@ -247,7 +261,7 @@ void bench_reduce_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) {
   const double bytes = static_cast<double>(numel + outer * inner) * sizeof(float);
   char note[64];
   std::snprintf(note, sizeof note, "max abs err %.1e", err);
-  const char* version = inner == 1 ? "sum, block per row (CudaBackend)" : "sum, thread per column (CudaBackend)";
+  const char* version = inner == 1 ? "sum, block per row (CudaBackend)" : "sum, column tiles (CudaBackend)";
   if (!wrong.empty()) record_wrong(bench, "reduce", version, shape, wrong);
   else record(bench, "reduce", version, shape, bytes, run, note);
 }

@@ -11,7 +11,7 @@
 // version 1 (naive): one thread per row, three passes over the row (max; sum of exp; write).
 //   Neighbouring threads walk neighbouring rows, n elements apart, so no load is coalesced: the
 //   baseline every other version improves on.
-// version 2 (warp per row, short rows: n <= 1024, e.g. MNIST's n = 10): the 32 lanes of a warp
+// version 2 (warp per row, rows of tens to hundreds of elements): the 32 lanes of a warp
 //   stride through one row together (coalesced), each keeping an online (max, sum) state
 //   (softmax.cuh: adding an element larger than the max rescales the sum by exp(old - new)), so
 //   a single pass gives both; five shuffles combine the lanes without shared memory or
@@ -22,8 +22,21 @@
 // version 4 (columns, inner > 1: softmax over a non-last axis): one thread per (outer, inner)
 //   column, online state over k then a writing pass. Neighbouring threads own neighbouring i, so
 //   at every k a warp reads 32 neighbouring elements: coalesced without any transpose.
-// Production (`best`): version 4 when inner > 1, else version 2 for n <= 1024 and version 3
-// above.
+// version 5 (rows per warp, n <= 32, e.g. MNIST's n = 10): version 2 leaves 22 of 32 lanes idle
+//   at n = 10 (on an H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax: [65536, 10] naive
+//   0.0108 ms, version 2 0.0244 ms). Here a group of G lanes (1, 2, 4 or 8, so at most 4 elements
+//   a lane) owns a row and a warp takes 32 / G neighbouring rows, which its loads cover together;
+//   the elements stay in registers, and shuffles within the group combine the states.
+// version 6 (row in registers, long rows): a block per row reads the row once, 16 bytes at a
+//   time, and keeps it in registers (up to 1024 threads of 8 packs: n <= 32768 f32; f64 4 packs,
+//   n <= 8192, as more would spill);
+//   the thread's max, then its exps (kept, so that the write is a multiply), one block combine,
+//   then the write: two passes of
+//   memory traffic instead of version 3's three (version 3 at [4096, 32768]: 0.548 ms, 65% of
+//   copy, same run). Rows that do not fit go to version 3.
+// Production (`best`): version 4 when inner > 1, else version 5 for n <= 32, version 2 below
+// n = 512, version 6 from there (version 3 where the row does not fit in registers).
+// Figures: kernels/README.md, from kernel-bench.
 //
 // Precision: f32 accumulates in float (f64 in double). The online rescaling keeps every exp in
 // (0, 1], and the sum of a row's exps is at least 1, so float keeps about 1e-6 relative error
@@ -34,6 +47,7 @@
 // or a +inf), gives NaN for the whole slice; a -inf among finite values gives 0 (log: -inf).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -111,6 +125,92 @@ __global__ void block_per_row_kernel(const T* x, T* out, int64_t rows, int64_t n
   }
 }
 
+// Version 5: rows of n <= 4G elements, G lanes per row, 32 / G rows per warp; each lane keeps
+// its (at most 4) elements in registers. The loop runs per warp, so every lane reaches the
+// shuffles; lanes past the last row carry an empty state.
+template <class T, int G>
+__global__ void rows_per_warp_kernel(const T* x, T* out, int64_t rows, int64_t n, bool log) {
+  constexpr int R = 32 / G, K = 4;
+  const int lane = threadIdx.x % 32, sub = lane % G;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t base = warp * R; base < rows; base += warps * R) {
+    const int64_t r = base + lane / G;
+    const bool live = r < rows;
+    T v[K];
+    MaxSum<T> a = none<T>();
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = sub + k * G;
+      if (live && c < n) {
+        v[k] = x[r * n + c];
+        add(a, v[k]);
+      }
+    }
+    a = finish(group_combine<G>(a));
+    if (!live) continue;
+    const T log_s = log_of(a.s);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = sub + k * G;
+      if (c < n) out[r * n + c] = normalised(v[k], a, log_s, log);
+    }
+  }
+}
+
+// Version 6: a block per row, the row held in registers: P packs of V elements per thread, read
+// once; the thread's max m, then its sum of exps, then one block combine (M, S), then the write.
+template <class T, int V, int P>
+__global__ void __launch_bounds__(1024) row_in_registers_kernel(const T* x, T* out, int64_t rows, int64_t n, bool log) {
+  __shared__ MaxSum<T> scratch[32];
+  const int64_t packs = n / V;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const auto* row = reinterpret_cast<const Pack<T, V>*>(x + r * n);
+    auto* o = reinterpret_cast<Pack<T, V>*>(out + r * n);
+    Pack<T, V> p[P];
+    T m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      if (j < packs) {
+        p[i] = row[j];
+#pragma unroll
+        for (int e = 0; e < V; ++e) m = nan_max(m, p[i].v[e]);
+      }
+    }
+    // softmax keeps e = exp(v - m) in place of v: the write is then e * exp(m - M) / S, one
+    // multiply instead of a second exp and a division (log_softmax needs v itself)
+    T sum = 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      if (j < packs) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const T ex = shifted_exp(p[i].v[e], m);
+          sum += ex;
+          if (!log) p[i].v[e] = ex;
+        }
+      }
+    }
+    // every thread has read its part of the row before block_combine's barriers: out may alias x
+    const MaxSum<T> a = finish(block_combine(MaxSum<T>{m, sum}, scratch));
+    const T log_s = log_of(a.s);
+    // exp(m - M) / S; a thread whose elements are all -inf (m = -inf) under a finite M scales its
+    // 1s to 0. A NaN or infinite M has made S NaN, so every output is NaN.
+    const T scale = exp_of(m - a.m) / a.s;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      if (j < packs) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) p[i].v[e] = log ? p[i].v[e] - a.m - log_s : p[i].v[e] * scale;
+        o[j] = p[i];
+      }
+    }
+  }
+}
+
 // Version 4: a thread per (outer, inner) column of [outer, n, inner].
 template <class T>
 __global__ void columns_kernel(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log) {
@@ -161,6 +261,44 @@ void block_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaSt
 }
 
 template <class T>
+void rows_per_warp(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  if (n > kSubWarpRowMax) return warp_per_row(x, out, rows, n, log, stream);
+  auto launch = [&](auto group) {
+    constexpr int g = decltype(group)::value;
+    constexpr int64_t rows_per_block = kThreads / 32 * (32 / g);
+    rows_per_warp_kernel<T, g><<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, stream>>>(
+        x, out, rows, n, log);
+  };
+  if (n <= 4) launch(std::integral_constant<int, 1>{});
+  else if (n <= 8) launch(std::integral_constant<int, 2>{});
+  else if (n <= 16) launch(std::integral_constant<int, 4>{});
+  else launch(std::integral_constant<int, 8>{});
+  KILN_CUDA_LAUNCH_CHECK(op_name(log));
+}
+
+template <class T>
+void row_in_registers(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  constexpr int v = 16 / sizeof(T);
+  const bool packed = packable<T>(n, x, out);
+  const RegisterShape shape = register_shape(packed ? n / v : n, sizeof(T) == 8 ? 4 : 8);
+  if (shape.per_thread == 0) return block_per_row(x, out, rows, n, log, stream);
+  auto launch = [&](auto pack) {
+    constexpr int vv = decltype(pack)::value;
+    switch (shape.per_thread) {
+      case 1: row_in_registers_kernel<T, vv, 1><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n, log); break;
+      case 2: row_in_registers_kernel<T, vv, 2><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n, log); break;
+      case 4: row_in_registers_kernel<T, vv, 4><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n, log); break;
+      default: row_in_registers_kernel<T, vv, 8><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n, log); break;
+    }
+  };
+  if (packed) launch(std::integral_constant<int, v>{});
+  else launch(std::integral_constant<int, 1>{});
+  KILN_CUDA_LAUNCH_CHECK(op_name(log));
+}
+
+template <class T>
 void columns(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream) {
   if (outer * inner == 0 || n == 0) return;
   columns_kernel<T><<<blocks_for(outer * inner), kThreads, 0, stream>>>(x, out, outer, n, inner, log);
@@ -171,14 +309,17 @@ template <class T>
 void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream) {
   if (outer * n * inner == 0) return;
   if (inner > 1) columns(x, out, outer, n, inner, log, stream);
-  else if (n <= kWarpRowMax) warp_per_row(x, out, outer, n, log, stream);
-  else block_per_row(x, out, outer, n, log, stream);
+  else if (n <= kSubWarpRowMax) rows_per_warp(x, out, outer, n, log, stream);
+  else if (n < kRegisterRowMin) warp_per_row(x, out, outer, n, log, stream);
+  else row_in_registers(x, out, outer, n, log, stream);  // version 3 where the row does not fit
 }
 
 #define KILN_SOFTMAX_INSTANTIATE(T)                                                                        \
   template void naive<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);                              \
   template void warp_per_row<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);                       \
   template void block_per_row<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);                      \
+  template void rows_per_warp<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);                      \
+  template void row_in_registers<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);                   \
   template void columns<T>(const T*, T*, int64_t, int64_t, int64_t, bool, cudaStream_t);                   \
   template void best<T>(const T*, T*, int64_t, int64_t, int64_t, bool, cudaStream_t);
 KILN_SOFTMAX_INSTANTIATE(float)

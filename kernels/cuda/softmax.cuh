@@ -18,6 +18,15 @@ namespace kiln::cuda::softmax {
 template <class T> void naive(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);          // version 1
 template <class T> void warp_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);   // version 2
 template <class T> void block_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);  // version 3
+// version 5: several rows per warp, a group of 1 to 8 lanes per row (n <= kSubWarpRowMax; longer
+// rows go to version 2)
+template <class T> void rows_per_warp(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);
+// version 6: a block per row that keeps the row in registers, reading it once (f32: up to 8192
+// packs of 16 bytes, n <= 32768 when aligned, 8192 otherwise; f64: n <= 8192 aligned, 4096
+// otherwise; longer rows go to version 3)
+template <class T> void row_in_registers(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);
+constexpr int64_t kSubWarpRowMax = 32;   // rows up to this long go to the rows-per-warp versions
+constexpr int64_t kRegisterRowMin = 512;  // rows from this long go to the row-in-registers versions
 
 // ---- softmax over the middle axis of [outer, n, inner] ----
 template <class T>  // version 4: a thread per (outer, inner) column
@@ -28,13 +37,24 @@ void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log,
 // ---- cross-entropy: logits [rows, C], targets i32 [rows], losses [rows] ----
 // A target outside [0, C) gives a NaN loss (a NaN gradient row) and is recorded in `fault`
 // (may be null), which CudaBackend throws at its next synchronisation.
-constexpr int64_t kWarpRowMax = 1024;  // rows up to this long go to the warp-per-row versions
+constexpr int64_t kWarpRowMax = 1024;  // cross_entropy forward: rows up to this long use the warp version
 template <class T>
 void cross_entropy_warp(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
                         double label_smoothing, DeviceFault* fault, cudaStream_t stream);
 template <class T>
 void cross_entropy_block(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
                          double label_smoothing, DeviceFault* fault, cudaStream_t stream);
+template <class T>  // C <= kSubWarpRowMax (longer rows go to cross_entropy_warp)
+void cross_entropy_rows_per_warp(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
+                                 double label_smoothing, DeviceFault* fault, cudaStream_t stream);
+template <class T>  // C <= kSubWarpRowMax (longer rows go to cross_entropy_backward_warp)
+void cross_entropy_backward_rows_per_warp(const T* logits, const int32_t* targets, const T* grad_losses,
+                                          T* grad_logits, int64_t rows, int64_t classes, double label_smoothing,
+                                          DeviceFault* fault, cudaStream_t stream);
+template <class T>  // the row in registers, as row_in_registers (too long: cross_entropy_backward_block)
+void cross_entropy_backward_registers(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
+                                      int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
+                                      cudaStream_t stream);
 template <class T>
 void cross_entropy_backward_warp(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
                                  int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
@@ -117,6 +137,47 @@ __device__ inline MaxSum<T> warp_combine(MaxSum<T> a) {
     a = combine(a, b);
   }
   return a;
+}
+
+// The same over aligned groups of G lanes (G a power of two <= 32): each group gets its own result.
+// Every lane of the warp must call it (full-mask shuffles); xor offsets below G stay in the group.
+template <int G, class T>
+__device__ inline MaxSum<T> group_combine(MaxSum<T> a) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) {
+    MaxSum<T> b;
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, offset);
+    b.s = __shfl_xor_sync(0xffffffffu, a.s, offset);
+    a = combine(a, b);
+  }
+  return a;
+}
+
+template <int G, class T>
+__device__ inline T group_sum(T v) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The max of v and m, a NaN sticking, as add() does.
+template <class T>
+__device__ inline T nan_max(T m, T v) {
+  return (v > m || v != v) ? v : m;
+}
+
+// The launch shape of a row-in-registers kernel: each of `threads` threads (a multiple of 32, at
+// most 1024) holds `per_thread` packs (1, 2, 4 or 8, at most max_per_thread) of a row of `packs`
+// packs; per_thread 0 when the row does not fit. f64 stops at 4 packs a thread: at 8 (32 doubles)
+// the 64 registers that 1024 threads leave each one spill (ptxas -v).
+struct RegisterShape {
+  int per_thread, threads;
+};
+inline RegisterShape register_shape(int64_t packs, int max_per_thread) {
+  if (packs > int64_t{max_per_thread} * 1024) return {0, 0};
+  const int p = packs <= 1024 ? 1 : packs <= 2048 ? 2 : packs <= 4096 ? 4 : 8;
+  const int64_t threads = ((packs + p - 1) / p + 31) / 32 * 32;
+  return {p, static_cast<int>(threads)};
 }
 
 template <class T>

@@ -5,6 +5,7 @@
 #include "tests/cuda/cuda_test.h"
 
 #ifdef KILN_WITH_CUDA
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/softmax.cuh"
 #endif
 
@@ -18,8 +19,11 @@ using namespace kiln::test;
 namespace {
 
 // Row lengths from 1 to 6000, with the warp/block boundary (1024) and odd sizes around it.
+// Also the thresholds of the versions (softmax.cuh): the lane groups of rows_per_warp (4, 8, 16,
+// 32), kRegisterRowMin (512) and the register shapes (packs per thread 1/2/4/8).
 int64_t random_length(std::mt19937& rng) {
-  static const int64_t lengths[] = {1, 2, 3, 7, 10, 31, 32, 33, 100, 255, 1000, 1023, 1024, 1025, 1500, 2047, 4099, 5003, 6000};
+  static const int64_t lengths[] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 16, 17, 31, 32, 33, 100, 255, 511, 512, 513, 1000,
+                                    1023, 1024, 1025, 1500, 2047, 4099, 5003, 6000};
   return lengths[std::uniform_int_distribution<size_t>(0, std::size(lengths) - 1)(rng)];
 }
 
@@ -186,8 +190,11 @@ TEST_CASE("every softmax and cross-entropy version on raw device buffers matches
   namespace v = kiln::cuda::softmax;
   cudaStream_t stream = kiln::cuda::backend(0).stream();
   std::mt19937 rng(13);
-  for (int trial = 0; trial < 50; ++trial) {
-    const int64_t n = random_length(rng);
+  // after the random lengths, the register version's limits (softmax.cuh): aligned rows up to
+  // 32768 f32 and 8192 f64, misaligned up to 8192 f32 and 4096 f64; beyond, version 3
+  static const int64_t long_lengths[] = {4096, 4097, 8192, 8193, 16384, 16388, 32768, 32772};
+  for (int trial = 0; trial < 50 + static_cast<int>(std::size(long_lengths)); ++trial) {
+    const int64_t n = trial < 50 ? random_length(rng) : long_lengths[trial - 50];
     int64_t rows = std::uniform_int_distribution<int64_t>(1, 200)(rng);
     rows = std::max<int64_t>(1, std::min<int64_t>(rows, 200000 / n));
     const bool log = trial % 2 == 1;
@@ -210,6 +217,17 @@ TEST_CASE("every softmax and cross-entropy version on raw device buffers matches
       run("naive", [&](auto* a, auto* b) { v::naive(a, b, rows, n, log, stream); });
       run("warp_per_row", [&](auto* a, auto* b) { v::warp_per_row(a, b, rows, n, log, stream); });
       run("block_per_row", [&](auto* a, auto* b) { v::block_per_row(a, b, rows, n, log, stream); });
+      run("rows_per_warp", [&](auto* a, auto* b) { v::rows_per_warp(a, b, rows, n, log, stream); });
+      run("row_in_registers", [&](auto* a, auto* b) { v::row_in_registers(a, b, rows, n, log, stream); });
+      // in place (out == x, as softmax.cuh allows): the row is read before it is written
+      run("row_in_registers in place", [&](auto* a, auto* b) {
+        KILN_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(rows * n) * sizeof(*a), cudaMemcpyDeviceToDevice, stream));
+        v::row_in_registers(b, b, rows, n, log, stream);
+      });
+      run("rows_per_warp in place", [&](auto* a, auto* b) {
+        KILN_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(rows * n) * sizeof(*a), cudaMemcpyDeviceToDevice, stream));
+        v::rows_per_warp(b, b, rows, n, log, stream);
+      });
       run("columns (inner 1)", [&](auto* a, auto* b) { v::columns(a, b, rows, n, int64_t{1}, log, stream); });
       run("best", [&](auto* a, auto* b) { v::best(a, b, rows, n, int64_t{1}, log, stream); });
 
@@ -252,6 +270,16 @@ TEST_CASE("every softmax and cross-entropy version on raw device buffers matches
       run_ce("cross_entropy_block",
              [&](auto* a, auto* l) { v::cross_entropy_block(a, tp, l, rows, n, smoothing, nullptr, stream); },
              [&](auto* a, auto* gl, auto* gx) { v::cross_entropy_backward_block(a, tp, gl, gx, rows, n, smoothing, nullptr, stream); });
+      run_ce("cross_entropy_rows_per_warp",
+             [&](auto* a, auto* l) { v::cross_entropy_rows_per_warp(a, tp, l, rows, n, smoothing, nullptr, stream); },
+             [&](auto* a, auto* gl, auto* gx) {
+               v::cross_entropy_backward_rows_per_warp(a, tp, gl, gx, rows, n, smoothing, nullptr, stream);
+             });
+      run_ce("cross_entropy_backward_registers",
+             [&](auto* a, auto* l) { v::cross_entropy_block(a, tp, l, rows, n, smoothing, nullptr, stream); },
+             [&](auto* a, auto* gl, auto* gx) {
+               v::cross_entropy_backward_registers(a, tp, gl, gx, rows, n, smoothing, nullptr, stream);
+             });
     }
   }
 }
