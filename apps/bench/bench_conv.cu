@@ -186,6 +186,8 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                  y_ref, ny);
     kiln_version("fwd 3 implicit GEMM prefetch",
                  [&] { cv::forward_implicit_gemm_prefetch<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
+    kiln_version("fwd 4 implicit GEMM 8x8 thread tile",
+                 [&] { cv::forward_implicit_gemm_wide<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
   }
 
   // ---- backward input ----
@@ -212,6 +214,9 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     if (cv::backward_input_as_forward_applies(g))
       kiln_version("bwd-input 3 as forward conv",
                    [&] { cv::backward_input_as_forward<float>(gy, w, gx, kiln_wt, g, stream); }, gx, gx_ref, nx);
+    if (cv::backward_input_as_forward_applies(g))
+      kiln_version("bwd-input 4 as forward conv 8x8 thread tile",
+                   [&] { cv::backward_input_as_forward_wide<float>(gy, w, gx, kiln_wt, g, stream); }, gx, gx_ref, nx);
   }
 
   // ---- backward weight ----
@@ -230,8 +235,11 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
     const double ms = bench.time_ms(ref);
     bench.record({"conv2d", "bwd-weight cuDNN", shape, ms, tflops(ms), "TFLOP/s", true, algo_note(p)});
-    kiln_version("bwd-weight implicit GEMM split-K",
+    kiln_version("bwd-weight 1 implicit GEMM split-K",
                  [&] { cv::backward_weight_implicit_gemm<float>(x, gy, gw, kiln_ws, g, stream); }, gw, gw_ref, nw);
+    kiln_version("bwd-weight 2 split-K 64x128 tile, 8x8 thread tile",
+                 [&] { cv::backward_weight_implicit_gemm_wide<float>(x, gy, gw, kiln_ws, g, stream); }, gw, gw_ref,
+                 nw);
   }
 }
 

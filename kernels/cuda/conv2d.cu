@@ -36,6 +36,13 @@
 //   k+1 issued into registers before slice k's FMAs and written to the shared tiles after them,
 //   so their latency hides behind the arithmetic instead of stalling the block; two barriers per
 //   slice instead of three, the same shared memory.
+//   conv2: 0.099 ms (cuDNN 0.072); batch 512: 0.539 (cuDNN 0.276). At conv1 (O = 32, a 128 x 32
+//   tile) version 2 is slightly faster: 0.0092 against 0.0098.
+// Forward version 4 (implicit GEMM, prefetch, 8 x 8 thread tiles): version 3's 128 x 64 block tile
+//   computed by 128 threads of 8 x 8 instead of 256 of 8 x 4, for O/G > 32 (else version 3). Each
+//   K step reads 16 shared values for 64 FMAs instead of 12 for 32, which matters at large M
+//   (batch 512: M = 294912) where the shared-memory reads bound version 3; the A tile is still
+//   loaded m-fast (128 threads cover BM = 128). Figures: kernels/README.md, from kernel-bench.
 // Backward input version 1 (direct gather): one thread per grad_x element sums the grad_y values
 //   of every (o, kh, kw) whose tap lands on it; no atomics, every element written once. Used when
 //   version 3 does not apply and C/G <= 8, where the GEMM's N tile would be mostly empty.
@@ -52,13 +59,27 @@
 //   w'[g*C/G + c, o, kh, kw] = w[g*O/G + o, c, KH-1-kh, KW-1-kw] (per group: in and out channel
 //   axes swapped, kernel flipped). A small kernel writes w' into a workspace, then forward
 //   version 3 runs with no bias. Needs ph' >= 0 and pw' >= 0 (padding <= dilation*(kernel-1)).
-// Backward weight (implicit GEMM, split-K): K = N_img*OH*OW is long and M x N small (conv2 of
-//   MNIST: 64 x 288, K = 36864 at batch 64), so the block tiles alone would leave most SMs idle.
-//   K is split into S ranges (S chosen to give ~4 blocks per SM); block (tile, s) writes its
-//   partial tile to a workspace [S, O, C/G*KH*KW], and a second kernel sums the S partials of each
-//   element in order: deterministic, no atomics. 64 x 64 tiles, 32 x 32 for small layers.
-//   conv2: 0.156 ms (cuDNN 0.067).
+//   conv2: 0.113 ms (cuDNN 0.071); batch 512: 0.699 (cuDNN 0.257).
+// Backward input version 4: version 3 on forward version 4.
+// Backward weight version 1 (implicit GEMM, split-K): K = N_img*OH*OW is long and
+//   M x N small (conv2 of MNIST: 64 x 288, K = 36864 at batch 64), so the block tiles alone would
+//   leave most SMs idle. K is split into S ranges; block (tile, s) writes its partial tile to a
+//   workspace [S, O, C/G*KH*KW], and a second kernel sums the S partials of each element in
+//   order: deterministic, no atomics. 64 x 64 tiles of 4 x 4 thread tiles, 32 x 32 for small
+//   layers. S is chosen so that the launch is one full wave: the kernel's occupancy
+//   (cudaOccupancyMaxActiveBlocksPerMultiprocessor, asked once) times the SM count, over the
+//   tiles, with at least 16 K slices per split. An earlier fixed target of 4 blocks per SM (more
+//   than fit: ~100 registers x 256 threads allows 2) measured conv2 0.126 ms (cuDNN 0.070),
+//   batch 512 1.19 (cuDNN 0.547), conv1 0.040 (cuDNN 0.036), x[64,128,56,56] w[128,128,3,3]
+//   pad 1 5.82 (cuDNN 2.85). With the occupancy-derived S: conv2 0.118, batch 512 1.51 (more
+//   splits than before at this size), large 7.02 (H100 80GB HBM3, 2026-11-22, kernel-bench).
+// Backward weight version 2 (split-K, 64 x 128 tiles of 8 x 8; production): the same with 128
+//   threads per block, each owning 8 x 8 outputs (half the shared reads per FMA), and the same
+//   occupancy-derived S. For conv2 (N = 288) the third column tile is a quarter empty. conv2
+//   0.119 ms (cuDNN 0.070), batch 512 0.880 (cuDNN 0.547), large 6.07 (cuDNN 2.82), conv1 0.040
+//   (cuDNN 0.036) (H100 80GB HBM3, 2026-11-22, kernel-bench --only conv).
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "core/error.h"
@@ -476,44 +497,107 @@ __global__ void sum_splits_kernel(const T* ws, T* gw, int64_t count, int64_t spl
   }
 }
 
+// The SM count of the current device, looked up once per device.
 int sm_count() {
-  int device = 0, sms = 0;
+  constexpr int kDevices = 64;
+  static std::atomic<int> cache[kDevices] = {};
+  int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<int>* slot = device >= 0 && device < kDevices ? &cache[device] : nullptr;
+  if (slot && slot->load(std::memory_order_relaxed) > 0) return slot->load(std::memory_order_relaxed);
+  int sms = 0;
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  sms = std::max(sms, 1);
+  if (slot) slot->store(sms, std::memory_order_relaxed);
   return sms;
 }
 
-// How backward_weight splits its reduction: tile size (small: 32 x 32, else 64 x 64), the number
-// of splits and the K range of each (a multiple of the K slice).
+// How many blocks of this instantiation of the GEMM kernel fit on one SM (registers, shared
+// memory, threads), asked of the runtime once per process (the first device's answer is kept:
+// a process with several GPUs of different kinds would only get a worse split, never a wrong one).
+template <class T, int BM, int BN, int BK, int TM, int TN, bool kPrefetch, class P>
+int gemm_blocks_per_sm() {
+  static std::atomic<int> cached{0};
+  int b = cached.load(std::memory_order_relaxed);
+  if (b > 0) return b;
+  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &b, implicit_gemm_kernel<T, BM, BN, BK, TM, TN, kPrefetch, P>, (BM / TM) * (BN / TN), 0));
+  b = std::max(b, 1);
+  cached.store(b, std::memory_order_relaxed);
+  return b;
+}
+
+// How backward_weight splits its reduction for a BM x BN tile: the number of splits and the K
+// range of each (a multiple of the K slice).
 struct WeightPlan {
-  bool small = false;
   int64_t splits = 1, k_per_split = 0;
 };
 constexpr int kSliceK = 16;
 
-WeightPlan plan_weight(const Geometry& g) {
+// 32 x 32 tiles when both sides of grad_w's GEMM fit one (conv1 of MNIST: 32 x 9).
+bool weight_small(const Geometry& g) { return g.o / g.groups <= 32 && (g.c / g.groups) * g.kh * g.kw <= 32; }
+
+// Enough splits that the launch is one full wave: blocks_per_sm (the occupancy of the kernel that
+// will run) times the SM count, over the number of output tiles.
+WeightPlan plan_weight(const Geometry& g, int64_t bm, int64_t bn, int64_t blocks_per_sm) {
   const Dims d = dims_of(g);
   WeightPlan plan;
   const int64_t M = d.og, N = d.cg * d.khkw, K = d.n * d.ohw;
-  plan.small = M <= 32 && N <= 32;
-  const int64_t bm = plan.small ? 32 : 64, bn = plan.small ? 32 : 64;
   const int64_t tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * g.groups;
-  const int64_t target = 4 * static_cast<int64_t>(sm_count());
+  const int64_t target = blocks_per_sm * static_cast<int64_t>(sm_count());
   // Each split gets at least 16 K slices, so that the partials stay a small share of the work.
   const int64_t most = std::max<int64_t>(1, K / (16 * kSliceK));
-  plan.splits = std::clamp<int64_t>((target + tiles - 1) / tiles, 1, std::max<int64_t>(1, std::min<int64_t>(most, 65535 / g.groups)));
+  plan.splits = std::clamp<int64_t>((target + tiles - 1) / tiles, 1,
+                                    std::max<int64_t>(1, std::min<int64_t>(most, 65535 / g.groups)));
   const int64_t per = (K + plan.splits - 1) / plan.splits;
   plan.k_per_split = std::max<int64_t>(kSliceK, (per + kSliceK - 1) / kSliceK * kSliceK);
   plan.splits = std::max<int64_t>(1, (K + plan.k_per_split - 1) / plan.k_per_split);
   return plan;
 }
 
+template <class T, int BM, int BN, int TM, int TN>
+WeightPlan plan_weight_for(const Geometry& g) {
+  return plan_weight(g, BM, BN, gemm_blocks_per_sm<T, BM, BN, kSliceK, TM, TN, false, BackwardWeightProblem<T>>());
+}
+
+// The workspace (elements) one tile choice needs: the partials when it splits.
+template <class T, int BM, int BN, int TM, int TN>
+int64_t weight_workspace_for(const Geometry& g) {
+  const WeightPlan plan = plan_weight_for<T, BM, BN, TM, TN>(g);
+  return plan.splits > 1 ? plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
+}
+
+// grad_w with a BM x BN tile and a TM x TN thread tile: split-K GEMM, then the ordered sum.
+template <class T, int BM, int BN, int TM, int TN>
+void weight_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g, cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  const int64_t count = d.o * d.cg * d.khkw;
+  if (count == 0) return;
+  if (d.n * d.ohw == 0) {  // an empty batch: the gradient is zero
+    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(T) * static_cast<size_t>(count), stream));
+    return;
+  }
+  const WeightPlan plan = plan_weight_for<T, BM, BN, TM, TN>(g);
+  KILN_CHECK(plan.splits == 1 || workspace != nullptr, ValueError,
+             "cuda conv2d_backward_weight: needs a workspace of ", plan.splits * count, " elements");
+  const BackwardWeightProblem<T> p{x, grad_y, plan.splits > 1 ? workspace : grad_w, d, d.og, d.cg * d.khkw,
+                                   d.n * d.ohw};
+  launch_gemm<T, BM, BN, kSliceK, TM, TN>(p, g.groups, plan.splits, plan.k_per_split, stream,
+                                          "conv2d_backward_weight");
+  if (plan.splits > 1) {
+    sum_splits_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(workspace, grad_w, count, plan.splits);
+    KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
+  }
+}
+
 // The forward GEMM at the tile that fits O/G: 128 x 64, or 128 x 32 / 128 x 16 when a wider tile
 // would be mostly empty columns (the backward input as a forward convolution has N = C/G, which
 // is 1 for the first MNIST layer).
-template <class T, bool kPrefetch>
+// kWide: the 128 x 64 tile with 8 x 8 thread tiles (128 threads) instead of 8 x 4 (256 threads).
+template <class T, bool kPrefetch, bool kWide = false>
 void forward_gemm(const ForwardProblem<T>& p, int64_t groups, cudaStream_t stream, const char* op) {
-  if (p.N > 32) launch_gemm<T, 128, 64, kSliceK, 8, 4, kPrefetch>(p, groups, 1, p.K, stream, op);
+  if (kWide && p.N > 32) launch_gemm<T, 128, 64, kSliceK, 8, 8, kPrefetch>(p, groups, 1, p.K, stream, op);
+  else if (p.N > 32) launch_gemm<T, 128, 64, kSliceK, 8, 4, kPrefetch>(p, groups, 1, p.K, stream, op);
   else if (p.N > 16) launch_gemm<T, 128, 32, kSliceK, 8, 4, kPrefetch>(p, groups, 1, p.K, stream, op);
   else launch_gemm<T, 128, 16, kSliceK, 8, 2, kPrefetch>(p, groups, 1, p.K, stream, op);
 }
@@ -564,6 +648,12 @@ void forward_implicit_gemm_prefetch(const T* x, const T* w, const T* bias, T* y,
 }
 
 template <class T>
+void forward_implicit_gemm_wide(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  forward_gemm<T, true, true>({x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
+}
+
+template <class T>
 void backward_input_direct(const T* grad_y, const T* w, T* grad_x, const Geometry& g, cudaStream_t stream) {
   const int64_t total = g.n * g.c * g.h * g.w;
   if (total == 0) return;
@@ -584,9 +674,9 @@ void backward_input_implicit_gemm(const T* grad_y, const T* w, T* grad_x, const 
 // forward convolution of gy (as the input, O channels) with w' (C output channels, O/G inputs
 // each) at padding ph', dilation dh, stride 1. Its output height is
 // OH + 2 ph' - dh (KH-1) = (H + 2 ph - dh (KH-1)) + dh (KH-1) - 2 ph = H.
-template <class T>
-void backward_input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
-                               cudaStream_t stream) {
+namespace {
+template <class T, bool kWide>
+void input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, cudaStream_t stream) {
   KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
              "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
   const int64_t count = backward_input_as_forward_workspace(g);
@@ -604,38 +694,43 @@ void backward_input_as_forward(const T* grad_y, const T* w, T* grad_x, T* worksp
   f.dilation_h = g.dilation_h, f.dilation_w = g.dilation_w;
   f.groups = g.groups;
   const Dims d = dims_of(f);
-  forward_gemm<T, true>({grad_y, workspace, nullptr, grad_x, d, d.n * d.ohw, d.og, d.cg * d.khkw}, f.groups, stream,
-                        "conv2d_backward_input");
+  forward_gemm<T, true, kWide>({grad_y, workspace, nullptr, grad_x, d, d.n * d.ohw, d.og, d.cg * d.khkw}, f.groups,
+                               stream, "conv2d_backward_input");
+}
+}  // namespace
+
+template <class T>
+void backward_input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                               cudaStream_t stream) {
+  input_as_forward<T, false>(grad_y, w, grad_x, workspace, g, stream);
 }
 
+template <class T>
+void backward_input_as_forward_wide(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                                    cudaStream_t stream) {
+  input_as_forward<T, true>(grad_y, w, grad_x, workspace, g, stream);
+}
+
+// Enough for every version at either dtype (their occupancies, hence their splits, differ).
 int64_t backward_weight_workspace(const Geometry& g) {
-  const WeightPlan plan = plan_weight(g);
-  return plan.splits > 1 ? plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
+  if (weight_small(g))
+    return std::max(weight_workspace_for<float, 32, 32, 4, 4>(g), weight_workspace_for<double, 32, 32, 4, 4>(g));
+  return std::max({weight_workspace_for<float, 64, 64, 4, 4>(g), weight_workspace_for<double, 64, 64, 4, 4>(g),
+                   weight_workspace_for<float, 64, 128, 8, 8>(g), weight_workspace_for<double, 64, 128, 8, 8>(g)});
 }
 
 template <class T>
 void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
                                    cudaStream_t stream) {
-  const Dims d = dims_of(g);
-  const int64_t count = d.o * d.cg * d.khkw;
-  if (count == 0) return;
-  if (d.n * d.ohw == 0) {  // an empty batch: the gradient is zero
-    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(T) * static_cast<size_t>(count), stream));
-    return;
-  }
-  const WeightPlan plan = plan_weight(g);
-  KILN_CHECK(plan.splits == 1 || workspace != nullptr, ValueError,
-             "cuda conv2d_backward_weight: needs a workspace of ", backward_weight_workspace(g), " elements");
-  const BackwardWeightProblem<T> p{x, grad_y, plan.splits > 1 ? workspace : grad_w, d, d.og, d.cg * d.khkw,
-                                   d.n * d.ohw};
-  if (plan.small)
-    launch_gemm<T, 32, 32, kSliceK, 4, 4>(p, g.groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
-  else
-    launch_gemm<T, 64, 64, kSliceK, 4, 4>(p, g.groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
-  if (plan.splits > 1) {
-    sum_splits_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(workspace, grad_w, count, plan.splits);
-    KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
-  }
+  if (weight_small(g)) weight_gemm<T, 32, 32, 4, 4>(x, grad_y, grad_w, workspace, g, stream);
+  else weight_gemm<T, 64, 64, 4, 4>(x, grad_y, grad_w, workspace, g, stream);
+}
+
+template <class T>
+void backward_weight_implicit_gemm_wide(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
+                                        cudaStream_t stream) {
+  if (weight_small(g)) weight_gemm<T, 32, 32, 4, 4>(x, grad_y, grad_w, workspace, g, stream);
+  else weight_gemm<T, 64, 128, 8, 8>(x, grad_y, grad_w, workspace, g, stream);
 }
 
 #define KILN_CONV2D_INSTANTIATE(T)                                                                          \
@@ -646,7 +741,10 @@ void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* wo
   template void backward_input_direct<T>(const T*, const T*, T*, const Geometry&, cudaStream_t);            \
   template void backward_input_implicit_gemm<T>(const T*, const T*, T*, const Geometry&, cudaStream_t);     \
   template void backward_input_as_forward<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);    \
-  template void backward_weight_implicit_gemm<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
+  template void backward_weight_implicit_gemm<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);    \
+  template void backward_weight_implicit_gemm_wide<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t); \
+  template void forward_implicit_gemm_wide<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);   \
+  template void backward_input_as_forward_wide<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
 #undef KILN_CONV2D_INSTANTIATE
@@ -726,8 +824,8 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
   visit_floating(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
-    conv2d::backward_weight_implicit_gemm<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(), static_cast<T*>(ws.p),
-                                             g, stream_);
+    conv2d::backward_weight_implicit_gemm_wide<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(),
+                                                  static_cast<T*>(ws.p), g, stream_);
   });
 }
 

@@ -30,6 +30,12 @@ template <class T>
 void forward_implicit_gemm_prefetch(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
                                     cudaStream_t stream);
 
+// Forward, version 4: version 3 with 8 x 8 thread tiles (128 threads on the 128 x 64 block tile)
+// where O/G > 32: half the shared reads per FMA; else the same as version 3.
+template <class T>
+void forward_implicit_gemm_wide(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
+                                cudaStream_t stream);
+
 // grad_x (overwritten) from grad_y [N, O, OH, OW] and w.
 // Version 1: direct gather, one thread per grad_x element.
 template <class T>
@@ -47,14 +53,24 @@ int64_t backward_input_as_forward_workspace(const Geometry& g);
 template <class T>
 void backward_input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                cudaStream_t stream);
+// Version 4: version 3 on forward version 4 (same applicability and workspace).
+template <class T>
+void backward_input_as_forward_wide(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                                    cudaStream_t stream);
 
 // grad_w [O, C/groups, KH, KW] (overwritten) from x and grad_y: implicit GEMM with split-K into
 // `workspace` (backward_weight_workspace(g) elements of T, may be null when that is 0), then a
-// second kernel sums the splits in a fixed order (deterministic).
+// second kernel sums the splits in a fixed order (deterministic). The split count fills one wave
+// of the GPU at the launched kernel's occupancy. The workspace size covers every version and dtype.
 int64_t backward_weight_workspace(const Geometry& g);
+// Version 1: 64 x 64 block tiles of 4 x 4 thread tiles (256 threads); 32 x 32 for small layers.
 template <class T>
 void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace,
                                    const Geometry& g, cudaStream_t stream);
+// Version 2: 64 x 128 block tiles of 8 x 8 thread tiles (128 threads); 32 x 32 for small layers.
+template <class T>
+void backward_weight_implicit_gemm_wide(const T* x, const T* grad_y, T* grad_w, T* workspace,
+                                        const Geometry& g, cudaStream_t stream);
 
 // What the production backward input picks where version 3 does not apply (else version 2).
 bool backward_input_uses_direct(const Geometry& g);

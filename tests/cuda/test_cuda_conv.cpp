@@ -170,6 +170,9 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
       Tensor y3 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
       cv::forward_implicit_gemm_prefetch<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y3), g, stream);
       check_close(y3, want, rtol, fwd_atol, "forward_implicit_gemm_prefetch " + c.str());
+      Tensor y4 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+      cv::forward_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y4), g, stream);
+      check_close(y4, want, rtol, fwd_atol, "forward_implicit_gemm_wide " + c.str());
 
       Tensor want_gx = conv2d_backward_input(gy, w, c.x, c.config);
       const double in_atol = atol_for(t, c.w[0] / c.config.groups * c.w[2] * c.w[3]);
@@ -186,6 +189,10 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
         cv::backward_input_as_forward<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx3), device_ptr<T>(wt),
                                          g, stream);
         check_close(gx3, want_gx, rtol, in_atol, "backward_input_as_forward " + c.str());
+        Tensor gx4 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+        cv::backward_input_as_forward_wide<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx4),
+                                              device_ptr<T>(wt), g, stream);
+        check_close(gx4, want_gx, rtol, in_atol, "backward_input_as_forward_wide " + c.str());
       }
 
       Tensor gw = full(c.w, 7.0, TensorOptions(t).device(kCuda));
@@ -195,6 +202,12 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
                                            device_ptr<T>(ws), g, stream);
       check_close(gw, conv2d_backward_weight(x, gy, c.w, c.config), rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]),
                   "backward_weight_implicit_gemm " + c.str());
+      Tensor gw2 = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+      Tensor ws2 = full({std::max<int64_t>(1, ws_elems)}, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_weight_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(gw2),
+                                                device_ptr<T>(ws2), g, stream);
+      check_close(gw2, conv2d_backward_weight(x, gy, c.w, c.config), rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]),
+                  "backward_weight_implicit_gemm_wide " + c.str());
     };
     run(float{}, DType::f32);
     run(double{}, DType::f64);
@@ -292,6 +305,45 @@ TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU") {
                 1e-4, atol_for(DType::f32, okk), "conv2d_backward_input " + what);
     check_close(conv2d_backward_weight(x.to(kCuda), gy.to(kCuda), l.w, {}), conv2d_backward_weight(x, gy, l.w, {}),
                 1e-4, atol_for(DType::f32, outputs), "conv2d_backward_weight " + what);
+  }
+}
+
+TEST_CASE("conv2d weight and wide versions match the CPU with many K splits, odd sizes, f32 and f64") {
+  if (!have_cuda()) return;
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  // Long reductions (many splits) with M and N that are not tile multiples, one grouped, one padded.
+  const ConvCase cases[] = {
+      {{9, 7, 23, 19}, {45, 7, 3, 2}, {}, false, {9, 45, 21, 18}},
+      {{5, 66, 17, 15}, {70, 33, 3, 3}, [] { Conv2dConfig k; k.groups = 2; return k; }(), false, {5, 70, 15, 13}},
+      {{16, 32, 26, 26}, {64, 32, 3, 3}, [] { Conv2dConfig k; k.padding[0] = k.padding[1] = 1; return k; }(), false,
+       {16, 64, 26, 26}},
+  };
+  for (const ConvCase& c : cases) {
+    const cv::Geometry g = geometry(c);
+    auto run = [&](auto tag, DType t) {
+      using T = decltype(tag);
+      Tensor x = uniform(c.x, -1, 1, t), w = uniform(c.w, -1, 1, t), gy = uniform(c.y, -1, 1, t);
+      Tensor dx = x.to(kCuda), dw = w.to(kCuda), dgy = gy.to(kCuda);
+      const double rtol = rtol_for(t);
+      Tensor want_w = conv2d_backward_weight(x, gy, c.w, c.config);
+      const int64_t ws_elems = std::max<int64_t>(1, cv::backward_weight_workspace(g));
+      Tensor ws = full({ws_elems}, 7.0, TensorOptions(t).device(kCuda));
+      Tensor gw1 = full(c.w, 7.0, TensorOptions(t).device(kCuda)), gw2 = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_weight_implicit_gemm<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(gw1), device_ptr<T>(ws),
+                                           g, stream);
+      check_close(gw1, want_w, rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]), "backward_weight_implicit_gemm " + c.str());
+      cv::backward_weight_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(gw2),
+                                                device_ptr<T>(ws), g, stream);
+      check_close(gw2, want_w, rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]),
+                  "backward_weight_implicit_gemm_wide " + c.str());
+      Tensor y4 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+      cv::forward_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dw), nullptr, device_ptr<T>(y4), g, stream);
+      check_close(y4, conv2d(x, w, Tensor(), c.config), rtol, atol_for(t, c.w[1] * c.w[2] * c.w[3]),
+                  "forward_implicit_gemm_wide " + c.str());
+    };
+    run(float{}, DType::f32);
+    run(double{}, DType::f64);
   }
 }
 
