@@ -24,6 +24,10 @@
 //   09_split_k: for few output tiles and a long k (an MLP layer's 64 x 128 x 9216): k cut into S
 //     chunks, a 64 x 64 partial tile per chunk and per block, then a second kernel adding the S
 //     partials in a fixed order (deterministic; no atomics). Workspace [S, m, n].
+//   10_tf32_async: 08's tensor-core tiles fed by cp.async in a 3-stage pipeline of BK = 32 slices,
+//     shared tiles kept in memory's own layout (no transpose, padded for conflict-free fragment
+//     loads), inputs truncated to TF32 (raw f32 bits into mma). Needs 16-byte aligned operands
+//     (base, lda, ldb, batch strides % 4 floats); else runs 08.
 //
 // Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only matmul, ms), before 09 and the
 // dispatch below: 4096^3 cuBLAS 2.66, 07 3.57, 06 4.88, 08 (TF32) 1.80 vs cuBLAS TF32 0.381;
@@ -31,7 +35,8 @@
 // 08 0.045, 07 0.095; 64 x 10 x 128 03 0.0096; 784 x 128 x 64 03 0.0060 (cuBLAS 0.0097).
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
-//   - T >= SMs / 4: 07, or 08 when kiln::allow_tf32() (1024^3 has 64 tiles on 132 SMs and 07
+//   - T >= SMs / 4: 07, or 10 when kiln::allow_tf32() (10 itself runs 08 when its operands are
+//     not 16-byte aligned for cp.async; 1024^3 has 64 tiles on 132 SMs and 07
 //     still ran 3x faster than 03, so the big tiles pay well before they fill every SM);
 //   - else, one batch entry and a split into S >= 4 chunks (split_k_splits: about two blocks per
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
@@ -57,6 +62,7 @@ std::span<const NamedVersion> versions() {
       {"05_2d_blocktile", blocktile_2d, false}, {"06_vectorized", vectorized, false},
       {"07_warptile", warptile, false},     {"07_warptile_lb1", warptile_lb1, false},
       {"08_tf32_mma", tf32_mma, true},      {"09_split_k", split_k, false},
+      {"10_tf32_async", tf32_async, true},
   };
   return all;
 }
@@ -92,7 +98,7 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
   const int sms = matmul::multiprocessor_count(device_);
   const int64_t big_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 127) / 128);
   if (big_tiles >= std::max(sms / 4, 1))
-    return allow_tf32() ? matmul::tf32_mma(p, A, B, C, stream_) : matmul::warptile(p, A, B, C, stream_);
+    return allow_tf32() ? matmul::tf32_async(p, A, B, C, stream_) : matmul::warptile(p, A, B, C, stream_);
   // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it).
   const int64_t splits = p.batch == 1 ? matmul::split_k_splits(p, sms) : 1;
   if (splits >= 4) {

@@ -1,8 +1,9 @@
 // CUDA matmul against the CPU backend: the production path through kiln::matmul on random shapes
 // (sizes 1, primes, non-multiples of every tile, transposed views, row strides from slices,
-// batched and broadcast batches), f32 and f64; then every version of the ladder called directly
-// (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose combinations; then TF32;
-// then 09_split_k at chosen split counts, and the MLP-layer shapes whose products split k.
+// batched and broadcast batches), f32 and f64; then every version of the ladder (10 included)
+// called directly (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose
+// combinations; then TF32 (production, and 10_tf32_async on its cp.async path and on 08's); then
+// 09_split_k at chosen split counts, and the MLP-layer shapes whose products split k.
 #include "tests/cuda/cuda_test.h"
 
 #include <cmath>
@@ -177,6 +178,50 @@ TEST_CASE("with allow_tf32, f32 matmul runs on TF32 tensor cores within its erro
     Tensor want = matmul(a.cpu().to(DType::f64), b.cpu().to(DType::f64));
     Tensor got = matmul(a.gpu(), b.gpu()).to(DType::f64);
     check_close(got, want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(k)), how);
+  }
+}
+
+TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on its fast path and on 08's") {
+  if (!have_cuda()) return;
+  // Odd m, n (never whole 128 x 128 tiles) and k (partial cp.async chunks at the k edge); row
+  // strides padded to a multiple of 4 floats take the cp.async path, others fall back to 08.
+  struct Case { int64_t batch, m, n, k; bool trans_a, trans_b; int64_t lda_pad, ldb_pad; bool fast; bool positive; };
+  const Case cases[] = {
+      {1, 131, 77, 45, false, false, 3, 3, true, false},  // lda 48, ldb 80
+      {2, 257, 129, 301, false, true, 3, 3, true, false}, // B^T: ldb 304
+      {1, 97, 200, 64, true, false, 3, 0, true, false},   // A^T: lda 100
+      {3, 65, 33, 7, true, true, 3, 1, true, false},      // k 7: a partial chunk per row of B
+      {1, 1, 1, 1, false, false, 3, 3, true, false},
+      {1, 300, 260, 515, false, false, 1, 0, true, true},  // all positive: truncation's bias adds up
+      {1, 131, 77, 45, false, false, 0, 0, false, false}, // lda 45: not 16-byte rows, runs 08
+      {2, 129, 131, 67, true, true, 1, 2, false, false},  // lda 131 % 4 != 0: runs 08
+  };
+  cuda::CudaBackend& be = cuda::backend(0);
+  for (const Case& cs : cases) {
+    MatmulParams p;
+    p.batch = cs.batch, p.m = cs.m, p.n = cs.n, p.k = cs.k, p.trans_a = cs.trans_a, p.trans_b = cs.trans_b;
+    const int64_t a_rows = p.trans_a ? cs.k : cs.m, a_cols = p.trans_a ? cs.m : cs.k;
+    const int64_t b_rows = p.trans_b ? cs.n : cs.k, b_cols = p.trans_b ? cs.k : cs.n;
+    p.lda = a_cols + cs.lda_pad, p.ldb = b_cols + cs.ldb_pad;
+    p.batch_stride_a = a_rows * p.lda, p.batch_stride_b = b_rows * p.ldb;
+    const double lo = cs.positive ? 0.0 : -1.0;
+    Tensor a_full = uniform({cs.batch, a_rows, p.lda}, lo, 1), b_full = uniform({cs.batch, b_rows, p.ldb}, lo, 1);
+    Tensor a64 = a_full.to(DType::f64).slice(2, 0, a_cols), b64 = b_full.to(DType::f64).slice(2, 0, b_cols);
+    Tensor want = matmul(p.trans_a ? a64.transpose(1, 2) : a64, p.trans_b ? b64.transpose(1, 2) : b64);
+    Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
+    const std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
+                              "x" + std::to_string(cs.k) + (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") +
+                              " lda " + std::to_string(p.lda) + " ldb " + std::to_string(p.ldb);
+    CHECK_MESSAGE(cuda::matmul::tf32_async_applies(p, ga.ref().data<float>(), gb.ref().data<float>()) == cs.fast,
+                  shape);
+    Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
+    cuda::matmul::tf32_async(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(),
+                             be.stream());
+    // Truncation to TF32 costs up to 2^-10 per input (mean about 2^-11 on random mantissas), so about
+    // 1e-3 relative on a sum of same-sign products and a random walk of sqrt(k) such terms otherwise.
+    const double rtol = cs.positive ? 2e-3 : 1e-3;
+    check_close(out.to(DType::f64), want, rtol, 1e-3 * std::sqrt(static_cast<double>(cs.k)),
+                "10_tf32_async " + shape);
   }
 }
 

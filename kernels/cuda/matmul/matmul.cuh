@@ -32,6 +32,11 @@ void tf32_mma(const MatmulParams& p, const float* a, const float* b, float* c, c
 // partials (deterministic). split_k picks S for the current device (split_k_splits) and takes its
 // workspace from cudaMallocAsync on `stream`; the production path calls split_k_run with
 // a workspace from the backend's allocator.
+// 10: 08's tensor-core tiles fed by a 3-stage cp.async pipeline, inputs truncated to TF32 (raw
+// f32 bits into mma). Runs 08 where tf32_async_applies is false (a cp.async source not 16-byte
+// aligned: a base pointer, lda, ldb or a batch stride not a multiple of 4 floats).
+void tf32_async(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+bool tf32_async_applies(const MatmulParams& p, const float* a, const float* b);
 void split_k(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
 // S for this product on a GPU of `sms` SMs: about two blocks per SM, no chunk under 64 values of k.
 int64_t split_k_splits(const MatmulParams& p, int sms);
@@ -46,11 +51,11 @@ void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, do
 
 using Version = void (*)(const MatmulParams&, const float*, const float*, float*, cudaStream_t);
 struct NamedVersion {
-  const char* name;  // "01_naive", ..., "09_split_k"
+  const char* name;  // "01_naive", ..., "10_tf32_async"
   Version run;
   bool tf32;         // rounds its inputs to TF32: judge it with TF32 tolerances
 };
-// The f32 ladder in order, 01 to 09 (with 07's variant 07_warptile_lb1 after 07).
+// The f32 ladder in order, 01 to 10 (with 07's variant 07_warptile_lb1 after 07).
 std::span<const NamedVersion> versions();
 
 }  // namespace kiln::cuda::matmul
