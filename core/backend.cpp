@@ -37,6 +37,31 @@ Backend& backend_for(const Device& device) {
   KILN_FAIL(DeviceError, "unknown device type");
 }
 
+void check_step_list(std::string_view backend, std::string_view kernel, std::string_view what,
+                     std::span<const TensorRef> list, std::span<const TensorRef> params, bool optional) {
+  if (optional && list.empty()) return;
+  KILN_CHECK(list.size() == params.size(), ValueError, backend, " ", kernel, ": ", params.size(), " params but ",
+             list.size(), " ", what);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const TensorRef& t = list[i];
+    KILN_CHECK(t.dtype == params[0].dtype, DTypeError, backend, " ", kernel, ": ", what, "[", i, "] is ", t.dtype,
+               " but params[0] is ", params[0].dtype, "; one call takes one dtype");
+    KILN_CHECK(t.numel() == params[i].numel(), ShapeError, backend, " ", kernel, ": ", what, "[", i,
+               "] has shape ", t.shape, " but params[", i, "] has shape ", params[i].shape);
+    KILN_CHECK(t.is_contiguous(), ValueError, backend, " ", kernel, ": ", what, "[", i,
+               "] is not contiguous; the step kernels take contiguous tensors");
+  }
+}
+
+void check_step_params(std::string_view backend, std::string_view kernel, std::span<const TensorRef> params,
+                       std::span<const TensorRef> grads) {
+  if (params.empty()) return;
+  KILN_CHECK(is_floating(params[0].dtype), DTypeError, backend, " ", kernel, ": parameters must be f32 or f64, got ",
+             params[0].dtype);
+  check_step_list(backend, kernel, "params", params, params, false);
+  check_step_list(backend, kernel, "grads", grads, params, false);
+}
+
 std::string_view unary_op_name(UnaryOp op) {
   switch (op) {
     case UnaryOp::neg: return "neg";

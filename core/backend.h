@@ -246,6 +246,16 @@ class Backend {
 // or when it has no such device.
 Backend& backend_for(const Device& device);
 
+// The checks every backend's optimizer step makes before touching memory (the rules above
+// Backend::sgd_step): params and grads hold f32 or f64 tensors, one per parameter; each list
+// (or none, when `optional` and the step keeps no such state) holds one contiguous tensor per
+// parameter, of params[0]'s dtype and its parameter's element count. Errors name the backend
+// and the kernel ("cuda adam_step: ...").
+void check_step_params(std::string_view backend, std::string_view kernel, std::span<const TensorRef> params,
+                       std::span<const TensorRef> grads);
+void check_step_list(std::string_view backend, std::string_view kernel, std::string_view what,
+                     std::span<const TensorRef> list, std::span<const TensorRef> params, bool optional);
+
 std::string_view unary_op_name(UnaryOp op);
 std::string_view binary_op_name(BinaryOp op);
 std::string_view reduce_op_name(ReduceOp op);

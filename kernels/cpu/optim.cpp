@@ -40,35 +40,6 @@ namespace {
 // so chunks are smaller than the elementwise kernels' but still large enough to pay a handoff.
 constexpr int64_t kGrain = 16 * 1024;
 
-// ---- checks shared by every step ----
-
-// `list` holds one tensor per parameter (or none, when `optional` and the step keeps no such
-// state), each contiguous, of the parameters' dtype and of its parameter's element count.
-void check_list(std::string_view kernel, std::string_view what, std::span<const TensorRef> list,
-                std::span<const TensorRef> params, bool optional) {
-  if (optional && list.empty()) return;
-  KILN_CHECK(list.size() == params.size(), ValueError, "cpu ", kernel, ": ", params.size(),
-             " params but ", list.size(), " ", what);
-  for (size_t i = 0; i < list.size(); ++i) {
-    const TensorRef& t = list[i];
-    KILN_CHECK(t.dtype == params[0].dtype, DTypeError, "cpu ", kernel, ": ", what, "[", i, "] is ",
-               t.dtype, " but params[0] is ", params[0].dtype, "; one call takes one dtype");
-    KILN_CHECK(t.numel() == params[i].numel(), ShapeError, "cpu ", kernel, ": ", what, "[", i,
-               "] has shape ", t.shape, " but params[", i, "] has shape ", params[i].shape);
-    KILN_CHECK(t.is_contiguous(), ValueError, "cpu ", kernel, ": ", what, "[", i,
-               "] is not contiguous; the step kernels take contiguous tensors");
-  }
-}
-
-void check_params(std::string_view kernel, std::span<const TensorRef> params,
-                  std::span<const TensorRef> grads) {
-  if (params.empty()) return;
-  KILN_CHECK(is_floating(params[0].dtype), DTypeError, "cpu ", kernel,
-             ": parameters must be f32 or f64, got ", params[0].dtype);
-  check_list(kernel, "params", params, params, false);
-  check_list(kernel, "grads", grads, params, false);
-}
-
 // Calls fn(tag, i) for each parameter i, with tag a value of the parameters' C++ type.
 template <class Fn>
 void for_each_param(std::span<const TensorRef> params, Fn&& fn) {
@@ -100,8 +71,8 @@ void elements(int64_t n, const Body& body) {
 // buffer will have after this step, rather than the buffer itself.
 void CpuBackend::sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                           std::span<const TensorRef> momentum_buffers, const SgdStep& h) {
-  check_params("sgd_step", params, grads);
-  check_list("sgd_step", "momentum_buffers", momentum_buffers, params, h.momentum == 0.0);
+  check_step_params("cpu", "sgd_step", params, grads);
+  check_step_list("cpu", "sgd_step", "momentum_buffers", momentum_buffers, params, h.momentum == 0.0);
   const bool use_momentum = h.momentum != 0.0;
   for_each_param(params, [&](auto tag, size_t i) {
     using T = decltype(tag);
@@ -140,10 +111,10 @@ void CpuBackend::sgd_step(std::span<const TensorRef> params, std::span<const Ten
 void CpuBackend::adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                            std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
                            std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h) {
-  check_params("adam_step", params, grads);
-  check_list("adam_step", "exp_avgs", exp_avgs, params, false);
-  check_list("adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
-  check_list("adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !h.amsgrad);
+  check_step_params("cpu", "adam_step", params, grads);
+  check_step_list("cpu", "adam_step", "exp_avgs", exp_avgs, params, false);
+  check_step_list("cpu", "adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
+  check_step_list("cpu", "adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !h.amsgrad);
   KILN_CHECK(h.bias_correction1 > 0.0 && h.bias_correction2 > 0.0, ValueError,
              "cpu adam_step: bias corrections must be positive (1 - beta^t for a step t >= 1), got ",
              h.bias_correction1, " and ", h.bias_correction2);
@@ -186,9 +157,9 @@ void CpuBackend::adam_step(std::span<const TensorRef> params, std::span<const Te
 void CpuBackend::adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                                std::span<const TensorRef> square_avgs,
                                std::span<const TensorRef> acc_deltas, const AdadeltaStep& h) {
-  check_params("adadelta_step", params, grads);
-  check_list("adadelta_step", "square_avgs", square_avgs, params, false);
-  check_list("adadelta_step", "acc_deltas", acc_deltas, params, false);
+  check_step_params("cpu", "adadelta_step", params, grads);
+  check_step_list("cpu", "adadelta_step", "square_avgs", square_avgs, params, false);
+  check_step_list("cpu", "adadelta_step", "acc_deltas", acc_deltas, params, false);
   for_each_param(params, [&](auto tag, size_t i) {
     using T = decltype(tag);
     T* p = params[i].data<T>();
@@ -220,10 +191,10 @@ void CpuBackend::rmsprop_step(std::span<const TensorRef> params, std::span<const
                               std::span<const TensorRef> square_avgs,
                               std::span<const TensorRef> momentum_buffers,
                               std::span<const TensorRef> grad_avgs, const RmspropStep& h) {
-  check_params("rmsprop_step", params, grads);
-  check_list("rmsprop_step", "square_avgs", square_avgs, params, false);
-  check_list("rmsprop_step", "momentum_buffers", momentum_buffers, params, h.momentum <= 0.0);
-  check_list("rmsprop_step", "grad_avgs", grad_avgs, params, !h.centered);
+  check_step_params("cpu", "rmsprop_step", params, grads);
+  check_step_list("cpu", "rmsprop_step", "square_avgs", square_avgs, params, false);
+  check_step_list("cpu", "rmsprop_step", "momentum_buffers", momentum_buffers, params, h.momentum <= 0.0);
+  check_step_list("cpu", "rmsprop_step", "grad_avgs", grad_avgs, params, !h.centered);
   const bool use_momentum = h.momentum > 0.0;
   for_each_param(params, [&](auto tag, size_t i) {
     using T = decltype(tag);

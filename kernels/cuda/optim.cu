@@ -95,32 +95,6 @@ void multi_tensor_apply(cudaStream_t stream, const std::span<const TensorRef> (&
   launch();
 }
 
-// ---- checks, as on the CPU ----
-
-void check_list(std::string_view kernel, std::string_view what, std::span<const TensorRef> list,
-                std::span<const TensorRef> params, bool optional) {
-  if (optional && list.empty()) return;
-  KILN_CHECK(list.size() == params.size(), ValueError, "cuda ", kernel, ": ", params.size(), " params but ",
-             list.size(), " ", what);
-  for (size_t i = 0; i < list.size(); ++i) {
-    const TensorRef& t = list[i];
-    KILN_CHECK(t.dtype == params[0].dtype, DTypeError, "cuda ", kernel, ": ", what, "[", i, "] is ", t.dtype,
-               " but params[0] is ", params[0].dtype, "; one call takes one dtype");
-    KILN_CHECK(t.numel() == params[i].numel(), ShapeError, "cuda ", kernel, ": ", what, "[", i, "] has shape ",
-               t.shape, " but params[", i, "] has shape ", params[i].shape);
-    KILN_CHECK(t.is_contiguous(), ValueError, "cuda ", kernel, ": ", what, "[", i,
-               "] is not contiguous; the step kernels take contiguous tensors");
-  }
-}
-
-void check_params(std::string_view kernel, std::span<const TensorRef> params, std::span<const TensorRef> grads) {
-  if (params.empty()) return;
-  KILN_CHECK(params[0].dtype == DType::f32 || params[0].dtype == DType::f64, DTypeError, "cuda ", kernel,
-             ": parameters must be f32 or f64, got ", params[0].dtype);
-  check_list(kernel, "params", params, params, false);
-  check_list(kernel, "grads", grads, params, false);
-}
-
 // ---- the rules: p[0] the parameter, p[1] its gradient, then the state ----
 
 template <class T>
@@ -198,8 +172,8 @@ struct Rmsprop {
 
 void CudaBackend::sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                            std::span<const TensorRef> momentum_buffers, const SgdStep& h) {
-  check_params("sgd_step", params, grads);
-  check_list("sgd_step", "momentum_buffers", momentum_buffers, params, h.momentum == 0.0);
+  check_step_params("cuda", "sgd_step", params, grads);
+  check_step_list("cuda", "sgd_step", "momentum_buffers", momentum_buffers, params, h.momentum == 0.0);
   if (params.empty()) return;
   visit_floating(params[0].dtype, "sgd_step", [&](auto tag) {
     using T = decltype(tag);
@@ -214,10 +188,10 @@ void CudaBackend::sgd_step(std::span<const TensorRef> params, std::span<const Te
 void CudaBackend::adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                             std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
                             std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h) {
-  check_params("adam_step", params, grads);
-  check_list("adam_step", "exp_avgs", exp_avgs, params, false);
-  check_list("adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
-  check_list("adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !h.amsgrad);
+  check_step_params("cuda", "adam_step", params, grads);
+  check_step_list("cuda", "adam_step", "exp_avgs", exp_avgs, params, false);
+  check_step_list("cuda", "adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
+  check_step_list("cuda", "adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !h.amsgrad);
   KILN_CHECK(h.bias_correction1 > 0.0 && h.bias_correction2 > 0.0, ValueError,
              "cuda adam_step: bias corrections must be positive (1 - beta^t for a step t >= 1), got ",
              h.bias_correction1, " and ", h.bias_correction2);
@@ -244,9 +218,9 @@ void CudaBackend::adam_step(std::span<const TensorRef> params, std::span<const T
 void CudaBackend::adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                                 std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
                                 const AdadeltaStep& h) {
-  check_params("adadelta_step", params, grads);
-  check_list("adadelta_step", "square_avgs", square_avgs, params, false);
-  check_list("adadelta_step", "acc_deltas", acc_deltas, params, false);
+  check_step_params("cuda", "adadelta_step", params, grads);
+  check_step_list("cuda", "adadelta_step", "square_avgs", square_avgs, params, false);
+  check_step_list("cuda", "adadelta_step", "acc_deltas", acc_deltas, params, false);
   if (params.empty()) return;
   visit_floating(params[0].dtype, "adadelta_step", [&](auto tag) {
     using T = decltype(tag);
@@ -260,10 +234,10 @@ void CudaBackend::adadelta_step(std::span<const TensorRef> params, std::span<con
 void CudaBackend::rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                                std::span<const TensorRef> square_avgs, std::span<const TensorRef> momentum_buffers,
                                std::span<const TensorRef> grad_avgs, const RmspropStep& h) {
-  check_params("rmsprop_step", params, grads);
-  check_list("rmsprop_step", "square_avgs", square_avgs, params, false);
-  check_list("rmsprop_step", "momentum_buffers", momentum_buffers, params, h.momentum <= 0.0);
-  check_list("rmsprop_step", "grad_avgs", grad_avgs, params, !h.centered);
+  check_step_params("cuda", "rmsprop_step", params, grads);
+  check_step_list("cuda", "rmsprop_step", "square_avgs", square_avgs, params, false);
+  check_step_list("cuda", "rmsprop_step", "momentum_buffers", momentum_buffers, params, h.momentum <= 0.0);
+  check_step_list("cuda", "rmsprop_step", "grad_avgs", grad_avgs, params, !h.centered);
   if (params.empty()) return;
   visit_floating(params[0].dtype, "rmsprop_step", [&](auto tag) {
     using T = decltype(tag);
