@@ -3,6 +3,7 @@
 // without them, as scripts/setup fetches them).
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +48,42 @@ Result run(const std::string& args, const std::string& prefix = "") {
   std::string data = args.find("--data") == std::string::npos ? "--data '" + data_dir() + "' " : "";
   std::string cmd = prefix + "'" + std::string(KILN_MNIST_TRAIN) + "' " + data + args + " > '" + log + "' 2>&1";
   int status = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  fs::remove(log);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+}
+
+// Starts mnist-train, waits until its metrics file shows a finished training step (so the Ctrl-C
+// handler is in place and there is something to save), then sends SIGINT as Ctrl-C would. A fixed
+// delay instead would race the data loading on a slow or busy machine.
+Result run_until_trained_then_interrupt(const std::string& args, const std::string& metrics) {
+  std::string log = (fs::temp_directory_path() / ("kiln-run-" + std::to_string(::getpid()) + ".log")).string();
+  std::string cmd = "exec '" + std::string(KILN_MNIST_TRAIN) + "' --data '" + data_dir() + "' " + args + " > '" +
+                    log + "' 2>&1";
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  bool exited = false;
+  for (int waited_ms = 0; waited_ms < 120000; waited_ms += 20) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;  // finished (or failed) before its first step: the checks below say which
+      break;
+    }
+    std::ifstream in(metrics);
+    std::string line;
+    if (std::getline(in, line) && line.find("\"type\":\"train\"") != std::string::npos) break;
+    ::usleep(20000);
+  }
+  if (!exited) {
+    ::kill(pid, SIGINT);
+    ::waitpid(pid, &status, 0);
+  }
   std::ifstream in(log);
   std::stringstream text;
   text << in.rdbuf();
@@ -132,7 +169,9 @@ TEST_CASE("Ctrl-C saves at the next step boundary; the run then resumes to the s
   }
   TempDir dir;
   const std::string args = "--model cnn --limit-train 6400 --limit-test 500 --test-batch-size 500 -q --epochs 1 ";
-  Result stopped = run(args + "--save '" + dir.file("ckpt") + "'", "timeout --preserve-status -s INT 3 ");
+  Result stopped = run_until_trained_then_interrupt(
+      args + "--save '" + dir.file("ckpt") + "' --log-interval 1 --metrics-out '" + dir.file("m.jsonl") + "'",
+      dir.file("m.jsonl"));
   REQUIRE_MESSAGE(stopped.code == 130, stopped.out);
   apps::LoadedCheckpoint c = apps::load_checkpoint(dir.file("ckpt"));
   CHECK(c.state.epoch == 0);
