@@ -28,6 +28,11 @@
 //     shared tiles kept in memory's own layout (no transpose, padded for conflict-free fragment
 //     loads), inputs truncated to TF32 (raw f32 bits into mma). Needs 16-byte aligned operands
 //     (base, lda, ldb, batch strides % 4 floats); else runs 08.
+//   11_tf32_ldmatrix: 10 with 64 x 64 warp tiles (a third fewer shared-memory bytes per mma),
+//     ldmatrix for tiles whose rows run along k, addresses of the cp.async copies worked out once.
+//   12_3xtf32: f32 accuracy from the tensor cores: each input split into a TF32 head and tail,
+//     three mma per product, the tensor cores' sums kept to one slice of k (they round toward
+//     zero as they add), NaN results recomputed in f32 (so infinities come out as in f32).
 //
 // Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only matmul, ms), before 09 and the
 // dispatch below: 4096^3 cuBLAS 2.66, 07 3.57, 06 4.88, 08 (TF32) 1.80 vs cuBLAS TF32 0.381;
@@ -35,9 +40,14 @@
 // 08 0.045, 07 0.095; 64 x 10 x 128 03 0.0096; 784 x 128 x 64 03 0.0060 (cuBLAS 0.0097).
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
-//   - T >= SMs / 4: 07, or 10 when kiln::allow_tf32() (10 itself runs 08 when its operands are
-//     not 16-byte aligned for cp.async; 1024^3 has 64 tiles on 132 SMs and 07
-//     still ran 3x faster than 03, so the big tiles pay well before they fill every SM);
+//   - T >= SMs / 4, f32: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
+//     16-byte aligned for cp.async and k >= 256, else 07. At 4096^3 12 ran 1.41x faster than 07
+//     (2.56 ms against 3.60), at 1024^3 1.49x; at k = 64 or 128 the two are even (H100, kernel-
+//     bench, 2026-11-22), so short products keep the exact-order f32 of 07.
+//   - T >= SMs / 4, allow_tf32: 11 on 128 x 256 tiles when they fill the GPU twice (2 x SMs
+//     tiles), else 11 on 128 x 128 tiles; 08 when the operands are not aligned for cp.async.
+//     (1024^3 has 64 tiles on 132 SMs and the big tiles still ran 3x faster than 03, so they pay
+//     well before they fill every SM.)
 //   - else, one batch entry and a split into S >= 4 chunks (split_k_splits: about two blocks per
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
@@ -49,6 +59,7 @@
 #include "core/precision.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/matmul/common.cuh"
 #include "kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda {
@@ -62,9 +73,15 @@ std::span<const NamedVersion> versions() {
       {"05_2d_blocktile", blocktile_2d, false}, {"06_vectorized", vectorized, false},
       {"07_warptile", warptile, false},     {"07_warptile_lb1", warptile_lb1, false},
       {"08_tf32_mma", tf32_mma, true},      {"09_split_k", split_k, false},
-      {"10_tf32_async", tf32_async, true},
+      {"10_tf32_async", tf32_async, true},  {"11_tf32_ldmatrix", tf32_ldmatrix, true},
+      {"11_tf32_ldmatrix_128x128", tf32_ldmatrix_128x128, true},
+      {"12_3xtf32", split_tf32x3, false},
   };
   return all;
+}
+
+bool async_applies(const MatmulParams& p, const float* a, const float* b) {
+  return aligned16(a, p.lda, p.batch_stride_a) && aligned16(b, p.ldb, p.batch_stride_b);
 }
 
 int multiprocessor_count(int device) {
@@ -97,8 +114,15 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
   float* C = out.data<float>();
   const int sms = matmul::multiprocessor_count(device_);
   const int64_t big_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 127) / 128);
-  if (big_tiles >= std::max(sms / 4, 1))
-    return allow_tf32() ? matmul::tf32_async(p, A, B, C, stream_) : matmul::warptile(p, A, B, C, stream_);
+  if (big_tiles >= std::max(sms / 4, 1)) {
+    // 11 and 12 fall back to 08 and 07 themselves where cp.async cannot read the operands.
+    if (allow_tf32()) {
+      const int64_t wide_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 255) / 256);
+      return wide_tiles >= 2 * sms ? matmul::tf32_ldmatrix(p, A, B, C, stream_)
+                                   : matmul::tf32_ldmatrix_128x128(p, A, B, C, stream_);
+    }
+    return p.k >= 256 ? matmul::split_tf32x3(p, A, B, C, stream_) : matmul::warptile(p, A, B, C, stream_);
+  }
   // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it).
   const int64_t splits = p.batch == 1 ? matmul::split_k_splits(p, sms) : 1;
   if (splits >= 4) {

@@ -3,10 +3,12 @@
 // batched and broadcast batches), f32 and f64; then every version of the ladder (10 included)
 // called directly (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose
 // combinations; then TF32 (production, and 10_tf32_async on its cp.async path and on 08's); then
-// 09_split_k at chosen split counts, and the MLP-layer shapes whose products split k.
+// 12_3xtf32's f32 accuracy and special values; then 09_split_k at chosen split counts, and the
+// MLP-layer shapes whose products split k.
 #include "tests/cuda/cuda_test.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/precision.h"
@@ -212,7 +214,7 @@ TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on i
     const std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
                               "x" + std::to_string(cs.k) + (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") +
                               " lda " + std::to_string(p.lda) + " ldb " + std::to_string(p.ldb);
-    CHECK_MESSAGE(cuda::matmul::tf32_async_applies(p, ga.ref().data<float>(), gb.ref().data<float>()) == cs.fast,
+    CHECK_MESSAGE(cuda::matmul::async_applies(p, ga.ref().data<float>(), gb.ref().data<float>()) == cs.fast,
                   shape);
     Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
     cuda::matmul::tf32_async(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(),
@@ -222,6 +224,74 @@ TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on i
     const double rtol = cs.positive ? 2e-3 : 1e-3;
     check_close(out.to(DType::f64), want, rtol, 1e-3 * std::sqrt(static_cast<double>(cs.k)),
                 "10_tf32_async " + shape);
+  }
+}
+
+TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities and NaN") {
+  if (!have_cuda()) return;
+  cuda::CudaBackend& be = cuda::backend(0);
+  // Against the f64 product, on all-positive inputs (where rounding biases add up instead of
+  // cancelling): 12 must stay within a small factor of 07's error (f32 on the CUDA cores), while
+  // 11 (inputs rounded to TF32) misses by far more, so the comparison can tell them apart.
+  struct Case { int64_t m, n, k; bool trans_a, trans_b; };
+  for (Case cs : {Case{131, 77, 45, false, false}, Case{300, 260, 2053, false, true}, Case{97, 200, 64, true, false},
+                  Case{65, 33, 515, true, true}, Case{128, 128, 4096, false, false}}) {
+    MatmulParams p;
+    p.m = cs.m, p.n = cs.n, p.k = cs.k, p.trans_a = cs.trans_a, p.trans_b = cs.trans_b;
+    const int64_t a_rows = p.trans_a ? cs.k : cs.m, b_rows = p.trans_b ? cs.n : cs.k;
+    p.lda = p.trans_a ? cs.m : cs.k, p.ldb = p.trans_b ? cs.k : cs.n;
+    const int64_t lda4 = (p.lda + 3) / 4 * 4, ldb4 = (p.ldb + 3) / 4 * 4;  // 16-byte rows: the fast path
+    Tensor a_full = uniform({a_rows, lda4}, 0, 1), b_full = uniform({b_rows, ldb4}, 0, 1);
+    Tensor a = a_full.slice(1, 0, p.lda).to(DType::f64), b = b_full.slice(1, 0, p.ldb).to(DType::f64);
+    Tensor want = matmul(p.trans_a ? a.t() : a, p.trans_b ? b.t() : b);
+    p.lda = lda4, p.ldb = ldb4;
+    Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
+    REQUIRE(cuda::matmul::async_applies(p, ga.ref().data<float>(), gb.ref().data<float>()));
+    const double scale = max(abs(want)).item();
+    auto error_of = [&](cuda::matmul::Version version) {
+      Tensor out = full({cs.m, cs.n}, 7.0, kCuda);
+      version(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), be.stream());
+      return max(abs(out.to(DType::f64).to(Device::cpu()) - want)).item() / scale;
+    };
+    const double e07 = error_of(cuda::matmul::warptile), e11 = error_of(cuda::matmul::tf32_ldmatrix);
+    const double e12 = error_of(cuda::matmul::split_tf32x3);
+    const std::string what = std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" + std::to_string(cs.k) +
+                             (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") + ": error 07 " +
+                             std::to_string(e07) + ", 11 " + std::to_string(e11) + ", 12 " + std::to_string(e12);
+    CHECK_MESSAGE(e12 <= std::max(4 * e07, 2.4e-7), what);  // 2^-22: a few f32 roundings
+    CHECK_MESSAGE(e11 > 10 * e12, what);
+    MESSAGE(what);
+  }
+  // Infinities and NaN: one inf in a row of A makes that row of C inf (B positive), as in f32; a
+  // NaN makes its row NaN. Splitting inf into inf + (inf - inf) would have made NaN of the inf.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> av(64 * 64, 0.5), bv(64 * 64, 0.25);
+  av[3 * 64 + 5] = inf, av[7 * 64 + 1] = -inf, av[9 * 64 + 60] = nan;
+  Tensor a = from_vector(av, {64, 64}).to(DType::f32), b = from_vector(bv, {64, 64}).to(DType::f32);
+  MatmulParams p;
+  p.m = p.n = p.k = p.lda = p.ldb = 64;
+  Tensor ga = a.to(kCuda), gb = b.to(kCuda), out = full({64, 64}, 7.0, kCuda);
+  cuda::matmul::split_tf32x3(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), be.stream());
+  check_close(out, matmul(a, b), 1e-6, 0, "12_3xtf32 with inf and NaN inputs");
+}
+
+TEST_CASE("the production path's large-product kernels (11 and 12) through kiln::matmul") {
+  if (!have_cuda()) return;
+  // Shapes with enough 128 x 128 tiles for the big kernels: f32 takes 12 (k >= 256), TF32 takes
+  // 11 on 128 x 128 tiles, or on 128 x 256 tiles once those fill the GPU twice (4096 x 4096).
+  Tensor a = uniform({768, 300}, -1, 1), b = uniform({300, 768}, -1, 1);
+  check_close(matmul(a.to(kCuda), b.to(kCuda)), matmul(a, b), 1e-5, 1e-5 * std::sqrt(300.0), "f32 768x768x300");
+  check_close(matmul(a.to(kCuda), b.to(kCuda).t().contiguous().t()), matmul(a, b), 1e-5, 1e-5 * std::sqrt(300.0),
+              "f32 768x768x300 B^T");
+  // An infinity in A: its row is inf in f32, and must not come out NaN.
+  Tensor ai = a.clone();
+  ai.slice(0, 5, 6).slice(1, 7, 8).fill_(std::numeric_limits<double>::infinity());
+  Tensor bp = abs(b) + 0.5;
+  check_close(matmul(ai.to(kCuda), bp.to(kCuda)), matmul(ai, bp), 1e-5, 1e-5 * std::sqrt(300.0), "f32 with an inf");
+  Tf32Guard tf32(true);
+  for (int64_t m : {768, 4096}) {
+    Tensor x = uniform({m, 64}, -1, 1), y = uniform({64, 4096}, -1, 1);
+    check_close(matmul(x.to(kCuda), y.to(kCuda)), matmul(x, y), 1e-3, 1e-3 * 8, "tf32 " + std::to_string(m) + "x4096x64");
   }
 }
 

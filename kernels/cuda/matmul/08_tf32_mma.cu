@@ -15,28 +15,12 @@
 
 #include "kernels/cuda/matmul/common.cuh"
 #include "kernels/cuda/matmul/matmul.cuh"
+#include "kernels/cuda/matmul/tensor_core.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {
 
-__device__ inline uint32_t to_tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-  return r;
-}
-
-__device__ inline uint4 to_tf32(float4 v) { return make_uint4(to_tf32(v.x), to_tf32(v.y), to_tf32(v.z), to_tf32(v.w)); }
-
-// d += a * b for one 16 x 8 x 8 tile. Fragments (PTX ISA, "mma.m16n8k8" for .tf32), with
-// g = lane / 4 and t = lane % 4:  a0 (g, t)  a1 (g + 8, t)  a2 (g, t + 4)  a3 (g + 8, t + 4);
-// b0 (k = t, n = g)  b1 (k = t + 4, n = g);  d0, d1 (g, 2t + {0, 1})  d2, d3 (g + 8, 2t + {0, 1}).
-__device__ inline void mma_16x8x8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+__device__ inline uint4 to_tf32x4(float4 v) { return make_uint4(to_tf32(v.x), to_tf32(v.y), to_tf32(v.z), to_tf32(v.w)); }
 
 template <int BM, int BN, int BK, int WM, int WN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tf32_mma_kernel(Args<float> args) {
@@ -75,13 +59,13 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tf32_mma_kernel(Ar
     for (int s = 0; s < CHUNKS_A; ++s) {
       int p, x;
       chunk_coords<BK, BM>(A.x_contiguous, tid + s * NT, p, x);
-      put4<LDA>(As[buf], A.x_contiguous, p, x, to_tf32(a_next[s]));
+      put4<LDA>(As[buf], A.x_contiguous, p, x, to_tf32x4(a_next[s]));
     }
 #pragma unroll
     for (int s = 0; s < CHUNKS_B; ++s) {
       int p, x;
       chunk_coords<BK, BN>(B.x_contiguous, tid + s * NT, p, x);
-      put4<LDB>(Bs[buf], B.x_contiguous, p, x, to_tf32(b_next[s]));
+      put4<LDB>(Bs[buf], B.x_contiguous, p, x, to_tf32x4(b_next[s]));
     }
   };
 
@@ -121,26 +105,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tf32_mma_kernel(Ar
     __syncthreads();
   }
 
-  float* C = args.c_entry();
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t i = i0 + wm0 + mi * 16 + g + half * 8;
-      if (i >= args.m) continue;
-      float* row = C + i * args.n;
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        const int64_t j = j0 + wn0 + ni * 8 + 2 * t;
-        const float v0 = acc[mi][ni][half * 2], v1 = acc[mi][ni][half * 2 + 1];
-        if (args.vec_c && j + 1 < args.n) {
-          *reinterpret_cast<float2*>(row + j) = make_float2(v0, v1);  // j even, n % 4 == 0: aligned
-        } else {
-          if (j < args.n) row[j] = v0;
-          if (j + 1 < args.n) row[j + 1] = v1;
-        }
-      }
-    }
+  store_mma_tiles(args, acc, i0, j0, wm0, wn0, lane);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 
 namespace kiln::cuda::matmul {
 
+using Version = void (*)(const MatmulParams&, const float*, const float*, float*, cudaStream_t);
+
 void naive(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);         // 01
 void coalesced(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);     // 02
 void smem_tiling(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);   // 03
@@ -33,10 +35,20 @@ void tf32_mma(const MatmulParams& p, const float* a, const float* b, float* c, c
 // workspace from cudaMallocAsync on `stream`; the production path calls split_k_run with
 // a workspace from the backend's allocator.
 // 10: 08's tensor-core tiles fed by a 3-stage cp.async pipeline, inputs truncated to TF32 (raw
-// f32 bits into mma). Runs 08 where tf32_async_applies is false (a cp.async source not 16-byte
+// f32 bits into mma). Runs 08 where async_applies is false (a cp.async source not 16-byte
 // aligned: a base pointer, lda, ldb or a batch stride not a multiple of 4 floats).
 void tf32_async(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
-bool tf32_async_applies(const MatmulParams& p, const float* a, const float* b);
+// Whether the cp.async versions (10, 11, 12) can read these operands: 16-byte aligned base
+// pointers, and lda, ldb and both batch strides multiples of 4 floats.
+bool async_applies(const MatmulParams& p, const float* a, const float* b);
+// 11: 10's pipeline with 64 x 64 warp tiles and ldmatrix, on 128 x 256 block tiles (one block per
+// SM); 11_tf32_ldmatrix_128x128 on 128 x 128 tiles (two per SM). Inputs truncated to TF32 as in
+// 10. Run 08 where async_applies is false.
+void tf32_ldmatrix(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+void tf32_ldmatrix_128x128(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+// 12: every input split into two TF32 values, three mma per product, short sums on the tensor
+// cores: f32 accuracy at tensor-core speed. Runs 07 where async_applies is false.
+void split_tf32x3(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
 void split_k(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
 // S for this product on a GPU of `sms` SMs: about two blocks per SM, no chunk under 64 values of k.
 int64_t split_k_splits(const MatmulParams& p, int sms);
@@ -49,13 +61,12 @@ int multiprocessor_count(int device);
 // f64 (gradchecks): 03's shared-memory tiling in double.
 void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, cudaStream_t stream);
 
-using Version = void (*)(const MatmulParams&, const float*, const float*, float*, cudaStream_t);
 struct NamedVersion {
-  const char* name;  // "01_naive", ..., "10_tf32_async"
+  const char* name;  // "01_naive", ..., "12_3xtf32"
   Version run;
   bool tf32;         // rounds its inputs to TF32: judge it with TF32 tolerances
 };
-// The f32 ladder in order, 01 to 10 (with 07's variant 07_warptile_lb1 after 07).
+// The f32 ladder in order, 01 to 12 (with variants of a version after it).
 std::span<const NamedVersion> versions();
 
 }  // namespace kiln::cuda::matmul

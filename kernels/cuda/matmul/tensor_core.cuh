@@ -1,0 +1,254 @@
+// What the tensor-core versions (08, 10, 11) share: the PTX instructions they are written with,
+// each wrapped once, and the cp.async tile loader of 10 and 11. Included by the version files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/matmul/common.cuh"
+
+namespace kiln::cuda::matmul {
+
+// f32 -> TF32 rounded to nearest (ties away from zero): the bit pattern of an f32 whose low 13
+// mantissa bits are zero.
+__device__ inline uint32_t to_tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return r;
+}
+
+// d += a * b for one 16 x 8 x 8 tile. Fragments (PTX ISA, "mma.m16n8k8" for .tf32), with
+// g = lane / 4 and t = lane % 4:  a0 (g, t)  a1 (g + 8, t)  a2 (g, t + 4)  a3 (g + 8, t + 4);
+// b0 (k = t, n = g)  b1 (k = t + 4, n = g);  d0, d1 (g, 2t + {0, 1})  d2, d3 (g + 8, 2t + {0, 1}).
+// The tensor core reads the top 19 bits of each input register (sign, exponent, 10 mantissa
+// bits): raw f32 bits are truncated to TF32, to_tf32's are rounded.
+__device__ inline void mma_16x8x8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d = a * b for one 16 x 8 x 8 tile (the accumulator input is zero).
+__device__ inline void mma_16x8x8_first(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+// ldmatrix .x4: four 8 x 8 matrices of 16-bit values, one 16-byte row per lane address (lanes
+// 8i .. 8i + 7 give the rows of matrix i). Lane l receives, in r[i], the 32-bit word (l / 4, l % 4)
+// of matrix i. Read as 32-bit values, a "matrix" is 8 rows of 4 floats, and that word is exactly
+// the (g, t) element of an mma fragment: one instruction loads a whole A fragment, or the B
+// fragments of two 8-column tiles, from a tile stored with k running along its rows.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// Copies `bytes` (0..16) from global `src` to shared `dst` and zero-fills the rest of the 16,
+// without passing through registers (.cg: cached in L2 only).
+__device__ inline void cp_async16(void* dst, const void* src, int bytes) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// One stage's BK x BX tile of an operand in shared memory, kept in the layout memory has so that
+// cp.async copies straight through. KC (k-contiguous: memory runs along p) is stored x-major,
+// S[x * LD + p] with LD = BK + 4; otherwise k-major, S[p * LD + x] with LD = BX + 8. Either padding
+// keeps rows 16-byte aligned and puts the 32 lanes of a fragment load (lane = 4g + t reads
+// (p0 + t, x0 + g)) on 32 different banks: 4g + t for rows of BK + 4 = 36, 8t + g for rows of
+// BX + 8 (BX a multiple of 32); ldmatrix's 8 row addresses of a KC tile, 36 words apart, too.
+template <int BK_, int BX, bool KC_>
+struct Tile {
+  static constexpr int BK = BK_;
+  static constexpr bool KC = KC_;
+  static constexpr int LD = KC ? BK + 4 : BX + 8;
+  static constexpr int SIZE = KC ? BX * LD : BK * LD;  // floats
+  static_assert(LD % 4 == 0 && SIZE % 4 == 0, "16-byte aligned rows and stages");
+  __device__ static int at(int p, int x) { return KC ? x * LD + p : p * LD + x; }
+};
+
+// Queues the copies of an operand's BK x BX tiles into shared memory, one slice of k at a time:
+// NT threads, 16-byte chunks along memory's direction, neighbouring threads on neighbouring chunks
+// (coalesced). Seen along memory, a tile is a stack of "lines" (rows of memory: x for a KC tile,
+// p otherwise) LEN floats long; thread tid copies the chunk at `pos` of lines line0, line0 + STEP,
+// ... (STEP = NT / (LEN / 4)), so everything but the k offset is worked out once, in the
+// constructor, and a slice costs one address computation per chunk. A chunk that crosses the
+// edge of its operand copies only its valid bytes (the rest zero-filled), a chunk outside copies
+// none, so any m, n and k work. Needs 16-byte aligned sources: the base pointer, the row stride
+// and the batch stride multiples of 4 floats (async_applies). Version 10 first worked every chunk's
+// coordinates out afresh per slice; the compiler kept them live across the loop, spilled 44 bytes
+// per thread, and 4096^3 took 1.29 ms. With this loader: no spills, 1.02 ms (H100 80GB HBM3,
+// 2026-11-22, kernel-bench).
+template <int BK, int BX, int NT, bool KC>
+struct AsyncTileLoader {
+  using T = Tile<BK, BX, KC>;
+  static constexpr int LEN = KC ? BK : BX, LINES = KC ? BX : BK;
+  static constexpr int PER_LINE = LEN / 4, STEP = NT / PER_LINE, CHUNKS = LINES / STEP;
+  static_assert(NT % PER_LINE == 0 && LINES % STEP == 0, "tiles split evenly into chunks");
+
+  const float* data;   // the operand's first element
+  int64_t ld;          // its row stride
+  int64_t lines, len;  // its extents across and along memory (x and k for KC, k and x otherwise)
+  int64_t line0, pos;  // this thread's first line and its position along the lines, in the operand
+  int dst0;            // where that chunk goes in the tile
+
+  __device__ AsyncTileLoader(const Panel<float>& P, int64_t x0, int tid)
+      : data(P.data), ld(P.ld), lines(KC ? P.x : P.k), len(KC ? P.k : P.x) {
+    const int line = tid / PER_LINE, at = tid % PER_LINE * 4;
+    line0 = (KC ? x0 : 0) + line;
+    pos = (KC ? 0 : x0) + at;
+    dst0 = line * T::LD + at;  // lines are the tile's rows in either layout
+  }
+
+  // The tile of k values [p0, p0 + BK) into S.
+  __device__ void load(int64_t p0, float* S) const {
+    const int64_t l0 = KC ? line0 : line0 + p0, p = KC ? pos + p0 : pos;
+    // Bytes of the chunk inside the operand along memory: 16, fewer at the edge, 0 past it.
+    const int bytes = p < len ? 4 * static_cast<int>(len - p < 4 ? len - p : 4) : 0;
+#pragma unroll
+    for (int s = 0; s < CHUNKS; ++s) {
+      const int64_t l = l0 + s * STEP;
+      const bool inside = l < lines && bytes > 0;
+      // A valid address even when nothing is read.
+      const float* src = inside ? data + l * ld + p : data;
+      cp_async16(S + dst0 + s * STEP * T::LD, src, inside ? bytes : 0);
+    }
+  }
+};
+
+// The cp.async pipeline of versions 10-12: slices of BK values of k go through STAGES shared-
+// memory stages, STAGES - 1 of them in flight while the block computes on the oldest; one
+// __syncthreads per slice. compute(as, bs) multiplies the slice's tiles of A and B. `smem` holds
+// STAGES * (A tile + B tile) floats.
+template <int STAGES, class LA, class LB, class Compute>
+__device__ void cp_async_pipeline(const LA& load_a, const LB& load_b, int64_t k, float* smem, Compute&& compute) {
+  static_assert(LA::T::BK == LB::T::BK && STAGES >= 2, "one slice length, at least double buffering");
+  constexpr int BK = LA::T::BK, STAGE = LA::T::SIZE + LB::T::SIZE;
+  const int64_t slices = (k + BK - 1) / BK;
+  // Slice s into stage s % STAGES; always one commit group per call (empty past the end), so that
+  // wait_group's count of pending groups means the same in every iteration.
+  auto load = [&](int64_t s) {
+    if (s < slices) {
+      float* st = smem + static_cast<int>(s % STAGES) * STAGE;
+      load_a.load(s * BK, st);
+      load_b.load(s * BK, st + LA::T::SIZE);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) load(s);
+  for (int64_t s = 0; s < slices; ++s) {
+    // Slice s has landed (at most STAGES - 2 later groups pending) for this thread; the barrier
+    // makes it so for every thread, and also says every warp is done with slice s - 1, whose
+    // stage the next line refills.
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    load(s + STAGES - 1);
+    const float* as = smem + static_cast<int>(s % STAGES) * STAGE;
+    compute(as, as + LA::T::SIZE);
+  }
+  cp_async_wait<0>();  // nothing useful is pending (only empty groups); leave none behind
+}
+
+// The A fragment (raw f32 bits, layout above) of the 16 x 8 mma tile at rows row .. row + 15 and
+// k kk .. kk + 7 of the shared tile `as`. From a KC tile with LDMATRIX: one ldmatrix.x4, whose
+// matrices are rows 0-7 k 0-3 (a0), rows 8-15 k 0-3 (a1), rows 0-7 k 4-7 (a2), rows 8-15 k 4-7
+// (a3); otherwise four conflict-free 32-bit loads (Tile's padding).
+template <class TA, bool LDMATRIX>
+__device__ void load_a_fragment(uint32_t (&a)[4], const float* as, int kk, int row, int lane) {
+  if constexpr (TA::KC && LDMATRIX) {
+    ldmatrix_x4(a, &as[TA::at(kk + lane / 16 * 4, row + lane / 8 % 2 * 8 + lane % 8)]);
+  } else {
+    const int g = lane / 4, t = lane % 4;
+    a[0] = __float_as_uint(as[TA::at(kk + t, row + g)]);
+    a[1] = __float_as_uint(as[TA::at(kk + t, row + g + 8)]);
+    a[2] = __float_as_uint(as[TA::at(kk + t + 4, row + g)]);
+    a[3] = __float_as_uint(as[TA::at(kk + t + 4, row + g + 8)]);
+  }
+}
+
+// The B fragments (raw f32 bits) of the two 8 x 8 mma tiles at columns col .. col + 15 and k
+// kk .. kk + 7 of `bs`. From a KC tile with LDMATRIX: one ldmatrix.x4 (matrices: columns 0-7 k 0-3
+// and k 4-7, then the same for columns 8-15); otherwise 32-bit loads.
+template <class TB, bool LDMATRIX>
+__device__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b1)[2], const float* bs, int kk, int col, int lane) {
+  if constexpr (TB::KC && LDMATRIX) {
+    uint32_t r[4];
+    ldmatrix_x4(r, &bs[TB::at(kk + lane / 8 % 2 * 4, col + lane / 16 * 8 + lane % 8)]);
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+  } else {
+    const int g = lane / 4, t = lane % 4;
+    b0[0] = __float_as_uint(bs[TB::at(kk + t, col + g)]);
+    b0[1] = __float_as_uint(bs[TB::at(kk + t + 4, col + g)]);
+    b1[0] = __float_as_uint(bs[TB::at(kk + t, col + 8 + g)]);
+    b1[1] = __float_as_uint(bs[TB::at(kk + t + 4, col + 8 + g)]);
+  }
+}
+
+// Writes a warp's MI x NI mma tiles of accumulators (d layout above) to C at (i0, j0) + the warp's
+// offset (wm0, wn0), two neighbouring columns per store, skipping what falls outside m x n.
+// `finish(v, i, j)` may replace each value before it is stored (version 12 recomputes NaN).
+struct AsComputed {
+  __device__ float operator()(float v, int64_t, int64_t) const { return v; }
+};
+template <int MI, int NI, class Finish = AsComputed>
+__device__ void store_mma_tiles(const Args<float>& args, const float (&acc)[MI][NI][4], int64_t i0, int64_t j0,
+                                int wm0, int wn0, int lane, Finish finish = {}) {
+  const int g = lane / 4, t = lane % 4;
+  float* C = args.c_entry();
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = i0 + wm0 + mi * 16 + g + half * 8;
+      if (i >= args.m) continue;
+      float* row = C + i * args.n;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        const int64_t j = j0 + wn0 + ni * 8 + 2 * t;
+        const float v0 = finish(acc[mi][ni][half * 2], i, j), v1 = finish(acc[mi][ni][half * 2 + 1], i, j + 1);
+        if (args.vec_c && j + 1 < args.n) {
+          *reinterpret_cast<float2*>(row + j) = make_float2(v0, v1);  // j even, n % 4 == 0: aligned
+        } else {
+          if (j < args.n) row[j] = v0;
+          if (j + 1 < args.n) row[j + 1] = v1;
+        }
+      }
+    }
+}
+
+// Calls f.template operator()<A_KC, B_KC>() for the operands' layouts: A's panel runs along k
+// (KC) when A is not transposed, B's when B is. One kernel instance per layout pair.
+template <class F>
+void by_layout(const Args<float>& args, F&& f) {
+  if (!args.trans_a && args.trans_b) return f.template operator()<true, true>();
+  if (!args.trans_a) return f.template operator()<true, false>();
+  if (args.trans_b) return f.template operator()<false, true>();
+  return f.template operator()<false, false>();
+}
+
+// Launches `kernel` on `args` with `bytes` of dynamic shared memory. Over 48 KB needs an opt-in,
+// per device; setting it is cheap and idempotent, so it is set at every launch rather than cached.
+template <class Kernel>
+void launch_dynamic_smem(Kernel* kernel, dim3 grid, int threads, int bytes, cudaStream_t stream,
+                         const Args<float>& args) {
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  kernel<<<grid, threads, bytes, stream>>>(args);
+}
+
+}  // namespace kiln::cuda::matmul
