@@ -1,11 +1,13 @@
 // How much precision matmul and conv2d may trade for speed.
 //
-// TF32: with allow_tf32 on, CUDA's f32 matmul may round its inputs to TF32 (the 10-bit mantissa
-// of the tensor cores) and accumulate in f32, several times faster on Hopper. Products then carry
-// a relative error of about 3e-4 instead of 1e-7 (measured by kernel-bench against cuBLAS FP32:
+// TF32: with allow_tf32 on, CUDA's f32 matmul may feed its inputs to the tensor cores as TF32
+// (10-bit mantissa; kiln truncates, cuBLAS rounds) and accumulate in f32, several times faster on
+// Hopper. Products then carry a relative error of about 7e-4 of max|C| instead of ~1e-6
+// (measured by kernel-bench against cuBLAS FP32, whose own TF32 mode rounds and gives 2.8e-4:
 // kernels/README.md). Off by default, so that every backend agrees with the CPU up to f32
-// rounding; mnist-train turns it on with --tf32. conv2d does not use it yet; the CPU backend
-// ignores it.
+// rounding; mnist-train turns it on with --tf32. With it off, large f32 products still run on the
+// tensor cores, as three TF32 products per f32 product (matmul version 12), which keeps f32's
+// accuracy. conv2d does not use it yet; the CPU backend ignores it.
 #pragma once
 
 namespace kiln {

@@ -367,7 +367,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
       ->check(apps::check_device_spec)
       ->capture_default_str();
-  app.add_flag("--tf32", c.tf32, "CUDA matmul may round f32 inputs to TF32 (faster, ~3e-4 relative error)");
+  app.add_flag("--tf32", c.tf32, "CUDA matmul may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
   app.add_option("--log-interval", c.log_interval, "batches between progress updates")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--limit-train", c.limit_train, "train on the first N images only (0: all)")->capture_default_str();
