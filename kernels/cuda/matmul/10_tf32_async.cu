@@ -32,52 +32,40 @@
 namespace kiln::cuda::matmul {
 namespace {
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KC, bool B_KC>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 2) tf32_async_kernel(Args<float> args) {
-  constexpr int NT = (BM / WM) * (BN / WN) * 32;
-  constexpr int MI = WM / 16, NI = WN / 8;
-  static_assert(BK % 8 == 0 && NI % 2 == 0, "k-steps of 8, B fragments in pairs of tiles");
-  using LA = AsyncTileLoader<BK, BM, NT, A_KC>;
-  using LB = AsyncTileLoader<BK, BN, NT, B_KC>;
+template <class G>
+__global__ void __launch_bounds__(G::THREADS, 2) tf32_async_kernel(Args<float> args) {
   extern __shared__ __align__(16) float smem_tf32_async[];
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wm0 = warp / (BN / WN) * WM, wn0 = warp % (BN / WN) * WN;
-  const int64_t i0 = blockIdx.y * int64_t{BM}, j0 = blockIdx.x * int64_t{BN};
-  const LA load_a(args.panel_a(), i0, tid);
-  const LB load_b(args.panel_b(), j0, tid);
-
-  float acc[MI][NI][4] = {};
-  cp_async_pipeline<STAGES>(load_a, load_b, args.k, smem_tf32_async, [&](const float* as, const float* bs) {
+  const G g(args);
+  float acc[G::MI][G::NI][4] = {};
+  cp_async_pipeline<G::STAGES>(g.load_a, g.load_b, args.k, smem_tf32_async, [&](const float* as, const float* bs) {
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 8) {
+    for (int kk = 0; kk < G::BK; kk += 8) {
       // Raw f32 bits straight into mma: truncated to TF32.
-      uint32_t a[MI][4], b[NI][2];
+      uint32_t a[G::MI][4], b[G::NI][2];
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) load_a_fragment<typename LA::T, false>(a[mi], as, kk, wm0 + mi * 16, lane);
+      for (int mi = 0; mi < G::MI; ++mi) load_a_fragment<typename G::TA, false>(a[mi], as, kk, g.wm0 + mi * 16, g.lane);
 #pragma unroll
-      for (int ni = 0; ni < NI; ni += 2)
-        load_b_fragments<typename LB::T, false>(b[ni], b[ni + 1], bs, kk, wn0 + ni * 8, lane);
+      for (int ni = 0; ni < G::NI; ni += 2)
+        load_b_fragments<typename G::TB, false>(b[ni], b[ni + 1], bs, kk, g.wn0 + ni * 8, g.lane);
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
+      for (int mi = 0; mi < G::MI; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) mma_16x8x8(acc[mi][ni], a[mi], b[ni]);
+        for (int ni = 0; ni < G::NI; ++ni) mma_16x8x8(acc[mi][ni], a[mi], b[ni]);
     }
   });
-  store_mma_tiles(args, acc, i0, j0, wm0, wn0, lane);
+  store_mma_tiles(args, acc, g.i0, g.j0, g.wm0, g.wn0, g.lane);
 }
+
+// 128 x 128 block tiles of 8 warps of 64 x 32, BK = 32, 3 stages.
+template <bool A_KC, bool B_KC>
+using Gemm10 = AsyncGemm<128, 128, 32, 64, 32, 3, A_KC, B_KC>;
 
 }  // namespace
 
 void tf32_async(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
   if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, stream);
-  constexpr int BM = 128, BN = 128, BK = 32, WM = 64, WN = 32, STAGES = 3, NT = (BM / WM) * (BN / WN) * 32;
-  launch_batched(p, a, b, c, BM, BN, "matmul 10_tf32_async", [&](dim3 grid, const Args<float>& args) {
-    by_layout(args, [&]<bool A_KC, bool B_KC>() {
-      constexpr int bytes = STAGES * (Tile<BK, BM, A_KC>::SIZE + Tile<BK, BN, B_KC>::SIZE) * sizeof(float);
-      launch_dynamic_smem(tf32_async_kernel<BM, BN, BK, WM, WN, STAGES, A_KC, B_KC>, grid, NT, bytes, stream, args);
-    });
-  });
+  launch_async<Gemm10>(p, a, b, c, stream, "matmul 10_tf32_async",
+                       [](auto a_kc, auto b_kc) { return tf32_async_kernel<Gemm10<a_kc, b_kc>>; });
 }
 
 }  // namespace kiln::cuda::matmul

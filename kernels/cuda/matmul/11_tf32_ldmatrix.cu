@@ -33,61 +33,47 @@
 namespace kiln::cuda::matmul {
 namespace {
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MIN_BLOCKS, bool A_KC, bool B_KC>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, MIN_BLOCKS) tf32_ldmatrix_kernel(Args<float> args) {
-  constexpr int NT = (BM / WM) * (BN / WN) * 32;
-  constexpr int MI = WM / 16, NI = WN / 8;
-  static_assert(BK % 8 == 0 && NI % 2 == 0, "k-steps of 8, B fragments in pairs of tiles");
-  using LA = AsyncTileLoader<BK, BM, NT, A_KC>;
-  using LB = AsyncTileLoader<BK, BN, NT, B_KC>;
+template <class G, int MIN_BLOCKS>
+__global__ void __launch_bounds__(G::THREADS, MIN_BLOCKS) tf32_ldmatrix_kernel(Args<float> args) {
   extern __shared__ __align__(16) float smem_tf32_ldmatrix[];
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wm0 = warp / (BN / WN) * WM, wn0 = warp % (BN / WN) * WN;
-  const int64_t i0 = blockIdx.y * int64_t{BM}, j0 = blockIdx.x * int64_t{BN};
-  const LA load_a(args.panel_a(), i0, tid);
-  const LB load_b(args.panel_b(), j0, tid);
-
-  float acc[MI][NI][4] = {};
-  cp_async_pipeline<STAGES>(load_a, load_b, args.k, smem_tf32_ldmatrix, [&](const float* as, const float* bs) {
+  const G g(args);
+  float acc[G::MI][G::NI][4] = {};
+  cp_async_pipeline<G::STAGES>(g.load_a, g.load_b, args.k, smem_tf32_ldmatrix, [&](const float* as, const float* bs) {
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 8) {
-      uint32_t b[NI][2];  // raw f32 bits, truncated to TF32 by mma (as in 10)
+    for (int kk = 0; kk < G::BK; kk += 8) {
+      uint32_t b[G::NI][2];  // raw f32 bits, truncated to TF32 by mma (as in 10)
 #pragma unroll
-      for (int ni = 0; ni < NI; ni += 2)
-        load_b_fragments<typename LB::T, true>(b[ni], b[ni + 1], bs, kk, wn0 + ni * 8, lane);
+      for (int ni = 0; ni < G::NI; ni += 2)
+        load_b_fragments<typename G::TB, true>(b[ni], b[ni + 1], bs, kk, g.wn0 + ni * 8, g.lane);
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
+      for (int mi = 0; mi < G::MI; ++mi) {
         uint32_t a[4];
-        load_a_fragment<typename LA::T, true>(a, as, kk, wm0 + mi * 16, lane);
+        load_a_fragment<typename G::TA, true>(a, as, kk, g.wm0 + mi * 16, g.lane);
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) mma_16x8x8(acc[mi][ni], a, b[ni]);
+        for (int ni = 0; ni < G::NI; ++ni) mma_16x8x8(acc[mi][ni], a, b[ni]);
       }
     }
   });
-  store_mma_tiles(args, acc, i0, j0, wm0, wn0, lane);
+  store_mma_tiles(args, acc, g.i0, g.j0, g.wm0, g.wn0, g.lane);
 }
 
-template <int BM, int BN, int MIN_BLOCKS>
-void run(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream, const char* name) {
-  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, stream);
-  constexpr int BK = 32, WM = 64, WN = 64, STAGES = 3, NT = (BM / WM) * (BN / WN) * 32;
-  launch_batched(p, a, b, c, BM, BN, name, [&](dim3 grid, const Args<float>& args) {
-    by_layout(args, [&]<bool A_KC, bool B_KC>() {
-      constexpr int bytes = STAGES * (Tile<BK, BM, A_KC>::SIZE + Tile<BK, BN, B_KC>::SIZE) * sizeof(float);
-      launch_dynamic_smem(tf32_ldmatrix_kernel<BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS, A_KC, B_KC>, grid, NT,
-                          bytes, stream, args);
-    });
-  });
-}
+// 64 x 64 warp tiles, BK = 32, 3 stages; 8 warps on 128 x 256 (one block per SM) or 4 on 128 x 128.
+template <bool A_KC, bool B_KC>
+using Gemm11 = AsyncGemm<128, 256, 32, 64, 64, 3, A_KC, B_KC>;
+template <bool A_KC, bool B_KC>
+using Gemm11Narrow = AsyncGemm<128, 128, 32, 64, 64, 3, A_KC, B_KC>;
 
 }  // namespace
 
 void tf32_ldmatrix(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  run<128, 256, 1>(p, a, b, c, stream, "matmul 11_tf32_ldmatrix");
+  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, stream);
+  launch_async<Gemm11>(p, a, b, c, stream, "matmul 11_tf32_ldmatrix",
+                       [](auto a_kc, auto b_kc) { return tf32_ldmatrix_kernel<Gemm11<a_kc, b_kc>, 1>; });
 }
 void tf32_ldmatrix_128x128(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  run<128, 128, 2>(p, a, b, c, stream, "matmul 11_tf32_ldmatrix_128x128");
+  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, stream);
+  launch_async<Gemm11Narrow>(p, a, b, c, stream, "matmul 11_tf32_ldmatrix_128x128",
+                             [](auto a_kc, auto b_kc) { return tf32_ldmatrix_kernel<Gemm11Narrow<a_kc, b_kc>, 2>; });
 }
 
 }  // namespace kiln::cuda::matmul

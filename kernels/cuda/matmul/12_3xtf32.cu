@@ -47,31 +47,21 @@ struct RecomputeNan {
   }
 };
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KC, bool B_KC>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1) split_tf32x3_kernel(Args<float> args) {
-  constexpr int NT = (BM / WM) * (BN / WN) * 32;
-  constexpr int MI = WM / 16, NI = WN / 8;
-  static_assert(BK % 8 == 0 && NI % 2 == 0, "k-steps of 8, B fragments in pairs of tiles");
-  using LA = AsyncTileLoader<BK, BM, NT, A_KC>;
-  using LB = AsyncTileLoader<BK, BN, NT, B_KC>;
+template <class G>
+__global__ void __launch_bounds__(G::THREADS, 1) split_tf32x3_kernel(Args<float> args) {
+  constexpr int MI = G::MI, NI = G::NI;
   extern __shared__ __align__(16) float smem_split_tf32x3[];
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wm0 = warp / (BN / WN) * WM, wn0 = warp % (BN / WN) * WN;
-  const int64_t i0 = blockIdx.y * int64_t{BM}, j0 = blockIdx.x * int64_t{BN};
-  const LA load_a(args.panel_a(), i0, tid);
-  const LB load_b(args.panel_b(), j0, tid);
-
+  const G g(args);
   float acc[MI][NI][4] = {};
-  cp_async_pipeline<STAGES>(load_a, load_b, args.k, smem_split_tf32x3, [&](const float* as, const float* bs) {
+  cp_async_pipeline<G::STAGES>(g.load_a, g.load_b, args.k, smem_split_tf32x3, [&](const float* as, const float* bs) {
     float part[MI][NI][4];  // this slice's sum, on the tensor cores
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 8) {
+    for (int kk = 0; kk < G::BK; kk += 8) {
       uint32_t b_hi[NI][2], b_lo[NI][2];
 #pragma unroll
       for (int ni = 0; ni < NI; ni += 2) {
         uint32_t b[2][2];
-        load_b_fragments<typename LB::T, true>(b[0], b[1], bs, kk, wn0 + ni * 8, lane);
+        load_b_fragments<typename G::TB, true>(b[0], b[1], bs, kk, g.wn0 + ni * 8, g.lane);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -80,7 +70,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1) split_tf32x3_ke
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
         uint32_t a[4], a_hi[4], a_lo[4];
-        load_a_fragment<typename LA::T, true>(a, as, kk, wm0 + mi * 16, lane);
+        load_a_fragment<typename G::TA, true>(a, as, kk, g.wm0 + mi * 16, g.lane);
 #pragma unroll
         for (int r = 0; r < 4; ++r) split(a[r], a_hi[r], a_lo[r]);
 #pragma unroll
@@ -99,20 +89,19 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1) split_tf32x3_ke
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[mi][ni][r] += part[mi][ni][r];
   });
-  store_mma_tiles(args, acc, i0, j0, wm0, wn0, lane, RecomputeNan{args.panel_a(), args.panel_b()});
+  store_mma_tiles(args, acc, g.i0, g.j0, g.wm0, g.wn0, g.lane, RecomputeNan{args.panel_a(), args.panel_b()});
 }
+
+// 128 x 128 block tiles of 8 warps of 64 x 32, BK = 32, 3 stages.
+template <bool A_KC, bool B_KC>
+using Gemm12 = AsyncGemm<128, 128, 32, 64, 32, 3, A_KC, B_KC>;
 
 }  // namespace
 
 void split_tf32x3(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
   if (!async_applies(p, a, b)) return warptile(p, a, b, c, stream);
-  constexpr int BM = 128, BN = 128, BK = 32, WM = 64, WN = 32, STAGES = 3, NT = (BM / WM) * (BN / WN) * 32;
-  launch_batched(p, a, b, c, BM, BN, "matmul 12_3xtf32", [&](dim3 grid, const Args<float>& args) {
-    by_layout(args, [&]<bool A_KC, bool B_KC>() {
-      constexpr int bytes = STAGES * (Tile<BK, BM, A_KC>::SIZE + Tile<BK, BN, B_KC>::SIZE) * sizeof(float);
-      launch_dynamic_smem(split_tf32x3_kernel<BM, BN, BK, WM, WN, STAGES, A_KC, B_KC>, grid, NT, bytes, stream, args);
-    });
-  });
+  launch_async<Gemm12>(p, a, b, c, stream, "matmul 12_3xtf32",
+                       [](auto a_kc, auto b_kc) { return split_tf32x3_kernel<Gemm12<a_kc, b_kc>>; });
 }
 
 }  // namespace kiln::cuda::matmul

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/matmul/common.cuh"
 
@@ -92,8 +93,8 @@ struct Tile {
 // none, so any m, n and k work. Needs 16-byte aligned sources: the base pointer, the row stride
 // and the batch stride multiples of 4 floats (async_applies). Version 10 first worked every chunk's
 // coordinates out afresh per slice; the compiler kept them live across the loop, spilled 44 bytes
-// per thread, and 4096^3 took 1.29 ms. With this loader: no spills, 1.02 ms (H100 80GB HBM3,
-// 2026-11-22, kernel-bench).
+// per thread, and 4096^3 took 1.29 ms. With this loader: no spills, 1.02-1.04 ms (H100 80GB
+// HBM3, 2026-11-22, kernel-bench).
 template <int BK, int BX, int NT, bool KC>
 struct AsyncTileLoader {
   using T = Tile<BK, BX, KC>;
@@ -232,23 +233,55 @@ __device__ void store_mma_tiles(const Args<float>& args, const float (&acc)[MI][
     }
 }
 
-// Calls f.template operator()<A_KC, B_KC>() for the operands' layouts: A's panel runs along k
-// (KC) when A is not transposed, B's when B is. One kernel instance per layout pair.
-template <class F>
-void by_layout(const Args<float>& args, F&& f) {
-  if (!args.trans_a && args.trans_b) return f.template operator()<true, true>();
-  if (!args.trans_a) return f.template operator()<true, false>();
-  if (args.trans_b) return f.template operator()<false, true>();
-  return f.template operator()<false, false>();
-}
+// The geometry of a cp.async tensor-core kernel (versions 10-12): BM x BN block tiles cut into
+// WM x WN warp tiles (MI x NI mma tiles each), slices of BK values of k through STAGES stages of
+// shared memory, and the operands' layouts (A_KC, B_KC: whether each runs along k in memory).
+// An instance says where the calling thread's block and warp sit, and holds its tile loaders.
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, bool A_KC, bool B_KC>
+struct AsyncGemm {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
+  static constexpr int THREADS = (BM / WM) * (BN / WN) * 32, MI = WM / 16, NI = WN / 8;
+  static_assert(BK % 8 == 0 && NI % 2 == 0, "k-steps of 8, B fragments in pairs of tiles");
+  using LA = AsyncTileLoader<BK, BM, THREADS, A_KC>;
+  using LB = AsyncTileLoader<BK, BN, THREADS, B_KC>;
+  using TA = typename LA::T;
+  using TB = typename LB::T;
+  static constexpr int SMEM_BYTES = STAGES * (TA::SIZE + TB::SIZE) * static_cast<int>(sizeof(float));
 
-// Launches `kernel` on `args` with `bytes` of dynamic shared memory. Over 48 KB needs an opt-in,
-// per device; setting it is cheap and idempotent, so it is set at every launch rather than cached.
-template <class Kernel>
-void launch_dynamic_smem(Kernel* kernel, dim3 grid, int threads, int bytes, cudaStream_t stream,
-                         const Args<float>& args) {
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  kernel<<<grid, threads, bytes, stream>>>(args);
+  int lane, wm0, wn0;  // the warp's tile inside the block tile
+  int64_t i0, j0;      // the block tile's first row and column of C
+  LA load_a;
+  LB load_b;
+  __device__ explicit AsyncGemm(const Args<float>& args)
+      : lane(static_cast<int>(threadIdx.x) % 32),
+        wm0(static_cast<int>(threadIdx.x) / 32 / (BN / WN) * WM),
+        wn0(static_cast<int>(threadIdx.x) / 32 % (BN / WN) * WN),
+        i0(blockIdx.y * int64_t{BM}),
+        j0(blockIdx.x * int64_t{BN}),
+        load_a(args.panel_a(), i0, static_cast<int>(threadIdx.x)),
+        load_b(args.panel_b(), j0, static_cast<int>(threadIdx.x)) {}
+};
+
+// Runs a cp.async version over the batch: kernel_for(std::bool_constant<A_KC>, std::bool_constant<
+// B_KC>) gives the kernel for the operands' layouts (A runs along k when not transposed, B when
+// transposed), and
+// G<A_KC, B_KC> (an AsyncGemm) its block size and dynamic shared memory. Over 48 KB of it needs
+// an opt-in, per device; setting it is cheap and idempotent, so it is set at every launch.
+template <template <bool, bool> class G, class KernelFor>
+void launch_async(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream,
+                  const char* name, KernelFor kernel_for) {
+  launch_batched(p, a, b, c, G<true, true>::BM, G<true, true>::BN, name, [&](dim3 grid, const Args<float>& args) {
+    auto launch = [&]<bool A_KC, bool B_KC>() {
+      auto* kernel = kernel_for(std::bool_constant<A_KC>{}, std::bool_constant<B_KC>{});
+      constexpr int bytes = G<A_KC, B_KC>::SMEM_BYTES;
+      KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      kernel<<<grid, G<A_KC, B_KC>::THREADS, bytes, stream>>>(args);
+    };
+    if (!args.trans_a && args.trans_b) return launch.template operator()<true, true>();
+    if (!args.trans_a) return launch.template operator()<true, false>();
+    if (args.trans_b) return launch.template operator()<false, true>();
+    return launch.template operator()<false, false>();
+  });
 }
 
 }  // namespace kiln::cuda::matmul
