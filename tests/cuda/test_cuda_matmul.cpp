@@ -232,7 +232,7 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
   cuda::CudaBackend& be = cuda::backend(0);
   // Against the f64 product, on all-positive inputs (where rounding biases add up instead of
   // cancelling): 12 must stay within a small factor of 07's error (f32 on the CUDA cores), while
-  // 11 (inputs rounded to TF32) misses by far more, so the comparison can tell them apart.
+  // 11 (inputs cut to TF32) misses by far more, so the comparison can tell them apart.
   struct Case { int64_t m, n, k; bool trans_a, trans_b; };
   for (Case cs : {Case{131, 77, 45, false, false}, Case{300, 260, 2053, false, true}, Case{97, 200, 64, true, false},
                   Case{65, 33, 515, true, true}, Case{128, 128, 4096, false, false}}) {

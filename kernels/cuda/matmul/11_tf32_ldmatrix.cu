@@ -19,7 +19,9 @@
 //   addresses worked out once (AsyncTileLoader), nothing spills.
 // - Two block tiles: 128 x 256 (8 warps, one block per SM) for large products, 128 x 128 (4 warps,
 //   two blocks per SM) where 128 x 256 tiles would not fill the GPU twice over: 1024^3 has 32 such
-//   tiles for 132 SMs and ran at 0.054 ms against 0.033 with 128 x 128 (same run).
+//   tiles for 132 SMs and ran at 0.054 ms against 0.033 with 128 x 128 (same run). At 4096^3 the
+//   two tie (0.870 and 0.859 ms, kernel-bench after the AsyncGemm change), so the wide tile
+//   earns its place only if a later run shows it ahead.
 //   Tried and dropped (4096^3, inputs rounded, same GPU and day): BK = 16 with 5 stages (1.130 ms
 //   against 0.954), 4 stages of 32 (0.952), 256 x 128 tiles (0.982).
 // BK = 32, 3 stages. Needs 16-byte aligned operands for cp.async (async_applies); else runs 08.

@@ -1,10 +1,11 @@
-// What the tensor-core versions (08, 10, 11) share: the PTX instructions they are written with,
-// each wrapped once, and the cp.async tile loader of 10 and 11. Included by the version files only.
+// What the tensor-core versions (08, 10, 11, 12) share: the PTX instructions they are written
+// with, each wrapped once, and the pieces of the cp.async versions 10-12 (shared-memory tile
+// layout, tile loader, pipeline loop, fragment loads, block geometry, launcher). Included by the
+// version files only.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
