@@ -2,9 +2,9 @@
 //   softmax forward (f32): every version of kernels/cuda/softmax.cuh and the production path, on
 //     [4096, 32768] (long rows), [8192, 1024] (the warp/block boundary), [65536, 10] (MNIST's
 //     logits: many short rows), and [64, 1024, 256] over the middle axis (the column version);
-//   cross-entropy forward and backward (f32), both versions, on [65536, 10] and [8192, 32000];
-//   sum reductions through CudaBackend::reduce over the last axis of [8192, 8192] and over the
-//     middle axis of [64, 4096, 256].
+//   cross-entropy forward and backward (f32), every version, on [65536, 10] and [8192, 32000];
+//   sum reductions through CudaBackend::reduce over the last axis of [8192, 8192], and over the
+//     middle axis of [64, 4096, 256] through reduce.cuh's versions 3 and 4 and CudaBackend.
 // Each row reports GB/s = (bytes read + bytes written) / time and its share of the copy
 // bandwidth (the bench's reference row). Every version is first checked against a double
 // precision host computation on sampled rows; a wrong one is reported and not timed.
@@ -22,6 +22,7 @@
 #include "core/backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/softmax.cuh"
 
 namespace kiln::bench {
@@ -238,32 +239,52 @@ void bench_reduce_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) {
   result.buffer = out;
   result.shape = Shape{outer, inner};
   result.strides = contiguous_strides(result.shape);
-  auto run = [&] { cuda::backend(0).reduce(ReduceOp::sum, in, result); };
-  run();
-  const std::vector<float> hx = to_host(x, numel, stream), got = to_host(out, outer * inner, stream);
-  std::mt19937 rng(9);
-  double err = 0;
-  std::string wrong;
-  for (int sample = 0; sample < kSamples && wrong.empty(); ++sample) {
-    int64_t o = std::uniform_int_distribution<int64_t>(0, outer - 1)(rng);
-    int64_t i = std::uniform_int_distribution<int64_t>(0, inner - 1)(rng);
-    double sum = 0;
-    for (int64_t k = 0; k < n; ++k) sum += hx[static_cast<size_t>((o * n + k) * inner + i)];
-    const float g = got[static_cast<size_t>(o * inner + i)];
-    err = std::max(err, std::abs(g - sum));
-    if (!(std::abs(g - sum) <= 1e-4 + 1e-5 * std::abs(sum))) {
-      char s[128];
-      std::snprintf(s, sizeof s, "output (%lld, %lld) is %g (want %g)", static_cast<long long>(o), static_cast<long long>(i),
-                    static_cast<double>(g), sum);
-      wrong = s;
-    }
+  const std::vector<float> hx = to_host(x, numel, stream);
+  struct Version {
+    const char* name;
+    std::function<void()> run;
+  };
+  std::vector<Version> versions;
+  auto production = [&] { cuda::backend(0).reduce(ReduceOp::sum, in, result); };
+  if (inner == 1) {
+    versions.push_back({"sum, block per row (CudaBackend)", production});
+  } else {
+    namespace r = kiln::cuda::reduce;
+    const int64_t splits = r::column_packs_splits(outer, n, inner);
+    void* workspace = bench.device_bytes(std::max<size_t>(r::column_packs_workspace_bytes<float>(outer, inner, splits), 1));
+    versions.push_back({"sum, 3 column tiles", [&] { r::column_tiles<float>(ReduceOp::sum, x, out, nullptr, outer, n, inner, stream); }});
+    versions.push_back({"sum, 4 column packs", [&, splits, workspace] {
+                          r::column_packs<float>(ReduceOp::sum, x, out, outer, n, inner, splits, workspace, stream);
+                        }});
+    versions.push_back({"sum, production (CudaBackend)", production});
   }
   const double bytes = static_cast<double>(numel + outer * inner) * sizeof(float);
-  char note[64];
-  std::snprintf(note, sizeof note, "max abs err %.1e", err);
-  const char* version = inner == 1 ? "sum, block per row (CudaBackend)" : "sum, column tiles (CudaBackend)";
-  if (!wrong.empty()) record_wrong(bench, "reduce", version, shape, wrong);
-  else record(bench, "reduce", version, shape, bytes, run, note);
+  for (const Version& version : versions) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(out, 0xff, static_cast<size_t>(outer * inner) * sizeof(float), stream));  // NaNs
+    version.run();
+    const std::vector<float> got = to_host(out, outer * inner, stream);
+    std::mt19937 rng(9);
+    double err = 0;
+    std::string wrong;
+    for (int sample = 0; sample < kSamples && wrong.empty(); ++sample) {
+      int64_t o = std::uniform_int_distribution<int64_t>(0, outer - 1)(rng);
+      int64_t i = std::uniform_int_distribution<int64_t>(0, inner - 1)(rng);
+      double sum = 0;
+      for (int64_t k = 0; k < n; ++k) sum += hx[static_cast<size_t>((o * n + k) * inner + i)];
+      const float g = got[static_cast<size_t>(o * inner + i)];
+      err = std::max(err, std::abs(g - sum));
+      if (!(std::abs(g - sum) <= 1e-4 + 1e-5 * std::abs(sum))) {
+        char s[128];
+        std::snprintf(s, sizeof s, "output (%lld, %lld) is %g (want %g)", static_cast<long long>(o),
+                      static_cast<long long>(i), static_cast<double>(g), sum);
+        wrong = s;
+      }
+    }
+    char note[64];
+    std::snprintf(note, sizeof note, "max abs err %.1e", err);
+    if (!wrong.empty()) record_wrong(bench, "reduce", version.name, shape, wrong);
+    else record(bench, "reduce", version.name, shape, bytes, version.run, note);
+  }
 }
 
 }  // namespace
