@@ -193,6 +193,10 @@ void bench_cross_entropy_shape(Bench& bench, int64_t rows, int64_t classes) {
        [&] { v::cross_entropy_backward_block(x, targets, grad_losses, grad, rows, classes, s, nullptr, stream); }},
       {"backward, row in registers", true,
        [&] { v::cross_entropy_backward_registers(x, targets, grad_losses, grad, rows, classes, s, nullptr, stream); }},
+      {"forward, block per row, unrolled", false,
+       [&] { v::cross_entropy_block_unrolled(x, targets, losses, rows, classes, s, nullptr, stream); }},
+      {"backward, row split registers/shared", true,
+       [&] { v::cross_entropy_backward_split(x, targets, grad_losses, grad, rows, classes, s, nullptr, stream); }},
   };
   if (short_rows) {
     versions.push_back({"forward, rows per warp (lane groups)", false,

@@ -19,8 +19,32 @@
 //   per warp, forward and backward.
 // backward, row in registers (C >= 512, up to 32768 f32, 8192 f64): softmax.cu's version 6,
 //   the logits read once and the gradient written once (the block version reads them twice).
-// Production picks by C: rows per warp up to 32, then warp per row; the forward uses the block
-//   version above 1024, the backward the registers version from 512 (block where it does not fit).
+//   On [8192, 32000] the block version moved 2147 GB/s forward (71% of the copy bandwidth) and
+//   the registers version 2182 GB/s backward (72%) (H100 80GB HBM3, 2026-11-22, kernel-bench
+//   --only softmax).
+// forward, block per row, unrolled (C > 1024): the block version with each thread loading
+//   kUnroll packs of 16 bytes before it uses any, so a thread keeps 64 bytes in flight instead of
+//   16. The step's max then rescales the running sum once, and each element costs one exp and
+//   no branch (add() branches per element, and takes a second exp whenever the max moves).
+//   Thread 0 fetches the target and its logit at the row's start, so their latency hides behind
+//   the row's loads, and one barrier per row suffices: the warps' partials alternate between two
+//   scratch rows and warp 0 finishes the loss while the others start the next row. On
+//   [8192, 32000]: 0.3665 ms, 2861 GB/s, 95% of the copy
+//   bandwidth (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax).
+// backward, row split between registers and shared memory (C >= kSplitRowMin): the registers
+//   version holds a row in one block of up to 1024 threads, so an SM works on one row at a time
+//   and its loads stop while the block combines (m, S) and writes the gradient. Here 512 threads
+//   hold 8 packs each in registers (4 in f64) and the rest of the row in shared memory, copied
+//   there by cp.async, which holds no register while in flight; at 64 registers a thread two
+//   blocks fit an SM, so one row's loads run while the other row reduces and writes. The target
+//   and the incoming gradient are fetched at the row's start, and the block's states are combined
+//   as a tree of shuffles (5 exps deep instead of one per warp in a row). Rows up to 43008 f32
+//   keep two blocks per SM, longer ones one, up to the shared memory a block may take (73728 f32
+//   on an H100); beyond, the block version. On [8192, 32000]: 0.7094 ms, 2956 GB/s, 98% of the copy bandwidth (H100
+//   80GB HBM3, 2026-11-22, kernel-bench --only softmax).
+// Production picks by C: rows per warp up to 32, then warp per row; the forward uses the
+//   unrolled block version above 1024; the backward the registers version from 512 and the split
+//   version from kSplitRowMin (block where it does not fit).
 //
 // Precision: the (max, sum) state accumulates in the working type (float for f32, as softmax.cu
 // explains); the loss itself is assembled in double from m, the target's logit and log S, and
@@ -31,6 +55,8 @@
 // and the kernel records the fault, which the host throws as a ValueError at the next
 // synchronisation (fault.cuh), where the CPU throws at once. Non-finite logits give what the CPU
 // gives: a NaN or +inf in the row, or a row of -inf, makes its loss and gradient NaN.
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -312,6 +338,191 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// The block's states combined as a tree: each warp writes its state, then every warp reads the
+// states into its lanes and combines them with shuffles, 5 dependent combines (each an exp)
+// instead of block_combine's warps - 1 in a row. Every warp combines the same states in the same
+// order, so every thread gets the same bits. Called by every thread of the block; two barriers.
+template <class T>
+__device__ inline MaxSum<T> block_combine_tree(MaxSum<T> a, MaxSum<T>* scratch) {
+  a = warp_combine(a);
+  const int lane = threadIdx.x % 32;
+  if (lane == 0) scratch[threadIdx.x / 32] = a;
+  __syncthreads();
+  a = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : none<T>();
+  a = warp_combine(a);
+  __syncthreads();  // before scratch may be written again
+  return a;
+}
+
+__device__ inline float max_of(float a, float b) { return fmaxf(a, b); }
+__device__ inline double max_of(double a, double b) { return fmax(a, b); }
+
+// The forward with U packs in flight per thread. Each step loads U packs, takes their max, rescales
+// the running sum once, then adds U * V exps: the online state without add()'s branch and second
+// exp per element. fmax drops a NaN, but exp(NaN - m) makes the sum NaN, and finish() makes it NaN
+// where the max is infinite, so the row's loss is NaN as before. One barrier per row: the warps'
+// partials go to one of two scratch rows by the row's parity, and warp 0 combines them while
+// the other warps start the next row.
+template <class T, int V, int U, int Threads>
+__global__ void __launch_bounds__(Threads)
+    cross_entropy_block_unrolled_kernel(const T* x, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
+                                        double s, DeviceFault* fault) {
+  struct Partial {
+    MaxSum<T> a;
+    double total;
+  };
+  constexpr int warps = Threads / 32;
+  __shared__ Partial scratch[2][warps];
+  const int64_t packs = classes / V;
+  const int lane = threadIdx.x % 32;
+  int parity = 0;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, parity ^= 1) {
+    const T* row = x + r * classes;
+    // thread 0 fetches the target and its logit first: their latency hides behind the row's
+    int32_t t = 0;
+    T target_logit = 0;
+    if (threadIdx.x == 0) {
+      t = targets[r];
+      if (valid(t, classes)) target_logit = row[t];
+    }
+    const auto* packed = reinterpret_cast<const Pack<T, V>*>(row);
+    T m = -INFINITY, sum = 0;
+    double total = 0;
+    for (int64_t j0 = threadIdx.x; j0 < packs; j0 += int64_t{Threads} * U) {
+      Pack<T, V> p[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (j0 + u * Threads < packs) p[u] = packed[j0 + u * Threads];
+      T step_max = m;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (j0 + u * Threads < packs)
+#pragma unroll
+          for (int e = 0; e < V; ++e) step_max = max_of(step_max, p[u].v[e]);
+      sum *= shifted_exp(m, step_max);
+      m = step_max;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (j0 + u * Threads < packs)
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            sum += shifted_exp(p[u].v[e], m);
+            total += static_cast<double>(p[u].v[e]);
+          }
+    }
+    MaxSum<T> a = warp_combine(MaxSum<T>{m, sum});
+    total = warp_sum(total);
+    if (lane == 0) scratch[parity][threadIdx.x / 32] = Partial{a, total};
+    // Warp 0 reads scratch[parity] after this barrier; a warp writes it again two rows on, after
+    // passing the next row's barrier, which warp 0 reaches only once it has read it.
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      a = lane < warps ? scratch[parity][lane].a : none<T>();
+      total = lane < warps ? scratch[parity][lane].total : 0.0;
+      a = finish(warp_combine(a));
+      total = warp_sum(total);
+      if (lane == 0) {
+        if (valid(t, classes)) {
+          losses[r] = row_loss(a, target_logit, total, classes, s);
+        } else {
+          losses[r] = T(NAN);
+          if (fault) report_fault(fault, FaultOp::cross_entropy, t, r, classes);
+        }
+      }
+    }
+  }
+}
+
+// The backward with the row split between registers (P packs a thread) and shared memory (q packs
+// a thread, copied there by cp.async, which needs no register while in flight). kSplitThreads
+// threads hold P * kSplitThreads packs in registers at 64 registers a thread, so two blocks, two
+// rows, share an SM: one row's loads run while the other row reduces and writes. Each thread
+// reads back only the shared-memory slots it filled itself, so no barrier guards them. The
+// target and the incoming gradient are fetched at the row's start.
+constexpr int kSplitThreads = 512;
+// f64's exps need more registers: at 8 packs (16 doubles) a thread spills (ptxas -v)
+template <class T>
+constexpr int kSplitRegisterPacks = sizeof(T) == 8 ? 4 : 8;
+
+template <class T, int V, int P>
+__global__ void __launch_bounds__(kSplitThreads, 2)
+    cross_entropy_backward_split_kernel(const T* x, const int32_t* targets, const T* grad_losses, T* grad_x,
+                                        int64_t rows, int64_t classes, int q, double s, DeviceFault* fault) {
+  __shared__ MaxSum<T> scratch[kSplitThreads / 32];
+  extern __shared__ __align__(16) unsigned char stash_bytes[];
+  auto* stash = reinterpret_cast<Pack<T, V>*>(stash_bytes) + threadIdx.x;  // slot i at stash[i * kSplitThreads]
+  const T on = static_cast<T>(1.0 - s + s / static_cast<double>(classes)), off = static_cast<T>(s / static_cast<double>(classes));
+  const int64_t packs = classes / V;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int32_t t = targets[r];
+    const T g = grad_losses[r];
+    const auto* row = reinterpret_cast<const Pack<T, V>*>(x + r * classes);
+    auto* gx = reinterpret_cast<Pack<T, V>*>(grad_x + r * classes);
+    // pack j of slot i: registers j = threadIdx.x + i * kSplitThreads (i < P), then shared memory
+    auto at = [&](int i) { return threadIdx.x + static_cast<int64_t>(i) * kSplitThreads; };
+    for (int i = 0; i < q; ++i)
+      if (at(P + i) < packs) __pipeline_memcpy_async(&stash[i * kSplitThreads], &row[at(P + i)], sizeof(Pack<T, V>));
+    __pipeline_commit();
+    Pack<T, V> p[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (at(i) < packs) p[i] = row[at(i)];
+    T m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (at(i) < packs)
+#pragma unroll
+        for (int e = 0; e < V; ++e) m = max_of(m, p[i].v[e]);
+    __pipeline_wait_prior(0);
+    for (int i = 0; i < q; ++i)
+      if (at(P + i) < packs)
+#pragma unroll
+        for (int e = 0; e < V; ++e) m = max_of(m, stash[i * kSplitThreads].v[e]);
+    // e = exp(v - m) replaces v, as in the registers version (fmax and NaN: see the forward above)
+    T sum = 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (at(i) < packs)
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          p[i].v[e] = shifted_exp(p[i].v[e], m);
+          sum += p[i].v[e];
+        }
+    for (int i = 0; i < q; ++i)
+      if (at(P + i) < packs) {
+        Pack<T, V> w = stash[i * kSplitThreads];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          w.v[e] = shifted_exp(w.v[e], m);
+          sum += w.v[e];
+        }
+        stash[i * kSplitThreads] = w;
+      }
+    MaxSum<T> a = finish(block_combine_tree(MaxSum<T>{m, sum}, scratch));
+    if (!valid(t, classes)) {
+      a.s = NAN;
+      if (threadIdx.x == 0 && fault) report_fault(fault, FaultOp::cross_entropy_backward, t, r, classes);
+    }
+    const T scale = exp_of(m - a.m) / a.s;  // p = e * exp(m - M) / S; NaN where the row is
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (at(i) < packs) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) p[i].v[e] = g * (p[i].v[e] * scale - (at(i) * V + e == t ? on : off));
+        gx[at(i)] = p[i];
+      }
+    for (int i = 0; i < q; ++i)
+      if (at(P + i) < packs) {
+        Pack<T, V> w = stash[i * kSplitThreads];
+#pragma unroll
+        for (int e = 0; e < V; ++e) w.v[e] = g * (w.v[e] * scale - (at(P + i) * V + e == t ? on : off));
+        gx[at(P + i)] = w;
+      }
+  }
+}
+
+constexpr int kUnrolledThreads = 512, kUnroll = 4;  // the forward's block and packs in flight per thread
+
 unsigned row_blocks(int64_t units) { return static_cast<unsigned>(std::clamp<int64_t>(units, 1, int64_t{1} << 20)); }
 constexpr int kWarps = kThreads / 32;
 
@@ -432,6 +643,49 @@ void cross_entropy_backward_registers(const T* logits, const int32_t* targets, c
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
 
+template <class T>
+void cross_entropy_block_unrolled(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
+                                  double label_smoothing, DeviceFault* fault, cudaStream_t stream) {
+  if (rows == 0) return;
+  constexpr int v = 16 / sizeof(T);
+  if (packable<T>(classes, logits, logits))
+    cross_entropy_block_unrolled_kernel<T, v, kUnroll, kUnrolledThreads><<<row_blocks(rows), kUnrolledThreads, 0, stream>>>(
+        logits, targets, losses, rows, classes, label_smoothing, fault);
+  else
+    cross_entropy_block_unrolled_kernel<T, 1, kUnroll * v, kUnrolledThreads><<<row_blocks(rows), kUnrolledThreads, 0, stream>>>(
+        logits, targets, losses, rows, classes, label_smoothing, fault);
+  KILN_CUDA_LAUNCH_CHECK("cross_entropy");
+}
+
+template <class T>
+void cross_entropy_backward_split(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
+                                  int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
+                                  cudaStream_t stream) {
+  if (rows == 0) return;
+  constexpr int v = 16 / sizeof(T);
+  const bool packed = packable<T>(classes, logits, grad_logits);
+  const int64_t packs = packed ? classes / v : classes;
+  const int64_t q = std::max<int64_t>(0, (packs + kSplitThreads - 1) / kSplitThreads - kSplitRegisterPacks<T>);
+  const size_t bytes = static_cast<size_t>(q) * kSplitThreads * (packed ? 16 : sizeof(T));
+  int device = 0, limit = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (classes == 0 || bytes + 1024 > static_cast<size_t>(limit))  // 1 KiB for the static scratch
+    return cross_entropy_backward_block(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing,
+                                        fault, stream);
+  auto launch = [&](auto pack) {
+    constexpr int vv = decltype(pack)::value;
+    auto kernel = cross_entropy_backward_split_kernel<T, vv, kSplitRegisterPacks<T>>;
+    // above 48 KiB a block's dynamic shared memory must be asked for
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    kernel<<<row_blocks(rows), kSplitThreads, bytes, stream>>>(logits, targets, grad_losses, grad_logits, rows, classes,
+                                                               static_cast<int>(q), label_smoothing, fault);
+  };
+  if (packed) launch(std::integral_constant<int, v>{});
+  else launch(std::integral_constant<int, 1>{});
+  KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
+}
+
 #define KILN_CROSS_ENTROPY_INSTANTIATE(T)                                                                        \
   template void cross_entropy_warp<T>(const T*, const int32_t*, T*, int64_t, int64_t, double, DeviceFault*,      \
                                       cudaStream_t);                                                             \
@@ -447,7 +701,11 @@ void cross_entropy_backward_registers(const T* logits, const int32_t* targets, c
   template void cross_entropy_backward_rows_per_warp<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t,  \
                                                         double, DeviceFault*, cudaStream_t);                     \
   template void cross_entropy_backward_registers<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t,      \
-                                                    double, DeviceFault*, cudaStream_t);
+                                                    double, DeviceFault*, cudaStream_t);                     \
+  template void cross_entropy_block_unrolled<T>(const T*, const int32_t*, T*, int64_t, int64_t, double, DeviceFault*, \
+                                                cudaStream_t);                                               \
+  template void cross_entropy_backward_split<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t, double,   \
+                                                DeviceFault*, cudaStream_t);
 KILN_CROSS_ENTROPY_INSTANTIATE_NEW(float)
 KILN_CROSS_ENTROPY_INSTANTIATE_NEW(double)
 #undef KILN_CROSS_ENTROPY_INSTANTIATE_NEW
@@ -468,7 +726,7 @@ void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& target
     using T = decltype(tag);
     auto version = classes <= cuda::softmax::kSubWarpRowMax ? cuda::softmax::cross_entropy_rows_per_warp<T>
                    : classes <= cuda::softmax::kWarpRowMax ? cuda::softmax::cross_entropy_warp<T>
-                                                           : cuda::softmax::cross_entropy_block<T>;
+                                                           : cuda::softmax::cross_entropy_block_unrolled<T>;
     version(logits.data<T>(), targets.data<int32_t>(), losses.data<T>(), rows, classes, label_smoothing, fault_, stream_);
   });
 }
@@ -483,10 +741,11 @@ void CudaBackend::cross_entropy_backward(const TensorRef& logits, const TensorRe
   const int64_t rows = logits.shape[0], classes = logits.shape[1];
   visit_floating(logits.dtype, "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
-    // the registers version falls back to the block version where the row does not fit
+    // the registers and split versions fall back to the block version where the row does not fit
     auto version = classes <= cuda::softmax::kSubWarpRowMax ? cuda::softmax::cross_entropy_backward_rows_per_warp<T>
                    : classes < cuda::softmax::kRegisterRowMin ? cuda::softmax::cross_entropy_backward_warp<T>
-                                                              : cuda::softmax::cross_entropy_backward_registers<T>;
+                   : classes < cuda::softmax::kSplitRowMin    ? cuda::softmax::cross_entropy_backward_registers<T>
+                                                              : cuda::softmax::cross_entropy_backward_split<T>;
     version(logits.data<T>(), targets.data<int32_t>(), grad_losses.data<T>(), grad_logits.data<T>(), rows, classes,
             label_smoothing, fault_, stream_);
   });

@@ -149,7 +149,8 @@ TEST_CASE("cross_entropy, its autograd gradient and cross_entropy_backward match
 TEST_CASE("cross_entropy's special values match the CPU; an out-of-range target throws at the next read") {
   if (!have_cuda()) return;
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
-  for (int64_t classes : {5, 10, 3000}) {
+  // 3000 and 20000: the forward's unrolled block version; 20000: the backward's split version
+  for (int64_t classes : {5, 10, 3000, 20000}) {
     // rows: a -inf logit (not the target), all -inf, a NaN, a +inf, 1e3-sized logits, the target at -inf
     std::vector<double> v(static_cast<size_t>(6 * classes));
     std::mt19937 rng(static_cast<unsigned>(classes));
@@ -173,7 +174,7 @@ TEST_CASE("cross_entropy's special values match the CPU; an out-of-range target 
       }
     }
   }
-  for (int64_t classes : {10, 3000}) {
+  for (int64_t classes : {10, 3000, 20000}) {
     Tensor logits = uniform({4, classes}, -1, 1, kCuda);
     Tensor bad = from_vector<int32_t>({0, static_cast<int32_t>(classes), 1, -1}, {4}).to(kCuda);
     CHECK_THROWS_AS(cross_entropy(logits, bad, Reduction::none).to_vector<float>(), ValueError);
@@ -191,8 +192,10 @@ TEST_CASE("every softmax and cross-entropy version on raw device buffers matches
   cudaStream_t stream = kiln::cuda::backend(0).stream();
   std::mt19937 rng(13);
   // after the random lengths, the register version's limits (softmax.cuh): aligned rows up to
-  // 32768 f32 and 8192 f64, misaligned up to 8192 f32 and 4096 f64; beyond, version 3
-  static const int64_t long_lengths[] = {4096, 4097, 8192, 8193, 16384, 16388, 32768, 32772};
+  // 32768 f32 and 8192 f64, misaligned up to 8192 f32 and 4096 f64; beyond, version 3. The
+  // backward's split version: 2 rows per SM up to 43008 f32 aligned, 1 beyond; 50000 fits in f32
+  // (aligned or not) and falls back to the block version in f64, as 32772 does in f64
+  static const int64_t long_lengths[] = {4096, 4097, 8192, 8193, 16384, 16388, 32768, 32772, 50000};
   for (int trial = 0; trial < 50 + static_cast<int>(std::size(long_lengths)); ++trial) {
     const int64_t n = trial < 50 ? random_length(rng) : long_lengths[trial - 50];
     int64_t rows = std::uniform_int_distribution<int64_t>(1, 200)(rng);
@@ -279,6 +282,11 @@ TEST_CASE("every softmax and cross-entropy version on raw device buffers matches
              [&](auto* a, auto* l) { v::cross_entropy_block(a, tp, l, rows, n, smoothing, nullptr, stream); },
              [&](auto* a, auto* gl, auto* gx) {
                v::cross_entropy_backward_registers(a, tp, gl, gx, rows, n, smoothing, nullptr, stream);
+             });
+      run_ce("cross_entropy_block_unrolled / backward_split",
+             [&](auto* a, auto* l) { v::cross_entropy_block_unrolled(a, tp, l, rows, n, smoothing, nullptr, stream); },
+             [&](auto* a, auto* gl, auto* gx) {
+               v::cross_entropy_backward_split(a, tp, gl, gx, rows, n, smoothing, nullptr, stream);
              });
     }
   }
