@@ -19,32 +19,37 @@
 //   per warp, forward and backward.
 // backward, row in registers (C >= 512, up to 32768 f32, 8192 f64): softmax.cu's version 6,
 //   the logits read once and the gradient written once (the block version reads them twice).
-//   On [8192, 32000] the block version moved 2147 GB/s forward (71% of the copy bandwidth) and
-//   the registers version 2182 GB/s backward (72%) (H100 80GB HBM3, 2026-11-22, kernel-bench
+//   On [8192, 32000] the block version moved 2145 GB/s forward (71% of the copy bandwidth) and
+//   the registers version 2191 GB/s backward (73%) (H100 80GB HBM3, 2026-11-22, kernel-bench
 //   --only softmax).
-// forward, block per row, unrolled (C > 1024): the block version with each thread loading
-//   kUnroll packs of 16 bytes before it uses any, so a thread keeps 64 bytes in flight instead of
-//   16. The step's max then rescales the running sum once, and each element costs one exp and
-//   no branch (add() branches per element, and takes a second exp whenever the max moves).
-//   Thread 0 fetches the target and its logit at the row's start, so their latency hides behind
-//   the row's loads, and one barrier per row suffices: the warps' partials alternate between two
-//   scratch rows and warp 0 finishes the loss while the others start the next row. On
-//   [8192, 32000]: 0.3665 ms, 2861 GB/s, 95% of the copy
-//   bandwidth (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax).
+// forward, block per row, unrolled (C > 1024): kUnrolledThreads (256) threads per row, each
+//   loading kUnroll packs of 16 bytes before it uses any, so a thread keeps 64 bytes in flight
+//   instead of 16. The step's max then rescales the running sum once, and each element costs one
+//   exp and no branch (add() branches per element, and takes a second exp whenever the max
+//   moves). Thread 0 fetches the target and its logit at the row's start, so their latency hides
+//   behind the row's loads, and one barrier per row suffices: the warps' partials alternate
+//   between two scratch rows and warp 0 finishes the loss while the others start the next row.
+//   On [8192, 32000]: 0.3548 ms, 2956 GB/s, 98% of the copy bandwidth, where the block version
+//   took 0.4888 ms in the same run (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax);
+//   with 512 threads per row it had moved 2861 GB/s (95%) in an earlier run that day.
 // backward, row split between registers and shared memory (C >= kSplitRowMin): the registers
 //   version holds a row in one block of up to 1024 threads, so an SM works on one row at a time
 //   and its loads stop while the block combines (m, S) and writes the gradient. Here 512 threads
 //   hold 8 packs each in registers (4 in f64) and the rest of the row in shared memory, copied
 //   there by cp.async, which holds no register while in flight; at 64 registers a thread two
 //   blocks fit an SM, so one row's loads run while the other row reduces and writes. The target
-//   and the incoming gradient are fetched at the row's start, and the block's states are combined
-//   as a tree of shuffles (5 exps deep instead of one per warp in a row). Rows up to 43008 f32
+//   and the incoming gradient are fetched at the row's start (the registers version waits for
+//   them after its barriers), and the block's states are combined as a tree of shuffles (5 exps
+//   deep instead of one per warp in a row). At 32000 classes those two changes alone already
+//   bring the registers version close to this one; the second row per SM pays on shorter rows
+//   (8192 and under), where one row's pause is a larger share of its time. Rows up to 43008 f32
 //   keep two blocks per SM, longer ones one, up to the shared memory a block may take (73728 f32
-//   on an H100); beyond, the block version. On [8192, 32000]: 0.7094 ms, 2956 GB/s, 98% of the copy bandwidth (H100
-//   80GB HBM3, 2026-11-22, kernel-bench --only softmax).
+//   aligned on an H100); beyond, the block version. On [8192, 32000]: 0.7104 ms, 2952 GB/s, 98%
+//   of the copy bandwidth, where the registers version took 0.9573 ms in the same run (H100 80GB
+//   HBM3, 2026-11-22, kernel-bench --only softmax).
 // Production picks by C: rows per warp up to 32, then warp per row; the forward uses the
 //   unrolled block version above 1024; the backward the registers version from 512 and the split
-//   version from kSplitRowMin (block where it does not fit).
+//   version from kSplitRowMin, 2048, where the two tie on an H100 (block where it does not fit).
 //
 // Precision: the (max, sum) state accumulates in the working type (float for f32, as softmax.cu
 // explains); the loss itself is assembled in double from m, the target's logit and log S, and
@@ -521,7 +526,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   }
 }
 
-constexpr int kUnrolledThreads = 512, kUnroll = 4;  // the forward's block and packs in flight per thread
+constexpr int kUnrolledThreads = 256, kUnroll = 4;  // the forward's block and packs in flight per thread
 
 unsigned row_blocks(int64_t units) { return static_cast<unsigned>(std::clamp<int64_t>(units, 1, int64_t{1} << 20)); }
 constexpr int kWarps = kThreads / 32;

@@ -30,9 +30,11 @@
 //     depends only on the shape and on whether the rows are 16-byte aligned: deterministic, and
 //     the same bits on any GPU. Rows that are not (inner not a multiple of the pack, or an offset
 //     view) take 1-element packs. max, min, argmax and argmin stay on version 3.
-//     On [64, 4096, 256] (S = 8) it moved 2677 GB/s, 89% of the copy bandwidth, where version 3
-//     moved 2125 GB/s (70%) in the same run (H100 80GB HBM3, 2026-11-22, kernel-bench --only
-//     softmax).
+//     On [64, 4096, 256] (S = 4) it moved 2729 GB/s, 91% of the copy bandwidth, and the
+//     production path 2700 GB/s (90%), where version 3 moved 2136 GB/s (71%) in the same run
+//     (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax). Its tiles are 32 packs wide:
+//     an inner size just over a multiple of that (160 f32: tiles of 128 and 32 columns) leaves
+//     lanes idle, and version 3's 32-column tiles can then be faster.
 //   version 2 (inner == 1, a row per output, e.g. a sum over the last axis or over everything):
 //     one block of 256 threads per output. Each thread strides through the row (coalesced across
 //     the block), then the block combines the 256 partial results in shared memory. The order of
@@ -146,9 +148,12 @@ __global__ void reduce_column_tiles(ReduceOp op, const T* x, T* out, int32_t* ou
 // the V outputs from (blockIdx.x * L + tx) * V and the rows k = k0 + ty, k0 + ty + R, ... of chunk
 // blockIdx.z of the reduced axis.
 constexpr int kPackThreads = 256, kPackUnroll = 4;
-// Too few tiles for this many blocks (four per SM of an H100 or so) cut the reduced axis, into
-// chunks of at least kPackMinChunk rows.
-constexpr int64_t kPackFillBlocks = 1024, kPackMinChunk = 128;
+// Fewer tiles than kPackFillBlocks cut the reduced axis into S = kPackFillBlocks / tiles chunks
+// (rounded down: up to kPackFillBlocks blocks), of at least kPackMinChunk rows. An H100 holds about
+// 660 of these blocks at once (5 per SM at 48 registers a thread): up to 512 all run in one wave,
+// where 1024 leave a second wave half empty. On [64, 4096, 256] (128 tiles), S = 8 moved
+// 2677 GB/s and S = 4 2729 GB/s (kernel-bench --only softmax, two runs of 2026-11-22, H100).
+constexpr int64_t kPackFillBlocks = 512, kPackMinChunk = 128;
 
 template <class T, int V>
 struct alignas(sizeof(T) * V) Pack {
@@ -262,8 +267,7 @@ int64_t column_packs_splits(int64_t outer, int64_t n, int64_t inner) {
   // order of the additions, depends on the shape alone.
   const int lanes = pack_lanes(inner, 4);
   const int64_t tiles = outer * ((inner + lanes * 4 - 1) / (lanes * 4));
-  const int64_t wanted = (kPackFillBlocks + tiles - 1) / tiles;
-  return std::max<int64_t>(1, std::min(wanted, n / kPackMinChunk));
+  return std::max<int64_t>(1, std::min(kPackFillBlocks / tiles, n / kPackMinChunk));
 }
 
 template <class T>

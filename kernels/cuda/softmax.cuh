@@ -38,7 +38,7 @@ void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log,
 // A target outside [0, C) gives a NaN loss (a NaN gradient row) and is recorded in `fault`
 // (may be null), which CudaBackend throws at its next synchronisation.
 constexpr int64_t kWarpRowMax = 1024;  // cross_entropy forward: rows up to this long use the warp version
-constexpr int64_t kSplitRowMin = 8192;  // cross_entropy backward: rows from this long use the split version
+constexpr int64_t kSplitRowMin = 2048;  // cross_entropy backward: rows from this long use the split version
 template <class T>
 void cross_entropy_warp(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
                         double label_smoothing, DeviceFault* fault, cudaStream_t stream);

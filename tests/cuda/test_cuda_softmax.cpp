@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <utility>
 
 using namespace kiln;
 using namespace kiln::test;
@@ -254,18 +255,27 @@ TEST_CASE("every softmax and cross-entropy version on raw device buffers matches
       Tensor want_grad = cross_entropy_backward(cpu, targets, g, smoothing);
       const int32_t* tp = gpu_targets.ref().data<int32_t>();
       auto run_ce = [&](const char* version, auto forward, auto backward) {
-        Tensor loss = zeros({rows}, TensorOptions(t).device(kCuda));
-        Tensor grad = zeros({rows, n}, TensorOptions(t).device(kCuda));
-        if (t == DType::f32) {
-          forward(x.ref().data<float>(), loss.ref().data<float>());
-          backward(x.ref().data<float>(), gpu_g.ref().data<float>(), grad.ref().data<float>());
-        } else {
-          forward(x.ref().data<double>(), loss.ref().data<double>());
-          backward(x.ref().data<double>(), gpu_g.ref().data<double>(), grad.ref().data<double>());
-        }
+        auto once = [&]() -> std::pair<Tensor, Tensor> {
+          Tensor loss = zeros({rows}, TensorOptions(t).device(kCuda));
+          Tensor grad = zeros({rows, n}, TensorOptions(t).device(kCuda));
+          if (t == DType::f32) {
+            forward(x.ref().data<float>(), loss.ref().data<float>());
+            backward(x.ref().data<float>(), gpu_g.ref().data<float>(), grad.ref().data<float>());
+          } else {
+            forward(x.ref().data<double>(), loss.ref().data<double>());
+            backward(x.ref().data<double>(), gpu_g.ref().data<double>(), grad.ref().data<double>());
+          }
+          return std::pair{loss, grad};
+        };
+        const std::pair<Tensor, Tensor> first = once();
         const std::string name = name_of(version, {rows, n}, t, smoothing);
-        check_close(loss, want_loss, rtol(t), atol(t) * 10, name);
-        check_close(grad, want_grad, rtol(t), atol(t), name + " backward");
+        check_close(first.first, want_loss, rtol(t), atol(t) * 10, name);
+        check_close(first.second, want_grad, rtol(t), atol(t), name + " backward");
+        // no atomics: a second run gives the same bits
+        const std::pair<Tensor, Tensor> second = once();
+        const std::vector<double> loss = first.first.to_vector<double>(), grad = first.second.to_vector<double>();
+        CHECK_MESSAGE(second.first.to_vector<double>() == loss, name << ": not deterministic");
+        CHECK_MESSAGE(second.second.to_vector<double>() == grad, name << " backward: not deterministic");
       };
       run_ce("cross_entropy_warp",
              [&](auto* a, auto* l) { v::cross_entropy_warp(a, tp, l, rows, n, smoothing, nullptr, stream); },
