@@ -7,7 +7,8 @@
 // kernels/README.md). Off by default, so that every backend agrees with the CPU up to f32
 // rounding; mnist-train turns it on with --tf32. With it off, large f32 products still run on the
 // tensor cores, as three TF32 products per f32 product (matmul version 12), which keeps f32's
-// accuracy. conv2d does not use it yet; the CPU backend ignores it.
+// accuracy. conv2d follows the same switch on CUDA (tensor-core versions: TF32 with it on, 3xTF32
+// without; kernels/cuda/conv2d.cu). The CPU backend ignores it.
 #pragma once
 
 namespace kiln {

@@ -4,7 +4,7 @@
 // would otherwise allow for conv), each pass with the fastest algorithm that
 // cudnnFind*AlgorithmEx measures, given a 256 MiB workspace. Each kiln version is first checked
 // against cuDNN's result (max error relative to the largest |value|; over 1e-3 is reported as
-// wrong and not timed). No bias in the timings: cuDNN's convolution has none. TFLOP/s counts
+// wrong and not timed; the TF32 versions get 1e-2). No bias in the timings: cuDNN's convolution has none. TFLOP/s counts
 // 2*N*O*OH*OW*C/G*KH*KW flops for each of the three passes.
 #include <cudnn.h>
 
@@ -33,6 +33,10 @@ namespace kiln::bench {
 namespace {
 
 namespace cv = kiln::cuda::conv2d;
+
+// The TF32 versions truncate their inputs to 10 mantissa bits: judged against cuDNN's FP32 result
+// with this bound instead of 1e-3.
+constexpr double kTf32Tolerance = 1e-2;
 
 struct ConvShape {
   const char* layer;
@@ -152,12 +156,12 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
   auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
   // Checks a kiln version's output against cuDNN's, then times it (or reports it wrong).
   auto kiln_version = [&](const std::string& version, const std::function<void()>& fn, const float* out,
-                          const float* ref, int64_t n) {
+                          const float* ref, int64_t n, double tolerance = 1e-3) {
     KILN_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(out), 0xff, sizeof(float) * static_cast<size_t>(n), stream));
     fn();
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
     const double err = rel_err(out, ref, n);
-    if (!(err <= 1e-3)) {
+    if (!(err <= tolerance)) {
       bench.record({"conv2d", version, shape, 0, 0, "TFLOP/s", false, "wrong: " + fmt_err(err) + "; not timed"});
       return;
     }
@@ -188,6 +192,12 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                  [&] { cv::forward_implicit_gemm_prefetch<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
     kiln_version("fwd 4 implicit GEMM 8x8 thread tile",
                  [&] { cv::forward_implicit_gemm_wide<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
+    kiln_version("fwd 5 tensor cores 3xTF32",
+                 [&] { cv::forward_tensor_cores<float>(x, w, nullptr, y, g, cv::TensorMath::tf32x3, stream); }, y,
+                 y_ref, ny);
+    kiln_version("fwd 5 tensor cores TF32",
+                 [&] { cv::forward_tensor_cores<float>(x, w, nullptr, y, g, cv::TensorMath::tf32, stream); }, y,
+                 y_ref, ny, kTf32Tolerance);
   }
 
   // ---- backward input ----
@@ -217,6 +227,14 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     if (cv::backward_input_as_forward_applies(g))
       kiln_version("bwd-input 4 as forward conv 8x8 thread tile",
                    [&] { cv::backward_input_as_forward_wide<float>(gy, w, gx, kiln_wt, g, stream); }, gx, gx_ref, nx);
+    if (cv::backward_input_as_forward_applies(g)) {
+      kiln_version("bwd-input 5 tensor cores 3xTF32", [&] {
+        cv::backward_input_tensor_cores<float>(gy, w, gx, kiln_wt, g, cv::TensorMath::tf32x3, stream);
+      }, gx, gx_ref, nx);
+      kiln_version("bwd-input 5 tensor cores TF32", [&] {
+        cv::backward_input_tensor_cores<float>(gy, w, gx, kiln_wt, g, cv::TensorMath::tf32, stream);
+      }, gx, gx_ref, nx, kTf32Tolerance);
+    }
   }
 
   // ---- backward weight ----
@@ -240,6 +258,12 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     kiln_version("bwd-weight 2 split-K 64x128 tile, 8x8 thread tile",
                  [&] { cv::backward_weight_implicit_gemm_wide<float>(x, gy, gw, kiln_ws, g, stream); }, gw, gw_ref,
                  nw);
+    kiln_version("bwd-weight 3 tensor cores 3xTF32", [&] {
+      cv::backward_weight_tensor_cores<float>(x, gy, gw, kiln_ws, g, cv::TensorMath::tf32x3, stream);
+    }, gw, gw_ref, nw);
+    kiln_version("bwd-weight 3 tensor cores TF32", [&] {
+      cv::backward_weight_tensor_cores<float>(x, gy, gw, kiln_ws, g, cv::TensorMath::tf32, stream);
+    }, gw, gw_ref, nw, kTf32Tolerance);
   }
 }
 

@@ -73,20 +73,50 @@
 //   batch 512 1.19 (cuDNN 0.547), conv1 0.040 (cuDNN 0.036), x[64,128,56,56] w[128,128,3,3]
 //   pad 1 5.82 (cuDNN 2.85). With the occupancy-derived S: conv2 0.118, batch 512 1.51 (more
 //   splits than before at this size), large 7.02 (H100 80GB HBM3, 2026-11-22, kernel-bench).
-// Backward weight version 2 (split-K, 64 x 128 tiles of 8 x 8; production): the same with 128
+// Backward weight version 2 (split-K, 64 x 128 tiles of 8 x 8; production for f64): the same with 128
 //   threads per block, each owning 8 x 8 outputs (half the shared reads per FMA), and the same
 //   occupancy-derived S. For conv2 (N = 288) the third column tile is a quarter empty. conv2
 //   0.119 ms (cuDNN 0.070), batch 512 0.880 (cuDNN 0.547), large 6.07 (cuDNN 2.82), conv1 0.040
 //   (cuDNN 0.036) (H100 80GB HBM3, 2026-11-22, kernel-bench --only conv).
+//
+// The tensor-core versions (forward 5, backward input 5, backward weight 3; f32 production). The
+// same GEMMs on matmul's tensor-core machinery (matmul/tensor_core.cuh): 32 x 32 warp tiles of
+// mma.sync m16n8k8, a 3-stage cp.async pipeline with one barrier per slice of 16 values of k. In
+// TensorMath::tf32x3 every product is three TF32 products (matmul version 12): f32 accuracy (the
+// max error against cuDNN's FP32 came out 3e-7 to 2e-6 of max|y|, below the SIMT versions'), at
+// TensorMath::tf32 one (allow_tf32: 7e-4). What is new is the loading: cp.async copies
+// 16-byte runs, but an im2col tile is a gather, so each element is its own 4-byte cp.async, its
+// address the sum of a row's offset and a k's, and its existence (padding) one test on the input
+// row and column: a "tap" for each row and each k (Tap below), the k taps of the block's K range
+// worked out once per block into a table in shared memory. A first try kept version 3's loads
+// through registers under the mma: 163 registers a thread, one block per SM, and conv2 forward
+// took 0.123 ms in 3xTF32, slower than version 3; with the gather loaders (128 registers, no
+// staging) 0.088. Slices of 32 or 4 stages measured no faster (2-stage and 32-wide slices lose
+// occupancy to shared memory). Figures (ms, one run; cuDNN in the same run):
+//   conv2 batch 64:  forward 0.089 (3xTF32), 0.049 (TF32), cuDNN 0.071, version 3 0.103;
+//                    backward input 0.104 / 0.082, cuDNN 0.072 (0.053 in another run), version 3
+//                    0.127; backward weight 0.113 / 0.084, cuDNN 0.094 (0.067 in another run),
+//                    version 2 0.120.
+//   conv2 batch 512: forward 0.455 / 0.266, cuDNN 0.278; backward input 0.613 / 0.484, cuDNN
+//                    0.256; backward weight 0.809 / 0.649, cuDNN 0.551.
+//   x[64,128,56,56] w[128,128,3,3] pad 1: forward 2.14 / 1.44, cuDNN 0.688; backward weight
+//                    3.66 / 2.97, cuDNN 2.72, version 2 6.18.
+// So 3xTF32 is faster than every SIMT version wherever K >= 32 and O/G > 16, but still 1.2 to 2.5
+// times cuDNN's FP32; TF32 is near cuDNN's FP32 at batch 64. The loads bound it: 3xTF32 costs
+// 1.8x TF32's time at conv2, so the mma are not free either. A first layer (C*KH*KW = 9) keeps
+// version 3 (one 16-long slice, mostly empty), as does a backward input into one channel (N = 1).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv2d.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/layout.cuh"
+#include "kernels/cuda/matmul/tensor_core.cuh"
 
 namespace kiln::cuda::conv2d {
 
@@ -328,6 +358,96 @@ struct BackwardWeightProblem {
   }
 };
 
+// The implicit GEMM kernels step through K in slices of this many values.
+constexpr int kSliceK = 16;
+
+// Loads one BK slice of A and B for the implicit GEMM kernels, through registers: fetch reads the
+// slice's elements from global memory into registers (the gathers of the problem P), stash writes
+// them to the block's shared tiles, so that a kernel can have the next slice's loads in flight
+// while it computes on the current one. kT threads; each owns fixed rows of A (columns of B),
+// decoded once here, and the per-column decode of a slice (P::a_col, P::b_col) goes through
+// tables in shared memory that threads 0 .. BK-1 fill (decode), read by every thread in fetch.
+// Neighbouring threads take neighbouring k where memory runs along k (P::a_k_fast, b_k_fast),
+// else neighbouring m (n), so the gathers coalesce.
+template <class T, int BM, int BN, int BK, int kT, class P>
+struct SliceLoader {
+  static_assert(kT % BK == 0 && (BM * BK) % kT == 0 && (BN * BK) % kT == 0, "slice loads must divide evenly");
+  static_assert(P::a_k_fast || kT % BM == 0, "an m-fast load needs the threads to cover BM");
+  static_assert(P::b_k_fast || kT % BN == 0, "an n-fast load needs the threads to cover BN");
+  static constexpr int kLoadsA = BM * BK / kT, kLoadsB = BN * BK / kT;  // elements per thread per slice
+  using ACol = typename P::ACol;
+  using BCol = typename P::BCol;
+
+  const P& p;
+  int tid;
+  int64_t group, k_end;
+  typename P::ARow arow[P::a_k_fast ? kLoadsA : 1];
+  typename P::BRow brow[P::b_k_fast ? kLoadsB : 1];
+  T ra[kLoadsA], rb[kLoadsB];
+
+  __device__ SliceLoader(const P& p_, int tid_, int64_t group_, int64_t m0, int64_t n0, int64_t k_end_)
+      : p(p_), tid(tid_), group(group_), k_end(k_end_) {
+    if constexpr (P::a_k_fast) {
+      for (int r = 0; r < kLoadsA; ++r) arow[r] = p.a_row(group, m0 + tid / BK + r * (kT / BK));
+    } else {
+      arow[0] = p.a_row(group, m0 + tid % BM);
+    }
+    if constexpr (P::b_k_fast) {
+      for (int r = 0; r < kLoadsB; ++r) brow[r] = p.b_row(group, n0 + tid / BK + r * (kT / BK));
+    } else {
+      brow[0] = p.b_row(group, n0 + tid % BN);
+    }
+  }
+
+  // Where this thread's r-th element of a slice sits in the tile (k index, m or n index).
+  __device__ void a_at(int r, int& ki, int& mi) const {
+    if constexpr (P::a_k_fast) ki = tid % BK, mi = tid / BK + r * (kT / BK);
+    else mi = tid % BM, ki = tid / BM + r * (kT / BM);
+  }
+  __device__ void b_at(int r, int& ki, int& ni) const {
+    if constexpr (P::b_k_fast) ki = tid % BK, ni = tid / BK + r * (kT / BK);
+    else ni = tid % BN, ki = tid / BN + r * (kT / BN);
+  }
+  // The column tables of the slice at k0; a barrier must follow before any thread fetches.
+  __device__ void decode(ACol* acol, BCol* bcol, int64_t k0) const {
+    if (tid < BK) {
+      acol[tid] = p.a_col(group, k0 + tid, k_end);
+      bcol[tid] = p.b_col(group, k0 + tid, k_end);
+    }
+  }
+  // Global memory -> registers.
+  __device__ void fetch(const ACol* acol, const BCol* bcol) {
+#pragma unroll
+    for (int r = 0; r < kLoadsA; ++r) {
+      int ki, mi;
+      a_at(r, ki, mi);
+      ra[r] = p.a(arow[P::a_k_fast ? r : 0], acol[ki]);
+    }
+#pragma unroll
+    for (int r = 0; r < kLoadsB; ++r) {
+      int ki, ni;
+      b_at(r, ki, ni);
+      rb[r] = p.b(brow[P::b_k_fast ? r : 0], bcol[ki]);
+    }
+  }
+  // Registers -> shared tiles: store_a(k, m, value), store_b(k, n, value).
+  template <class StoreA, class StoreB>
+  __device__ void stash(StoreA&& store_a, StoreB&& store_b) const {
+#pragma unroll
+    for (int r = 0; r < kLoadsA; ++r) {
+      int ki, mi;
+      a_at(r, ki, mi);
+      store_a(ki, mi, ra[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kLoadsB; ++r) {
+      int ki, ni;
+      b_at(r, ki, ni);
+      store_b(ki, ni, rb[r]);
+    }
+  }
+};
+
 // One block computes the BM x BN tile (blockIdx.x, blockIdx.y) of C for group
 // blockIdx.z / splits over the K range of split blockIdx.z % splits.
 // kPrefetch = false: each K slice is loaded, then computed (three barriers per slice, and the
@@ -339,10 +459,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     implicit_gemm_kernel(P p, int64_t k_per_split, int64_t splits) {
   constexpr int kT = (BM / TM) * (BN / TN);  // threads
   static_assert(BM % TM == 0 && BN % TN == 0, "thread tiles must divide the block tile");
-  static_assert(kT % BK == 0 && (BM * BK) % kT == 0 && (BN * BK) % kT == 0, "slice loads must divide evenly");
-  static_assert(P::a_k_fast || kT % BM == 0, "an m-fast load needs the threads to cover BM");
-  static_assert(P::b_k_fast || kT % BN == 0, "an n-fast load needs the threads to cover BN");
-  constexpr int kLoadsA = BM * BK / kT, kLoadsB = BN * BK / kT;  // elements per thread per slice
 
   // +1 column: a k-fast load writes a column of the tile, and the padding puts its 16 elements
   // in 16 different banks.
@@ -356,65 +472,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   const int64_t m0 = int64_t{blockIdx.x} * BM, n0 = int64_t{blockIdx.y} * BN;
   const int64_t k_begin = split * k_per_split, k_end = p.K < k_begin + k_per_split ? p.K : k_begin + k_per_split;
 
-  // The rows of A (columns of B) this thread loads, decoded once.
-  typename P::ARow arow[P::a_k_fast ? kLoadsA : 1];
-  typename P::BRow brow[P::b_k_fast ? kLoadsB : 1];
-  if constexpr (P::a_k_fast) {
-    for (int r = 0; r < kLoadsA; ++r) arow[r] = p.a_row(group, m0 + tid / BK + r * (kT / BK));
-  } else {
-    arow[0] = p.a_row(group, m0 + tid % BM);
-  }
-  if constexpr (P::b_k_fast) {
-    for (int r = 0; r < kLoadsB; ++r) brow[r] = p.b_row(group, n0 + tid / BK + r * (kT / BK));
-  } else {
-    brow[0] = p.b_row(group, n0 + tid % BN);
-  }
-
-  // Where this thread's r-th element of a slice sits in the tile (k index, m or n index).
-  auto a_at = [&](int r, int& ki, int& mi) {
-    if constexpr (P::a_k_fast) ki = tid % BK, mi = tid / BK + r * (kT / BK);
-    else mi = tid % BM, ki = tid / BM + r * (kT / BM);
-  };
-  auto b_at = [&](int r, int& ki, int& ni) {
-    if constexpr (P::b_k_fast) ki = tid % BK, ni = tid / BK + r * (kT / BK);
-    else ni = tid % BN, ki = tid / BN + r * (kT / BN);
-  };
-  // The slice's column tables (every thread reads them in fetch).
-  auto decode = [&](int64_t k0) {
-    if (tid < BK) {
-      acol[tid] = p.a_col(group, k0 + tid, k_end);
-      bcol[tid] = p.b_col(group, k0 + tid, k_end);
-    }
-  };
-  // Global -> registers, registers -> shared tiles.
-  T ra[kLoadsA], rb[kLoadsB];
-  auto fetch = [&] {
-#pragma unroll
-    for (int r = 0; r < kLoadsA; ++r) {
-      int ki, mi;
-      a_at(r, ki, mi);
-      ra[r] = p.a(arow[P::a_k_fast ? r : 0], acol[ki]);
-    }
-#pragma unroll
-    for (int r = 0; r < kLoadsB; ++r) {
-      int ki, ni;
-      b_at(r, ki, ni);
-      rb[r] = p.b(brow[P::b_k_fast ? r : 0], bcol[ki]);
-    }
-  };
+  SliceLoader<T, BM, BN, BK, kT, P> load(p, tid, group, m0, n0, k_end);
   auto stash = [&] {
-#pragma unroll
-    for (int r = 0; r < kLoadsA; ++r) {
-      int ki, mi;
-      a_at(r, ki, mi);
-      as[ki][mi] = ra[r];
-    }
-#pragma unroll
-    for (int r = 0; r < kLoadsB; ++r) {
-      int ki, ni;
-      b_at(r, ki, ni);
-      bs[ki][ni] = rb[r];
-    }
+    load.stash([&](int k, int m, T v) { as[k][m] = v; }, [&](int k, int n, T v) { bs[k][n] = v; });
   };
 
   // This thread's register tile: rows ty + i*(BM/TM), columns tx + j*(BN/TN).
@@ -438,9 +498,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 
   if constexpr (!kPrefetch) {
     for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
-      decode(k0);
+      load.decode(acol, bcol, k0);
       __syncthreads();
-      fetch();
+      load.fetch(acol, bcol);
       stash();
       __syncthreads();
       compute();
@@ -448,9 +508,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     }
   } else {
     if (k_begin < k_end) {
-      decode(k_begin);
+      load.decode(acol, bcol, k_begin);
       __syncthreads();
-      fetch();
+      load.fetch(acol, bcol);
       __syncthreads();  // everyone has read the tables before the loop decodes the next slice
     }
     for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
@@ -458,9 +518,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
       // compute) and the tables (the previous fetch), both behind the last barrier.
       stash();
       const bool next = k0 + BK < k_end;  // the same in every thread of the block
-      if (next) decode(k0 + BK);
+      if (next) load.decode(acol, bcol, k0 + BK);
       __syncthreads();
-      if (next) fetch();  // in flight while the FMAs below run
+      if (next) load.fetch(acol, bcol);  // in flight while the FMAs below run
       compute();
       __syncthreads();
     }
@@ -474,17 +534,281 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
 }
 
-template <class T, int BM, int BN, int BK, int TM, int TN, bool kPrefetch = false, class P>
-void launch_gemm(const P& p, int64_t groups, int64_t splits, int64_t k_per_split, cudaStream_t stream,
-                 const char* op) {
+// ---- the implicit GEMM on the tensor cores ----
+//
+// The tensor-core kernels describe each operand of the GEMM as a gather. Element (x, k) of an
+// operand (x: its row m of A, or its column n of B) sits at data[tap(x).off + tap(k).off], and
+// exists (else it reads as zero: padding, or past the matrix) when 0 <= tap(x).dy + tap(k).dy < h
+// and 0 <= tap(x).dx + tap(k).dx < w. For the image operands the dy and dx are the row and column
+// of the input pixel (h, w the input's size), so one test covers the padding; for the weights and
+// grad_y, h = w = 1 and the taps carry dy = dx = 0. A row or k past the matrix gets dy = kOutside,
+// which no bound accepts. So a load costs two adds, two unsigned compares and an address.
+struct Tap {
+  int64_t off;
+  int dy, dx;
+};
+constexpr int kOutside = -(1 << 29);
+constexpr Tap kOutsideTap = {0, kOutside, 0};
+
+// The three GEMMs as gathers (see "The GEMM view" at the top). g: the group; split: the K split
+// (backward weight).
+struct TapForward {  // A = im2col(x) (m-fast), B = w (k-fast), C = y, plus the bias
+  static constexpr bool a_k_fast = false, b_k_fast = true;
+  const float* a_data;  // x
+  const float* b_data;  // w
+  const float* bias;
+  float* c;  // y
+  Dims d;
+  int64_t M, N, K;
+  int a_h, a_w;  // the input's size
+  static constexpr int b_h = 1, b_w = 1;
+
+  __device__ Tap a_x(int64_t g, int64_t m) const {
+    if (m >= M) return kOutsideTap;
+    const int64_t img = m / d.ohw, r = m % d.ohw;
+    const int dy = static_cast<int>(r / d.ow) * d.sh - d.ph, dx = static_cast<int>(r % d.ow) * d.sw - d.pw;
+    return {(img * d.c + g * d.cg) * d.hw + int64_t{dy} * d.w + dx, dy, dx};
+  }
+  __device__ Tap a_k(int64_t, int64_t k) const {
+    if (k >= K) return kOutsideTap;
+    const int64_t c = k / d.khkw, r = k % d.khkw;
+    const int dy = static_cast<int>(r / d.kw) * d.dh, dx = static_cast<int>(r % d.kw) * d.dw;
+    return {c * d.hw + int64_t{dy} * d.w + dx, dy, dx};
+  }
+  __device__ Tap b_x(int64_t g, int64_t n) const { return n < N ? Tap{(g * d.og + n) * K, 0, 0} : kOutsideTap; }
+  __device__ Tap b_k(int64_t, int64_t k) const { return k < K ? Tap{k, 0, 0} : kOutsideTap; }
+  // C(m, n) is c[c_row(m) + n * c_col]; nullptr rows are past M.
+  static constexpr bool has_bias = true;
+  __device__ float* c_row(int64_t g, int64_t, int64_t m) const {
+    if (m >= M) return nullptr;
+    const int64_t img = m / d.ohw, r = m % d.ohw;
+    return c + (img * d.o + g * d.og) * d.ohw + r;
+  }
+  __device__ int64_t c_col() const { return d.ohw; }
+  __device__ float bias_of(int64_t g, int64_t n) const { return bias ? bias[g * d.og + n] : 0.0f; }
+};
+
+struct TapWeight {  // A = grad_y (k-fast), B = im2col(x)^T (k-fast), C = the split's partial grad_w
+  static constexpr bool a_k_fast = true, b_k_fast = true;
+  const float* a_data;  // grad_y
+  const float* b_data;  // x
+  float* c;             // grad_w, or the workspace [splits, O, C/G*KH*KW]
+  Dims d;
+  int64_t M, N, K;
+  static constexpr int a_h = 1, a_w = 1;
+  int b_h, b_w;  // the input's size
+
+  __device__ Tap a_x(int64_t g, int64_t m) const { return m < M ? Tap{(g * d.og + m) * d.ohw, 0, 0} : kOutsideTap; }
+  __device__ Tap a_k(int64_t, int64_t k) const {
+    if (k >= K) return kOutsideTap;
+    return {(k / d.ohw) * d.o * d.ohw + k % d.ohw, 0, 0};
+  }
+  __device__ Tap b_x(int64_t g, int64_t n) const {
+    if (n >= N) return kOutsideTap;
+    const int64_t c = n / d.khkw, r = n % d.khkw;
+    const int dy = static_cast<int>(r / d.kw) * d.dh - d.ph, dx = static_cast<int>(r % d.kw) * d.dw - d.pw;
+    return {(g * d.cg + c) * d.hw + int64_t{dy} * d.w + dx, dy, dx};
+  }
+  __device__ Tap b_k(int64_t, int64_t k) const {
+    if (k >= K) return kOutsideTap;
+    const int64_t img = k / d.ohw, r = k % d.ohw;
+    const int dy = static_cast<int>(r / d.ow) * d.sh, dx = static_cast<int>(r % d.ow) * d.sw;
+    return {img * d.c * d.hw + int64_t{dy} * d.w + dx, dy, dx};
+  }
+  static constexpr bool has_bias = false;
+  __device__ float* c_row(int64_t g, int64_t split, int64_t m) const {
+    return m < M ? c + (split * d.o + g * d.og + m) * N : nullptr;
+  }
+  __device__ int64_t c_col() const { return 1; }
+};
+
+__device__ inline bool inside(const Tap& x, const Tap& k, int h, int w) {
+  return static_cast<unsigned>(x.dy + k.dy) < static_cast<unsigned>(h) &&
+         static_cast<unsigned>(x.dx + k.dx) < static_cast<unsigned>(w);
+}
+
+// cp.async of one 4-byte element, zero-filled when `valid` is false (nothing is read then).
+__device__ inline void cp_async4(float* dst, const float* src, bool valid) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+
+// Queues the copies of one operand's BK x BX tile for matmul::cp_async_pipeline, element by
+// element (a gather has no 16-byte runs to count on), the k taps read from a table in shared
+// memory. KC (k-fast): neighbouring threads take neighbouring k, each thread a fixed k position
+// and BX*BK/NT fixed rows, whose taps it keeps in registers; otherwise neighbouring rows, each
+// thread one fixed row and BX*BK/NT values of k. Tiles are matmul::Tile's layouts (KC: rows of k).
+template <int BK, int BX, int NT, bool KC>
+struct GatherTileLoader {
+  using T = matmul::Tile<BK, BX, KC>;
+  static constexpr int LOADS = BX * BK / NT;
+  static_assert((BX * BK) % NT == 0 && (KC ? NT % BK == 0 : NT % BX == 0), "tiles split evenly into loads");
+
+  const float* data;
+  const Tap* k_taps;  // the block's K range, padded to whole slices with kOutsideTap
+  int h, w;
+  int xi0, ki0;  // this thread's first tile position
+  Tap x_taps[KC ? LOADS : 1];
+
+  template <class XTap>
+  __device__ GatherTileLoader(const float* data_, const Tap* k_taps_, int h_, int w_, int64_t x0, int tid,
+                              XTap x_tap)
+      : data(data_), k_taps(k_taps_), h(h_), w(w_) {
+    xi0 = KC ? tid / BK : tid % BX;
+    ki0 = KC ? tid % BK : tid / BX;
+#pragma unroll
+    for (int r = 0; r < (KC ? LOADS : 1); ++r) x_taps[r] = x_tap(x0 + xi0 + r * (NT / BK));
+  }
+
+  // The tile of k positions [p0, p0 + BK) of the block's range into S.
+  __device__ void load(int64_t p0, float* S) const {
+#pragma unroll
+    for (int r = 0; r < LOADS; ++r) {
+      const int xi = KC ? xi0 + r * (NT / BK) : xi0, ki = KC ? ki0 : ki0 + r * (NT / BX);
+      const Tap& x = x_taps[KC ? r : 0];
+      const Tap k = k_taps[p0 + ki];
+      const bool valid = inside(x, k, h, w);
+      cp_async4(S + T::at(ki, xi), valid ? data + x.off + k.off : data, valid);
+    }
+  }
+};
+
+// C(m, n) over the K range [k_begin, k_end) as a plain f32 dot product of the taps that exist: the
+// 3xTF32 kernel's answer for results that came out NaN. An inf input splits into inf + NaN; and a
+// padding zero times an infinite weight is NaN inside the mma, where the convolution (the CPU's
+// too) has no such term at all.
+template <class P>
+__device__ float dot_f32(const P& p, int64_t g, int64_t m, int64_t n, int64_t k_begin, int64_t k_end) {
+  const Tap am = p.a_x(g, m), bn = p.b_x(g, n);
+  float sum = 0;
+  for (int64_t k = k_begin; k < k_end; ++k) {
+    const Tap ak = p.a_k(g, k), bk = p.b_k(g, k);
+    if (inside(am, ak, p.a_h, p.a_w) && inside(bn, bk, p.b_h, p.b_w))
+      sum = fmaf(p.a_data[am.off + ak.off], p.b_data[bn.off + bk.off], sum);
+  }
+  return sum;
+}
+
+// The tile shape of a tensor-core conv GEMM: BM x BN block tiles of 32 x 32 warp tiles, slices of
+// 16 values of k through STAGES shared-memory stages, the K range's taps in a table after them.
+template <int BM_, int BN_, class P>
+struct TcGemm {
+  static constexpr int BM = BM_, BN = BN_, BK = kSliceK, WM = 32, WN = 32, STAGES = 3;
+  static constexpr int THREADS = (BM / WM) * (BN / WN) * 32, MI = WM / 16, NI = WN / 8;
+  using LA = GatherTileLoader<BK, BM, THREADS, P::a_k_fast>;
+  using LB = GatherTileLoader<BK, BN, THREADS, P::b_k_fast>;
+  static constexpr int STAGE_BYTES = STAGES * (LA::T::SIZE + LB::T::SIZE) * static_cast<int>(sizeof(float));
+  // The dynamic shared memory for a K range of k_range values: the stages, then two tap tables.
+  static int64_t smem_bytes(int64_t k_range) {
+    const int64_t padded = (k_range + BK - 1) / BK * BK;
+    return STAGE_BYTES + 2 * padded * static_cast<int64_t>(sizeof(Tap));
+  }
+};
+
+// One block computes the BM x BN tile (blockIdx.x, blockIdx.y) of C for group blockIdx.z / splits
+// over the K range of split blockIdx.z % splits, on the tensor cores: first the K range's taps of
+// A and B into shared memory (a few divisions per k, once per block), then matmul version 12's
+// cp.async pipeline (3 stages, one barrier per slice) fed by the gather loaders, and the mma of
+// the warp's 32 x 32 tile per slice. kExact: 3xTF32 (matmul/tensor_core.cuh: the slice's sum on
+// the tensor cores from zero, slices added in f32, NaN results recomputed in f32): f32 accuracy.
+// Otherwise inputs truncated to TF32, all of K summed on the tensor cores (allow_tf32).
+template <class G, bool kExact, class P>
+__global__ void __launch_bounds__(G::THREADS) implicit_gemm_tc_kernel(P p, int64_t k_per_split, int64_t splits) {
+  constexpr int MI = G::MI, NI = G::NI;
+  extern __shared__ __align__(16) float smem_conv_tc[];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int wm0 = warp / (G::BN / G::WN) * G::WM, wn0 = warp % (G::BN / G::WN) * G::WN;
+  const int64_t group = blockIdx.z / splits, split = blockIdx.z % splits;
+  const int64_t m0 = int64_t{blockIdx.x} * G::BM, n0 = int64_t{blockIdx.y} * G::BN;
+  const int64_t k_begin = split * k_per_split, k_end = p.K < k_begin + k_per_split ? p.K : k_begin + k_per_split;
+  const int64_t k_range = k_end > k_begin ? k_end - k_begin : 0, padded = (k_range + G::BK - 1) / G::BK * G::BK;
+
+  Tap* a_taps = reinterpret_cast<Tap*>(reinterpret_cast<char*>(smem_conv_tc) + G::STAGE_BYTES);
+  Tap* b_taps = a_taps + padded;
+  for (int64_t i = tid; i < padded; i += G::THREADS) {
+    a_taps[i] = i < k_range ? p.a_k(group, k_begin + i) : kOutsideTap;
+    b_taps[i] = i < k_range ? p.b_k(group, k_begin + i) : kOutsideTap;
+  }
+  __syncthreads();
+  const typename G::LA load_a(p.a_data, a_taps, p.a_h, p.a_w, m0, tid, [&](int64_t m) { return p.a_x(group, m); });
+  const typename G::LB load_b(p.b_data, b_taps, p.b_h, p.b_w, n0, tid, [&](int64_t n) { return p.b_x(group, n); });
+
+  float acc[MI][NI][4] = {};
+  matmul::cp_async_pipeline<G::STAGES>(load_a, load_b, k_range, smem_conv_tc, [&](const float* as, const float* bs) {
+    using TA = typename G::LA::T;
+    using TB = typename G::LB::T;
+    if constexpr (kExact) {
+      float part[MI][NI][4];
+      matmul::mma_3xtf32_slice<TA, TB>(part, as, bs, wm0, wn0, lane);
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[mi][ni][r] += part[mi][ni][r];
+    } else {
+      matmul::mma_tf32_slice<TA, TB>(acc, as, bs, wm0, wn0, lane);
+    }
+  });
+
+  // The mma accumulator layout: rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile.
+  const int g = lane / 4, t = lane % 4;
+  const int64_t c_col = p.c_col();
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t m = m0 + wm0 + mi * 16 + g + half * 8;
+      float* row = p.c_row(group, split, m);
+      if (row == nullptr) continue;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t n = n0 + wn0 + ni * 8 + 2 * t + e;
+          if (n >= p.N) continue;
+          float v = acc[mi][ni][half * 2 + e];
+          if (kExact && v != v) v = dot_f32(p, group, m, n, k_begin, k_end);
+          if constexpr (P::has_bias) v += p.bias_of(group, n);
+          row[n * c_col] = v;
+        }
+    }
+}
+
+// Launches `kernel` on a grid of BM x BN tiles over M x N, times groups * splits.
+template <int BM, int BN, class Kernel, class P>
+void launch_tiles(Kernel kernel, int threads, const P& p, int64_t groups, int64_t splits, int64_t k_per_split,
+                  cudaStream_t stream, const char* op, int smem_bytes = 0) {
   if (p.M == 0 || p.N == 0) return;
   const int64_t gx = (p.M + BM - 1) / BM, gy = (p.N + BN - 1) / BN, gz = groups * splits;
   KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && gz <= 65535, ShapeError, "cuda ", op,
              ": the problem is too large for one launch (", gx, " x ", gy, " x ", gz, " blocks)");
-  implicit_gemm_kernel<T, BM, BN, BK, TM, TN, kPrefetch, P>
-      <<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)),
-         (BM / TM) * (BN / TN), 0, stream>>>(p, k_per_split, splits);
+  kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)), threads,
+           smem_bytes, stream>>>(p, k_per_split, splits);
   KILN_CUDA_LAUNCH_CHECK(op);
+}
+
+template <class T, int BM, int BN, int BK, int TM, int TN, bool kPrefetch = false, class P>
+void launch_gemm(const P& p, int64_t groups, int64_t splits, int64_t k_per_split, cudaStream_t stream,
+                 const char* op) {
+  launch_tiles<BM, BN>(implicit_gemm_kernel<T, BM, BN, BK, TM, TN, kPrefetch, P>, (BM / TM) * (BN / TN), p, groups,
+                       splits, k_per_split, stream, op);
+}
+
+// The largest K range whose tap tables a tensor-core launch keeps in shared memory (32 KiB each);
+// a longer forward runs the SIMT kernel, and the backward weight splits K at least this finely.
+constexpr int64_t kMaxTcKRange = 2048;
+
+// Launches the tensor-core kernel on BM x BN tiles; the dynamic shared memory (stages and tap
+// tables) goes over the default 48 KB, which needs the opt-in, set at every launch (cheap).
+template <int BM, int BN, bool kExact, class P>
+void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_split, cudaStream_t stream,
+                    const char* op) {
+  using G = TcGemm<BM, BN, P>;
+  auto* kernel = implicit_gemm_tc_kernel<G, kExact, P>;
+  const int bytes = static_cast<int>(G::smem_bytes(std::min(k_per_split, p.K)));
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  launch_tiles<BM, BN>(kernel, G::THREADS, p, groups, splits, k_per_split, stream, op, bytes);
 }
 
 // Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i].
@@ -512,16 +836,18 @@ int sm_count() {
   return sms;
 }
 
-// How many blocks of this instantiation of the GEMM kernel fit on one SM (registers, shared
-// memory, threads), asked of the runtime once per process (the first device's answer is kept:
-// a process with several GPUs of different kinds would only get a worse split, never a wrong one).
-template <class T, int BM, int BN, int BK, int TM, int TN, bool kPrefetch, class P>
-int gemm_blocks_per_sm() {
+// How many blocks of `kernel` (launched with `threads`) fit on one SM (registers, shared memory,
+// threads), asked of the runtime once per instantiation and process (the first device's answer is
+// kept: a process with several GPUs of different kinds would only get a worse split, never a
+// wrong one).
+template <auto kernel>
+int blocks_per_sm(int threads, int smem_bytes = 0) {
   static std::atomic<int> cached{0};
   int b = cached.load(std::memory_order_relaxed);
   if (b > 0) return b;
-  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &b, implicit_gemm_kernel<T, BM, BN, BK, TM, TN, kPrefetch, P>, (BM / TM) * (BN / TN), 0));
+  if (smem_bytes > 48 * 1024)
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads, smem_bytes));
   b = std::max(b, 1);
   cached.store(b, std::memory_order_relaxed);
   return b;
@@ -532,14 +858,13 @@ int gemm_blocks_per_sm() {
 struct WeightPlan {
   int64_t splits = 1, k_per_split = 0;
 };
-constexpr int kSliceK = 16;
 
 // 32 x 32 tiles when both sides of grad_w's GEMM fit one (conv1 of MNIST: 32 x 9).
 bool weight_small(const Geometry& g) { return g.o / g.groups <= 32 && (g.c / g.groups) * g.kh * g.kw <= 32; }
 
 // Enough splits that the launch is one full wave: blocks_per_sm (the occupancy of the kernel that
-// will run) times the SM count, over the number of output tiles.
-WeightPlan plan_weight(const Geometry& g, int64_t bm, int64_t bn, int64_t blocks_per_sm) {
+// will run) times the SM count, over the number of output tiles; and splits of at most max_range.
+WeightPlan plan_weight(const Geometry& g, int64_t bm, int64_t bn, int64_t blocks_per_sm, int64_t max_range) {
   const Dims d = dims_of(g);
   WeightPlan plan;
   const int64_t M = d.og, N = d.cg * d.khkw, K = d.n * d.ohw;
@@ -549,26 +874,54 @@ WeightPlan plan_weight(const Geometry& g, int64_t bm, int64_t bn, int64_t blocks
   const int64_t most = std::max<int64_t>(1, K / (16 * kSliceK));
   plan.splits = std::clamp<int64_t>((target + tiles - 1) / tiles, 1,
                                     std::max<int64_t>(1, std::min<int64_t>(most, 65535 / g.groups)));
-  const int64_t per = (K + plan.splits - 1) / plan.splits;
+  const int64_t per = std::min((K + plan.splits - 1) / plan.splits, max_range);
   plan.k_per_split = std::max<int64_t>(kSliceK, (per + kSliceK - 1) / kSliceK * kSliceK);
   plan.splits = std::max<int64_t>(1, (K + plan.k_per_split - 1) / plan.k_per_split);
   return plan;
 }
 
-template <class T, int BM, int BN, int TM, int TN>
-WeightPlan plan_weight_for(const Geometry& g) {
-  return plan_weight(g, BM, BN, gemm_blocks_per_sm<T, BM, BN, kSliceK, TM, TN, false, BackwardWeightProblem<T>>());
-}
+// The grad_w GEMMs, each a tile shape, a kernel, and the longest K range it takes: SIMT with
+// TM x TN thread tiles, or on the tensor cores (64 x 64 tiles of 32 x 32 warp tiles).
+template <class T, int BM_, int BN_, int TM, int TN>
+struct SimtWeightGemm {
+  static constexpr int BM = BM_, BN = BN_;
+  static constexpr int64_t kMaxRange = int64_t{1} << 62;
+  static int blocks() {
+    return blocks_per_sm<implicit_gemm_kernel<T, BM, BN, kSliceK, TM, TN, false, BackwardWeightProblem<T>>>(
+        (BM / TM) * (BN / TN));
+  }
+  static void run(const T* x, const T* grad_y, T* out, const Dims& d, int64_t groups, const WeightPlan& plan,
+                  cudaStream_t stream) {
+    const BackwardWeightProblem<T> p{x, grad_y, out, d, d.og, d.cg * d.khkw, d.n * d.ohw};
+    launch_gemm<T, BM, BN, kSliceK, TM, TN>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
+  }
+};
+template <bool kExact>
+struct TensorCoreWeightGemm {
+  static constexpr int BM = 64, BN = 64;
+  static constexpr int64_t kMaxRange = kMaxTcKRange;
+  using G = TcGemm<BM, BN, TapWeight>;
+  // The occupancy at the tables of a 1024-long range (a typical split): a guide for the split count.
+  static int blocks() {
+    return blocks_per_sm<implicit_gemm_tc_kernel<G, kExact, TapWeight>>(G::THREADS,
+                                                                        static_cast<int>(G::smem_bytes(1024)));
+  }
+  static void run(const float* x, const float* grad_y, float* out, const Dims& d, int64_t groups,
+                  const WeightPlan& plan, cudaStream_t stream) {
+    const TapWeight p{grad_y, x, out, d, d.og, d.cg * d.khkw, d.n * d.ohw, static_cast<int>(d.h), static_cast<int>(d.w)};
+    launch_gemm_tc<BM, BN, kExact>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
+  }
+};
 
-// The workspace (elements) one tile choice needs: the partials when it splits.
-template <class T, int BM, int BN, int TM, int TN>
+// The workspace (elements) one GEMM needs: the partials when it splits.
+template <class Gemm>
 int64_t weight_workspace_for(const Geometry& g) {
-  const WeightPlan plan = plan_weight_for<T, BM, BN, TM, TN>(g);
+  const WeightPlan plan = plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
   return plan.splits > 1 ? plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
 }
 
-// grad_w with a BM x BN tile and a TM x TN thread tile: split-K GEMM, then the ordered sum.
-template <class T, int BM, int BN, int TM, int TN>
+// grad_w by one of the GEMMs above: split-K GEMM, then the ordered sum.
+template <class Gemm, class T>
 void weight_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g, cudaStream_t stream) {
   const Dims d = dims_of(g);
   const int64_t count = d.o * d.cg * d.khkw;
@@ -577,13 +930,10 @@ void weight_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geo
     KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(T) * static_cast<size_t>(count), stream));
     return;
   }
-  const WeightPlan plan = plan_weight_for<T, BM, BN, TM, TN>(g);
+  const WeightPlan plan = plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
   KILN_CHECK(plan.splits == 1 || workspace != nullptr, ValueError,
              "cuda conv2d_backward_weight: needs a workspace of ", plan.splits * count, " elements");
-  const BackwardWeightProblem<T> p{x, grad_y, plan.splits > 1 ? workspace : grad_w, d, d.og, d.cg * d.khkw,
-                                   d.n * d.ohw};
-  launch_gemm<T, BM, BN, kSliceK, TM, TN>(p, g.groups, plan.splits, plan.k_per_split, stream,
-                                          "conv2d_backward_weight");
+  Gemm::run(x, grad_y, plan.splits > 1 ? workspace : grad_w, d, g.groups, plan, stream);
   if (plan.splits > 1) {
     sum_splits_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(workspace, grad_w, count, plan.splits);
     KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
@@ -600,6 +950,26 @@ void forward_gemm(const ForwardProblem<T>& p, int64_t groups, cudaStream_t strea
   else if (p.N > 32) launch_gemm<T, 128, 64, kSliceK, 8, 4, kPrefetch>(p, groups, 1, p.K, stream, op);
   else if (p.N > 16) launch_gemm<T, 128, 32, kSliceK, 8, 4, kPrefetch>(p, groups, 1, p.K, stream, op);
   else launch_gemm<T, 128, 16, kSliceK, 8, 2, kPrefetch>(p, groups, 1, p.K, stream, op);
+}
+
+// The forward GEMM on the tensor cores where O/G > 16 (128 x 64 or 128 x 32 tiles of 32 x 32 warp
+// tiles), else version 3's: a 16-column tile would leave most of each mma empty. f64 always runs
+// version 3 (the tensor-core kernels are f32).
+template <class T>
+void forward_tc(const ForwardProblem<T>& p, int64_t groups, TensorMath math, cudaStream_t stream, const char* op) {
+  if constexpr (std::is_same_v<T, float>) {
+    const bool exact = math == TensorMath::tf32x3;
+    const TapForward tp{p.x, p.w, p.bias, p.y, p.d, p.M, p.N, p.K, static_cast<int>(p.d.h), static_cast<int>(p.d.w)};
+    if (p.N > 32 && p.K <= kMaxTcKRange) {
+      return exact ? launch_gemm_tc<128, 64, true>(tp, groups, 1, p.K, stream, op)
+                   : launch_gemm_tc<128, 64, false>(tp, groups, 1, p.K, stream, op);
+    }
+    if (p.N > 16 && p.K <= kMaxTcKRange) {
+      return exact ? launch_gemm_tc<128, 32, true>(tp, groups, 1, p.K, stream, op)
+                   : launch_gemm_tc<128, 32, false>(tp, groups, 1, p.K, stream, op);
+    }
+  }
+  forward_gemm<T, true>(p, groups, stream, op);
 }
 
 // w' [C, O/G, KH, KW] from w [O, C/G, KH, KW]: w'[g*cg + c, o, kh, kw] = w[g*og + o, c, KH-1-kh, KW-1-kw].
@@ -675,8 +1045,10 @@ void backward_input_implicit_gemm(const T* grad_y, const T* w, T* grad_x, const 
 // each) at padding ph', dilation dh, stride 1. Its output height is
 // OH + 2 ph' - dh (KH-1) = (H + 2 ph - dh (KH-1)) + dh (KH-1) - 2 ph = H.
 namespace {
-template <class T, bool kWide>
-void input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, cudaStream_t stream) {
+// run(problem, groups, op) runs the forward GEMM.
+template <class T, class Run>
+void input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, cudaStream_t stream,
+                      Run run) {
   KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
              "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
   const int64_t count = backward_input_as_forward_workspace(g);
@@ -694,43 +1066,80 @@ void input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, cons
   f.dilation_h = g.dilation_h, f.dilation_w = g.dilation_w;
   f.groups = g.groups;
   const Dims d = dims_of(f);
-  forward_gemm<T, true, kWide>({grad_y, workspace, nullptr, grad_x, d, d.n * d.ohw, d.og, d.cg * d.khkw}, f.groups,
-                               stream, "conv2d_backward_input");
+  run(ForwardProblem<T>{grad_y, workspace, nullptr, grad_x, d, d.n * d.ohw, d.og, d.cg * d.khkw}, f.groups,
+      "conv2d_backward_input");
 }
 }  // namespace
 
 template <class T>
 void backward_input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                cudaStream_t stream) {
-  input_as_forward<T, false>(grad_y, w, grad_x, workspace, g, stream);
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream, [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+    forward_gemm<T, true>(p, groups, stream, op);
+  });
 }
 
 template <class T>
 void backward_input_as_forward_wide(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                     cudaStream_t stream) {
-  input_as_forward<T, true>(grad_y, w, grad_x, workspace, g, stream);
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream, [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+    forward_gemm<T, true, true>(p, groups, stream, op);
+  });
+}
+
+template <class T>
+void backward_input_tensor_cores(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                                 TensorMath math, cudaStream_t stream) {
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream, [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+    forward_tc<T>(p, groups, math, stream, op);
+  });
 }
 
 // Enough for every version at either dtype (their occupancies, hence their splits, differ).
 int64_t backward_weight_workspace(const Geometry& g) {
   if (weight_small(g))
-    return std::max(weight_workspace_for<float, 32, 32, 4, 4>(g), weight_workspace_for<double, 32, 32, 4, 4>(g));
-  return std::max({weight_workspace_for<float, 64, 64, 4, 4>(g), weight_workspace_for<double, 64, 64, 4, 4>(g),
-                   weight_workspace_for<float, 64, 128, 8, 8>(g), weight_workspace_for<double, 64, 128, 8, 8>(g)});
+    return std::max(weight_workspace_for<SimtWeightGemm<float, 32, 32, 4, 4>>(g),
+                    weight_workspace_for<SimtWeightGemm<double, 32, 32, 4, 4>>(g));
+  return std::max({weight_workspace_for<SimtWeightGemm<float, 64, 64, 4, 4>>(g),
+                   weight_workspace_for<SimtWeightGemm<double, 64, 64, 4, 4>>(g),
+                   weight_workspace_for<SimtWeightGemm<float, 64, 128, 8, 8>>(g),
+                   weight_workspace_for<SimtWeightGemm<double, 64, 128, 8, 8>>(g),
+                   weight_workspace_for<TensorCoreWeightGemm<true>>(g),
+                   weight_workspace_for<TensorCoreWeightGemm<false>>(g)});
 }
 
 template <class T>
 void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
                                    cudaStream_t stream) {
-  if (weight_small(g)) weight_gemm<T, 32, 32, 4, 4>(x, grad_y, grad_w, workspace, g, stream);
-  else weight_gemm<T, 64, 64, 4, 4>(x, grad_y, grad_w, workspace, g, stream);
+  if (weight_small(g)) weight_gemm<SimtWeightGemm<T, 32, 32, 4, 4>>(x, grad_y, grad_w, workspace, g, stream);
+  else weight_gemm<SimtWeightGemm<T, 64, 64, 4, 4>>(x, grad_y, grad_w, workspace, g, stream);
 }
 
 template <class T>
 void backward_weight_implicit_gemm_wide(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
                                         cudaStream_t stream) {
-  if (weight_small(g)) weight_gemm<T, 32, 32, 4, 4>(x, grad_y, grad_w, workspace, g, stream);
-  else weight_gemm<T, 64, 128, 8, 8>(x, grad_y, grad_w, workspace, g, stream);
+  if (weight_small(g)) weight_gemm<SimtWeightGemm<T, 32, 32, 4, 4>>(x, grad_y, grad_w, workspace, g, stream);
+  else weight_gemm<SimtWeightGemm<T, 64, 128, 8, 8>>(x, grad_y, grad_w, workspace, g, stream);
+}
+
+template <class T>
+void backward_weight_tensor_cores(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
+                                  TensorMath math, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!weight_small(g)) {
+      return math == TensorMath::tf32x3
+                 ? weight_gemm<TensorCoreWeightGemm<true>>(x, grad_y, grad_w, workspace, g, stream)
+                 : weight_gemm<TensorCoreWeightGemm<false>>(x, grad_y, grad_w, workspace, g, stream);
+    }
+  }
+  backward_weight_implicit_gemm_wide<T>(x, grad_y, grad_w, workspace, g, stream);
+}
+
+template <class T>
+void forward_tensor_cores(const T* x, const T* w, const T* bias, T* y, const Geometry& g, TensorMath math,
+                          cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  forward_tc<T>({x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, math, stream, "conv2d");
 }
 
 #define KILN_CONV2D_INSTANTIATE(T)                                                                          \
@@ -744,7 +1153,13 @@ void backward_weight_implicit_gemm_wide(const T* x, const T* grad_y, T* grad_w, 
   template void backward_weight_implicit_gemm<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);    \
   template void backward_weight_implicit_gemm_wide<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t); \
   template void forward_implicit_gemm_wide<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);   \
-  template void backward_input_as_forward_wide<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
+  template void backward_input_as_forward_wide<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t); \
+  template void forward_tensor_cores<T>(const T*, const T*, const T*, T*, const Geometry&, TensorMath,         \
+                                        cudaStream_t);                                                         \
+  template void backward_input_tensor_cores<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath,        \
+                                               cudaStream_t);                                                  \
+  template void backward_weight_tensor_cores<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath,       \
+                                                cudaStream_t);
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
 #undef KILN_CONV2D_INSTANTIATE
@@ -779,6 +1194,9 @@ struct Workspace {
   Workspace& operator=(const Workspace&) = delete;
 };
 
+// TF32 where allow_tf32 permits it, else 3xTF32 (f32 accuracy).
+conv2d::TensorMath tensor_math() { return allow_tf32() ? conv2d::TensorMath::tf32 : conv2d::TensorMath::tf32x3; }
+
 void check_same_dtype(const char* op, const TensorRef& a, const TensorRef& b, const TensorRef& c) {
   KILN_CHECK(a.dtype == b.dtype && b.dtype == c.dtype, DTypeError, "cuda backend: ", op,
              " needs one dtype, got ", a.dtype, ", ", b.dtype, " and ", c.dtype);
@@ -795,7 +1213,12 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
   visit_floating(y.dtype, "conv2d", [&](auto tag) {
     using T = decltype(tag);
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
-    conv2d::forward_implicit_gemm_prefetch<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
+    // A reduction this short (the first MNIST layer: C*KH*KW = 9) leaves most of each 16-long
+    // tensor-core slice empty: version 3 is faster there (kernels/README.md).
+    if (g.c / g.groups * g.kh * g.kw < 32)
+      conv2d::forward_implicit_gemm_prefetch<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
+    else
+      conv2d::forward_tensor_cores<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, tensor_math(), stream_);
   });
 }
 
@@ -807,8 +1230,8 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
     using T = decltype(tag);
     if (conv2d::backward_input_as_forward_applies(g)) {
       Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
-      conv2d::backward_input_as_forward<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p), g,
-                                           stream_);
+      conv2d::backward_input_tensor_cores<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p),
+                                             g, tensor_math(), stream_);
     } else if (conv2d::backward_input_uses_direct(g)) {
       conv2d::backward_input_direct<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
     } else {
@@ -824,8 +1247,8 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
   visit_floating(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
-    conv2d::backward_weight_implicit_gemm_wide<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(),
-                                                  static_cast<T*>(ws.p), g, stream_);
+    conv2d::backward_weight_tensor_cores<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(), static_cast<T*>(ws.p), g,
+                                            tensor_math(), stream_);
   });
 }
 

@@ -72,6 +72,25 @@ template <class T>
 void backward_weight_implicit_gemm_wide(const T* x, const T* grad_y, T* grad_w, T* workspace,
                                         const Geometry& g, cudaStream_t stream);
 
+// The tensor-core versions (f32; f64 runs the version named with each). TensorMath::tf32x3 splits
+// every input into two TF32 values and forms each product from three mma: f32 accuracy.
+// TensorMath::tf32 truncates the inputs to TF32 (allow_tf32).
+enum class TensorMath { tf32x3, tf32 };
+// Forward, version 5: implicit GEMM on the tensor cores where O/G > 16, else version 3.
+template <class T>
+void forward_tensor_cores(const T* x, const T* w, const T* bias, T* y, const Geometry& g, TensorMath math,
+                          cudaStream_t stream);
+// Backward input, version 5: version 3's forward form on forward version 5 (same applicability
+// and workspace).
+template <class T>
+void backward_input_tensor_cores(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                                 TensorMath math, cudaStream_t stream);
+// Backward weight, version 3: version 1's split-K on the tensor cores with 64 x 64 tiles; version
+// 2 for small layers (both sides <= 32) and f64.
+template <class T>
+void backward_weight_tensor_cores(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
+                                  TensorMath math, cudaStream_t stream);
+
 // What the production backward input picks where version 3 does not apply (else version 2).
 bool backward_input_uses_direct(const Geometry& g);
 

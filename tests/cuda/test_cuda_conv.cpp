@@ -6,6 +6,11 @@
 // refuses (padding > dilation*(kernel-1)) checked to fall back.
 #include "tests/cuda/cuda_test.h"
 
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/precision.h"
 #include "kernels/cuda/conv2d.cuh"
 #include "kernels/cuda/cuda_backend.h"
 
@@ -65,6 +70,11 @@ ConvCase random_conv(std::mt19937& rng, int trial) {
 // f32: rtol 1e-4 plus an absolute term that grows with the reduction length (inputs in [-1, 1)).
 double rtol_for(DType t) { return t == DType::f32 ? 1e-4 : 1e-12; }
 double atol_for(DType t, int64_t length) { return (t == DType::f32 ? 1e-6 : 1e-14) * static_cast<double>(length); }
+
+// TF32 (inputs truncated to 10 mantissa bits): each product is off by up to ~2e-3 of itself, with
+// either sign, so a sum of `length` products of inputs in [-1, 1) drifts like sqrt(length).
+constexpr double kTf32Rtol = 2e-3;
+double tf32_atol(int64_t length) { return 4e-3 * std::sqrt(static_cast<double>(length)); }
 
 cuda::conv2d::Geometry geometry(const ConvCase& c) {
   cuda::conv2d::Geometry g;
@@ -208,6 +218,32 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
                                                 device_ptr<T>(ws2), g, stream);
       check_close(gw2, conv2d_backward_weight(x, gy, c.w, c.config), rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]),
                   "backward_weight_implicit_gemm_wide " + c.str());
+
+      // The tensor-core versions, 3xTF32 (f32 tolerances) and TF32 (TF32's); f64 runs their SIMT versions.
+      for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
+        const bool tf32 = math == cv::TensorMath::tf32 && t == DType::f32;
+        const std::string name = math == cv::TensorMath::tf32 ? " (TF32) " : " (3xTF32) ";
+        const double r = tf32 ? kTf32Rtol : rtol;
+        auto atol = [&](int64_t length) { return tf32 ? tf32_atol(length) : atol_for(t, length); };
+        Tensor y5 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+        cv::forward_tensor_cores<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y5), g, math, stream);
+        check_close(y5, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_tensor_cores" + name + c.str());
+        if (cv::backward_input_as_forward_applies(g)) {
+          Tensor gx5 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+          Tensor wt = full({std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g))}, 7.0,
+                           TensorOptions(t).device(kCuda));
+          cv::backward_input_tensor_cores<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx5),
+                                             device_ptr<T>(wt), g, math, stream);
+          check_close(gx5, want_gx, r, atol(c.w[0] / c.config.groups * c.w[2] * c.w[3]),
+                      "backward_input_tensor_cores" + name + c.str());
+        }
+        Tensor gw3 = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+        Tensor ws3 = full({std::max<int64_t>(1, ws_elems)}, 7.0, TensorOptions(t).device(kCuda));
+        cv::backward_weight_tensor_cores<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(gw3),
+                                            device_ptr<T>(ws3), g, math, stream);
+        check_close(gw3, conv2d_backward_weight(x, gy, c.w, c.config), r, atol(c.y[0] * c.y[2] * c.y[3]),
+                    "backward_weight_tensor_cores" + name + c.str());
+      }
     };
     run(float{}, DType::f32);
     run(double{}, DType::f64);
@@ -341,10 +377,65 @@ TEST_CASE("conv2d weight and wide versions match the CPU with many K splits, odd
       cv::forward_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dw), nullptr, device_ptr<T>(y4), g, stream);
       check_close(y4, conv2d(x, w, Tensor(), c.config), rtol, atol_for(t, c.w[1] * c.w[2] * c.w[3]),
                   "forward_implicit_gemm_wide " + c.str());
+      Tensor gw3 = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_weight_tensor_cores<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(gw3), device_ptr<T>(ws),
+                                          g, cv::TensorMath::tf32x3, stream);
+      check_close(gw3, want_w, rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]),
+                  "backward_weight_tensor_cores (3xTF32) " + c.str());
+      Tensor gw4 = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_weight_tensor_cores<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(gw4), device_ptr<T>(ws),
+                                          g, cv::TensorMath::tf32, stream);
+      const bool tf32 = t == DType::f32;
+      check_close(gw4, want_w, tf32 ? kTf32Rtol : rtol,
+                  tf32 ? tf32_atol(c.y[0] * c.y[2] * c.y[3]) : atol_for(t, c.y[0] * c.y[2] * c.y[3]),
+                  "backward_weight_tensor_cores (TF32) " + c.str());
     };
     run(float{}, DType::f32);
     run(double{}, DType::f64);
   }
+}
+
+TEST_CASE("conv2d on the tensor cores: infinities and NaN come out as in f32") {
+  if (!have_cuda()) return;
+  // 3xTF32 splits an inf into inf + NaN; the kernels recompute NaN results in plain f32, so each
+  // output that f32 makes inf (or NaN) is inf (or NaN) here too, in all three passes.
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = uniform({2, 40, 9, 9}, -1, 1), w = uniform({48, 40, 3, 3}, -1, 1);
+  std::vector<float> xv = x.to_vector<float>(), wv = w.to_vector<float>();
+  xv[5 * 81 + 40] = inf;                 // image 0, channel 5, the centre
+  xv[(40 + 7) * 81 + 3] = -inf;          // image 1, channel 7, top row
+  wv[3 * 360 + 2 * 9 + 4] = inf;         // output channel 3, input channel 2
+  xv[(40 + 30) * 81 + 50] = std::nanf("");
+  x = from_vector(xv, x.shape());
+  w = from_vector(wv, w.shape());
+  Tensor gy = uniform({2, 48, 7, 7}, -1, 1);
+  std::vector<float> gyv = gy.to_vector<float>();
+  gyv[48 * 49 + 10] = -inf;
+  gy = from_vector(gyv, gy.shape());
+  check_close(conv2d(x.to(kCuda), w.to(kCuda), Tensor(), {}), conv2d(x, w, Tensor(), {}), 1e-4,
+              atol_for(DType::f32, 360), "conv2d with inf and NaN");
+  check_close(conv2d_backward_input(gy.to(kCuda), w.to(kCuda), x.shape(), {}), conv2d_backward_input(gy, w, x.shape(), {}),
+              1e-4, atol_for(DType::f32, 48 * 9), "conv2d_backward_input with inf");
+  check_close(conv2d_backward_weight(x.to(kCuda), gy.to(kCuda), w.shape(), {}),
+              conv2d_backward_weight(x, gy, w.shape(), {}), 1e-4, atol_for(DType::f32, 2 * 49),
+              "conv2d_backward_weight with inf and NaN");
+}
+
+TEST_CASE("with allow_tf32, conv2d runs on TF32 tensor cores within its error bound") {
+  if (!have_cuda()) return;
+  struct Tf32Guard {
+    Tf32Guard() { set_allow_tf32(true); }
+    ~Tf32Guard() { set_allow_tf32(false); }
+  } guard;
+  Tensor x = uniform({16, 32, 26, 26}, -1, 1), w = uniform({64, 32, 3, 3}, -1, 1), b = uniform({64}, -1, 1);
+  Tensor y = conv2d(x, w, b);
+  Tensor gy = uniform(y.shape(), -1, 1);
+  check_close(conv2d(x.to(kCuda), w.to(kCuda), b.to(kCuda)), y, kTf32Rtol, tf32_atol(32 * 9), "conv2d TF32");
+  check_close(conv2d_backward_input(gy.to(kCuda), w.to(kCuda), x.shape(), {}), conv2d_backward_input(gy, w, x.shape(), {}),
+              kTf32Rtol, tf32_atol(64 * 9), "conv2d_backward_input TF32");
+  check_close(conv2d_backward_weight(x.to(kCuda), gy.to(kCuda), w.shape(), {}),
+              conv2d_backward_weight(x, gy, w.shape(), {}), kTf32Rtol, tf32_atol(16 * 24 * 24),
+              "conv2d_backward_weight TF32");
 }
 
 namespace {

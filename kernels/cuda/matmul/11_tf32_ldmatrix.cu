@@ -41,20 +41,8 @@ __global__ void __launch_bounds__(G::THREADS, MIN_BLOCKS) tf32_ldmatrix_kernel(A
   const G g(args);
   float acc[G::MI][G::NI][4] = {};
   cp_async_pipeline<G::STAGES>(g.load_a, g.load_b, args.k, smem_tf32_ldmatrix, [&](const float* as, const float* bs) {
-#pragma unroll
-    for (int kk = 0; kk < G::BK; kk += 8) {
-      uint32_t b[G::NI][2];  // raw f32 bits, truncated to TF32 by mma (as in 10)
-#pragma unroll
-      for (int ni = 0; ni < G::NI; ni += 2)
-        load_b_fragments<typename G::TB, true>(b[ni], b[ni + 1], bs, kk, g.wn0 + ni * 8, g.lane);
-#pragma unroll
-      for (int mi = 0; mi < G::MI; ++mi) {
-        uint32_t a[4];
-        load_a_fragment<typename G::TA, true>(a, as, kk, g.wm0 + mi * 16, g.lane);
-#pragma unroll
-        for (int ni = 0; ni < G::NI; ++ni) mma_16x8x8(acc[mi][ni], a, b[ni]);
-      }
-    }
+    // raw f32 bits, truncated to TF32 by mma (as in 10)
+    mma_tf32_slice<typename G::TA, typename G::TB>(acc, as, bs, g.wm0, g.wn0, g.lane);
   });
   store_mma_tiles(args, acc, g.i0, g.j0, g.wm0, g.wn0, g.lane);
 }

@@ -29,13 +29,6 @@
 namespace kiln::cuda::matmul {
 namespace {
 
-// x (f32 bits) -> hi = tf32(x) and lo = x - hi, both as f32 bits.
-__device__ inline void split(uint32_t x, uint32_t& hi, uint32_t& lo) {
-  const float f = __uint_as_float(x);
-  hi = to_tf32(f);
-  lo = __float_as_uint(f - __uint_as_float(hi));
-}
-
 // C(i, j) in plain f32, for the results that came out NaN (see above).
 struct RecomputeNan {
   Panel<float> a, b;
@@ -55,33 +48,7 @@ __global__ void __launch_bounds__(G::THREADS, 1) split_tf32x3_kernel(Args<float>
   float acc[MI][NI][4] = {};
   cp_async_pipeline<G::STAGES>(g.load_a, g.load_b, args.k, smem_split_tf32x3, [&](const float* as, const float* bs) {
     float part[MI][NI][4];  // this slice's sum, on the tensor cores
-#pragma unroll
-    for (int kk = 0; kk < G::BK; kk += 8) {
-      uint32_t b_hi[NI][2], b_lo[NI][2];
-#pragma unroll
-      for (int ni = 0; ni < NI; ni += 2) {
-        uint32_t b[2][2];
-        load_b_fragments<typename G::TB, true>(b[0], b[1], bs, kk, g.wn0 + ni * 8, g.lane);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) split(b[h][r], b_hi[ni + h][r], b_lo[ni + h][r]);
-      }
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        uint32_t a[4], a_hi[4], a_lo[4];
-        load_a_fragment<typename G::TA, true>(a, as, kk, g.wm0 + mi * 16, g.lane);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) split(a[r], a_hi[r], a_lo[r]);
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {  // the small terms first
-          if (kk == 0) mma_16x8x8_first(part[mi][ni], a_lo, b_hi[ni]);
-          else mma_16x8x8(part[mi][ni], a_lo, b_hi[ni]);
-          mma_16x8x8(part[mi][ni], a_hi, b_lo[ni]);
-          mma_16x8x8(part[mi][ni], a_hi, b_hi[ni]);
-        }
-      }
-    }
+    mma_3xtf32_slice<typename G::TA, typename G::TB>(part, as, bs, g.wm0, g.wn0, g.lane);
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll

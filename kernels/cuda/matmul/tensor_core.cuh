@@ -43,6 +43,14 @@ __device__ inline void mma_16x8x8_first(float (&d)[4], const uint32_t (&a)[4], c
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
 }
 
+// x (f32 bits) -> hi = tf32(x) (rounded) and lo = x - hi (exact in f32), both as f32 bits: the
+// two halves of a "3xTF32" product (version 12, the conv2d tensor-core kernels).
+__device__ inline void split_tf32(uint32_t x, uint32_t& hi, uint32_t& lo) {
+  const float f = __uint_as_float(x);
+  hi = to_tf32(f);
+  lo = __float_as_uint(f - __uint_as_float(hi));
+}
+
 // ldmatrix .x4: four 8 x 8 matrices of 16-bit values, one 16-byte row per lane address (lanes
 // 8i .. 8i + 7 give the rows of matrix i). Lane l receives, in r[i], the 32-bit word (l / 4, l % 4)
 // of matrix i. Read as 32-bit values, a "matrix" is 8 rows of 4 floats, and that word is exactly
@@ -199,6 +207,65 @@ __device__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b1)[2], const flo
     b0[1] = __float_as_uint(bs[TB::at(kk + t + 4, col + g)]);
     b1[0] = __float_as_uint(bs[TB::at(kk + t, col + 8 + g)]);
     b1[1] = __float_as_uint(bs[TB::at(kk + t + 4, col + 8 + g)]);
+  }
+}
+
+// One slice of k (TA::BK values) of a warp's MI x NI mma tiles added into `acc`, inputs as raw f32
+// bits (the tensor cores truncate them to TF32: versions 11 and the conv2d TF32 kernels). The
+// warp's tile starts at row wm0 of `as` and column wn0 of `bs`.
+template <class TA, class TB, int MI, int NI>
+__device__ void mma_tf32_slice(float (&acc)[MI][NI][4], const float* as, const float* bs, int wm0, int wn0, int lane) {
+  static_assert(TA::BK == TB::BK && NI % 2 == 0, "one slice length, B fragments in pairs of tiles");
+#pragma unroll
+  for (int kk = 0; kk < TA::BK; kk += 8) {
+    uint32_t b[NI][2];
+#pragma unroll
+    for (int ni = 0; ni < NI; ni += 2) load_b_fragments<TB, true>(b[ni], b[ni + 1], bs, kk, wn0 + ni * 8, lane);
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      uint32_t a[4];
+      load_a_fragment<TA, true>(a, as, kk, wm0 + mi * 16, lane);
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) mma_16x8x8(acc[mi][ni], a, b[ni]);
+    }
+  }
+}
+
+// One slice of k (TA::BK values) of a warp's MI x NI mma tiles in 3xTF32: every fragment split
+// into head and tail (split_tf32), each product as lo_a * hi_b + hi_a * lo_b + hi_a * hi_b, the small
+// terms first. `part` receives the slice's sum from zero: the tensor cores round toward zero as they
+// add, so callers keep their sums over many slices in ordinary f32 adds (version 12 explains).
+// The warp's tile starts at row wm0 of `as` and column wn0 of `bs`.
+template <class TA, class TB, int MI, int NI>
+__device__ void mma_3xtf32_slice(float (&part)[MI][NI][4], const float* as, const float* bs, int wm0, int wn0,
+                                 int lane) {
+  static_assert(TA::BK == TB::BK && NI % 2 == 0, "one slice length, B fragments in pairs of tiles");
+#pragma unroll
+  for (int kk = 0; kk < TA::BK; kk += 8) {
+    uint32_t b_hi[NI][2], b_lo[NI][2];
+#pragma unroll
+    for (int ni = 0; ni < NI; ni += 2) {
+      uint32_t b[2][2];
+      load_b_fragments<TB, true>(b[0], b[1], bs, kk, wn0 + ni * 8, lane);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) split_tf32(b[h][r], b_hi[ni + h][r], b_lo[ni + h][r]);
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      uint32_t a[4], a_hi[4], a_lo[4];
+      load_a_fragment<TA, true>(a, as, kk, wm0 + mi * 16, lane);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) split_tf32(a[r], a_hi[r], a_lo[r]);
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        if (kk == 0) mma_16x8x8_first(part[mi][ni], a_lo, b_hi[ni]);
+        else mma_16x8x8(part[mi][ni], a_lo, b_hi[ni]);
+        mma_16x8x8(part[mi][ni], a_hi, b_lo[ni]);
+        mma_16x8x8(part[mi][ni], a_hi, b_hi[ni]);
+      }
+    }
   }
 }
 
