@@ -8,7 +8,8 @@ sit between the markers <!-- kernel-bench: begin --> and <!-- kernel-bench: end 
 between them is replaced, nothing else is touched. One table per family, rows in the order the
 bench ran them. The last column compares each row with its yardstick: GB/s rows with the
 device's copy bandwidth; TFLOP/s rows with the reference of the same family and shape (cuBLAS,
-cuDNN), TF32 versions with the TF32 reference where there is one.
+cuDNN; for conv2d the reference of the same pass), TF32 versions with the TF32 reference where there
+is one.
 """
 import argparse
 import json
@@ -26,6 +27,9 @@ def yardstick(row, rows, copy_gbs):
             and r["unit"] == row["unit"]]
     if not refs:
         return None, None
+    # conv2d's references are per pass ("fwd cuDNN", "bwd-input cuDNN"): a row compares with its own.
+    same_pass = [r for r in refs if r["version"].split()[0] == row["version"].split()[0]]
+    refs = same_pass or refs
     if "tf32" in row["version"].lower():
         tf32 = [r for r in refs if "tf32" in r["version"].lower()]
         refs = tf32 or refs
