@@ -33,6 +33,10 @@
 //   12_3xtf32: f32 accuracy from the tensor cores: each input split into a TF32 head and tail,
 //     three mma per product, the tensor cores' sums kept to one slice of k (they round toward
 //     zero as they add), NaN results recomputed in f32 (so infinities come out as in f32).
+//   13_tf32_wgmma: Hopper only (sm_90a code): warpgroup tensor-core products (wgmma) read
+//     straight from shared memory, fed by the copy engine (TMA) in a warp-specialized pipeline;
+//     operands not stored K-major (B in the plain product, A^T) are first transposed into a
+//     workspace. Inputs truncated to TF32 as in 10. Runs 11 on other GPUs.
 //
 // Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only matmul, ms), before 09 and the
 // dispatch below: 4096^3 cuBLAS 2.66, 07 3.57, 06 4.88, 08 (TF32) 1.80 vs cuBLAS TF32 0.381;
@@ -75,7 +79,7 @@ std::span<const NamedVersion> versions() {
       {"08_tf32_mma", tf32_mma, true},      {"09_split_k", split_k, false},
       {"10_tf32_async", tf32_async, true},  {"11_tf32_ldmatrix", tf32_ldmatrix, true},
       {"11_tf32_ldmatrix_128x128", tf32_ldmatrix_128x128, true},
-      {"12_3xtf32", split_tf32x3, false},
+      {"12_3xtf32", split_tf32x3, false},   {"13_tf32_wgmma", tf32_wgmma, true},
   };
   return all;
 }

@@ -2,9 +2,9 @@
 // (sizes 1, primes, non-multiples of every tile, transposed views, row strides from slices,
 // batched and broadcast batches), f32 and f64; then every version of the ladder (10 included)
 // called directly (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose
-// combinations; then TF32 (production, and 10_tf32_async on its cp.async path and on 08's); then
-// 12_3xtf32's f32 accuracy and special values; then 09_split_k at chosen split counts, and the
-// MLP-layer shapes whose products split k.
+// combinations; then TF32 (production, 10_tf32_async on its cp.async path and on 08's, and
+// 13_tf32_wgmma with operands read in place and packed); then 12_3xtf32's f32 accuracy and special
+// values; then 09_split_k at chosen split counts, and the MLP-layer shapes whose products split k.
 #include "tests/cuda/cuda_test.h"
 
 #include <cmath>
@@ -224,6 +224,60 @@ TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on i
     const double rtol = cs.positive ? 2e-3 : 1e-3;
     check_close(out.to(DType::f64), want, rtol, 1e-3 * std::sqrt(static_cast<double>(cs.k)),
                 "10_tf32_async " + shape);
+  }
+}
+
+TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, read in place and packed") {
+  if (!have_cuda()) return;
+  // 13 reads an operand in place when it is K-major (A not transposed, B transposed) with 16-byte
+  // aligned rows, and packs it K-major into a workspace otherwise; on a GPU that is not an sm_90
+  // it runs 11, which must pass the same checks. Shapes span several 128 x 256 tiles with ragged
+  // edges, k several ring turns of 32 with a partial last slice, batches with A broadcast.
+  // packed: 0 neither operand, 1 the one that is not K-major with 16-byte rows, 2 both.
+  struct Case {
+    int64_t batch, m, n, k;
+    bool trans_a, trans_b;
+    int64_t lda_pad, ldb_pad;
+    bool broadcast_a;
+    int packed;
+  };
+  const Case cases[] = {
+      {1, 300, 520, 515, false, true, 1, 1, false, 0},   // lda = ldb = 516: both in place
+      {2, 257, 129, 301, false, false, 3, 3, false, 1},  // B runs along n: packed
+      {1, 97, 600, 64, true, false, 3, 0, false, 2},     // A^T and B packed
+      {3, 65, 33, 7, true, true, 3, 1, true, 1},         // A^T packed once for the 3 entries (broadcast)
+      {1, 131, 77, 45, false, true, 0, 3, false, 1},     // lda 45: rows not 16-byte aligned, A packed
+      {4, 200, 260, 96, false, true, 0, 0, true, 0},     // A broadcast, read in place
+      {1, 1, 1, 1, false, false, 3, 3, false, 1},
+  };
+  cuda::CudaBackend& be = cuda::backend(0);
+  for (const Case& cs : cases) {
+    MatmulParams p;
+    p.batch = cs.batch, p.m = cs.m, p.n = cs.n, p.k = cs.k, p.trans_a = cs.trans_a, p.trans_b = cs.trans_b;
+    const int64_t a_rows = p.trans_a ? cs.k : cs.m, a_cols = p.trans_a ? cs.m : cs.k;
+    const int64_t b_rows = p.trans_b ? cs.n : cs.k, b_cols = p.trans_b ? cs.k : cs.n;
+    p.lda = a_cols + cs.lda_pad, p.ldb = b_cols + cs.ldb_pad;
+    p.batch_stride_a = cs.broadcast_a ? 0 : a_rows * p.lda, p.batch_stride_b = b_rows * p.ldb;
+    Tensor a_full = uniform({cs.broadcast_a ? 1 : cs.batch, a_rows, p.lda}, -1, 1);
+    Tensor b_full = uniform({cs.batch, b_rows, p.ldb}, -1, 1);
+    Tensor a64 = a_full.to(DType::f64).slice(2, 0, a_cols), b64 = b_full.to(DType::f64).slice(2, 0, b_cols);
+    Tensor want = matmul(p.trans_a ? a64.transpose(1, 2) : a64, p.trans_b ? b64.transpose(1, 2) : b64);
+    Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
+    const std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
+                              "x" + std::to_string(cs.k) + (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") +
+                              " lda " + std::to_string(p.lda) + " ldb " + std::to_string(p.ldb) +
+                              (cs.broadcast_a ? " A broadcast" : "");
+    const float* a = ga.ref().data<float>();
+    const float* b = gb.ref().data<float>();
+    // The workspace holds the packed operands: rows of k rounded up to 4 floats.
+    const int64_t row = (cs.k + 3) / 4 * 4, a_floats = (cs.broadcast_a ? 1 : cs.batch) * cs.m * row;
+    const bool a_packed = cs.packed == 2 || (cs.packed == 1 && (p.trans_a || p.lda % 4 != 0));
+    const bool b_packed = cs.packed == 2 || (cs.packed == 1 && !a_packed);
+    const int64_t floats = (a_packed ? a_floats : 0) + (b_packed ? cs.batch * cs.n * row : 0);
+    CHECK_MESSAGE(cuda::matmul::tf32_wgmma_workspace(p, a, b) == static_cast<size_t>(floats) * sizeof(float), shape);
+    Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
+    cuda::matmul::tf32_wgmma(p, a, b, out.ref().data<float>(), be.stream());
+    check_close(out.to(DType::f64), want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(cs.k)), "13_tf32_wgmma " + shape);
   }
 }
 

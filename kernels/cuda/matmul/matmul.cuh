@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -49,6 +50,19 @@ void tf32_ldmatrix_128x128(const MatmulParams& p, const float* a, const float* b
 // 12: every input split into two TF32 values, three mma per product, short sums on the tensor
 // cores: f32 accuracy at tensor-core speed. Runs 07 where async_applies is false.
 void split_tf32x3(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+// 13: Hopper's wgmma (warpgroup tensor-core products straight from shared memory) fed by TMA
+// copies, inputs truncated to TF32 as in 10. Operands that are not K-major with 16-byte rows (B
+// not transposed, A transposed, odd strides) are first packed K-major into a workspace.
+// tf32_wgmma runs 11 where tf32_wgmma_applies is false, and takes its workspace from
+// cudaMallocAsync on `stream`; the production path calls tf32_wgmma_run with
+// tf32_wgmma_workspace(p, a, b) bytes (0: none needed, may be null) from the backend's allocator.
+void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+// Whether 13 runs this product on `device`: an sm_90 GPU (compute capability 9.0 exactly: wgmma
+// is sm_90a code) and m, n, k under 2^31 (TMA coordinates are 32-bit). Asked once per device.
+bool tf32_wgmma_applies(const MatmulParams& p, int device);
+size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b);
+void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, void* workspace,
+                    cudaStream_t stream);
 void split_k(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
 // S for this product on a GPU of `sms` SMs: about two blocks per SM, no chunk under 64 values of k.
 int64_t split_k_splits(const MatmulParams& p, int sms);
@@ -62,11 +76,11 @@ int multiprocessor_count(int device);
 void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, cudaStream_t stream);
 
 struct NamedVersion {
-  const char* name;  // "01_naive", ..., "12_3xtf32"
+  const char* name;  // "01_naive", ..., "13_tf32_wgmma"
   Version run;
   bool tf32;         // rounds its inputs to TF32: judge it with TF32 tolerances
 };
-// The f32 ladder in order, 01 to 12 (with variants of a version after it).
+// The f32 ladder in order, 01 to 13 (with variants of a version after it).
 std::span<const NamedVersion> versions();
 
 }  // namespace kiln::cuda::matmul

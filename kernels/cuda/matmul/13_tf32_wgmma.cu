@@ -1,0 +1,422 @@
+// Version 13, TF32 on Hopper's warpgroup tensor cores: wgmma.mma_async fed by the tensor memory
+// accelerator (TMA). C = op(A) op(B) as every version (matmul.cuh), inputs truncated to TF32 as in
+// 10 and 11, f32 accumulation. Needs an sm_90 GPU (H100, H200) and this file built for sm_90a
+// (kernels/cuda/CMakeLists.txt); elsewhere it runs 11.
+// Bench: `kernel-bench --only matmul` (rows 13_tf32_wgmma; 4096^3 is the plain product, whose B
+// is transposed by a first pass, 4096^3 B^T the layout read in place).
+//
+// Why 11 stops near 45% of cuBLAS: mma.sync multiplies 16 x 8 x 8 tiles out of registers, so each
+// warp first copies its operands from shared memory into registers. At 64 x 64 warp tiles that is
+// 16 flops per byte read from shared memory, and shared memory, not the tensor cores, sets the
+// pace. Hopper adds three things that lift that limit:
+// - wgmma: the four warps of a warpgroup issue one 64 x N x 8 product together (N up to 256),
+//   reading both operands straight from shared memory through "matrix descriptors" (address,
+//   stride between groups of 8 rows, swizzle mode) into accumulators in registers, and
+//   asynchronously: a warpgroup issues a slice's products, then waits for them only when it
+//   must hand the slice's shared memory back. A 64 x 256 x 8 product reads 10 KB for 262K flops
+//   (26 per byte), with no register staging.
+// - TMA: one thread asks the copy engine for a whole box of a tensor (here 32 floats of k by 128
+//   or 256 rows). It lands in shared memory already swizzled, zero-filled where it overhangs the
+//   tensor (odd m, n and k cost nothing), and counts its bytes on an mbarrier when done.
+// - Warp specialization: warpgroup 0 only issues copies (one thread), warpgroups 1 and 2 only
+//   multiply, each owning 64 rows of the 128 x 256 block tile (128 accumulators per thread; the
+//   producer hands them registers with setmaxnreg). They meet at two mbarriers per stage of a
+//   3-deep ring: "full" (the copy engine's bytes have landed) and "empty" (all 8 consumer warps
+//   are done reading the stage).
+// The 128-byte swizzle: a stage holds each operand as rows of exactly 32 floats (128 bytes) of k,
+// and the 16-byte chunk c of row r is stored at chunk c ^ (r % 8). Eight consecutive rows then
+// cover all 32 banks whichever chunk column the tensor cores read, and this one layout is what
+// both TMA (CU_TENSOR_MAP_SWIZZLE_128B) and wgmma (descriptor swizzle mode 1) speak: a k-step of
+// 8 floats is the descriptor's start address moved by 32 bytes.
+// Layouts: for TF32, wgmma reads both operands K-major (k contiguous in shared memory): it has no
+// transpose for 32-bit types. A not transposed and B transposed are K-major in memory already
+// and TMA reads them in place; an operand that runs along m or n (B in the plain product, A^T),
+// or whose rows are not 16-byte aligned, is first copied K-major into a workspace by a
+// transposing kernel (pack_k_major_kernel), whose time is part of 13's.
+//
+// Measured (H100 80GB HBM3, driver 580.159.04, 2026-11-22; this kernel driven by a standalone
+// program, CUDA-event median of 15 x 5 calls after warm-up, random inputs; kernel-bench rows
+// not yet run): 4096^3 B^T 0.541 ms = 254 TFLOP/s, 66% of cuBLAS TF32 in the same run (0.357);
+// 4096^3 plain 0.607 ms = 226 TFLOP/s (59%; 0.069 ms of it the transposing pass, at 1.9 TB/s),
+// where 11 took 0.817 (11_128x128 0.780); 8192^3 B^T 253 TFLOP/s, 2048^3 B^T 232, 1024^3 B^T 66
+// (32 tiles for 132 SMs). Error: max |C - C_fp32| / max |C_fp32| = 6.3e-4 (B^T) and 6.9e-4 (plain)
+// at 4096^3 against cuBLAS FP32, as 11's (cuBLAS TF32, which rounds its inputs: 2.4e-4, 2.5e-4).
+// Tried and dropped (4096^3 B^T, same program and day): 4 stages 0.648 ms; pairs of blocks in a
+// cluster sharing B through TMA multicast 0.814 (4 stages); rows of 64 bytes (BK = 16, 64-byte
+// swizzle, 8 stages) 0.938; 128 x 128 tiles with 6 stages 0.824. With 4 stages, the same kernel
+// with the copies stopped after the first ring (products only) took 0.419 ms and with the
+// products left out (copies only) 0.514: moving data from L2, not the tensor cores, held it back.
+// Why 3 stages move it faster than 4, and why multicast copies ran slower (copies only, 0.725
+// ms), is not yet explained.
+#include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cuda/matmul/common.cuh"
+#include "kernels/cuda/matmul/matmul.cuh"
+#include "kernels/cuda/matmul/tensor_core.cuh"
+
+// wgmma and setmaxnreg exist only in the arch-specific target sm_90a. The other device passes of
+// this file (sm_90 from CMAKE_CUDA_ARCHITECTURES) compile the kernel to a trap, never launched.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KILN_WGMMA 1
+#endif
+
+namespace kiln::cuda::matmul {
+namespace {
+
+// The block tile is BM x BN, the two consumer warpgroups owning 64 rows each; slices of BK floats
+// of k go through a ring of STAGES stages. Shared memory: STAGES x (A tile BM x BK, B tile
+// BN x BK), then the mbarriers, full[STAGES] and empty[STAGES].
+constexpr int BM = 128, BN = 256;
+constexpr int BK = 32;        // floats of k per stage: rows of 128 bytes, the 128-byte swizzle's width
+constexpr int STAGES = 3;
+constexpr int THREADS = 384;  // warpgroup 0 produces, 1 and 2 consume
+constexpr int A_BYTES = BM * BK * 4, B_BYTES = BN * BK * 4, STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr int BARRIERS = STAGES * STAGE_BYTES;
+// + 1024: the base is rounded up to 1024 bytes, the swizzle's period (8 rows of 128 bytes).
+constexpr int SMEM_BYTES = BARRIERS + 2 * STAGES * 8 + 1024;
+static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "every tile starts on a swizzle period");
+
+// What the kernel needs besides the two tensor maps. The operands' batch strides live in the maps;
+// an operand broadcast over the batch has a map of one matrix.
+struct WgmmaArgs {
+  float* c;
+  int64_t m, n;
+  int slices;  // ceil(k / BK)
+  int64_t tiles_m, tiles_n;
+  bool broadcast_a, broadcast_b, vec_c;
+};
+
+#ifdef KILN_WGMMA
+__device__ inline uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// ---- mbarriers: an arrival count and a byte count (tx) per phase; waiters name the phase parity ----
+__device__ inline void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+// The producer's arrival, announcing `bytes` still to come from the copy engine.
+__device__ inline void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ inline void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+}
+
+// ---- TMA: the box at (k0, row0, z) of a 3-D tensor map into shared memory, completing on `bar` ----
+__device__ inline void tma_load(void* dst, const CUtensorMap* map, int k0, int row0, int z, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(z), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// ---- wgmma ----
+// Shared-memory matrix descriptor of a K-major tile of rows of 128 bytes, 128-byte swizzle:
+// start address >> 4 (bits 0-13), leading byte offset (unused with this swizzle: 1), stride byte
+// offset 1024 >> 4 between groups of 8 rows (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63).
+// Adding 2 moves the start by 32 bytes: the next 8 floats of k.
+__device__ inline uint64_t smem_descriptor(uint32_t addr) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{1} << 16 | uint64_t{1024 >> 4} << 32 | uint64_t{1} << 62;
+}
+__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ inline void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Tells the compiler that the accumulators may change under it (the tensor cores write them
+// asynchronously), so that no read of them moves across a wait.
+template <int R>
+__device__ inline void fence_accumulators(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define KILN_D8(i)                                                                                       \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+// d += A * B for a 64 x 256 x 8 product: A (64 x 8) and B (256 x 8) K-major in shared memory, d
+// the warpgroup's 64 x 256 accumulators (128 per thread, laid out as 32 mma.sync 16 x 8 tiles side
+// by side, warp w holding rows 16w .. 16w + 15: store_mma_tiles' layout).
+__device__ inline void wgmma_64x256x8(float (&d)[128], uint64_t a, uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, 1, 1, 1;\n"
+      : KILN_D8(0), KILN_D8(8), KILN_D8(16), KILN_D8(24), KILN_D8(32), KILN_D8(40), KILN_D8(48), KILN_D8(56),
+        KILN_D8(64), KILN_D8(72), KILN_D8(80), KILN_D8(88), KILN_D8(96), KILN_D8(104), KILN_D8(112), KILN_D8(120)
+      : "l"(a), "l"(b));
+}
+#undef KILN_D8
+
+// Moves registers from the producer warpgroup, which needs few, to the consumers, which hold the
+// accumulators: the block starts with 168 per thread (65536 / 384, its cap under
+// __launch_bounds__(384, 1)); the producer drops to 40 and the consumers rise to 232
+// (128 x 40 + 256 x 232 <= 65536).
+template <int N>
+__device__ inline void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ inline void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+#endif  // KILN_WGMMA
+
+// One block per BM x BN tile of C (grid: blocks in a line, the batch entries one after another).
+__global__ void __launch_bounds__(THREADS, 1)
+    tf32_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                      const WgmmaArgs args) {
+#ifdef KILN_WGMMA
+  constexpr int CONSUMER_WARPS = 8;
+  constexpr int64_t GROUP_M = 16;  // block tiles walk 16 rows of tiles before moving along n
+  extern __shared__ __align__(1024) uint8_t smem_tf32_wgmma[];
+  // The swizzle repeats every 1024 bytes, and the descriptors take tiles to start on a period.
+  uint8_t* smem = smem_tf32_wgmma + ((1024 - smem_u32(smem_tf32_wgmma) % 1024) % 1024);
+  auto* full = reinterpret_cast<uint64_t*>(smem + BARRIERS);
+  uint64_t* empty = full + STAGES;
+
+  // Which tile: blocks go in groups of GROUP_M tile rows, down each column of the group before
+  // the next, so that the blocks running at once share rows of A and columns of B in L2.
+  const int64_t per_entry = args.tiles_m * args.tiles_n, z = blockIdx.x / per_entry, r = blockIdx.x % per_entry;
+  const int64_t group = GROUP_M * args.tiles_n, first = r / group * GROUP_M;
+  const int64_t rows = std::min(args.tiles_m - first, GROUP_M);
+  const int64_t tile_m = first + r % group % rows, tile_n = r % group / rows;
+  const int za = args.broadcast_a ? 0 : static_cast<int>(z), zb = args.broadcast_b ? 0 : static_cast<int>(z);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);                // the producer's arrive.expect_tx
+      mbar_init(&empty[s], CONSUMER_WARPS);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+  }
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  if (warpgroup == 0) {
+    // Producer: one thread keeps the ring full. Slice s goes to stage s % STAGES once the
+    // consumers have released that stage's previous slice (s - STAGES).
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < args.slices; ++s) {
+        const int stage = s % STAGES;
+        if (s >= STAGES) mbar_wait(&empty[stage], (s / STAGES - 1) & 1);
+        uint8_t* st = smem + stage * STAGE_BYTES;
+        mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
+        tma_load(st, &map_a, s * BK, static_cast<int>(tile_m * BM), za, &full[stage]);
+        tma_load(st + A_BYTES, &map_b, s * BK, static_cast<int>(tile_n * BN), zb, &full[stage]);
+      }
+    }
+  } else {
+    // Consumers: warpgroup 1 multiplies rows 0-63 of the tile, warpgroup 2 rows 64-127.
+    setmaxnreg_inc<232>();
+    const int wg = warpgroup - 1, lane = static_cast<int>(threadIdx.x) % 32;
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0;
+    const uint32_t a0 = smem_u32(smem) + wg * 64 * BK * 4, b0 = smem_u32(smem) + A_BYTES;
+    for (int s = 0; s < args.slices; ++s) {
+      const int stage = s % STAGES;
+      mbar_wait(&full[stage], (s / STAGES) & 1);
+      const uint64_t da = smem_descriptor(a0 + stage * STAGE_BYTES);
+      const uint64_t db = smem_descriptor(b0 + stage * STAGE_BYTES);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 8; ++kk) wgmma_64x256x8(d, da + 2 * kk, db + 2 * kk);
+      wgmma_commit();
+      // Keep this slice's products in flight; the previous slice's are done after this wait,
+      // and its stage goes back to the producer.
+      wgmma_wait<1>();
+      if (s > 0 && lane == 0) mbar_arrive(&empty[(s - 1) % STAGES]);
+    }
+    wgmma_wait<0>();
+    fence_accumulators(d);
+    // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
+    // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
+    // and alignment from an Args) writes them.
+    Args<float> out{nullptr, nullptr, args.c + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
+                    false, false, false, false, args.vec_c};
+    const int warp = static_cast<int>(threadIdx.x) / 32 % 4;
+    store_mma_tiles(out, reinterpret_cast<const float(&)[1][BN / 8][4]>(d), tile_m * BM, tile_n * BN,
+                    wg * 64 + warp * 16, 0, lane);
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+// out[z][x][p] = P(p, x): the operand as a K-major matrix with rows of ld_out floats, 32 x 32
+// tiles per block of 32 x 8 threads. A tile whose memory runs along x goes through shared memory,
+// so that the reads (along x) and the writes (along p) are both coalesced; one that runs along p
+// already (an operand packed only for its alignment) is copied row by row.
+__global__ void pack_k_major_kernel(Panel<float> P, int64_t batch_stride, float* out, int64_t ld_out,
+                                    int64_t tiles_x, int64_t tiles_k) {
+  __shared__ float tile[32][33];  // + 1: a column of the tile spans all 32 banks
+  const int64_t t = blockIdx.x, per_entry = tiles_x * tiles_k, z = t / per_entry;
+  const int64_t x0 = t % per_entry / tiles_k * 32, p0 = t % tiles_k * 32;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  P.data += z * batch_stride;
+  out += z * P.x * ld_out;
+  if (P.x_contiguous) {
+    for (int i = ty; i < 32; i += 8) tile[i][tx] = P.at(p0 + i, x0 + tx);
+    __syncthreads();
+    for (int i = ty; i < 32; i += 8)
+      if (x0 + i < P.x && p0 + tx < P.k) out[(x0 + i) * ld_out + p0 + tx] = tile[tx][i];
+  } else {
+    for (int i = ty; i < 32; i += 8)
+      if (x0 + i < P.x && p0 + tx < P.k) out[(x0 + i) * ld_out + p0 + tx] = P.get(p0 + tx, x0 + i);
+  }
+}
+
+// An operand as the kernel reads it: `batches` K-major matrices of `rows` x k, row stride ld.
+struct KMajor {
+  const float* data;
+  int64_t rows, ld, batch_stride, batches;
+};
+
+// Whether TMA can read an operand where it is: K-major, with a 16-byte aligned base and row stride,
+// and (when there are several matrices) a batch stride that is a whole number of rows past the
+// matrix before, as a tensor map's strides must be.
+bool in_place(bool k_major, const float* data, int64_t rows, int64_t ld, int64_t batch_stride, int64_t batches) {
+  const bool stacked = batches == 1 || (ld > 0 && batch_stride % ld == 0 && batch_stride >= rows * ld);
+  return k_major && stacked && aligned16(data, ld, batch_stride);
+}
+
+// Floats of workspace an operand needs when it must be packed: rows of k rounded up to 4 floats.
+int64_t packed_floats(int64_t rows, int64_t k, int64_t batches) { return batches * rows * ((k + 3) / 4 * 4); }
+
+// The operand, packed into `workspace` by pack_k_major_kernel unless it can be read in place.
+KMajor k_major(const Panel<float>& P, int64_t batch_stride, int64_t batches, float* workspace, cudaStream_t stream) {
+  if (in_place(!P.x_contiguous, P.data, P.x, P.ld, batch_stride, batches))
+    return {P.data, P.x, P.ld, batch_stride, batches};
+  const int64_t ld = (P.k + 3) / 4 * 4, tiles_x = (P.x + 31) / 32, tiles_k = (P.k + 31) / 32;
+  const int64_t blocks = batches * tiles_x * tiles_k;
+  KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: operand too large to pack");
+  pack_k_major_kernel<<<static_cast<unsigned>(blocks), dim3(32, 8), 0, stream>>>(P, batch_stride, workspace, ld,
+                                                                                 tiles_x, tiles_k);
+  KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma pack");
+  return {workspace, P.x, ld, P.x * ld, batches};
+}
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const auto fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    KILN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    KILN_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr, Error,
+               "cuda matmul 13_tf32_wgmma: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// The 3-D tensor map (k, rows, batch) of a K-major operand, read in boxes of BK x box_rows with
+// the 128-byte swizzle; reads outside the tensor return zeros.
+CUtensorMap tensor_map(const KMajor& op, int64_t k, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(op.rows),
+                              static_cast<cuuint64_t>(op.batches)};
+  const int64_t batch_stride = op.batches > 1 ? op.batch_stride : op.rows * op.ld;
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(op.ld) * 4, static_cast<cuuint64_t>(batch_stride) * 4};
+  const cuuint32_t box[3] = {BK, static_cast<cuuint32_t>(box_rows), 1}, unit[3] = {1, 1, 1};
+  const CUresult res = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(op.data), dims,
+                                      strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  KILN_CHECK(res == CUDA_SUCCESS, Error, "cuda matmul 13_tf32_wgmma: cuTensorMapEncodeTiled failed (", res, ")");
+  return map;
+}
+
+void launch_wgmma(const MatmulParams& p, const KMajor& a, const KMajor& b, float* c, cudaStream_t stream) {
+  const int64_t tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN, blocks = tiles_m * tiles_n * p.batch;
+  KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: ", p.batch, " x ", p.m, " x ", p.n,
+             " is too large a product for one launch");
+  const CUtensorMap map_a = tensor_map(a, p.k, BM), map_b = tensor_map(b, p.k, BN);
+  const WgmmaArgs args{c, p.m, p.n, static_cast<int>((p.k + BK - 1) / BK), tiles_m, tiles_n,
+                       a.batches == 1, b.batches == 1, aligned16(c, p.n, p.m * p.n)};
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(tf32_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+  tf32_wgmma_kernel<<<static_cast<unsigned>(blocks), THREADS, SMEM_BYTES, stream>>>(map_a, map_b, args);
+  KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma");
+}
+
+// The panels' batch counts: a broadcast operand (batch stride 0) is one matrix.
+int64_t batches_of(const MatmulParams& p, int64_t batch_stride) { return batch_stride == 0 ? 1 : p.batch; }
+
+}  // namespace
+
+void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, void* workspace,
+                    cudaStream_t stream) {
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
+  if (p.k == 0) {  // a tensor map has no empty extents; the product is zero
+    KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(p.batch * p.m * p.n) * sizeof(float), stream));
+    return;
+  }
+  const Panel<float> pa{a, p.lda, p.k, p.m, p.trans_a}, pb{b, p.ldb, p.k, p.n, !p.trans_b};
+  const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
+  auto* ws = static_cast<float*>(workspace);
+  const KMajor ka = k_major(pa, p.batch_stride_a, batches_a, ws, stream);
+  if (ka.data != a) ws += packed_floats(p.m, p.k, batches_a);
+  const KMajor kb = k_major(pb, p.batch_stride_b, batches_b, ws, stream);
+  launch_wgmma(p, ka, kb, c, stream);
+}
+
+bool tf32_wgmma_applies(const MatmulParams& p, int device) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> cache[kDevices];  // 0: not asked yet, 1: not an sm_90, 2: an sm_90
+  const bool cached = device >= 0 && device < kDevices;
+  int known = cached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (known == 0) {
+    int major = 0, minor = 0;
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    known = major == 9 && minor == 0 ? 2 : 1;
+    if (cached) cache[device].store(known, std::memory_order_relaxed);
+  }
+  // Tensor-map coordinates are 32-bit.
+  return known == 2 && std::max({p.m, p.n, p.k}) < (int64_t{1} << 31) - 256;
+}
+
+size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b) {
+  const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
+  int64_t floats = 0;
+  if (!in_place(!p.trans_a, a, p.m, p.lda, p.batch_stride_a, batches_a)) floats += packed_floats(p.m, p.k, batches_a);
+  if (!in_place(p.trans_b, b, p.n, p.ldb, p.batch_stride_b, batches_b)) floats += packed_floats(p.n, p.k, batches_b);
+  return static_cast<size_t>(floats) * sizeof(float);
+}
+
+void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  if (!tf32_wgmma_applies(p, device)) return tf32_ldmatrix(p, a, b, c, stream);
+  const size_t bytes = tf32_wgmma_workspace(p, a, b);
+  void* workspace = nullptr;
+  if (bytes > 0) KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  tf32_wgmma_run(p, a, b, c, workspace, stream);
+  if (workspace) KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+}
+
+}  // namespace kiln::cuda::matmul
