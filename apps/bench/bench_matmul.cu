@@ -78,7 +78,10 @@ void bench_matmul(Bench& bench) {
   const std::vector<Mnk> shapes = bench.quick()
                                       ? std::vector<Mnk>{{4096, 4096, 4096}, {64, 128, 784},
                                                          {64, 128, 9216, false, true}}
-                                      : std::vector<Mnk>{{4096, 4096, 4096}, {2048, 2048, 2048}, {1024, 1024, 1024},
+                                      : std::vector<Mnk>{{4096, 4096, 4096},
+                                                         // B^T: the layout 13 reads in place, with no transposing pass
+                                                         {4096, 4096, 4096, false, true},
+                                                         {2048, 2048, 2048}, {1024, 1024, 1024},
                                                          {64, 128, 784}, {64, 10, 128}, {784, 128, 64},
                                                          // the MNIST CNN's fc1 (9216 -> 128) at batch 64
                                                          {64, 128, 9216, false, true}, {64, 9216, 128},
