@@ -48,10 +48,15 @@
 //     16-byte aligned for cp.async and k >= 256, else 07. At 4096^3 12 ran 1.41x faster than 07
 //     (2.56 ms against 3.60), at 1024^3 1.49x; at k = 64 or 128 the two are even (H100, kernel-
 //     bench, 2026-11-22), so short products keep the exact-order f32 of 07.
-//   - T >= SMs / 4, allow_tf32: 11 on 128 x 256 tiles when they fill the GPU twice (2 x SMs
-//     tiles), else 11 on 128 x 128 tiles; 08 when the operands are not aligned for cp.async.
-//     (1024^3 has 64 tiles on 132 SMs and the big tiles still ran 3x faster than 03, so they pay
-//     well before they fill every SM.)
+//   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13 when its 128 x 256 tiles number
+//     at least SMs / 2 (2048^2 outputs and up): at 4096^3 it took 0.607 ms where 11 took 0.817
+//     and 11_128x128 0.780, at 2048^3 B^T 0.074 where they took 0.112 and 0.118, and its 4-stage
+//     first form already led at 2048^3 (0.098 against 0.111 and 0.103), but not at 1024^3 (32
+//     tiles: 0.040 against 11_128x128's 0.035) (H100, standalone timings of the kernels,
+//     2026-11-22; 13's header). Elsewhere 11 on 128 x 256 tiles when they fill the GPU twice
+//     (2 x SMs tiles), else 11 on 128 x 128 tiles; 08 when the operands are not aligned for
+//     cp.async. (1024^3 has 64 tiles on 132 SMs and the big tiles still ran 3x faster than 03,
+//     so they pay well before they fill every SM.)
 //   - else, one batch entry and a split into S >= 4 chunks (split_k_splits: about two blocks per
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
@@ -122,6 +127,14 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     // 11 and 12 fall back to 08 and 07 themselves where cp.async cannot read the operands.
     if (allow_tf32()) {
       const int64_t wide_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 255) / 256);
+      if (wide_tiles >= sms / 2 && matmul::tf32_wgmma_applies(p, device_)) {
+        // Freed right after queuing, as split-K's below.
+        const size_t bytes = matmul::tf32_wgmma_workspace(p, A, B);
+        void* workspace = bytes > 0 ? allocate(bytes) : nullptr;
+        matmul::tf32_wgmma_run(p, A, B, C, workspace, stream_);
+        if (workspace) deallocate(workspace);
+        return;
+      }
       return wide_tiles >= 2 * sms ? matmul::tf32_ldmatrix(p, A, B, C, stream_)
                                    : matmul::tf32_ldmatrix_128x128(p, A, B, C, stream_);
     }

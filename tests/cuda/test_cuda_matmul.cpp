@@ -329,10 +329,12 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
   check_close(out, matmul(a, b), 1e-6, 0, "12_3xtf32 with inf and NaN inputs");
 }
 
-TEST_CASE("the production path's large-product kernels (11 and 12) through kiln::matmul") {
+TEST_CASE("the production path's large-product kernels (11, 12 and 13) through kiln::matmul") {
   if (!have_cuda()) return;
-  // Shapes with enough 128 x 128 tiles for the big kernels: f32 takes 12 (k >= 256), TF32 takes
-  // 11 on 128 x 128 tiles, or on 128 x 256 tiles once those fill the GPU twice (4096 x 4096).
+  // Shapes with enough 128 x 128 tiles for the big kernels: f32 takes 12 (k >= 256); TF32 takes 13
+  // on an sm_90 GPU (768 x 4096 and 4096 x 4096 both have SMs / 2 tiles of 128 x 256 or more, and
+  // B runs along n: packed), elsewhere 11 on 128 x 128 tiles, or on 128 x 256 tiles once those
+  // fill the GPU twice (4096 x 4096).
   Tensor a = uniform({768, 300}, -1, 1), b = uniform({300, 768}, -1, 1);
   check_close(matmul(a.to(kCuda), b.to(kCuda)), matmul(a, b), 1e-5, 1e-5 * std::sqrt(300.0), "f32 768x768x300");
   check_close(matmul(a.to(kCuda), b.to(kCuda).t().contiguous().t()), matmul(a, b), 1e-5, 1e-5 * std::sqrt(300.0),
