@@ -61,6 +61,16 @@
 //   version 3 runs with no bias. Needs ph' >= 0 and pw' >= 0 (padding <= dilation*(kernel-1)).
 //   conv2: 0.113 ms (cuDNN 0.071); batch 512: 0.699 (cuDNN 0.257).
 // Backward input version 4: version 3 on forward version 4.
+// Forward version 6 (direct, few output channels): for O/G <= 16, where even a 16-column GEMM tile
+//   is mostly empty, one thread per output pixel computes all O/G outputs, the group's weights in
+//   shared memory as [C/G*KH*KW][kOut] so that a tap's weights are one broadcast read and each input
+//   value feeds kOut FMAs. Not used by the production forward (no layer of the bench has O/G <= 16).
+// Backward input version 6 (production for C/G <= 4 where version 3 applies): version 3's forward
+//   form on forward version 6, for the first layer's single input channel, where version 3's
+//   GEMM keeps 1 of 16 columns. conv1 batch 64: 0.047 ms against version 3's 0.050 and cuDNN's
+//   0.035; batch 512: 0.178 against 0.324 and 0.074 (H100 80GB HBM3, 2026-11-22, kernel-bench).
+//   Far from what its traffic allows (5.5 MB of grad_y): only 196 blocks of 256 threads at batch
+//   64, and each thread walks its 288 taps in order.
 // Backward weight version 1 (implicit GEMM, split-K): K = N_img*OH*OW is long and
 //   M x N small (conv2 of MNIST: 64 x 288, K = 36864 at batch 64), so the block tiles alone would
 //   leave most SMs idle. K is split into S ranges; block (tile, s) writes its partial tile to a
@@ -166,6 +176,51 @@ __global__ void forward_direct_kernel(const T* x, const T* w, const T* bias, T* 
       }
     }
     y[i] = bias ? acc + bias[o] : acc;
+  }
+}
+
+// ---- forward, version 6: direct, few output channels ----
+//
+// One thread per output pixel (and group) computes all of its O/G <= kOut outputs: each input
+// value it reads feeds kOut FMAs, with the group's weights in shared memory, transposed to
+// [C/G*KH*KW][kOut] (zeros past O/G) so that the kOut weights of a tap are one broadcast read.
+// blockIdx.y is the group.
+template <class T, int kOut>
+__global__ void forward_few_outputs_kernel(const T* x, const T* w, const T* bias, T* y, Dims d, int64_t pixels) {
+  extern __shared__ __align__(16) unsigned char smem_few_outputs[];
+  T* ws = reinterpret_cast<T*>(smem_few_outputs);
+  const int64_t g = blockIdx.y, K = d.cg * d.khkw;
+  for (int64_t i = threadIdx.x; i < K * kOut; i += blockDim.x) {
+    const int64_t k = i / kOut, o = i % kOut;
+    ws[i] = o < d.og ? w[(g * d.og + o) * K + k] : T(0);
+  }
+  __syncthreads();
+  KILN_GRID_STRIDE(p, pixels) {
+    const int64_t img = p / d.ohw, r = p % d.ohw;
+    const int ih0 = static_cast<int>(r / d.ow) * d.sh - d.ph, iw0 = static_cast<int>(r % d.ow) * d.sw - d.pw;
+    const T* xg = x + (img * d.c + g * d.cg) * d.hw;
+    const int h = static_cast<int>(d.h), wd = static_cast<int>(d.w), kh = static_cast<int>(d.kh);
+    const int kw = static_cast<int>(d.kw);
+    T acc[kOut] = {};
+    const T* wk = ws;  // the taps in (c, ky, kx) order
+    for (int64_t c = 0; c < d.cg; ++c) {
+      const T* xc = xg + c * d.hw;
+      for (int ky = 0; ky < kh; ++ky) {
+        const int ih = ih0 + ky * d.dh;
+        const bool row_in = ih >= 0 && ih < h;
+        for (int kx = 0; kx < kw; ++kx, wk += kOut) {
+          const int iw = iw0 + kx * d.dw;
+          if (!row_in || iw < 0 || iw >= wd) continue;
+          const T v = xc[int64_t{ih} * wd + iw];
+#pragma unroll
+          for (int o = 0; o < kOut; ++o) acc[o] += v * wk[o];
+        }
+      }
+    }
+    T* yp = y + (img * d.o + g * d.og) * d.ohw + r;
+#pragma unroll
+    for (int o = 0; o < kOut; ++o)
+      if (o < d.og) yp[o * d.ohw] = bias ? acc[o] + bias[g * d.og + o] : acc[o];
   }
 }
 
@@ -972,6 +1027,34 @@ void forward_tc(const ForwardProblem<T>& p, int64_t groups, TensorMath math, cud
   forward_gemm<T, true>(p, groups, stream, op);
 }
 
+// Forward version 6 at the kOut that covers O/G (1, 2, 4, 8 or 16); false when it does not apply:
+// O/G > 16, or the group's weights would not fit 48 KB of shared memory.
+constexpr int64_t kFewOutputsMax = 16;
+template <class T>
+bool forward_few(const ForwardProblem<T>& p, int64_t groups, cudaStream_t stream, const char* op) {
+  const Dims& d = p.d;
+  if (d.og > kFewOutputsMax) return false;
+  const int k_out = d.og <= 1 ? 1 : d.og <= 2 ? 2 : d.og <= 4 ? 4 : d.og <= 8 ? 8 : 16;
+  const int64_t bytes = p.K * k_out * static_cast<int64_t>(sizeof(T));
+  if (bytes > 48 * 1024) return false;
+  const int64_t pixels = d.n * d.ohw;
+  if (pixels == 0 || d.og == 0) return true;
+  KILN_CHECK(groups <= 65535, ShapeError, "cuda ", op, ": too many groups for one launch (", groups, ")");
+  const dim3 grid(std::min<unsigned>(blocks_for(pixels), 8192u), static_cast<unsigned>(groups));
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, kThreads, static_cast<size_t>(bytes), stream>>>(p.x, p.w, p.bias, p.y, d, pixels);
+  };
+  switch (k_out) {
+    case 1: launch(forward_few_outputs_kernel<T, 1>); break;
+    case 2: launch(forward_few_outputs_kernel<T, 2>); break;
+    case 4: launch(forward_few_outputs_kernel<T, 4>); break;
+    case 8: launch(forward_few_outputs_kernel<T, 8>); break;
+    default: launch(forward_few_outputs_kernel<T, 16>); break;
+  }
+  KILN_CUDA_LAUNCH_CHECK(op);
+  return true;
+}
+
 // w' [C, O/G, KH, KW] from w [O, C/G, KH, KW]: w'[g*cg + c, o, kh, kw] = w[g*og + o, c, KH-1-kh, KW-1-kw].
 template <class T>
 __global__ void flip_weights_kernel(const T* w, T* wt, Dims d, int64_t total) {
@@ -1136,6 +1219,21 @@ void backward_weight_tensor_cores(const T* x, const T* grad_y, T* grad_w, T* wor
 }
 
 template <class T>
+void forward_few_outputs(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  const ForwardProblem<T> p{x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw};
+  if (!forward_few(p, g.groups, stream, "conv2d")) forward_gemm<T, true>(p, g.groups, stream, "conv2d");
+}
+
+template <class T>
+void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                                cudaStream_t stream) {
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream, [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+    if (!forward_few(p, groups, stream, op)) forward_gemm<T, true>(p, groups, stream, op);
+  });
+}
+
+template <class T>
 void forward_tensor_cores(const T* x, const T* w, const T* bias, T* y, const Geometry& g, TensorMath math,
                           cudaStream_t stream) {
   const Dims d = dims_of(g);
@@ -1159,7 +1257,9 @@ void forward_tensor_cores(const T* x, const T* w, const T* bias, T* y, const Geo
   template void backward_input_tensor_cores<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath,        \
                                                cudaStream_t);                                                  \
   template void backward_weight_tensor_cores<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath,       \
-                                                cudaStream_t);
+                                                cudaStream_t);                                                 \
+  template void forward_few_outputs<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);       \
+  template void backward_input_few_outputs<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
 #undef KILN_CONV2D_INSTANTIATE
@@ -1228,7 +1328,11 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
   visit_floating(grad_x.dtype, "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    if (conv2d::backward_input_as_forward_applies(g)) {
+    if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
+      Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
+      conv2d::backward_input_few_outputs<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p), g,
+                                            stream_);
+    } else if (conv2d::backward_input_as_forward_applies(g)) {
       Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
       conv2d::backward_input_tensor_cores<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p),
                                              g, tensor_math(), stream_);

@@ -91,6 +91,16 @@ template <class T>
 void backward_weight_tensor_cores(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
                                   TensorMath math, cudaStream_t stream);
 
+// Forward, version 6: direct, one thread per output pixel computing all O/G outputs, for O/G <= 16
+// (the group's weights in shared memory); else version 3.
+template <class T>
+void forward_few_outputs(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream);
+// Backward input, version 6: version 3's forward form on forward version 6 (same applicability and
+// workspace): for few input channels per group, such as a first layer's C = 1.
+template <class T>
+void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                                cudaStream_t stream);
+
 // What the production backward input picks where version 3 does not apply (else version 2).
 bool backward_input_uses_direct(const Geometry& g);
 

@@ -219,6 +219,18 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
       check_close(gw2, conv2d_backward_weight(x, gy, c.w, c.config), rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]),
                   "backward_weight_implicit_gemm_wide " + c.str());
 
+      Tensor y6 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+      cv::forward_few_outputs<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y6), g, stream);
+      check_close(y6, want, rtol, fwd_atol, "forward_few_outputs " + c.str());
+      if (cv::backward_input_as_forward_applies(g)) {
+        Tensor gx6 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+        Tensor wt = full({std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g))}, 7.0,
+                         TensorOptions(t).device(kCuda));
+        cv::backward_input_few_outputs<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx6), device_ptr<T>(wt),
+                                          g, stream);
+        check_close(gx6, want_gx, rtol, in_atol, "backward_input_few_outputs " + c.str());
+      }
+
       // The tensor-core versions, 3xTF32 (f32 tolerances) and TF32 (TF32's); f64 runs their SIMT versions.
       for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
         const bool tf32 = math == cv::TensorMath::tf32 && t == DType::f32;
