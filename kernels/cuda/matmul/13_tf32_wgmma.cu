@@ -34,10 +34,13 @@
 // or whose rows are not 16-byte aligned, is first copied K-major into a workspace by a
 // transposing kernel (pack_k_major_kernel), whose time is part of 13's.
 //
-// Measured (H100 80GB HBM3, driver 580.159.04, 2026-11-22; this kernel driven by a standalone
-// program, CUDA-event median of 15 x 5 calls after warm-up, random inputs; kernel-bench rows
-// not yet run): 4096^3 B^T 0.541 ms = 254 TFLOP/s, 66% of cuBLAS TF32 in the same run (0.357);
-// 4096^3 plain 0.607 ms = 226 TFLOP/s (59%; 0.069 ms of it the transposing pass, at 1.9 TB/s),
+// Measured by kernel-bench (H100 80GB HBM3, driver 580.159.04, 2026-11-22, the rows in
+// kernels/README.md): 4096^3 plain 0.478 ms = 288 TFLOP/s, 76% of cuBLAS TF32 in the same run
+// (0.365 ms, 376 TFLOP/s), where 11 took 0.832; 4096^3 B^T 0.409 ms = 336 TFLOP/s, 95% of cuBLAS
+// TF32 (0.389). Earlier the same day, while it was written (the kernel before a clean-up of the
+// options below, driven by a standalone program: CUDA-event median of 15 x 5 calls after
+// warm-up; why its times ran longer than kernel-bench's is not yet explained): 4096^3 B^T
+// 0.541 ms = 254 TFLOP/s, 66% of cuBLAS TF32 in the same run (0.357); 4096^3 plain 0.607 ms = 226 TFLOP/s (59%; 0.069 ms of it the transposing pass, at 1.9 TB/s),
 // where 11 took 0.817 (11_128x128 0.780); 8192^3 B^T 253 TFLOP/s, 2048^3 B^T 232, 1024^3 B^T 66
 // (32 tiles for 132 SMs). Error: max |C - C_fp32| / max |C_fp32| = 6.3e-4 (B^T) and 6.9e-4 (plain)
 // at 4096^3 against cuBLAS FP32, as 11's (cuBLAS TF32, which rounds its inputs: 2.4e-4, 2.5e-4).
