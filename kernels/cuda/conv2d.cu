@@ -715,13 +715,15 @@ struct GatherTileLoader {
     for (int r = 0; r < (KC ? LOADS : 1); ++r) x_taps[r] = x_tap(x0 + xi0 + r * (NT / BK));
   }
 
-  // The tile of k positions [p0, p0 + BK) of the block's range into S.
+  // The tile of k positions [p0, p0 + BK) of the block's range into S. A KC thread's one k tap is
+  // read before the copies (cp.async's memory clobber would otherwise have it read again for each).
   __device__ void load(int64_t p0, float* S) const {
+    const Tap k0 = k_taps[p0 + ki0];
 #pragma unroll
     for (int r = 0; r < LOADS; ++r) {
       const int xi = KC ? xi0 + r * (NT / BK) : xi0, ki = KC ? ki0 : ki0 + r * (NT / BX);
       const Tap& x = x_taps[KC ? r : 0];
-      const Tap k = k_taps[p0 + ki];
+      const Tap k = KC || r == 0 ? k0 : k_taps[p0 + ki];
       const bool valid = inside(x, k, h, w);
       cp_async4(S + T::at(ki, xi), valid ? data + x.off + k.off : data, valid);
     }
