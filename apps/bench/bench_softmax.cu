@@ -1,7 +1,9 @@
 // kernel-bench --only softmax: the memory-bound kernels against the device's copy bandwidth.
 //   softmax forward (f32): every version of kernels/cuda/softmax.cuh and the production path, on
-//     [4096, 32768] (long rows), [8192, 1024] (the warp/block boundary), [65536, 10] (MNIST's
-//     logits: many short rows), and [64, 1024, 256] over the middle axis (the column version);
+//     [4096, 32768] (long rows), [8192, 1024] (the warp/block boundary), [32768, 256] (rows a
+//     warp holds), [65536, 10] (MNIST's logits: many short rows), and over the middle axis
+//     [64, 1024, 256] (a softmax over 1024 channels of an NCHW tensor) and [32, 21, 16384]
+//     (few channels, e.g. 21 classes of a segmentation map, over 128 x 128 pixels);
 //   cross-entropy forward and backward (f32), every version, on [65536, 10] and [8192, 32000];
 //   sum reductions through CudaBackend::reduce over the last axis of [8192, 8192], and over the
 //     middle axis of [64, 4096, 256] through reduce.cuh's versions 3 and 4 and CudaBackend.
@@ -123,8 +125,19 @@ void bench_softmax_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) 
     if (n <= v::kSubWarpRowMax)
       versions.push_back({"5 rows per warp (lane groups)", [&] { v::rows_per_warp(x, out, outer, n, false, stream); }});
     versions.push_back({"6 block per row, row in registers", [&] { v::row_in_registers(x, out, outer, n, false, stream); }});
+    if (n > v::kSubWarpRowMax && n <= 4096) {  // version 7 holds rows up to 4096 f32 (4 warps of 8 packs a lane)
+      versions.push_back({"7 warp per row, row in registers", [&] { v::warps_per_row(x, out, outer, n, false, 1, stream); }});
+      versions.push_back({"7 2 warps per row, row in registers", [&] { v::warps_per_row(x, out, outer, n, false, 2, stream); }});
+      versions.push_back({"7 4 warps per row, row in registers", [&] { v::warps_per_row(x, out, outer, n, false, 4, stream); }});
+    }
   }
   versions.push_back({"4 columns", [&] { v::columns(x, out, outer, n, inner, false, stream); }});
+  if (inner > 1) {
+    versions.push_back({"8 column packs, two passes", [&] { v::column_packs(x, out, outer, n, inner, false, stream); }});
+    versions.push_back({"9 column tile on chip, 4 lanes", [&] { v::column_tiles(x, out, outer, n, inner, false, 4, stream); }});
+    versions.push_back({"9 column tile on chip, 8 lanes", [&] { v::column_tiles(x, out, outer, n, inner, false, 8, stream); }});
+    versions.push_back({"9 column tile on chip, 16 lanes", [&] { v::column_tiles(x, out, outer, n, inner, false, 16, stream); }});
+  }
   versions.push_back({"production (CudaBackend)", [&] { cuda::backend(0).softmax(in, result, false); }});
 
   std::mt19937 rng(3);
@@ -297,8 +310,10 @@ void bench_softmax(Bench& bench) {
   const bool quick = bench.quick();
   bench_softmax_shape(bench, quick ? 1024 : 4096, 32768, 1);
   bench_softmax_shape(bench, 8192, 1024, 1);
+  bench_softmax_shape(bench, 32768, 256, 1);
   bench_softmax_shape(bench, 65536, 10, 1);
   bench_softmax_shape(bench, quick ? 16 : 64, 1024, 256);
+  bench_softmax_shape(bench, quick ? 8 : 32, 21, 16384);
   bench_cross_entropy_shape(bench, 65536, 10);
   bench_cross_entropy_shape(bench, quick ? 1024 : 8192, 32000);
   bench_reduce_shape(bench, quick ? 2048 : 8192, 8192, 1);

@@ -34,6 +34,38 @@
 //   then the write: two passes of
 //   memory traffic instead of version 3's three (version 3 at [4096, 32768]: 0.548 ms, 65% of
 //   copy, same run). Rows that do not fit go to version 3.
+// version 7 (warps per row, the row in registers; 32 < n <= 4096 f32): version 6 gives each row
+//   of [8192, 1024] a block of 256 threads with one 16-byte pack each: a block's loads stop while
+//   its two barriers combine the row, and each block launched moves only 4 KB (0.0407 ms, 55% of
+//   copy; version 2, warp per row with 4-byte loads and two passes, 33%: H100 80GB HBM3,
+//   2026-11-22, kernel-bench --only softmax). Here G = 1, 2 or 4 warps own a row and a block of
+//   256 threads takes 8 / G rows; each lane loads all its packs (up to 8: 128 bytes in flight per
+//   thread) before using any and keeps them, and the arithmetic is version 6's. One warp needs
+//   only shuffles; G > 1 adds one barrier a row (the warps' states alternate between two scratch
+//   rows). Rows longer than 4 warps of 8 packs go to version 6. Not yet measured: the session that
+//   wrote it had no device time left; its rows in kernel-bench are "7 warp per row ..." (1, 2
+//   and 4 warps).
+// version 8 (column packs, two passes; inner > 1, any n): version 4 runs outer * inner threads,
+//   each walking its column with one 4-byte load in flight (on [64, 1024, 256]: 0.916 ms, 5% of
+//   copy, same run as above). Here a block of 256 threads owns a tile of 8 lanes x 16 bytes of
+//   neighbouring columns of one outer index (so a warp reads 4 rows of 128 contiguous bytes) and
+//   its 32 rows of threads split the reduced axis; each thread keeps one online state per column,
+//   4 packs in flight, taking the step's max first and then one exp per element (cross_entropy.cu's
+//   unrolled forward); the states meet through shuffles and shared memory, in a fixed order. A
+//   second pass reads the tile again and writes it: two reads and one write, so at best 2/3 of
+//   the copy bandwidth in the bench's bytes, unless the second read still finds the tile in L2.
+//   Not yet measured (row "8 column packs, two passes").
+// version 9 (column tile on chip; inner > 1): version 8's tile, held on chip so that x is read
+//   once: 512 threads, `lanes` of them across inner (4 in production: 64 bytes of a row), the rest
+//   along n; each thread keeps 8 packs in registers (4 in f64) and the rest of its part of the
+//   column in shared memory, copied there by cp.async. On [64, 1024, 256] with 4 lanes the tile
+//   (16 columns x 1024 rows, 64 KB) is all in registers, two tiles share an SM, and one tile's
+//   loads run while the other combines and writes; 8 lanes hold half of it in shared memory, 16
+//   lanes three quarters (one tile per SM). Short columns trade row threads for lanes (21 rows:
+//   32 lanes x 4 row threads). Then version 6's arithmetic per column. Columns too long for a
+//   block's shared memory go to version 8 (at 4 lanes on an H100: n > 4608 f32, 4096 f64).
+//   ptxas -v: 64 registers and 8 bytes of spill for f32 packs at 8 packs a thread (no spill in
+//   f64 or with 1-element packs). Not yet measured (rows "9 column tile on chip, 4/8/16 lanes").
 // Production (`best`): version 4 when inner > 1, else version 5 for n <= 32, version 2 below
 // n = 512, version 6 from there (version 3 where the row does not fit in registers).
 // Figures: kernels/README.md, from kernel-bench.
@@ -45,6 +77,8 @@
 //
 // Special values, as on the CPU: a NaN anywhere in a slice, or a max of +-inf (a row of -inf,
 // or a +inf), gives NaN for the whole slice; a -inf among finite values gives 0 (log: -inf).
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -211,6 +245,285 @@ __global__ void __launch_bounds__(1024) row_in_registers_kernel(const T* x, T* o
   }
 }
 
+// Version 7: G warps per row, the row in registers: each lane holds P packs of V elements
+// (pack j of the row at lane j % (32 G), slot j / (32 G)). A block of kThreads threads takes
+// kThreads / (32 G) neighbouring rows. The row's numbers are those of version 6: the thread's
+// max, its exps kept, one combine, one multiply per element.
+template <class T, int V, int P, int G>
+__global__ void __launch_bounds__(kThreads) warps_per_row_kernel(const T* x, T* out, int64_t rows, int64_t n, bool log) {
+  constexpr int kWarps = kThreads / 32, kRows = kWarps / G, kGroup = 32 * G;
+  // one state per warp; a group's warps meet here when G > 1 (two copies: one barrier a row)
+  __shared__ MaxSum<T> scratch[2][kWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = warp / G, t = threadIdx.x % kGroup;
+  const int64_t packs = n / V;
+  int parity = 0;
+  // the loop's trip count is the same for every thread of the block, so its barrier is safe;
+  // a group past the last row carries an empty state and writes nothing
+  for (int64_t base = int64_t{blockIdx.x} * kRows; base < rows; base += int64_t{gridDim.x} * kRows, parity ^= 1) {
+    const int64_t r = base + group;
+    const bool live = r < rows;
+    const auto* row = reinterpret_cast<const Pack<T, V>*>(x + (live ? r : 0) * n);
+    auto* o = reinterpret_cast<Pack<T, V>*>(out + (live ? r : 0) * n);
+    auto has = [&](int i) { return live && t + i * kGroup < packs; };
+    // every load is issued before the first use
+    Pack<T, V> p[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (has(i)) p[i] = row[t + i * kGroup];
+    T m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (has(i))
+#pragma unroll
+        for (int e = 0; e < V; ++e) m = nan_max(m, p[i].v[e]);
+    T sum = 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (has(i))
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const T ex = shifted_exp(p[i].v[e], m);
+          sum += ex;
+          if (!log) p[i].v[e] = ex;
+        }
+    MaxSum<T> a = warp_combine(MaxSum<T>{m, sum});
+    if constexpr (G > 1) {
+      // scratch[parity] is written again two rows on, after the next row's barrier, which no
+      // thread passes before every thread has read it here
+      if (lane == 0) scratch[parity][warp] = a;
+      __syncthreads();
+      a = scratch[parity][group * G];
+#pragma unroll
+      for (int w = 1; w < G; ++w) a = combine(a, scratch[parity][group * G + w]);
+    }
+    a = finish(a);
+    const T log_s = log_of(a.s);
+    const T scale = exp_of(m - a.m) / a.s;  // as in version 6
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (has(i)) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) p[i].v[e] = log ? p[i].v[e] - a.m - log_s : p[i].v[e] * scale;
+        o[t + i * kGroup] = p[i];
+      }
+  }
+}
+
+// ---- the middle axis in column tiles (versions 8 and 9) ----
+// A block of (L, R) threads owns a tile of L packs of V neighbouring columns of one outer index:
+// thread (tx, ty) the pack at column c = tile start + tx * V, and rows ty, ty + R, ... of it.
+// threadIdx.x + L * threadIdx.y numbers the threads, so a warp holds 32 / L rows of the tile
+// (L * 16 contiguous bytes each), and the lanes of one column are L apart in the warp.
+constexpr int kColumnThreads = 512;
+
+// The states of a tile's R row threads combined, per column: shuffles within each warp, then the
+// warps through `scratch` (warps * L * V states, in dynamic shared memory), in the same order in
+// every thread, so that all threads of a column hold the same bits. Two barriers: one before
+// scratch is written (the last tile's readers are done), one before it is read.
+template <class T, int V>
+__device__ inline void column_combine(MaxSum<T> (&a)[V], MaxSum<T>* scratch) {
+  const int lanes = blockDim.x, tx = threadIdx.x;
+  const int linear = tx + lanes * threadIdx.y, lane = linear % 32, warp = linear / 32;
+  const int warps = lanes * blockDim.y / 32;
+  for (int offset = lanes; offset < 32; offset *= 2)
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      MaxSum<T> b;
+      b.m = __shfl_xor_sync(0xffffffffu, a[e].m, offset);
+      b.s = __shfl_xor_sync(0xffffffffu, a[e].s, offset);
+      a[e] = combine(a[e], b);
+    }
+  __syncthreads();
+  if (lane < lanes)  // the warp's first row of threads: lane == tx
+#pragma unroll
+    for (int e = 0; e < V; ++e) scratch[(warp * lanes + tx) * V + e] = a[e];
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    a[e] = scratch[tx * V + e];
+    for (int w = 1; w < warps; ++w) a[e] = combine(a[e], scratch[(w * lanes + tx) * V + e]);
+    a[e] = finish(a[e]);
+  }
+}
+
+// Where a tile-walking block's thread is: its column's first element (of row 0) in x, and
+// whether the column exists (inner % V == 0: a pack is all in or all out).
+struct ColumnAt {
+  int64_t offset;
+  bool live;
+};
+template <int V>
+__device__ inline ColumnAt column_at(int64_t tile, int64_t n, int64_t inner) {
+  const int64_t width = int64_t{blockDim.x} * V, tiles_per_outer = (inner + width - 1) / width;
+  const int64_t o = tile / tiles_per_outer, c = (tile % tiles_per_outer) * width + threadIdx.x * V;
+  return {c < inner ? o * n * inner + c : 0, c < inner};
+}
+
+__device__ inline float max_of(float a, float b) { return fmaxf(a, b); }
+__device__ inline double max_of(double a, double b) { return fmax(a, b); }
+
+// Version 8: column tiles in two passes. The first keeps an online state per column, U packs
+// in flight per thread: each step takes the max of its U loads, rescales the running sum once and
+// adds U exps (cross_entropy.cu's unrolled forward, without add()'s branch per element). fmax
+// drops a NaN, but its exp makes the sum NaN, and finish() makes the sum NaN where the max is
+// infinite, so such a column is NaN, as on the CPU. The second pass reads the tile again and
+// writes it. Dynamic shared memory: the combine's scratch.
+constexpr int kColumnUnroll = 4;
+
+constexpr int kColumnPackThreads = 256, kColumnPackLanes = 8;  // 128 bytes of a row per warp row
+
+template <class T, int V>
+__global__ void __launch_bounds__(kColumnPackThreads)
+    column_packs_kernel(const T* x, T* out, int64_t tiles, int64_t n, int64_t inner, bool log) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  auto* scratch = reinterpret_cast<MaxSum<T>*>(shared_bytes);
+  constexpr int U = kColumnUnroll;
+  const int64_t rows = blockDim.y, ty = threadIdx.y;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const ColumnAt at = column_at<V>(tile, n, inner);
+    auto pack = [&](int64_t k) { return reinterpret_cast<const Pack<T, V>*>(x + at.offset + k * inner); };
+    T m[V], sum[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) m[e] = -INFINITY, sum[e] = 0;
+    if (at.live)
+      for (int64_t k0 = ty; k0 < n; k0 += rows * U) {
+        Pack<T, V> p[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (k0 + u * rows < n) p[u] = *pack(k0 + u * rows);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          T step = m[e];
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+            if (k0 + u * rows < n) step = max_of(step, p[u].v[e]);
+          sum[e] *= shifted_exp(m[e], step);
+          m[e] = step;
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+            if (k0 + u * rows < n) sum[e] += shifted_exp(p[u].v[e], step);
+        }
+      }
+    MaxSum<T> a[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) a[e] = MaxSum<T>{m[e], sum[e]};
+    column_combine<T, V>(a, scratch);
+    T log_s[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) log_s[e] = log_of(a[e].s);
+    if (at.live)
+      for (int64_t k0 = ty; k0 < n; k0 += rows * U) {
+        Pack<T, V> p[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (k0 + u * rows < n) p[u] = *pack(k0 + u * rows);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (k0 + u * rows < n) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) p[u].v[e] = normalised(p[u].v[e], a[e], log_s[e], log);
+            *reinterpret_cast<Pack<T, V>*>(out + at.offset + (k0 + u * rows) * inner) = p[u];
+          }
+      }
+  }
+}
+
+// Version 9: the column tile held on chip, so x is read once: P packs a thread in registers
+// (rows ty + i R, i < P), and q more in shared memory (rows ty + (P + i) R), copied there by
+// cp.async, which holds no register while in flight. Then version 6's arithmetic per column: the
+// thread's max, its exps kept in place, the combine, one multiply per element. Each thread reads
+// back only the shared slots it filled, so no barrier guards them. At 64 registers a thread (512
+// threads, P = 8 f32, 4 f64) two blocks share an SM: one tile's loads run while the other
+// combines and writes. Dynamic shared memory: the q slots of every thread, then the scratch.
+template <class T>
+constexpr int kColumnRegisterPacks = sizeof(T) == 8 ? 4 : 8;
+
+template <class T, int V, int P>
+__global__ void __launch_bounds__(kColumnThreads, 2)
+    column_tiles_kernel(const T* x, T* out, int64_t tiles, int64_t n, int64_t inner, int q, bool log) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const int threads = blockDim.x * blockDim.y, id = threadIdx.x + blockDim.x * threadIdx.y;
+  auto* stash = reinterpret_cast<Pack<T, V>*>(shared_bytes) + id;  // slot i at stash[i * threads]
+  auto* scratch = reinterpret_cast<MaxSum<T>*>(reinterpret_cast<Pack<T, V>*>(shared_bytes) + int64_t{q} * threads);
+  const int64_t rows = blockDim.y, ty = threadIdx.y;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const ColumnAt at = column_at<V>(tile, n, inner);
+    // the slots that hold a row of the tile: rows ty, ty + R, ... below n
+    const int held = at.live && ty < n ? static_cast<int>((n - 1 - ty) / rows + 1) : 0;
+    auto has = [&](int i) { return i < held; };
+    // slot i's pack: one base and one stride, so that no address is kept per slot
+    const int64_t first = at.offset + ty * inner, stride = rows * inner;
+    auto pack = [&](int i) { return reinterpret_cast<const Pack<T, V>*>(x + first + i * stride); };
+    for (int i = 0; i < q; ++i)
+      if (has(P + i)) __pipeline_memcpy_async(&stash[i * threads], pack(P + i), sizeof(Pack<T, V>));
+    __pipeline_commit();
+    Pack<T, V> p[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (has(i)) p[i] = *pack(i);
+    T m[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) m[e] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (has(i))
+#pragma unroll
+        for (int e = 0; e < V; ++e) m[e] = nan_max(m[e], p[i].v[e]);
+    __pipeline_wait_prior(0);
+    for (int i = 0; i < q; ++i)
+      if (has(P + i)) {
+        const Pack<T, V> w = stash[i * threads];
+#pragma unroll
+        for (int e = 0; e < V; ++e) m[e] = nan_max(m[e], w.v[e]);
+      }
+    // softmax keeps exp(v - m) in place of v (log_softmax needs v itself), as version 6
+    MaxSum<T> a[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) a[e] = MaxSum<T>{m[e], T(0)};
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (has(i))
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const T ex = shifted_exp(p[i].v[e], m[e]);
+          a[e].s += ex;
+          if (!log) p[i].v[e] = ex;
+        }
+    for (int i = 0; i < q; ++i)
+      if (has(P + i)) {
+        Pack<T, V> w = stash[i * threads];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const T ex = shifted_exp(w.v[e], m[e]);
+          a[e].s += ex;
+          if (!log) w.v[e] = ex;
+        }
+        stash[i * threads] = w;
+      }
+    // every thread has read its part of the tile before column_combine's barriers: out may alias x
+    column_combine<T, V>(a, scratch);
+    // softmax: e * c1 with c1 = exp(m - M) / S, as version 6; log_softmax: v - c1 - c2 with c1 = M,
+    // c2 = log S (subtracting M first keeps the digits of a result near 0 beside logits of 1e3)
+    T c1[V], c2[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      c1[e] = log ? a[e].m : exp_of(m[e] - a[e].m) / a[e].s;
+      c2[e] = log ? log_of(a[e].s) : T(0);
+    }
+    auto write = [&](int i, Pack<T, V> w) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) w.v[e] = log ? w.v[e] - c1[e] - c2[e] : w.v[e] * c1[e];
+      *reinterpret_cast<Pack<T, V>*>(out + first + i * stride) = w;
+    };
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (has(i)) write(i, p[i]);
+    for (int i = 0; i < q; ++i)
+      if (has(P + i)) write(P + i, stash[i * threads]);
+  }
+}
+
 // Version 4: a thread per (outer, inner) column of [outer, n, inner].
 template <class T>
 __global__ void columns_kernel(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log) {
@@ -231,6 +544,32 @@ const char* op_name(bool log) { return log ? "log_softmax" : "softmax"; }
 // Blocks for a kernel that takes one row per block (or per warp): a grid-stride loop covers the
 // rest, so the grid stays within what the device schedules at once many times over.
 unsigned row_blocks(int64_t units) { return static_cast<unsigned>(std::clamp<int64_t>(units, 1, int64_t{1} << 20)); }
+
+// Calls fn(std::integral_constant<int, value>{}) for the one of Options that equals value.
+template <int... Options, class Fn>
+void dispatch(int value, Fn&& fn) {
+  (void)((value == Options ? (fn(std::integral_constant<int, Options>{}), true) : false) || ...);
+}
+
+// The shape of a column-tile block of `threads` threads: `lanes` across inner (a power of two up
+// to 32, fewer where inner has fewer packs) and threads / lanes along n, each taking per_thread
+// rows at a time. Short columns trade row threads for lanes (a wider tile) while the row threads
+// still cover n, then drop the row threads they cannot use, keeping whole warps.
+dim3 column_block(int64_t n, int64_t inner, int v, int lanes, int per_thread, int threads) {
+  int max_lanes = 1;
+  while (max_lanes < 32 && int64_t{max_lanes} * v < inner) max_lanes *= 2;
+  int l = 1;
+  while (l < std::min(lanes, max_lanes)) l *= 2;
+  int r = threads / l;
+  while (l < max_lanes && int64_t{r / 2} * per_thread >= n) l *= 2, r /= 2;
+  while (l * r >= 64 && int64_t{r / 2} * per_thread >= n) r /= 2;
+  return dim3(static_cast<unsigned>(l), static_cast<unsigned>(r));
+}
+
+int64_t column_tile_count(int64_t outer, int64_t inner, const dim3& block, int v) {
+  const int64_t width = int64_t{block.x} * v;
+  return outer * ((inner + width - 1) / width);
+}
 
 }  // namespace
 
@@ -299,6 +638,68 @@ void row_in_registers(const T* x, T* out, int64_t rows, int64_t n, bool log, cud
 }
 
 template <class T>
+void warps_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, int warps, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  constexpr int v = 16 / sizeof(T);
+  const bool packed = packable<T>(n, x, out);
+  const int64_t packs = packed ? n / v : n;
+  // 1, 2 or 4 warps, more where 8 packs a lane do not hold the row; then the fewest packs a lane
+  int g = warps <= 1 ? 1 : warps <= 2 ? 2 : 4;
+  while (g < 4 && packs > int64_t{32} * g * 8) g *= 2;
+  if (packs > int64_t{32} * g * 8) return row_in_registers(x, out, rows, n, log, stream);
+  int p = 1;
+  while (int64_t{32} * g * p < packs) p *= 2;
+  dispatch<1, v>(packed ? v : 1, [&](auto pack) {
+    dispatch<1, 2, 4>(g, [&](auto group) {
+      dispatch<1, 2, 4, 8>(p, [&](auto per_lane) {
+        constexpr int vv = decltype(pack)::value, gg = decltype(group)::value, pp = decltype(per_lane)::value;
+        constexpr int64_t rows_per_block = kThreads / 32 / gg;
+        warps_per_row_kernel<T, vv, pp, gg><<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0,
+                                              stream>>>(x, out, rows, n, log);
+      });
+    });
+  });
+  KILN_CUDA_LAUNCH_CHECK(op_name(log));
+}
+
+template <class T>
+void column_packs(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream) {
+  if (outer * inner == 0 || n == 0) return;
+  constexpr int v = 16 / sizeof(T);
+  const int vv = packable<T>(inner, x, out) ? v : 1;
+  const dim3 block = column_block(n, inner, vv, kColumnPackLanes, kColumnUnroll, kColumnPackThreads);
+  const int64_t tiles = column_tile_count(outer, inner, block, vv);
+  const size_t bytes = block.x * block.y / 32 * block.x * vv * sizeof(MaxSum<T>);  // the combine's scratch
+  dispatch<1, v>(vv, [&](auto pack) {
+    column_packs_kernel<T, decltype(pack)::value><<<row_blocks(tiles), block, bytes, stream>>>(x, out, tiles, n, inner, log);
+  });
+  KILN_CUDA_LAUNCH_CHECK(op_name(log));
+}
+
+template <class T>
+void column_tiles(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, int lanes, cudaStream_t stream) {
+  if (outer * inner == 0 || n == 0) return;
+  constexpr int v = 16 / sizeof(T), P = kColumnRegisterPacks<T>;
+  const int vv = packable<T>(inner, x, out) ? v : 1;
+  const dim3 block = column_block(n, inner, vv, lanes, P, kColumnThreads);
+  const int threads = static_cast<int>(block.x * block.y);
+  const int64_t q = std::max<int64_t>(0, (n + block.y - 1) / block.y - P);  // shared slots a thread
+  const size_t bytes = static_cast<size_t>(q) * threads * vv * sizeof(T) + threads / 32 * block.x * vv * sizeof(MaxSum<T>);
+  int device = 0, limit = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<size_t>(limit)) return column_packs(x, out, outer, n, inner, log, stream);
+  const int64_t tiles = column_tile_count(outer, inner, block, vv);
+  dispatch<1, v>(vv, [&](auto pack) {
+    auto kernel = column_tiles_kernel<T, decltype(pack)::value, P>;
+    // above 48 KiB a block's dynamic shared memory must be asked for
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    kernel<<<row_blocks(tiles), block, bytes, stream>>>(x, out, tiles, n, inner, static_cast<int>(q), log);
+  });
+  KILN_CUDA_LAUNCH_CHECK(op_name(log));
+}
+
+template <class T>
 void columns(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream) {
   if (outer * inner == 0 || n == 0) return;
   columns_kernel<T><<<blocks_for(outer * inner), kThreads, 0, stream>>>(x, out, outer, n, inner, log);
@@ -321,6 +722,9 @@ void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log,
   template void rows_per_warp<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);                      \
   template void row_in_registers<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);                   \
   template void columns<T>(const T*, T*, int64_t, int64_t, int64_t, bool, cudaStream_t);                   \
+  template void warps_per_row<T>(const T*, T*, int64_t, int64_t, bool, int, cudaStream_t);                 \
+  template void column_packs<T>(const T*, T*, int64_t, int64_t, int64_t, bool, cudaStream_t);              \
+  template void column_tiles<T>(const T*, T*, int64_t, int64_t, int64_t, bool, int, cudaStream_t);         \
   template void best<T>(const T*, T*, int64_t, int64_t, int64_t, bool, cudaStream_t);
 KILN_SOFTMAX_INSTANTIATE(float)
 KILN_SOFTMAX_INSTANTIATE(double)

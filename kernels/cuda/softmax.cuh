@@ -25,13 +25,25 @@ template <class T> void rows_per_warp(const T* x, T* out, int64_t rows, int64_t 
 // packs of 16 bytes, n <= 32768 when aligned, 8192 otherwise; f64: n <= 8192 aligned, 4096
 // otherwise; longer rows go to version 3)
 template <class T> void row_in_registers(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream);
+// version 7: 1, 2 or 4 warps per row (`warps`, more where the row needs them), each lane holding
+// up to 8 packs of 16 bytes in registers (32 * warps * 8 packs: n <= 4096 f32 aligned with 4
+// warps; longer rows go to version 6)
+template <class T>
+void warps_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, int warps, cudaStream_t stream);
 constexpr int64_t kSubWarpRowMax = 32;   // rows up to this long go to the rows-per-warp versions
 constexpr int64_t kRegisterRowMin = 512;  // rows from this long go to the row-in-registers versions
 
 // ---- softmax over the middle axis of [outer, n, inner] ----
 template <class T>  // version 4: a thread per (outer, inner) column
 void columns(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream);
-template <class T>  // the production pick among the four, by n and inner
+template <class T>  // version 8: column tiles of 16-byte packs, two passes over x (any n)
+void column_packs(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream);
+// version 9: the column tile held in registers and shared memory, x read once; `lanes` (1 to 32)
+// threads of 16-byte packs across inner (fewer where inner is narrower, more for short columns).
+// Columns too long for the shared memory of a block go to version 8.
+template <class T>
+void column_tiles(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, int lanes, cudaStream_t stream);
+template <class T>  // the production pick among the versions, by n and inner
 void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream);
 
 // ---- cross-entropy: logits [rows, C], targets i32 [rows], losses [rows] ----

@@ -187,6 +187,53 @@ TEST_CASE("cross_entropy's special values match the CPU; an out-of-range target 
 }
 
 #ifdef KILN_WITH_CUDA
+TEST_CASE("softmax versions 7 to 9 (rows in registers, column tiles) give the CPU's special values") {
+  if (!have_cuda()) return;
+  namespace v = kiln::cuda::softmax;
+  cudaStream_t stream = kiln::cuda::backend(0).stream();
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  // 1024 and 3000: version 7 with 1 and 4 warps (3000 f64: version 6); 1024 and longer: columns
+  // that hold shared slots as well as registers; 5000 f64 at 16 lanes: too long, version 8
+  for (int64_t n : {3, 40, 1024, 3000, 5000}) {
+    // slices: a -inf among finite values, all -inf, a NaN, a +inf, 1e3-sized and -3e4-sized logits
+    std::vector<double> values(static_cast<size_t>(6 * n));
+    std::mt19937 rng(static_cast<unsigned>(n));
+    for (auto& e : values) e = std::uniform_real_distribution<double>(-5, 5)(rng);
+    values[0] = -inf;
+    std::fill(values.begin() + n, values.begin() + 2 * n, -inf);
+    values[static_cast<size_t>(2 * n + n / 2)] = nan;
+    values[static_cast<size_t>(3 * n + n - 1)] = inf;
+    for (int64_t k = 0; k < n; ++k) values[static_cast<size_t>(4 * n + k)] = 1e3 * (k % 2 ? 1 : -1) + static_cast<double>(k);
+    for (int64_t k = 0; k < n; ++k) values[static_cast<size_t>(5 * n + k)] = -3e4 + 0.5 * static_cast<double>(k);
+    for (DType t : {DType::f32, DType::f64}) {
+      for (bool log : {false, true}) {
+        // the slices as rows [6, n], and as columns of [1, n, 6] (and [2, n, 3]: two outer indices)
+        Tensor rows = from_vector<double>(values, {6, n}).to(t);
+        Tensor columns = rows.transpose(0, 1).contiguous().reshape({1, n, 6});
+        Tensor columns2 = from_vector<double>(values, {2, 3, n}).to(t).transpose(1, 2).contiguous();
+        auto check = [&](const Tensor& cpu, const std::string& version, auto fn) {
+          Tensor want = log ? log_softmax(cpu, 1) : softmax(cpu, 1);  // rows [6, n], columns [outer, n, inner]
+          Tensor x = cpu.to(kCuda), out = zeros(cpu.shape(), TensorOptions(t).device(kCuda));
+          if (t == DType::f32) fn(x.ref().data<float>(), out.ref().data<float>());
+          else fn(x.ref().data<double>(), out.ref().data<double>());
+          check_close(out, want, rtol(t), log ? atol(t) * 10 : atol(t) * 1e-1,
+                      name_of(version.c_str(), cpu.shape(), t) + (log ? " log" : "") + " special");
+        };
+        for (int warps : {1, 2, 4})
+          check(rows, "warps_per_row " + std::to_string(warps),
+                [&](auto* a, auto* b) { v::warps_per_row(a, b, int64_t{6}, n, log, warps, stream); });
+        for (const Tensor& c : {columns, columns2}) {
+          const int64_t outer = c.shape()[0], inner = c.shape()[2];
+          check(c, "column_packs", [&](auto* a, auto* b) { v::column_packs(a, b, outer, n, inner, log, stream); });
+          for (int lanes : {1, 4, 16})
+            check(c, "column_tiles " + std::to_string(lanes),
+                  [&](auto* a, auto* b) { v::column_tiles(a, b, outer, n, inner, log, lanes, stream); });
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("every softmax and cross-entropy version on raw device buffers matches the CPU") {
   if (!have_cuda()) return;
   namespace v = kiln::cuda::softmax;
@@ -234,16 +281,46 @@ TEST_CASE("every softmax and cross-entropy version on raw device buffers matches
       });
       run("columns (inner 1)", [&](auto* a, auto* b) { v::columns(a, b, rows, n, int64_t{1}, log, stream); });
       run("best", [&](auto* a, auto* b) { v::best(a, b, rows, n, int64_t{1}, log, stream); });
+      // version 7 with 1, 2 and 4 warps a row (more where the row needs them; version 6 beyond)
+      for (int warps : {1, 2, 4}) {
+        const std::string name = "warps_per_row " + std::to_string(warps);
+        run(name.c_str(), [&](auto* a, auto* b) { v::warps_per_row(a, b, rows, n, log, warps, stream); });
+        run((name + " in place").c_str(), [&](auto* a, auto* b) {
+          KILN_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(rows * n) * sizeof(*a), cudaMemcpyDeviceToDevice, stream));
+          v::warps_per_row(b, b, rows, n, log, warps, stream);
+        });
+      }
 
-      // the column version on [outer, n, inner], against the CPU over the middle axis
+      // the column versions on [outer, n, inner], against the CPU over the middle axis: inner of
+      // whole 16-byte packs or not, and, on odd trials, the same one-element offset
+      static const int64_t inners[] = {2, 3, 4, 5, 8, 16, 37, 64, 100, 260};
       const int64_t outer = std::uniform_int_distribution<int64_t>(1, 3)(rng);
-      const int64_t inner = std::max<int64_t>(2, std::min<int64_t>(37, 100000 / (outer * n)));
+      const int64_t inner = std::min(inners[std::uniform_int_distribution<size_t>(0, std::size(inners) - 1)(rng)],
+                                     std::max<int64_t>(2, 200000 / (outer * n)));
+      const int64_t numel3 = outer * n * inner;
       Tensor cpu3 = uniform({outer, n, inner}, -scale, scale, t);
-      Tensor x3 = cpu3.to(kCuda), out3 = zeros({outer, n, inner}, TensorOptions(t).device(kCuda));
-      if (t == DType::f32) v::columns(x3.ref().data<float>(), out3.ref().data<float>(), outer, n, inner, log, stream);
-      else v::columns(x3.ref().data<double>(), out3.ref().data<double>(), outer, n, inner, log, stream);
-      check_close(out3, log ? log_softmax(cpu3, 1) : softmax(cpu3, 1), rtol(t), log ? atol(t) * 10 : atol(t) * 1e-1,
-                  name_of("columns", cpu3.shape(), t));
+      Tensor want3 = log ? log_softmax(cpu3, 1) : softmax(cpu3, 1);
+      Tensor buffer3 = zeros({numel3 + offset}, TensorOptions(t).device(kCuda));
+      buffer3.slice(0, offset, offset + numel3).copy_(cpu3.reshape({numel3}).to(kCuda));
+      Tensor x3 = buffer3.slice(0, offset, offset + numel3).reshape({outer, n, inner});
+      auto run3 = [&](const std::string& version, auto fn) {
+        Tensor out3 = zeros({outer, n, inner}, TensorOptions(t).device(kCuda));
+        if (t == DType::f32) fn(x3.ref().data<float>(), out3.ref().data<float>());
+        else fn(x3.ref().data<double>(), out3.ref().data<double>());
+        check_close(out3, want3, rtol(t), log ? atol(t) * 10 : atol(t) * 1e-1,
+                    name_of(version.c_str(), cpu3.shape(), t, static_cast<double>(offset)) + (log ? " log" : ""));
+      };
+      run3("columns", [&](auto* a, auto* b) { v::columns(a, b, outer, n, inner, log, stream); });
+      run3("column_packs", [&](auto* a, auto* b) { v::column_packs(a, b, outer, n, inner, log, stream); });
+      for (int lanes : {1, 4, 8, 16, 32}) {
+        const std::string name = "column_tiles " + std::to_string(lanes);
+        run3(name, [&](auto* a, auto* b) { v::column_tiles(a, b, outer, n, inner, log, lanes, stream); });
+        run3(name + " in place", [&](auto* a, auto* b) {
+          KILN_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(numel3) * sizeof(*a), cudaMemcpyDeviceToDevice, stream));
+          v::column_tiles(b, b, outer, n, inner, log, lanes, stream);
+        });
+      }
+      run3("best", [&](auto* a, auto* b) { v::best(a, b, outer, n, inner, log, stream); });
 
       // cross-entropy, both versions, forward and backward, over the same rows as logits
       const double smoothing = trial % 3 == 0 ? 0.1 : 0.0;
