@@ -66,8 +66,11 @@
 //   block's shared memory go to version 8 (at 4 lanes on an H100: n > 4608 f32, 4096 f64).
 //   ptxas -v: 64 registers and 8 bytes of spill for f32 packs at 8 packs a thread (no spill in
 //   f64 or with 1-element packs). Not yet measured (rows "9 column tile on chip, 4/8/16 lanes").
-// Production (`best`): version 4 when inner > 1, else version 5 for n <= 32, version 2 below
-// n = 512, version 6 from there (version 3 where the row does not fit in registers).
+// Production (`best`): version 9 when inner > 1 (version 8 where the tile does not fit), else
+// version 5 for n <= 32, version 7 (one warp a row, more where the row needs them) up to
+// n = 1024, version 6 from there (version 3 where the row does not fit in registers). Versions 7
+// and 9 were picked by design, not yet by a measurement: the next device run's kernel-bench
+// rows decide between 1, 2 and 4 warps and 4, 8 and 16 lanes.
 // Figures: kernels/README.md, from kernel-bench.
 //
 // Precision: f32 accumulates in float (f64 in double). The online rescaling keeps every exp in
@@ -709,9 +712,9 @@ void columns(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool l
 template <class T>
 void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream) {
   if (outer * n * inner == 0) return;
-  if (inner > 1) columns(x, out, outer, n, inner, log, stream);
+  if (inner > 1) column_tiles(x, out, outer, n, inner, log, kColumnLanes, stream);  // version 8 where the tile does not fit
   else if (n <= kSubWarpRowMax) rows_per_warp(x, out, outer, n, log, stream);
-  else if (n < kRegisterRowMin) warp_per_row(x, out, outer, n, log, stream);
+  else if (n <= kWarpsRowMax) warps_per_row(x, out, outer, n, log, kRowWarps, stream);
   else row_in_registers(x, out, outer, n, log, stream);  // version 3 where the row does not fit
 }
 

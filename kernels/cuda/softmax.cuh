@@ -31,7 +31,9 @@ template <class T> void row_in_registers(const T* x, T* out, int64_t rows, int64
 template <class T>
 void warps_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, int warps, cudaStream_t stream);
 constexpr int64_t kSubWarpRowMax = 32;   // rows up to this long go to the rows-per-warp versions
-constexpr int64_t kRegisterRowMin = 512;  // rows from this long go to the row-in-registers versions
+constexpr int64_t kRegisterRowMin = 512;  // cross_entropy backward: rows from this long use the register version
+constexpr int64_t kWarpsRowMax = 1024;    // softmax: longer rows than this go to version 6, shorter to version 7
+constexpr int kRowWarps = 1;              // softmax: version 7's warps per row in production
 
 // ---- softmax over the middle axis of [outer, n, inner] ----
 template <class T>  // version 4: a thread per (outer, inner) column
@@ -43,6 +45,7 @@ void column_packs(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, b
 // Columns too long for the shared memory of a block go to version 8.
 template <class T>
 void column_tiles(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, int lanes, cudaStream_t stream);
+constexpr int kColumnLanes = 4;  // version 9's lanes in production
 template <class T>  // the production pick among the versions, by n and inner
 void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream);
 
