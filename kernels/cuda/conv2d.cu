@@ -101,19 +101,21 @@
 // worked out once per block into a table in shared memory. A first try kept version 3's loads
 // through registers under the mma: 163 registers a thread, one block per SM, and conv2 forward
 // took 0.123 ms in 3xTF32, slower than version 3; with the gather loaders (128 registers, no
-// staging) 0.088. Slices of 32 or 4 stages measured no faster (2-stage and 32-wide slices lose
-// occupancy to shared memory). Figures (ms, one run; cuDNN in the same run):
-//   conv2 batch 64:  forward 0.089 (3xTF32), 0.049 (TF32), cuDNN 0.071, version 3 0.103;
-//                    backward input 0.104 / 0.082, cuDNN 0.072 (0.053 in another run), version 3
-//                    0.127; backward weight 0.113 / 0.084, cuDNN 0.094 (0.067 in another run),
-//                    version 2 0.120.
-//   conv2 batch 512: forward 0.455 / 0.266, cuDNN 0.278; backward input 0.613 / 0.484, cuDNN
-//                    0.256; backward weight 0.809 / 0.649, cuDNN 0.551.
-//   x[64,128,56,56] w[128,128,3,3] pad 1: forward 2.14 / 1.44, cuDNN 0.688; backward weight
-//                    3.66 / 2.97, cuDNN 2.72, version 2 6.18.
-// So 3xTF32 is faster than every SIMT version wherever K >= 32 and O/G > 16, but still 1.2 to 2.5
-// times cuDNN's FP32; TF32 is near cuDNN's FP32 at batch 64. The loads bound it: 3xTF32 costs
-// 1.8x TF32's time at conv2, so the mma are not free either. A first layer (C*KH*KW = 9) keeps
+// staging) 0.088; and 0.074 once a k-fast thread read its k tap once per slice instead of once
+// per copy (cp.async's memory clobber had made the compiler reload it). Slices of 32 or 4 stages
+// measured no faster (2-stage and 32-wide slices lose occupancy to shared memory). Figures (ms,
+// 3xTF32 / TF32, cuDNN FP32 in the same run; H100 80GB HBM3, 2026-11-22, kernel-bench):
+//   conv2 batch 64:  forward 0.074 / 0.040, cuDNN 0.072 (version 3: 0.102); backward input
+//                    0.086 / 0.065, cuDNN 0.064 (version 3: 0.127); backward weight 0.072 / 0.048,
+//                    cuDNN 0.069 (version 2: 0.120).
+//   conv2 batch 512: forward 0.386 / 0.221, cuDNN 0.279; backward input 0.511 / 0.398, cuDNN
+//                    0.258; backward weight 0.475 / 0.294, cuDNN 0.551.
+//   x[64,128,56,56] w[128,128,3,3] pad 1: forward 1.81 / 1.13, cuDNN 0.687; backward weight
+//                    2.05 / 1.28, cuDNN 2.76 (version 2: 6.17).
+// So 3xTF32 is faster than every SIMT version wherever K >= 32 and O/G > 16: within 1.05x of
+// cuDNN's FP32 at conv2's forward and weight gradient, 1.35x at its input gradient, 1.4-2.6x at
+// the larger forwards; TF32 runs at 0.5-1.7x cuDNN's FP32 time. 3xTF32 costs 1.6-1.8x TF32's
+// time, so the mma are not free; the element-wise gathers bound the rest. A first layer (C*KH*KW = 9) keeps
 // version 3 (one 16-long slice, mostly empty), as does a backward input into one channel (N = 1).
 #include <algorithm>
 #include <atomic>

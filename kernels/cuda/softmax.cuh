@@ -45,7 +45,7 @@ void column_packs(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, b
 // Columns too long for the shared memory of a block go to version 8.
 template <class T>
 void column_tiles(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, int lanes, cudaStream_t stream);
-constexpr int kColumnLanes = 4;  // version 9's lanes in production
+constexpr int kColumnLanes = 8;  // version 9's lanes in production
 template <class T>  // the production pick among the versions, by n and inner
 void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log, cudaStream_t stream);
 
