@@ -797,14 +797,7 @@ __global__ void __launch_bounds__(G::THREADS) implicit_gemm_tc_kernel(P p, int64
     using TA = typename G::LA::T;
     using TB = typename G::LB::T;
     if constexpr (kExact) {
-      float part[MI][NI][4];
-      matmul::mma_3xtf32_slice<TA, TB>(part, as, bs, wm0, wn0, lane);
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) acc[mi][ni][r] += part[mi][ni][r];
+      matmul::mma_3xtf32_add_slice<TA, TB>(acc, as, bs, wm0, wn0, lane);
     } else {
       matmul::mma_tf32_slice<TA, TB>(acc, as, bs, wm0, wn0, lane);
     }

@@ -47,14 +47,7 @@ __global__ void __launch_bounds__(G::THREADS, 1) split_tf32x3_kernel(Args<float>
   const G g(args);
   float acc[MI][NI][4] = {};
   cp_async_pipeline<G::STAGES>(g.load_a, g.load_b, args.k, smem_split_tf32x3, [&](const float* as, const float* bs) {
-    float part[MI][NI][4];  // this slice's sum, on the tensor cores
-    mma_3xtf32_slice<typename G::TA, typename G::TB>(part, as, bs, g.wm0, g.wn0, g.lane);
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[mi][ni][r] += part[mi][ni][r];
+    mma_3xtf32_add_slice<typename G::TA, typename G::TB>(acc, as, bs, g.wm0, g.wn0, g.lane);
   });
   store_mma_tiles(args, acc, g.i0, g.j0, g.wm0, g.wn0, g.lane, RecomputeNan{args.panel_a(), args.panel_b()});
 }
