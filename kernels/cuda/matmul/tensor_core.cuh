@@ -1,7 +1,9 @@
-// What the tensor-core versions (08, 10, 11, 12) share: the PTX instructions they are written
-// with, each wrapped once, and the pieces of the cp.async versions 10-12 (shared-memory tile
-// layout, tile loader, pipeline loop, fragment loads, block geometry, launcher). Included by the
-// version files only.
+// What the mma.sync tensor-core versions (08, 10, 11, 12) share: the PTX instructions they are
+// written with, each wrapped once, and the pieces of the cp.async versions 10-12 (shared-memory
+// tile layout, tile loader, pipeline loop, fragment loads, the TF32 and 3xTF32 slice loops, block
+// geometry, launcher). Included by the version files, by 13 (for store_mma_tiles), and by the
+// conv2d tensor-core kernels (kernels/cuda/conv2d.cu), which feed the same pipeline and slice
+// loops from their own gather loaders.
 #pragma once
 
 #include <cuda_runtime.h>
