@@ -49,7 +49,7 @@ struct Config {
   double gamma = 0.7;
   uint64_t seed = 1;
   std::string device = "auto";
-  bool tf32 = false;  // let CUDA matmul use TF32 tensor cores
+  bool tf32 = false;  // let CUDA matmul and conv2d use TF32 tensor cores
   int64_t log_interval = 10;
   int64_t limit_train = 0;
   int64_t limit_test = 0;
@@ -367,7 +367,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
       ->check(apps::check_device_spec)
       ->capture_default_str();
-  app.add_flag("--tf32", c.tf32, "CUDA matmul may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
+  app.add_flag("--tf32", c.tf32, "CUDA matmul and conv2d may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
   app.add_option("--log-interval", c.log_interval, "batches between progress updates")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--limit-train", c.limit_train, "train on the first N images only (0: all)")->capture_default_str();

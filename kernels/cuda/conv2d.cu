@@ -960,7 +960,8 @@ struct TensorCoreWeightGemm {
   }
   static void run(const float* x, const float* grad_y, float* out, const Dims& d, int64_t groups,
                   const WeightPlan& plan, cudaStream_t stream) {
-    const TapWeight p{grad_y, x, out, d, d.og, d.cg * d.khkw, d.n * d.ohw, static_cast<int>(d.h), static_cast<int>(d.w)};
+    const TapWeight p{grad_y, x, out, d, d.og, d.cg * d.khkw, d.n * d.ohw, static_cast<int>(d.h),
+                      static_cast<int>(d.w)};
     launch_gemm_tc<BM, BN, kExact>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
   }
 };
@@ -1154,25 +1155,28 @@ void input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, cons
 template <class T>
 void backward_input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                cudaStream_t stream) {
-  input_as_forward(grad_y, w, grad_x, workspace, g, stream, [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
-    forward_gemm<T, true>(p, groups, stream, op);
-  });
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream,
+                   [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+                     forward_gemm<T, true>(p, groups, stream, op);
+                   });
 }
 
 template <class T>
 void backward_input_as_forward_wide(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                     cudaStream_t stream) {
-  input_as_forward(grad_y, w, grad_x, workspace, g, stream, [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
-    forward_gemm<T, true, true>(p, groups, stream, op);
-  });
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream,
+                   [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+                     forward_gemm<T, true, true>(p, groups, stream, op);
+                   });
 }
 
 template <class T>
 void backward_input_tensor_cores(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                  TensorMath math, cudaStream_t stream) {
-  input_as_forward(grad_y, w, grad_x, workspace, g, stream, [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
-    forward_tc<T>(p, groups, math, stream, op);
-  });
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream,
+                   [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+                     forward_tc<T>(p, groups, math, stream, op);
+                   });
 }
 
 // Enough for every version at either dtype (their occupancies, hence their splits, differ).
@@ -1225,9 +1229,10 @@ void forward_few_outputs(const T* x, const T* w, const T* bias, T* y, const Geom
 template <class T>
 void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                 cudaStream_t stream) {
-  input_as_forward(grad_y, w, grad_x, workspace, g, stream, [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
-    if (!forward_few(p, groups, stream, op)) forward_gemm<T, true>(p, groups, stream, op);
-  });
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream,
+                   [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+                     if (!forward_few(p, groups, stream, op)) forward_gemm<T, true>(p, groups, stream, op);
+                   });
 }
 
 template <class T>
