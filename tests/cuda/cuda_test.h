@@ -21,7 +21,7 @@ inline bool have_cuda() {
     (void)backend_for(Device::cuda(0));
     return true;
   } catch (const BackendUnavailable& e) {
-    MESSAGE("skipped: ", e.what());
+    MESSAGE("skipped: " << std::string(e.what()));
     return false;
   }
 }
