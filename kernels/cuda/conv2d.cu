@@ -115,8 +115,9 @@
 // So 3xTF32 is faster than every SIMT version wherever K >= 32 and O/G > 16: within 1.05x of
 // cuDNN's FP32 at conv2's forward and weight gradient, 1.35x at its input gradient, 1.4-2.6x at
 // the larger forwards; TF32 runs at 0.5-1.7x cuDNN's FP32 time. 3xTF32 costs 1.6-1.8x TF32's
-// time, so the mma are not free; the element-wise gathers bound the rest. A first layer (C*KH*KW = 9) keeps
-// version 3 (one 16-long slice, mostly empty), as does a backward input into one channel (N = 1).
+// time, so the mma are not free; the element-wise gathers bound the rest. A first layer's forward
+// (C*KH*KW = 9: one 16-long slice, mostly empty) keeps version 3, and its input gradient (C/G <= 4)
+// runs backward input version 6.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
