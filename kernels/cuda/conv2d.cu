@@ -103,7 +103,8 @@
 // took 0.123 ms in 3xTF32, slower than version 3; with the gather loaders (128 registers, no
 // staging) 0.088; and 0.074 once a k-fast thread read its k tap once per slice instead of once
 // per copy (cp.async's memory clobber had made the compiler reload it). Slices of 32 or 4 stages
-// measured no faster (2-stage and 32-wide slices lose occupancy to shared memory). Figures (ms,
+// measured no faster in a build that switched among them (2-stage and 32-wide slices lose
+// occupancy to shared memory; same GPU and day, at the 0.088 stage). Figures (ms,
 // 3xTF32 / TF32, cuDNN FP32 in the same run; H100 80GB HBM3, 2026-11-22, kernel-bench):
 //   conv2 batch 64:  forward 0.074 / 0.040, cuDNN 0.072 (version 3: 0.102); backward input
 //                    0.086 / 0.065, cuDNN 0.064 (version 3: 0.127); backward weight 0.072 / 0.048,
@@ -114,7 +115,7 @@
 //                    2.05 / 1.28, cuDNN 2.76 (version 2: 6.17).
 // So 3xTF32 is faster than every SIMT version wherever K >= 32 and O/G > 16: within 1.05x of
 // cuDNN's FP32 at conv2's forward and weight gradient, 1.35x at its input gradient, 1.4-2.6x at
-// the larger forwards; TF32 runs at 0.5-1.7x cuDNN's FP32 time. 3xTF32 costs 1.6-1.8x TF32's
+// the larger forwards; TF32 runs at 0.3-1.7x cuDNN's FP32 time. 3xTF32 costs 1.3-1.9x TF32's
 // time, so the mma are not free; the element-wise gathers bound the rest. A first layer's forward
 // (C*KH*KW = 9: one 16-long slice, mostly empty) keeps version 3, and its input gradient (C/G <= 4)
 // runs backward input version 6.
@@ -874,21 +875,6 @@ __global__ void sum_splits_kernel(const T* ws, T* gw, int64_t count, int64_t spl
   }
 }
 
-// The SM count of the current device, looked up once per device.
-int sm_count() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> cache[kDevices] = {};
-  int device = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&device));
-  std::atomic<int>* slot = device >= 0 && device < kDevices ? &cache[device] : nullptr;
-  if (slot && slot->load(std::memory_order_relaxed) > 0) return slot->load(std::memory_order_relaxed);
-  int sms = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  sms = std::max(sms, 1);
-  if (slot) slot->store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 // How many blocks of `kernel` (launched with `threads`) fit on one SM (registers, shared memory,
 // threads), asked of the runtime once per instantiation and process (the first device's answer is
 // kept: a process with several GPUs of different kinds would only get a worse split, never a
@@ -922,7 +908,7 @@ WeightPlan plan_weight(const Geometry& g, int64_t bm, int64_t bn, int64_t blocks
   WeightPlan plan;
   const int64_t M = d.og, N = d.cg * d.khkw, K = d.n * d.ohw;
   const int64_t tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * g.groups;
-  const int64_t target = blocks_per_sm * static_cast<int64_t>(sm_count());
+  const int64_t target = blocks_per_sm * static_cast<int64_t>(device_attribute(cudaDevAttrMultiProcessorCount));
   // Each split gets at least 16 K slices, so that the partials stay a small share of the work.
   const int64_t most = std::max<int64_t>(1, K / (16 * kSliceK));
   plan.splits = std::clamp<int64_t>((target + tiles - 1) / tiles, 1,

@@ -672,9 +672,7 @@ void cross_entropy_backward_split(const T* logits, const int32_t* targets, const
   const int64_t packs = packed ? classes / v : classes;
   const int64_t q = std::max<int64_t>(0, (packs + kSplitThreads - 1) / kSplitThreads - kSplitRegisterPacks<T>);
   const size_t bytes = static_cast<size_t>(q) * kSplitThreads * (packed ? 16 : sizeof(T));
-  int device = 0, limit = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&device));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   if (classes == 0 || bytes + 1024 > static_cast<size_t>(limit))  // 1 KiB for the static scratch
     return cross_entropy_backward_block(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing,
                                         fault, stream);

@@ -15,6 +15,11 @@ namespace kiln::cuda {
 // throws it as a ValueError at the next synchronisation (read or synchronize), naming the op,
 // the index, its position and the range. Checking costs one 24-byte copy per synchronisation and
 // no synchronisation of its own, so a training step keeps running asynchronously.
+// An attribute of `device` (cudaDeviceGetAttribute), or of the current device when device < 0,
+// asked of the driver once per device and attribute and then cached: launch choices read the SM
+// count, the shared-memory limit or the compute capability at every launch. (runtime.cu)
+int device_attribute(cudaDeviceAttr attr, int device = -1);
+
 enum class FaultOp : int32_t { none, gather, index_add, one_hot, cross_entropy, cross_entropy_backward };
 
 struct DeviceFault {

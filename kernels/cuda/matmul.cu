@@ -61,9 +61,8 @@
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
 //   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
-// f64 always runs 03. The SM count is asked once per device.
+// f64 always runs 03. The SM count is asked once per device (device_attribute).
 #include <algorithm>
-#include <atomic>
 
 #include "core/precision.h"
 #include "kernels/cuda/check.h"
@@ -93,20 +92,6 @@ bool async_applies(const MatmulParams& p, const float* a, const float* b) {
   return aligned16(a, p.lda, p.batch_stride_a) && aligned16(b, p.ldb, p.batch_stride_b);
 }
 
-int multiprocessor_count(int device) {
-  constexpr int kDevices = 64;
-  static std::atomic<int> cache[kDevices];  // 0: not asked yet
-  const bool cached = device >= 0 && device < kDevices;
-  if (cached) {
-    const int sms = cache[device].load(std::memory_order_relaxed);
-    if (sms > 0) return sms;
-  }
-  int sms = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (cached) cache[device].store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 }  // namespace matmul
 
 void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p) {
@@ -121,7 +106,7 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
   const float* A = a.data<float>();
   const float* B = b.data<float>();
   float* C = out.data<float>();
-  const int sms = matmul::multiprocessor_count(device_);
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, device_);
   const int64_t big_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 127) / 128);
   if (big_tiles >= std::max(sms / 4, 1)) {
     // 11 and 12 fall back to 08 and 07 themselves where cp.async cannot read the operands.

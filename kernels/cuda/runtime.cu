@@ -1,14 +1,29 @@
 // The CUDA runtime of kiln: device selection, one stream per device, the stream-ordered memory
 // pool, and copies to and from the host.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda {
+
+int device_attribute(cudaDeviceAttr attr, int device) {
+  if (device < 0) KILN_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, int> cache;  // (device, attribute) -> value
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device, static_cast<int>(attr));
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int value = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+  cache.emplace(key, value);
+  return value;
+}
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   KILN_CUDA_CHECK(cudaSetDevice(device_));

@@ -10,6 +10,7 @@
 // memory. With S = 1 the partial tile is the result, and it goes straight into C.
 #include <algorithm>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/matmul/common.cuh"
 #include "kernels/cuda/matmul/matmul.cuh"
 
@@ -187,7 +188,7 @@ void split_k(const MatmulParams& p, const float* a, const float* b, float* c, cu
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t splits = split_k_splits(p, multiprocessor_count(device));
+  const int64_t splits = split_k_splits(p, device_attribute(cudaDevAttrMultiProcessorCount, device));
   float* workspace = nullptr;
   if (splits > 1)
     KILN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&workspace),

@@ -55,9 +55,9 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/matmul/common.cuh"
 #include "kernels/cuda/matmul/matmul.cuh"
 #include "kernels/cuda/matmul/tensor_core.cuh"
@@ -387,19 +387,10 @@ void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float
 }
 
 bool tf32_wgmma_applies(const MatmulParams& p, int device) {
-  constexpr int kDevices = 64;
-  static std::atomic<int> cache[kDevices];  // 0: not asked yet, 1: not an sm_90, 2: an sm_90
-  const bool cached = device >= 0 && device < kDevices;
-  int known = cached ? cache[device].load(std::memory_order_relaxed) : 0;
-  if (known == 0) {
-    int major = 0, minor = 0;
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    known = major == 9 && minor == 0 ? 2 : 1;
-    if (cached) cache[device].store(known, std::memory_order_relaxed);
-  }
+  const bool sm90 = device_attribute(cudaDevAttrComputeCapabilityMajor, device) == 9 &&
+                    device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
   // Tensor-map coordinates are 32-bit.
-  return known == 2 && std::max({p.m, p.n, p.k}) < (int64_t{1} << 31) - 256;
+  return sm90 && std::max({p.m, p.n, p.k}) < (int64_t{1} << 31) - 256;
 }
 
 size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b) {

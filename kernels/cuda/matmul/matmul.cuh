@@ -70,8 +70,6 @@ int64_t split_k_splits(const MatmulParams& p, int sms);
 // floats, unused (may be null) when it comes to one chunk. Batch entries run one after another.
 void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, int64_t splits,
                  float* workspace, cudaStream_t stream);
-// The SM count of `device`, asked once per device and cached.
-int multiprocessor_count(int device);
 // f64 (gradchecks): 03's shared-memory tiling in double.
 void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, cudaStream_t stream);
 
