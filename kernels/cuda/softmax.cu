@@ -388,16 +388,20 @@ __global__ void __launch_bounds__(kColumnPackThreads)
   const int64_t rows = blockDim.y, ty = threadIdx.y;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const ColumnAt at = column_at<V>(tile, n, inner);
-    auto pack = [&](int64_t k) { return reinterpret_cast<const Pack<T, V>*>(x + at.offset + k * inner); };
+    // The packs of rows k0, k0 + rows, ... (U of them, those below n) of the tile, all loads issued
+    // before any is used.
+    auto load = [&](int64_t k0, Pack<T, V> (&p)[U]) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (k0 + u * rows < n) p[u] = *reinterpret_cast<const Pack<T, V>*>(x + at.offset + (k0 + u * rows) * inner);
+    };
     T m[V], sum[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) m[e] = -INFINITY, sum[e] = 0;
     if (at.live)
       for (int64_t k0 = ty; k0 < n; k0 += rows * U) {
         Pack<T, V> p[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (k0 + u * rows < n) p[u] = *pack(k0 + u * rows);
+        load(k0, p);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           T step = m[e];
@@ -421,9 +425,7 @@ __global__ void __launch_bounds__(kColumnPackThreads)
     if (at.live)
       for (int64_t k0 = ty; k0 < n; k0 += rows * U) {
         Pack<T, V> p[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (k0 + u * rows < n) p[u] = *pack(k0 + u * rows);
+        load(k0, p);
 #pragma unroll
         for (int u = 0; u < U; ++u)
           if (k0 + u * rows < n) {
@@ -691,9 +693,7 @@ void column_tiles(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, b
   const int threads = static_cast<int>(block.x * block.y);
   const int64_t q = std::max<int64_t>(0, (n + block.y - 1) / block.y - P);  // shared slots a thread
   const size_t bytes = static_cast<size_t>(q) * threads * vv * sizeof(T) + threads / 32 * block.x * vv * sizeof(MaxSum<T>);
-  int device = 0, limit = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&device));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   if (bytes > static_cast<size_t>(limit)) return column_packs(x, out, outer, n, inner, log, stream);
   const int64_t tiles = column_tile_count(outer, inner, block, vv);
   dispatch<1, v>(vv, [&](auto pack) {
