@@ -69,7 +69,12 @@
 //   f64 or with 1-element packs). [64, 1024, 256]: 4 lanes 0.0791 ms, 56% of copy; 8 lanes
 //   0.0676, 66%; 16 lanes 52%. [32, 21, 16384]: 78-79% at any of the three (same run). Short of
 //   the 75% target on the first: 8 lanes keep half the tile in shared memory and hold one tile per
-//   SM; why 4 lanes (all in registers, two tiles per SM) is slower is not yet measured.
+//   SM; why 4 lanes (all in registers, two tiles per SM) is slower is not yet measured. Tried and
+//   not kept: a Hopper cluster of up to 8 blocks of 256 threads sharing the tile, each holding a
+//   part of n in registers (4 or 8 packs a thread, no shared slots), the blocks' states meeting
+//   through distributed shared memory after a cluster barrier: [64, 1024, 256] 53% of copy at 4
+//   lanes x 8 packs, 46% at 8 lanes, 40% at 16 lanes (wider rows of 256 bytes did not help);
+//   [32, 21, 16384], one block a cluster, 56% (H100 80GB HBM3, 2026-11-22, kernel-bench).
 // Production (`best`): version 9 when inner > 1 (version 8 where the tile does not fit), else
 // version 5 for n <= 32, version 7 (one warp a row, more where the row needs them) up to
 // n = 1024, version 6 from there (version 3 where the row does not fit in registers). One warp a
