@@ -209,6 +209,25 @@ BackwardFn matmul(const Tensor& a, const Tensor& b) {
   };
 }
 
+namespace {
+// The gradient before the epilogue's activation, read from its output y (relu: y > 0 exactly where
+// the input was; relu_backward(y, g) == relu_backward(x, g), NaN included).
+Tensor before_activation(Activation activation, const Tensor& y, const Tensor& g) {
+  return activation == Activation::relu ? relu_backward(y, g) : g;
+}
+}  // namespace
+
+BackwardFn matmul_epilogue(const Tensor& a, const Tensor& b, bool has_bias, Activation activation,
+                           const Tensor& y) {
+  Tensor saved = activation == Activation::none ? Tensor() : y.detach();  // only the activation reads y
+  return [a = a.detach(), b = b.detach(), has_bias, activation, saved](const Tensor& g,
+                                                                      const std::vector<bool>& need) -> Grads {
+    const Tensor gz = before_activation(activation, saved, g);
+    return {need[0] ? kiln::matmul(gz, b.t()) : Tensor(), need[1] ? kiln::matmul(a.t(), gz) : Tensor(),
+            has_bias && need[2] ? kiln::sum(gz, {0}) : Tensor()};
+  };
+}
+
 BackwardFn softmax(const Tensor& y, int64_t axis) {
   // dx = y * (g - sum(g * y)) along the axis
   return [y, axis](const Tensor& g, const std::vector<bool>&) -> Grads {
@@ -229,11 +248,15 @@ BackwardFn cross_entropy(const Tensor& logits, const Tensor& targets, double lab
   };
 }
 
-BackwardFn conv2d(const Tensor& x, const Tensor& weight, bool has_bias, const Conv2dConfig& config) {
-  return [x, weight, has_bias, config](const Tensor& g, const std::vector<bool>& need) -> Grads {
-    return {need[0] ? conv2d_backward_input(g, weight, x.shape(), config) : Tensor(),
-            need[1] ? conv2d_backward_weight(x, g, weight.shape(), config) : Tensor(),
-            has_bias && need[2] ? kiln::sum(g, {0, 2, 3}) : Tensor()};
+BackwardFn conv2d(const Tensor& x, const Tensor& weight, bool has_bias, const Conv2dConfig& config,
+                  Activation activation, const Tensor& y) {
+  // y is kept only when the activation needs it
+  Tensor saved = activation == Activation::none ? Tensor() : y.detach();
+  return [x, weight, has_bias, config, activation, saved](const Tensor& g, const std::vector<bool>& need) -> Grads {
+    const Tensor gz = before_activation(activation, saved, g);
+    return {need[0] ? conv2d_backward_input(gz, weight, x.shape(), config) : Tensor(),
+            need[1] ? conv2d_backward_weight(x, gz, weight.shape(), config) : Tensor(),
+            has_bias && need[2] ? kiln::sum(gz, {0, 2, 3}) : Tensor()};
   };
 }
 

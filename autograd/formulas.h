@@ -54,10 +54,15 @@ BackwardFn extremum(const Tensor& x, const Tensor& y, const std::vector<int64_t>
 
 // ---- neural-network ops ----
 BackwardFn matmul(const Tensor& a, const Tensor& b);  // both of rank >= 2
+// y = activation(a b + bias), a and b 2-D: the activation's gradient from y, then matmul's and the bias's
+BackwardFn matmul_epilogue(const Tensor& a, const Tensor& b, bool has_bias, Activation activation,
+                           const Tensor& y);
 BackwardFn softmax(const Tensor& y, int64_t axis);
 BackwardFn log_softmax(const Tensor& y, int64_t axis);
 BackwardFn cross_entropy(const Tensor& logits, const Tensor& targets, double label_smoothing);
-BackwardFn conv2d(const Tensor& x, const Tensor& weight, bool has_bias, const Conv2dConfig& config);
+// y = activation(conv2d(x, weight) + bias): y is read only for an activation
+BackwardFn conv2d(const Tensor& x, const Tensor& weight, bool has_bias, const Conv2dConfig& config,
+                  Activation activation, const Tensor& y);
 BackwardFn max_pool2d(const Tensor& indices, const Shape& x_shape, const Pool2dConfig& config);
 BackwardFn avg_pool2d(const Shape& x_shape, const Pool2dConfig& config);
 

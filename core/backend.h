@@ -56,6 +56,18 @@ enum class BinaryOp : uint8_t {
 
 enum class ReduceOp : uint8_t { sum, mean, max, min, argmax, argmin };
 
+// What matmul and conv2d apply to each output element before storing it, so that a layer's bias
+// and activation cost no pass of their own: y = activation(acc + bias), the bias indexed by the
+// output's column (matmul: j of C[b][i][j], a Linear layer's output feature) or by the output
+// channel (conv2d). relu(v) = v < 0 ? 0 : v, a NaN passing, as UnaryOp::relu; its gradient can be
+// read from the output alone (relu_backward(y, g) == relu_backward(x, g)).
+enum class Activation : uint8_t { none, relu };
+
+struct Epilogue {
+  TensorRef bias;  // matmul: [n]; conv2d: [O]; undefined: no bias. The output's dtype.
+  Activation activation = Activation::none;
+};
+
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
@@ -199,14 +211,14 @@ class Backend {
   // indices i32 [N] in [0, C) -> out [N, C] of out's dtype, 1 at the index and 0 elsewhere.
   virtual void one_hot(const TensorRef& indices, const TensorRef& out) = 0;
 
-  // ---- matmul ----
+  // ---- matmul: out = epilogue(op(a) * op(b)) ----
   virtual void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out,
-                      const MatmulParams& p) = 0;
+                      const MatmulParams& p, const Epilogue& e) = 0;
 
   // ---- convolution: x [N, C, H, W], w [O, C/groups, KH, KW], y [N, O, OH, OW] ----
-  // bias [O] may be undefined (no bias).
-  virtual void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias,
-                      const TensorRef& y, const Conv2dParams& p) = 0;
+  // The forward applies the epilogue (bias [O], activation).
+  virtual void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y,
+                      const Conv2dParams& p, const Epilogue& e) = 0;
   virtual void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w,
                                      const TensorRef& grad_x, const Conv2dParams& p) = 0;
   virtual void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/backend.h"  // Activation
 #include "core/tensor.h"
 
 namespace kiln {
@@ -94,6 +95,10 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
 // 1-D, 2-D and batched (leading dimensions broadcast) products, as torch.matmul. Transposed
 // views are handed to the kernel as transposed operands, not copied.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// activation(a b + bias) in one kernel (the matmul's epilogue, core/backend.h): a [m, k], b [k, n],
+// bias [n] or undefined. A Linear layer and its activation without a pass of their own; the
+// gradient reads the output (relu's mask is y > 0).
+Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Activation activation);
 
 // ---- neural-network ops ----
 Tensor softmax(const Tensor& x, int64_t axis);
@@ -116,9 +121,10 @@ struct Conv2dConfig {
   std::array<int64_t, 2> dilation{1, 1};
   int64_t groups = 1;
 };
-// x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] or undefined -> [N, O, OH, OW]
+// x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] or undefined -> [N, O, OH, OW], then
+// the activation, in the same kernel (the conv's epilogue; relu's gradient reads the output)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
-              const Conv2dConfig& config = {});
+              const Conv2dConfig& config = {}, Activation activation = Activation::none);
 
 struct Pool2dConfig {
   std::array<int64_t, 2> kernel{2, 2};

@@ -96,8 +96,36 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   p.trans_a = oa.trans, p.trans_b = ob.trans;
   p.lda = oa.ld, p.ldb = ob.ld;
   p.batch_stride_a = oa.batch_stride, p.batch_stride_b = ob.batch_stride;
-  a.backend().matmul(oa.t.ref(), ob.t.ref(), y.ref(), p);
+  a.backend().matmul(oa.t.ref(), ob.t.ref(), y.ref(), p, Epilogue{});
   if (autograd::is_recording({a, b})) autograd::record(y, "matmul", {a, b}, af::matmul(a, b));
+  return y;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Activation activation) {
+  detail::check_same_device("matmul", a, b);
+  KILN_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, "matmul with an epilogue: operands must be 2-D, got ",
+             a.shape(), " and ", b.shape());
+  KILN_CHECK(a.dtype() == b.dtype(), DTypeError, "matmul: operands of dtypes ", a.dtype(), " and ", b.dtype());
+  detail::check_floating("matmul", a);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  KILN_CHECK(b.size(0) == k, ShapeError, "matmul: shapes ", a.shape(), " and ", b.shape(), " do not multiply (", k,
+             " columns against ", b.size(0), " rows)");
+  Tensor bc;
+  if (bias.defined()) {
+    detail::check_same_device("matmul", a, bias);
+    KILN_CHECK(bias.shape() == Shape{n} && bias.dtype() == a.dtype(), ShapeError, "matmul: bias ", bias.shape(),
+               " ", bias.dtype(), " for ", n, " output columns (expected [", n, "] ", a.dtype(), ")");
+    bc = bias.contiguous();
+  }
+  Operand oa = as_operand(a, Shape{}), ob = as_operand(b, Shape{});
+  Tensor y = empty_as(Shape{m, n}, a);
+  MatmulParams p;
+  p.m = m, p.n = n, p.k = k;
+  p.trans_a = oa.trans, p.trans_b = ob.trans;
+  p.lda = oa.ld, p.ldb = ob.ld;
+  a.backend().matmul(oa.t.ref(), ob.t.ref(), y.ref(), p, Epilogue{bc.defined() ? bc.ref() : TensorRef{}, activation});
+  if (autograd::is_recording({a, b, bias}))
+    autograd::record(y, "matmul_epilogue", {a, b, bias}, af::matmul_epilogue(a, b, bias.defined(), activation, y));
   return y;
 }
 
@@ -242,7 +270,8 @@ Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, const Co
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dConfig& config) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dConfig& config,
+              Activation activation) {
   detail::check_same_device("conv2d", x, weight);
   detail::check_floating("conv2d", x);
   KILN_CHECK(x.dtype() == weight.dtype(), DTypeError, "conv2d: input ", x.dtype(), " and weight ",
@@ -257,11 +286,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor xc = x.contiguous(), wc = weight.contiguous();
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   Tensor y = empty_as(y_shape, x);
-  x.backend().conv2d(xc.ref(), wc.ref(), bc.defined() ? bc.ref() : TensorRef{}, y.ref(),
-                     conv_params(config));
+  x.backend().conv2d(xc.ref(), wc.ref(), y.ref(), conv_params(config),
+                     Epilogue{bc.defined() ? bc.ref() : TensorRef{}, activation});
   if (autograd::is_recording({x, weight, bias}))
     autograd::record(y, "conv2d", {x, weight, bias},
-                     af::conv2d(xc.detach(), wc.detach(), bias.defined(), config));
+                     af::conv2d(xc.detach(), wc.detach(), bias.defined(), config, activation, y));
   return y;
 }
 

@@ -34,8 +34,11 @@ void Conv2d::reset_parameters() {
   }
 }
 
-Tensor Conv2d::forward(const Tensor& x) {
-  return conv2d(x, weight, bias, {*options.stride(), *options.padding(), *options.dilation(), options.groups()});
+Tensor Conv2d::forward(const Tensor& x) { return forward(x, Activation::none); }
+
+Tensor Conv2d::forward(const Tensor& x, Activation activation) {
+  return conv2d(x, weight, bias, {*options.stride(), *options.padding(), *options.dilation(), options.groups()},
+                activation);
 }
 
 std::string Conv2d::extra_repr() const {

@@ -28,6 +28,8 @@ class Conv2d : public Module {
 
   // x [N, in, H, W] -> [N, out, OH, OW]
   Tensor forward(const Tensor& x) override;
+  // The layer and then `activation` in one kernel: forward(x, Activation::relu) is relu(forward(x)).
+  Tensor forward(const Tensor& x, Activation activation);
   std::string extra_repr() const override;
   // weight ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in / groups * kh * kw; bias likewise.
   void reset_parameters();

@@ -6,15 +6,14 @@
 
 namespace kiln::nn {
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
   KILN_CHECK(weight.dim() == 2, ShapeError, "linear: weight must be [out, in], got ", weight.shape());
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), ShapeError, "linear: input ", x.shape(),
              " does not end in the weight's ", weight.size(1), " input features (weight ", weight.shape(), ")");
   // Leading dimensions fold into the rows of one GEMM (and one GEMM for each gradient), rather
   // than a batch of small products against the same weight.
   Tensor rows = x.dim() == 2 ? x : x.reshape({-1, weight.size(1)});
-  Tensor y = matmul(rows, weight.t());
-  if (bias.defined()) y = y + bias;
+  Tensor y = matmul(rows, weight.t(), bias, activation);
   if (x.dim() == 2) return y;
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = weight.size(0);
@@ -39,6 +38,7 @@ void Linear::reset_parameters() {
 }
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x, Activation activation) { return linear(x, weight, bias, activation); }
 
 std::string Linear::extra_repr() const {
   return detail::concat("in_features=", options.in_features(), ", out_features=", options.out_features(),

@@ -633,6 +633,53 @@ TEST_CASE("gradcheck: conv2d") {
   });
 }
 
+TEST_CASE("gradcheck: matmul and conv2d with a fused epilogue (bias, ReLU)") {
+  const Conv2dConfig plain, groups2{{1, 1}, {1, 1}, {1, 1}, 2};
+  run({
+      {"matmul + bias + relu", [](const Args& x) { return matmul(x[0], x[1], x[2], Activation::relu); },
+       {rand({7, 13}, 250), rand({13, 5}, 251), rand({5}, 252)}},
+      {"matmul (A^T) + relu, no bias", [](const Args& x) { return matmul(x[0].t(), x[1], {}, Activation::relu); },
+       {rand({13, 7}, 253), rand({13, 5}, 254)}},
+      {"matmul (B^T) + bias", [](const Args& x) { return matmul(x[0], x[1].t(), x[2], Activation::none); },
+       {rand({4, 9}, 255), rand({6, 9}, 256), rand({6}, 257)}},
+      {"conv2d + bias + relu", [plain](const Args& x) { return conv2d(x[0], x[1], x[2], plain, Activation::relu); },
+       {rand({2, 3, 6, 7}, 258), rand({4, 3, 3, 3}, 259), rand({4}, 260)}},
+      {"conv2d groups 2 pad 1 + relu, no bias",
+       [groups2](const Args& x) { return conv2d(x[0], x[1], {}, groups2, Activation::relu); },
+       {rand({2, 4, 5, 6}, 261), rand({6, 2, 3, 3}, 262)}},
+  });
+}
+
+TEST_CASE("the fused epilogue gives the bits of the ops it replaces, forward and backward") {
+  for (DType t : {DType::f32, DType::f64}) {
+    const std::string name(dtype_name(t));
+    // linear: x [9, 20] W^T + b, then relu
+    auto leaf_of = [t](const Tensor& v) { return v.detach().to(t).requires_grad_(); };
+    Tensor x = leaf_of(rand({9, 20}, 270)), w = leaf_of(rand({7, 20}, 271)), b = leaf_of(rand({7}, 272));
+    Tensor xs = x.detach().requires_grad_(), ws = w.detach().requires_grad_(), bs = b.detach().requires_grad_();
+    Tensor fused = matmul(x, w.t(), b, Activation::relu), plain = relu(matmul(xs, ws.t()) + bs);
+    CHECK_MESSAGE(fused.to_vector<double>() == plain.to_vector<double>(), "matmul epilogue " << name);
+    Tensor g = rand({9, 7}, 273).detach().to(t);
+    fused.backward(g);
+    plain.backward(g);
+    check_close(values(x.grad()), values(xs.grad()), 1e-12, "matmul epilogue grad x " + name);
+    check_close(values(w.grad()), values(ws.grad()), 1e-12, "matmul epilogue grad w " + name);
+    check_close(values(b.grad()), values(bs.grad()), 1e-12, "matmul epilogue grad b " + name);
+    // conv2d with a bias, then relu
+    Tensor cx = rand({2, 3, 8, 9}, 274).detach().to(t), cw = rand({5, 3, 3, 3}, 275).detach().to(t);
+    Tensor cb = rand({5}, 276).detach().to(t);
+    const Conv2dConfig pad1{{1, 1}, {1, 1}, {1, 1}, 1};
+    CHECK_MESSAGE(conv2d(cx, cw, cb, pad1, Activation::relu).to_vector<double>() ==
+                      relu(conv2d(cx, cw, cb, pad1)).to_vector<double>(),
+                  "conv2d epilogue " << name);
+  }
+  // what the epilogue refuses
+  Tensor a = rand({3, 4}, 277), b = rand({4, 5}, 278);
+  CHECK_THROWS_AS(matmul(a, b, rand({4}, 279), Activation::relu), ShapeError);  // bias of m, not n
+  CHECK_THROWS_AS(matmul(a.unsqueeze(0), b, {}, Activation::relu), ShapeError);   // 2-D operands only
+  CHECK_THROWS_AS(matmul(a, b, rand({5}, 280).to(DType::f32), Activation::none), ShapeError);  // dtype
+}
+
 TEST_CASE("gradcheck: pooling") {
   auto maxp = [](Pool2dConfig c) { return [c](const Args& x) { return max_pool2d(x[0], c); }; };
   auto avgp = [](Pool2dConfig c) { return [c](const Args& x) { return avg_pool2d(x[0], c); }; };

@@ -4,8 +4,10 @@
 // would otherwise allow for conv), each pass with the fastest algorithm that
 // cudnnFind*AlgorithmEx measures, given a 256 MiB workspace. Each kiln version is first checked
 // against cuDNN's result (max error relative to the largest |value|; over 1e-3 is reported as
-// wrong and not timed; the TF32 versions get 1e-2). No bias in the timings: cuDNN's convolution has none. TFLOP/s counts
-// 2*N*O*OH*OW*C/G*KH*KW flops for each of the three passes.
+// wrong and not timed; the TF32 versions get 1e-2). No bias in the timings (cuDNN's convolution has
+// none) but for two forward rows: the production path with a bias and ReLU in its epilogue, and
+// the same followed by bias and ReLU passes. TFLOP/s counts 2*N*O*OH*OW*C/G*KH*KW flops for each
+// of the three passes.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -16,8 +18,10 @@
 #include <vector>
 
 #include "apps/bench/kernel_bench.h"
+#include "core/backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/cuda_backend.h"
 
 #define KILN_CUDNN_CHECK(call)                                                                    \
   do {                                                                                            \
@@ -185,19 +189,54 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
     const double ms = bench.time_ms(ref);
     bench.record({"conv2d", "fwd cuDNN", shape, ms, tflops(ms), "TFLOP/s", true, algo_note(p)});
-    kiln_version("fwd 1 direct", [&] { cv::forward_direct<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
-    kiln_version("fwd 2 implicit GEMM", [&] { cv::forward_implicit_gemm<float>(x, w, nullptr, y, g, stream); }, y,
+    kiln_version("fwd 1 direct", [&] { cv::forward_direct<float>(x, w, {}, y, g, stream); }, y, y_ref, ny);
+    kiln_version("fwd 2 implicit GEMM", [&] { cv::forward_implicit_gemm<float>(x, w, {}, y, g, stream); }, y,
                  y_ref, ny);
     kiln_version("fwd 3 implicit GEMM prefetch",
-                 [&] { cv::forward_implicit_gemm_prefetch<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
+                 [&] { cv::forward_implicit_gemm_prefetch<float>(x, w, {}, y, g, stream); }, y, y_ref, ny);
     kiln_version("fwd 4 implicit GEMM 8x8 thread tile",
-                 [&] { cv::forward_implicit_gemm_wide<float>(x, w, nullptr, y, g, stream); }, y, y_ref, ny);
+                 [&] { cv::forward_implicit_gemm_wide<float>(x, w, {}, y, g, stream); }, y, y_ref, ny);
     kiln_version("fwd 5 tensor cores 3xTF32",
-                 [&] { cv::forward_tensor_cores<float>(x, w, nullptr, y, g, cv::TensorMath::tf32x3, stream); }, y,
+                 [&] { cv::forward_tensor_cores<float>(x, w, {}, y, g, cv::TensorMath::tf32x3, stream); }, y,
                  y_ref, ny);
     kiln_version("fwd 5 tensor cores TF32",
-                 [&] { cv::forward_tensor_cores<float>(x, w, nullptr, y, g, cv::TensorMath::tf32, stream); }, y,
+                 [&] { cv::forward_tensor_cores<float>(x, w, {}, y, g, cv::TensorMath::tf32, stream); }, y,
                  y_ref, ny, kTf32Tolerance);
+
+    // A conv layer's bias and ReLU: in the production kernel's epilogue, or as two passes of their
+    // own (the broadcast add and the ReLU kernels) after it; checked against cuDNN's result passed
+    // through the same bias and ReLU on the host.
+    const float* bias = bench.random_floats(s.o, 4);
+    std::vector<float> host(static_cast<size_t>(ny)), host_bias(static_cast<size_t>(s.o));
+    KILN_CUDA_CHECK(cudaMemcpy(host.data(), y_ref, sizeof(float) * host.size(), cudaMemcpyDeviceToHost));
+    KILN_CUDA_CHECK(cudaMemcpy(host_bias.data(), bias, sizeof(float) * host_bias.size(), cudaMemcpyDeviceToHost));
+    const int64_t plane = g.oh * g.ow;
+    for (size_t e = 0; e < host.size(); ++e)
+      host[e] = std::max(host[e] + host_bias[static_cast<size_t>(static_cast<int64_t>(e) / plane % s.o)], 0.0f);
+    float* y_relu_ref = buffer(ny);
+    KILN_CUDA_CHECK(cudaMemcpy(y_relu_ref, host.data(), sizeof(float) * host.size(), cudaMemcpyHostToDevice));
+    auto ref_of = [](const float* data, Shape shape) {
+      TensorRef r;
+      r.buffer = const_cast<float*>(data);
+      r.strides = contiguous_strides(shape);
+      r.shape = std::move(shape);
+      return r;
+    };
+    const TensorRef rx = ref_of(x, Shape{s.n, s.c, s.h, s.w}), rw = ref_of(w, Shape{s.o, s.c, s.k, s.k});
+    const TensorRef ry = ref_of(y, Shape{s.n, s.o, g.oh, g.ow}), rb = ref_of(bias, Shape{s.o});
+    TensorRef rb_planes = ry;  // the bias broadcast over the output: stride 1 along channels only
+    rb_planes.buffer = const_cast<float*>(bias);
+    rb_planes.strides = Strides{0, 1, 0, 0};
+    Conv2dParams params;
+    params.pad_h = params.pad_w = s.pad;
+    cuda::CudaBackend& backend = cuda::backend(0);  // its stream is the bench's
+    kiln_version("fwd production + bias + ReLU in the epilogue",
+                 [&] { backend.conv2d(rx, rw, ry, params, Epilogue{rb, Activation::relu}); }, y, y_relu_ref, ny);
+    kiln_version("fwd production, then bias and ReLU passes", [&] {
+      backend.conv2d(rx, rw, ry, params, {});
+      backend.binary(BinaryOp::add, ry, rb_planes, ry);
+      backend.unary(UnaryOp::relu, ry, ry, 0.0);
+    }, y, y_relu_ref, ny);
   }
 
   // ---- backward input ----

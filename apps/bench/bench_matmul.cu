@@ -122,11 +122,13 @@ void bench_matmul(Bench& bench) {
     fp32();
     const std::vector<float> want = to_host(C, s.m * s.n, stream);
 
-    // Checks fn's result against cuBLAS FP32, then times it (or reports it wrong).
-    auto run = [&](const std::string& version, bool tf32, bool reference, const std::function<void()>& fn) {
+    // Checks fn's result against `expected` (cuBLAS FP32's, through the epilogue for the rows that
+    // have one), then times it (or reports it wrong).
+    auto run_against = [&](const std::vector<float>& expected, const std::string& version, bool tf32, bool reference,
+                           const std::function<void()>& fn) {
       KILN_CUDA_CHECK(cudaMemsetAsync(C, 0, static_cast<size_t>(s.m * s.n) * sizeof(float), stream));
       fn();
-      const double err = max_rel_err(to_host(C, s.m * s.n, stream), want);
+      const double err = max_rel_err(to_host(C, s.m * s.n, stream), expected);
       const double tol = tf32 ? 1e-2 : 1e-4;
       if (!(err <= tol)) {
         bench.record({"matmul", version, shape, 0, 0, "TFLOP/s", reference,
@@ -137,23 +139,45 @@ void bench_matmul(Bench& bench) {
       bench.record({"matmul", version, shape, ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s", reference,
                     "max rel err " + sci(err)});
     };
+    auto run = [&](const std::string& version, bool tf32, bool reference, const std::function<void()>& fn) {
+      run_against(want, version, tf32, reference, fn);
+    };
 
     run("cuBLAS SGEMM", false, true, fp32);
     run("cuBLAS TF32", true, true, cublas(CUBLAS_TF32_TENSOR_OP_MATH));
     for (const auto& v : cuda::matmul::versions()) {
       const bool slow = std::string(v.name) == "01_naive" || std::string(v.name) == "02_coalesced";
       if (slow && flops > 2.0 * 2048.0 * 2048.0 * 2048.0) continue;
-      run(v.name, v.tf32, false, [&, fn = v.run] { fn(p, A, B, C, stream); });
+      run(v.name, v.tf32, false, [&, fn = v.run] { fn(p, A, B, C, {}, stream); });
     }
     // The backend reads the data pointers and p; the refs carry the stored shapes.
     const TensorRef ra = s.trans_a ? matrix_ref(A, s.k, s.m) : matrix_ref(A, s.m, s.k);
     const TensorRef rb = s.trans_b ? matrix_ref(B, s.n, s.k) : matrix_ref(B, s.k, s.n);
     const TensorRef rc = matrix_ref(C, s.m, s.n);
     // The production path runs on the backend's stream, which is the bench's stream.
-    run("production (FP32)", false, false, [&] { backend.matmul(ra, rb, rc, p); });
+    run("production (FP32)", false, false, [&] { backend.matmul(ra, rb, rc, p, {}); });
     set_allow_tf32(true);
-    run("production (TF32)", true, false, [&] { backend.matmul(ra, rb, rc, p); });
+    run("production (TF32)", true, false, [&] { backend.matmul(ra, rb, rc, p, {}); });
     set_allow_tf32(false);
+
+    // A Linear layer's bias and ReLU: in the product's epilogue, or as two passes of their own
+    // (the broadcast add and the ReLU kernels) after it.
+    const float* bias = bench.random_floats(s.n, 3);
+    const std::vector<float> host_bias = to_host(bias, s.n, stream);
+    std::vector<float> want_relu(want.size());
+    for (size_t e = 0; e < want.size(); ++e) want_relu[e] = std::max(want[e] + host_bias[e % static_cast<size_t>(s.n)], 0.0f);
+    TensorRef rbias = matrix_ref(bias, 1, s.n);
+    rbias.shape = Shape{s.n};
+    rbias.strides = Strides{1};
+    TensorRef rbias_rows = matrix_ref(bias, s.m, s.n);  // broadcast along the rows
+    rbias_rows.strides = Strides{0, 1};
+    run_against(want_relu, "production + bias + ReLU in the epilogue", false, false,
+                [&] { backend.matmul(ra, rb, rc, p, Epilogue{rbias, Activation::relu}); });
+    run_against(want_relu, "production, then bias and ReLU passes", false, false, [&] {
+      backend.matmul(ra, rb, rc, p, {});
+      backend.binary(BinaryOp::add, rc, rbias_rows, rc);
+      backend.unary(UnaryOp::relu, rc, rc, 0.0);
+    });
   }
   KILN_CUBLAS_CHECK(cublasDestroy(handle));
 }

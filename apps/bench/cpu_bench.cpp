@@ -93,7 +93,7 @@ Result bench_matmul(const char* name, int64_t size, bool trans_a, bool trans_b) 
   p.trans_a = trans_a;
   p.trans_b = trans_b;
   p.lda = p.ldb = size;
-  double ms = median_ms([&] { kiln::cpu::backend().matmul(a.ref(), b.ref(), c.ref(), p); });
+  double ms = median_ms([&] { kiln::cpu::backend().matmul(a.ref(), b.ref(), c.ref(), p, kiln::Epilogue{}); });
   double flops = 2.0 * static_cast<double>(size * size * size);
   std::string shape = std::to_string(size) + "^3";
   return {name, shape, ms, flops / (ms * 1e6)};
@@ -116,7 +116,7 @@ void bench_conv(const std::string& layer, int64_t n, int64_t c, int64_t hw, int6
     double ms = median_ms(fn);
     results.push_back({layer + " " + what, shape, ms, flops / (ms * 1e6)});
   };
-  add("forward", [&] { be.conv2d(x.ref(), w.ref(), bias.ref(), y.ref(), p); });
+  add("forward", [&] { be.conv2d(x.ref(), w.ref(), y.ref(), p, kiln::Epilogue{bias.ref()}); });
   add("backward-input", [&] { be.conv2d_backward_input(gy.ref(), w.ref(), gx.ref(), p); });
   add("backward-weight", [&] { be.conv2d_backward_weight(x.ref(), gy.ref(), gw.ref(), p); });
 }

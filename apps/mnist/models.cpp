@@ -12,10 +12,11 @@ Net::Net() : nn::Module("Net") {
 }
 
 Tensor Net::forward(const Tensor& input) {
-  Tensor x = relu(conv1->forward(input));             // [N, 32, 26, 26]
-  x = relu(conv2->forward(x));                        // [N, 64, 24, 24]
+  // each layer's ReLU runs in the layer's own kernel (its epilogue)
+  Tensor x = conv1->forward(input, Activation::relu);        // [N, 32, 26, 26]
+  x = conv2->forward(x, Activation::relu);                   // [N, 64, 24, 24]
   x = dropout1->forward(max_pool2d(x, {.kernel = {2, 2}}));  // [N, 64, 12, 12]
-  x = relu(fc1->forward(x.flatten(1)));               // [N, 128]
+  x = fc1->forward(x.flatten(1), Activation::relu);          // [N, 128]
   return fc2->forward(dropout2->forward(x));          // [N, 10]
 }
 
@@ -24,7 +25,7 @@ MLP::MLP() : nn::Module("MLP") {
   fc2 = register_module("fc2", std::make_shared<nn::Linear>(128, 10));
 }
 
-Tensor MLP::forward(const Tensor& x) { return fc2->forward(relu(fc1->forward(x.flatten(1)))); }
+Tensor MLP::forward(const Tensor& x) { return fc2->forward(fc1->forward(x.flatten(1), Activation::relu)); }
 
 FastNet::FastNet() : nn::Module("FastNet") {
   conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(1, 16, 5));
@@ -33,8 +34,8 @@ FastNet::FastNet() : nn::Module("FastNet") {
 }
 
 Tensor FastNet::forward(const Tensor& input) {
-  Tensor x = max_pool2d(relu(conv1->forward(input)), {.kernel = {2, 2}});  // [N, 16, 12, 12]
-  x = max_pool2d(relu(conv2->forward(x)), {.kernel = {2, 2}});             // [N, 32, 4, 4]
+  Tensor x = max_pool2d(conv1->forward(input, Activation::relu), {.kernel = {2, 2}});  // [N, 16, 12, 12]
+  x = max_pool2d(conv2->forward(x, Activation::relu), {.kernel = {2, 2}});             // [N, 32, 4, 4]
   return fc->forward(x.flatten(1));
 }
 

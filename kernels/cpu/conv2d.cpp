@@ -157,11 +157,10 @@ void for_each_image(const ConvShape& s, Fn fn) {
 }
 
 template <class T>
-void forward(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
-             const ConvShape& s) {
+void forward(const TensorRef& x, const TensorRef& w, const Epilogue& e, const TensorRef& y, const ConvShape& s) {
   const T* xd = x.data<T>();
   const T* wd = w.data<T>();
-  const T* bd = bias.defined() ? bias.data<T>() : nullptr;
+  const T* bd = e.bias.defined() ? e.bias.data<T>() : nullptr;
   T* yd = y.data<T>();
   for_each_image(s, [&](int64_t img) {
     const T* xn = xd + img * s.c * s.h * s.w;
@@ -176,6 +175,8 @@ void forward(const TensorRef& x, const TensorRef& w, const TensorRef& bias, cons
       gemm(false, false, s.og, s.ohw, s.ckk, wd + g * s.og * s.ckk, s.ckk, s.pointwise ? xg : col,
            s.ohw, yn + g * s.og * s.ohw, s.ohw, bd != nullptr);
     }
+    if (e.activation != Activation::none)  // the bias is in already
+      for (int64_t i = 0; i < s.o * s.ohw; ++i) yn[i] = apply_epilogue(yn[i], static_cast<const T*>(nullptr), 0, e);
   });
 }
 
@@ -257,13 +258,13 @@ void check_same_dtype(const char* op, const TensorRef& a, const TensorRef& b, co
 
 }  // namespace
 
-void CpuBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias,
-                        const TensorRef& y, const Conv2dParams& p) {
+void CpuBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
+                        const Epilogue& e) {
   check_same_dtype("conv2d", x, w, y);
-  KILN_CHECK(!bias.defined() || bias.dtype == y.dtype, DTypeError,
-             "cpu backend: conv2d needs one dtype, got bias ", bias.dtype, " for ", y.dtype);
+  KILN_CHECK(!e.bias.defined() || e.bias.dtype == y.dtype, DTypeError,
+             "cpu backend: conv2d needs one dtype, got bias ", e.bias.dtype, " for ", y.dtype);
   const ConvShape s = conv_shape(x.shape, w.shape, y.shape, p);
-  dispatch("conv2d", y.dtype, [&](auto tag) { forward<decltype(tag)>(x, w, bias, y, s); });
+  dispatch("conv2d", y.dtype, [&](auto tag) { forward<decltype(tag)>(x, w, e, y, s); });
 }
 
 void CpuBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w,

@@ -51,12 +51,12 @@ class CpuBackend final : public Backend {
   void one_hot(const TensorRef& indices, const TensorRef& out) override;
 
   // matmul.cpp
-  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out,
-              const MatmulParams& p) override;
+  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
+              const Epilogue& e) override;
 
   // conv2d.cpp
-  void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
-              const Conv2dParams& p) override;
+  void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
+              const Epilogue& e) override;
   void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
                              const Conv2dParams& p) override;
   void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,

@@ -1,10 +1,20 @@
-// The CPU backend's general matrix multiply, shared by matmul.cpp and conv2d.cpp (internal to
-// kernels/cpu; not part of kiln's API).
+// The CPU backend's general matrix multiply and the epilogue of its products, shared by matmul.cpp
+// and conv2d.cpp (internal to kernels/cpu; not part of kiln's API).
 #pragma once
 
 #include <cstdint>
 
+#include "core/backend.h"
+
 namespace kiln::cpu {
+
+// Output element v of column (or channel) j through an epilogue (core/backend.h): v + bias[j] when
+// there is a bias, then the activation.
+template <class T>
+inline T apply_epilogue(T v, const T* bias, int64_t j, const Epilogue& e) {
+  if (bias) v += bias[j];
+  return e.activation == Activation::relu && v < T(0) ? T(0) : v;  // a NaN passes, as UnaryOp::relu
+}
 
 // C = op(A) * op(B), or C += op(A) * op(B) when `accumulate`. Row-major throughout.
 // op(A) is m x k: A is m x k with row stride lda, or, when trans_a, k x m with row stride lda.

@@ -465,14 +465,21 @@ void gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
 }
 
 template <class T>
-void matmul_typed(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p) {
+void matmul_typed(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
+                  const Epilogue& e) {
   const T* a_data = a.data<T>();
   const T* b_data = b.data<T>();
+  const T* bias = e.bias.defined() ? e.bias.data<T>() : nullptr;
   T* c_data = out.data<T>();
   const int64_t work = p.m * p.n * p.k;
   auto one = [&](int64_t i) {
+    T* c = c_data + i * p.m * p.n;
     gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, a_data + i * p.batch_stride_a, p.lda,
-         b_data + i * p.batch_stride_b, p.ldb, c_data + i * p.m * p.n, p.n, false);
+         b_data + i * p.batch_stride_b, p.ldb, c, p.n, false);
+    // the epilogue while the product is still in cache: the bias along each row, then relu
+    if (bias || e.activation != Activation::none)
+      for (int64_t r = 0; r < p.m; ++r)
+        for (int64_t j = 0; j < p.n; ++j) c[r * p.n + j] = apply_epilogue(c[r * p.n + j], bias, j, e);
   };
   if (p.batch == 1 || work >= kParallelWork) {
     // Each product is worth the whole pool on its own.
@@ -509,13 +516,15 @@ template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, i
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,
                            const double*, int64_t, double*, int64_t, bool);
 
-void CpuBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out,
-                        const MatmulParams& p) {
+void CpuBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
+                        const Epilogue& e) {
   KILN_CHECK(a.dtype == out.dtype && b.dtype == out.dtype, DTypeError,
              "cpu backend: matmul needs one dtype, got ", a.dtype, ", ", b.dtype, " -> ", out.dtype);
+  KILN_CHECK(!e.bias.defined() || (e.bias.dtype == out.dtype && e.bias.numel() == p.n), ShapeError,
+             "cpu backend: matmul's bias must be [", p.n, "] ", out.dtype, ", got ", e.bias.shape, " ", e.bias.dtype);
   switch (out.dtype) {
-    case DType::f32: return matmul_typed<float>(a, b, out, p);
-    case DType::f64: return matmul_typed<double>(a, b, out, p);
+    case DType::f32: return matmul_typed<float>(a, b, out, p, e);
+    case DType::f64: return matmul_typed<double>(a, b, out, p, e);
     default: KILN_FAIL(DTypeError, "cpu backend: matmul does not support dtype ", out.dtype);
   }
 }

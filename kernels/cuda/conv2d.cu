@@ -1,9 +1,11 @@
 // conv2d on the GPU, forward and both backwards, f32 and f64, with stride, padding, dilation and
 // groups (the CPU oracle is kernels/cpu/conv2d.cpp):
 //   x [N, C, H, W], w [O, C/G, KH, KW], bias [O] (optional), y [N, O, OH, OW]
-//   y[n, o, i, j] = bias[o] + sum_{c, kh, kw} w[o, c, kh, kw] * x[n, g*C/G + c, i*sh - ph + kh*dh,
-//                                                                        j*sw - pw + kw*dw]
-//   (g = o / (O/G); reads outside the input are zeros.) Accumulation is in T, as on the CPU.
+//   y[n, o, i, j] = act(bias[o] + sum_{c, kh, kw} w[o, c, kh, kw] * x[n, g*C/G + c, i*sh - ph + kh*dh,
+//                                                                            j*sw - pw + kw*dw])
+//   (g = o / (O/G); reads outside the input are zeros; act: the epilogue's activation, e.g. ReLU,
+//   applied as each forward version stores an element, so a layer's ReLU costs no pass of its
+//   own.) Accumulation is in T, as on the CPU.
 // Bench: `kernel-bench --only conv` (every version against cuDNN; figures: kernels/README.md,
 // from kernel-bench). Versions are declared in kernels/cuda/conv2d.cuh. Figures quoted below are
 // from H100 80GB HBM3, 2026-11-22, kernel-bench --only conv, f32, ms, MNIST CNN layers conv1
@@ -30,7 +32,8 @@
 //   shared table, and each thread decodes its fixed row (n, oh, ow) once before the loop, so a
 //   load costs two bounds checks and an add. Each thread then accumulates a TM x TN = 8 x 4
 //   register tile (rows strided by BM/TM so that a warp's threads own neighbouring output pixels:
-//   conflict-free shared reads, coalesced stores). The bias is added as the tile is stored.
+//   conflict-free shared reads, coalesced stores). The epilogue (bias, activation) applies as the
+//   tile is stored.
 //   conv2: 0.1547 ms, 8.8 TFLOP/s (cuDNN 0.0717).
 // Forward version 3 (implicit GEMM, prefetch; production): version 2 with the loads of slice
 //   k+1 issued into registers before slice k's FMAs and written to the shared tiles after them,
@@ -158,7 +161,7 @@ Dims dims_of(const Geometry& g) {
 // ---- forward, version 1: direct ----
 
 template <class T>
-__global__ void forward_direct_kernel(const T* x, const T* w, const T* bias, T* y, Dims d, int64_t total) {
+__global__ void forward_direct_kernel(const T* x, const T* w, DeviceEpilogue<T> e, T* y, Dims d, int64_t total) {
   KILN_GRID_STRIDE(i, total) {
     const int64_t j = i % d.ow, r = i / d.ow, oi = r % d.oh, r2 = r / d.oh;
     const int64_t o = r2 % d.o, img = r2 / d.o;
@@ -179,7 +182,7 @@ __global__ void forward_direct_kernel(const T* x, const T* w, const T* bias, T* 
         }
       }
     }
-    y[i] = bias ? acc + bias[o] : acc;
+    y[i] = e(acc, o);
   }
 }
 
@@ -190,7 +193,8 @@ __global__ void forward_direct_kernel(const T* x, const T* w, const T* bias, T* 
 // [C/G*KH*KW][kOut] (zeros past O/G) so that the kOut weights of a tap are one broadcast read.
 // blockIdx.y is the group.
 template <class T, int kOut>
-__global__ void forward_few_outputs_kernel(const T* x, const T* w, const T* bias, T* y, Dims d, int64_t pixels) {
+__global__ void forward_few_outputs_kernel(const T* x, const T* w, DeviceEpilogue<T> e, T* y, Dims d,
+                                           int64_t pixels) {
   extern __shared__ __align__(16) unsigned char smem_few_outputs[];
   T* ws = reinterpret_cast<T*>(smem_few_outputs);
   const int64_t g = blockIdx.y, K = d.cg * d.khkw;
@@ -224,7 +228,7 @@ __global__ void forward_few_outputs_kernel(const T* x, const T* w, const T* bias
     T* yp = y + (img * d.o + g * d.og) * d.ohw + r;
 #pragma unroll
     for (int o = 0; o < kOut; ++o)
-      if (o < d.og) yp[o * d.ohw] = bias ? acc[o] + bias[g * d.og + o] : acc[o];
+      if (o < d.og) yp[o * d.ohw] = e(acc[o], g * d.og + o);
   }
 }
 
@@ -273,7 +277,7 @@ struct ForwardProblem {
   static constexpr bool a_k_fast = false, b_k_fast = true, c_m_fast = true;
   const T* x;
   const T* w;
-  const T* bias;
+  DeviceEpilogue<T> epilogue;  // of the forward (none when backward input runs as a forward)
   T* y;
   Dims d;
   int64_t M, N, K;
@@ -282,7 +286,7 @@ struct ForwardProblem {
   struct ACol { int64_t off, dy, dx; bool valid; };
   struct BRow { const T* p; bool valid; };
   struct BCol { int64_t k; bool valid; };
-  struct CRow { T* p; const T* bias; bool valid; };
+  struct CRow { T* p; int64_t channel; bool valid; };  // channel: of column n = 0
 
   __device__ ARow a_row(int64_t g, int64_t m) const {
     if (m >= M) return {nullptr, 0, 0, false};
@@ -307,12 +311,12 @@ struct ForwardProblem {
   __device__ BCol b_col(int64_t, int64_t k, int64_t k_end) const { return {k, k < k_end}; }
   __device__ T b(const BRow& r, const BCol& c) const { return r.valid && c.valid ? r.p[c.k] : T(0); }
   __device__ CRow c_row(int64_t g, int64_t, int64_t m) const {
-    if (m >= M) return {nullptr, nullptr, false};
+    if (m >= M) return {nullptr, 0, false};
     const int64_t img = m / d.ohw, r = m % d.ohw;
-    return {y + (img * d.o + g * d.og) * d.ohw + r, bias ? bias + g * d.og : nullptr, true};
+    return {y + (img * d.o + g * d.og) * d.ohw + r, g * d.og, true};
   }
   __device__ void store(const CRow& r, int64_t n, T v) const {
-    if (r.valid && n < N) r.p[n * d.ohw] = r.bias ? v + r.bias[n] : v;
+    if (r.valid && n < N) r.p[n * d.ohw] = epilogue(v, r.channel + n);
   }
 };
 
@@ -611,11 +615,11 @@ constexpr Tap kOutsideTap = {0, kOutside, 0};
 
 // The three GEMMs as gathers (see "The GEMM view" at the top). g: the group; split: the K split
 // (backward weight).
-struct TapForward {  // A = im2col(x) (m-fast), B = w (k-fast), C = y, plus the bias
+struct TapForward {  // A = im2col(x) (m-fast), B = w (k-fast), C = y, plus the epilogue
   static constexpr bool a_k_fast = false, b_k_fast = true;
   const float* a_data;  // x
   const float* b_data;  // w
-  const float* bias;
+  DeviceEpilogue<float> epilogue;
   float* c;  // y
   Dims d;
   int64_t M, N, K;
@@ -637,14 +641,13 @@ struct TapForward {  // A = im2col(x) (m-fast), B = w (k-fast), C = y, plus the 
   __device__ Tap b_x(int64_t g, int64_t n) const { return n < N ? Tap{(g * d.og + n) * K, 0, 0} : kOutsideTap; }
   __device__ Tap b_k(int64_t, int64_t k) const { return k < K ? Tap{k, 0, 0} : kOutsideTap; }
   // C(m, n) is c[c_row(m) + n * c_col]; nullptr rows are past M.
-  static constexpr bool has_bias = true;
+  static constexpr bool has_epilogue = true;
   __device__ float* c_row(int64_t g, int64_t, int64_t m) const {
     if (m >= M) return nullptr;
     const int64_t img = m / d.ohw, r = m % d.ohw;
     return c + (img * d.o + g * d.og) * d.ohw + r;
   }
   __device__ int64_t c_col() const { return d.ohw; }
-  __device__ float bias_of(int64_t g, int64_t n) const { return bias ? bias[g * d.og + n] : 0.0f; }
 };
 
 struct TapWeight {  // A = grad_y (k-fast), B = im2col(x)^T (k-fast), C = the split's partial grad_w
@@ -674,7 +677,7 @@ struct TapWeight {  // A = grad_y (k-fast), B = im2col(x)^T (k-fast), C = the sp
     const int dy = static_cast<int>(r / d.ow) * d.sh, dx = static_cast<int>(r % d.ow) * d.sw;
     return {img * d.c * d.hw + int64_t{dy} * d.w + dx, dy, dx};
   }
-  static constexpr bool has_bias = false;
+  static constexpr bool has_epilogue = false;
   __device__ float* c_row(int64_t g, int64_t split, int64_t m) const {
     return m < M ? c + (split * d.o + g * d.og + m) * N : nullptr;
   }
@@ -823,7 +826,7 @@ __global__ void __launch_bounds__(G::THREADS) implicit_gemm_tc_kernel(P p, int64
           if (n >= p.N) continue;
           float v = acc[mi][ni][half * 2 + e];
           if (kExact && v != v) v = dot_f32(p, group, m, n, k_begin, k_end);
-          if constexpr (P::has_bias) v += p.bias_of(group, n);
+          if constexpr (P::has_epilogue) v = p.epilogue(v, group * p.d.og + n);
           row[n * c_col] = v;
         }
     }
@@ -999,7 +1002,7 @@ template <class T>
 void forward_tc(const ForwardProblem<T>& p, int64_t groups, TensorMath math, cudaStream_t stream, const char* op) {
   if constexpr (std::is_same_v<T, float>) {
     const bool exact = math == TensorMath::tf32x3;
-    const TapForward tp{p.x, p.w, p.bias, p.y, p.d, p.M, p.N, p.K, static_cast<int>(p.d.h), static_cast<int>(p.d.w)};
+    const TapForward tp{p.x, p.w, p.epilogue, p.y, p.d, p.M, p.N, p.K, static_cast<int>(p.d.h), static_cast<int>(p.d.w)};
     if (p.N > 32 && p.K <= kMaxTcKRange) {
       return exact ? launch_gemm_tc<128, 64, true>(tp, groups, 1, p.K, stream, op)
                    : launch_gemm_tc<128, 64, false>(tp, groups, 1, p.K, stream, op);
@@ -1027,7 +1030,7 @@ bool forward_few(const ForwardProblem<T>& p, int64_t groups, cudaStream_t stream
   KILN_CHECK(groups <= 65535, ShapeError, "cuda ", op, ": too many groups for one launch (", groups, ")");
   const dim3 grid(std::min<unsigned>(blocks_for(pixels), 8192u), static_cast<unsigned>(groups));
   auto launch = [&](auto kernel) {
-    kernel<<<grid, kThreads, static_cast<size_t>(bytes), stream>>>(p.x, p.w, p.bias, p.y, d, pixels);
+    kernel<<<grid, kThreads, static_cast<size_t>(bytes), stream>>>(p.x, p.w, p.epilogue, p.y, d, pixels);
   };
   switch (k_out) {
     case 1: launch(forward_few_outputs_kernel<T, 1>); break;
@@ -1065,30 +1068,30 @@ bool backward_input_as_forward_applies(const Geometry& g) {
 int64_t backward_input_as_forward_workspace(const Geometry& g) { return g.o * (g.c / g.groups) * g.kh * g.kw; }
 
 template <class T>
-void forward_direct(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
+void forward_direct(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, cudaStream_t stream) {
   const int64_t total = g.n * g.o * g.oh * g.ow;
   if (total == 0) return;
-  forward_direct_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(x, w, bias, y, dims_of(g), total);
+  forward_direct_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(x, w, e, y, dims_of(g), total);
   KILN_CUDA_LAUNCH_CHECK("conv2d");
 }
 
 template <class T>
-void forward_implicit_gemm(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
+void forward_implicit_gemm(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, cudaStream_t stream) {
   const Dims d = dims_of(g);
-  forward_gemm<T, false>({x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
+  forward_gemm<T, false>({x, w, e, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
 }
 
 template <class T>
-void forward_implicit_gemm_prefetch(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
+void forward_implicit_gemm_prefetch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
                                     cudaStream_t stream) {
   const Dims d = dims_of(g);
-  forward_gemm<T, true>({x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
+  forward_gemm<T, true>({x, w, e, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
 }
 
 template <class T>
-void forward_implicit_gemm_wide(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
+void forward_implicit_gemm_wide(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, cudaStream_t stream) {
   const Dims d = dims_of(g);
-  forward_gemm<T, true, true>({x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
+  forward_gemm<T, true, true>({x, w, e, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream, "conv2d");
 }
 
 template <class T>
@@ -1134,7 +1137,7 @@ void input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, cons
   f.dilation_h = g.dilation_h, f.dilation_w = g.dilation_w;
   f.groups = g.groups;
   const Dims d = dims_of(f);
-  run(ForwardProblem<T>{grad_y, workspace, nullptr, grad_x, d, d.n * d.ohw, d.og, d.cg * d.khkw}, f.groups,
+  run(ForwardProblem<T>{grad_y, workspace, DeviceEpilogue<T>{}, grad_x, d, d.n * d.ohw, d.og, d.cg * d.khkw}, f.groups,
       "conv2d_backward_input");
 }
 }  // namespace
@@ -1207,9 +1210,9 @@ void backward_weight_tensor_cores(const T* x, const T* grad_y, T* grad_w, T* wor
 }
 
 template <class T>
-void forward_few_outputs(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream) {
+void forward_few_outputs(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, cudaStream_t stream) {
   const Dims d = dims_of(g);
-  const ForwardProblem<T> p{x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw};
+  const ForwardProblem<T> p{x, w, e, y, d, d.n * d.ohw, d.og, d.cg * d.khkw};
   if (!forward_few(p, g.groups, stream, "conv2d")) forward_gemm<T, true>(p, g.groups, stream, "conv2d");
 }
 
@@ -1223,31 +1226,31 @@ void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* works
 }
 
 template <class T>
-void forward_tensor_cores(const T* x, const T* w, const T* bias, T* y, const Geometry& g, TensorMath math,
+void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, TensorMath math,
                           cudaStream_t stream) {
   const Dims d = dims_of(g);
-  forward_tc<T>({x, w, bias, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, math, stream, "conv2d");
+  forward_tc<T>({x, w, e, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, math, stream, "conv2d");
 }
 
 #define KILN_CONV2D_INSTANTIATE(T)                                                                          \
-  template void forward_direct<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);         \
-  template void forward_implicit_gemm<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);  \
-  template void forward_implicit_gemm_prefetch<T>(const T*, const T*, const T*, T*, const Geometry&,       \
+  template void forward_direct<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&, cudaStream_t);         \
+  template void forward_implicit_gemm<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&, cudaStream_t);  \
+  template void forward_implicit_gemm_prefetch<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&,       \
                                                   cudaStream_t);                                           \
   template void backward_input_direct<T>(const T*, const T*, T*, const Geometry&, cudaStream_t);            \
   template void backward_input_implicit_gemm<T>(const T*, const T*, T*, const Geometry&, cudaStream_t);     \
   template void backward_input_as_forward<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);    \
   template void backward_weight_implicit_gemm<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);    \
   template void backward_weight_implicit_gemm_wide<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t); \
-  template void forward_implicit_gemm_wide<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);   \
+  template void forward_implicit_gemm_wide<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&, cudaStream_t);   \
   template void backward_input_as_forward_wide<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t); \
-  template void forward_tensor_cores<T>(const T*, const T*, const T*, T*, const Geometry&, TensorMath,         \
+  template void forward_tensor_cores<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&, TensorMath,         \
                                         cudaStream_t);                                                         \
   template void backward_input_tensor_cores<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath,        \
                                                cudaStream_t);                                                  \
   template void backward_weight_tensor_cores<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath,       \
                                                 cudaStream_t);                                                 \
-  template void forward_few_outputs<T>(const T*, const T*, const T*, T*, const Geometry&, cudaStream_t);       \
+  template void forward_few_outputs<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&, cudaStream_t);       \
   template void backward_input_few_outputs<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
@@ -1293,15 +1296,15 @@ void check_same_dtype(const char* op, const TensorRef& a, const TensorRef& b, co
 
 }  // namespace
 
-void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
-                         const Conv2dParams& p) {
+void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
+                         const Epilogue& epilogue) {
   check_same_dtype("conv2d", x, w, y);
-  KILN_CHECK(!bias.defined() || bias.dtype == y.dtype, DTypeError,
-             "cuda backend: conv2d needs one dtype, got bias ", bias.dtype, " for ", y.dtype);
+  KILN_CHECK(!epilogue.bias.defined() || epilogue.bias.dtype == y.dtype, DTypeError,
+             "cuda backend: conv2d needs one dtype, got bias ", epilogue.bias.dtype, " for ", y.dtype);
   const conv2d::Geometry g = geometry_of(x.shape, w.shape, y.shape, p);
   visit_floating(y.dtype, "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    const DeviceEpilogue<T> b = device_epilogue<T>(epilogue);
     // A reduction this short (the first MNIST layer: C*KH*KW = 9) leaves most of each 16-long
     // tensor-core slice empty: version 3 is faster there (kernels/README.md).
     if (g.c / g.groups * g.kh * g.kw < 32)

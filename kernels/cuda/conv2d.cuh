@@ -1,12 +1,16 @@
 // The versions of the conv2d kernels (kernels/cuda/conv2d.cu), callable on raw device pointers so
 // that kernel-bench and the tests can run each one; CudaBackend::conv2d* picks among them.
 // All take contiguous NCHW tensors of float or double and queue their work on `stream`:
-//   x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or nullptr, y [N, O, OH, OW].
+//   x [N, C, H, W], w [O, C/groups, KH, KW], y [N, O, OH, OW]; the forward versions store each
+//   element of y through an epilogue e (DeviceEpilogue, cuda_backend.h: bias [O] or none, then
+//   the activation).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda::conv2d {
 
@@ -20,20 +24,20 @@ struct Geometry {
 
 // Forward, version 1: direct convolution, one thread per output element.
 template <class T>
-void forward_direct(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream);
-// Forward, version 2: implicit GEMM with the bias added in the epilogue.
+void forward_direct(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, cudaStream_t stream);
+// Forward, version 2: implicit GEMM, the epilogue applied as the tile is stored.
 template <class T>
-void forward_implicit_gemm(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
+void forward_implicit_gemm(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
                            cudaStream_t stream);
 // Forward, version 3 (production): version 2 with the next K slice prefetched into registers.
 template <class T>
-void forward_implicit_gemm_prefetch(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
+void forward_implicit_gemm_prefetch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
                                     cudaStream_t stream);
 
 // Forward, version 4: version 3 with 8 x 8 thread tiles (128 threads on the 128 x 64 block tile)
 // where O/G > 32: half the shared reads per FMA; else the same as version 3.
 template <class T>
-void forward_implicit_gemm_wide(const T* x, const T* w, const T* bias, T* y, const Geometry& g,
+void forward_implicit_gemm_wide(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
                                 cudaStream_t stream);
 
 // grad_x (overwritten) from grad_y [N, O, OH, OW] and w.
@@ -78,7 +82,7 @@ void backward_weight_implicit_gemm_wide(const T* x, const T* grad_y, T* grad_w, 
 enum class TensorMath { tf32x3, tf32 };
 // Forward, version 5: implicit GEMM on the tensor cores where O/G > 16, else version 3.
 template <class T>
-void forward_tensor_cores(const T* x, const T* w, const T* bias, T* y, const Geometry& g, TensorMath math,
+void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, TensorMath math,
                           cudaStream_t stream);
 // Backward input, version 5: version 3's forward form on forward version 5 (same applicability
 // and workspace).
@@ -94,7 +98,7 @@ void backward_weight_tensor_cores(const T* x, const T* grad_y, T* grad_w, T* wor
 // Forward, version 6: direct, one thread per output pixel computing all O/G outputs, for O/G <= 16
 // (the group's weights in shared memory); else version 3.
 template <class T>
-void forward_few_outputs(const T* x, const T* w, const T* bias, T* y, const Geometry& g, cudaStream_t stream);
+void forward_few_outputs(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, cudaStream_t stream);
 // Backward input, version 6: version 3's forward form on forward version 6 (same applicability and
 // workspace): for few input channels per group, such as a first layer's C = 1.
 template <class T>

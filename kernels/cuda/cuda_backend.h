@@ -10,16 +10,34 @@
 
 namespace kiln::cuda {
 
-// A fault a kernel finds in its input but cannot throw: an index outside its range. Kernels
-// record the first one in the backend's fault slot (device memory; see fault.cuh), and the host
-// throws it as a ValueError at the next synchronisation (read or synchronize), naming the op,
-// the index, its position and the range. Checking costs one 24-byte copy per synchronisation and
-// no synchronisation of its own, so a training step keeps running asynchronously.
 // An attribute of `device` (cudaDeviceGetAttribute), or of the current device when device < 0,
 // asked of the driver once per device and attribute and then cached: launch choices read the SM
 // count, the shared-memory limit or the compute capability at every launch. (runtime.cu)
 int device_attribute(cudaDeviceAttr attr, int device = -1);
 
+// An Epilogue (core/backend.h) as the matmul and conv2d kernels take it: the bias as a device
+// pointer (null: none), applied to output element v of column or channel j.
+template <class T>
+struct DeviceEpilogue {
+  const T* bias = nullptr;
+  Activation activation = Activation::none;
+#if defined(__CUDACC__)
+  __device__ T operator()(T v, int64_t j) const {
+    if (bias) v += bias[j];
+    return activation == Activation::relu && v < T(0) ? T(0) : v;  // a NaN passes, as UnaryOp::relu
+  }
+#endif
+};
+template <class T>
+DeviceEpilogue<T> device_epilogue(const Epilogue& e) {
+  return {e.bias.defined() ? e.bias.data<T>() : nullptr, e.activation};
+}
+
+// A fault a kernel finds in its input but cannot throw: an index outside its range. Kernels
+// record the first one in the backend's fault slot (device memory; see fault.cuh), and the host
+// throws it as a ValueError at the next synchronisation (read or synchronize), naming the op,
+// the index, its position and the range. Checking costs one 24-byte copy per synchronisation and
+// no synchronisation of its own, so a training step keeps running asynchronously.
 enum class FaultOp : int32_t { none, gather, index_add, one_hot, cross_entropy, cross_entropy_backward };
 
 struct DeviceFault {
@@ -77,11 +95,12 @@ class CudaBackend final : public Backend {
                               double label_smoothing) override;
 
   // matmul.cu (the versions: matmul/)
-  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p) override;
+  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
+              const Epilogue& e) override;
 
   // conv2d.cu
-  void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& bias, const TensorRef& y,
-              const Conv2dParams& p) override;
+  void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
+              const Epilogue& e) override;
   void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
                              const Conv2dParams& p) override;
   void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,

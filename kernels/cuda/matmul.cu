@@ -62,6 +62,17 @@
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
 //   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
 // f64 always runs 03. The SM count is asked once per device (device_attribute).
+//
+// The epilogue (core/backend.h): every version stores each element of C through it, so a Linear
+// layer's bias and ReLU cost no pass of their own: 03-05 and 01-02 as they store an element,
+// 06-07 in store4, 08 and 10-13 in store_mma_tiles (after 12's NaN recompute), 09 in its reduce
+// kernel (or its one chunk's store). Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only
+// matmul, production f32 path): bias + ReLU in the epilogue add 0-5% to the product's time (15%
+// at 9216 x 128 x 64 A^T), while the same two as passes of their own after it take 5-107% longer
+// than the fused product (784 x 128 x 64: 0.0063 ms fused, 0.0129 ms with passes). Not explained:
+// 12 at 4096^3 took 2.60 ms in the last run before the epilogue and 2.68-2.77 ms in three runs
+// after it (cuBLAS 2.65-2.67 ms in all four), though its main loop's SASS is unchanged (the same
+// HMMA and shared-memory loads; the store grew by about 4k instructions).
 #include <algorithm>
 
 #include "core/precision.h"
@@ -94,18 +105,24 @@ bool async_applies(const MatmulParams& p, const float* a, const float* b) {
 
 }  // namespace matmul
 
-void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p) {
+void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
+                         const Epilogue& epilogue) {
   KILN_CHECK(a.dtype == out.dtype && b.dtype == out.dtype, DTypeError,
              "cuda backend: matmul needs one dtype, got ", a.dtype, ", ", b.dtype, " -> ", out.dtype);
+  KILN_CHECK(!epilogue.bias.defined() || (epilogue.bias.dtype == out.dtype && epilogue.bias.numel() == p.n),
+             ShapeError, "cuda backend: matmul's bias must be [", p.n, "] ", out.dtype, ", got ", epilogue.bias.shape,
+             " ", epilogue.bias.dtype);
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   if (out.dtype == DType::f64) {
-    matmul::smem_tiling_f64(p, a.data<double>(), b.data<double>(), out.data<double>(), stream_);
+    matmul::smem_tiling_f64(p, a.data<double>(), b.data<double>(), out.data<double>(),
+                            device_epilogue<double>(epilogue), stream_);
     return;
   }
   KILN_CHECK(out.dtype == DType::f32, DTypeError, "cuda backend: matmul does not support dtype ", out.dtype);
   const float* A = a.data<float>();
   const float* B = b.data<float>();
   float* C = out.data<float>();
+  const DeviceEpilogue<float> e = device_epilogue<float>(epilogue);
   const int sms = device_attribute(cudaDevAttrMultiProcessorCount, device_);
   const int64_t big_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 127) / 128);
   if (big_tiles >= std::max(sms / 4, 1)) {
@@ -116,14 +133,14 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
         // Freed right after queuing, as split-K's below.
         const size_t bytes = matmul::tf32_wgmma_workspace(p, A, B);
         void* workspace = bytes > 0 ? allocate(bytes) : nullptr;
-        matmul::tf32_wgmma_run(p, A, B, C, workspace, stream_);
+        matmul::tf32_wgmma_run(p, A, B, C, e, workspace, stream_);
         if (workspace) deallocate(workspace);
         return;
       }
-      return wide_tiles >= 2 * sms ? matmul::tf32_ldmatrix(p, A, B, C, stream_)
-                                   : matmul::tf32_ldmatrix_128x128(p, A, B, C, stream_);
+      return wide_tiles >= 2 * sms ? matmul::tf32_ldmatrix(p, A, B, C, e, stream_)
+                                   : matmul::tf32_ldmatrix_128x128(p, A, B, C, e, stream_);
     }
-    return p.k >= 256 ? matmul::split_tf32x3(p, A, B, C, stream_) : matmul::warptile(p, A, B, C, stream_);
+    return p.k >= 256 ? matmul::split_tf32x3(p, A, B, C, e, stream_) : matmul::warptile(p, A, B, C, e, stream_);
   }
   // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it).
   const int64_t splits = p.batch == 1 ? matmul::split_k_splits(p, sms) : 1;
@@ -131,11 +148,11 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     // Freed right after queuing: the pool is stream-ordered, so the memory is not reused before
     // the kernels on this stream are done with it.
     auto* workspace = static_cast<float*>(allocate(static_cast<size_t>(splits * p.m * p.n) * sizeof(float)));
-    matmul::split_k_run(p, A, B, C, splits, workspace, stream_);
+    matmul::split_k_run(p, A, B, C, e, splits, workspace, stream_);
     deallocate(workspace);
     return;
   }
-  matmul::smem_tiling(p, A, B, C, stream_);
+  matmul::smem_tiling(p, A, B, C, e, stream_);
 }
 
 }  // namespace kiln::cuda

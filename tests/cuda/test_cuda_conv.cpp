@@ -166,22 +166,25 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
       Tensor x = uniform(c.x, -1, 1, t), w = uniform(c.w, -1, 1, t), gy = uniform(c.y, -1, 1, t);
       Tensor b = uniform({c.w[0]}, -1, 1, t);
       Tensor dx = x.to(kCuda), dw = w.to(kCuda), dgy = gy.to(kCuda), db = b.to(kCuda);
-      const T* bias = c.bias ? device_ptr<T>(db) : nullptr;
+      // the forward versions store through an epilogue: the bias (where the case has one), and
+      // ReLU on odd trials
+      const Activation act = trial % 2 ? Activation::relu : Activation::none;
+      const cuda::DeviceEpilogue<T> epilogue{c.bias ? device_ptr<T>(db) : nullptr, act};
       const double rtol = rtol_for(t);
 
-      Tensor want = conv2d(x, w, c.bias ? b : Tensor(), c.config);
+      Tensor want = conv2d(x, w, c.bias ? b : Tensor(), c.config, act);
       const double fwd_atol = atol_for(t, c.w[1] * c.w[2] * c.w[3]);
       Tensor y1 = full(c.y, 7.0, TensorOptions(t).device(kCuda));  // outputs start as garbage
-      cv::forward_direct<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y1), g, stream);
+      cv::forward_direct<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y1), g, stream);
       check_close(y1, want, rtol, fwd_atol, "forward_direct " + c.str());
       Tensor y2 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
-      cv::forward_implicit_gemm<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y2), g, stream);
+      cv::forward_implicit_gemm<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y2), g, stream);
       check_close(y2, want, rtol, fwd_atol, "forward_implicit_gemm " + c.str());
       Tensor y3 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
-      cv::forward_implicit_gemm_prefetch<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y3), g, stream);
+      cv::forward_implicit_gemm_prefetch<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y3), g, stream);
       check_close(y3, want, rtol, fwd_atol, "forward_implicit_gemm_prefetch " + c.str());
       Tensor y4 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
-      cv::forward_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y4), g, stream);
+      cv::forward_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y4), g, stream);
       check_close(y4, want, rtol, fwd_atol, "forward_implicit_gemm_wide " + c.str());
 
       Tensor want_gx = conv2d_backward_input(gy, w, c.x, c.config);
@@ -220,7 +223,7 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
                   "backward_weight_implicit_gemm_wide " + c.str());
 
       Tensor y6 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
-      cv::forward_few_outputs<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y6), g, stream);
+      cv::forward_few_outputs<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y6), g, stream);
       check_close(y6, want, rtol, fwd_atol, "forward_few_outputs " + c.str());
       if (cv::backward_input_as_forward_applies(g)) {
         Tensor gx6 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
@@ -238,7 +241,7 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
         const double r = tf32 ? kTf32Rtol : rtol;
         auto atol = [&](int64_t length) { return tf32 ? tf32_atol(length) : atol_for(t, length); };
         Tensor y5 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
-        cv::forward_tensor_cores<T>(device_ptr<T>(dx), device_ptr<T>(dw), bias, device_ptr<T>(y5), g, math, stream);
+        cv::forward_tensor_cores<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y5), g, math, stream);
         check_close(y5, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_tensor_cores" + name + c.str());
         if (cv::backward_input_as_forward_applies(g)) {
           Tensor gx5 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
@@ -386,7 +389,7 @@ TEST_CASE("conv2d weight and wide versions match the CPU with many K splits, odd
       check_close(gw2, want_w, rtol, atol_for(t, c.y[0] * c.y[2] * c.y[3]),
                   "backward_weight_implicit_gemm_wide " + c.str());
       Tensor y4 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
-      cv::forward_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dw), nullptr, device_ptr<T>(y4), g, stream);
+      cv::forward_implicit_gemm_wide<T>(device_ptr<T>(dx), device_ptr<T>(dw), {}, device_ptr<T>(y4), g, stream);
       check_close(y4, conv2d(x, w, Tensor(), c.config), rtol, atol_for(t, c.w[1] * c.w[2] * c.w[3]),
                   "forward_implicit_gemm_wide " + c.str());
       Tensor gw3 = full(c.w, 7.0, TensorOptions(t).device(kCuda));

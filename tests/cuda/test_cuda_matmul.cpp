@@ -66,6 +66,22 @@ Operand operand(std::mt19937& rng, Shape batch, int64_t rows, int64_t cols, DTyp
   return op;
 }
 
+// The epilogue of layout `trans` (0-3) in the version sweeps: none, a bias, a bias and ReLU, ReLU
+// alone. apply() passes a CPU result through it.
+struct SweepEpilogue {
+  Tensor bias, gpu_bias;
+  bool with_bias;
+  Activation act;
+  SweepEpilogue(int trans, int64_t n)
+      : bias(uniform({n}, -1, 1)), gpu_bias(bias.to(kCuda)), with_bias(trans == 1 || trans == 2),
+        act(trans >= 2 ? Activation::relu : Activation::none) {}
+  Tensor apply(Tensor want) const {
+    if (with_bias) want = want + bias.to(want.dtype());
+    return act == Activation::relu ? relu(want) : want;
+  }
+  cuda::DeviceEpilogue<float> device() const { return {with_bias ? gpu_bias.ref().data<float>() : nullptr, act}; }
+};
+
 }  // namespace
 
 TEST_CASE("matmul matches the CPU on random shapes, layouts and batches, f32 and f64") {
@@ -146,6 +162,9 @@ TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, 
       Tensor a_full = uniform({cs.batch, a_rows, p.lda}, -1, 1), b_full = uniform({b_batch, b_rows, p.ldb}, -1, 1);
       Tensor a = a_full.slice(2, 0, a_cols), b = b_full.slice(2, 0, b_cols);
       Tensor want = matmul(p.trans_a ? a.transpose(1, 2) : a, p.trans_b ? b.transpose(1, 2) : b);
+      const SweepEpilogue ep(trans, cs.n);
+      want = ep.apply(want);
+      const cuda::DeviceEpilogue<float> epilogue = ep.device();
       Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
       std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
                           "x" + std::to_string(cs.k) + (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") +
@@ -153,17 +172,19 @@ TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, 
       const double sk = std::sqrt(static_cast<double>(std::max<int64_t>(cs.k, 1)));
       for (const auto& v : cuda::matmul::versions()) {
         Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
-        v.run(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), be.stream());
+        v.run(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), epilogue, be.stream());
         const double tol = v.tf32 ? 2e-3 : 1e-4;
-        check_close(out, want, tol, tol * sk, std::string(v.name) + " " + shape);
+        check_close(out, want, tol, tol * sk, std::string(v.name) + " " + shape + " epilogue " + std::to_string(trans));
       }
       Tensor a64 = a_full.to(DType::f64), b64 = b_full.to(DType::f64);
       Tensor want64 = matmul(p.trans_a ? a64.slice(2, 0, a_cols).transpose(1, 2) : a64.slice(2, 0, a_cols),
                              p.trans_b ? b64.slice(2, 0, b_cols).transpose(1, 2) : b64.slice(2, 0, b_cols));
-      Tensor ga64 = a64.to(kCuda), gb64 = b64.to(kCuda);
+      want64 = ep.apply(want64);
+      Tensor ga64 = a64.to(kCuda), gb64 = b64.to(kCuda), gbias64 = ep.gpu_bias.to(DType::f64);
       Tensor out64 = full({cs.batch, cs.m, cs.n}, 7.0, TensorOptions(DType::f64).device(kCuda));
       cuda::matmul::smem_tiling_f64(p, ga64.ref().data<double>(), gb64.ref().data<double>(),
-                                    out64.ref().data<double>(), be.stream());
+                                    out64.ref().data<double>(),
+                                    {ep.with_bias ? gbias64.ref().data<double>() : nullptr, ep.act}, be.stream());
       check_close(out64, want64, 1e-12, 1e-12 * sk, "03_smem_tiling f64 " + shape);
     }
 }
@@ -217,7 +238,7 @@ TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on i
     CHECK_MESSAGE(cuda::matmul::async_applies(p, ga.ref().data<float>(), gb.ref().data<float>()) == cs.fast,
                   shape);
     Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
-    cuda::matmul::tf32_async(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(),
+    cuda::matmul::tf32_async(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), {},
                              be.stream());
     // Truncation to TF32 costs up to 2^-10 per input (mean about 2^-11 on random mantissas), so about
     // 1e-3 relative on a sum of same-sign products and a random walk of sqrt(k) such terms otherwise.
@@ -276,7 +297,7 @@ TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, read
     const int64_t floats = (a_packed ? a_floats : 0) + (b_packed ? cs.batch * cs.n * row : 0);
     CHECK_MESSAGE(cuda::matmul::tf32_wgmma_workspace(p, a, b) == static_cast<size_t>(floats) * sizeof(float), shape);
     Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
-    cuda::matmul::tf32_wgmma(p, a, b, out.ref().data<float>(), be.stream());
+    cuda::matmul::tf32_wgmma(p, a, b, out.ref().data<float>(), {}, be.stream());
     check_close(out.to(DType::f64), want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(cs.k)), "13_tf32_wgmma " + shape);
   }
 }
@@ -304,7 +325,7 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
     const double scale = max(abs(want)).item();
     auto error_of = [&](cuda::matmul::Version version) {
       Tensor out = full({cs.m, cs.n}, 7.0, kCuda);
-      version(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), be.stream());
+      version(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), {}, be.stream());
       return max(abs(out.to(DType::f64).to(Device::cpu()) - want)).item() / scale;
     };
     const double e07 = error_of(cuda::matmul::warptile), e11 = error_of(cuda::matmul::tf32_ldmatrix);
@@ -325,7 +346,8 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
   MatmulParams p;
   p.m = p.n = p.k = p.lda = p.ldb = 64;
   Tensor ga = a.to(kCuda), gb = b.to(kCuda), out = full({64, 64}, 7.0, kCuda);
-  cuda::matmul::split_tf32x3(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), be.stream());
+  cuda::matmul::split_tf32x3(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), {},
+                             be.stream());
   check_close(out, matmul(a, b), 1e-6, 0, "12_3xtf32 with inf and NaN inputs");
 }
 
@@ -373,6 +395,9 @@ TEST_CASE("09_split_k matches the CPU at any number of splits, transposes and od
       Tensor a_full = uniform({cs.batch, a_rows, p.lda}, -1, 1), b_full = uniform({cs.batch, b_rows, p.ldb}, -1, 1);
       Tensor a = a_full.slice(2, 0, a_cols), b = b_full.slice(2, 0, b_cols);
       Tensor want = matmul(p.trans_a ? a.transpose(1, 2) : a, p.trans_b ? b.transpose(1, 2) : b);
+      const SweepEpilogue ep(trans, cs.n);
+      want = ep.apply(want);
+      const cuda::DeviceEpilogue<float> epilogue = ep.device();
       Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
       Tensor workspace = full({cs.splits, cs.m, cs.n}, -3.0, kCuda);
       std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" +
@@ -380,13 +405,13 @@ TEST_CASE("09_split_k matches the CPU at any number of splits, transposes and od
                           (p.trans_b ? " B^T" : "") + " pad " + std::to_string(cs.pad);
       auto run = [&] {
         Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
-        cuda::matmul::split_k_run(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(),
+        cuda::matmul::split_k_run(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), epilogue,
                                   cs.splits, workspace.ref().data<float>(), be.stream());
         return out;
       };
       Tensor got = run();
       const double sk = std::sqrt(static_cast<double>(std::max<int64_t>(cs.k, 1)));
-      check_close(got, want, 1e-4, 1e-4 * sk, "09_split_k " + shape);
+      check_close(got, want, 1e-4, 1e-4 * sk, "09_split_k " + shape + " epilogue " + std::to_string(trans));
       // The partials are added in a fixed order: a second run gives the same bits.
       CHECK_MESSAGE(run().to_vector<float>() == got.to_vector<float>(), "09_split_k not deterministic: " << shape);
     }

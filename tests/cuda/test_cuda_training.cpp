@@ -1,7 +1,8 @@
 // Whole training on the GPU against the CPU: directional gradchecks in f32 of every op family on
 // the CUDA backend, and a small CNN (conv, batch norm, ReLU, max pool, dropout, linear,
 // cross-entropy) trained for a few steps with Adam on CPU and CUDA from the same seed, whose
-// losses and parameters must agree up to float rounding.
+// losses and parameters must agree up to float rounding; the fused bias + ReLU epilogues of matmul
+// and conv2d through autograd on the shapes of each production kernel.
 #include "layers/nn.h"
 #include "optim/optim.h"
 #include "tests/cuda/cuda_test.h"
@@ -94,6 +95,49 @@ struct SmallNet : nn::Module {
 };
 
 }  // namespace
+
+TEST_CASE("matmul and conv2d with a fused bias and ReLU match the CPU through autograd, in every production path") {
+  if (!have_cuda()) return;
+  // matmul shapes that take each production kernel (matmul.cu): 03 (a small product), 09 (split-K:
+  // the MNIST CNN's fc1), 12 (enough 128 x 128 tiles, k >= 256) and 07 (k < 256); conv2d shapes
+  // that take version 3 (the first MNIST layer: C*KH*KW < 32) and the tensor cores (conv2)
+  struct Mm { int64_t m, n, k; };
+  for (const Mm& c : {Mm{64, 10, 128}, Mm{64, 128, 9216}, Mm{1024, 1024, 512}, Mm{1024, 1024, 128}}) {
+    Tensor a = uniform({c.m, c.k}, -1, 1), w = uniform({c.n, c.k}, -1, 1), b = uniform({c.n}, -1, 1);
+    Tensor g = uniform({c.m, c.n}, -1, 1);
+    const std::string what = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+    std::vector<Tensor> grads[2];
+    Tensor out[2];
+    for (int d = 0; d < 2; ++d) {
+      const Device dev = d ? kCuda : Device::cpu();
+      Tensor ad = a.detach().to(dev).requires_grad_(), wd = w.detach().to(dev).requires_grad_();
+      Tensor bd = b.detach().to(dev).requires_grad_();
+      out[d] = matmul(ad, wd.t(), bd, Activation::relu);
+      out[d].backward(g.to(dev));
+      grads[d] = {ad.grad(), wd.grad(), bd.grad()};
+    }
+    const double atol = 1e-4 * std::sqrt(static_cast<double>(c.k));
+    check_close(out[1], out[0], 1e-4, atol, "matmul + bias + relu " + what);
+    check_close(grads[1][0], grads[0][0], 1e-4, 1e-4 * std::sqrt(static_cast<double>(c.n)), "grad a " + what);
+    check_close(grads[1][1], grads[0][1], 1e-4, 1e-4 * std::sqrt(static_cast<double>(c.m)), "grad w " + what);
+    check_close(grads[1][2], grads[0][2], 1e-4, 1e-4 * std::sqrt(static_cast<double>(c.m)), "grad b " + what);
+  }
+  struct Cv { Shape x, w; };
+  for (const Cv& c : {Cv{{64, 1, 28, 28}, {32, 1, 3, 3}}, Cv{{16, 32, 26, 26}, {64, 32, 3, 3}}}) {
+    Tensor x = uniform(c.x, -1, 1), w = uniform(c.w, -1, 1), b = uniform({c.w[0]}, -1, 1);
+    const std::string what = "conv2d + bias + relu " + c.x.str() + " " + c.w.str();
+    Tensor out[2], gw[2];
+    for (int d = 0; d < 2; ++d) {
+      const Device dev = d ? kCuda : Device::cpu();
+      Tensor wd = w.detach().to(dev).requires_grad_();
+      out[d] = conv2d(x.to(dev), wd, b.to(dev), {}, Activation::relu);
+      sum(out[d]).backward();
+      gw[d] = wd.grad();
+    }
+    check_close(out[1], out[0], 1e-4, 1e-4 * 17, what);
+    check_close(gw[1], gw[0], 1e-4, 1e-3 * std::sqrt(static_cast<double>(c.x.numel() / c.x[1])), what + " grad w");
+  }
+}
 
 TEST_CASE("training steps on CPU and CUDA from the same seed agree up to float rounding") {
   if (!have_cuda()) return;

@@ -48,6 +48,8 @@ TEST_CASE("Linear computes x W^T + b over any leading dimensions") {
   Tensor expected = matmul(x, fc.weight.t().contiguous()) + fc.bias;
   CHECK(max_diff(y, expected) < 1e-6);
   CHECK(fc.extra_repr() == "in_features=4, out_features=3, bias=true");
+  // with its activation fused into the product: relu(fc(x)), the same bits
+  CHECK(max_diff(fc.forward(x, Activation::relu), relu(y)) == 0.0);
 
   nn::Linear no_bias(4, 3, false);
   CHECK_FALSE(no_bias.bias.defined());
@@ -67,6 +69,7 @@ TEST_CASE("Conv2d options take an int or a pair") {
   Tensor y = conv(x);
   CHECK(y.shape() == Shape{1, 6, 5, 4});
   CHECK(max_diff(y, conv2d(x, conv.weight, {}, {{2, 2}, {1, 2}, {1, 1}, 2})) == 0.0);
+  CHECK(max_diff(conv.forward(x, Activation::relu), relu(y)) == 0.0);
   CHECK(nn::Conv2d(1, 32, 3).extra_repr() == "1, 32, kernel_size=(3, 3), stride=(1, 1)");
   CHECK_THROWS_AS(nn::Conv2d(nn::Conv2dOptions(3, 6, 3).groups(2)), ValueError);
   CHECK_THROWS_AS(nn::Conv2d(nn::Conv2dOptions(2, 2, 3).stride(0)), ValueError);

@@ -16,14 +16,14 @@ __global__ void __launch_bounds__(BS * BS) coalesced_kernel(Args<float> args) {
   const Panel<float> A = args.panel_a(), B = args.panel_b();
   float acc = 0;
   for (int64_t p = 0; p < args.k; ++p) acc += A.get(p, i) * B.get(p, j);
-  args.c_entry()[i * args.n + j] = acc;
+  args.c_entry()[i * args.n + j] = args.epilogue(acc, j);
 }
 
 }  // namespace
 
-void coalesced(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+void coalesced(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
   constexpr int BS = 32;
-  launch_batched(p, a, b, c, BS, BS, "matmul 02_coalesced", [&](dim3 grid, const Args<float>& args) {
+  launch_batched(p, a, b, c, e, BS, BS, "matmul 02_coalesced", [&](dim3 grid, const Args<float>& args) {
     coalesced_kernel<BS><<<grid, dim3(BS, BS), 0, stream>>>(args);
   });
 }

@@ -30,25 +30,25 @@ __global__ void __launch_bounds__(BS * BS) smem_tiling_kernel(Args<T> args) {
     __syncthreads();  // before the next slice overwrites the tiles
   }
   const int64_t i = i0 + ty, j = j0 + tx;
-  if (i < args.m && j < args.n) args.c_entry()[i * args.n + j] = acc;
+  if (i < args.m && j < args.n) args.c_entry()[i * args.n + j] = args.epilogue(acc, j);
 }
 
 template <class T>
-void run(const MatmulParams& p, const T* a, const T* b, T* c, cudaStream_t stream, const char* name) {
+void run(const MatmulParams& p, const T* a, const T* b, T* c, const DeviceEpilogue<T>& e, cudaStream_t stream, const char* name) {
   constexpr int BS = 32;
-  launch_batched(p, a, b, c, BS, BS, name, [&](dim3 grid, const Args<T>& args) {
+  launch_batched(p, a, b, c, e, BS, BS, name, [&](dim3 grid, const Args<T>& args) {
     smem_tiling_kernel<T, BS><<<grid, dim3(BS, BS), 0, stream>>>(args);
   });
 }
 
 }  // namespace
 
-void smem_tiling(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  run(p, a, b, c, stream, "matmul 03_smem_tiling");
+void smem_tiling(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  run(p, a, b, c, e, stream, "matmul 03_smem_tiling");
 }
 
-void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, cudaStream_t stream) {
-  run(p, a, b, c, stream, "matmul 03_smem_tiling f64");
+void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, const DeviceEpilogue<double>& e, cudaStream_t stream) {
+  run(p, a, b, c, e, stream, "matmul 03_smem_tiling f64");
 }
 
 }  // namespace kiln::cuda::matmul

@@ -33,15 +33,15 @@ __global__ void __launch_bounds__(BM * BN / TM) blocktile_1d_kernel(Args<float> 
   const int64_t j = j0 + tx;
   for (int r = 0; r < TM; ++r) {
     const int64_t i = i0 + ty * TM + r;
-    if (i < args.m && j < args.n) C[i * args.n + j] = acc[r];
+    if (i < args.m && j < args.n) C[i * args.n + j] = args.epilogue(acc[r], j);
   }
 }
 
 }  // namespace
 
-void blocktile_1d(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+void blocktile_1d(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
   constexpr int BM = 64, BN = 64, BK = 8, TM = 8;
-  launch_batched(p, a, b, c, BM, BN, "matmul 04_1d_blocktile", [&](dim3 grid, const Args<float>& args) {
+  launch_batched(p, a, b, c, e, BM, BN, "matmul 04_1d_blocktile", [&](dim3 grid, const Args<float>& args) {
     blocktile_1d_kernel<BM, BN, BK, TM><<<grid, BM * BN / TM, 0, stream>>>(args);
   });
 }

@@ -44,16 +44,16 @@ __global__ void __launch_bounds__(BM * BN / (TM * TN)) blocktile_2d_kernel(Args<
     if (i >= args.m) break;
     for (int c = 0; c < TN; ++c) {
       const int64_t j = j0 + tx * TN + c;
-      if (j < args.n) C[i * args.n + j] = acc[r][c];
+      if (j < args.n) C[i * args.n + j] = args.epilogue(acc[r][c], j);
     }
   }
 }
 
 }  // namespace
 
-void blocktile_2d(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+void blocktile_2d(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
   constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8;
-  launch_batched(p, a, b, c, BM, BN, "matmul 05_2d_blocktile", [&](dim3 grid, const Args<float>& args) {
+  launch_batched(p, a, b, c, e, BM, BN, "matmul 05_2d_blocktile", [&](dim3 grid, const Args<float>& args) {
     blocktile_2d_kernel<BM, BN, BK, TM, TN><<<grid, BM * BN / (TM * TN), 0, stream>>>(args);
   });
 }

@@ -55,15 +55,15 @@ __global__ void __launch_bounds__(BM * BN / (TM * TN)) vectorized_kernel(Args<fl
   for (int r = 0; r < TM; ++r) {
     const int64_t i = i0 + ty * TM + r;
     if (i >= args.m) break;
-    for (int c = 0; c < TN; c += 4) store4(C + i * args.n, args.vec_c, j0 + tx * TN + c, args.n, &acc[r][c]);
+    for (int c = 0; c < TN; c += 4) store4(C + i * args.n, args.vec_c, j0 + tx * TN + c, args.n, &acc[r][c], args.epilogue);
   }
 }
 
 }  // namespace
 
-void vectorized(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+void vectorized(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
   constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8;
-  launch_batched(p, a, b, c, BM, BN, "matmul 06_vectorized", [&](dim3 grid, const Args<float>& args) {
+  launch_batched(p, a, b, c, e, BM, BN, "matmul 06_vectorized", [&](dim3 grid, const Args<float>& args) {
     vectorized_kernel<BM, BN, BK, TM, TN><<<grid, BM * BN / (TM * TN), 0, stream>>>(args);
   });
 }

@@ -102,27 +102,28 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, MIN_BLOCKS) warpti
       if (i >= args.m) continue;
 #pragma unroll
       for (int ni = 0; ni < WNITER; ++ni)
-        store4(C + i * args.n, args.vec_c, j0 + wn0 + ni * (WN / WNITER) + ln * 4, args.n, &acc[mi * 4 + r][ni * 4]);
+        store4(C + i * args.n, args.vec_c, j0 + wn0 + ni * (WN / WNITER) + ln * 4, args.n, &acc[mi * 4 + r][ni * 4],
+               args.epilogue);
     }
 }
 
 template <int MIN_BLOCKS>
-void run(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream, const char* name) {
+void run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream, const char* name) {
   constexpr int BM = 128, BN = 128, BK = 8, WM = 64, WN = 32, WMITER = 2, WNITER = 2;
   constexpr int NT = (BM / WM) * (BN / WN) * 32;
-  launch_batched(p, a, b, c, BM, BN, name, [&](dim3 grid, const Args<float>& args) {
+  launch_batched(p, a, b, c, e, BM, BN, name, [&](dim3 grid, const Args<float>& args) {
     warptile_kernel<BM, BN, BK, WM, WN, WMITER, WNITER, MIN_BLOCKS><<<grid, NT, 0, stream>>>(args);
   });
 }
 
 }  // namespace
 
-void warptile(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  run<2>(p, a, b, c, stream, "matmul 07_warptile");
+void warptile(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  run<2>(p, a, b, c, e, stream, "matmul 07_warptile");
 }
 
-void warptile_lb1(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  run<1>(p, a, b, c, stream, "matmul 07_warptile_lb1");
+void warptile_lb1(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  run<1>(p, a, b, c, e, stream, "matmul 07_warptile_lb1");
 }
 
 }  // namespace kiln::cuda::matmul

@@ -110,10 +110,10 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tf32_mma_kernel(Ar
 
 }  // namespace
 
-void tf32_mma(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+void tf32_mma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
   constexpr int BM = 128, BN = 128, BK = 16, WM = 64, WN = 32;
   constexpr int NT = (BM / WM) * (BN / WN) * 32;
-  launch_batched(p, a, b, c, BM, BN, "matmul 08_tf32_mma", [&](dim3 grid, const Args<float>& args) {
+  launch_batched(p, a, b, c, e, BM, BN, "matmul 08_tf32_mma", [&](dim3 grid, const Args<float>& args) {
     tf32_mma_kernel<BM, BN, BK, WM, WN><<<grid, NT, 0, stream>>>(args);
   });
 }

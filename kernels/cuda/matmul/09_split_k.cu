@@ -27,6 +27,7 @@ struct SplitArgs {
   float* out;  // [S, m, n] partials, or C when S == 1
   int64_t m, n, k, lda, ldb, chunk;
   bool trans_a, trans_b;
+  DeviceEpilogue<float> epilogue;  // applied when S == 1 (else by the reduce kernel)
 };
 
 // The staging of one BK x BX slice of P: each of the NT threads holds BK * BX / NT values in
@@ -111,18 +112,20 @@ __global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs args) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int64_t j = j0 + tx + 16 * c;
-      if (j < args.n) out[i * args.n + j] = acc[r][c];
+      // one chunk writes C itself, through the epilogue; S chunks write their partials as they are
+      if (j < args.n) out[i * args.n + j] = gridDim.z == 1 ? args.epilogue(acc[r][c], j) : acc[r][c];
     }
   }
 }
 
 // C[e] = sum over s of partial[s][e], e over the m * n elements. A block of 32 x 8 threads owns
 // 32 consecutive elements; thread row g adds partials g, g + 8, g + 16, ... in turn, then thread
-// row 0 adds the 8 row sums in order. The order depends on S only: the same bits on every run.
+// row 0 adds the 8 row sums in order, and stores the total through the epilogue (column e % n).
+// The order depends on S only: the same bits on every run.
 // Eight rows of loads in flight instead of one: S can be ~100, and a lone thread walking them one
 // after another would wait ~100 memory latencies.
-__global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partials, float* c, int64_t mn,
-                                                              int64_t splits) {
+__global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partials, float* c, int64_t mn, int64_t n,
+                                                              int64_t splits, DeviceEpilogue<float> epilogue) {
   __shared__ float rows[8][32];
   const int64_t e = blockIdx.x * int64_t{32} + threadIdx.x;
   float sum = 0;
@@ -136,7 +139,7 @@ __global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partia
     float total = rows[0][threadIdx.x];
 #pragma unroll
     for (int g = 1; g < 8; ++g) total += rows[g][threadIdx.x];
-    c[e] = total;
+    c[e] = epilogue(total, e % n);
   }
 }
 
@@ -158,8 +161,8 @@ int64_t split_k_splits(const MatmulParams& p, int sms) {
   return std::max<int64_t>((p.k + chunk - 1) / chunk, 1);
 }
 
-void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, int64_t splits, float* workspace,
-                 cudaStream_t stream) {
+void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                 int64_t splits, float* workspace, cudaStream_t stream) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   const int64_t chunk = chunk_for(p.k, splits);
   splits = std::max<int64_t>((p.k + chunk - 1) / chunk, 1);  // <= the splits asked for (or 1)
@@ -170,21 +173,21 @@ void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c
              " splits");
   // One batch entry at a time: split-K is for products too small to fill the GPU, and the
   // workspace [S, m, n] is reused by each entry in stream order.
-  for (int64_t e = 0; e < p.batch; ++e) {
-    float* ce = c + e * mn;
-    SplitArgs args{a + e * p.batch_stride_a, b + e * p.batch_stride_b, splits == 1 ? ce : workspace,
-                   p.m, p.n, p.k, p.lda, p.ldb, chunk, p.trans_a, p.trans_b};
+  for (int64_t z = 0; z < p.batch; ++z) {
+    float* ce = c + z * mn;
+    SplitArgs args{a + z * p.batch_stride_a, b + z * p.batch_stride_b, splits == 1 ? ce : workspace,
+                   p.m, p.n, p.k, p.lda, p.ldb, chunk, p.trans_a, p.trans_b, e};
     dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(splits));
     split_k_partial_kernel<<<grid, NT, 0, stream>>>(args);
     KILN_CUDA_LAUNCH_CHECK("matmul 09_split_k partial");
     if (splits == 1) continue;
-    split_k_reduce_kernel<<<static_cast<unsigned>((mn + 31) / 32), dim3(32, 8), 0, stream>>>(workspace, ce, mn,
-                                                                                             splits);
+    split_k_reduce_kernel<<<static_cast<unsigned>((mn + 31) / 32), dim3(32, 8), 0, stream>>>(workspace, ce, mn, p.n,
+                                                                                             splits, e);
     KILN_CUDA_LAUNCH_CHECK("matmul 09_split_k reduce");
   }
 }
 
-void split_k(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+void split_k(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
@@ -193,7 +196,7 @@ void split_k(const MatmulParams& p, const float* a, const float* b, float* c, cu
   if (splits > 1)
     KILN_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&workspace),
                                     static_cast<size_t>(splits * p.m * p.n) * sizeof(float), stream));
-  split_k_run(p, a, b, c, splits, workspace, stream);
+  split_k_run(p, a, b, c, e, splits, workspace, stream);
   if (workspace) KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
 }
 

@@ -62,9 +62,9 @@ using Gemm10 = AsyncGemm<128, 128, 32, 64, 32, 3, A_KC, B_KC>;
 
 }  // namespace
 
-void tf32_async(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, stream);
-  launch_async<Gemm10>(p, a, b, c, stream, "matmul 10_tf32_async",
+void tf32_async(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, e, stream);
+  launch_async<Gemm10>(p, a, b, c, e, stream, "matmul 10_tf32_async",
                        [](auto a_kc, auto b_kc) { return tf32_async_kernel<Gemm10<a_kc, b_kc>>; });
 }
 

@@ -55,14 +55,14 @@ using Gemm11Narrow = AsyncGemm<128, 128, 32, 64, 64, 3, A_KC, B_KC>;
 
 }  // namespace
 
-void tf32_ldmatrix(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, stream);
-  launch_async<Gemm11>(p, a, b, c, stream, "matmul 11_tf32_ldmatrix",
+void tf32_ldmatrix(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, e, stream);
+  launch_async<Gemm11>(p, a, b, c, e, stream, "matmul 11_tf32_ldmatrix",
                        [](auto a_kc, auto b_kc) { return tf32_ldmatrix_kernel<Gemm11<a_kc, b_kc>, 1>; });
 }
-void tf32_ldmatrix_128x128(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, stream);
-  launch_async<Gemm11Narrow>(p, a, b, c, stream, "matmul 11_tf32_ldmatrix_128x128",
+void tf32_ldmatrix_128x128(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  if (!async_applies(p, a, b)) return tf32_mma(p, a, b, c, e, stream);
+  launch_async<Gemm11Narrow>(p, a, b, c, e, stream, "matmul 11_tf32_ldmatrix_128x128",
                              [](auto a_kc, auto b_kc) { return tf32_ldmatrix_kernel<Gemm11Narrow<a_kc, b_kc>, 2>; });
 }
 

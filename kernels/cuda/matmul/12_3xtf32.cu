@@ -58,9 +58,9 @@ using Gemm12 = AsyncGemm<128, 128, 32, 64, 32, 3, A_KC, B_KC>;
 
 }  // namespace
 
-void split_tf32x3(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
-  if (!async_applies(p, a, b)) return warptile(p, a, b, c, stream);
-  launch_async<Gemm12>(p, a, b, c, stream, "matmul 12_3xtf32",
+void split_tf32x3(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  if (!async_applies(p, a, b)) return warptile(p, a, b, c, e, stream);
+  launch_async<Gemm12>(p, a, b, c, e, stream, "matmul 12_3xtf32",
                        [](auto a_kc, auto b_kc) { return split_tf32x3_kernel<Gemm12<a_kc, b_kc>>; });
 }
 

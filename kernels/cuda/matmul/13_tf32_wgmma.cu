@@ -92,6 +92,7 @@ struct WgmmaArgs {
   int slices;  // ceil(k / BK)
   int64_t tiles_m, tiles_n;
   bool broadcast_a, broadcast_b, vec_c;
+  DeviceEpilogue<float> epilogue;
 };
 
 #ifdef KILN_WGMMA
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
     // and alignment from an Args) writes them.
     Args<float> out{nullptr, nullptr, args.c + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
-                    false, false, false, false, args.vec_c};
+                    false, false, false, false, args.vec_c, args.epilogue};
     const int warp = static_cast<int>(threadIdx.x) / 32 % 4;
     store_mma_tiles(out, reinterpret_cast<const float(&)[1][BN / 8][4]>(d), tile_m * BM, tile_n * BN,
                     wg * 64 + warp * 16, 0, lane);
@@ -353,13 +354,14 @@ CUtensorMap tensor_map(const KMajor& op, int64_t k, int box_rows) {
   return map;
 }
 
-void launch_wgmma(const MatmulParams& p, const KMajor& a, const KMajor& b, float* c, cudaStream_t stream) {
+void launch_wgmma(const MatmulParams& p, const KMajor& a, const KMajor& b, float* c, const DeviceEpilogue<float>& e,
+                  cudaStream_t stream) {
   const int64_t tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN, blocks = tiles_m * tiles_n * p.batch;
   KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: ", p.batch, " x ", p.m, " x ", p.n,
              " is too large a product for one launch");
   const CUtensorMap map_a = tensor_map(a, p.k, BM), map_b = tensor_map(b, p.k, BN);
   const WgmmaArgs args{c, p.m, p.n, static_cast<int>((p.k + BK - 1) / BK), tiles_m, tiles_n,
-                       a.batches == 1, b.batches == 1, aligned16(c, p.n, p.m * p.n)};
+                       a.batches == 1, b.batches == 1, aligned16(c, p.n, p.m * p.n), e};
   KILN_CUDA_CHECK(cudaFuncSetAttribute(tf32_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
   tf32_wgmma_kernel<<<static_cast<unsigned>(blocks), THREADS, SMEM_BYTES, stream>>>(map_a, map_b, args);
   KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma");
@@ -370,20 +372,18 @@ int64_t batches_of(const MatmulParams& p, int64_t batch_stride) { return batch_s
 
 }  // namespace
 
-void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, void* workspace,
-                    cudaStream_t stream) {
+void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                    void* workspace, cudaStream_t stream) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
-  if (p.k == 0) {  // a tensor map has no empty extents; the product is zero
-    KILN_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(p.batch * p.m * p.n) * sizeof(float), stream));
-    return;
-  }
+  // A tensor map has no empty extents: an empty sum (zeros through the epilogue) goes to 11.
+  if (p.k == 0) return tf32_ldmatrix(p, a, b, c, e, stream);
   const Panel<float> pa{a, p.lda, p.k, p.m, p.trans_a}, pb{b, p.ldb, p.k, p.n, !p.trans_b};
   const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
   auto* ws = static_cast<float*>(workspace);
   const KMajor ka = k_major(pa, p.batch_stride_a, batches_a, ws, stream);
   if (ka.data != a) ws += packed_floats(p.m, p.k, batches_a);
   const KMajor kb = k_major(pb, p.batch_stride_b, batches_b, ws, stream);
-  launch_wgmma(p, ka, kb, c, stream);
+  launch_wgmma(p, ka, kb, c, e, stream);
 }
 
 bool tf32_wgmma_applies(const MatmulParams& p, int device) {
@@ -401,15 +401,15 @@ size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* 
   return static_cast<size_t>(floats) * sizeof(float);
 }
 
-void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream) {
+void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
-  if (!tf32_wgmma_applies(p, device)) return tf32_ldmatrix(p, a, b, c, stream);
+  if (!tf32_wgmma_applies(p, device)) return tf32_ldmatrix(p, a, b, c, e, stream);
   const size_t bytes = tf32_wgmma_workspace(p, a, b);
   void* workspace = nullptr;
   if (bytes > 0) KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  tf32_wgmma_run(p, a, b, c, workspace, stream);
+  tf32_wgmma_run(p, a, b, c, e, workspace, stream);
   if (workspace) KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
 }
 

@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda::matmul {
 
@@ -37,6 +38,7 @@ struct Args {
   int64_t m, n, k, lda, ldb, batch_stride_a, batch_stride_b;
   bool trans_a, trans_b;
   bool vec_a, vec_b, vec_c;  // 16-byte loads/stores are legal: aligned base, ld and batch stride % 4 == 0
+  DeviceEpilogue<T> epilogue;  // applied to every element of C as it is stored: epilogue(v, j)
   // op(A) is A^T when trans_a; A's panel op(A)^T then runs along x (= i) in memory.
   __device__ Panel<T> panel_a() const { return {a + int64_t{blockIdx.z} * batch_stride_a, lda, k, m, trans_a}; }
   // op(B) runs along x (= j) in memory unless trans_b.
@@ -52,8 +54,8 @@ inline bool aligned16(const void* p, int64_t ld, int64_t batch_stride) {
 // grid.y over rows) and one grid z-layer per batch entry, in chunks of 65535 entries (gridDim.z's
 // limit). Empty products launch nothing; k == 0 runs the kernels, which then write zeros.
 template <class T, class Launch>
-void launch_batched(const MatmulParams& p, const T* a, const T* b, T* c, int64_t tile_m, int64_t tile_n,
-                    const char* name, Launch&& launch) {
+void launch_batched(const MatmulParams& p, const T* a, const T* b, T* c, const DeviceEpilogue<T>& e, int64_t tile_m,
+                    int64_t tile_n, const char* name, Launch&& launch) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   const int64_t grid_x = (p.n + tile_n - 1) / tile_n, grid_y = (p.m + tile_m - 1) / tile_m;
   KILN_CHECK(grid_y <= 65535 && grid_x <= 2147483647, ShapeError, "cuda ", name, ": ", p.m, " x ", p.n,
@@ -62,7 +64,7 @@ void launch_batched(const MatmulParams& p, const T* a, const T* b, T* c, int64_t
   for (int64_t b0 = 0; b0 < p.batch; b0 += kMaxZ) {
     Args<T> args{a + b0 * p.batch_stride_a, b + b0 * p.batch_stride_b, c + b0 * p.m * p.n,
                  p.m, p.n, p.k, p.lda, p.ldb, p.batch_stride_a, p.batch_stride_b, p.trans_a, p.trans_b,
-                 false, false, false};
+                 false, false, false, e};
     args.vec_a = aligned16(args.a, p.lda, p.batch_stride_a);
     args.vec_b = aligned16(args.b, p.ldb, p.batch_stride_b);
     args.vec_c = aligned16(args.c, p.n, p.m * p.n);
@@ -129,14 +131,15 @@ __device__ inline void unpack4(float* dst, float4 v) {
   dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
 }
 
-// Writes v[0..3] to row `row` of C at columns j..j+3, with one 16-byte store when legal.
-__device__ inline void store4(float* row, bool vec, int64_t j, int64_t n, const float* v) {
+// Writes e(v[0..3]) to row `row` of C at columns j..j+3, with one 16-byte store when legal.
+__device__ inline void store4(float* row, bool vec, int64_t j, int64_t n, const float* v,
+                              const DeviceEpilogue<float>& e) {
   if (vec && j + 3 < n) {
-    *reinterpret_cast<float4*>(row + j) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(row + j) = make_float4(e(v[0], j), e(v[1], j + 1), e(v[2], j + 2), e(v[3], j + 3));
     return;
   }
   for (int c = 0; c < 4; ++c)
-    if (j + c < n) row[j + c] = v[c];
+    if (j + c < n) row[j + c] = e(v[c], j + c);
 }
 
 }  // namespace kiln::cuda::matmul

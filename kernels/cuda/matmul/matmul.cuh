@@ -4,8 +4,10 @@
 //
 // Every version computes C[b] = op(A[b]) * op(B[b]) exactly as MatmulParams (core/backend.h)
 // describes, for any m, n, k, both transposes, any row strides and batch strides (0 broadcasts):
-// `a` and `b` point at the first element of batch entry 0, `c` is contiguous [batch, m, n]. The
-// kernels are queued on `stream`; nothing synchronises.
+// `a` and `b` point at the first element of batch entry 0, `c` is contiguous [batch, m, n]. Each
+// element goes through the epilogue `e` as it is stored (the bias of its column, then the
+// activation; DeviceEpilogue{} stores the product as it is). The kernels are queued on `stream`;
+// nothing synchronises.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,22 +17,24 @@
 #include <span>
 
 #include "core/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda::matmul {
 
-using Version = void (*)(const MatmulParams&, const float*, const float*, float*, cudaStream_t);
+using Version = void (*)(const MatmulParams&, const float*, const float*, float*, const DeviceEpilogue<float>&,
+                         cudaStream_t);
 
-void naive(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);         // 01
-void coalesced(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);     // 02
-void smem_tiling(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);   // 03
-void blocktile_1d(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);  // 04
-void blocktile_2d(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);  // 05
-void vectorized(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);    // 06
-void warptile(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);      // 07
+void naive(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);         // 01
+void coalesced(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);     // 02
+void smem_tiling(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);   // 03
+void blocktile_1d(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);  // 04
+void blocktile_2d(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);  // 05
+void vectorized(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);    // 06
+void warptile(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);      // 07
 // 07 compiled for 1 block per SM (__launch_bounds__(256, 1)) instead of 2: no spills, less occupancy.
-void warptile_lb1(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+void warptile_lb1(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
 // 08: inputs rounded to TF32 (cvt.rna), products on the tensor cores, f32 accumulation.
-void tf32_mma(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+void tf32_mma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
 // 09: k cut into S chunks, one 64 x 64 partial tile per chunk, then a fixed-order sum of the S
 // partials (deterministic). split_k picks S for the current device (split_k_splits) and takes its
 // workspace from cudaMallocAsync on `stream`; the production path calls split_k_run with
@@ -38,40 +42,40 @@ void tf32_mma(const MatmulParams& p, const float* a, const float* b, float* c, c
 // 10: 08's tensor-core tiles fed by a 3-stage cp.async pipeline, inputs truncated to TF32 (raw
 // f32 bits into mma). Runs 08 where async_applies is false (a cp.async source not 16-byte
 // aligned: a base pointer, lda, ldb or a batch stride not a multiple of 4 floats).
-void tf32_async(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+void tf32_async(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
 // Whether the cp.async versions (10, 11, 12) can read these operands: 16-byte aligned base
 // pointers, and lda, ldb and both batch strides multiples of 4 floats.
 bool async_applies(const MatmulParams& p, const float* a, const float* b);
 // 11: 10's pipeline with 64 x 64 warp tiles and ldmatrix, on 128 x 256 block tiles (one block per
 // SM); 11_tf32_ldmatrix_128x128 on 128 x 128 tiles (two per SM). Inputs truncated to TF32 as in
 // 10. Run 08 where async_applies is false.
-void tf32_ldmatrix(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
-void tf32_ldmatrix_128x128(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+void tf32_ldmatrix(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
+void tf32_ldmatrix_128x128(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
 // 12: every input split into two TF32 values, three mma per product, short sums on the tensor
 // cores: f32 accuracy at tensor-core speed. Runs 07 where async_applies is false.
-void split_tf32x3(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+void split_tf32x3(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
 // 13: Hopper's wgmma (warpgroup tensor-core products straight from shared memory) fed by TMA
 // copies, inputs truncated to TF32 as in 10. Operands that are not K-major with 16-byte rows (B
 // not transposed, A transposed, odd strides) are first packed K-major into a workspace.
 // tf32_wgmma runs 11 where tf32_wgmma_applies is false, and takes its workspace from
 // cudaMallocAsync on `stream`; the production path calls tf32_wgmma_run with
 // tf32_wgmma_workspace(p, a, b) bytes (0: none needed, may be null) from the backend's allocator.
-void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
 // Whether 13 runs this product on `device`: an sm_90 GPU (compute capability 9.0 exactly: wgmma
 // is sm_90a code) and m, n, k under 2^31 (TMA coordinates are 32-bit). Asked once per device.
 bool tf32_wgmma_applies(const MatmulParams& p, int device);
 size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b);
-void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, void* workspace,
-                    cudaStream_t stream);
-void split_k(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream);
+void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                    void* workspace, cudaStream_t stream);
+void split_k(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
 // S for this product on a GPU of `sms` SMs: about two blocks per SM, no chunk under 64 values of k.
 int64_t split_k_splits(const MatmulParams& p, int sms);
 // Runs with at most `splits` chunks (fewer when k is short); `workspace` holds splits * m * n
 // floats, unused (may be null) when it comes to one chunk. Batch entries run one after another.
-void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, int64_t splits,
-                 float* workspace, cudaStream_t stream);
+void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                 int64_t splits, float* workspace, cudaStream_t stream);
 // f64 (gradchecks): 03's shared-memory tiling in double.
-void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, cudaStream_t stream);
+void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, const DeviceEpilogue<double>& e, cudaStream_t stream);
 
 struct NamedVersion {
   const char* name;  // "01_naive", ..., "13_tf32_wgmma"

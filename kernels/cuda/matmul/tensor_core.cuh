@@ -288,7 +288,7 @@ __device__ void mma_3xtf32_add_slice(float (&acc)[MI][NI][4], const float* as, c
 
 // Writes a warp's MI x NI mma tiles of accumulators (d layout above) to C at (i0, j0) + the warp's
 // offset (wm0, wn0), two neighbouring columns per store, skipping what falls outside m x n.
-// `finish(v, i, j)` may replace each value before it is stored (version 12 recomputes NaN).
+// `finish(v, i, j)` may replace each value (version 12 recomputes NaN), then the epilogue applies.
 struct AsComputed {
   __device__ float operator()(float v, int64_t, int64_t) const { return v; }
 };
@@ -308,11 +308,13 @@ __device__ void store_mma_tiles(const Args<float>& args, const float (&acc)[MI][
       for (int ni = 0; ni < NI; ++ni) {
         const int64_t j = j0 + wn0 + ni * 8 + 2 * t;
         const float v0 = finish(acc[mi][ni][half * 2], i, j), v1 = finish(acc[mi][ni][half * 2 + 1], i, j + 1);
+        // the epilogue only on columns inside C: it reads the bias of the column
         if (args.vec_c && j + 1 < args.n) {
-          *reinterpret_cast<float2*>(row + j) = make_float2(v0, v1);  // j even, n % 4 == 0: aligned
+          // j even, n % 4 == 0: aligned
+          *reinterpret_cast<float2*>(row + j) = make_float2(args.epilogue(v0, j), args.epilogue(v1, j + 1));
         } else {
-          if (j < args.n) row[j] = v0;
-          if (j + 1 < args.n) row[j + 1] = v1;
+          if (j < args.n) row[j] = args.epilogue(v0, j);
+          if (j + 1 < args.n) row[j + 1] = args.epilogue(v1, j + 1);
         }
       }
     }
@@ -353,9 +355,9 @@ struct AsyncGemm {
 // G<A_KC, B_KC> (an AsyncGemm) its block size and dynamic shared memory. Over 48 KB of it needs
 // an opt-in, per device; setting it is cheap and idempotent, so it is set at every launch.
 template <template <bool, bool> class G, class KernelFor>
-void launch_async(const MatmulParams& p, const float* a, const float* b, float* c, cudaStream_t stream,
-                  const char* name, KernelFor kernel_for) {
-  launch_batched(p, a, b, c, G<true, true>::BM, G<true, true>::BN, name, [&](dim3 grid, const Args<float>& args) {
+void launch_async(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                  cudaStream_t stream, const char* name, KernelFor kernel_for) {
+  launch_batched(p, a, b, c, e, G<true, true>::BM, G<true, true>::BN, name, [&](dim3 grid, const Args<float>& args) {
     auto launch = [&]<bool A_KC, bool B_KC>() {
       auto* kernel = kernel_for(std::bool_constant<A_KC>{}, std::bool_constant<B_KC>{});
       constexpr int bytes = G<A_KC, B_KC>::SMEM_BYTES;
