@@ -260,6 +260,10 @@ BackwardFn conv2d(const Tensor& x, const Tensor& weight, bool has_bias, const Co
   };
 }
 
+BackwardFn dropout(double p, uint64_t seed, uint64_t offset) {
+  return [=](const Tensor& g, const std::vector<bool>&) -> Grads { return {dropout_backward(g, p, seed, offset)}; };
+}
+
 BackwardFn max_pool2d(const Tensor& indices, const Shape& x_shape, const Pool2dConfig& config) {
   return [indices, x_shape, config](const Tensor& g, const std::vector<bool>&) -> Grads {
     return {max_pool2d_backward(g, indices, x_shape, config)};

@@ -61,6 +61,8 @@ BackwardFn softmax(const Tensor& y, int64_t axis);
 BackwardFn log_softmax(const Tensor& y, int64_t axis);
 BackwardFn cross_entropy(const Tensor& logits, const Tensor& targets, double label_smoothing);
 // y = activation(conv2d(x, weight) + bias): y is read only for an activation
+// y = dropout(x) with the mask of (p, seed, offset): the gradient takes the same mask
+BackwardFn dropout(double p, uint64_t seed, uint64_t offset);
 BackwardFn conv2d(const Tensor& x, const Tensor& weight, bool has_bias, const Conv2dConfig& config,
                   Activation activation, const Tensor& y);
 BackwardFn max_pool2d(const Tensor& indices, const Shape& x_shape, const Pool2dConfig& config);

@@ -175,6 +175,11 @@ class Backend {
   // Philox4x32-10 draws keyed by (seed, offset); see core/philox.h for the exact stream.
   virtual void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) = 0;
   virtual void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) = 0;
+  // Dropout in one pass: out[i] = x[i] * (u_i > p ? 1 / (1 - p) : 0), u_i element i of the draw
+  // uniform(0, 1) would make at (seed, offset), compared in x's dtype; the scale too is x's dtype.
+  // With the same seed and offset it is also dropout's backward (the gradient takes the same mask).
+  // x and out contiguous, f32 or f64; 0 < p < 1.
+  virtual void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) = 0;
 
   // ---- elementwise (inputs take strides, so broadcasts and views need no copy) ----
   virtual void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) = 0;

@@ -143,7 +143,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   double momentum = 0.1, double eps = 1e-5);
 
 class Generator;
-// Zeroes each element with probability p (Philox mask) and scales the rest by 1 / (1 - p).
+// Zeroes each element with probability p (Philox mask) and scales the rest by 1 / (1 - p), in one
+// kernel; the mask is drawn again from the same seed and offset for the gradient, not stored.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* generator = nullptr);
 
 // The slices of x at `indices` (i32 [m], values in [0, x.size(axis))) along `axis`:
@@ -159,6 +160,8 @@ Tensor index_select_backward(const Tensor& grad, int64_t axis, const Tensor& ind
 Tensor relu_backward(const Tensor& x, const Tensor& grad);
 Tensor leaky_relu_backward(const Tensor& x, const Tensor& grad, double negative_slope);
 Tensor gelu_backward(const Tensor& x, const Tensor& grad);
+// grad through the dropout mask of (p, seed, offset): the mask dropout drew in the forward pass
+Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset);
 // per-sample losses' gradient [N] -> logits' gradient [N, C]
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                               const Tensor& grad_losses, double label_smoothing);

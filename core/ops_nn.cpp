@@ -454,10 +454,22 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   detail::check_floating("dropout", x);
   if (!training || p == 0.0) return x;
   if (p == 1.0) return mul(x, 0.0);
-  // Keep an element when its Philox uniform exceeds p: probability 1 - p.
-  Tensor u = uniform(x.shape(), 0.0, 1.0, TensorOptions(x.dtype()).device(x.device()), generator);
-  Tensor keep = gt(u, p);
-  return mul(x, mul(keep, 1.0 / (1.0 - p)));
+  // Keep an element when its Philox uniform exceeds p: probability 1 - p. The draw is the one
+  // uniform(x.shape(), 0, 1) would take from the generator: the same numbers and the same advance.
+  Generator& g = generator ? *generator : default_generator();
+  const uint64_t offset = g.advance(static_cast<uint64_t>(x.numel())), seed = g.seed();
+  Tensor xc = x.contiguous();
+  Tensor y = empty_as(x.shape(), x);
+  x.backend().dropout(xc.ref(), y.ref(), p, seed, offset);
+  if (autograd::is_recording({x})) autograd::record(y, "dropout", {x}, af::dropout(p, seed, offset));
+  return y;
+}
+
+Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset) {
+  Tensor g = grad.contiguous();
+  Tensor out = empty_as(g.shape(), g);
+  g.backend().dropout(g.ref(), out.ref(), p, seed, offset);
+  return out;
 }
 
 }  // namespace kiln

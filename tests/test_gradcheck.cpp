@@ -824,6 +824,32 @@ TEST_CASE("batch_norm updates the running statistics as PyTorch does") {
   check_close(values(rm4), {0.4, 4.0}, 0.0, "running_mean after eval");
 }
 
+TEST_CASE("dropout in one kernel gives the bits of uniform, compare and multiply, and the gradient its mask") {
+  for (DType t : {DType::f32, DType::f64})
+    for (double p : {0.1, 0.25, 0.5, 0.9}) {
+      const std::string what = std::string(dtype_name(t)) + " p " + std::to_string(p);
+      Tensor x = rand({37, 29}, 710).detach().to(t).requires_grad_();
+      Generator a(11), b(11);
+      (void)uniform({5}, 0, 1, {}, &a);  // mid-stream, both
+      (void)uniform({5}, 0, 1, {}, &b);
+      Tensor y = dropout(x, p, true, &a);
+      // the same draw, step by step: what dropout computed before it was one kernel
+      Tensor mask = mul(gt(uniform(x.shape(), 0.0, 1.0, t, &b), p), 1.0 / (1.0 - p));
+      CHECK_MESSAGE(y.to_vector<double>() == (x.detach() * mask).to_vector<double>(), what);
+      CHECK_MESSAGE(a.offset() == b.offset(), what);  // the generator advanced as much
+      Tensor g = rand({37, 29}, 711).detach().to(t);
+      y.backward(g);
+      CHECK_MESSAGE(x.grad().to_vector<double>() == (g * mask).to_vector<double>(), what << " gradient");
+      // a view goes in as its values
+      Generator c(11);
+      (void)uniform({5}, 0, 1, {}, &c);
+      Tensor xt = x.detach().t();
+      CHECK_MESSAGE(dropout(xt, p, true, &c).to_vector<double>() ==
+                        (xt.contiguous() * mask.reshape({29, 37})).to_vector<double>(),
+                    what << " transposed");
+    }
+}
+
 TEST_CASE("gradcheck: dropout with a fixed generator") {
   // f draws with a fresh Generator(seed) each call, so every evaluation sees the same mask.
   auto drop = [](double p, uint64_t seed) {

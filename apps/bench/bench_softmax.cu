@@ -6,7 +6,9 @@
 //     (few channels, e.g. 21 classes of a segmentation map, over 128 x 128 pixels);
 //   cross-entropy forward and backward (f32), every version, on [65536, 10] and [8192, 32000];
 //   sum reductions through CudaBackend::reduce over the last axis of [8192, 8192], and over the
-//     middle axis of [64, 4096, 256] through reduce.cuh's versions 3 and 4 and CudaBackend.
+//     middle axis of [64, 4096, 256] through reduce.cuh's versions 3 and 4 and CudaBackend;
+//   dropout (f32, p = 0.5) in one kernel against the four ops it replaced, on [64, 9216] (the
+//     MNIST CNN's first dropout) and [8192, 8192], checked bit for bit against them.
 // Each row reports GB/s = (bytes read + bytes written) / time and its share of the copy
 // bandwidth (the bench's reference row). Every version is first checked against a double
 // precision host computation on sampled rows; a wrong one is reported and not timed.
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -306,6 +309,52 @@ void bench_reduce_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) {
 
 }  // namespace
 
+// Dropout (p = 0.5, f32) of x [numel]: the one-kernel version (mask drawn and applied in one pass)
+// against the ops it replaced (a uniform draw, a compare and two multiplies: four kernels and two
+// temporaries), which must give the same bits. GB/s counts x read and out written.
+void bench_dropout_shape(Bench& bench, int64_t rows, int64_t cols) {
+  cudaStream_t stream = bench.stream();
+  const int64_t numel = rows * cols;
+  const std::string shape = shape_of({rows, cols});
+  float* x = bench.random_floats(numel, 8);
+  auto buffer = [&] { return static_cast<float*>(bench.device_bytes(static_cast<size_t>(numel) * sizeof(float))); };
+  float* fused = buffer();
+  float* composed = buffer();
+  float* u = buffer();
+  auto ref = [&](float* data) {
+    TensorRef r;
+    r.buffer = data;
+    r.shape = Shape{numel};
+    r.strides = Strides{1};
+    return r;
+  };
+  TensorRef scalar = ref(u);  // p as a broadcast scalar for the compare
+  scalar.strides = Strides{0};
+  float* p_device = buffer();
+  cuda::CudaBackend& backend = cuda::backend(0);
+  constexpr double p = 0.5;
+  backend.fill(ref(p_device), p);
+  scalar.buffer = p_device;
+  constexpr uint64_t seed = 5, offset = 0;
+  auto one_kernel = [&] { backend.dropout(ref(x), ref(fused), p, seed, offset); };
+  auto four_kernels = [&] {
+    backend.uniform(ref(u), 0.0, 1.0, seed, offset);
+    backend.binary(BinaryOp::gt, ref(u), scalar, ref(u));
+    backend.unary(UnaryOp::mul_scalar, ref(u), ref(u), 1.0 / (1.0 - p));
+    backend.binary(BinaryOp::mul, ref(x), ref(u), ref(composed));
+  };
+  one_kernel();
+  four_kernels();
+  const std::vector<float> a = to_host(fused, numel, stream), b = to_host(composed, numel, stream);
+  const double bytes = 2.0 * static_cast<double>(numel) * sizeof(float);
+  if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
+    record_wrong(bench, "dropout", "one kernel (CudaBackend::dropout)", shape, "differs from the four ops' bits");
+    return;
+  }
+  record(bench, "dropout", "one kernel (CudaBackend::dropout)", shape, bytes, one_kernel, "the four ops' bits");
+  record(bench, "dropout", "uniform, compare, two multiplies", shape, bytes, four_kernels, "");
+}
+
 void bench_softmax(Bench& bench) {
   const bool quick = bench.quick();
   bench_softmax_shape(bench, quick ? 1024 : 4096, 32768, 1);
@@ -318,6 +367,8 @@ void bench_softmax(Bench& bench) {
   bench_cross_entropy_shape(bench, quick ? 1024 : 8192, 32000);
   bench_reduce_shape(bench, quick ? 2048 : 8192, 8192, 1);
   bench_reduce_shape(bench, quick ? 16 : 64, 4096, 256);
+  bench_dropout_shape(bench, 64, 9216);  // the MNIST CNN's first dropout, after the pool
+  bench_dropout_shape(bench, quick ? 1024 : 8192, 8192);
 }
 
 }  // namespace kiln::bench

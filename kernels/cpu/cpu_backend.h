@@ -31,6 +31,7 @@ class CpuBackend final : public Backend {
   // random.cpp
   void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
   void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
+  void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) override;
 
   // reduce.cpp
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;

@@ -8,6 +8,8 @@
 // blocks. Each block depends only on its counter, so the blocks split over threads freely and the
 // numbers do not depend on the thread count. The affine map and Box-Muller run in double and are
 // rounded once to out's dtype, so f32 and f64 draws agree up to that rounding.
+//   dropout: out[i] = x[i] * (T(u_i) > T(p) ? T(1 / (1 - p)) : 0), T the dtype: the bits of
+//            x * (uniform(0, 1) > p) * (1 / (1 - p)) made by those ops, in one pass.
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -80,6 +82,27 @@ void CpuBackend::normal(const TensorRef& out, double mean, double stddev, uint64
           const double theta = 2.0 * std::numbers::pi * u[2 * pair + 1];
           o[i] = static_cast<T>(mean + stddev * r * std::cos(theta));
           if (i + 1 < n) o[i + 1] = static_cast<T>(mean + stddev * r * std::sin(theta));
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) {
+  KILN_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype == out.dtype && x.numel() == out.numel(),
+             ValueError, "cpu backend: dropout takes contiguous x and out of one dtype and size");
+  visit_floating(out, "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = x.data<T>();
+    T* o = out.data<T>();
+    const T threshold = static_cast<T>(p), scale = static_cast<T>(1.0 / (1.0 - p));
+    const int64_t n = out.numel();
+    parallel_for((n + 3) / 4, kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        const std::array<double, 4> u = block_units(seed, offset, b);
+        for (int64_t r = 0; r < 4 && 4 * b + r < n; ++r) {
+          const int64_t i = 4 * b + r;
+          o[i] = xs[i] * (static_cast<T>(u[static_cast<size_t>(r)]) > threshold ? scale : T(0));
         }
       }
     });

@@ -75,6 +75,7 @@ class CudaBackend final : public Backend {
   // random.cu
   void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
   void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
+  void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) override;
 
   // reduce.cu
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;

@@ -125,7 +125,7 @@ TEST_CASE("binary ops broadcast as on the CPU, in f32, f64 and i32") {
   check_close(pow(base.to(kCuda), exponent.to(kCuda)), pow(base, exponent), 0, 0, "pow i32");
 }
 
-TEST_CASE("uniform and normal draw the CPU's Philox numbers") {
+TEST_CASE("uniform, normal and dropout draw the CPU's Philox numbers") {
   if (!have_cuda()) return;
   for (int64_t n : {1, 2, 3, 4, 5, 7, 1000, 100003}) {
     for (DType t : {DType::f32, DType::f64}) {
@@ -137,6 +137,17 @@ TEST_CASE("uniform and normal draw the CPU's Philox numbers") {
       check_close(normal({n}, 1, 3, TensorOptions(t).device(kCuda), &a), normal({n}, 1, 3, t, &b),
                   t == DType::f32 ? 1e-6 : 1e-12, 1e-6, "normal n=" + std::to_string(n));
       CHECK(a.offset() == b.offset());
+      // dropout: the CPU's mask and bits, forward and backward (the gradient takes the same mask)
+      Tensor x = uniform({n}, -1, 1, t), g = uniform({n}, -1, 1, t);
+      Tensor xg = x.to(kCuda).requires_grad_(), xc = x.detach().requires_grad_();
+      Tensor yg = dropout(xg, 0.3, true, &a), yc = dropout(xc, 0.3, true, &b);
+      check_close(yg, yc, 0, 0, "dropout n=" + std::to_string(n));
+      yg.backward(g.to(kCuda));
+      yc.backward(g);
+      check_close(xg.grad(), xc.grad(), 0, 0, "dropout gradient n=" + std::to_string(n));
+      if (n > 1)  // one element in: not 16-byte aligned, the kernel's scalar path
+        check_close(dropout(xg.detach().slice(0, 1, n), 0.6, true, &a), dropout(x.slice(0, 1, n), 0.6, true, &b), 0, 0,
+                    "dropout of an unaligned view n=" + std::to_string(n));
     }
   }
 }
