@@ -260,6 +260,28 @@ BackwardFn conv2d(const Tensor& x, const Tensor& weight, bool has_bias, const Co
   };
 }
 
+BackwardFn batch_norm(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                      bool has_bias, bool training, const Shape& nc_s) {
+  return [=](const Tensor& g, const std::vector<bool>& need) -> Grads {
+    const bool has_weight = weight.defined();
+    if (training) {
+      std::vector<Tensor> grads = batch_norm_backward(x, g, mean, invstd, weight, nc_s);
+      return {need[0] ? grads[0] : Tensor(), has_weight && need[1] ? grads[1] : Tensor(),
+              has_bias && need[2] ? grads[2] : Tensor()};
+    }
+    // evaluation: y = x * a + b per channel with constants a = weight * invstd
+    Shape channel_shape{1, nc_s[1]};
+    for (int64_t i = 2; i < x.dim(); ++i) channel_shape.push_back(1);
+    std::vector<int64_t> axes{0};
+    for (int64_t i = 2; i < x.dim(); ++i) axes.push_back(i);
+    const Tensor r = invstd.reshape(channel_shape);
+    const Tensor a = has_weight ? r * weight.reshape(channel_shape) : r;
+    return {need[0] ? g * a : Tensor(),
+            has_weight && need[1] ? kiln::sum(g * ((x - mean.reshape(channel_shape)) * r), axes) : Tensor(),
+            has_bias && need[2] ? kiln::sum(g, axes) : Tensor()};
+  };
+}
+
 BackwardFn dropout(double p, uint64_t seed, uint64_t offset) {
   return [=](const Tensor& g, const std::vector<bool>&) -> Grads { return {dropout_backward(g, p, seed, offset)}; };
 }

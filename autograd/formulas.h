@@ -61,6 +61,11 @@ BackwardFn softmax(const Tensor& y, int64_t axis);
 BackwardFn log_softmax(const Tensor& y, int64_t axis);
 BackwardFn cross_entropy(const Tensor& logits, const Tensor& targets, double label_smoothing);
 // y = activation(conv2d(x, weight) + bias): y is read only for an activation
+// y = batch_norm(x) with x seen as [N, C, S] = nc_s, x (contiguous), mean, invstd the values the
+// forward used. Training: the fused backward (the statistics depend on x); evaluation: the
+// statistics are constants, so grad_x = g * weight * invstd.
+BackwardFn batch_norm(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                      bool has_bias, bool training, const Shape& nc_s);
 // y = dropout(x) with the mask of (p, seed, offset): the gradient takes the same mask
 BackwardFn dropout(double p, uint64_t seed, uint64_t offset);
 BackwardFn conv2d(const Tensor& x, const Tensor& weight, bool has_bias, const Conv2dConfig& config,

@@ -239,6 +239,20 @@ class Backend {
   virtual void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x,
                                    const Pool2dParams& p) = 0;
 
+  // ---- batch norm over x [N, C, S] per channel c (S: the axes after C, 1 for [N, C]); M = N * S ----
+  // A training batch's statistics: mean[c] and the biased variance var[c] = sum (x - mean)^2 / M.
+  virtual void batch_norm_stats(const TensorRef& x, const TensorRef& mean, const TensorRef& var) = 0;
+  // y = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; weight and bias [C] may be undefined.
+  virtual void batch_norm_apply(const TensorRef& x, const TensorRef& mean, const TensorRef& invstd,
+                                const TensorRef& weight, const TensorRef& bias, const TensorRef& y) = 0;
+  // The training-mode gradient, with xhat = (x - mean[c]) * invstd[c]: grad_bias[c] = sum g,
+  // grad_weight[c] = sum g * xhat (both always written: grad_x needs them), and
+  // grad_x = weight[c] * invstd[c] * (g - (grad_bias[c] + xhat * grad_weight[c]) / M).
+  // weight may be undefined (1). All contiguous, of one dtype.
+  virtual void batch_norm_backward(const TensorRef& x, const TensorRef& grad, const TensorRef& mean,
+                                   const TensorRef& invstd, const TensorRef& weight, const TensorRef& grad_x,
+                                   const TensorRef& grad_weight, const TensorRef& grad_bias) = 0;
+
   // ---- optimizer steps: the update rules above the class ----
   // Every list holds one tensor per parameter, in the same order, each contiguous with the
   // parameter's element count; all share params[0]'s dtype (f32 or f64) and device. params and

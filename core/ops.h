@@ -160,6 +160,10 @@ Tensor index_select_backward(const Tensor& grad, int64_t axis, const Tensor& ind
 Tensor relu_backward(const Tensor& x, const Tensor& grad);
 Tensor leaky_relu_backward(const Tensor& x, const Tensor& grad, double negative_slope);
 Tensor gelu_backward(const Tensor& x, const Tensor& grad);
+// batch_norm's training-mode gradient in one backend call: {grad_x, grad_weight, grad_bias}, x seen
+// as [N, C, S] = nc_s, mean and invstd [C] the batch's, weight [C] or undefined.
+std::vector<Tensor> batch_norm_backward(const Tensor& x, const Tensor& grad, const Tensor& mean,
+                                        const Tensor& invstd, const Tensor& weight, const Shape& nc_s);
 // grad through the dropout mask of (p, seed, offset): the mask dropout drew in the forward pass
 Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset);
 // per-sample losses' gradient [N] -> logits' gradient [N, C]

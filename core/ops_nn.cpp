@@ -415,36 +415,62 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   }
   KILN_CHECK(training || (running_mean.defined() && running_var.defined()), ValueError,
              "batch_norm: evaluation mode needs running_mean and running_var");
-  // Statistics over every axis but the channels; per-channel tensors broadcast as [1, C, 1, ...].
-  std::vector<int64_t> axes{0};
-  Shape channel_shape{1, channels};
-  for (int64_t i = 2; i < x.dim(); ++i) {
-    axes.push_back(i);
-    channel_shape.push_back(1);
-  }
-  int64_t count = x.numel() / std::max<int64_t>(channels, 1);
-  Tensor mu, var;
-  if (training) {
-    KILN_CHECK(count > 1, ValueError, "batch_norm: training needs more than one value per channel, "
-               "input ", x.shape(), " has ", count);
-    mu = mean(x, axes, true);
-    Tensor centred = sub(x, mu);
-    var = mean(mul(centred, centred), axes, true);
-    if (running_mean.defined() && running_var.defined()) {
-      NoGradGuard no_grad;
-      Tensor batch_mean = mu.detach().reshape({channels});
-      Tensor unbiased = mul(var.detach().reshape({channels}), static_cast<double>(count) / static_cast<double>(count - 1));
-      Tensor(running_mean).copy_(add(mul(running_mean, 1.0 - momentum), mul(batch_mean, momentum)));
-      Tensor(running_var).copy_(add(mul(running_var, 1.0 - momentum), mul(unbiased, momentum)));
+  // x as [N, C, S], S the product of the axes after C: the kernels' view
+  const int64_t count = x.numel() / std::max<int64_t>(channels, 1);
+  const Shape nc_s{x.size(0), channels, count / std::max<int64_t>(x.size(0), 1)};
+  Tensor xc = x.contiguous().detach();
+  TensorRef x3 = xc.ref();
+  x3.shape = nc_s;
+  x3.strides = contiguous_strides(nc_s);
+  Tensor mu, invstd;
+  {
+    NoGradGuard no_grad;  // the statistics are differentiated by the node below, not op by op
+    if (training) {
+      KILN_CHECK(count > 1, ValueError, "batch_norm: training needs more than one value per channel, "
+                 "input ", x.shape(), " has ", count);
+      mu = empty_as(Shape{channels}, x);
+      Tensor var = empty_as(Shape{channels}, x);
+      x.backend().batch_norm_stats(x3, mu.ref(), var.ref());
+      if (running_mean.defined() && running_var.defined()) {
+        Tensor unbiased = mul(var, static_cast<double>(count) / static_cast<double>(count - 1));
+        Tensor(running_mean).copy_(add(mul(running_mean, 1.0 - momentum), mul(mu, momentum)));
+        Tensor(running_var).copy_(add(mul(running_var, 1.0 - momentum), mul(unbiased, momentum)));
+      }
+      invstd = pow(add(var, eps), -0.5);
+    } else {
+      mu = running_mean.detach().contiguous();
+      invstd = pow(add(running_var.detach(), eps), -0.5);
     }
-  } else {
-    mu = running_mean.reshape(channel_shape);
-    var = running_var.reshape(channel_shape);
   }
-  Tensor y = mul(sub(x, mu), pow(add(var, eps), -0.5));
-  if (weight.defined()) y = mul(y, weight.reshape(channel_shape));
-  if (bias.defined()) y = add(y, bias.reshape(channel_shape));
+  Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
+  Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor y = empty_as(x.shape(), x);
+  TensorRef y3 = y.ref();
+  y3.shape = nc_s;
+  y3.strides = x3.strides;
+  x.backend().batch_norm_apply(x3, mu.ref(), invstd.ref(), wc.defined() ? wc.ref() : TensorRef{},
+                               bc.defined() ? bc.ref() : TensorRef{}, y3);
+  if (autograd::is_recording({x, weight, bias}))
+    autograd::record(y, "batch_norm", {x, weight, bias},
+                     af::batch_norm(xc, mu, invstd, wc, bias.defined(), training, nc_s));
   return y;
+}
+
+std::vector<Tensor> batch_norm_backward(const Tensor& x, const Tensor& grad, const Tensor& mean,
+                                        const Tensor& invstd, const Tensor& weight, const Shape& nc_s) {
+  auto as3 = [&](const Tensor& t) {
+    TensorRef r = t.ref();
+    r.shape = nc_s;
+    r.strides = contiguous_strides(nc_s);
+    return r;
+  };
+  Tensor xc = x.contiguous(), g = grad.contiguous();
+  Tensor grad_x = empty_as(x.shape(), x);
+  Tensor grad_weight = empty_as(Shape{nc_s[1]}, x), grad_bias = empty_as(Shape{nc_s[1]}, x);
+  x.backend().batch_norm_backward(as3(xc), as3(g), mean.ref(), invstd.ref(),
+                                  weight.defined() ? weight.ref() : TensorRef{}, as3(grad_x), grad_weight.ref(),
+                                  grad_bias.ref());
+  return {grad_x, grad_weight, grad_bias};
 }
 
 // ---- dropout ----

@@ -8,7 +8,9 @@
 //   sum reductions through CudaBackend::reduce over the last axis of [8192, 8192], and over the
 //     middle axis of [64, 4096, 256] through reduce.cuh's versions 3 and 4 and CudaBackend;
 //   dropout (f32, p = 0.5) in one kernel against the four ops it replaced, on [64, 9216] (the
-//     MNIST CNN's first dropout) and [8192, 8192], checked bit for bit against them.
+//     MNIST CNN's first dropout) and [8192, 8192], checked bit for bit against them;
+//   batch norm's training forward and backward (f32) on [64, 32, 26, 26] and [128, 64, 56, 56],
+//     checked against the CPU backend.
 // Each row reports GB/s = (bytes read + bytes written) / time and its share of the copy
 // bandwidth (the bench's reference row). Every version is first checked against a double
 // precision host computation on sampled rows; a wrong one is reported and not timed.
@@ -25,6 +27,7 @@
 
 #include "apps/bench/kernel_bench.h"
 #include "core/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/reduce.cuh"
@@ -355,6 +358,59 @@ void bench_dropout_shape(Bench& bench, int64_t rows, int64_t cols) {
   record(bench, "dropout", "uniform, compare, two multiplies", shape, bytes, four_kernels, "");
 }
 
+// Batch norm in training (f32) over x [N, C, H, W]: the forward (statistics, then apply) and the
+// backward, each checked against the CPU backend's result on the same data. GB/s counts x read
+// and y written (forward), x and the gradient read and grad_x written (backward).
+void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
+  cudaStream_t stream = bench.stream();
+  const int64_t numel = n * c * hw * hw, s = hw * hw;
+  const std::string shape = shape_of({n, c, hw, hw});
+  auto device = [&](int64_t count) { return static_cast<float*>(bench.device_bytes(static_cast<size_t>(count) * sizeof(float))); };
+  float* x = bench.random_floats(numel, 9);
+  float* g = bench.random_floats(numel, 10);
+  float *y = device(numel), *gx = device(numel), *mean = device(c), *var = device(c), *gw = device(c), *gb = device(c);
+  auto ref = [](float* data, Shape shape_) {
+    TensorRef r;
+    r.buffer = data;
+    r.strides = contiguous_strides(shape_);
+    r.shape = std::move(shape_);
+    return r;
+  };
+  const Shape ncs{n, c, s};
+  cuda::CudaBackend& backend = cuda::backend(0);
+  // var stands in for invstd (the forward's small [C] op between the two kernels, left out here as
+  // it is of the bytes); the CPU check below does the same
+  auto forward = [&] {
+    backend.batch_norm_stats(ref(x, ncs), ref(mean, {c}), ref(var, {c}));
+    backend.batch_norm_apply(ref(x, ncs), ref(mean, {c}), ref(var, {c}), {}, {}, ref(y, ncs));
+  };
+  auto backward = [&] {
+    backend.batch_norm_backward(ref(x, ncs), ref(g, ncs), ref(mean, {c}), ref(var, {c}), {}, ref(gx, ncs),
+                                ref(gw, {c}), ref(gb, {c}));
+  };
+  forward();
+  backward();
+  // the CPU backend on the same numbers
+  std::vector<float> hx = to_host(x, numel, stream), hg = to_host(g, numel, stream);
+  std::vector<float> cm(static_cast<size_t>(c)), cv(static_cast<size_t>(c)), cy(hx.size()), cgx(hx.size()),
+      cgw(cm.size()), cgb(cm.size());
+  cpu::CpuBackend& cpu = cpu::backend();
+  cpu.batch_norm_stats(ref(hx.data(), ncs), ref(cm.data(), {c}), ref(cv.data(), {c}));
+  cpu.batch_norm_apply(ref(hx.data(), ncs), ref(cm.data(), {c}), ref(cv.data(), {c}), {}, {}, ref(cy.data(), ncs));
+  cpu.batch_norm_backward(ref(hx.data(), ncs), ref(hg.data(), ncs), ref(cm.data(), {c}), ref(cv.data(), {c}), {},
+                          ref(cgx.data(), ncs), ref(cgw.data(), {c}), ref(cgb.data(), {c}));
+  std::vector<double> want_y(cy.begin(), cy.end()), want_gx(cgx.begin(), cgx.end());
+  double err = 0;
+  std::string wrong = compare(want_y, to_host(y, numel, stream).data(), &err);
+  if (!wrong.empty()) return record_wrong(bench, "batch_norm", "forward (statistics, apply)", shape, wrong);
+  record(bench, "batch_norm", "forward (statistics, apply)", shape, 2.0 * numel * sizeof(float), forward,
+         max_err_note(err));
+  err = 0;
+  wrong = compare(want_gx, to_host(gx, numel, stream).data(), &err);
+  if (!wrong.empty()) return record_wrong(bench, "batch_norm", "backward", shape, wrong);
+  record(bench, "batch_norm", "backward", shape, 3.0 * numel * sizeof(float), backward, max_err_note(err));
+}
+
 void bench_softmax(Bench& bench) {
   const bool quick = bench.quick();
   bench_softmax_shape(bench, quick ? 1024 : 4096, 32768, 1);
@@ -369,6 +425,8 @@ void bench_softmax(Bench& bench) {
   bench_reduce_shape(bench, quick ? 16 : 64, 4096, 256);
   bench_dropout_shape(bench, 64, 9216);  // the MNIST CNN's first dropout, after the pool
   bench_dropout_shape(bench, quick ? 1024 : 8192, 8192);
+  bench_batch_norm_shape(bench, 64, 32, 26);  // after the MNIST CNN's first convolution
+  bench_batch_norm_shape(bench, quick ? 16 : 128, 64, 56);
 }
 
 }  // namespace kiln::bench

@@ -107,6 +107,14 @@ class CudaBackend final : public Backend {
   void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                               const Conv2dParams& p) override;
 
+  // batch_norm.cu
+  void batch_norm_stats(const TensorRef& x, const TensorRef& mean, const TensorRef& var) override;
+  void batch_norm_apply(const TensorRef& x, const TensorRef& mean, const TensorRef& invstd, const TensorRef& weight,
+                        const TensorRef& bias, const TensorRef& y) override;
+  void batch_norm_backward(const TensorRef& x, const TensorRef& grad, const TensorRef& mean, const TensorRef& invstd,
+                           const TensorRef& weight, const TensorRef& grad_x, const TensorRef& grad_weight,
+                           const TensorRef& grad_bias) override;
+
   // pool.cu
   void max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices,
                   const Pool2dParams& p) override;

@@ -175,3 +175,42 @@ TEST_CASE("training steps on CPU and CUDA from the same seed agree up to float r
   for (size_t i = 0; i < bc.size(); ++i)
     check_close(bg[i].second, bc[i].second, 1e-4, 1e-5, "buffer " + bc[i].first);
 }
+
+TEST_CASE("batch_norm matches the CPU on the GPU: statistics, running averages and gradients, f32 and f64") {
+  if (!have_cuda()) return;
+  const std::vector<Shape> shapes = {{64, 10}, {3, 7, 33}, {16, 32, 26, 26}, {2, 5, 1, 1}, {1, 3, 40, 40}, {200, 1}};
+  for (const Shape& s : shapes)
+    for (DType t : {DType::f32, DType::f64})
+      for (bool training : {true, false})
+        for (bool affine : {true, false}) {
+          const int64_t c = s[1];
+          // a mean far from 0 against the spread: the two-pass variance must keep its digits
+          Tensor x = uniform(s, 3.0, 5.0, t), g = uniform(s, -1, 1, t);
+          Tensor w = uniform({c}, 0.5, 1.5, t), b = uniform({c}, -1, 1, t);
+          Tensor rm = uniform({c}, -1, 1, t), rv = uniform({c}, 0.5, 2, t);
+          const std::string what = s.str() + " " + std::string(dtype_name(t)) + (training ? " train" : " eval") +
+                                   (affine ? " affine" : "");
+          Tensor out[2], gx[2], gw[2], gb[2], m[2], v[2];
+          for (int d = 0; d < 2; ++d) {
+            const Device dev = d ? kCuda : Device::cpu();
+            Tensor xd = x.detach().to(dev).requires_grad_();
+            Tensor wd = affine ? w.detach().to(dev).requires_grad_() : Tensor();
+            Tensor bd = affine ? b.detach().to(dev).requires_grad_() : Tensor();
+            m[d] = rm.to(dev).clone(), v[d] = rv.to(dev).clone();
+            out[d] = batch_norm(xd, m[d], v[d], wd, bd, training, 0.1, 1e-5);
+            out[d].backward(g.to(dev));
+            gx[d] = xd.grad();
+            if (affine) gw[d] = wd.grad(), gb[d] = bd.grad();
+          }
+          const double tol = t == DType::f32 ? 1e-4 : 1e-10;
+          check_close(out[1], out[0], tol, tol, "batch_norm " + what);
+          check_close(gx[1], gx[0], tol, tol, "grad x " + what);
+          check_close(m[1], m[0], tol, tol, "running mean " + what);
+          check_close(v[1], v[0], tol, tol, "running var " + what);
+          if (affine) {
+            const double sum_tol = tol * std::sqrt(static_cast<double>(s.numel() / c));
+            check_close(gw[1], gw[0], tol, sum_tol, "grad weight " + what);
+            check_close(gb[1], gb[0], tol, sum_tol, "grad bias " + what);
+          }
+        }
+}
