@@ -438,7 +438,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       }
       invstd = pow(add(var, eps), -0.5);
     } else {
-      mu = running_mean.detach().contiguous();
+      mu = running_mean.detach().clone();  // kept for the gradient: a later update must not reach it
       invstd = pow(add(running_var.detach(), eps), -0.5);
     }
   }
