@@ -70,9 +70,10 @@
 // matmul, production f32 path): bias + ReLU in the epilogue add 0-5% to the product's time (15%
 // at 9216 x 128 x 64 A^T), while the same two as passes of their own after it take 5-107% longer
 // than the fused product (784 x 128 x 64: 0.0063 ms fused, 0.0129 ms with passes). Not explained:
-// 12 at 4096^3 took 2.60 ms in the last run before the epilogue and 2.68-2.77 ms in three runs
-// after it (cuBLAS 2.65-2.67 ms in all four), though its main loop's SASS is unchanged (the same
-// HMMA and shared-memory loads; the store grew by about 4k instructions).
+// 12 at 4096^3 took 2.60 ms in the last run before the epilogue and 2.68-2.77 ms in four runs
+// after it (cuBLAS 2.65-2.67 ms in all five), though its SASS has the same counts of HMMA and
+// shared-memory loads as before (the store grew by about 4k instructions); each run may have had
+// another H100.
 #include <algorithm>
 
 #include "core/precision.h"
