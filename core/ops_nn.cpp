@@ -68,13 +68,11 @@ Operand as_operand(const Tensor& x, const Shape& batch) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  detail::check_same_device("matmul", a, b);
-  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: operands of shapes ", a.shape(),
-             " and ", b.shape(), "; scalars cannot be multiplied with matmul, use mul");
-  // Vectors become matrices and the added axis is dropped from the result, as in torch.matmul.
-  if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), b.dim() == 1 ? -1 : -2);
-  if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
+namespace {
+
+// The product of a and b (rank >= 2, leading dimensions broadcast) through the backend, the
+// epilogue applied to each element as it is stored; no autograd record. Both matmul ops call it.
+Tensor matmul_kernel(const Tensor& a, const Tensor& b, const Epilogue& epilogue) {
   KILN_CHECK(a.dtype() == b.dtype(), DTypeError, "matmul: operands of dtypes ", a.dtype(), " and ",
              b.dtype());
   detail::check_floating("matmul", a);
@@ -96,7 +94,20 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   p.trans_a = oa.trans, p.trans_b = ob.trans;
   p.lda = oa.ld, p.ldb = ob.ld;
   p.batch_stride_a = oa.batch_stride, p.batch_stride_b = ob.batch_stride;
-  a.backend().matmul(oa.t.ref(), ob.t.ref(), y.ref(), p, Epilogue{});
+  a.backend().matmul(oa.t.ref(), ob.t.ref(), y.ref(), p, epilogue);
+  return y;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_same_device("matmul", a, b);
+  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: operands of shapes ", a.shape(),
+             " and ", b.shape(), "; scalars cannot be multiplied with matmul, use mul");
+  // Vectors become matrices and the added axis is dropped from the result, as in torch.matmul.
+  if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), b.dim() == 1 ? -1 : -2);
+  if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
+  Tensor y = matmul_kernel(a, b, Epilogue{});
   if (autograd::is_recording({a, b})) autograd::record(y, "matmul", {a, b}, af::matmul(a, b));
   return y;
 }
@@ -105,25 +116,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Activation a
   detail::check_same_device("matmul", a, b);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, "matmul with an epilogue: operands must be 2-D, got ",
              a.shape(), " and ", b.shape());
-  KILN_CHECK(a.dtype() == b.dtype(), DTypeError, "matmul: operands of dtypes ", a.dtype(), " and ", b.dtype());
-  detail::check_floating("matmul", a);
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  KILN_CHECK(b.size(0) == k, ShapeError, "matmul: shapes ", a.shape(), " and ", b.shape(), " do not multiply (", k,
-             " columns against ", b.size(0), " rows)");
   Tensor bc;
   if (bias.defined()) {
     detail::check_same_device("matmul", a, bias);
+    const int64_t n = b.size(1);
     KILN_CHECK(bias.shape() == Shape{n} && bias.dtype() == a.dtype(), ShapeError, "matmul: bias ", bias.shape(),
                " ", bias.dtype(), " for ", n, " output columns (expected [", n, "] ", a.dtype(), ")");
     bc = bias.contiguous();
   }
-  Operand oa = as_operand(a, Shape{}), ob = as_operand(b, Shape{});
-  Tensor y = empty_as(Shape{m, n}, a);
-  MatmulParams p;
-  p.m = m, p.n = n, p.k = k;
-  p.trans_a = oa.trans, p.trans_b = ob.trans;
-  p.lda = oa.ld, p.ldb = ob.ld;
-  a.backend().matmul(oa.t.ref(), ob.t.ref(), y.ref(), p, Epilogue{bc.defined() ? bc.ref() : TensorRef{}, activation});
+  Tensor y = matmul_kernel(a, b, Epilogue{bc.defined() ? bc.ref() : TensorRef{}, activation});
   if (autograd::is_recording({a, b, bias}))
     autograd::record(y, "matmul_epilogue", {a, b, bias}, af::matmul_epilogue(a, b, bias.defined(), activation, y));
   return y;

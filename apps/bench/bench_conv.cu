@@ -215,15 +215,8 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
       host[e] = std::max(host[e] + host_bias[static_cast<size_t>(static_cast<int64_t>(e) / plane % s.o)], 0.0f);
     float* y_relu_ref = buffer(ny);
     KILN_CUDA_CHECK(cudaMemcpy(y_relu_ref, host.data(), sizeof(float) * host.size(), cudaMemcpyHostToDevice));
-    auto ref_of = [](const float* data, Shape shape) {
-      TensorRef r;
-      r.buffer = const_cast<float*>(data);
-      r.strides = contiguous_strides(shape);
-      r.shape = std::move(shape);
-      return r;
-    };
-    const TensorRef rx = ref_of(x, Shape{s.n, s.c, s.h, s.w}), rw = ref_of(w, Shape{s.o, s.c, s.k, s.k});
-    const TensorRef ry = ref_of(y, Shape{s.n, s.o, g.oh, g.ow}), rb = ref_of(bias, Shape{s.o});
+    const TensorRef rx = f32_ref(x, Shape{s.n, s.c, s.h, s.w}), rw = f32_ref(w, Shape{s.o, s.c, s.k, s.k});
+    const TensorRef ry = f32_ref(y, Shape{s.n, s.o, g.oh, g.ow}), rb = f32_ref(bias, Shape{s.o});
     TensorRef rb_planes = ry;  // the bias broadcast over the output: stride 1 along channels only
     rb_planes.buffer = const_cast<float*>(bias);
     rb_planes.strides = Strides{0, 1, 0, 0};

@@ -63,14 +63,6 @@ std::string sci(double v) {
   return buf;
 }
 
-TensorRef matrix_ref(const float* data, int64_t rows, int64_t cols) {
-  TensorRef r;
-  r.buffer = const_cast<float*>(data);
-  r.shape = Shape{rows, cols};
-  r.strides = Strides{cols, 1};
-  r.dtype = DType::f32;
-  return r;
-}
 
 }  // namespace
 
@@ -151,9 +143,9 @@ void bench_matmul(Bench& bench) {
       run(v.name, v.tf32, false, [&, fn = v.run] { fn(p, A, B, C, {}, stream); });
     }
     // The backend reads the data pointers and p; the refs carry the stored shapes.
-    const TensorRef ra = s.trans_a ? matrix_ref(A, s.k, s.m) : matrix_ref(A, s.m, s.k);
-    const TensorRef rb = s.trans_b ? matrix_ref(B, s.n, s.k) : matrix_ref(B, s.k, s.n);
-    const TensorRef rc = matrix_ref(C, s.m, s.n);
+    const TensorRef ra = f32_ref(A, s.trans_a ? Shape{s.k, s.m} : Shape{s.m, s.k});
+    const TensorRef rb = f32_ref(B, s.trans_b ? Shape{s.n, s.k} : Shape{s.k, s.n});
+    const TensorRef rc = f32_ref(C, Shape{s.m, s.n});
     // The production path runs on the backend's stream, which is the bench's stream.
     run("production (FP32)", false, false, [&] { backend.matmul(ra, rb, rc, p, {}); });
     set_allow_tf32(true);
@@ -166,10 +158,8 @@ void bench_matmul(Bench& bench) {
     const std::vector<float> host_bias = to_host(bias, s.n, stream);
     std::vector<float> want_relu(want.size());
     for (size_t e = 0; e < want.size(); ++e) want_relu[e] = std::max(want[e] + host_bias[e % static_cast<size_t>(s.n)], 0.0f);
-    TensorRef rbias = matrix_ref(bias, 1, s.n);
-    rbias.shape = Shape{s.n};
-    rbias.strides = Strides{1};
-    TensorRef rbias_rows = matrix_ref(bias, s.m, s.n);  // broadcast along the rows
+    const TensorRef rbias = f32_ref(bias, Shape{s.n});
+    TensorRef rbias_rows = f32_ref(bias, Shape{s.m, s.n});  // broadcast along the rows
     rbias_rows.strides = Strides{0, 1};
     run_against(want_relu, "production + bias + ReLU in the epilogue", false, false,
                 [&] { backend.matmul(ra, rb, rc, p, Epilogue{rbias, Activation::relu}); });

@@ -324,13 +324,7 @@ void bench_dropout_shape(Bench& bench, int64_t rows, int64_t cols) {
   float* fused = buffer();
   float* composed = buffer();
   float* u = buffer();
-  auto ref = [&](float* data) {
-    TensorRef r;
-    r.buffer = data;
-    r.shape = Shape{numel};
-    r.strides = Strides{1};
-    return r;
-  };
+  auto ref = [&](const float* data) { return f32_ref(data, Shape{numel}); };
   TensorRef scalar = ref(u);  // p as a broadcast scalar for the compare
   scalar.strides = Strides{0};
   float* p_device = buffer();
@@ -369,24 +363,17 @@ void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
   float* x = bench.random_floats(numel, 9);
   float* g = bench.random_floats(numel, 10);
   float *y = device(numel), *gx = device(numel), *mean = device(c), *var = device(c), *gw = device(c), *gb = device(c);
-  auto ref = [](float* data, Shape shape_) {
-    TensorRef r;
-    r.buffer = data;
-    r.strides = contiguous_strides(shape_);
-    r.shape = std::move(shape_);
-    return r;
-  };
   const Shape ncs{n, c, s};
   cuda::CudaBackend& backend = cuda::backend(0);
   // var stands in for invstd (the forward's small [C] op between the two kernels, left out here as
   // it is of the bytes); the CPU check below does the same
   auto forward = [&] {
-    backend.batch_norm_stats(ref(x, ncs), ref(mean, {c}), ref(var, {c}));
-    backend.batch_norm_apply(ref(x, ncs), ref(mean, {c}), ref(var, {c}), {}, {}, ref(y, ncs));
+    backend.batch_norm_stats(f32_ref(x, ncs), f32_ref(mean, {c}), f32_ref(var, {c}));
+    backend.batch_norm_apply(f32_ref(x, ncs), f32_ref(mean, {c}), f32_ref(var, {c}), {}, {}, f32_ref(y, ncs));
   };
   auto backward = [&] {
-    backend.batch_norm_backward(ref(x, ncs), ref(g, ncs), ref(mean, {c}), ref(var, {c}), {}, ref(gx, ncs),
-                                ref(gw, {c}), ref(gb, {c}));
+    backend.batch_norm_backward(f32_ref(x, ncs), f32_ref(g, ncs), f32_ref(mean, {c}), f32_ref(var, {c}), {},
+                                f32_ref(gx, ncs), f32_ref(gw, {c}), f32_ref(gb, {c}));
   };
   forward();
   backward();
@@ -395,10 +382,12 @@ void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
   std::vector<float> cm(static_cast<size_t>(c)), cv(static_cast<size_t>(c)), cy(hx.size()), cgx(hx.size()),
       cgw(cm.size()), cgb(cm.size());
   cpu::CpuBackend& cpu = cpu::backend();
-  cpu.batch_norm_stats(ref(hx.data(), ncs), ref(cm.data(), {c}), ref(cv.data(), {c}));
-  cpu.batch_norm_apply(ref(hx.data(), ncs), ref(cm.data(), {c}), ref(cv.data(), {c}), {}, {}, ref(cy.data(), ncs));
-  cpu.batch_norm_backward(ref(hx.data(), ncs), ref(hg.data(), ncs), ref(cm.data(), {c}), ref(cv.data(), {c}), {},
-                          ref(cgx.data(), ncs), ref(cgw.data(), {c}), ref(cgb.data(), {c}));
+  cpu.batch_norm_stats(f32_ref(hx.data(), ncs), f32_ref(cm.data(), {c}), f32_ref(cv.data(), {c}));
+  cpu.batch_norm_apply(f32_ref(hx.data(), ncs), f32_ref(cm.data(), {c}), f32_ref(cv.data(), {c}), {}, {},
+                       f32_ref(cy.data(), ncs));
+  cpu.batch_norm_backward(f32_ref(hx.data(), ncs), f32_ref(hg.data(), ncs), f32_ref(cm.data(), {c}),
+                          f32_ref(cv.data(), {c}), {}, f32_ref(cgx.data(), ncs), f32_ref(cgw.data(), {c}),
+                          f32_ref(cgb.data(), {c}));
   std::vector<double> want_y(cy.begin(), cy.end()), want_gx(cgx.begin(), cgx.end());
   double err = 0;
   std::string wrong = compare(want_y, to_host(y, numel, stream).data(), &err);

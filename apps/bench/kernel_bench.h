@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
+
 namespace kiln::bench {
 
 struct Result {
@@ -62,6 +64,15 @@ class Bench {
   std::vector<Result> results_;
   double copy_gbs_ = 0;
 };
+
+// A contiguous f32 tensor of `shape` at device pointer `data`, as the backends take it.
+inline TensorRef f32_ref(const float* data, Shape shape) {
+  TensorRef r;
+  r.buffer = const_cast<float*>(data);
+  r.strides = contiguous_strides(shape);
+  r.shape = std::move(shape);
+  return r;
+}
 
 void bench_matmul(Bench& bench);
 void bench_conv(Bench& bench);

@@ -39,6 +39,13 @@ void visit_floating(const char* op, DType t, Fn&& fn) {
   });
 }
 
+// Calls fn(e) for the offset e of each of channel c's M values, plane by plane.
+template <class Fn>
+void for_values(const Dims& d, int64_t c, Fn&& fn) {
+  for (int64_t i = 0; i < d.n; ++i)
+    for (int64_t k = 0; k < d.s; ++k) fn((i * d.c + c) * d.s + k);
+}
+
 // Calls fn(c) for each channel, spread over the thread pool (a channel is M values of work).
 template <class Fn>
 void for_channels(const Dims& d, Fn&& fn) {
@@ -60,15 +67,13 @@ void CpuBackend::batch_norm_stats(const TensorRef& x, const TensorRef& mean, con
     const double count = static_cast<double>(d.n * d.s);
     for_channels(d, [&](int64_t c) {
       double sum = 0;
-      for (int64_t i = 0; i < d.n; ++i)
-        for (int64_t k = 0; k < d.s; ++k) sum += xs[(i * d.c + c) * d.s + k];
+      for_values(d, c, [&](int64_t e) { sum += xs[e]; });
       const double mu = sum / count;
       double squares = 0;
-      for (int64_t i = 0; i < d.n; ++i)
-        for (int64_t k = 0; k < d.s; ++k) {
-          const double e = xs[(i * d.c + c) * d.s + k] - mu;
-          squares += e * e;
-        }
+      for_values(d, c, [&](int64_t e) {
+        const double centred = xs[e] - mu;
+        squares += centred * centred;
+      });
       m[c] = static_cast<T>(mu);
       v[c] = static_cast<T>(squares / count);
     });
@@ -87,14 +92,12 @@ void CpuBackend::batch_norm_apply(const TensorRef& x, const TensorRef& mean, con
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
     T* ys = y.data<T>();
     for_channels(d, [&](int64_t c) {
-      for (int64_t i = 0; i < d.n; ++i)
-        for (int64_t k = 0; k < d.s; ++k) {
-          const int64_t e = (i * d.c + c) * d.s + k;
-          T v = (xs[e] - m[c]) * r[c];
-          if (w) v *= w[c];
-          if (b) v += b[c];
-          ys[e] = v;
-        }
+      for_values(d, c, [&](int64_t e) {
+        T v = (xs[e] - m[c]) * r[c];
+        if (w) v *= w[c];
+        if (b) v += b[c];
+        ys[e] = v;
+      });
     });
   });
 }
@@ -116,22 +119,18 @@ void CpuBackend::batch_norm_backward(const TensorRef& x, const TensorRef& grad, 
     const double count = static_cast<double>(d.n * d.s);
     for_channels(d, [&](int64_t c) {
       double sum_g = 0, sum_gx = 0;
-      for (int64_t i = 0; i < d.n; ++i)
-        for (int64_t k = 0; k < d.s; ++k) {
-          const int64_t e = (i * d.c + c) * d.s + k;
-          sum_g += g[e];
-          sum_gx += static_cast<double>(g[e]) * ((static_cast<double>(xs[e]) - m[c]) * r[c]);
-        }
+      for_values(d, c, [&](int64_t e) {
+        sum_g += g[e];
+        sum_gx += static_cast<double>(g[e]) * ((static_cast<double>(xs[e]) - m[c]) * r[c]);
+      });
       gb[c] = static_cast<T>(sum_g);
       gw[c] = static_cast<T>(sum_gx);
       const double scale = (w ? static_cast<double>(w[c]) : 1.0) * r[c];
       const double mean_g = sum_g / count, mean_gx = sum_gx / count;
-      for (int64_t i = 0; i < d.n; ++i)
-        for (int64_t k = 0; k < d.s; ++k) {
-          const int64_t e = (i * d.c + c) * d.s + k;
-          const double xhat = (static_cast<double>(xs[e]) - m[c]) * r[c];
-          gx[e] = static_cast<T>(scale * (g[e] - mean_g - xhat * mean_gx));
-        }
+      for_values(d, c, [&](int64_t e) {
+        const double xhat = (static_cast<double>(xs[e]) - m[c]) * r[c];
+        gx[e] = static_cast<T>(scale * (g[e] - mean_g - xhat * mean_gx));
+      });
     });
   });
 }
