@@ -154,6 +154,7 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
   float* gw = buffer(nw);
   float* kiln_ws = buffer(std::max<int64_t>(1, cv::backward_weight_workspace(g)));
   float* kiln_wt = buffer(std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g)));  // flipped w
+  float* kiln_wp = buffer(std::max<int64_t>(1, cv::forward_patch_workspace(g)));  // packed w (version 7)
 
   Cudnn dnn(s, g.oh, g.ow, stream);
   const float one = 1, zero = 0;
@@ -201,6 +202,12 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                  y_ref, ny);
     kiln_version("fwd 5 tensor cores TF32",
                  [&] { cv::forward_tensor_cores<float>(x, w, {}, y, g, cv::TensorMath::tf32, stream); }, y,
+                 y_ref, ny, kTf32Tolerance);
+    kiln_version("fwd 7 input patch in shared memory 3xTF32",
+                 [&] { cv::forward_patch<float>(x, w, {}, y, kiln_wp, g, cv::TensorMath::tf32x3, stream); }, y,
+                 y_ref, ny);
+    kiln_version("fwd 7 input patch in shared memory TF32",
+                 [&] { cv::forward_patch<float>(x, w, {}, y, kiln_wp, g, cv::TensorMath::tf32, stream); }, y,
                  y_ref, ny, kTf32Tolerance);
 
     // A conv layer's bias and ReLU: in the production kernel's epilogue, or as two passes of their
@@ -269,6 +276,12 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
       kiln_version("bwd-input 5 tensor cores TF32", [&] {
         cv::backward_input_tensor_cores<float>(gy, w, gx, kiln_wt, g, cv::TensorMath::tf32, stream);
       }, gx, gx_ref, nx, kTf32Tolerance);
+      kiln_version("bwd-input 7 input patch in shared memory 3xTF32", [&] {
+        cv::backward_input_patch<float>(gy, w, gx, kiln_wt, g, cv::TensorMath::tf32x3, stream);
+      }, gx, gx_ref, nx);
+      kiln_version("bwd-input 7 input patch in shared memory TF32", [&] {
+        cv::backward_input_patch<float>(gy, w, gx, kiln_wt, g, cv::TensorMath::tf32, stream);
+      }, gx, gx_ref, nx, kTf32Tolerance);
     }
   }
 
@@ -313,7 +326,8 @@ void bench_conv(Bench& bench) {
   }
   const size_t workspace_bytes = size_t{256} << 20;
   void* workspace = bench.device_bytes(workspace_bytes);
-  for (const ConvShape& s : shapes) bench_shape(bench, s, workspace, workspace_bytes);
+  for (const ConvShape& s : shapes)
+    if (bench.wants(shape_str(s))) bench_shape(bench, s, workspace, workspace_bytes);
 }
 
 }  // namespace kiln::bench

@@ -3,7 +3,7 @@
 // reductions against the device's copy bandwidth. Prints a table and writes JSON, from which
 // scripts/kernel_table.py regenerates the tables in kernels/README.md.
 //
-//   kernel-bench [--only matmul|conv|softmax] [--quick] [--json FILE]
+//   kernel-bench [--only matmul|conv|softmax] [--shape TEXT] [--quick] [--json FILE]
 //
 // Run it on the GPU machine through scripts/device-run.
 #include <CLI/CLI.hpp>
@@ -132,15 +132,16 @@ void write_json(const std::string& path, const std::string& device, const std::v
 
 int main(int argc, char** argv) {
   CLI::App app{"kernel-bench: kiln's CUDA kernels against cuBLAS, cuDNN and copy bandwidth"};
-  std::string only, json;
+  std::string only, json, shape;
   bool quick = false;
   app.add_option("--only", only, "one family: matmul, conv or softmax")
       ->check(CLI::IsMember({"matmul", "conv", "softmax"}));
+  app.add_option("--shape", shape, "conv: only the shapes whose label contains TEXT, e.g. 'conv2 x[512'");
   app.add_flag("--quick", quick, "fewer shapes and shorter timings (a smoke run)");
   app.add_option("--json", json, "write the results to this JSON file");
   CLI11_PARSE(app, argc, argv);
   try {
-    kiln::bench::Bench bench(quick);
+    kiln::bench::Bench bench(quick, shape);
     bench.init();
     cudaDeviceProp prop{};
     KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -31,10 +32,12 @@ struct Result {
 
 class Bench {
  public:
-  explicit Bench(bool quick) : quick_(quick) {}
+  explicit Bench(bool quick, std::string shape_filter = {}) : quick_(quick), shape_filter_(std::move(shape_filter)) {}
 
   cudaStream_t stream() const { return stream_; }
   bool quick() const { return quick_; }  // fewer shapes and repetitions: a smoke run
+  // Whether to run a shape: its label contains the --shape text (every shape when none was given).
+  bool wants(const std::string& shape) const { return shape.find(shape_filter_) != std::string::npos; }
 
   // Runs fn (which queues kernels on stream()) a few times to warm up, then times it with CUDA
   // events until about 0.2 s (0.02 s when quick) have passed; returns the median ms per call.
@@ -59,6 +62,7 @@ class Bench {
 
  private:
   bool quick_;
+  std::string shape_filter_;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> buffers_;
   std::vector<Result> results_;

@@ -7,9 +7,9 @@
 //   applied as each forward version stores an element, so a layer's ReLU costs no pass of its
 //   own.) Accumulation is in T, as on the CPU.
 // Bench: `kernel-bench --only conv` (every version against cuDNN; figures: kernels/README.md,
-// from kernel-bench). Versions are declared in kernels/cuda/conv2d.cuh; the two implicit GEMM
-// engines live in kernels/cuda/conv2d/ (implicit_gemm.cuh on the CUDA cores, tensor_cores.cuh),
-// the direct kernels, the planning and the versions here. Figures quoted below are
+// from kernel-bench). Versions are declared in kernels/cuda/conv2d.cuh; the implicit GEMM
+// engines live in kernels/cuda/conv2d/ (implicit_gemm.cuh on the CUDA cores, tensor_cores.cuh,
+// patch.cuh), the direct kernels, the planning and the versions here. Figures quoted below are
 // from H100 80GB HBM3, 2026-11-22, kernel-bench --only conv, f32, ms, MNIST CNN layers conv1
 // x[64,1,28,28] w[32,1,3,3] and conv2 x[64,32,26,26] w[64,32,3,3] (stride 1, no padding).
 //
@@ -122,11 +122,44 @@
 // cuDNN's FP32 at conv2's forward and weight gradient, 1.35x at its input gradient, 1.4-2.6x at
 // the larger forwards; TF32 runs at 0.3-1.7x cuDNN's FP32 time. cuDNN's own pick for conv2's
 // input gradient moves between runs: over four later runs that day ours took 0.086-0.087 ms each
-// time while cuDNN took 0.051-0.074 ms (its algorithm 2 the fastest, 0.051), so 1.18-1.69x: the
-// 1.5x target is not met against cuDNN's best there. 3xTF32 costs 1.3-1.9x TF32's
-// time, so the mma are not free; the element-wise gathers bound the rest. A first layer's forward
-// (C*KH*KW = 9: one 16-long slice, mostly empty) keeps version 3, and its input gradient (C/G <= 4)
-// runs backward input version 6.
+// time while cuDNN took 0.051-0.074 ms (its algorithm 2 the fastest, 0.051), so 1.18-1.69x. 3xTF32
+// costs 1.3-1.9x TF32's time, so the mma are not free; the element-wise gathers bound the rest.
+//
+// Forward and backward input version 7 (the input patch in shared memory; production for f32 at
+// stride 1, the backward input through version 3's forward form). The gathers above read each
+// input value once per tap that uses it, each time as its own 4-byte copy with its own bounds
+// test. Version 7 (conv2d/patch.cuh) cuts a block's K into stages of 8 input channels and copies,
+// per stage, the input rows its 128 output pixels read (the "patch", padding as zeros: for conv2,
+// 8 rows of 28 columns per channel, where the im2col tile is 128 x 72) once; the mma fragments
+// then read im2col(m, k) straight out of the patch at (pixel offset of m) + (offset of k's tap),
+// one k-step of 8 being one tap of the stage's 8 channels. The weights are packed beforehand (a
+// small kernel, in the workspace) into the order the stages consume, so they arrive as 16-byte
+// copies. The steps, conv2 batch 64 backward input in 3xTF32 (ms; batch 512 in brackets):
+//   first version                                           0.0756 (0.478); TF32 0.048
+//   TF32 split as add, mask, subtract (3 instructions, was 5 with the conversion's inf test),
+//   and the taps in pairs so that "first of the pair" is known at compile time (the predicated
+//   copies of the first mma had issued both ways)            0.0656 (0.420)
+//   the patch copy loop kept rolled (~35 instructions a copy, unrolled with remainders, down
+//   to ~10)                                                 0.0594 (0.381)
+//   channels c and c + 4 side by side in shared memory, in the patch and the packed weights, so
+//   that the two values of a fragment row come in one 8-byte load   0.0567 (0.361)
+// ncu at the 0.0656 step: 54% of issue slots used, the tensor pipe 28% busy, 2.7 warps per
+// scheduler (registers: 4 blocks of 128 threads per SM, and only 384 blocks at batch 64), the top
+// stall "wait" (fixed-latency dependencies: load, split, mma). Not kept: the weights packed
+// already split into (hi, lo) pairs (batch 512 0.421 against 0.381 at that step: the doubled
+// weight stage left 3 blocks per SM instead of 4); __launch_bounds__ asking for 5 blocks per SM
+// (the 3xTF32 kernels spill 324-2768 bytes). Figures (ms, 3xTF32 / TF32, cuDNN FP32 in the same
+// run; H100 80GB HBM3, 2026-11-22, kernel-bench --only conv):
+//   conv2 batch 64:  forward 0.053 / 0.031, cuDNN 0.071 (version 5: 0.074); backward input
+//                    0.057 / 0.046, cuDNN 0.053 (version 5: 0.087).
+//   conv2 batch 512: forward 0.297 / 0.167, cuDNN 0.278 (0.392); backward input 0.365 / 0.254,
+//                    cuDNN 0.258 (0.567).
+//   x[64,128,56,56] w[128,128,3,3] pad 1: forward 1.25 / 0.70, cuDNN 0.69 (1.81); backward input
+//                    1.25 / 0.70, cuDNN 0.69 (1.83).
+// So in 3xTF32 0.75-1.4x cuDNN's FP32 time at conv2, 1.8x at the large layer; in TF32 about
+// cuDNN's FP32 time or less. A first layer's forward (C*KH*KW = 9: most of a stage's 8 channels
+// empty; version 7 took 0.017 ms at conv1 against version 3's 0.010) keeps version 3, and its
+// input gradient (C/G <= 4) runs backward input version 6.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -138,6 +171,7 @@
 #include "kernels/cuda/conv2d.cuh"
 #include "kernels/cuda/conv2d/common.cuh"
 #include "kernels/cuda/conv2d/implicit_gemm.cuh"
+#include "kernels/cuda/conv2d/patch.cuh"
 #include "kernels/cuda/conv2d/tensor_cores.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/layout.cuh"
@@ -482,7 +516,46 @@ bool backward_input_as_forward_applies(const Geometry& g) {
          g.dilation_w * (g.kw - 1) - g.pad_w >= 0;
 }
 
-int64_t backward_input_as_forward_workspace(const Geometry& g) { return g.o * (g.c / g.groups) * g.kh * g.kw; }
+namespace {
+
+// The forward convolution gy -> grad_x that backward input versions 3-7 run (see version 3).
+Geometry as_forward(const Geometry& g) {
+  Geometry f;
+  f.n = g.n, f.c = g.o, f.h = g.oh, f.w = g.ow;
+  f.o = g.c, f.kh = g.kh, f.kw = g.kw;
+  f.oh = g.h, f.ow = g.w;
+  f.pad_h = g.dilation_h * (g.kh - 1) - g.pad_h, f.pad_w = g.dilation_w * (g.kw - 1) - g.pad_w;
+  f.dilation_h = g.dilation_h, f.dilation_w = g.dilation_w;
+  f.groups = g.groups;
+  return f;
+}
+
+// Version 7's block: 128 output pixels; its plan where it runs, else an empty plan (chunks = 0,
+// smem = 0): stride 1, and two blocks' shared memory fit an SM (the patch grows with the width,
+// the packed weights with the kernel's taps), and every offset fits an int.
+constexpr int kPatchBM = 128;
+constexpr int64_t kPatchMaxSmem = 110 * 1024;
+PatchPlan patch_plan_for(const Geometry& f) {
+  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
+  const Dims d = dims_of(f);
+  const PatchPlan plan = patch_plan(d, kPatchBM, patch_bn(d.og));
+  const bool fits = plan.smem <= kPatchMaxSmem && kPatchChannels * d.hw < (int64_t{1} << 31) &&
+                    d.ohw < (int64_t{1} << 31);
+  return fits ? plan : PatchPlan{};
+}
+
+// Version 7's packed weights (elements), 0 where it does not run.
+int64_t patch_weights(const Geometry& f) {
+  const PatchPlan plan = patch_plan_for(f);
+  return plan.smem == 0 ? 0 : f.groups * plan.chunks * kPatchChannels * f.kh * f.kw * plan.np;
+}
+
+}  // namespace
+
+int64_t backward_input_as_forward_workspace(const Geometry& g) {
+  const int64_t flipped = g.o * (g.c / g.groups) * g.kh * g.kw;  // versions 3-6; version 7 packs
+  return backward_input_as_forward_applies(g) ? std::max(flipped, patch_weights(as_forward(g))) : flipped;
+}
 
 template <class T>
 void forward_direct(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, cudaStream_t stream) {
@@ -539,20 +612,14 @@ void input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, cons
                       Run run) {
   KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
              "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
-  const int64_t count = backward_input_as_forward_workspace(g);
+  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;  // w', the flipped weights
   KILN_CHECK(count == 0 || workspace != nullptr, ValueError, "cuda conv2d_backward_input: needs a workspace of ",
-             count, " elements");
+             backward_input_as_forward_workspace(g), " elements");
   if (count > 0) {
     flip_weights_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(w, workspace, dims_of(g), count);
     KILN_CUDA_LAUNCH_CHECK("conv2d_backward_input");
   }
-  Geometry f;  // the forward convolution gy -> grad_x
-  f.n = g.n, f.c = g.o, f.h = g.oh, f.w = g.ow;
-  f.o = g.c, f.kh = g.kh, f.kw = g.kw;
-  f.oh = g.h, f.ow = g.w;
-  f.pad_h = g.dilation_h * (g.kh - 1) - g.pad_h, f.pad_w = g.dilation_w * (g.kw - 1) - g.pad_w;
-  f.dilation_h = g.dilation_h, f.dilation_w = g.dilation_w;
-  f.groups = g.groups;
+  const Geometry f = as_forward(g);
   const Dims d = dims_of(f);
   run(ForwardProblem<T>{grad_y, workspace, DeviceEpilogue<T>{}, grad_x, d, d.n * d.ohw, d.og, d.cg * d.khkw}, f.groups,
       "conv2d_backward_input");
@@ -584,6 +651,71 @@ void backward_input_tensor_cores(const T* grad_y, const T* w, T* grad_x, T* work
                    [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
                      forward_tc<T>(p, groups, math, stream, op);
                    });
+}
+
+namespace {
+// Version 7 on the forward view f: packs w (flip: the layer's own weights, for the backward input)
+// into `packed` and runs the patch kernel at the plan's tile.
+template <bool kExact>
+void patch_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e, float* y,
+                   const Geometry& f, const PatchPlan& plan, cudaStream_t stream, const char* op) {
+  const Dims d = dims_of(f);
+  const int64_t count = patch_weights(f);
+  pack_patch_weights_kernel<float><<<blocks_for(count), kThreads, 0, stream>>>(w, packed, d, plan, flip, count);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  const int tiles = static_cast<int>((d.ohw + kPatchBM - 1) / kPatchBM);
+  const PatchArgs args{x, packed, e, y, d, plan, tiles};
+  auto launch = [&]<int BN>() {
+    using G = PatchTile<kPatchBM, BN>;
+    auto* kernel = patch_conv_kernel<G, kExact>;
+    const int64_t gx = d.n * tiles, gy = (d.og + BN - 1) / BN;
+    KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && f.groups <= 65535, ShapeError, "cuda ", op,
+               ": the problem is too large for one launch (", gx, " x ", gy, " x ", f.groups, " blocks)");
+    const int bytes = static_cast<int>(plan.smem);
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(f.groups)), G::THREADS,
+             bytes, stream>>>(args);
+    KILN_CUDA_LAUNCH_CHECK(op);
+  };
+  if (patch_bn(d.og) == 64) launch.template operator()<64>();
+  else launch.template operator()<32>();
+}
+}  // namespace
+
+int64_t forward_patch_workspace(const Geometry& g) { return patch_weights(g); }
+
+template <class T>
+void forward_patch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, T* workspace, const Geometry& g,
+                   TensorMath math, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    const PatchPlan plan = patch_plan_for(g);
+    if (plan.smem > 0) {
+      KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: needs a workspace of ", patch_weights(g), " elements");
+      if (math == TensorMath::tf32x3) patch_forward<true>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
+      else patch_forward<false>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
+      return;
+    }
+  }
+  forward_tensor_cores<T>(x, w, e, y, g, math, stream);
+}
+
+template <class T>
+void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, TensorMath math,
+                          cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    const PatchPlan plan = backward_input_as_forward_applies(g) ? patch_plan_for(as_forward(g)) : PatchPlan{};
+    if (plan.smem > 0) {
+      KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_input: needs a workspace of ",
+                 backward_input_as_forward_workspace(g), " elements");
+      const Geometry f = as_forward(g);
+      if (math == TensorMath::tf32x3)
+        patch_forward<true>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input");
+      else
+        patch_forward<false>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input");
+      return;
+    }
+  }
+  backward_input_tensor_cores<T>(grad_y, w, grad_x, workspace, g, math, stream);
 }
 
 // Enough for every version at either dtype (their occupancies, hence their splits, differ).
@@ -668,7 +800,10 @@ void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T*
   template void backward_weight_tensor_cores<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath,       \
                                                 cudaStream_t);                                                 \
   template void forward_few_outputs<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&, cudaStream_t);       \
-  template void backward_input_few_outputs<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
+  template void backward_input_few_outputs<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);      \
+  template void backward_input_patch<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath, cudaStream_t);   \
+  template void forward_patch<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, T*, const Geometry&, TensorMath, \
+                                 cudaStream_t);
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
 #undef KILN_CONV2D_INSTANTIATE
@@ -723,11 +858,17 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
     using T = decltype(tag);
     const DeviceEpilogue<T> b = device_epilogue<T>(epilogue);
     // A reduction this short (the first MNIST layer: C*KH*KW = 9) leaves most of each 16-long
-    // tensor-core slice empty: version 3 is faster there (kernels/README.md).
-    if (g.c / g.groups * g.kh * g.kw < 32)
+    // tensor-core slice, and of version 7's 8-channel stages, empty: version 3 is faster there
+    // (kernels/README.md). Elsewhere version 7 where it runs (stride 1), else version 5.
+    if (g.c / g.groups * g.kh * g.kw < 32) {
       conv2d::forward_implicit_gemm_prefetch<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
-    else
+    } else if (const int64_t packed = std::is_same_v<T, float> ? conv2d::forward_patch_workspace(g) : 0; packed > 0) {
+      Workspace ws(*this, sizeof(T) * static_cast<size_t>(packed));
+      conv2d::forward_patch<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), static_cast<T*>(ws.p), g, tensor_math(),
+                               stream_);
+    } else {
       conv2d::forward_tensor_cores<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, tensor_math(), stream_);
+    }
   });
 }
 
@@ -743,8 +884,8 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
                                             stream_);
     } else if (conv2d::backward_input_as_forward_applies(g)) {
       Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
-      conv2d::backward_input_tensor_cores<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p),
-                                             g, tensor_math(), stream_);
+      conv2d::backward_input_patch<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p), g,
+                                      tensor_math(), stream_);
     } else if (conv2d::backward_input_uses_direct(g)) {
       conv2d::backward_input_direct<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
     } else {

@@ -50,7 +50,7 @@ void backward_input_implicit_gemm(const T* grad_y, const T* w, T* grad_x, const 
                                   cudaStream_t stream);
 // Version 3: the forward convolution (version 3) of grad_y with the flipped, channel-swapped
 // weights, which it first writes into `workspace` (backward_input_as_forward_workspace(g)
-// elements of T, may be null when that is 0). Only for stride 1 and pad <= dilation*(kernel-1)
+// elements of T, enough for versions 3 to 7; may be null when that is 0). Only for stride 1 and pad <= dilation*(kernel-1)
 // in both directions: backward_input_as_forward_applies(g); it throws otherwise.
 bool backward_input_as_forward_applies(const Geometry& g);
 int64_t backward_input_as_forward_workspace(const Geometry& g);
@@ -104,6 +104,21 @@ void forward_few_outputs(const T* x, const T* w, const DeviceEpilogue<T>& e, T* 
 template <class T>
 void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                 cudaStream_t stream);
+
+// Forward, version 7: stride 1 on the tensor cores with the input patch in shared memory, the
+// weights first packed into `workspace` (forward_patch_workspace(g) elements of f32; 0 where
+// version 7 cannot run: stride > 1, or a block's patch and weights over 110 KB of shared memory).
+// Where it does not run (also for f64), version 5 does.
+int64_t forward_patch_workspace(const Geometry& g);
+template <class T>
+void forward_patch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, T* workspace, const Geometry& g,
+                   TensorMath math, cudaStream_t stream);
+// Backward input, version 7: version 3's forward form on the tensor cores with the input patch
+// in shared memory (f32, stride-1 forward view, up to 110 KB of shared memory per block; else
+// version 5). Same applicability and workspace as version 3.
+template <class T>
+void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, TensorMath math,
+                          cudaStream_t stream);
 
 // What the production backward input picks where version 3 does not apply (else version 2).
 bool backward_input_uses_direct(const Geometry& g);

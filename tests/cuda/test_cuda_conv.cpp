@@ -3,7 +3,8 @@
 // stride 1..3, padding 0..2, dilation 1..2, groups 1..3, with and without bias), f32 and f64, and
 // every conv2d version of kernels/cuda/conv2d.cuh called directly on device buffers; the backward
 // input as a forward convolution also on stride-1 geometries of its own, with the cases it
-// refuses (padding > dilation*(kernel-1)) checked to fall back.
+// refuses (padding > dilation*(kernel-1)) checked to fall back; version 7 (the input patch in
+// shared memory) on stride-1 geometries with wide rows and channels past one stage.
 #include "tests/cuda/cuda_test.h"
 
 #include <cmath>
@@ -243,6 +244,12 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
         Tensor y5 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
         cv::forward_tensor_cores<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y5), g, math, stream);
         check_close(y5, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_tensor_cores" + name + c.str());
+        Tensor y7 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+        Tensor packed = full({std::max<int64_t>(1, cv::forward_patch_workspace(g))}, 7.0,
+                             TensorOptions(t).device(kCuda));
+        cv::forward_patch<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y7), device_ptr<T>(packed),
+                             g, math, stream);
+        check_close(y7, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_patch" + name + c.str());
         if (cv::backward_input_as_forward_applies(g)) {
           Tensor gx5 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
           Tensor wt = full({std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g))}, 7.0,
@@ -251,6 +258,11 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
                                              device_ptr<T>(wt), g, math, stream);
           check_close(gx5, want_gx, r, atol(c.w[0] / c.config.groups * c.w[2] * c.w[3]),
                       "backward_input_tensor_cores" + name + c.str());
+          Tensor gx7 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+          cv::backward_input_patch<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx7), device_ptr<T>(wt), g,
+                                      math, stream);
+          check_close(gx7, want_gx, r, atol(c.w[0] / c.config.groups * c.w[2] * c.w[3]),
+                      "backward_input_patch" + name + c.str());
         }
         Tensor gw3 = full(c.w, 7.0, TensorOptions(t).device(kCuda));
         Tensor ws3 = full({std::max<int64_t>(1, ws_elems)}, 7.0, TensorOptions(t).device(kCuda));
@@ -316,6 +328,12 @@ TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, 
       cv::backward_input_as_forward<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx), device_ptr<T>(wt), g,
                                        stream);
       check_close(gx, want, rtol_for(t), atol, "backward_input_as_forward " + c.str());
+      // version 7 (the input patch in shared memory) in 3xTF32: its rows of odd widths, its
+      // channel stages cut short, dilation and groups
+      Tensor gx7 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_input_patch<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx7), device_ptr<T>(wt), g,
+                                  cv::TensorMath::tf32x3, stream);
+      check_close(gx7, want, rtol_for(t), atol, "backward_input_patch " + c.str());
     };
     run(float{}, DType::f32);
     run(double{}, DType::f64);
@@ -340,6 +358,65 @@ TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, 
   CHECK_THROWS_AS(cv::backward_input_as_forward<float>(device_ptr<float>(dgy), device_ptr<float>(dw),
                                                       device_ptr<float>(gx), device_ptr<float>(wt), g, stream),
                   ValueError);
+}
+
+TEST_CASE("version 7 (the input patch in shared memory) matches the CPU at stride 1") {
+  if (!have_cuda()) return;
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  std::mt19937 rng(21);
+  int patched = 0;
+  for (int trial = 0; trial < 50; ++trial) {
+    // channels past one stage of 8 and not a multiple of it; widths past 32 (a patch line longer
+    // than a warp) and heights that cut 128-pixel tiles mid-row; any padding; bias and ReLU
+    ConvCase c;
+    const int64_t groups = pick(rng, 1, 2), n = pick(rng, 1, 3);
+    const int64_t cg = trial % 3 == 0 ? pick(rng, 1, 7) : pick(rng, 8, 20), og = pick(rng, 1, 70);
+    const int64_t k[2] = {pick(rng, 1, 4), pick(rng, 1, 4)};
+    int64_t in[2], out[2];
+    c.config.groups = groups;
+    for (int i = 0; i < 2; ++i) {
+      c.config.stride[i] = 1;
+      c.config.padding[i] = pick(rng, 0, 2);
+      c.config.dilation[i] = pick(rng, 1, 2);
+      const int64_t span = c.config.dilation[i] * (k[i] - 1) + 1;
+      in[i] = std::max<int64_t>(1, span - 2 * c.config.padding[i]) + pick(rng, 0, i == 1 ? 40 : 20);
+      out[i] = in[i] + 2 * c.config.padding[i] - span + 1;
+    }
+    c.x = {n, cg * groups, in[0], in[1]};
+    c.w = {og * groups, cg, k[0], k[1]};
+    c.y = {n, og * groups, out[0], out[1]};
+    c.bias = trial % 2 == 0;
+    const cv::Geometry g = geometry(c);
+    patched += cv::forward_patch_workspace(g) > 0;
+    Tensor x = uniform(c.x, -1, 1), w = uniform(c.w, -1, 1), gy = uniform(c.y, -1, 1), b = uniform({c.w[0]}, -1, 1);
+    Tensor dx = x.to(kCuda), dw = w.to(kCuda), dgy = gy.to(kCuda), db = b.to(kCuda);
+    const Activation act = trial % 4 < 2 ? Activation::relu : Activation::none;
+    const cuda::DeviceEpilogue<float> epilogue{c.bias ? device_ptr<float>(db) : nullptr, act};
+    Tensor want = conv2d(x, w, c.bias ? b : Tensor(), c.config, act);
+    Tensor want_gx = conv2d_backward_input(gy, w, c.x, c.config);
+    for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
+      const bool tf32 = math == cv::TensorMath::tf32;
+      const std::string name = (tf32 ? " (TF32) " : " (3xTF32) ") + c.str();
+      auto atol = [&](int64_t length) { return tf32 ? tf32_atol(length) : atol_for(DType::f32, length); };
+      const double rtol = tf32 ? kTf32Rtol : rtol_for(DType::f32);
+      Tensor y = full(c.y, 7.0, TensorOptions(DType::f32).device(kCuda));
+      Tensor packed = full({std::max<int64_t>(1, cv::forward_patch_workspace(g))}, 7.0,
+                           TensorOptions(DType::f32).device(kCuda));
+      cv::forward_patch<float>(device_ptr<float>(dx), device_ptr<float>(dw), epilogue, device_ptr<float>(y),
+                               device_ptr<float>(packed), g, math, stream);
+      check_close(y, want, rtol, atol(cg * k[0] * k[1]), "forward_patch" + name);
+      if (cv::backward_input_as_forward_applies(g)) {
+        Tensor gx = full(c.x, 7.0, TensorOptions(DType::f32).device(kCuda));
+        Tensor wt = full({std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g))}, 7.0,
+                         TensorOptions(DType::f32).device(kCuda));
+        cv::backward_input_patch<float>(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx),
+                                        device_ptr<float>(wt), g, math, stream);
+        check_close(gx, want_gx, rtol, atol(og * k[0] * k[1]), "backward_input_patch" + name);
+      }
+    }
+  }
+  CHECK(patched == 50);  // every case fits version 7's shared memory
 }
 
 TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU") {

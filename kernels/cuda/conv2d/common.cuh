@@ -1,7 +1,7 @@
 // What the conv2d kernels share (kernels/cuda/conv2d.cu, the tutorial, says what they compute):
 // the geometry as the kernels read it, and the K slice the implicit GEMM kernels step through.
-// Included by conv2d.cu only, with implicit_gemm.cuh and tensor_cores.cuh, so that the one file
-// that defines the versions keeps its kernels in one translation unit.
+// Included by conv2d.cu only, with implicit_gemm.cuh, tensor_cores.cuh and patch.cuh, so that the
+// one file that defines the versions keeps its kernels in one translation unit.
 #pragma once
 
 #include <cstdint>
