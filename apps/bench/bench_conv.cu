@@ -269,6 +269,10 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     if (cv::backward_input_as_forward_applies(g) && g.c / g.groups <= 16)
       kiln_version("bwd-input 6 as forward conv, direct, few channels",
                    [&] { cv::backward_input_few_outputs<float>(gy, w, gx, kiln_wt, g, stream); }, gx, gx_ref, nx);
+    if (cv::backward_input_as_forward_applies(g) && g.c / g.groups <= 16)
+      kiln_version("bwd-input 8 as forward conv, direct, few channels, rows in shared memory",
+                   [&] { cv::backward_input_few_outputs_rows<float>(gy, w, gx, kiln_wt, g, stream); }, gx, gx_ref,
+                   nx);
     if (cv::backward_input_as_forward_applies(g)) {
       kiln_version("bwd-input 5 tensor cores 3xTF32", [&] {
         cv::backward_input_tensor_cores<float>(gy, w, gx, kiln_wt, g, cv::TensorMath::tf32x3, stream);

@@ -70,12 +70,22 @@
 //   is mostly empty, one thread per output pixel computes all O/G outputs, the group's weights in
 //   shared memory as [C/G*KH*KW][kOut] so that a tap's weights are one broadcast read and each input
 //   value feeds kOut FMAs. Not used by the production forward (no layer of the bench has O/G <= 16).
-// Backward input version 6 (production for C/G <= 4 where version 3 applies): version 3's forward
-//   form on forward version 6, for the first layer's single input channel, where version 3's
-//   GEMM keeps 1 of 16 columns. conv1 batch 64: 0.047 ms against version 3's 0.050 and cuDNN's
-//   0.035; batch 512: 0.178 against 0.324 and 0.074 (H100 80GB HBM3, 2026-11-22, kernel-bench).
-//   Far from what its traffic allows (5.5 MB of grad_y): only 196 blocks of 256 threads at batch
-//   64, and each thread walks its 288 taps in order.
+// Backward input version 6: version 3's forward form on forward version 6, for the first layer's
+//   single input channel, where version 3's GEMM keeps 1 of 16 columns. conv1 batch 64: 0.047 ms
+//   against version 3's 0.050 and cuDNN's 0.035; batch 512: 0.178 against 0.324 and 0.074 (H100
+//   80GB HBM3, 2026-11-22, kernel-bench). Far from what its traffic allows (5.5 MB of grad_y):
+//   only 196 blocks of 256 threads at batch 64, and each thread reads its 288 taps from global
+//   memory one after another.
+// Forward version 8 (few output channels, stride 1, the input rows in shared memory) and backward
+//   input version 8 (version 3's forward form on it; production for C/G <= 4 where version 3
+//   applies): a block of 128 threads owns a band of output rows (as many as its threads cover:
+//   4 of conv1's 28) and copies, 8 input channels at a time, the input rows the band reads into
+//   shared memory once; each thread then computes its pixel's outputs from there, a 3x3 kernel's
+//   taps unrolled to constant offsets. conv1 backward input, batch 64: 0.0245 ms (version 6:
+//   0.048, cuDNN 0.035); batch 512: 0.108 (0.179, cuDNN 0.077). A first version with bands of
+//   256 threads at two pixels each and runtime tap loops took 0.051 and 0.154: too few blocks at
+//   batch 64 (128), and the tap loops' index arithmetic (H100 80GB HBM3, 2026-11-22,
+//   kernel-bench --only conv --shape conv1).
 // Backward weight version 1 (implicit GEMM, split-K): K = N_img*OH*OW is long and
 //   M x N small (conv2 of MNIST: 64 x 288, K = 36864 at batch 64), so the block tiles alone would
 //   leave most SMs idle. K is split into S ranges; block (tile, s) writes its partial tile to a
@@ -159,7 +169,7 @@
 // So in 3xTF32 0.75-1.4x cuDNN's FP32 time at conv2, 1.8x at the large layer; in TF32 about
 // cuDNN's FP32 time or less. A first layer's forward (C*KH*KW = 9: most of a stage's 8 channels
 // empty; version 7 took 0.017 ms at conv1 against version 3's 0.010) keeps version 3, and its
-// input gradient (C/G <= 4) runs backward input version 6.
+// input gradient (C/G <= 4) runs backward input version 8.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -253,6 +263,70 @@ __global__ void forward_few_outputs_kernel(const T* x, const T* w, DeviceEpilogu
     for (int o = 0; o < kOut; ++o)
       if (o < d.og) yp[o * d.ohw] = e(acc[o], g * d.og + o);
   }
+}
+
+// ---- forward, version 8: few output channels, stride 1, the input rows in shared memory ----
+//
+// Version 6 reads every tap of every pixel from global memory (through L1): a 3x3 layer loads
+// each input value nine times. Here a block owns a band of `band` output rows of one image (and
+// group blockIdx.y) and walks the input channels kRowsChannels at a time: the input rows the band
+// reads (padding as zeros) go to shared memory once per chunk, and each thread computes its
+// pixel's kOut outputs from there (neighbouring threads on neighbouring columns: conflict-free
+// reads), the weights as in version 6. A band is as many rows as a block's threads cover.
+constexpr int kRowsChannels = 8, kRowsThreads = 128;
+
+// kTaps3: the kernel is 3x3 at dilation 1, so the tap loops unroll and a tap's patch and weight
+// reads take constant offsets (one shared load each and an FMA per output).
+template <class T, int kOut, bool kTaps3>
+__global__ void __launch_bounds__(kRowsThreads) forward_few_outputs_rows_kernel(const T* x, const T* w,
+                                                                                DeviceEpilogue<T> e, T* y, Dims d,
+                                                                                int bands, int band, int cols) {
+  extern __shared__ __align__(16) unsigned char smem_few_rows[];
+  T* ws = reinterpret_cast<T*>(smem_few_rows);
+  const int64_t g = blockIdx.y, K = d.cg * d.khkw;
+  T* patch = ws + K * kOut;  // [kRowsChannels][rows][cols]
+  for (int64_t i = threadIdx.x; i < K * kOut; i += blockDim.x) {
+    const int64_t k = i / kOut, o = i % kOut;
+    ws[i] = o < d.og ? w[(g * d.og + o) * K + k] : T(0);
+  }
+  const int64_t img = blockIdx.x / bands;
+  const int oy0 = static_cast<int>(blockIdx.x % bands) * band, ow = static_cast<int>(d.ow);
+  const int band_rows = min(band, static_cast<int>(d.oh) - oy0);
+  const int rows = band_rows + static_cast<int>((d.kh - 1) * d.dh), plane = rows * cols;
+  const int kh = kTaps3 ? 3 : static_cast<int>(d.kh), kw = kTaps3 ? 3 : static_cast<int>(d.kw);
+  const int dh = kTaps3 ? 1 : static_cast<int>(d.dh), dw = kTaps3 ? 1 : static_cast<int>(d.dw);
+  // this thread's pixel: its top-left tap in the patch (-1 past the band)
+  const int p = static_cast<int>(threadIdx.x), at = p < band_rows * ow ? p / ow * cols + p % ow : -1;
+  const T* xg = x + (img * d.c + g * d.cg) * d.hw;
+  T acc[kOut] = {};
+  for (int64_t c0 = 0; c0 < d.cg; c0 += kRowsChannels) {
+    const int nc = d.cg - c0 < kRowsChannels ? static_cast<int>(d.cg - c0) : kRowsChannels;
+    __syncthreads();  // the weights are in; every thread is done with the last chunk
+    for (int i = p; i < nc * plane; i += kRowsThreads) {
+      const int c = i / plane, r = i % plane / cols, col = i % cols;
+      const int iy = oy0 - static_cast<int>(d.ph) + r, ix = col - static_cast<int>(d.pw);
+      patch[i] = iy >= 0 && iy < d.h && ix >= 0 && ix < d.w ? xg[(c0 + c) * d.hw + int64_t{iy} * d.w + ix] : T(0);
+    }
+    __syncthreads();
+    if (at < 0) continue;
+    const T* wk = ws + c0 * d.khkw * kOut;  // the taps in (c, ky, kx) order
+    for (int c = 0; c < nc; ++c)
+#pragma unroll
+      for (int ky = 0; ky < kh; ++ky) {
+        const T* row = patch + c * plane + at + ky * dh * cols;
+#pragma unroll
+        for (int kx = 0; kx < kw; ++kx, wk += kOut) {
+          const T v = row[kx * dw];
+#pragma unroll
+          for (int o = 0; o < kOut; ++o) acc[o] += v * wk[o];
+        }
+      }
+  }
+  if (at < 0) return;
+  T* yp = y + (img * d.o + g * d.og) * d.ohw + int64_t{oy0} * ow + p;
+#pragma unroll
+  for (int o = 0; o < kOut; ++o)
+    if (o < d.og) yp[o * d.ohw] = e(acc[o], g * d.og + o);
 }
 
 // ---- backward input, version 1: direct gather ----
@@ -493,6 +567,45 @@ bool forward_few(const ForwardProblem<T>& p, int64_t groups, cudaStream_t stream
   KILN_CUDA_LAUNCH_CHECK(op);
   return true;
 }
+
+// Forward version 8 at the kOut that covers O/G; false when it does not apply: stride > 1, O/G >
+// 16, rows wider than a block, or the weights and the patch over 48 KB of shared memory.
+template <class T>
+bool forward_few_rows(const ForwardProblem<T>& p, int64_t groups, cudaStream_t stream, const char* op) {
+  const Dims& d = p.d;
+  if (d.og > kFewOutputsMax || d.sh != 1 || d.sw != 1) return false;
+  const int k_out = d.og <= 1 ? 1 : d.og <= 2 ? 2 : d.og <= 4 ? 4 : d.og <= 8 ? 8 : 16;
+  // bands of whole rows, at most one pixel per thread, even in height
+  if (d.ow > kRowsThreads) return false;
+  const int64_t bands = (d.oh + kRowsThreads / d.ow - 1) / (kRowsThreads / d.ow);
+  const int64_t band = (d.oh + bands - 1) / bands, cols = d.ow + (d.kw - 1) * d.dw;
+  const int64_t rows = band + (d.kh - 1) * d.dh;
+  const int64_t bytes = (p.K * k_out + kRowsChannels * rows * cols) * static_cast<int64_t>(sizeof(T));
+  if (bytes > 48 * 1024) return false;
+  if (d.n * d.ohw == 0 || d.og == 0) return true;
+  const int64_t blocks = d.n * ((d.oh + band - 1) / band);
+  KILN_CHECK(groups <= 65535 && blocks < (int64_t{1} << 31), ShapeError, "cuda ", op,
+             ": the problem is too large for one launch (", blocks, " x ", groups, " blocks)");
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(groups));
+  const int n_bands = static_cast<int>((d.oh + band - 1) / band);
+  const bool taps3 = d.kh == 3 && d.kw == 3 && d.dh == 1 && d.dw == 1;
+  auto launch = [&]<int kOut>() {
+    auto* kernel =
+        taps3 ? forward_few_outputs_rows_kernel<T, kOut, true> : forward_few_outputs_rows_kernel<T, kOut, false>;
+    kernel<<<grid, kRowsThreads, static_cast<size_t>(bytes), stream>>>(p.x, p.w, p.epilogue, p.y, d, n_bands,
+                                                                       static_cast<int>(band), static_cast<int>(cols));
+  };
+  switch (k_out) {
+    case 1: launch.template operator()<1>(); break;
+    case 2: launch.template operator()<2>(); break;
+    case 4: launch.template operator()<4>(); break;
+    case 8: launch.template operator()<8>(); break;
+    default: launch.template operator()<16>(); break;
+  }
+  KILN_CUDA_LAUNCH_CHECK(op);
+  return true;
+}
+
 
 // w' [C, O/G, KH, KW] from w [O, C/G, KH, KW]: w'[g*cg + c, o, kh, kw] = w[g*og + o, c, KH-1-kh, KW-1-kw].
 template <class T>
@@ -775,6 +888,24 @@ void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* works
 }
 
 template <class T>
+void forward_few_outputs_rows(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
+                              cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  const ForwardProblem<T> p{x, w, e, y, d, d.n * d.ohw, d.og, d.cg * d.khkw};
+  if (!forward_few_rows(p, g.groups, stream, "conv2d")) forward_few_outputs<T>(x, w, e, y, g, stream);
+}
+
+template <class T>
+void backward_input_few_outputs_rows(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                                     cudaStream_t stream) {
+  input_as_forward(grad_y, w, grad_x, workspace, g, stream,
+                   [&](const ForwardProblem<T>& p, int64_t groups, const char* op) {
+                     if (!forward_few_rows(p, groups, stream, op) && !forward_few(p, groups, stream, op))
+                       forward_gemm<T, true>(p, groups, stream, op);
+                   });
+}
+
+template <class T>
 void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, TensorMath math,
                           cudaStream_t stream) {
   const Dims d = dims_of(g);
@@ -803,7 +934,10 @@ void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T*
   template void backward_input_few_outputs<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);      \
   template void backward_input_patch<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath, cudaStream_t);   \
   template void forward_patch<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, T*, const Geometry&, TensorMath, \
-                                 cudaStream_t);
+                                 cudaStream_t);                                                                \
+  template void forward_few_outputs_rows<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&,      \
+                                            cudaStream_t);                                                       \
+  template void backward_input_few_outputs_rows<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
 #undef KILN_CONV2D_INSTANTIATE
@@ -880,8 +1014,8 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
     using T = decltype(tag);
     if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
       Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
-      conv2d::backward_input_few_outputs<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p), g,
-                                            stream_);
+      conv2d::backward_input_few_outputs_rows<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(),
+                                                 static_cast<T*>(ws.p), g, stream_);
     } else if (conv2d::backward_input_as_forward_applies(g)) {
       Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
       conv2d::backward_input_patch<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p), g,

@@ -105,6 +105,17 @@ template <class T>
 void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                 cudaStream_t stream);
 
+// Forward, version 8: version 6 at stride 1 with the input rows of a band of output rows in shared
+// memory (O/G <= 16, the band's rows and the weights within 48 KB); else version 6.
+template <class T>
+void forward_few_outputs_rows(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
+                              cudaStream_t stream);
+// Backward input, version 8: version 3's forward form on forward version 8 (else 6, else 3; same
+// applicability and workspace as version 3).
+template <class T>
+void backward_input_few_outputs_rows(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
+                                     cudaStream_t stream);
+
 // Forward, version 7: stride 1 on the tensor cores with the input patch in shared memory, the
 // weights first packed into `workspace` (forward_patch_workspace(g) elements of f32; 0 where
 // version 7 cannot run: stride > 1, or a block's patch and weights over 110 KB of shared memory).

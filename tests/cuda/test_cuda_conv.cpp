@@ -3,7 +3,7 @@
 // stride 1..3, padding 0..2, dilation 1..2, groups 1..3, with and without bias), f32 and f64, and
 // every conv2d version of kernels/cuda/conv2d.cuh called directly on device buffers; the backward
 // input as a forward convolution also on stride-1 geometries of its own, with the cases it
-// refuses (padding > dilation*(kernel-1)) checked to fall back; version 7 (the input patch in
+// refuses (padding > dilation*(kernel-1)) checked to fall back; versions 7 and 8 (input rows in
 // shared memory) on stride-1 geometries with wide rows and channels past one stage.
 #include "tests/cuda/cuda_test.h"
 
@@ -233,7 +233,14 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
         cv::backward_input_few_outputs<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx6), device_ptr<T>(wt),
                                           g, stream);
         check_close(gx6, want_gx, rtol, in_atol, "backward_input_few_outputs " + c.str());
+        Tensor gx8 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+        cv::backward_input_few_outputs_rows<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx8),
+                                               device_ptr<T>(wt), g, stream);
+        check_close(gx8, want_gx, rtol, in_atol, "backward_input_few_outputs_rows " + c.str());
       }
+      Tensor y8 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+      cv::forward_few_outputs_rows<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y8), g, stream);
+      check_close(y8, want, rtol, fwd_atol, "forward_few_outputs_rows " + c.str());
 
       // The tensor-core versions, 3xTF32 (f32 tolerances) and TF32 (TF32's); f64 runs their SIMT versions.
       for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
@@ -360,7 +367,7 @@ TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, 
                   ValueError);
 }
 
-TEST_CASE("version 7 (the input patch in shared memory) matches the CPU at stride 1") {
+TEST_CASE("versions 7 and 8 (input rows in shared memory) match the CPU at stride 1") {
   if (!have_cuda()) return;
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
@@ -406,6 +413,12 @@ TEST_CASE("version 7 (the input patch in shared memory) matches the CPU at strid
       cv::forward_patch<float>(device_ptr<float>(dx), device_ptr<float>(dw), epilogue, device_ptr<float>(y),
                                device_ptr<float>(packed), g, math, stream);
       check_close(y, want, rtol, atol(cg * k[0] * k[1]), "forward_patch" + name);
+      if (!tf32) {  // version 8 (CUDA cores, O/G <= 16; else version 6)
+        Tensor y8 = full(c.y, 7.0, TensorOptions(DType::f32).device(kCuda));
+        cv::forward_few_outputs_rows<float>(device_ptr<float>(dx), device_ptr<float>(dw), epilogue,
+                                            device_ptr<float>(y8), g, stream);
+        check_close(y8, want, rtol, atol(cg * k[0] * k[1]), "forward_few_outputs_rows" + name);
+      }
       if (cv::backward_input_as_forward_applies(g)) {
         Tensor gx = full(c.x, 7.0, TensorOptions(DType::f32).device(kCuda));
         Tensor wt = full({std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g))}, 7.0,
@@ -413,6 +426,12 @@ TEST_CASE("version 7 (the input patch in shared memory) matches the CPU at strid
         cv::backward_input_patch<float>(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx),
                                         device_ptr<float>(wt), g, math, stream);
         check_close(gx, want_gx, rtol, atol(og * k[0] * k[1]), "backward_input_patch" + name);
+        if (!tf32) {
+          Tensor gx8 = full(c.x, 7.0, TensorOptions(DType::f32).device(kCuda));
+          cv::backward_input_few_outputs_rows<float>(device_ptr<float>(dgy), device_ptr<float>(dw),
+                                                     device_ptr<float>(gx8), device_ptr<float>(wt), g, stream);
+          check_close(gx8, want_gx, rtol, atol(og * k[0] * k[1]), "backward_input_few_outputs_rows" + name);
+        }
       }
     }
   }
