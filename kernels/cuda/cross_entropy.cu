@@ -547,12 +547,10 @@ void cross_entropy_block(const T* logits, const int32_t* targets, T* losses, int
                          double label_smoothing, DeviceFault* fault, cudaStream_t stream) {
   if (rows == 0) return;
   constexpr int v = 16 / sizeof(T);
-  if (packable<T>(classes, logits, logits))
-    cross_entropy_block_kernel<T, v><<<row_blocks(rows), kBlock, 0, stream>>>(logits, targets, losses, rows, classes,
-                                                                                label_smoothing, fault);
-  else
-    cross_entropy_block_kernel<T, 1><<<row_blocks(rows), kBlock, 0, stream>>>(logits, targets, losses, rows, classes,
-                                                                                label_smoothing, fault);
+  dispatch<1, v>(packable<T>(classes, logits, logits) ? v : 1, [&](auto pack) {
+    cross_entropy_block_kernel<T, pack()><<<row_blocks(rows), kBlock, 0, stream>>>(logits, targets, losses, rows,
+                                                                                     classes, label_smoothing, fault);
+  });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy");
 }
 
@@ -572,12 +570,10 @@ void cross_entropy_backward_block(const T* logits, const int32_t* targets, const
                                   cudaStream_t stream) {
   if (rows == 0) return;
   constexpr int v = 16 / sizeof(T);
-  if (packable<T>(classes, logits, grad_logits))
-    cross_entropy_backward_block_kernel<T, v><<<row_blocks(rows), kBlock, 0, stream>>>(
+  dispatch<1, v>(packable<T>(classes, logits, grad_logits) ? v : 1, [&](auto pack) {
+    cross_entropy_backward_block_kernel<T, pack()><<<row_blocks(rows), kBlock, 0, stream>>>(
         logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault);
-  else
-    cross_entropy_backward_block_kernel<T, 1><<<row_blocks(rows), kBlock, 0, stream>>>(
-        logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault);
+  });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
 
@@ -587,16 +583,12 @@ void cross_entropy_rows_per_warp(const T* logits, const int32_t* targets, T* los
   if (rows == 0) return;
   if (classes > kSubWarpRowMax || classes == 0)
     return cross_entropy_warp(logits, targets, losses, rows, classes, label_smoothing, fault, stream);
-  auto launch = [&](auto group) {
-    constexpr int g = decltype(group)::value;
-    constexpr int64_t rows_per_block = kWarps * (32 / g);
-    cross_entropy_rows_per_warp_kernel<T, g><<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0,
-                                               stream>>>(logits, targets, losses, rows, classes, label_smoothing, fault);
-  };
-  if (classes <= 4) launch(std::integral_constant<int, 1>{});
-  else if (classes <= 8) launch(std::integral_constant<int, 2>{});
-  else if (classes <= 16) launch(std::integral_constant<int, 4>{});
-  else launch(std::integral_constant<int, 8>{});
+  dispatch<1, 2, 4, 8>(lane_group(classes), [&](auto group) {
+    constexpr int64_t rows_per_block = kWarps * (32 / group());
+    cross_entropy_rows_per_warp_kernel<T, group()><<<row_blocks((rows + rows_per_block - 1) / rows_per_block),
+                                                     kThreads, 0, stream>>>(logits, targets, losses, rows, classes,
+                                                                            label_smoothing, fault);
+  });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy");
 }
 
@@ -608,17 +600,12 @@ void cross_entropy_backward_rows_per_warp(const T* logits, const int32_t* target
   if (classes > kSubWarpRowMax || classes == 0)
     return cross_entropy_backward_warp(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault,
                                        stream);
-  auto launch = [&](auto group) {
-    constexpr int g = decltype(group)::value;
-    constexpr int64_t rows_per_block = kWarps * (32 / g);
-    cross_entropy_backward_rows_per_warp_kernel<T, g>
+  dispatch<1, 2, 4, 8>(lane_group(classes), [&](auto group) {
+    constexpr int64_t rows_per_block = kWarps * (32 / group());
+    cross_entropy_backward_rows_per_warp_kernel<T, group()>
         <<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, stream>>>(
             logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault);
-  };
-  if (classes <= 4) launch(std::integral_constant<int, 1>{});
-  else if (classes <= 8) launch(std::integral_constant<int, 2>{});
-  else if (classes <= 16) launch(std::integral_constant<int, 4>{});
-  else launch(std::integral_constant<int, 8>{});
+  });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
 
@@ -633,18 +620,12 @@ void cross_entropy_backward_registers(const T* logits, const int32_t* targets, c
   if (shape.per_thread == 0 || classes == 0)
     return cross_entropy_backward_block(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing,
                                         fault, stream);
-  auto launch = [&](auto pack) {
-    constexpr int vv = decltype(pack)::value;
-    const unsigned blocks = row_blocks(rows);
-    switch (shape.per_thread) {
-      case 1: cross_entropy_backward_registers_kernel<T, vv, 1><<<blocks, shape.threads, 0, stream>>>(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault); break;
-      case 2: cross_entropy_backward_registers_kernel<T, vv, 2><<<blocks, shape.threads, 0, stream>>>(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault); break;
-      case 4: cross_entropy_backward_registers_kernel<T, vv, 4><<<blocks, shape.threads, 0, stream>>>(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault); break;
-      default: cross_entropy_backward_registers_kernel<T, vv, 8><<<blocks, shape.threads, 0, stream>>>(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault); break;
-    }
-  };
-  if (packed) launch(std::integral_constant<int, v>{});
-  else launch(std::integral_constant<int, 1>{});
+  dispatch<1, v>(packed ? v : 1, [&](auto pack) {
+    dispatch<1, 2, 4, 8>(shape.per_thread, [&](auto per_thread) {
+      cross_entropy_backward_registers_kernel<T, pack(), per_thread()><<<row_blocks(rows), shape.threads, 0, stream>>>(
+          logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault);
+    });
+  });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
 
@@ -653,12 +634,12 @@ void cross_entropy_block_unrolled(const T* logits, const int32_t* targets, T* lo
                                   double label_smoothing, DeviceFault* fault, cudaStream_t stream) {
   if (rows == 0) return;
   constexpr int v = 16 / sizeof(T);
-  if (packable<T>(classes, logits, logits))
-    cross_entropy_block_unrolled_kernel<T, v, kUnroll, kUnrolledThreads><<<row_blocks(rows), kUnrolledThreads, 0, stream>>>(
-        logits, targets, losses, rows, classes, label_smoothing, fault);
-  else
-    cross_entropy_block_unrolled_kernel<T, 1, kUnroll * v, kUnrolledThreads><<<row_blocks(rows), kUnrolledThreads, 0, stream>>>(
-        logits, targets, losses, rows, classes, label_smoothing, fault);
+  // single elements keep as many bytes in flight as the packs: kUnroll * v of them
+  dispatch<1, v>(packable<T>(classes, logits, logits) ? v : 1, [&](auto pack) {
+    cross_entropy_block_unrolled_kernel<T, pack(), kUnroll * v / pack(), kUnrolledThreads>
+        <<<row_blocks(rows), kUnrolledThreads, 0, stream>>>(logits, targets, losses, rows, classes, label_smoothing,
+                                                          fault);
+  });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy");
 }
 
@@ -676,16 +657,13 @@ void cross_entropy_backward_split(const T* logits, const int32_t* targets, const
   if (classes == 0 || bytes + 1024 > static_cast<size_t>(limit))  // 1 KiB for the static scratch
     return cross_entropy_backward_block(logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing,
                                         fault, stream);
-  auto launch = [&](auto pack) {
-    constexpr int vv = decltype(pack)::value;
-    auto kernel = cross_entropy_backward_split_kernel<T, vv, kSplitRegisterPacks<T>>;
+  dispatch<1, v>(packed ? v : 1, [&](auto pack) {
+    auto kernel = cross_entropy_backward_split_kernel<T, pack(), kSplitRegisterPacks<T>>;
     // above 48 KiB a block's dynamic shared memory must be asked for
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     kernel<<<row_blocks(rows), kSplitThreads, bytes, stream>>>(logits, targets, grad_losses, grad_logits, rows, classes,
                                                                static_cast<int>(q), label_smoothing, fault);
-  };
-  if (packed) launch(std::integral_constant<int, v>{});
-  else launch(std::integral_constant<int, 1>{});
+  });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
 

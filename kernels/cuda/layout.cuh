@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -52,6 +53,13 @@ inline unsigned blocks_for(int64_t n) {
 
 #define KILN_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
+
+// Calls fn(std::integral_constant<int, value>{}) for the one of Options that equals value (a
+// runtime value to a template argument: a kernel's pack width, lane group or unroll).
+template <int... Options, class Fn>
+void dispatch(int value, Fn&& fn) {
+  (void)((value == Options ? (fn(std::integral_constant<int, Options>{}), true) : false) || ...);
+}
 
 // Calls fn(T{}) with T the C++ type of a floating dtype (f32, f64); other dtypes are refused,
 // naming the op.

@@ -558,12 +558,6 @@ const char* op_name(bool log) { return log ? "log_softmax" : "softmax"; }
 // rest, so the grid stays within what the device schedules at once many times over.
 unsigned row_blocks(int64_t units) { return static_cast<unsigned>(std::clamp<int64_t>(units, 1, int64_t{1} << 20)); }
 
-// Calls fn(std::integral_constant<int, value>{}) for the one of Options that equals value.
-template <int... Options, class Fn>
-void dispatch(int value, Fn&& fn) {
-  (void)((value == Options ? (fn(std::integral_constant<int, Options>{}), true) : false) || ...);
-}
-
 // The shape of a column-tile block of `threads` threads: `lanes` across inner (a power of two up
 // to 32, fewer where inner has fewer packs) and threads / lanes along n, each taking per_thread
 // rows at a time. Short columns trade row threads for lanes (a wider tile) while the row threads
@@ -605,10 +599,9 @@ template <class T>
 void block_per_row(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
   constexpr int v = 16 / sizeof(T);
-  if (packable<T>(n, x, out))
-    block_per_row_kernel<T, v><<<row_blocks(rows), kBlock, 0, stream>>>(x, out, rows, n, log);
-  else
-    block_per_row_kernel<T, 1><<<row_blocks(rows), kBlock, 0, stream>>>(x, out, rows, n, log);
+  dispatch<1, v>(packable<T>(n, x, out) ? v : 1, [&](auto pack) {
+    block_per_row_kernel<T, pack()><<<row_blocks(rows), kBlock, 0, stream>>>(x, out, rows, n, log);
+  });
   KILN_CUDA_LAUNCH_CHECK(op_name(log));
 }
 
@@ -616,16 +609,11 @@ template <class T>
 void rows_per_warp(const T* x, T* out, int64_t rows, int64_t n, bool log, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
   if (n > kSubWarpRowMax) return warp_per_row(x, out, rows, n, log, stream);
-  auto launch = [&](auto group) {
-    constexpr int g = decltype(group)::value;
-    constexpr int64_t rows_per_block = kThreads / 32 * (32 / g);
-    rows_per_warp_kernel<T, g><<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, stream>>>(
-        x, out, rows, n, log);
-  };
-  if (n <= 4) launch(std::integral_constant<int, 1>{});
-  else if (n <= 8) launch(std::integral_constant<int, 2>{});
-  else if (n <= 16) launch(std::integral_constant<int, 4>{});
-  else launch(std::integral_constant<int, 8>{});
+  dispatch<1, 2, 4, 8>(lane_group(n), [&](auto group) {
+    constexpr int64_t rows_per_block = kThreads / 32 * (32 / group());
+    rows_per_warp_kernel<T, group()><<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0,
+                                       stream>>>(x, out, rows, n, log);
+  });
   KILN_CUDA_LAUNCH_CHECK(op_name(log));
 }
 
@@ -636,17 +624,12 @@ void row_in_registers(const T* x, T* out, int64_t rows, int64_t n, bool log, cud
   const bool packed = packable<T>(n, x, out);
   const RegisterShape shape = register_shape(packed ? n / v : n, sizeof(T) == 8 ? 4 : 8);
   if (shape.per_thread == 0) return block_per_row(x, out, rows, n, log, stream);
-  auto launch = [&](auto pack) {
-    constexpr int vv = decltype(pack)::value;
-    switch (shape.per_thread) {
-      case 1: row_in_registers_kernel<T, vv, 1><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n, log); break;
-      case 2: row_in_registers_kernel<T, vv, 2><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n, log); break;
-      case 4: row_in_registers_kernel<T, vv, 4><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n, log); break;
-      default: row_in_registers_kernel<T, vv, 8><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n, log); break;
-    }
-  };
-  if (packed) launch(std::integral_constant<int, v>{});
-  else launch(std::integral_constant<int, 1>{});
+  dispatch<1, v>(packed ? v : 1, [&](auto pack) {
+    dispatch<1, 2, 4, 8>(shape.per_thread, [&](auto per_thread) {
+      row_in_registers_kernel<T, pack(), per_thread()><<<row_blocks(rows), shape.threads, 0, stream>>>(x, out, rows, n,
+                                                                                                      log);
+    });
+  });
   KILN_CUDA_LAUNCH_CHECK(op_name(log));
 }
 

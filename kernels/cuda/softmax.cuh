@@ -189,6 +189,10 @@ __device__ inline T nan_max(T m, T v) {
   return (v > m || v != v) ? v : m;
 }
 
+// The lanes per row of a rows-per-warp kernel (n <= kSubWarpRowMax): 1, 2, 4 or 8, the fewest
+// whose lanes hold at most 4 values each.
+inline int lane_group(int64_t n) { return n <= 4 ? 1 : n <= 8 ? 2 : n <= 16 ? 4 : 8; }
+
 // The launch shape of a row-in-registers kernel: each of `threads` threads (a multiple of 32, at
 // most 1024) holds `per_thread` packs (1, 2, 4 or 8, at most max_per_thread) of a row of `packs`
 // packs; per_thread 0 when the row does not fit. f64 stops at 4 packs a thread: at 8 (32 doubles)
