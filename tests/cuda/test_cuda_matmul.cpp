@@ -82,6 +82,45 @@ struct SweepEpilogue {
   cuda::DeviceEpilogue<float> device() const { return {with_bias ? gpu_bias.ref().data<float>() : nullptr, act}; }
 };
 
+// A product as the kernels take it: A [batch, m, k] ([batch, k, m] when transposed) and B likewise,
+// each row padded to lda / ldb floats, values uniform in [lo, 1); one A (or B) for every batch
+// entry when broadcast. `a` and `b` are the stored buffers (CPU), a_used and b_used their views
+// without the padding, `shape` names it all for messages.
+struct StoredProduct {
+  MatmulParams p;
+  Tensor a, b;
+  std::string shape;
+  Tensor a_used(DType t = DType::f32) const { return a.to(t).slice(2, 0, p.trans_a ? p.m : p.k); }
+  Tensor b_used(DType t = DType::f32) const { return b.to(t).slice(2, 0, p.trans_b ? p.k : p.n); }
+  // the product in `t`, from the used values
+  Tensor want(DType t = DType::f32) const {
+    Tensor av = a_used(t), bv = b_used(t);
+    return matmul(p.trans_a ? av.transpose(1, 2) : av, p.trans_b ? bv.transpose(1, 2) : bv);
+  }
+};
+struct StoredLayout {
+  bool trans_a = false, trans_b = false;
+  int64_t lda_pad = 0, ldb_pad = 0;
+  bool broadcast_a = false, broadcast_b = false;
+  double lo = -1;
+};
+StoredProduct stored_product(int64_t batch, int64_t m, int64_t n, int64_t k, const StoredLayout& l) {
+  StoredProduct s;
+  MatmulParams& p = s.p;
+  p.batch = batch, p.m = m, p.n = n, p.k = k, p.trans_a = l.trans_a, p.trans_b = l.trans_b;
+  const int64_t a_rows = p.trans_a ? k : m, a_cols = p.trans_a ? m : k;
+  const int64_t b_rows = p.trans_b ? n : k, b_cols = p.trans_b ? k : n;
+  p.lda = a_cols + l.lda_pad, p.ldb = b_cols + l.ldb_pad;
+  p.batch_stride_a = l.broadcast_a ? 0 : a_rows * p.lda;
+  p.batch_stride_b = l.broadcast_b ? 0 : b_rows * p.ldb;
+  s.a = uniform({l.broadcast_a ? 1 : batch, a_rows, p.lda}, l.lo, 1);
+  s.b = uniform({l.broadcast_b ? 1 : batch, b_rows, p.ldb}, l.lo, 1);
+  s.shape = std::to_string(batch) + "x" + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+            (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") + " lda " + std::to_string(p.lda) + " ldb " +
+            std::to_string(p.ldb) + (l.broadcast_a ? " A broadcast" : "") + (l.broadcast_b ? " B broadcast" : "");
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("matmul matches the CPU on random shapes, layouts and batches, f32 and f64") {
@@ -149,26 +188,15 @@ TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, 
   cuda::CudaBackend& be = cuda::backend(0);
   for (const Case& cs : cases)
     for (int trans = 0; trans < 4; ++trans) {
-      MatmulParams p;
-      p.batch = cs.batch, p.m = cs.m, p.n = cs.n, p.k = cs.k;
-      p.trans_a = trans & 1, p.trans_b = trans & 2;
-      // Stored shapes: A [batch, m, k] or [batch, k, m] when transposed, rows padded by `pad`.
-      const int64_t a_rows = p.trans_a ? cs.k : cs.m, a_cols = p.trans_a ? cs.m : cs.k;
-      const int64_t b_rows = p.trans_b ? cs.n : cs.k, b_cols = p.trans_b ? cs.k : cs.n;
-      p.lda = a_cols + cs.pad, p.ldb = b_cols + cs.pad;
-      const int64_t b_batch = cs.broadcast_b ? 1 : cs.batch;
-      p.batch_stride_a = a_rows * p.lda;
-      p.batch_stride_b = cs.broadcast_b ? 0 : b_rows * p.ldb;
-      Tensor a_full = uniform({cs.batch, a_rows, p.lda}, -1, 1), b_full = uniform({b_batch, b_rows, p.ldb}, -1, 1);
-      Tensor a = a_full.slice(2, 0, a_cols), b = b_full.slice(2, 0, b_cols);
-      Tensor want = matmul(p.trans_a ? a.transpose(1, 2) : a, p.trans_b ? b.transpose(1, 2) : b);
+      const StoredProduct sp = stored_product(cs.batch, cs.m, cs.n, cs.k,
+                                              {.trans_a = (trans & 1) != 0, .trans_b = (trans & 2) != 0,
+                                               .lda_pad = cs.pad, .ldb_pad = cs.pad, .broadcast_b = cs.broadcast_b});
+      const MatmulParams& p = sp.p;
       const SweepEpilogue ep(trans, cs.n);
-      want = ep.apply(want);
+      const Tensor want = ep.apply(sp.want());
       const cuda::DeviceEpilogue<float> epilogue = ep.device();
-      Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
-      std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
-                          "x" + std::to_string(cs.k) + (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") +
-                          " pad " + std::to_string(cs.pad);
+      Tensor ga = sp.a.to(kCuda), gb = sp.b.to(kCuda);
+      const std::string& shape = sp.shape;
       const double sk = std::sqrt(static_cast<double>(std::max<int64_t>(cs.k, 1)));
       for (const auto& v : cuda::matmul::versions()) {
         Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
@@ -176,11 +204,9 @@ TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, 
         const double tol = v.tf32 ? 2e-3 : 1e-4;
         check_close(out, want, tol, tol * sk, std::string(v.name) + " " + shape + " epilogue " + std::to_string(trans));
       }
-      Tensor a64 = a_full.to(DType::f64), b64 = b_full.to(DType::f64);
-      Tensor want64 = matmul(p.trans_a ? a64.slice(2, 0, a_cols).transpose(1, 2) : a64.slice(2, 0, a_cols),
-                             p.trans_b ? b64.slice(2, 0, b_cols).transpose(1, 2) : b64.slice(2, 0, b_cols));
-      want64 = ep.apply(want64);
-      Tensor ga64 = a64.to(kCuda), gb64 = b64.to(kCuda), gbias64 = ep.gpu_bias.to(DType::f64);
+      const Tensor want64 = ep.apply(sp.want(DType::f64));
+      Tensor ga64 = sp.a.to(DType::f64).to(kCuda), gb64 = sp.b.to(DType::f64).to(kCuda);
+      Tensor gbias64 = ep.gpu_bias.to(DType::f64);
       Tensor out64 = full({cs.batch, cs.m, cs.n}, 7.0, TensorOptions(DType::f64).device(kCuda));
       cuda::matmul::smem_tiling_f64(p, ga64.ref().data<double>(), gb64.ref().data<double>(),
                                     out64.ref().data<double>(),
@@ -221,20 +247,13 @@ TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on i
   };
   cuda::CudaBackend& be = cuda::backend(0);
   for (const Case& cs : cases) {
-    MatmulParams p;
-    p.batch = cs.batch, p.m = cs.m, p.n = cs.n, p.k = cs.k, p.trans_a = cs.trans_a, p.trans_b = cs.trans_b;
-    const int64_t a_rows = p.trans_a ? cs.k : cs.m, a_cols = p.trans_a ? cs.m : cs.k;
-    const int64_t b_rows = p.trans_b ? cs.n : cs.k, b_cols = p.trans_b ? cs.k : cs.n;
-    p.lda = a_cols + cs.lda_pad, p.ldb = b_cols + cs.ldb_pad;
-    p.batch_stride_a = a_rows * p.lda, p.batch_stride_b = b_rows * p.ldb;
-    const double lo = cs.positive ? 0.0 : -1.0;
-    Tensor a_full = uniform({cs.batch, a_rows, p.lda}, lo, 1), b_full = uniform({cs.batch, b_rows, p.ldb}, lo, 1);
-    Tensor a64 = a_full.to(DType::f64).slice(2, 0, a_cols), b64 = b_full.to(DType::f64).slice(2, 0, b_cols);
-    Tensor want = matmul(p.trans_a ? a64.transpose(1, 2) : a64, p.trans_b ? b64.transpose(1, 2) : b64);
-    Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
-    const std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
-                              "x" + std::to_string(cs.k) + (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") +
-                              " lda " + std::to_string(p.lda) + " ldb " + std::to_string(p.ldb);
+    const StoredProduct sp = stored_product(cs.batch, cs.m, cs.n, cs.k,
+                                            {.trans_a = cs.trans_a, .trans_b = cs.trans_b, .lda_pad = cs.lda_pad,
+                                             .ldb_pad = cs.ldb_pad, .lo = cs.positive ? 0.0 : -1.0});
+    const MatmulParams& p = sp.p;
+    const Tensor want = sp.want(DType::f64);
+    Tensor ga = sp.a.to(kCuda), gb = sp.b.to(kCuda);
+    const std::string& shape = sp.shape;
     CHECK_MESSAGE(cuda::matmul::async_applies(p, ga.ref().data<float>(), gb.ref().data<float>()) == cs.fast,
                   shape);
     Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
@@ -273,21 +292,13 @@ TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, read
   };
   cuda::CudaBackend& be = cuda::backend(0);
   for (const Case& cs : cases) {
-    MatmulParams p;
-    p.batch = cs.batch, p.m = cs.m, p.n = cs.n, p.k = cs.k, p.trans_a = cs.trans_a, p.trans_b = cs.trans_b;
-    const int64_t a_rows = p.trans_a ? cs.k : cs.m, a_cols = p.trans_a ? cs.m : cs.k;
-    const int64_t b_rows = p.trans_b ? cs.n : cs.k, b_cols = p.trans_b ? cs.k : cs.n;
-    p.lda = a_cols + cs.lda_pad, p.ldb = b_cols + cs.ldb_pad;
-    p.batch_stride_a = cs.broadcast_a ? 0 : a_rows * p.lda, p.batch_stride_b = b_rows * p.ldb;
-    Tensor a_full = uniform({cs.broadcast_a ? 1 : cs.batch, a_rows, p.lda}, -1, 1);
-    Tensor b_full = uniform({cs.batch, b_rows, p.ldb}, -1, 1);
-    Tensor a64 = a_full.to(DType::f64).slice(2, 0, a_cols), b64 = b_full.to(DType::f64).slice(2, 0, b_cols);
-    Tensor want = matmul(p.trans_a ? a64.transpose(1, 2) : a64, p.trans_b ? b64.transpose(1, 2) : b64);
-    Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
-    const std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) +
-                              "x" + std::to_string(cs.k) + (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") +
-                              " lda " + std::to_string(p.lda) + " ldb " + std::to_string(p.ldb) +
-                              (cs.broadcast_a ? " A broadcast" : "");
+    const StoredProduct sp = stored_product(cs.batch, cs.m, cs.n, cs.k,
+                                            {.trans_a = cs.trans_a, .trans_b = cs.trans_b, .lda_pad = cs.lda_pad,
+                                             .ldb_pad = cs.ldb_pad, .broadcast_a = cs.broadcast_a});
+    const MatmulParams& p = sp.p;
+    const Tensor want = sp.want(DType::f64);
+    Tensor ga = sp.a.to(kCuda), gb = sp.b.to(kCuda);
+    const std::string& shape = sp.shape;
     const float* a = ga.ref().data<float>();
     const float* b = gb.ref().data<float>();
     // The workspace holds the packed operands: rows of k rounded up to 4 floats.
@@ -385,24 +396,16 @@ TEST_CASE("09_split_k matches the CPU at any number of splits, transposes and od
   cuda::CudaBackend& be = cuda::backend(0);
   for (const Case& cs : cases)
     for (int trans = 0; trans < 4; ++trans) {
-      MatmulParams p;
-      p.batch = cs.batch, p.m = cs.m, p.n = cs.n, p.k = cs.k;
-      p.trans_a = trans & 1, p.trans_b = trans & 2;
-      const int64_t a_rows = p.trans_a ? cs.k : cs.m, a_cols = p.trans_a ? cs.m : cs.k;
-      const int64_t b_rows = p.trans_b ? cs.n : cs.k, b_cols = p.trans_b ? cs.k : cs.n;
-      p.lda = a_cols + cs.pad, p.ldb = b_cols + cs.pad;
-      p.batch_stride_a = a_rows * p.lda, p.batch_stride_b = b_rows * p.ldb;
-      Tensor a_full = uniform({cs.batch, a_rows, p.lda}, -1, 1), b_full = uniform({cs.batch, b_rows, p.ldb}, -1, 1);
-      Tensor a = a_full.slice(2, 0, a_cols), b = b_full.slice(2, 0, b_cols);
-      Tensor want = matmul(p.trans_a ? a.transpose(1, 2) : a, p.trans_b ? b.transpose(1, 2) : b);
+      const StoredProduct sp = stored_product(cs.batch, cs.m, cs.n, cs.k,
+                                              {.trans_a = (trans & 1) != 0, .trans_b = (trans & 2) != 0,
+                                               .lda_pad = cs.pad, .ldb_pad = cs.pad});
+      const MatmulParams& p = sp.p;
       const SweepEpilogue ep(trans, cs.n);
-      want = ep.apply(want);
+      const Tensor want = ep.apply(sp.want());
       const cuda::DeviceEpilogue<float> epilogue = ep.device();
-      Tensor ga = a_full.to(kCuda), gb = b_full.to(kCuda);
+      Tensor ga = sp.a.to(kCuda), gb = sp.b.to(kCuda);
       Tensor workspace = full({cs.splits, cs.m, cs.n}, -3.0, kCuda);
-      std::string shape = std::to_string(cs.batch) + "x" + std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" +
-                          std::to_string(cs.k) + " splits " + std::to_string(cs.splits) + (p.trans_a ? " A^T" : "") +
-                          (p.trans_b ? " B^T" : "") + " pad " + std::to_string(cs.pad);
+      const std::string shape = sp.shape + " splits " + std::to_string(cs.splits);
       auto run = [&] {
         Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
         cuda::matmul::split_k_run(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), epilogue,
