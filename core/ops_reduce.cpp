@@ -1,6 +1,7 @@
 // Reductions over any set of axes. The backend reduces the middle axis of a contiguous
 // [outer, n, inner] tensor; here any request is brought to that form: without a copy when the
-// reduced axes are adjacent in a contiguous tensor, else by moving them last first.
+// reduced axes are adjacent in a contiguous tensor, in stages of adjacent axes when they are not
+// (sum, mean, max, min), else by moving them last first.
 #include <algorithm>
 
 #include "core/ops_common.h"
@@ -17,6 +18,17 @@ Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_
   Tensor x = input.detach();  // the layout changes below are not part of the graph
   const Shape shape = x.shape();  // a copy: x is rebound below
   bool adjacent = axes.empty() || axes.back() - axes.front() + 1 == static_cast<int64_t>(axes.size());
+  const bool staged = op != ReduceOp::argmax && op != ReduceOp::argmin;
+  if (!adjacent && x.is_contiguous() && staged) {
+    // The last run of adjacent axes first, then the rest: each stage reduces a contiguous tensor
+    // in place of a copy of the whole input (a conv layer's bias gradient sums NCHW over N, H and
+    // W: H and W first, then N). Sums, means (of equal parts), maxima and minima compose.
+    size_t j = axes.size() - 1;
+    while (j > 0 && axes[j - 1] == axes[j] - 1) --j;
+    const std::vector<int64_t> last(axes.begin() + static_cast<std::ptrdiff_t>(j), axes.end());
+    const std::vector<int64_t> rest(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(j));
+    return reduce_keepdim(op, reduce_keepdim(op, x, last), rest);
+  }
   if (!adjacent || !x.is_contiguous()) {
     // Move kept axes first and reduced axes last, then reduce one trailing block.
     std::vector<int64_t> order;

@@ -170,3 +170,32 @@ TEST_CASE("uniform and normal draws have the right statistics") {
   Tensor centred = n - 1.0;
   CHECK(std::sqrt((centred * centred).mean().item()) == doctest::Approx(3.0).epsilon(0.01));
 }
+
+TEST_CASE("reductions over axes apart equal the same reductions with the axes moved together") {
+  // sum, mean, max and min over axes that are not adjacent in a contiguous tensor run in stages
+  // (no copy of the input); the reference moves the reduced axes last and reduces them at once.
+  Tensor x = uniform({3, 4, 5, 6}, -1, 1, DType::f64);
+  struct Case {
+    std::vector<int64_t> axes, order;  // order: the kept axes, then the reduced ones
+  };
+  for (const Case& c : {Case{{0, 2, 3}, {1, 0, 2, 3}}, Case{{0, 2}, {1, 3, 0, 2}}, Case{{1, 3}, {0, 2, 1, 3}},
+                        Case{{0, 1, 3}, {2, 0, 1, 3}}}) {
+    Tensor moved = x.permute(c.order).contiguous();
+    std::vector<int64_t> last;
+    for (int64_t i = 4 - static_cast<int64_t>(c.axes.size()); i < 4; ++i) last.push_back(i);
+    for (bool keepdim : {false, true}) {
+      const Shape want_shape = keepdim ? x.sum(c.axes, true).shape() : moved.sum(last).shape();
+      auto same = [&](const Tensor& got, const Tensor& want, const char* op) {
+        INFO(op, " over ", Shape(c.axes), keepdim ? " keepdim" : "");
+        CHECK(got.shape() == want_shape);
+        const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+        REQUIRE(g.size() == w.size());
+        for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(w[i]).epsilon(1e-12));
+      };
+      same(x.sum(c.axes, keepdim), moved.sum(last), "sum");
+      same(x.mean(c.axes, keepdim), moved.mean(last), "mean");
+      same(x.max(c.axes, keepdim), moved.max(last), "max");
+      same(x.min(c.axes, keepdim), moved.min(last), "min");
+    }
+  }
+}
