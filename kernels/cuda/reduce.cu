@@ -6,7 +6,7 @@
 // Bench: `kernel-bench --only softmax` (the reduce rows: GB/s against the copy bandwidth).
 // reduce.cuh exposes versions 3 and 4 on raw pointers for the bench and the tests.
 //
-// Four versions, picked by the op and the layout:
+// Five versions, picked by the op and the layout:
 //   version 1 (inner > 1, short or narrow): one thread per output. Neighbouring threads own
 //     neighbouring outputs, so at every step k of the loop a warp reads 32 neighbouring elements:
 //     coalesced. But there are only outer * inner threads: a sum over the middle axis of
@@ -39,6 +39,11 @@
 //     one block of 256 threads per output. Each thread strides through the row (coalesced across
 //     the block), then the block combines the 256 partial results in shared memory. The order of
 //     the additions depends only on n and the block size, so results are deterministic.
+//   version 5 (inner == 1, n <= 2048): version 2 with one warp per row instead of a block, the
+//     lanes combined by shuffles: a conv layer's bias gradient sums rows of H*W (576 at MNIST's
+//     conv2), where version 2's block spent more on its eight barrier rounds than on the row. At
+//     MNIST's batch 512 the four such sums of a step took 170 us in version 2 (ncu, H100 80GB
+//     HBM3, 2026-11-22).
 // Long rows with few outputs (a full reduction) still run on one block; a multi-block split is
 // still to come.
 #include <algorithm>
@@ -249,6 +254,34 @@ __global__ void reduce_rows(ReduceOp op, const T* x, T* out, int32_t* out_index,
   if (t == 0) store(op, out, out_index, blockIdx.x, sums[0], n, bests[0], best_is[0]);
 }
 
+// Version 5: one warp per output row, for rows up to kWarpRowMax (inner == 1): each lane strides
+// through the row, then five shuffles combine the lanes in a fixed order (deterministic).
+constexpr int64_t kWarpRowMax = 2048;
+template <class T>
+__global__ void reduce_rows_warp(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t rows, int64_t n) {
+  const bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / 32;
+  for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; r < rows; r += warps) {
+    const T* row = x + r * n;
+    Acc<T> sum = 0;
+    T best = row[0];
+    int64_t best_i = 0;
+    for (int64_t k = lane; k < n; k += 32) {
+      const T v = row[k];
+      sum += static_cast<Acc<T>>(v);
+      if (beats(v, k, best, best_i, largest)) best = v, best_i = k;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      const T other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int64_t other_i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+      if (beats(other, other_i, best, best_i, largest)) best = other, best_i = other_i;
+    }
+    if (lane == 0) store(op, out, out_index, r, sum, n, best, best_i);
+  }
+}
+
 }  // namespace
 
 namespace reduce {
@@ -328,7 +361,10 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) 
     T* values = arg ? nullptr : out.data<T>();
     if (inner == 1) {
       KILN_CHECK(outer <= 2147483647, ShapeError, "cuda ", name, ": too many rows");
-      reduce_rows<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n);
+      if (n <= kWarpRowMax)
+        reduce_rows_warp<T><<<blocks_for(outer * 32), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, outer, n);
+      else
+        reduce_rows<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n);
     } else if ((op == ReduceOp::sum || op == ReduceOp::mean) && n >= 16) {
       const int64_t splits = reduce::column_packs_splits(outer, n, inner);
       const size_t bytes = reduce::column_packs_workspace_bytes<T>(outer, inner, splits);
