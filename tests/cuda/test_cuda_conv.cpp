@@ -88,6 +88,28 @@ cuda::conv2d::Geometry geometry(const ConvCase& c) {
   return g;
 }
 
+// A stride-1 case: x [n, cg*groups, H, W], w [og*groups, cg, k[0], k[1]], padding 0..2 and
+// dilation 1..2 along each axis, each input size its smallest (at least 1) plus extra(axis).
+template <class Extra>
+ConvCase stride1_case(std::mt19937& rng, int64_t groups, int64_t n, int64_t cg, int64_t og, const int64_t (&k)[2],
+                      Extra extra) {
+  ConvCase c;
+  int64_t in[2], out[2];
+  c.config.groups = groups;
+  for (int i = 0; i < 2; ++i) {
+    c.config.stride[i] = 1;
+    c.config.padding[i] = pick(rng, 0, 2);
+    c.config.dilation[i] = pick(rng, 1, 2);
+    const int64_t span = c.config.dilation[i] * (k[i] - 1) + 1;
+    in[i] = std::max<int64_t>(1, span - 2 * c.config.padding[i]) + extra(i);
+    out[i] = in[i] + 2 * c.config.padding[i] - span + 1;
+  }
+  c.x = {n, cg * groups, in[0], in[1]};
+  c.w = {og * groups, cg, k[0], k[1]};
+  c.y = {n, og * groups, out[0], out[1]};
+  return c;
+}
+
 template <class T>
 T* device_ptr(const Tensor& t) {
   return t.ref().data<T>();
@@ -293,26 +315,13 @@ TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, 
   for (int trial = 0; trial < 60; ++trial) {
     // stride 1, pad 0..2, dilation 1..2, groups 1..2, odd sizes; kernels 1..4, so some pads
     // exceed dilation*(kernel-1) (pad' < 0): those must take the gather path.
-    ConvCase c;
     const int64_t groups = pick(rng, 1, 2), n = pick(rng, 1, 3);
     // C/G picks the forward GEMM's N tile in version 3: 16 (<= 16), 32 (17..32) or 64 (> 32)
     const int trial_kind = trial % 5;
     const int64_t cg = trial_kind == 4 ? pick(rng, 33, 40) : trial_kind == 3 ? pick(rng, 17, 32) : pick(rng, 1, 9);
     const int64_t og = trial_kind >= 3 ? pick(rng, 17, 70) : pick(rng, 1, 9);
     const int64_t k[2] = {pick(rng, 1, 4), pick(rng, 1, 4)};
-    int64_t in[2], out[2];
-    c.config.groups = groups;
-    for (int i = 0; i < 2; ++i) {
-      c.config.stride[i] = 1;
-      c.config.padding[i] = pick(rng, 0, 2);
-      c.config.dilation[i] = pick(rng, 1, 2);
-      const int64_t span = c.config.dilation[i] * (k[i] - 1) + 1;
-      in[i] = std::max<int64_t>(1, span - 2 * c.config.padding[i]) + 2 * pick(rng, 0, 6);  // often odd
-      out[i] = in[i] + 2 * c.config.padding[i] - span + 1;
-    }
-    c.x = {n, cg * groups, in[0], in[1]};
-    c.w = {og * groups, cg, k[0], k[1]};
-    c.y = {n, og * groups, out[0], out[1]};
+    const ConvCase c = stride1_case(rng, groups, n, cg, og, k, [&](int) { return 2 * pick(rng, 0, 6); });  // often odd
     const cv::Geometry g = geometry(c);
     const bool applies = cv::backward_input_as_forward_applies(g);
     const bool pad_fits = c.config.padding[0] <= c.config.dilation[0] * (k[0] - 1) &&
@@ -376,23 +385,10 @@ TEST_CASE("versions 7 and 8 (input rows in shared memory) match the CPU at strid
   for (int trial = 0; trial < 50; ++trial) {
     // channels past one stage of 8 and not a multiple of it; widths past 32 (a patch line longer
     // than a warp) and heights that cut 128-pixel tiles mid-row; any padding; bias and ReLU
-    ConvCase c;
     const int64_t groups = pick(rng, 1, 2), n = pick(rng, 1, 3);
     const int64_t cg = trial % 3 == 0 ? pick(rng, 1, 7) : pick(rng, 8, 20), og = pick(rng, 1, 70);
     const int64_t k[2] = {pick(rng, 1, 4), pick(rng, 1, 4)};
-    int64_t in[2], out[2];
-    c.config.groups = groups;
-    for (int i = 0; i < 2; ++i) {
-      c.config.stride[i] = 1;
-      c.config.padding[i] = pick(rng, 0, 2);
-      c.config.dilation[i] = pick(rng, 1, 2);
-      const int64_t span = c.config.dilation[i] * (k[i] - 1) + 1;
-      in[i] = std::max<int64_t>(1, span - 2 * c.config.padding[i]) + pick(rng, 0, i == 1 ? 40 : 20);
-      out[i] = in[i] + 2 * c.config.padding[i] - span + 1;
-    }
-    c.x = {n, cg * groups, in[0], in[1]};
-    c.w = {og * groups, cg, k[0], k[1]};
-    c.y = {n, og * groups, out[0], out[1]};
+    ConvCase c = stride1_case(rng, groups, n, cg, og, k, [&](int i) { return pick(rng, 0, i == 1 ? 40 : 20); });
     c.bias = trial % 2 == 0;
     const cv::Geometry g = geometry(c);
     patched += cv::forward_patch_workspace(g) > 0;

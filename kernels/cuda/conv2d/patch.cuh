@@ -261,14 +261,7 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs a) {
     for (int tap = 0; tap < taps; tap += 2) {
       k_step.template operator()<true>(patch, bs, tap, next());
       if (tap + 1 < taps) k_step.template operator()<false>(patch, bs, tap + 1, next());
-      if constexpr (kExact) {
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[mi][ni][r] += part[mi][ni][r];
-      }
+      if constexpr (kExact) matmul::add_tiles(acc, part);
     }
   }
   matmul::cp_async_wait<0>();

@@ -273,17 +273,23 @@ __device__ void mma_3xtf32_slice(float (&part)[MI][NI][4], const float* as, cons
 
 // acc += one slice of k in 3xTF32: the slice's sum formed on the tensor cores from zero
 // (mma_3xtf32_slice), then added to the running sum in f32 (versions 12 and the conv2d kernels).
-template <class TA, class TB, int MI, int NI>
-__device__ void mma_3xtf32_add_slice(float (&acc)[MI][NI][4], const float* as, const float* bs, int wm0, int wn0,
-                                     int lane) {
-  float part[MI][NI][4];
-  mma_3xtf32_slice<TA, TB>(part, as, bs, wm0, wn0, lane);
+// acc += part over a warp's MI x NI mma tiles, in f32.
+template <int MI, int NI>
+__device__ inline void add_tiles(float (&acc)[MI][NI][4], const float (&part)[MI][NI][4]) {
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[mi][ni][r] += part[mi][ni][r];
+}
+
+template <class TA, class TB, int MI, int NI>
+__device__ void mma_3xtf32_add_slice(float (&acc)[MI][NI][4], const float* as, const float* bs, int wm0, int wn0,
+                                     int lane) {
+  float part[MI][NI][4];
+  mma_3xtf32_slice<TA, TB>(part, as, bs, wm0, wn0, lane);
+  add_tiles(acc, part);
 }
 
 // Writes a warp's MI x NI mma tiles of accumulators (d layout above) to C at (i0, j0) + the warp's
