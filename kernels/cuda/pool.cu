@@ -14,7 +14,9 @@
 // Index arithmetic in int where the tensors allow (see Geom): at MNIST's batch 512 the max-pool
 // backward, which divides to place each element, took 247 us a step in 64-bit arithmetic, 203 in
 // int, and 157 finding its one window with one division where windows do not overlap (ncu, H100
-// 80GB HBM3, 2026-11-22); its traffic (113 MB) would allow about 40.
+// 80GB HBM3, 2026-11-22); its traffic (113 MB) would allow about 40. Windows that tile the input
+// (2x2 at stride 2 on an even size) now take one thread per window; the batch-512 epoch then ran
+// at 238,000 images/s against 218,000 in the call before (two calls, not an isolated timing).
 // Backward, gather form: one thread per grad_x element walks the outputs whose windows hold it
 // (at most ceil(KH/SH) x ceil(KW/SW) of them) and adds their contributions: for max, grad_y where
 // the output's index points here; for avg, grad_y / count. There are no atomics, every element is
@@ -150,6 +152,23 @@ __global__ void max_pool_backward_kernel(const T* gy, const int32_t* indices, T*
   }
 }
 
+// Windows that tile the input exactly (kernel = stride, no padding, H = OH * KH, W = OW * KW: the
+// usual 2x2 pooling of an even size): one thread per output writes its whole window, grad_y where
+// its index points and 0 elsewhere, with no division per input element. The same values as the
+// gather form, which also drops an index outside its window.
+template <class T, class I>
+__global__ void max_pool_backward_tiled_kernel(const T* gy, const int32_t* indices, T* gx, Geom<I> d, I total) {
+  KILN_GRID_STRIDE(e64, total) {
+    const I e = static_cast<I>(e64);
+    const I j = e % d.ow, i = (e / d.ow) % d.oh, plane = e / (d.ow * d.oh);
+    const I at = indices[e];
+    const T g = gy[e];
+    T* gxp = gx + plane * d.h * d.w;
+    for (I r = i * d.kh; r < (i + 1) * d.kh; ++r)
+      for (I c = j * d.kw; c < (j + 1) * d.kw; ++c) gxp[r * d.w + c] = r * d.w + c == at ? g : T(0);
+  }
+}
+
 template <class I>
 __device__ double avg_count(const Geom<I>& d, const Window<I>& win) {
   return d.count_include_pad ? static_cast<double>(d.kh * d.kw)
@@ -218,10 +237,18 @@ void CudaBackend::max_pool2d_backward(const TensorRef& grad_y, const TensorRef& 
   check_indices("max_pool2d_backward", indices);
   const int64_t total = grad_x.numel();
   if (total == 0) return;
+  const bool tiled = d.kh == d.sh && d.kw == d.sw && d.ph == 0 && d.pw == 0 && d.h == d.oh * d.kh &&
+                     d.w == d.ow * d.kw;
   visit_floating(grad_y.dtype, "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
+      if (tiled) {
+        const int64_t outputs = grad_y.numel();
+        max_pool_backward_tiled_kernel<T, I><<<blocks_for(outputs), kThreads, 0, stream_>>>(
+            grad_y.data<T>(), indices.data<int32_t>(), grad_x.data<T>(), geom<I>(d), static_cast<I>(outputs));
+        return;
+      }
       auto kernel = d.kh <= d.sh && d.kw <= d.sw ? max_pool_backward_kernel<T, I, true>
                                                  : max_pool_backward_kernel<T, I, false>;
       kernel<<<blocks_for(total), kThreads, 0, stream_>>>(grad_y.data<T>(), indices.data<int32_t>(),

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "core/precision.h"
@@ -577,8 +578,7 @@ PoolCase random_pool(std::mt19937& rng) {
 TEST_CASE("max_pool2d and its backward match the CPU exactly: ties, NaNs, overlapping windows") {
   if (!have_cuda()) return;
   std::mt19937 rng(15);
-  for (int trial = 0; trial < 60; ++trial) {
-    const PoolCase c = random_pool(rng);
+  auto check = [&](const PoolCase& c, int trial) {
     for (DType t : {DType::f32, DType::f64}) {
       // Small integers make ties common; some trials sprinkle NaNs; odd trials use a view.
       std::vector<double> values(static_cast<size_t>(c.x.numel()));
@@ -596,6 +596,17 @@ TEST_CASE("max_pool2d and its backward match the CPU exactly: ties, NaNs, overla
       check_close(max_pool2d_backward(gy.to(kCuda), got.indices, c.x, c.config),
                   max_pool2d_backward(gy, want.indices, c.x, c.config), 0, 0, "max_pool2d_backward " + c.str());
     }
+  };
+  for (int trial = 0; trial < 60; ++trial) check(random_pool(rng), trial);
+  // Windows that tile the input exactly take the backward's one-thread-per-window path.
+  int trial = 0;
+  for (const auto& [x, k0, k1] : {std::tuple{Shape{2, 3, 24, 24}, 2, 2}, std::tuple{Shape{1, 2, 6, 9}, 2, 3},
+                                  std::tuple{Shape{3, 1, 5, 5}, 1, 1}, std::tuple{Shape{1, 2, 12, 8}, 4, 4}}) {
+    PoolCase c;
+    c.x = x;
+    c.config.kernel[0] = c.config.stride[0] = k0;
+    c.config.kernel[1] = c.config.stride[1] = k1;
+    check(c, trial++);
   }
 }
 
