@@ -660,11 +660,11 @@ PatchPlan patch_plan_for(const Geometry& f) {
   return fits ? plan : PatchPlan{};
 }
 
-// Version 7's packed weights (elements), 0 where it does not run.
-int64_t patch_weights(const Geometry& f) {
-  const PatchPlan plan = patch_plan_for(f);
+// Version 7's packed weights (elements) under `plan`, 0 where it does not run.
+int64_t packed_weights(const Geometry& f, const PatchPlan& plan) {
   return plan.smem == 0 ? 0 : f.groups * plan.chunks * kPatchChannels * f.kh * f.kw * plan.np;
 }
+int64_t patch_weights(const Geometry& f) { return packed_weights(f, patch_plan_for(f)); }
 
 }  // namespace
 
@@ -776,7 +776,7 @@ template <bool kExact>
 void patch_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e, float* y,
                    const Geometry& f, const PatchPlan& plan, cudaStream_t stream, const char* op) {
   const Dims d = dims_of(f);
-  const int64_t count = patch_weights(f);
+  const int64_t count = packed_weights(f, plan);
   pack_patch_weights_kernel<float><<<blocks_for(count), kThreads, 0, stream>>>(w, packed, d, plan, flip, count);
   KILN_CUDA_LAUNCH_CHECK(op);
   const int tiles = static_cast<int>((d.ohw + kPatchBM - 1) / kPatchBM);

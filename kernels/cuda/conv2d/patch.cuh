@@ -96,15 +96,6 @@ __global__ void pack_patch_weights_kernel(const T* w, T* wp, Dims d, PatchPlan p
   }
 }
 
-// x (f32 bits) -> hi = x rounded to TF32 (to nearest, ties away from zero) and lo = x - hi:
-// matmul::split_tf32 in three instructions (an add, a mask, a subtract) instead of five: the
-// conversion instruction also tests for inf and NaN, which come out inf or NaN here too (the
-// NaN results are recomputed in f32 anyway).
-__device__ inline void split_tf32_fast(uint32_t x, uint32_t& hi, uint32_t& lo) {
-  hi = (x + 0x1000u) & 0xffffe000u;
-  lo = __float_as_uint(__uint_as_float(x) - __uint_as_float(hi));
-}
-
 struct PatchArgs {
   const float* x;   // [N, C, H, W]
   const float* wp;  // packed
@@ -210,8 +201,8 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs a) {
       const uint2 v = *reinterpret_cast<const uint2*>(bs + (tap * 4 + t) * G::LDB + 2 * (wn0 + ni * 8 + g));
       b[ni][0] = v.x, b[ni][1] = v.y;  // k = t, t + 4
       if constexpr (kExact) {
-        split_tf32_fast(b[ni][0], b_hi[ni][0], b_lo[ni][0]);
-        split_tf32_fast(b[ni][1], b_hi[ni][1], b_lo[ni][1]);
+        matmul::split_tf32(b[ni][0], b_hi[ni][0], b_lo[ni][0]);
+        matmul::split_tf32(b[ni][1], b_hi[ni][1], b_lo[ni][1]);
       }
     }
     const float* pt = patch + 2 * (t * plan.plane + tap_off);  // channels t and t + 4
@@ -223,7 +214,7 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs a) {
       if constexpr (kExact) {
         uint32_t a_hi[4], a_lo[4];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) split_tf32_fast(av[r], a_hi[r], a_lo[r]);
+        for (int r = 0; r < 4; ++r) matmul::split_tf32(av[r], a_hi[r], a_lo[r]);
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
           if constexpr (kFirst) matmul::mma_16x8x8_first(part[mi][ni], a_lo, b_hi[ni]);

@@ -45,12 +45,14 @@ __device__ inline void mma_16x8x8_first(float (&d)[4], const uint32_t (&a)[4], c
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
 }
 
-// x (f32 bits) -> hi = tf32(x) (rounded) and lo = x - hi (exact in f32), both as f32 bits: the
-// two halves of a "3xTF32" product (version 12, the conv2d tensor-core kernels).
+// x (f32 bits) -> hi = x rounded to TF32 (to nearest, ties away from zero) and lo = x - hi (exact
+// in f32), both as f32 bits: the two halves of a "3xTF32" product (version 12, the conv2d
+// tensor-core kernels). Three instructions (an add, a mask, a subtract) where to_tf32's conversion
+// takes five: it also tests for inf and NaN. The bits agree for every x but NaN, whose lo is NaN
+// here too, so the result is NaN either way, and the kernels recompute NaN results in plain f32.
 __device__ inline void split_tf32(uint32_t x, uint32_t& hi, uint32_t& lo) {
-  const float f = __uint_as_float(x);
-  hi = to_tf32(f);
-  lo = __float_as_uint(f - __uint_as_float(hi));
+  hi = (x + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(__uint_as_float(x) - __uint_as_float(hi));
 }
 
 // ldmatrix .x4: four 8 x 8 matrices of 16-bit values, one 16-byte row per lane address (lanes
