@@ -20,8 +20,9 @@
 // backward, row in registers (C >= 512, up to 32768 f32, 8192 f64): softmax.cu's version 6,
 //   the logits read once and the gradient written once (the block version reads them twice).
 //   On [8192, 32000] the block version moved 2145 GB/s forward (71% of the copy bandwidth) and
-//   the registers version 2191 GB/s backward (73%) (H100 80GB HBM3, 2026-11-22, kernel-bench
-//   --only softmax).
+//   the registers version 2191 GB/s backward (73%); once softmax.cuh's block_combine combined
+//   the warps' states as a tree instead of 15 to 31 combines in a row in every thread, 2550 GB/s
+//   (85%) and 2941 GB/s (98%) (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax).
 // forward, block per row, unrolled (C > 1024): kUnrolledThreads (256) threads per row, each
 //   loading kUnroll packs of 16 bytes before it uses any, so a thread keeps 64 bytes in flight
 //   instead of 16. The step's max then rescales the running sum once, and each element costs one
@@ -39,10 +40,10 @@
 //   there by cp.async, which holds no register while in flight; at 64 registers a thread two
 //   blocks fit an SM, so one row's loads run while the other row reduces and writes. The target
 //   and the incoming gradient are fetched at the row's start (the registers version waits for
-//   them after its barriers), and the block's states are combined as a tree of shuffles (5 exps
-//   deep instead of one per warp in a row). At 32000 classes those two changes alone already
-//   bring the registers version close to this one; the second row per SM pays on shorter rows
-//   (8192 and under), where one row's pause is a larger share of its time. Rows up to 43008 f32
+//   them after its barriers), and the block's states are combined as a tree of shuffles (now
+//   block_combine itself, for every version). At 32000 classes those changes alone bring the
+//   registers version level with this one; the second row per SM pays on shorter rows (8192 and
+//   under), where one row's pause is a larger share of its time. Rows up to 43008 f32
 //   keep two blocks per SM, longer ones one, up to the shared memory a block may take (73728 f32
 //   aligned on an H100); beyond, the block version. On [8192, 32000]: 0.7104 ms, 2952 GB/s, 98%
 //   of the copy bandwidth, where the registers version took 0.9573 ms in the same run (H100 80GB
@@ -308,7 +309,7 @@ __global__ void __launch_bounds__(1024)
       if (j < packs) {
         p[i] = row[j];
 #pragma unroll
-        for (int e = 0; e < V; ++e) m = nan_max(m, p[i].v[e]);
+        for (int e = 0; e < V; ++e) m = max_of(m, p[i].v[e]);
       }
     }
     T sum = 0;
@@ -343,24 +344,6 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// The block's states combined as a tree: each warp writes its state, then every warp reads the
-// states into its lanes and combines them with shuffles, 5 dependent combines (each an exp)
-// instead of block_combine's warps - 1 in a row. Every warp combines the same states in the same
-// order, so every thread gets the same bits. Called by every thread of the block; two barriers.
-template <class T>
-__device__ inline MaxSum<T> block_combine_tree(MaxSum<T> a, MaxSum<T>* scratch) {
-  a = warp_combine(a);
-  const int lane = threadIdx.x % 32;
-  if (lane == 0) scratch[threadIdx.x / 32] = a;
-  __syncthreads();
-  a = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : none<T>();
-  a = warp_combine(a);
-  __syncthreads();  // before scratch may be written again
-  return a;
-}
-
-__device__ inline float max_of(float a, float b) { return fmaxf(a, b); }
-__device__ inline double max_of(double a, double b) { return fmax(a, b); }
 
 // The forward with U packs in flight per thread. Each step loads U packs, takes their max, rescales
 // the running sum once, then adds U * V exps: the online state without add()'s branch and second
@@ -503,7 +486,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
         }
         stash[i * kSplitThreads] = w;
       }
-    MaxSum<T> a = finish(block_combine_tree(MaxSum<T>{m, sum}, scratch));
+    MaxSum<T> a = finish(block_combine(MaxSum<T>{m, sum}, scratch));
     if (!valid(t, classes)) {
       a.s = NAN;
       if (threadIdx.x == 0 && fault) report_fault(fault, FaultOp::cross_entropy_backward, t, r, classes);

@@ -29,11 +29,14 @@
 //   the elements stay in registers, and shuffles within the group combine the states.
 // version 6 (row in registers, long rows): a block per row reads the row once, 16 bytes at a
 //   time, and keeps it in registers (up to 1024 threads of 8 packs: n <= 32768 f32; f64 4 packs,
-//   n <= 8192, as more would spill);
-//   the thread's max, then its exps (kept, so that the write is a multiply), one block combine,
-//   then the write: two passes of
-//   memory traffic instead of version 3's three (version 3 at [4096, 32768]: 0.548 ms, 65% of
-//   copy, same run). Rows that do not fit go to version 3.
+//   n <= 8192, as more would spill); the thread's max, then its exps (kept, so that the write is
+//   a multiply), one block combine, then the write: two passes of memory traffic instead of
+//   version 3's three (version 3 at [4096, 32768]: 0.546 ms, 65% of copy). The block combine
+//   first had every thread combine the 32 warps' states one after another: 31 combines, each an
+//   exp, beside the thread's own 32 exps, so the kernel issued about twice the instructions its
+//   row needed (0.446 ms, 80% of copy). Combined as a tree (5 shuffle steps, softmax.cuh's
+//   block_combine): 0.365 ms, 98% of copy (H100 80GB HBM3, 2026-11-22, kernel-bench --only
+//   softmax). Rows that do not fit go to version 3.
 // version 7 (warps per row, the row in registers; 32 < n <= 4096 f32): version 6 gives each row
 //   of [8192, 1024] a block of 256 threads with one 16-byte pack each: a block's loads stop while
 //   its two barriers combine the row, and each block launched moves only 4 KB (0.0407 ms, 55% of
@@ -55,26 +58,34 @@
 //   second pass reads the tile again and writes it: two reads and one write, so at best 2/3 of
 //   the copy bandwidth in the bench's bytes, unless the second read still finds the tile in L2.
 //   [64, 1024, 256]: 0.0968 ms, 46% of copy; [32, 21, 16384] 34% (version 4: 54%) (same run as
-//   version 7's figures).
+//   version 7's figures); 49% and 54% once column_combine was fixed (see version 9).
 // version 9 (column tile on chip; inner > 1): version 8's tile, held on chip so that x is read
 //   once: 512 threads, `lanes` of them across inner (8 in production: 128 bytes of a row), the rest
 //   along n; each thread keeps 8 packs in registers (4 in f64) and the rest of its part of the
 //   column in shared memory, copied there by cp.async. On [64, 1024, 256] with 4 lanes the tile
-//   (16 columns x 1024 rows, 64 KB) is all in registers, two tiles share an SM, and one tile's
-//   loads run while the other combines and writes; 8 lanes hold half of it in shared memory, 16
-//   lanes three quarters (one tile per SM). Short columns trade row threads for lanes (21 rows:
-//   32 lanes x 4 row threads). Then version 6's arithmetic per column. Columns too long for a
-//   block's shared memory go to version 8 (at 4 lanes on an H100: n > 4608 f32, 4096 f64).
+//   (16 columns x 1024 rows, 64 KB) is all in registers; 8 lanes hold half of it in shared
+//   memory, 16 lanes three quarters (one tile per SM). Short columns trade row threads for lanes
+//   (21 rows: 32 lanes x 4 row threads). Then version 6's arithmetic per column. Columns too long
+//   for a block's shared memory go to version 8 (at 4 lanes on an H100: n > 4608 f32, 4096 f64).
 //   ptxas -v: 64 registers and 8 bytes of spill for f32 packs at 8 packs a thread (no spill in
-//   f64 or with 1-element packs). [64, 1024, 256]: 4 lanes 0.0791 ms, 56% of copy; 8 lanes
-//   0.0676, 66%; 16 lanes 52%. [32, 21, 16384]: 78-79% at any of the three (same run). Short of
-//   the 75% target on the first: 8 lanes keep half the tile in shared memory and hold one tile per
-//   SM; why 4 lanes (all in registers, two tiles per SM) is slower is not yet measured. Tried and
-//   not kept: a Hopper cluster of up to 8 blocks of 256 threads sharing the tile, each holding a
-//   part of n in registers (4 or 8 packs a thread, no shared slots), the blocks' states meeting
-//   through distributed shared memory after a cluster barrier: [64, 1024, 256] 53% of copy at 4
-//   lanes x 8 packs, 46% at 8 lanes, 40% at 16 lanes (wider rows of 256 bytes did not help);
-//   [32, 21, 16384], one block a cluster, 56% (H100 80GB HBM3, 2026-11-22, kernel-bench).
+//   f64 or with 1-element packs). First figures, [64, 1024, 256]: 4 lanes 56% of copy, 8 lanes
+//   66%, 16 lanes 52%; [32, 21, 16384] 78%. A copy kernel that holds the same tiles in the same
+//   registers and shared slots, reads and writes them and computes nothing ran at 0.0515 ms where
+//   version 9 took 0.0606 (a probe, same GPU), so the tiles' memory schedule was not what cost;
+//   ncu counted 36.9 M warp instructions, about 68 an element, 2.4 issued per cycle per SM. Each
+//   block's timeline (globaltimer at each phase) showed the combine taking 12 us of a 32 us
+//   tile: column_combine had every one of the 512 threads combine the 16 warps' states of its
+//   column itself, 15 combines x 4 columns, each an exp, as many instructions as the tile's own
+//   exps. Combined once per column by one thread (the others read the result): 23.1 M
+//   instructions, and with shifted_exp a select instead of a branch and the max taken by fmax
+//   (one instruction instead of four; a NaN still reaches the sum through its exp):
+//   [64, 1024, 256] 4 lanes 0.0574 ms, 78% of copy; 8 lanes 0.0578, 77%; 16 lanes 66%;
+//   [32, 21, 16384] 87% at any of the three (H100 80GB HBM3, 2026-11-22, kernel-bench). Tried
+//   and not kept: working on each third of the tile as it lands (cp.async groups, the running
+//   max raised per chunk) to overlap the exps with the loads: 69% against version 9's 77%, as
+//   the rescaling added instructions and 4 register packs a thread left less in flight; and a
+//   Hopper cluster of up to 8 blocks sharing the tile, their states meeting through distributed
+//   shared memory: 53% at 4 lanes x 8 packs, 46% at 8 lanes (before the combine was fixed).
 // Production (`best`): version 9 when inner > 1 (version 8 where the tile does not fit), else
 // version 5 for n <= 32, version 7 (one warp a row, more where the row needs them) up to
 // n = 1024, version 6 from there (version 3 where the row does not fit in registers). One warp a
@@ -220,7 +231,7 @@ __global__ void __launch_bounds__(1024) row_in_registers_kernel(const T* x, T* o
       if (j < packs) {
         p[i] = row[j];
 #pragma unroll
-        for (int e = 0; e < V; ++e) m = nan_max(m, p[i].v[e]);
+        for (int e = 0; e < V; ++e) m = max_of(m, p[i].v[e]);
       }
     }
     // softmax keeps e = exp(v - m) in place of v: the write is then e * exp(m - M) / S, one
@@ -287,7 +298,7 @@ __global__ void __launch_bounds__(kThreads) warps_per_row_kernel(const T* x, T* 
     for (int i = 0; i < P; ++i)
       if (has(i))
 #pragma unroll
-        for (int e = 0; e < V; ++e) m = nan_max(m, p[i].v[e]);
+        for (int e = 0; e < V; ++e) m = max_of(m, p[i].v[e]);
     T sum = 0;
 #pragma unroll
     for (int i = 0; i < P; ++i)
@@ -329,14 +340,17 @@ __global__ void __launch_bounds__(kThreads) warps_per_row_kernel(const T* x, T* 
 constexpr int kColumnThreads = 512;
 
 // The states of a tile's R row threads combined, per column: shuffles within each warp, then the
-// warps through `scratch` (warps * L * V states, in dynamic shared memory), in the same order in
-// every thread, so that all threads of a column hold the same bits. Two barriers: one before
-// scratch is written (the last tile's readers are done), one before it is read.
+// warps' states through `scratch` (in dynamic shared memory: warps * L * V states, then L * V
+// more for the results). The warps' states of one column are combined once, by one thread, in a
+// fixed order, and every thread of the column reads that result, so all hold the same bits. (Each
+// thread combining them itself, as this did first, cost every thread warps * V combines, each an
+// exp: as many instructions as the tile's own exps.) Three barriers: before scratch is written
+// (the last tile's readers are done), before the warps' states are read, before the results are.
 template <class T, int V>
 __device__ inline void column_combine(MaxSum<T> (&a)[V], MaxSum<T>* scratch) {
-  const int lanes = blockDim.x, tx = threadIdx.x;
+  const int lanes = blockDim.x, tx = threadIdx.x, threads = lanes * blockDim.y;
   const int linear = tx + lanes * threadIdx.y, lane = linear % 32, warp = linear / 32;
-  const int warps = lanes * blockDim.y / 32;
+  const int warps = threads / 32, columns = lanes * V;  // column c = tx * V + e
   for (int offset = lanes; offset < 32; offset *= 2)
 #pragma unroll
     for (int e = 0; e < V; ++e) {
@@ -348,14 +362,23 @@ __device__ inline void column_combine(MaxSum<T> (&a)[V], MaxSum<T>* scratch) {
   __syncthreads();
   if (lane < lanes)  // the warp's first row of threads: lane == tx
 #pragma unroll
-    for (int e = 0; e < V; ++e) scratch[(warp * lanes + tx) * V + e] = a[e];
+    for (int e = 0; e < V; ++e) scratch[warp * columns + tx * V + e] = a[e];
+  __syncthreads();
+  MaxSum<T>* total = scratch + warps * columns;
+  for (int c = linear; c < columns; c += threads) {
+    MaxSum<T> t = scratch[c];
+    for (int w = 1; w < warps; ++w) t = combine(t, scratch[w * columns + c]);
+    total[c] = finish(t);
+  }
   __syncthreads();
 #pragma unroll
-  for (int e = 0; e < V; ++e) {
-    a[e] = scratch[tx * V + e];
-    for (int w = 1; w < warps; ++w) a[e] = combine(a[e], scratch[(w * lanes + tx) * V + e]);
-    a[e] = finish(a[e]);
-  }
+  for (int e = 0; e < V; ++e) a[e] = total[tx * V + e];
+}
+
+// The bytes of column_combine's scratch for a block of `block` threads, in packs of v.
+template <class T>
+size_t column_scratch_bytes(const dim3& block, int v) {
+  return (block.x * block.y / 32 + 1) * block.x * v * sizeof(MaxSum<T>);
 }
 
 // Where a tile-walking block's thread is: its column's first element (of row 0) in x, and
@@ -371,8 +394,6 @@ __device__ inline ColumnAt column_at(int64_t tile, int64_t n, int64_t inner) {
   return {c < inner ? o * n * inner + c : 0, c < inner};
 }
 
-__device__ inline float max_of(float a, float b) { return fmaxf(a, b); }
-__device__ inline double max_of(double a, double b) { return fmax(a, b); }
 
 // Version 8: column tiles in two passes. The first keeps an online state per column, U packs
 // in flight per thread: each step takes the max of its U loads, rescales the running sum once and
@@ -482,13 +503,13 @@ __global__ void __launch_bounds__(kColumnThreads, 2)
     for (int i = 0; i < P; ++i)
       if (has(i))
 #pragma unroll
-        for (int e = 0; e < V; ++e) m[e] = nan_max(m[e], p[i].v[e]);
+        for (int e = 0; e < V; ++e) m[e] = max_of(m[e], p[i].v[e]);
     __pipeline_wait_prior(0);
     for (int i = 0; i < q; ++i)
       if (has(P + i)) {
         const Pack<T, V> w = stash[i * threads];
 #pragma unroll
-        for (int e = 0; e < V; ++e) m[e] = nan_max(m[e], w.v[e]);
+        for (int e = 0; e < V; ++e) m[e] = max_of(m[e], w.v[e]);
       }
     // softmax keeps exp(v - m) in place of v (log_softmax needs v itself), as version 6
     MaxSum<T> a[V];
@@ -665,7 +686,7 @@ void column_packs(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, b
   const int vv = packable<T>(inner, x, out) ? v : 1;
   const dim3 block = column_block(n, inner, vv, kColumnPackLanes, kColumnUnroll, kColumnPackThreads);
   const int64_t tiles = column_tile_count(outer, inner, block, vv);
-  const size_t bytes = block.x * block.y / 32 * block.x * vv * sizeof(MaxSum<T>);  // the combine's scratch
+  const size_t bytes = column_scratch_bytes<T>(block, vv);
   dispatch<1, v>(vv, [&](auto pack) {
     column_packs_kernel<T, decltype(pack)::value><<<row_blocks(tiles), block, bytes, stream>>>(x, out, tiles, n, inner, log);
   });
@@ -680,7 +701,7 @@ void column_tiles(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, b
   const dim3 block = column_block(n, inner, vv, lanes, P, kColumnThreads);
   const int threads = static_cast<int>(block.x * block.y);
   const int64_t q = std::max<int64_t>(0, (n + block.y - 1) / block.y - P);  // shared slots a thread
-  const size_t bytes = static_cast<size_t>(q) * threads * vv * sizeof(T) + threads / 32 * block.x * vv * sizeof(MaxSum<T>);
+  const size_t bytes = static_cast<size_t>(q) * threads * vv * sizeof(T) + column_scratch_bytes<T>(block, vv);
   const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   if (bytes > static_cast<size_t>(limit)) return column_packs(x, out, outer, n, inner, log, stream);
   const int64_t tiles = column_tile_count(outer, inner, block, vv);

@@ -116,10 +116,11 @@ __device__ inline MaxSum<T> none() {
   return {T(-INFINITY), T(0)};
 }
 
-// exp(v - m), but 1 when v == m: two -inf (or +inf) would give exp(NaN).
+// exp(v - m), but 1 when v == m: two -inf (or +inf) would give exp(NaN). A select, not a branch:
+// exp(0) is exactly 1, and the loops that call this per element stay free of branches.
 template <class T>
 __device__ inline T shifted_exp(T v, T m) {
-  return v == m ? T(1) : exp_of(v - m);
+  return exp_of(v == m ? T(0) : v - m);
 }
 
 template <class T>
@@ -183,11 +184,11 @@ __device__ inline T group_sum(T v) {
   return v;
 }
 
-// The max of v and m, a NaN sticking, as add() does.
-template <class T>
-__device__ inline T nan_max(T m, T v) {
-  return (v > m || v != v) ? v : m;
-}
+// The max of a and b in one instruction. fmax drops a NaN, but the NaN's exp(v - m) then makes
+// the sum NaN, and finish() makes the sum NaN where the max is infinite, so a slice with a NaN is
+// NaN as on the CPU; add() keeps the NaN in the max instead, at the cost of a branch.
+__device__ inline float max_of(float a, float b) { return fmaxf(a, b); }
+__device__ inline double max_of(double a, double b) { return fmax(a, b); }
 
 // The lanes per row of a rows-per-warp kernel (n <= kSubWarpRowMax): 1, 2, 4 or 8, the fewest
 // whose lanes hold at most 4 values each.
@@ -213,19 +214,31 @@ __device__ inline T warp_sum(T v) {
   return v;
 }
 
-// The block's states combined; every thread gets the result. `scratch` holds one state per
-// warp. Called by every thread of the block (it synchronises twice: before reading the
-// partials and before `scratch` may be written again).
+// The block's states combined as a tree; every thread gets the result. Each warp writes its
+// state to `scratch` (one per warp); every warp reads them all into its first lanes, combines
+// them in log2(warps) shuffle steps and broadcasts lane 0's result. (Combining the warps' states
+// one after another in every thread cost warps - 1 dependent combines a thread, each an exp: 31
+// in a block of 1024, as many instructions as a row's own exps there.) combine() gives the same
+// bits either way round, and every warp combines the same states in the same order, so every
+// thread gets the same bits. Called by every thread of the block; two barriers (before the
+// states are read, and before `scratch` may be written again).
 template <class T>
 __device__ inline MaxSum<T> block_combine(MaxSum<T> a, MaxSum<T>* scratch) {
   a = warp_combine(a);
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  if (threadIdx.x % 32 == 0) scratch[warp] = a;
+  const int lane = threadIdx.x % 32, warps = static_cast<int>(blockDim.x / 32);
+  if (lane == 0) scratch[threadIdx.x / 32] = a;
   __syncthreads();
-  MaxSum<T> all = scratch[0];
-  for (int w = 1; w < warps; ++w) all = combine(all, scratch[w]);  // same order in every thread
+  a = lane < warps ? scratch[lane] : none<T>();
+  for (int offset = 1; offset < warps; offset *= 2) {
+    MaxSum<T> b;
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, offset);
+    b.s = __shfl_xor_sync(0xffffffffu, a.s, offset);
+    a = combine(a, b);
+  }
+  a.m = __shfl_sync(0xffffffffu, a.m, 0);  // the lanes past the warps' count combined only none()s
+  a.s = __shfl_sync(0xffffffffu, a.s, 0);
   __syncthreads();
-  return all;
+  return a;
 }
 
 // V neighbouring elements, loaded and stored as one 16-byte access when V * sizeof(T) == 16.
