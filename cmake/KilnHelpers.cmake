@@ -1,8 +1,7 @@
 # Helpers shared by kiln's CMake files.
 
 # Decide which optional backends this build can have. Each KILN_<X> option asks for a
-# backend; KILN_HAVE_<X> says whether its toolkit was found. The backends' code arrives in
-# their own issues: until then a found toolkit is only reported.
+# backend; KILN_HAVE_<X> says whether its toolkit was found (Vulkan: headers, loader and glslc).
 function(kiln_detect_backends)
   set(have_cuda OFF)
   if(KILN_CUDA)
@@ -14,7 +13,8 @@ function(kiln_detect_backends)
   set(have_vulkan OFF)
   if(KILN_VULKAN)
     find_package(Vulkan QUIET)
-    if(Vulkan_FOUND)
+    find_program(KILN_GLSLC NAMES glslc HINTS ${Vulkan_GLSLC_EXECUTABLE})
+    if(Vulkan_FOUND AND KILN_GLSLC)
       set(have_vulkan ON)
     endif()
   endif()

@@ -5,6 +5,9 @@
 #ifdef KILN_WITH_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
+#ifdef KILN_WITH_VULKAN
+#include "kernels/vulkan/vulkan_backend.h"
+#endif
 
 namespace kiln {
 
@@ -30,9 +33,13 @@ Backend& backend_for(const Device& device) {
                 "KILN_CUDA=ON; or use --device cpu)");
 #endif
     case DeviceType::vulkan:
+#ifdef KILN_WITH_VULKAN
+      return vulkan::backend(device.index);
+#else
       KILN_FAIL(BackendUnavailable, "device ", device,
-                ": this build of kiln has no Vulkan backend (it arrives with the Vulkan backend; "
-                "use --device cpu)");
+                ": this build of kiln has no Vulkan backend (configure with the Vulkan headers, loader and "
+                "glslc and KILN_VULKAN=ON; or use --device cpu)");
+#endif
   }
   KILN_FAIL(DeviceError, "unknown device type");
 }

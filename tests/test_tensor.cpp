@@ -101,7 +101,7 @@ TEST_CASE("errors name the op and the rule") {
   CHECK_THROWS_AS(exp(zeros({2}, DType::i32)), DTypeError);
   CHECK_THROWS_AS(matmul(zeros({2, 3}), zeros({4, 5})), ShapeError);
   CHECK_THROWS_AS(zeros({2}).to(Device::cuda(1000)), BackendUnavailable);  // no such GPU, or no CUDA
-  CHECK_THROWS_AS(zeros({2}, Device::vulkan(0)), BackendUnavailable);
+  CHECK_THROWS_AS(zeros({2}, Device::vulkan(1000)), BackendUnavailable);  // no such device, or no Vulkan
   CHECK_THROWS_AS(Device("tpu"), ValueError);
   CHECK_THROWS_AS(Device("cuda:x"), ValueError);
   CHECK(Device("cuda:3") == Device::cuda(3));

@@ -1,6 +1,6 @@
 // What every CUDA test file shares: whether a GPU is here (a case without one reports that it
-// skipped and passes), random shapes that are not multiples of anything, broadcastable partners,
-// and an elementwise comparison of a CUDA tensor against its CPU counterpart.
+// skipped and passes), and, from tests/backend_cases.h, random shapes that are not multiples of
+// anything, broadcastable partners and an elementwise comparison against the CPU.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -13,6 +13,7 @@
 
 #include "core/backend.h"
 #include "core/kiln.h"
+#include "tests/backend_cases.h"
 
 namespace kiln::test {
 
@@ -28,40 +29,8 @@ inline bool have_cuda() {
 
 inline const Device kCuda = Device::cuda(0);
 
-// A random shape of rank 1..4 with sizes from {1, 2, 3, 5, 7, 13, 31, 64, 100}.
-inline Shape random_shape(std::mt19937& rng, int max_rank = 4) {
-  static const int64_t sizes[] = {1, 2, 3, 5, 7, 13, 31, 64, 100};
-  int rank = std::uniform_int_distribution<int>(1, max_rank)(rng);
-  Shape s;
-  for (int i = 0; i < rank; ++i) s.push_back(sizes[std::uniform_int_distribution<int>(0, 8)(rng)]);
-  // At most 200000 elements: axes drop to 1 from the first on (dropping only the first could
-  // leave 100 x 100 x 64 and loop forever).
-  for (size_t i = 0; s.numel() > 200000; ++i) s[i] = 1;
-  return s;
-}
-
-// Drops some of `shape`'s axes to 1 so that it broadcasts against `shape`.
-inline Shape broadcastable(std::mt19937& rng, const Shape& shape) {
-  Shape s = shape;
-  for (size_t i = 0; i < s.size(); ++i)
-    if (std::uniform_int_distribution<int>(0, 2)(rng) == 0) s[i] = 1;
-  if (s.size() > 1 && std::uniform_int_distribution<int>(0, 2)(rng) == 0) s.erase(0);
-  return s;
-}
-
 inline void check_close(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  REQUIRE_MESSAGE(gpu.device() == kCuda, what);
-  REQUIRE_MESSAGE(gpu.shape() == cpu.shape(), what << ": shape " << gpu.shape() << " vs " << cpu.shape());
-  std::vector<double> g = gpu.to_vector<double>(), c = cpu.to_vector<double>();
-  for (size_t i = 0; i < g.size(); ++i) {
-    bool both_nan = std::isnan(g[i]) && std::isnan(c[i]);
-    bool ok = both_nan || g[i] == c[i] || std::abs(g[i] - c[i]) <= atol + rtol * std::abs(c[i]);
-    if (!ok) {
-      CHECK_MESSAGE(ok, what << ": element " << i << " is " << g[i] << " on cuda, " << c[i] << " on cpu");
-      return;
-    }
-  }
+  check_close_on(kCuda, gpu, cpu, rtol, atol, what);
 }
-
 
 }  // namespace kiln::test

@@ -1,0 +1,159 @@
+// The elementwise kernels of the Vulkan backend (shaders/elementwise.comp): fill, arange, copy,
+// unary, unary_backward and binary. The host side describes each tensor as a Layout (shapes
+// collapsed as kernels/cpu/elementwise.cpp does) and records one dispatch.
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "core/error.h"
+#include "kernels/vulkan/vulkan_backend.h"
+
+namespace kiln::vulkan {
+
+namespace {
+
+constexpr int kMaxDims = 8;
+
+// shaders/layout.glsl's Layout, field for field (std430: 4-byte members, no padding)
+struct Layout {
+  int32_t rank = 0, offset = 0, contiguous = 1, unused = 0;
+  int32_t size[kMaxDims] = {}, stride[kMaxDims] = {};
+};
+
+// elementwise.comp's Params
+struct Params {
+  int32_t numel = 0;
+  uint32_t bits = 0;
+  float alpha = 0, unused = 0;
+  float range[4] = {};  // arange: start (hi, lo), step (hi, lo)
+  Layout out, a, b;
+};
+static_assert(sizeof(Layout) == 80 && sizeof(Params) == 32 + 3 * 80);
+
+int32_t narrow(int64_t v, std::string_view op, std::string_view what) {
+  KILN_CHECK(v >= 0 && v <= std::numeric_limits<int32_t>::max(), ShapeError, "vulkan ", op, ": ", what, " ", v,
+             " does not fit the 32-bit indices of the Vulkan kernels (tensors of up to 2^31 - 1 elements)");
+  return static_cast<int32_t>(v);
+}
+
+// t as a shader walks it: size-1 dimensions dropped, neighbours that lie back to back merged.
+Layout layout_of(const TensorRef& t, std::string_view op) {
+  int64_t sizes[64], strides[64];
+  int rank = 0;
+  int64_t last = t.offset;  // the largest offset the walk reaches
+  for (size_t d = 0; d < static_cast<size_t>(t.shape.rank()); ++d) {
+    const int64_t n = t.shape[d], s = t.strides[d];
+    if (n == 1) continue;
+    last += (n - 1) * s;
+    if (rank > 0 && strides[rank - 1] == s * n) {
+      sizes[rank - 1] *= n;
+      strides[rank - 1] = s;
+    } else {
+      sizes[rank] = n;
+      strides[rank] = s;
+      ++rank;
+    }
+  }
+  KILN_CHECK(rank <= kMaxDims, ShapeError, "vulkan ", op, ": a tensor of shape ", t.shape,
+             " walks ", rank, " dimensions after merging; the Vulkan kernels take up to ", kMaxDims);
+  Layout l;
+  l.rank = rank;
+  l.offset = narrow(t.offset, op, "an offset of");
+  narrow(last, op, "an element offset of");
+  l.contiguous = rank == 0 || (rank == 1 && strides[0] == 1);
+  for (int d = 0; d < rank; ++d) {
+    l.size[d] = narrow(sizes[d], op, "a dimension of");
+    KILN_CHECK(strides[d] >= 0, ShapeError, "vulkan ", op, ": negative strides are not taken");
+    l.stride[d] = narrow(strides[d], op, "a stride of");
+  }
+  return l;
+}
+
+const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
+
+void check_dtype(const TensorRef& t, bool i32_too, std::string_view op) {
+  KILN_CHECK(t.dtype == DType::f32 || (i32_too && t.dtype == DType::i32), DTypeError, "vulkan ", op, ": ", t.dtype,
+             " is not supported by the Vulkan backend yet (", i32_too ? "f32 and i32" : "f32", " so far)");
+}
+
+// A double as two floats whose sum carries about 48 of its bits.
+void split(double v, float* hi, float* lo) {
+  *hi = static_cast<float>(v);
+  *lo = static_cast<float>(v - static_cast<double>(*hi));
+}
+
+}  // namespace
+
+void VulkanBackend::fill(const TensorRef& out, double value) {
+  check_dtype(out, true, "fill");
+  Params p;
+  p.numel = narrow(out.numel(), "fill", "an element count of");
+  p.out = layout_of(out, "fill");
+  p.bits = out.dtype == DType::f32 ? std::bit_cast<uint32_t>(static_cast<float>(value))
+                                   : static_cast<uint32_t>(static_cast<int32_t>(value));
+  record({"elementwise_fill", {}, &p, sizeof p, {allocation(out)}, p.numel});
+}
+
+void VulkanBackend::arange(const TensorRef& out, double start, double step) {
+  check_dtype(out, true, "arange");
+  Params p;
+  p.numel = narrow(out.numel(), "arange", "an element count of");
+  p.out = layout_of(out, "arange");
+  split(start, &p.range[0], &p.range[1]);
+  split(step, &p.range[2], &p.range[3]);
+  record({"elementwise_arange", {0, 0, out.dtype == DType::i32}, &p, sizeof p, {allocation(out)}, p.numel});
+}
+
+void VulkanBackend::copy(const TensorRef& src, const TensorRef& out) {
+  KILN_CHECK(src.numel() == out.numel(), ShapeError, "vulkan copy: src ", src.shape, " has ", src.numel(),
+             " elements but out ", out.shape, " has ", out.numel());
+  check_dtype(src, true, "copy");
+  check_dtype(out, true, "copy");
+  Params p;
+  p.numel = narrow(out.numel(), "copy", "an element count of");
+  p.out = layout_of(out, "copy");
+  p.a = layout_of(src, "copy");
+  record({"elementwise_copy", {0, src.dtype == DType::i32, out.dtype == DType::i32}, &p, sizeof p,
+          {allocation(src), allocation(out)}, p.numel});
+}
+
+void VulkanBackend::unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) {
+  check_dtype(x, false, unary_op_name(op));
+  check_dtype(out, false, unary_op_name(op));
+  Params p;
+  p.numel = narrow(out.numel(), unary_op_name(op), "an element count of");
+  p.out = layout_of(out, unary_op_name(op));
+  p.a = layout_of(x, unary_op_name(op));
+  p.alpha = static_cast<float>(alpha);
+  record({"elementwise_unary", {static_cast<int32_t>(op)}, &p, sizeof p, {allocation(x), allocation(out)}, p.numel});
+}
+
+void VulkanBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorRef& grad, const TensorRef& out,
+                                   double alpha) {
+  KILN_CHECK(op == UnaryOp::relu || op == UnaryOp::leaky_relu || op == UnaryOp::gelu, ValueError,
+             "vulkan backend: unary_backward has no kernel for ", unary_op_name(op),
+             " (only relu, leaky_relu and gelu; the others are compositions of ops)");
+  for (const TensorRef* t : {&x, &grad, &out}) check_dtype(*t, false, "unary_backward");
+  Params p;
+  p.numel = narrow(out.numel(), "unary_backward", "an element count of");
+  p.out = layout_of(out, "unary_backward");
+  p.a = layout_of(x, "unary_backward");
+  p.b = layout_of(grad, "unary_backward");
+  p.alpha = static_cast<float>(alpha);
+  record({"elementwise_unary_backward", {static_cast<int32_t>(op)}, &p, sizeof p,
+          {allocation(x), allocation(grad), allocation(out)}, p.numel});
+}
+
+void VulkanBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
+  for (const TensorRef* t : {&a, &b, &out}) check_dtype(*t, false, binary_op_name(op));
+  Params p;
+  p.numel = narrow(out.numel(), binary_op_name(op), "an element count of");
+  p.out = layout_of(out, binary_op_name(op));
+  p.a = layout_of(a, binary_op_name(op));
+  p.b = layout_of(b, binary_op_name(op));
+  record({"elementwise_binary", {static_cast<int32_t>(op)}, &p, sizeof p, {allocation(a), allocation(b), allocation(out)},
+          p.numel});
+}
+
+}  // namespace kiln::vulkan

@@ -1,0 +1,85 @@
+// The kernels the Vulkan backend does not have yet. Each throws BackendUnavailable naming the
+// backend and the op, as core/backend.h promises for a missing kernel: never a silent fallback
+// to the host. The list shrinks as the shaders arrive.
+#include "core/error.h"
+#include "kernels/vulkan/vulkan_backend.h"
+
+namespace kiln::vulkan {
+
+namespace {
+[[noreturn]] void missing(const char* op) {
+  KILN_FAIL(BackendUnavailable, "vulkan ", op, ": the Vulkan backend has no kernel for this op yet "
+            "(so far: fill, arange, copy, unary, unary_backward, binary); use --device cpu or cuda");
+}
+}  // namespace
+
+void VulkanBackend::uniform(const TensorRef&, double, double, uint64_t, uint64_t) { missing("uniform"); }
+void VulkanBackend::normal(const TensorRef&, double, double, uint64_t, uint64_t) { missing("normal"); }
+void VulkanBackend::dropout(const TensorRef&, const TensorRef&, double, uint64_t, uint64_t) { missing("dropout"); }
+void VulkanBackend::reduce(ReduceOp op, const TensorRef&, const TensorRef&) { missing(reduce_op_name(op).data()); }
+void VulkanBackend::softmax(const TensorRef&, const TensorRef&, bool log) { missing(log ? "log_softmax" : "softmax"); }
+void VulkanBackend::gather(const TensorRef&, const TensorRef&, const TensorRef&) { missing("gather"); }
+void VulkanBackend::index_add(const TensorRef&, const TensorRef&, const TensorRef&) { missing("index_add"); }
+void VulkanBackend::one_hot(const TensorRef&, const TensorRef&) { missing("one_hot"); }
+void VulkanBackend::cross_entropy(const TensorRef&, const TensorRef&, const TensorRef&, double) {
+  missing("cross_entropy");
+}
+void VulkanBackend::cross_entropy_backward(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&,
+                                           double) {
+  missing("cross_entropy_backward");
+}
+void VulkanBackend::matmul(const TensorRef&, const TensorRef&, const TensorRef&, const MatmulParams&,
+                           const Epilogue&) {
+  missing("matmul");
+}
+void VulkanBackend::conv2d(const TensorRef&, const TensorRef&, const TensorRef&, const Conv2dParams&,
+                           const Epilogue&) {
+  missing("conv2d");
+}
+void VulkanBackend::conv2d_backward_input(const TensorRef&, const TensorRef&, const TensorRef&,
+                                          const Conv2dParams&) {
+  missing("conv2d_backward_input");
+}
+void VulkanBackend::conv2d_backward_weight(const TensorRef&, const TensorRef&, const TensorRef&,
+                                           const Conv2dParams&) {
+  missing("conv2d_backward_weight");
+}
+void VulkanBackend::max_pool2d(const TensorRef&, const TensorRef&, const TensorRef&, const Pool2dParams&) {
+  missing("max_pool2d");
+}
+void VulkanBackend::max_pool2d_backward(const TensorRef&, const TensorRef&, const TensorRef&, const Pool2dParams&) {
+  missing("max_pool2d_backward");
+}
+void VulkanBackend::avg_pool2d(const TensorRef&, const TensorRef&, const Pool2dParams&) { missing("avg_pool2d"); }
+void VulkanBackend::avg_pool2d_backward(const TensorRef&, const TensorRef&, const Pool2dParams&) {
+  missing("avg_pool2d_backward");
+}
+void VulkanBackend::batch_norm_stats(const TensorRef&, const TensorRef&, const TensorRef&) {
+  missing("batch_norm_stats");
+}
+void VulkanBackend::batch_norm_apply(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&,
+                                     const TensorRef&, const TensorRef&) {
+  missing("batch_norm_apply");
+}
+void VulkanBackend::batch_norm_backward(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&,
+                                        const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&) {
+  missing("batch_norm_backward");
+}
+void VulkanBackend::sgd_step(std::span<const TensorRef>, std::span<const TensorRef>, std::span<const TensorRef>,
+                             const SgdStep&) {
+  missing("sgd_step");
+}
+void VulkanBackend::adam_step(std::span<const TensorRef>, std::span<const TensorRef>, std::span<const TensorRef>,
+                              std::span<const TensorRef>, std::span<const TensorRef>, const AdamStep&) {
+  missing("adam_step");
+}
+void VulkanBackend::adadelta_step(std::span<const TensorRef>, std::span<const TensorRef>, std::span<const TensorRef>,
+                                  std::span<const TensorRef>, const AdadeltaStep&) {
+  missing("adadelta_step");
+}
+void VulkanBackend::rmsprop_step(std::span<const TensorRef>, std::span<const TensorRef>, std::span<const TensorRef>,
+                                 std::span<const TensorRef>, std::span<const TensorRef>, const RmspropStep&) {
+  missing("rmsprop_step");
+}
+
+}  // namespace kiln::vulkan

@@ -1,0 +1,603 @@
+// The Vulkan runtime of kiln: instance and device choice, the block sub-allocator, the staging
+// buffer for host transfers, the parameter ring, pipelines and command recording.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/vulkan/shaders.h"
+#include "kernels/vulkan/vulkan_backend.h"
+
+namespace kiln::vulkan {
+
+namespace {
+
+const char* result_name(VkResult r) {
+  switch (r) {
+    case VK_SUCCESS: return "VK_SUCCESS";
+    case VK_NOT_READY: return "VK_NOT_READY";
+    case VK_TIMEOUT: return "VK_TIMEOUT";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_MEMORY_MAP_FAILED: return "VK_ERROR_MEMORY_MAP_FAILED";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+    default: return "VkResult";
+  }
+}
+
+// Every Vulkan call that returns a VkResult goes through this: a failure throws DeviceError
+// naming the call, the result and where.
+#define KILN_VK_CHECK(call)                                                                           \
+  do {                                                                                                \
+    const VkResult kiln_vk_result = (call);                                                           \
+    KILN_CHECK(kiln_vk_result == VK_SUCCESS, DeviceError, "vulkan: ", #call, " failed: ",             \
+               result_name(kiln_vk_result), " (", static_cast<int>(kiln_vk_result), ")");             \
+  } while (0)
+
+std::mutex g_messages_mutex;
+std::vector<std::string> g_messages;
+
+VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                          VkDebugUtilsMessageTypeFlagsEXT, const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                          void*) {
+  const char* level = severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? "error" : "warning";
+  std::string text = detail::concat("vulkan validation ", level, ": ", data->pMessage ? data->pMessage : "");
+  std::fprintf(stderr, "%s\n", text.c_str());
+  std::lock_guard<std::mutex> lock(g_messages_mutex);
+  g_messages.push_back(std::move(text));
+  return VK_FALSE;
+}
+
+bool validation_requested() {
+  const char* v = std::getenv("KILN_VULKAN_VALIDATION");
+  return v != nullptr && std::string_view(v) != "" && std::string_view(v) != "0";
+}
+
+constexpr VkDeviceSize kBlockBytes = VkDeviceSize{64} << 20;    // device memory is taken in blocks of this
+constexpr VkDeviceSize kRingBytes = VkDeviceSize{4} << 20;      // parameters of the dispatches of one submission
+constexpr VkDeviceSize kStagingMax = VkDeviceSize{64} << 20;    // host transfers go in chunks of at most this
+constexpr uint32_t kWorkgroup = 256;                            // invocations per workgroup (constant 0)
+constexpr uint32_t kMaxGroups = 65535;                          // the least maxComputeWorkGroupCount[0] of any device
+
+// A Vulkan info struct, zeroed but for its type.
+template <class T>
+T make(VkStructureType type) {
+  T t{};
+  t.sType = type;
+  return t;
+}
+
+VkDeviceSize round_up(VkDeviceSize v, VkDeviceSize a) { return (v + a - 1) / a * a; }
+
+std::string version_string(uint32_t v) {
+  return detail::concat(VK_API_VERSION_MAJOR(v), ".", VK_API_VERSION_MINOR(v), ".", VK_API_VERSION_PATCH(v));
+}
+
+}  // namespace
+
+std::vector<std::string> validation_messages() {
+  std::lock_guard<std::mutex> lock(g_messages_mutex);
+  return g_messages;
+}
+
+// A block of device memory and the buffer over it; `free` lists its unused ranges (offset, size),
+// sorted by offset, neighbours merged.
+struct Block {
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceSize size = 0;
+  std::vector<std::pair<VkDeviceSize, VkDeviceSize>> free;
+};
+
+// Host-visible memory mapped for the process's lifetime: the staging buffer and the parameter ring.
+struct HostBuffer {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  void* mapped = nullptr;
+  VkDeviceSize size = 0;
+};
+
+struct Pipeline {
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+};
+
+struct Runtime {
+  int index = 0;
+  VkInstance instance = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+  VkPhysicalDevice physical = VK_NULL_HANDLE;
+  VkPhysicalDeviceProperties props{};
+  VkPhysicalDeviceMemoryProperties memory{};
+  VkDevice device = VK_NULL_HANDLE;
+  uint32_t queue_family = 0;
+  VkQueue queue = VK_NULL_HANDLE;
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  bool recording = false;
+  VkFence fence = VK_NULL_HANDLE;
+  VkPipelineCache cache = VK_NULL_HANDLE;
+  PFN_vkCmdPushDescriptorSetKHR push_descriptor = nullptr;
+  uint32_t device_memory_type = 0, host_memory_type = 0;
+  VkDeviceSize alignment = 256;  // of every allocation and ring entry
+  std::vector<Block> blocks;
+  std::map<size_t, VkDescriptorSetLayout> set_layouts;  // by the number of tensor bindings
+  std::map<std::string, Pipeline> pipelines;            // by shader and constants
+  HostBuffer ring, staging;
+  VkDeviceSize ring_used = 0;
+  std::mutex mutex;
+
+  std::string where() const { return detail::concat("vulkan:", index); }
+
+  uint32_t memory_type(uint32_t allowed, VkMemoryPropertyFlags want, VkMemoryPropertyFlags fallback) const {
+    for (VkMemoryPropertyFlags flags : {want, fallback})
+      for (uint32_t i = 0; i < memory.memoryTypeCount; ++i)
+        if ((allowed & (1u << i)) && (memory.memoryTypes[i].propertyFlags & flags) == flags) return i;
+    KILN_FAIL(BackendUnavailable, where(), ": no memory type with the properties kiln needs");
+  }
+
+  // A buffer with memory of its own (blocks, the ring, staging). Throws OutOfMemory when the
+  // device has no room, naming the request and the heap's size.
+  void make_buffer(VkDeviceSize bytes, VkBufferUsageFlags usage, bool host, VkBuffer* buffer, VkDeviceMemory* mem) {
+    auto info = make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
+    info.size = bytes;
+    info.usage = usage;
+    info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    KILN_VK_CHECK(vkCreateBuffer(device, &info, nullptr, buffer));
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(device, *buffer, &req);
+    auto alloc = make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
+    alloc.allocationSize = req.size;
+    alloc.memoryTypeIndex =
+        host ? memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
+                                                   VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+                           VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+             : memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+    const VkResult r = vkAllocateMemory(device, &alloc, nullptr, mem);
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
+      vkDestroyBuffer(device, *buffer, nullptr);
+      *buffer = VK_NULL_HANDLE;
+      const VkDeviceSize heap = memory.memoryHeaps[memory.memoryTypes[alloc.memoryTypeIndex].heapIndex].size;
+      VkDeviceSize held = 0;
+      for (const Block& b : blocks) held += b.size;
+      KILN_FAIL(OutOfMemory, where(), ": out of memory allocating ", bytes, " bytes (", held,
+                " bytes already held by kiln in blocks, of a ", heap, "-byte heap; the driver does not report free bytes)");
+    }
+    KILN_VK_CHECK(r);
+    KILN_VK_CHECK(vkBindBufferMemory(device, *buffer, *mem, 0));
+  }
+
+  void make_host_buffer(HostBuffer& h, VkDeviceSize bytes, VkBufferUsageFlags usage) {
+    if (h.buffer) {
+      vkUnmapMemory(device, h.memory);
+      vkDestroyBuffer(device, h.buffer, nullptr);
+      vkFreeMemory(device, h.memory, nullptr);
+      h = HostBuffer{};
+    }
+    make_buffer(bytes, usage, true, &h.buffer, &h.memory);
+    KILN_VK_CHECK(vkMapMemory(device, h.memory, 0, VK_WHOLE_SIZE, 0, &h.mapped));
+    h.size = bytes;
+  }
+
+  // A staging buffer of at least `bytes` (grown, after the work that may still use it is done).
+  void reserve_staging(VkDeviceSize bytes) {
+    if (staging.size >= bytes) return;
+    submit_and_wait();
+    make_host_buffer(staging, std::max<VkDeviceSize>(bytes, VkDeviceSize{1} << 20),
+                     VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT);
+  }
+
+  void begin() {
+    if (recording) return;
+    auto info = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+    info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    KILN_VK_CHECK(vkBeginCommandBuffer(cmd, &info));
+    recording = true;
+  }
+
+  // Orders everything recorded so far before everything recorded next: kernels and copies each
+  // wait for the writes before them (and writes for the reads before them). One global barrier
+  // per command, the simplest order that is always right.
+  void barrier() {
+    auto b = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+    b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                      VK_ACCESS_TRANSFER_READ_BIT;
+    b.dstAccessMask = b.srcAccessMask;
+    const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(cmd, stages, stages, 0, 1, &b, 0, nullptr, 0, nullptr);
+  }
+
+  // Submits what is recorded and waits for it: the only place the host waits for the device.
+  void submit_and_wait() {
+    if (!recording) return;
+    KILN_VK_CHECK(vkEndCommandBuffer(cmd));
+    recording = false;
+    auto submit = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+    submit.commandBufferCount = 1;
+    submit.pCommandBuffers = &cmd;
+    KILN_VK_CHECK(vkQueueSubmit(queue, 1, &submit, fence));
+    KILN_VK_CHECK(vkWaitForFences(device, 1, &fence, VK_TRUE, UINT64_MAX));
+    KILN_VK_CHECK(vkResetFences(device, 1, &fence));
+    KILN_VK_CHECK(vkResetCommandBuffer(cmd, 0));
+    ring_used = 0;
+  }
+
+  VkDescriptorSetLayout set_layout(size_t tensors) {
+    if (auto it = set_layouts.find(tensors); it != set_layouts.end()) return it->second;
+    std::vector<VkDescriptorSetLayoutBinding> bindings(tensors + 1);
+    for (uint32_t i = 0; i < bindings.size(); ++i) {
+      bindings[i].binding = i;
+      bindings[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      bindings[i].descriptorCount = 1;
+      bindings[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+    }
+    auto info = make<VkDescriptorSetLayoutCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO);
+    info.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    info.bindingCount = static_cast<uint32_t>(bindings.size());
+    info.pBindings = bindings.data();
+    VkDescriptorSetLayout layout;
+    KILN_VK_CHECK(vkCreateDescriptorSetLayout(device, &info, nullptr, &layout));
+    set_layouts.emplace(tensors, layout);
+    return layout;
+  }
+
+  const Pipeline& pipeline(const Dispatch& d) {
+    std::ostringstream key_stream;
+    key_stream << d.shader << "/" << d.buffers.size();
+    for (int32_t c : d.constants) key_stream << "," << c;
+    const std::string key = key_stream.str();
+    if (auto it = pipelines.find(key); it != pipelines.end()) return it->second;
+    const std::span<const uint32_t> code = shader_code(d.shader);
+    KILN_CHECK(!code.empty(), DeviceError, where(), ": no shader named ", d.shader, " is embedded in this build");
+    auto module_info = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+    module_info.codeSize = code.size_bytes();
+    module_info.pCode = code.data();
+    VkShaderModule module;
+    KILN_VK_CHECK(vkCreateShaderModule(device, &module_info, nullptr, &module));
+    // constant 0: the workgroup size; 1, 2, ...: the dispatch's constants
+    std::vector<int32_t> values{static_cast<int32_t>(kWorkgroup)};
+    values.insert(values.end(), d.constants.begin(), d.constants.end());
+    std::vector<VkSpecializationMapEntry> entries(values.size());
+    for (uint32_t i = 0; i < entries.size(); ++i) entries[i] = {i, i * 4u, 4};
+    VkSpecializationInfo spec{static_cast<uint32_t>(entries.size()), entries.data(), values.size() * 4, values.data()};
+    Pipeline p;
+    const VkDescriptorSetLayout set = set_layout(d.buffers.size());
+    auto layout_info = make<VkPipelineLayoutCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);
+    layout_info.setLayoutCount = 1;
+    layout_info.pSetLayouts = &set;
+    KILN_VK_CHECK(vkCreatePipelineLayout(device, &layout_info, nullptr, &p.layout));
+    auto info = make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
+    info.stage = make<VkPipelineShaderStageCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
+    info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    info.stage.module = module;
+    info.stage.pName = "main";
+    info.stage.pSpecializationInfo = &spec;
+    info.layout = p.layout;
+    const VkResult r = vkCreateComputePipelines(device, cache, 1, &info, nullptr, &p.pipeline);
+    vkDestroyShaderModule(device, module, nullptr);
+    KILN_VK_CHECK(r);
+    return pipelines.emplace(key, p).first->second;
+  }
+};
+
+// ---- creation ----
+
+VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
+  Runtime& r = *rt_;
+  r.index = device;
+  const bool validation = validation_requested();
+  auto app = make<VkApplicationInfo>(VK_STRUCTURE_TYPE_APPLICATION_INFO);
+  app.pApplicationName = "kiln";
+  app.pEngineName = "kiln";
+  app.apiVersion = VK_API_VERSION_1_2;
+  std::vector<const char*> layers, extensions;
+  if (validation) {
+    layers.push_back("VK_LAYER_KHRONOS_validation");
+    extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+  }
+  auto messenger = make<VkDebugUtilsMessengerCreateInfoEXT>(VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT);
+  messenger.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  messenger.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                          VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+  messenger.pfnUserCallback = on_message;
+  auto info = make<VkInstanceCreateInfo>(VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO);
+  info.pApplicationInfo = &app;
+  info.enabledLayerCount = static_cast<uint32_t>(layers.size());
+  info.ppEnabledLayerNames = layers.data();
+  info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  info.ppEnabledExtensionNames = extensions.data();
+  if (validation) info.pNext = &messenger;  // messages of instance creation too
+  const VkResult created = vkCreateInstance(&info, nullptr, &r.instance);
+  KILN_CHECK(created != VK_ERROR_LAYER_NOT_PRESENT, BackendUnavailable, "vulkan:", device,
+             ": KILN_VULKAN_VALIDATION asks for VK_LAYER_KHRONOS_validation, which is not installed "
+             "(Debian: vulkan-validationlayers)");
+  KILN_CHECK(created == VK_SUCCESS, BackendUnavailable, "vulkan:", device, ": no Vulkan driver (vkCreateInstance: ",
+             result_name(created), "; Debian: mesa-vulkan-drivers gives lavapipe on the CPU)");
+  if (validation) {
+    auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(r.instance, "vkCreateDebugUtilsMessengerEXT"));
+    KILN_VK_CHECK(create(r.instance, &messenger, nullptr, &r.messenger));
+  }
+
+  // "vulkan:N": the N-th device with a compute queue and push descriptors, in the loader's order
+  uint32_t count = 0;
+  KILN_VK_CHECK(vkEnumeratePhysicalDevices(r.instance, &count, nullptr));
+  std::vector<VkPhysicalDevice> all(count);
+  KILN_VK_CHECK(vkEnumeratePhysicalDevices(r.instance, &count, all.data()));
+  std::vector<std::pair<VkPhysicalDevice, uint32_t>> usable;
+  std::string seen;
+  for (VkPhysicalDevice p : all) {
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(p, &props);
+    seen += detail::concat(seen.empty() ? "" : ", ", props.deviceName);
+    uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(p, &n, nullptr);
+    std::vector<VkQueueFamilyProperties> families(n);
+    vkGetPhysicalDeviceQueueFamilyProperties(p, &n, families.data());
+    uint32_t ext_count = 0;
+    KILN_VK_CHECK(vkEnumerateDeviceExtensionProperties(p, nullptr, &ext_count, nullptr));
+    std::vector<VkExtensionProperties> exts(ext_count);
+    KILN_VK_CHECK(vkEnumerateDeviceExtensionProperties(p, nullptr, &ext_count, exts.data()));
+    const bool push = std::any_of(exts.begin(), exts.end(), [](const VkExtensionProperties& e) {
+      return std::strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
+    });
+    if (props.apiVersion < VK_API_VERSION_1_2 || !push) continue;
+    for (uint32_t f = 0; f < n; ++f)
+      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+        usable.emplace_back(p, f);
+        break;
+      }
+  }
+  KILN_CHECK(device >= 0 && static_cast<size_t>(device) < usable.size(), BackendUnavailable, "vulkan:", device,
+             ": no such device; ", usable.size(), " Vulkan device(s) with compute, Vulkan 1.2 and push descriptors (",
+             seen.empty() ? "the driver lists none" : detail::concat("the driver lists: ", seen), ")");
+  r.physical = usable[static_cast<size_t>(device)].first;
+  r.queue_family = usable[static_cast<size_t>(device)].second;
+  vkGetPhysicalDeviceProperties(r.physical, &r.props);
+  vkGetPhysicalDeviceMemoryProperties(r.physical, &r.memory);
+  r.alignment = std::max<VkDeviceSize>(256, r.props.limits.minStorageBufferOffsetAlignment);
+  description_ = detail::concat(r.props.deviceName, " (driver ", version_string(r.props.driverVersion), ", Vulkan ",
+                                version_string(r.props.apiVersion), ")");
+
+  const float priority = 1.0f;
+  auto queue = make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
+  queue.queueFamilyIndex = r.queue_family;
+  queue.queueCount = 1;
+  queue.pQueuePriorities = &priority;
+  const char* device_extensions[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+  auto dinfo = make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
+  dinfo.queueCreateInfoCount = 1;
+  dinfo.pQueueCreateInfos = &queue;
+  dinfo.enabledExtensionCount = 1;
+  dinfo.ppEnabledExtensionNames = device_extensions;
+  KILN_VK_CHECK(vkCreateDevice(r.physical, &dinfo, nullptr, &r.device));
+  vkGetDeviceQueue(r.device, r.queue_family, 0, &r.queue);
+  r.push_descriptor =
+      reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(r.device, "vkCmdPushDescriptorSetKHR"));
+  KILN_CHECK(r.push_descriptor != nullptr, BackendUnavailable, r.where(), ": vkCmdPushDescriptorSetKHR missing");
+
+  auto pool = make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
+  pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pool.queueFamilyIndex = r.queue_family;
+  KILN_VK_CHECK(vkCreateCommandPool(r.device, &pool, nullptr, &r.pool));
+  auto cmd = make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+  cmd.commandPool = r.pool;
+  cmd.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  cmd.commandBufferCount = 1;
+  KILN_VK_CHECK(vkAllocateCommandBuffers(r.device, &cmd, &r.cmd));
+  auto fence = make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
+  KILN_VK_CHECK(vkCreateFence(r.device, &fence, nullptr, &r.fence));
+  auto cache = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
+  KILN_VK_CHECK(vkCreatePipelineCache(r.device, &cache, nullptr, &r.cache));
+  r.make_host_buffer(r.ring, kRingBytes, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
+}
+
+VulkanBackend::~VulkanBackend() {
+  // Destructors log, never throw: the process is ending or the device is gone.
+  Runtime& r = *rt_;
+  if (!r.device) {
+    if (r.instance) vkDestroyInstance(r.instance, nullptr);
+    return;
+  }
+  if (vkDeviceWaitIdle(r.device) != VK_SUCCESS) std::fprintf(stderr, "kiln: %s: vkDeviceWaitIdle failed at exit\n", r.where().c_str());
+  for (auto& [key, p] : r.pipelines) {
+    vkDestroyPipeline(r.device, p.pipeline, nullptr);
+    vkDestroyPipelineLayout(r.device, p.layout, nullptr);
+  }
+  for (auto& [n, layout] : r.set_layouts) vkDestroyDescriptorSetLayout(r.device, layout, nullptr);
+  for (HostBuffer* h : {&r.ring, &r.staging})
+    if (h->buffer) {
+      vkUnmapMemory(r.device, h->memory);
+      vkDestroyBuffer(r.device, h->buffer, nullptr);
+      vkFreeMemory(r.device, h->memory, nullptr);
+    }
+  for (Block& b : r.blocks) {
+    vkDestroyBuffer(r.device, b.buffer, nullptr);
+    vkFreeMemory(r.device, b.memory, nullptr);
+  }
+  vkDestroyPipelineCache(r.device, r.cache, nullptr);
+  vkDestroyFence(r.device, r.fence, nullptr);
+  vkDestroyCommandPool(r.device, r.pool, nullptr);
+  vkDestroyDevice(r.device, nullptr);
+  if (r.messenger) {
+    auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(r.instance, "vkDestroyDebugUtilsMessengerEXT"));
+    if (destroy) destroy(r.instance, r.messenger, nullptr);
+  }
+  vkDestroyInstance(r.instance, nullptr);
+}
+
+VulkanBackend& backend(int index) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<VulkanBackend>> backends;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& b = backends[index];
+  if (!b) b = std::make_unique<VulkanBackend>(index);
+  return *b;
+}
+
+// ---- memory ----
+
+void* VulkanBackend::allocate(size_t bytes) {
+  Runtime& r = *rt_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const VkDeviceSize size = round_up(std::max<VkDeviceSize>(bytes, 1), r.alignment);
+  KILN_CHECK(size <= r.props.limits.maxStorageBufferRange, OutOfMemory, r.where(), ": a tensor of ", bytes,
+             " bytes exceeds the largest buffer a shader may bind on this device (maxStorageBufferRange ",
+             r.props.limits.maxStorageBufferRange, " bytes)");
+  auto take = [&](size_t b) -> void* {  // first fit in block b, or null
+    auto& free = r.blocks[b].free;
+    for (size_t i = 0; i < free.size(); ++i) {
+      auto& [offset, length] = free[i];
+      if (length < size) continue;
+      auto* a = new Allocation{r.blocks[b].buffer, offset, size, b};
+      offset += size;
+      length -= size;
+      if (length == 0) free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
+      return a;
+    }
+    return nullptr;
+  };
+  for (size_t b = 0; b < r.blocks.size(); ++b)
+    if (void* a = take(b)) return a;
+  Block block;
+  block.size = std::max(kBlockBytes, size);
+  r.make_buffer(block.size,
+                VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                false, &block.buffer, &block.memory);
+  block.free.emplace_back(0, block.size);
+  r.blocks.push_back(std::move(block));
+  return take(r.blocks.size() - 1);
+}
+
+// The range goes back to its block at once: work already recorded that still reads it runs before
+// anything recorded later can write it (every command waits for those before it).
+void VulkanBackend::deallocate(void* buffer) noexcept {
+  if (!buffer) return;
+  Runtime& r = *rt_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto* a = static_cast<Allocation*>(buffer);
+  auto& free = r.blocks[a->block].free;
+  auto next = std::lower_bound(free.begin(), free.end(), std::make_pair(a->offset, VkDeviceSize{0}));
+  next = free.insert(next, {a->offset, a->size});
+  if (auto after = next + 1; after != free.end() && next->first + next->second == after->first) {
+    next->second += after->second;
+    free.erase(after);
+  }
+  if (next != free.begin()) {
+    auto before = next - 1;
+    if (before->first + before->second == next->first) {
+      before->second += next->second;
+      free.erase(next);
+    }
+  }
+  delete a;
+}
+
+size_t VulkanBackend::bytes_reserved() const {
+  std::lock_guard<std::mutex> lock(rt_->mutex);
+  size_t total = 0;
+  for (const Block& b : rt_->blocks) total += b.size;
+  return total;
+}
+
+// Host transfers go through the staging buffer in chunks, each waited for: the staging memory is
+// reused by the next chunk, and a read is the point where the host needs the values anyway.
+void VulkanBackend::write(void* buffer, size_t byte_offset, const void* host, size_t bytes) {
+  Runtime& r = *rt_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto* a = static_cast<const Allocation*>(buffer);
+  KILN_CHECK(byte_offset + bytes <= a->size, ValueError, r.where(), " write: ", bytes, " bytes at ", byte_offset,
+             " run past the ", a->size, "-byte allocation");
+  const auto* src = static_cast<const unsigned char*>(host);
+  while (bytes > 0) {
+    const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, kStagingMax);
+    r.reserve_staging(chunk);
+    std::memcpy(r.staging.mapped, src, chunk);
+    r.begin();
+    VkBufferCopy region{0, a->offset + byte_offset, chunk};
+    vkCmdCopyBuffer(r.cmd, r.staging.buffer, a->buffer, 1, &region);
+    r.barrier();
+    r.submit_and_wait();
+    src += chunk;
+    byte_offset += chunk;
+    bytes -= chunk;
+  }
+}
+
+void VulkanBackend::read(const void* buffer, size_t byte_offset, void* host, size_t bytes) {
+  Runtime& r = *rt_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto* a = static_cast<const Allocation*>(buffer);
+  KILN_CHECK(byte_offset + bytes <= a->size, ValueError, r.where(), " read: ", bytes, " bytes at ", byte_offset,
+             " run past the ", a->size, "-byte allocation");
+  auto* dst = static_cast<unsigned char*>(host);
+  while (bytes > 0) {
+    const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, kStagingMax);
+    r.reserve_staging(chunk);
+    r.begin();
+    VkBufferCopy region{a->offset + byte_offset, 0, chunk};
+    vkCmdCopyBuffer(r.cmd, a->buffer, r.staging.buffer, 1, &region);
+    r.barrier();
+    r.submit_and_wait();
+    std::memcpy(dst, r.staging.mapped, chunk);
+    dst += chunk;
+    byte_offset += chunk;
+    bytes -= chunk;
+  }
+}
+
+void VulkanBackend::synchronize() {
+  std::lock_guard<std::mutex> lock(rt_->mutex);
+  rt_->submit_and_wait();
+}
+
+// ---- kernels ----
+
+void VulkanBackend::record(const Dispatch& d) {
+  if (d.invocations <= 0) return;
+  Runtime& r = *rt_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const Pipeline& p = r.pipeline(d);
+  const VkDeviceSize params = round_up(std::max<size_t>(d.params_bytes, 16), 16);
+  KILN_CHECK(params <= kRingBytes, ValueError, r.where(), " ", d.shader, ": ", d.params_bytes, " bytes of parameters");
+  if (r.ring_used + params > r.ring.size) r.submit_and_wait();  // the ring is full: its dispatches must finish first
+  const VkDeviceSize at = r.ring_used;
+  std::memcpy(static_cast<unsigned char*>(r.ring.mapped) + at, d.params, d.params_bytes);
+  r.ring_used = round_up(at + params, r.alignment);
+
+  r.begin();
+  vkCmdBindPipeline(r.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  std::vector<VkDescriptorBufferInfo> infos;
+  infos.reserve(d.buffers.size() + 1);
+  infos.push_back({r.ring.buffer, at, params});
+  for (const Allocation* a : d.buffers) infos.push_back({a->buffer, a->offset, a->size});
+  std::vector<VkWriteDescriptorSet> writes(infos.size());
+  for (uint32_t i = 0; i < writes.size(); ++i) {
+    writes[i] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
+    writes[i].dstBinding = i;
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  r.push_descriptor(r.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, static_cast<uint32_t>(writes.size()),
+                    writes.data());
+  const int64_t groups = (d.invocations + kWorkgroup - 1) / kWorkgroup;
+  vkCmdDispatch(r.cmd, static_cast<uint32_t>(std::min<int64_t>(groups, kMaxGroups)), 1, 1);
+  r.barrier();
+}
+
+}  // namespace kiln::vulkan

@@ -1,0 +1,232 @@
+#version 450
+// Elementwise kernels on the Vulkan backend, one source compiled into several shader variants
+// (kernels/vulkan/CMakeLists.txt passes -DFILL, -DARANGE, -DCOPY, -DUNARY, -DUNARY_BACKWARD or
+// -DBINARY); the op is a specialisation constant, so each pipeline is compiled for one op with
+// the others' branches folded away.
+//
+//   fill:           out[i] = value                (any strides; the 32-bit pattern of the value)
+//   arange:         out[i] = start + i * step     (contiguous)
+//   copy:           out[i] = src[i]               (any strides and shapes of equal element count,
+//                                                  f32 <-> i32 conversion)
+//   unary:          out[i] = f(x[i], alpha)       (f32; x strided)
+//   unary_backward: out[i] = grad[i] * f'(x[i])   (f32; relu, leaky_relu, gelu)
+//   binary:         out[i] = a[i] op b[i]         (f32; a and b broadcast with stride 0)
+//
+// One invocation per element in a grid-stride loop (the host caps the workgroup count at 65535,
+// the least every device offers). f32 math follows kernels/cpu/elementwise.cpp: GLSL's exp, log,
+// tanh and pow carry the device's precision (Vulkan allows exp 3 + 2|x| ulp), which the tests'
+// tolerances bound; erf, which GLSL lacks, is a Chebyshev fit of erfc good to 1.2e-7 relative,
+// and tanh is kiln's own (see tanh_of).
+//
+// Bindings: 0 the parameters (written by the host per dispatch), then the tensors.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const int OP = 0;       // the UnaryOp or BinaryOp, as core/backend.h numbers it
+layout(constant_id = 2) const int SRC_I32 = 0;  // copy: src is i32 (else f32)
+layout(constant_id = 3) const int OUT_I32 = 0;  // copy, arange: out is i32 (else f32)
+
+#include "layout.glsl"
+
+layout(std430, binding = 0) readonly buffer Params {
+  int numel;
+  uint bits;      // fill: the value's 32-bit pattern
+  float alpha;    // unary: the scalar
+  float unused;
+  vec4 range;     // arange: start and step, each as a pair of floats (hi, lo)
+  Layout out_l;
+  Layout a_l;
+  Layout b_l;
+} P;
+
+#if defined(FILL)
+layout(std430, binding = 1) writeonly buffer Out { uint out_u[]; };
+#elif defined(ARANGE)
+layout(std430, binding = 1) writeonly buffer Out { float out_f[]; };
+layout(std430, binding = 1) writeonly buffer OutI { int out_i[]; };
+#elif defined(COPY)
+layout(std430, binding = 1) readonly buffer Src { float src_f[]; };
+layout(std430, binding = 1) readonly buffer SrcI { int src_i[]; };
+layout(std430, binding = 2) writeonly buffer Out { float out_f[]; };
+layout(std430, binding = 2) writeonly buffer OutI { int out_i[]; };
+#elif defined(UNARY)
+layout(std430, binding = 1) readonly buffer X { float x[]; };
+layout(std430, binding = 2) writeonly buffer Out { float out_f[]; };
+#else  // UNARY_BACKWARD (a = x, b = grad), BINARY
+layout(std430, binding = 1) readonly buffer A { float a[]; };
+layout(std430, binding = 2) readonly buffer B { float b[]; };
+layout(std430, binding = 3) writeonly buffer Out { float out_f[]; };
+#endif
+
+// The i32 that a float holding an integer value wraps to (mod 2^32), as C++'s conversion of an
+// int64 to int32 does. Inside int's range the plain conversion; beyond it v's spacing is at least
+// 256, so r = v - floor(v / 2^32) * 2^32, in [0, 2^32) and a multiple of that spacing, is exact
+// in float, and the uint it converts to has the bits sought.
+int wrap_to_i32(float v) {
+  if (abs(v) < 2147483648.0) return int(v);
+  const float r = v - floor(v * (1.0 / 4294967296.0)) * 4294967296.0;
+  return int(uint(r));
+}
+
+// Float to integer as the CPU converts: truncation toward zero, then the wrap.
+int truncate_to_i32(float v) { return wrap_to_i32(trunc(v)); }
+
+// erfc(z), relative error below 1.2e-7 for every z (Numerical Recipes' Chebyshev fit).
+float erfc_of(float z) {
+  const float t = 1.0 / (1.0 + 0.5 * abs(z));
+  const float poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
+      t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
+      t * (-0.82215223 + t * 0.17087277))))))));
+  const float r = t * exp(-z * z + poly);
+  return z >= 0.0 ? r : 2.0 - r;
+}
+float normal_cdf(float v) { return 0.5 * erfc_of(-v * 0.70710678118654752); }
+float normal_pdf(float v) { return exp(-0.5 * v * v) * 0.39894228040143268; }
+
+bool is_nan(float v) { return v != v; }
+
+// tanh to a few ulp everywhere: GLSL's may be computed as (e^2x - 1) / (e^2x + 1), which near 0
+// keeps only absolute accuracy (lavapipe: tanh(1e-30) = 3e-8). Below 0.625 an odd polynomial
+// (Cephes' tanhf coefficients), above it 1 - 2 / (e^2|x| + 1), which has no cancellation there.
+float tanh_of(float v) {
+  const float a = abs(v);
+  if (a < 0.625) {
+    const float z = v * v;
+    return v + v * z * (((( -5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z +
+                        1.33314422036e-1) * z - 3.33332819422e-1);
+  }
+  const float t = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+  return v < 0.0 ? -t : t;
+}
+
+// core/backend.h's UnaryOp and BinaryOp, in its order.
+const int NEG = 0, EXP = 1, LOG = 2, SQRT = 3, ABS = 4, SIGN = 5, RELU = 6, LEAKY_RELU = 7, GELU = 8,
+          TANH = 9, SIGMOID = 10, POW = 11, ADD_SCALAR = 12, MUL_SCALAR = 13;
+const int ADD = 0, SUB = 1, MUL = 2, DIV = 3, BPOW = 4, MAXIMUM = 5, MINIMUM = 6, EQ = 7, NE = 8,
+          GT = 9, GE = 10, LT = 11, LE = 12;
+
+// C's pow(x, y) for the cases GLSL leaves undefined (x < 0, x == 0): an integer y keeps the sign
+// rules of a repeated product; a fractional power of a negative number is NaN.
+float pow_of(float x, float y) {
+  if (y == 0.0) return 1.0;
+  if (x == 1.0) return 1.0;
+  if (is_nan(x) || is_nan(y)) return x + y;
+  const bool integer = y == trunc(y);
+  const bool odd = integer && abs(y) < 16777216.0 && (int(abs(y)) & 1) == 1;
+  if (x == 0.0) {
+    if (y < 0.0) return odd ? 1.0 / x : 1.0 / 0.0;
+    return odd ? x : 0.0;
+  }
+  if (x < 0.0) {
+    if (!integer) return 0.0 / 0.0;
+    const float m = pow(-x, y);
+    return odd ? -m : m;
+  }
+  return pow(x, y);
+}
+
+float unary_op(float v, float alpha) {
+  if (OP == NEG) return -v;
+  if (OP == EXP) return exp(v);
+  if (OP == LOG) return log(v);
+  if (OP == SQRT) return sqrt(v);
+  if (OP == ABS) return abs(v);
+  if (OP == SIGN) return v > 0.0 ? 1.0 : (v < 0.0 ? -1.0 : 0.0);  // sign(NaN) = 0
+  if (OP == RELU) return v < 0.0 ? 0.0 : v;                         // a NaN passes
+  if (OP == LEAKY_RELU) return v > 0.0 ? v : alpha * v;
+  if (OP == GELU) return v * normal_cdf(v);
+  if (OP == TANH) return tanh_of(v);
+  if (OP == SIGMOID) return 1.0 / (1.0 + exp(-v));
+  if (OP == POW) return pow_of(v, alpha);
+  if (OP == ADD_SCALAR) return v + alpha;
+  return v * alpha;  // MUL_SCALAR
+}
+
+float unary_backward_op(float v, float g, float alpha) {
+  if (OP == RELU) return v <= 0.0 ? 0.0 : g;  // as PyTorch: 0 at exactly 0
+  if (OP == LEAKY_RELU) return v > 0.0 ? g : g * alpha;
+  return g * (normal_cdf(v) + v * normal_pdf(v));  // GELU
+}
+
+float binary_op(float x, float y) {
+  if (OP == ADD) return x + y;
+  if (OP == SUB) return x - y;
+  if (OP == MUL) return x * y;
+  if (OP == DIV) return x / y;
+  if (OP == BPOW) return pow_of(x, y);
+  if (OP == MAXIMUM) return is_nan(x) || x > y ? x : y;
+  if (OP == MINIMUM) return is_nan(x) || x < y ? x : y;
+  if (OP == EQ) return x == y ? 1.0 : 0.0;
+  if (OP == NE) return x != y ? 1.0 : 0.0;
+  if (OP == GT) return x > y ? 1.0 : 0.0;
+  if (OP == GE) return x >= y ? 1.0 : 0.0;
+  if (OP == LT) return x < y ? 1.0 : 0.0;
+  return x <= y ? 1.0 : 0.0;  // LE
+}
+
+// Error-free float arithmetic for arange's double-float: Knuth's two-sum, and Veltkamp's split of
+// a float into two halves of 12 significant bits, whose products with other 12-bit numbers are
+// exact. (Vulkan lets fma be a multiply and an add, so fma(a, b, -a * b) is no product's error.)
+// `precise` keeps the compiler from fusing or reassociating what the error terms depend on.
+vec2 two_sum(float a, float b) {
+  precise float s = a + b;
+  precise float v = s - a;
+  precise float e = (a - (s - v)) + (b - v);
+  return vec2(s, e);
+}
+vec2 split12(float v) {
+  precise float c = 4097.0 * v;
+  precise float h = c - (c - v);
+  precise float l = v - h;
+  return vec2(h, l);
+}
+
+void main() {
+  const int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x);
+  for (int i = int(gl_GlobalInvocationID.x); i < P.numel; i += stride) {
+#if defined(FILL)
+    out_u[at(P.out_l, i)] = P.bits;
+#elif defined(ARANGE)
+    // start + i * step, start and step given as (hi, lo) float pairs: i in three parts of at most
+    // 12 bits and step's hi in two, so that the six products are exact, summed with their
+    // rounding errors kept; about 44 bits of the double the CPU computes, then rounded once (f32:
+    // within an ulp of the CPU's value; i32: exact for whole start and step, while a fractional
+    // step may land a value just below a whole number the CPU's double rounds onto).
+    const vec2 t = split12(P.range.z);
+    const float parts[3] = {float(i & 0x7f000000), float(i & 0x00fff000), float(i & 0x00000fff)};
+    float hi = 0.0;
+    precise float lo = float(i) * P.range.w + P.range.y;
+    for (int k = 0; k < 3; ++k)
+      for (int h = 0; h < 2; ++h) {
+        precise float product = parts[k] * t[h];
+        const vec2 s = two_sum(hi, product);
+        hi = s.x;
+        lo += s.y;
+      }
+    const vec2 s2 = two_sum(hi, P.range.x);
+    lo += s2.y;
+    const int o = P.out_l.offset + i;
+    if (OUT_I32 != 0) {
+      // truncate hi + lo toward zero: hi's integer part, corrected by the fraction beside it
+      const float whole = trunc(s2.x);
+      precise float frac = (s2.x - whole) + lo;
+      precise float value = whole + frac;
+      const int step = value >= 0.0 ? int(floor(frac)) : int(ceil(frac));
+      out_i[o] = wrap_to_i32(whole) + step;
+    } else {
+      precise float value = s2.x + lo;
+      out_f[o] = value;
+    }
+#elif defined(COPY)
+    const int s = at(P.a_l, i), o = at(P.out_l, i);
+    if (SRC_I32 != 0 && OUT_I32 != 0) out_i[o] = src_i[s];
+    else if (SRC_I32 != 0) out_f[o] = float(src_i[s]);
+    else if (OUT_I32 != 0) out_i[o] = truncate_to_i32(src_f[s]);
+    else out_f[o] = src_f[s];
+#elif defined(UNARY)
+    out_f[at(P.out_l, i)] = unary_op(x[at(P.a_l, i)], P.alpha);
+#elif defined(UNARY_BACKWARD)
+    out_f[at(P.out_l, i)] = unary_backward_op(a[at(P.a_l, i)], b[at(P.b_l, i)], P.alpha);
+#else
+    out_f[at(P.out_l, i)] = binary_op(a[at(P.a_l, i)], b[at(P.b_l, i)]);
+#endif
+  }
+}

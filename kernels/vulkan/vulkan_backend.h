@@ -1,0 +1,135 @@
+// The Vulkan backend: tensors in device memory of any GPU with a Vulkan driver (AMD, Intel, Apple
+// through MoltenVK, NVIDIA without CUDA) or of Mesa's lavapipe on the CPU, and kernels written as
+// GLSL compute shaders (kernels/vulkan/shaders/, the same names as the CUDA files).
+//
+// The runtime (runtime.cpp): one instance, one physical device per backend ("vulkan:N" counts the
+// devices that have a compute queue, in the loader's order), one compute queue, a pipeline cache.
+// Memory is sub-allocated from large blocks of device memory, each one VkBuffer, so a tensor is a
+// range of a block (an Allocation) and allocating costs no driver call once the blocks exist.
+// Kernels are recorded into one command buffer, each dispatch followed by a barrier, and submitted
+// together; nothing waits until the host reads (read, synchronize) or writes through the staging
+// buffer. A dispatch's parameters go to a host-visible ring buffer, bound as its binding 0, so a
+// kernel takes any number of parameters on every device (push constants guarantee only 128 bytes).
+//
+// Dtypes: f32 and i32 (the other dtypes, and the kernels not yet written, throw naming the op).
+// KILN_VULKAN_VALIDATION=1 turns on the Khronos validation layer; its messages are kept
+// (validation_messages) and printed to stderr, and the tests fail on any.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace kiln::vulkan {
+
+struct Runtime;  // runtime.cpp: the Vulkan objects
+
+// A tensor's memory: a range of one block's buffer. TensorRef::buffer points at one of these.
+struct Allocation {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceSize offset = 0;  // bytes into the block
+  VkDeviceSize size = 0;    // bytes, rounded up to the block's alignment
+  size_t block = 0;
+};
+
+// One dispatch of a shader variant: specialisation constants after the workgroup size (constant 0),
+// the parameter bytes (binding 0) and the tensors' allocations (bindings 1, 2, ...).
+struct Dispatch {
+  std::string_view shader;
+  std::vector<int32_t> constants;
+  const void* params = nullptr;
+  size_t params_bytes = 0;
+  std::vector<const Allocation*> buffers;
+  int64_t invocations = 0;  // one per element: the workgroup count follows (capped, grid-stride)
+};
+
+class VulkanBackend final : public Backend {
+ public:
+  explicit VulkanBackend(int device);
+  ~VulkanBackend() override;
+  std::string_view name() const override { return "vulkan"; }
+  // "NVIDIA H100 80GB HBM3 (driver 580.159.4, Vulkan 1.4.312)": what the runtime chose.
+  const std::string& description() const { return description_; }
+
+  // runtime.cpp
+  void* allocate(size_t bytes) override;
+  void deallocate(void* buffer) noexcept override;
+  void write(void* buffer, size_t byte_offset, const void* host, size_t bytes) override;
+  void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) override;
+  void synchronize() override;
+  void record(const Dispatch& d);  // queues one kernel
+  size_t bytes_reserved() const;   // device memory held in blocks (for tests and logs)
+
+  // elementwise.cpp
+  void fill(const TensorRef& out, double value) override;
+  void arange(const TensorRef& out, double start, double step) override;
+  void copy(const TensorRef& src, const TensorRef& out) override;
+  void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) override;
+  void unary_backward(UnaryOp op, const TensorRef& x, const TensorRef& grad, const TensorRef& out,
+                      double alpha) override;
+  void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
+
+  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
+  void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
+  void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
+  void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) override;
+  void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
+  void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
+  void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;
+  void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
+  void one_hot(const TensorRef& indices, const TensorRef& out) override;
+  void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
+                     double label_smoothing) override;
+  void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets, const TensorRef& grad_losses,
+                              const TensorRef& grad_logits, double label_smoothing) override;
+  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
+              const Epilogue& e) override;
+  void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
+              const Epilogue& e) override;
+  void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
+                             const Conv2dParams& p) override;
+  void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                              const Conv2dParams& p) override;
+  void max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices, const Pool2dParams& p) override;
+  void max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& grad_x,
+                           const Pool2dParams& p) override;
+  void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) override;
+  void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x, const Pool2dParams& p) override;
+  void batch_norm_stats(const TensorRef& x, const TensorRef& mean, const TensorRef& var) override;
+  void batch_norm_apply(const TensorRef& x, const TensorRef& mean, const TensorRef& invstd, const TensorRef& weight,
+                        const TensorRef& bias, const TensorRef& y) override;
+  void batch_norm_backward(const TensorRef& x, const TensorRef& grad, const TensorRef& mean, const TensorRef& invstd,
+                           const TensorRef& weight, const TensorRef& grad_x, const TensorRef& grad_weight,
+                           const TensorRef& grad_bias) override;
+  void sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                std::span<const TensorRef> momentum_buffers, const SgdStep& hyper) override;
+  void adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                 std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
+                 std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& hyper) override;
+  void adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                     std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
+                     const AdadeltaStep& hyper) override;
+  void rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                    std::span<const TensorRef> square_avgs, std::span<const TensorRef> momentum_buffers,
+                    std::span<const TensorRef> grad_avgs, const RmspropStep& hyper) override;
+
+ private:
+  std::unique_ptr<Runtime> rt_;
+  std::string description_;
+};
+
+// The backend of Vulkan device `index`, created on first use. Throws BackendUnavailable when
+// there is no loader, no driver or no such device, with the reason.
+VulkanBackend& backend(int index);
+
+// The validation layer's messages since the process started (KILN_VULKAN_VALIDATION=1).
+std::vector<std::string> validation_messages();
+
+}  // namespace kiln::vulkan
