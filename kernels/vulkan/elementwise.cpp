@@ -72,10 +72,18 @@ Layout layout_of(const TensorRef& t, std::string_view op) {
 
 const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
 
-void check_dtype(const TensorRef& t, bool i32_too, std::string_view op) {
-  KILN_CHECK(t.dtype == DType::f32 || (i32_too && t.dtype == DType::i32), DTypeError, "vulkan ", op, ": ", t.dtype,
-             " is not supported by the Vulkan backend yet (", i32_too ? "f32 and i32" : "f32", " so far)");
+// Which dtypes an op takes so far: f32 everywhere; fill, arange and copy also i32, and fill and copy u8.
+enum class Takes { f32, f32_i32, f32_i32_u8 };
+
+void check_dtype(const TensorRef& t, Takes takes, std::string_view op) {
+  const bool ok = t.dtype == DType::f32 || (takes != Takes::f32 && t.dtype == DType::i32) ||
+                  (takes == Takes::f32_i32_u8 && t.dtype == DType::u8);
+  KILN_CHECK(ok, DTypeError, "vulkan ", op, ": ", t.dtype, " is not supported by the Vulkan backend yet (",
+             takes == Takes::f32 ? "f32" : takes == Takes::f32_i32 ? "f32 and i32" : "f32, i32 and u8", " so far)");
 }
+
+// elementwise.comp's dtype codes (SRC_TYPE, OUT_TYPE)
+int32_t type_code(DType t) { return t == DType::f32 ? 0 : t == DType::i32 ? 1 : 2; }
 
 // A double as two floats whose sum carries about 48 of its bits.
 void split(double v, float* hi, float* lo) {
@@ -86,17 +94,18 @@ void split(double v, float* hi, float* lo) {
 }  // namespace
 
 void VulkanBackend::fill(const TensorRef& out, double value) {
-  check_dtype(out, true, "fill");
+  check_dtype(out, Takes::f32_i32_u8, "fill");
   Params p;
   p.numel = narrow(out.numel(), "fill", "an element count of");
   p.out = layout_of(out, "fill");
-  p.bits = out.dtype == DType::f32 ? std::bit_cast<uint32_t>(static_cast<float>(value))
-                                   : static_cast<uint32_t>(static_cast<int32_t>(value));
-  record({"elementwise_fill", {}, &p, sizeof p, {allocation(out)}, p.numel});
+  p.bits = out.dtype == DType::f32  ? std::bit_cast<uint32_t>(static_cast<float>(value))
+           : out.dtype == DType::i32 ? static_cast<uint32_t>(static_cast<int32_t>(value))
+                                     : static_cast<uint32_t>(static_cast<uint8_t>(value));
+  record({"elementwise_fill", {0, 0, type_code(out.dtype)}, &p, sizeof p, {allocation(out)}, p.numel});
 }
 
 void VulkanBackend::arange(const TensorRef& out, double start, double step) {
-  check_dtype(out, true, "arange");
+  check_dtype(out, Takes::f32_i32, "arange");
   Params p;
   p.numel = narrow(out.numel(), "arange", "an element count of");
   p.out = layout_of(out, "arange");
@@ -108,19 +117,19 @@ void VulkanBackend::arange(const TensorRef& out, double start, double step) {
 void VulkanBackend::copy(const TensorRef& src, const TensorRef& out) {
   KILN_CHECK(src.numel() == out.numel(), ShapeError, "vulkan copy: src ", src.shape, " has ", src.numel(),
              " elements but out ", out.shape, " has ", out.numel());
-  check_dtype(src, true, "copy");
-  check_dtype(out, true, "copy");
+  check_dtype(src, Takes::f32_i32_u8, "copy");
+  check_dtype(out, Takes::f32_i32_u8, "copy");
   Params p;
   p.numel = narrow(out.numel(), "copy", "an element count of");
   p.out = layout_of(out, "copy");
   p.a = layout_of(src, "copy");
-  record({"elementwise_copy", {0, src.dtype == DType::i32, out.dtype == DType::i32}, &p, sizeof p,
+  record({"elementwise_copy", {0, type_code(src.dtype), type_code(out.dtype)}, &p, sizeof p,
           {allocation(src), allocation(out)}, p.numel});
 }
 
 void VulkanBackend::unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) {
-  check_dtype(x, false, unary_op_name(op));
-  check_dtype(out, false, unary_op_name(op));
+  check_dtype(x, Takes::f32, unary_op_name(op));
+  check_dtype(out, Takes::f32, unary_op_name(op));
   Params p;
   p.numel = narrow(out.numel(), unary_op_name(op), "an element count of");
   p.out = layout_of(out, unary_op_name(op));
@@ -134,7 +143,7 @@ void VulkanBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorR
   KILN_CHECK(op == UnaryOp::relu || op == UnaryOp::leaky_relu || op == UnaryOp::gelu, ValueError,
              "vulkan backend: unary_backward has no kernel for ", unary_op_name(op),
              " (only relu, leaky_relu and gelu; the others are compositions of ops)");
-  for (const TensorRef* t : {&x, &grad, &out}) check_dtype(*t, false, "unary_backward");
+  for (const TensorRef* t : {&x, &grad, &out}) check_dtype(*t, Takes::f32, "unary_backward");
   Params p;
   p.numel = narrow(out.numel(), "unary_backward", "an element count of");
   p.out = layout_of(out, "unary_backward");
@@ -146,7 +155,7 @@ void VulkanBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorR
 }
 
 void VulkanBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
-  for (const TensorRef* t : {&a, &b, &out}) check_dtype(*t, false, binary_op_name(op));
+  for (const TensorRef* t : {&a, &b, &out}) check_dtype(*t, Takes::f32, binary_op_name(op));
   Params p;
   p.numel = narrow(out.numel(), binary_op_name(op), "an element count of");
   p.out = layout_of(out, binary_op_name(op));

@@ -9,13 +9,10 @@ namespace kiln::vulkan {
 namespace {
 [[noreturn]] void missing(const char* op) {
   KILN_FAIL(BackendUnavailable, "vulkan ", op, ": the Vulkan backend has no kernel for this op yet "
-            "(so far: fill, arange, copy, unary, unary_backward, binary); use --device cpu or cuda");
+            "(so far: fill, arange, copy, unary, unary_backward, binary, uniform, normal, dropout); use --device cpu or cuda");
 }
 }  // namespace
 
-void VulkanBackend::uniform(const TensorRef&, double, double, uint64_t, uint64_t) { missing("uniform"); }
-void VulkanBackend::normal(const TensorRef&, double, double, uint64_t, uint64_t) { missing("normal"); }
-void VulkanBackend::dropout(const TensorRef&, const TensorRef&, double, uint64_t, uint64_t) { missing("dropout"); }
 void VulkanBackend::reduce(ReduceOp op, const TensorRef&, const TensorRef&) { missing(reduce_op_name(op).data()); }
 void VulkanBackend::softmax(const TensorRef&, const TensorRef&, bool log) { missing(log ? "log_softmax" : "softmax"); }
 void VulkanBackend::gather(const TensorRef&, const TensorRef&, const TensorRef&) { missing("gather"); }

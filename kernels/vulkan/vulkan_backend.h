@@ -76,10 +76,12 @@ class VulkanBackend final : public Backend {
                       double alpha) override;
   void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
 
-  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
+  // random.cpp
   void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
   void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
   void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) override;
+
+  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
   void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
   void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;

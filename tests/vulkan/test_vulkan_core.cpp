@@ -75,6 +75,34 @@ TEST_CASE("vulkan fill, arange and copies through views and dtype conversions ma
     check_close(d.to(DType::i32), x.to(DType::i32), 0, 0, "f32 -> i32 " + s.str());
     check_close(d.to(DType::i32).to(DType::f32), x.to(DType::i32).to(DType::f32), 0, 0, "i32 -> f32 " + s.str());
   }
+  // u8, four to a word: conversions both ways, fills through views that split words, odd offsets
+  for (int trial = 0; trial < 20; ++trial) {
+    const Shape s = random_shape(rng);
+    Tensor x = uniform(s, -300, 300);
+    Tensor bytes = x.to(DType::u8);  // the CPU's wrap: -4 -> 252
+    Tensor dx = x.to(kVulkan);
+    check_close(dx.to(DType::u8), bytes, 0, 0, "f32 -> u8 " + s.str());
+    check_close(bytes.to(kVulkan), bytes, 0, 0, "u8 to the device and back " + s.str());
+    check_close(bytes.to(kVulkan).to(DType::f32), bytes.to(DType::f32), 0, 0, "u8 -> f32 " + s.str());
+    check_close(bytes.to(kVulkan).to(DType::i32), bytes.to(DType::i32), 0, 0, "u8 -> i32 " + s.str());
+    check_close(x.to(DType::i32).to(kVulkan).to(DType::u8), x.to(DType::i32).to(DType::u8), 0, 0, "i32 -> u8 " + s.str());
+    if (s.size() >= 2) {
+      check_close(bytes.to(kVulkan).transpose(0, -1).contiguous(), bytes.transpose(0, -1).contiguous(), 0, 0,
+                  "u8 transpose " + s.str());
+      Tensor dv = bytes.to(kVulkan), cv = bytes.clone();
+      dv.slice(0, 0, (s[0] + 1) / 2).fill_(200);
+      cv.slice(0, 0, (s[0] + 1) / 2).fill_(200);
+      check_close(dv, cv, 0, 0, "u8 fill_ through a slice " + s.str());
+    }
+    const int64_t n = s.numel();
+    if (n > 3) {
+      Tensor flat = bytes.reshape({n}).to(kVulkan);
+      flat.slice(0, 1, n - 1).fill_(9);  // odd offset and length: the first and last words keep a byte
+      Tensor want = bytes.reshape({n}).clone();
+      want.slice(0, 1, n - 1).fill_(9);
+      check_close(flat, want, 0, 0, "u8 fill_ of bytes 1 .. n - 1 " + s.str());
+    }
+  }
   // the conversion's edges: truncation toward zero, and the wrap of values past 32 bits
   const std::vector<float> edges{-4.0f, -3.7f, -0.5f, 0.5f, 2.9f, 2147483520.0f, -2147483648.0f, 3e9f, -3e9f, 1e12f, -1e12f};
   Tensor e = from_vector<float>(edges, {static_cast<int64_t>(edges.size())});
@@ -193,5 +221,34 @@ TEST_CASE("vulkan: a missing kernel or dtype is an error naming the backend and 
   CHECK_THROWS_AS(d.fill_(1), DTypeError);
   Tensor i = ones({3}, TensorOptions(DType::i32).device(kVulkan));
   CHECK_THROWS_AS((void)neg(i), DTypeError);
+  check_no_validation_messages();
+}
+
+TEST_CASE("vulkan uniform, normal and dropout draw the CPU's Philox numbers") {
+  if (!have_vulkan()) return;
+  for (int64_t n : {1, 2, 3, 4, 5, 7, 1000, 100003}) {
+    Generator a(77), b(77);
+    (void)uniform({3}, 0, 1, {}, &a);  // start both mid-stream
+    (void)uniform({3}, 0, 1, {}, &b);
+    check_close(uniform({n}, -2, 5, TensorOptions().device(kVulkan), &a), uniform({n}, -2, 5, DType::f32, &b), 0, 0,
+                "uniform n=" + std::to_string(n));
+    check_close(uniform({n}, -0.0625, 0.0625, TensorOptions().device(kVulkan), &a),
+                uniform({n}, -0.0625, 0.0625, DType::f32, &b), 0, 0, "uniform (a layer's init) n=" + std::to_string(n));
+    // Box-Muller through kiln's own log, sin and cos: a few f32 ulp from the CPU's double
+    check_close(normal({n}, 1, 3, TensorOptions().device(kVulkan), &a), normal({n}, 1, 3, DType::f32, &b), 1e-6, 1e-6,
+                "normal n=" + std::to_string(n));
+    CHECK(a.offset() == b.offset());
+    // dropout: the CPU's mask and bits, forward and backward (the gradient takes the same mask)
+    Tensor x = uniform({n}, -1, 1), g = uniform({n}, -1, 1);
+    Tensor xv = x.to(kVulkan).requires_grad_(), xc = x.detach().requires_grad_();
+    Tensor yv = dropout(xv, 0.3, true, &a), yc = dropout(xc, 0.3, true, &b);
+    check_close(yv, yc, 0, 0, "dropout n=" + std::to_string(n));
+    yv.backward(g.to(kVulkan));
+    yc.backward(g);
+    check_close(xv.grad(), xc.grad(), 0, 0, "dropout gradient n=" + std::to_string(n));
+    if (n > 1)  // an offset view
+      check_close(dropout(xv.detach().slice(0, 1, n), 0.6, true, &a), dropout(x.slice(0, 1, n), 0.6, true, &b), 0, 0,
+                  "dropout of a view n=" + std::to_string(n));
+  }
   check_no_validation_messages();
 }

@@ -4,10 +4,10 @@
 // -DBINARY); the op is a specialisation constant, so each pipeline is compiled for one op with
 // the others' branches folded away.
 //
-//   fill:           out[i] = value                (any strides; the 32-bit pattern of the value)
+//   fill:           out[i] = value                (any strides; the value's bits in out's dtype)
 //   arange:         out[i] = start + i * step     (contiguous)
 //   copy:           out[i] = src[i]               (any strides and shapes of equal element count,
-//                                                  f32 <-> i32 conversion)
+//                                                  conversions among f32, i32 and u8)
 //   unary:          out[i] = f(x[i], alpha)       (f32; x strided)
 //   unary_backward: out[i] = grad[i] * f'(x[i])   (f32; relu, leaky_relu, gelu)
 //   binary:         out[i] = a[i] op b[i]         (f32; a and b broadcast with stride 0)
@@ -21,8 +21,11 @@
 // Bindings: 0 the parameters (written by the host per dispatch), then the tensors.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int OP = 0;       // the UnaryOp or BinaryOp, as core/backend.h numbers it
-layout(constant_id = 2) const int SRC_I32 = 0;  // copy: src is i32 (else f32)
-layout(constant_id = 3) const int OUT_I32 = 0;  // copy, arange: out is i32 (else f32)
+layout(constant_id = 2) const int SRC_TYPE = 0;  // copy: src's dtype, F32, I32 or U8 below
+layout(constant_id = 3) const int OUT_TYPE = 0;  // fill, copy, arange: out's dtype
+const int F32 = 0, I32 = 1, U8 = 2;
+// u8 lives four to a 32-bit word, which shaders read whole (no 8-bit storage needed) and write with
+// atomicAnd / atomicOr on the element's byte, so neighbours written by other invocations survive.
 
 #include "layout.glsl"
 
@@ -38,15 +41,17 @@ layout(std430, binding = 0) readonly buffer Params {
 } P;
 
 #if defined(FILL)
-layout(std430, binding = 1) writeonly buffer Out { uint out_u[]; };
+layout(std430, binding = 1) buffer Out { uint out_u[]; };
 #elif defined(ARANGE)
 layout(std430, binding = 1) writeonly buffer Out { float out_f[]; };
 layout(std430, binding = 1) writeonly buffer OutI { int out_i[]; };
 #elif defined(COPY)
 layout(std430, binding = 1) readonly buffer Src { float src_f[]; };
 layout(std430, binding = 1) readonly buffer SrcI { int src_i[]; };
+layout(std430, binding = 1) readonly buffer SrcU { uint src_u[]; };
 layout(std430, binding = 2) writeonly buffer Out { float out_f[]; };
 layout(std430, binding = 2) writeonly buffer OutI { int out_i[]; };
+layout(std430, binding = 2) buffer OutU { uint out_u[]; };
 #elif defined(UNARY)
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) writeonly buffer Out { float out_f[]; };
@@ -82,6 +87,15 @@ float normal_cdf(float v) { return 0.5 * erfc_of(-v * 0.70710678118654752); }
 float normal_pdf(float v) { return exp(-0.5 * v * v) * 0.39894228040143268; }
 
 bool is_nan(float v) { return v != v; }
+
+#if defined(FILL) || defined(COPY)
+// Byte o of the u8 array over out_u: only its 8 bits change.
+void store_u8(int o, uint byte) {
+  const uint shift = uint(o & 3) * 8u;
+  atomicAnd(out_u[o >> 2], ~(0xffu << shift));
+  atomicOr(out_u[o >> 2], (byte & 0xffu) << shift);
+}
+#endif
 
 // tanh to a few ulp everywhere: GLSL's may be computed as (e^2x - 1) / (e^2x + 1), which near 0
 // keeps only absolute accuracy (lavapipe: tanh(1e-30) = 3e-8). Below 0.625 an odd polynomial
@@ -183,7 +197,8 @@ void main() {
   const int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x);
   for (int i = int(gl_GlobalInvocationID.x); i < P.numel; i += stride) {
 #if defined(FILL)
-    out_u[at(P.out_l, i)] = P.bits;
+    if (OUT_TYPE == U8) store_u8(at(P.out_l, i), P.bits);
+    else out_u[at(P.out_l, i)] = P.bits;
 #elif defined(ARANGE)
     // start + i * step, start and step given as (hi, lo) float pairs: i in three parts of at most
     // 12 bits and step's hi in two, so that the six products are exact, summed with their
@@ -204,7 +219,7 @@ void main() {
     const vec2 s2 = two_sum(hi, P.range.x);
     lo += s2.y;
     const int o = P.out_l.offset + i;
-    if (OUT_I32 != 0) {
+    if (OUT_TYPE == I32) {
       // truncate hi + lo toward zero: hi's integer part, corrected by the fraction beside it
       const float whole = trunc(s2.x);
       precise float frac = (s2.x - whole) + lo;
@@ -217,10 +232,17 @@ void main() {
     }
 #elif defined(COPY)
     const int s = at(P.a_l, i), o = at(P.out_l, i);
-    if (SRC_I32 != 0 && OUT_I32 != 0) out_i[o] = src_i[s];
-    else if (SRC_I32 != 0) out_f[o] = float(src_i[s]);
-    else if (OUT_I32 != 0) out_i[o] = truncate_to_i32(src_f[s]);
-    else out_f[o] = src_f[s];
+    if (SRC_TYPE == F32) {
+      const float v = src_f[s];
+      if (OUT_TYPE == F32) out_f[o] = v;
+      else if (OUT_TYPE == I32) out_i[o] = truncate_to_i32(v);
+      else store_u8(o, uint(truncate_to_i32(v)));  // wraps mod 256 as mod 2^32 first: the same bits
+    } else {
+      const int v = SRC_TYPE == I32 ? src_i[s] : int((src_u[s >> 2] >> (uint(s & 3) * 8u)) & 0xffu);
+      if (OUT_TYPE == F32) out_f[o] = float(v);
+      else if (OUT_TYPE == I32) out_i[o] = v;
+      else store_u8(o, uint(v));
+    }
 #elif defined(UNARY)
     out_f[at(P.out_l, i)] = unary_op(x[at(P.a_l, i)], P.alpha);
 #elif defined(UNARY_BACKWARD)
