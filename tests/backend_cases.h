@@ -36,6 +36,21 @@ inline Shape broadcastable(std::mt19937& rng, const Shape& shape) {
   return s;
 }
 
+// m indices in [0, n); with `distinct`, a prefix of a permutation (m <= n).
+inline Tensor random_indices(std::mt19937& rng, int64_t m, int64_t n, bool distinct) {
+  std::vector<int32_t> v;
+  if (distinct) {
+    std::vector<int32_t> all(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::shuffle(all.begin(), all.end(), rng);
+    v.assign(all.begin(), all.begin() + m);
+  } else {
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(n - 1));
+    for (int64_t j = 0; j < m; ++j) v.push_back(pick(rng));
+  }
+  return from_vector<int32_t>(v, {m});
+}
+
 inline void check_close_on(const Device& device, const Tensor& gpu, const Tensor& cpu, double rtol, double atol,
                            const std::string& what) {
   REQUIRE_MESSAGE(gpu.device() == device, what);

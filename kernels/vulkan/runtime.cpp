@@ -80,6 +80,17 @@ T make(VkStructureType type) {
   return t;
 }
 
+const char* fault_op_name(int32_t op) {
+  switch (static_cast<FaultOp>(op)) {
+    case FaultOp::gather: return "gather";
+    case FaultOp::index_add: return "index_add";
+    case FaultOp::one_hot: return "one_hot";
+    case FaultOp::cross_entropy: return "cross_entropy";
+    case FaultOp::cross_entropy_backward: return "cross_entropy_backward";
+    default: return "?";
+  }
+}
+
 VkDeviceSize round_up(VkDeviceSize v, VkDeviceSize a) { return (v + a - 1) / a * a; }
 
 std::string version_string(uint32_t v) {
@@ -137,6 +148,8 @@ struct Runtime {
   std::map<size_t, VkDescriptorSetLayout> set_layouts;  // by the number of tensor bindings
   std::map<std::string, Pipeline> pipelines;            // by shader and constants
   HostBuffer ring, staging;
+  HostBuffer fault;            // FaultSlot, written by kernels that find a bad index
+  Allocation fault_binding;    // the fault slot as kernels bind it
   VkDeviceSize ring_used = 0;
   std::mutex mutex;
 
@@ -223,6 +236,12 @@ struct Runtime {
   // Submits what is recorded and waits for it: the only place the host waits for the device.
   void submit_and_wait() {
     if (!recording) return;
+    // the host reads what the commands wrote (staging, the fault slot): make it visible there
+    auto to_host = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+    to_host.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
     KILN_VK_CHECK(vkEndCommandBuffer(cmd));
     recording = false;
     auto submit = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
@@ -233,6 +252,17 @@ struct Runtime {
     KILN_VK_CHECK(vkResetFences(device, 1, &fence));
     KILN_VK_CHECK(vkResetCommandBuffer(cmd, 0));
     ring_used = 0;
+    check_fault();
+  }
+
+  // Throws the bad index a kernel recorded since the last wait, if any, and clears the slot.
+  void check_fault() {
+    auto* slot = static_cast<int32_t*>(fault.mapped);
+    if (slot[0] == 0) return;
+    const int32_t op = slot[0], value = slot[1], position = slot[2], bound = slot[3];
+    std::memset(slot, 0, 4 * sizeof(int32_t));
+    KILN_FAIL(ValueError, where(), " ", fault_op_name(op), ": index ", value, " at position ", position,
+              " is outside [0, ", bound, ") (found on the device, reported at the next synchronisation)");
   }
 
   VkDescriptorSetLayout set_layout(size_t tensors) {
@@ -403,7 +433,12 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   auto cache = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
   KILN_VK_CHECK(vkCreatePipelineCache(r.device, &cache, nullptr, &r.cache));
   r.make_host_buffer(r.ring, kRingBytes, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
+  r.make_host_buffer(r.fault, r.alignment, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
+  std::memset(r.fault.mapped, 0, r.alignment);
+  r.fault_binding = Allocation{r.fault.buffer, 0, r.alignment, 0};
 }
+
+const Allocation* VulkanBackend::fault_slot() const { return &rt_->fault_binding; }
 
 VulkanBackend::~VulkanBackend() {
   // Destructors log, never throw: the process is ending or the device is gone.
@@ -418,7 +453,7 @@ VulkanBackend::~VulkanBackend() {
     vkDestroyPipelineLayout(r.device, p.layout, nullptr);
   }
   for (auto& [n, layout] : r.set_layouts) vkDestroyDescriptorSetLayout(r.device, layout, nullptr);
-  for (HostBuffer* h : {&r.ring, &r.staging})
+  for (HostBuffer* h : {&r.ring, &r.staging, &r.fault})
     if (h->buffer) {
       vkUnmapMemory(r.device, h->memory);
       vkDestroyBuffer(r.device, h->buffer, nullptr);

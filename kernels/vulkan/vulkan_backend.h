@@ -50,6 +50,11 @@ struct Dispatch {
   int64_t invocations = 0;  // one per element: the workgroup count follows (capped, grid-stride)
 };
 
+// What a kernel that finds an index outside its range records in the fault slot (a host-visible
+// word quadruple: op, value, position, bound), which the host throws as a ValueError at its next
+// wait, naming the op, the index, its position and the range.
+enum class FaultOp : int32_t { none, gather, index_add, one_hot, cross_entropy, cross_entropy_backward };
+
 class VulkanBackend final : public Backend {
  public:
   explicit VulkanBackend(int device);
@@ -65,6 +70,7 @@ class VulkanBackend final : public Backend {
   void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) override;
   void synchronize() override;
   void record(const Dispatch& d);  // queues one kernel
+  const Allocation* fault_slot() const;  // kernels that check indices bind it
   size_t bytes_reserved() const;   // device memory held in blocks (for tests and logs)
 
   // elementwise.cpp
@@ -81,12 +87,14 @@ class VulkanBackend final : public Backend {
   void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
   void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) override;
 
-  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
-  void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
-  void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
+  // index.cpp
   void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;
   void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
   void one_hot(const TensorRef& indices, const TensorRef& out) override;
+
+  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
+  void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
+  void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
   void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
                      double label_smoothing) override;
   void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets, const TensorRef& grad_losses,

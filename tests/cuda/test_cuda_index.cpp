@@ -6,25 +6,6 @@
 using namespace kiln;
 using namespace kiln::test;
 
-namespace {
-
-// m indices in [0, n); with `distinct`, a prefix of a permutation (m <= n).
-Tensor random_indices(std::mt19937& rng, int64_t m, int64_t n, bool distinct) {
-  std::vector<int32_t> v;
-  if (distinct) {
-    std::vector<int32_t> all(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    std::shuffle(all.begin(), all.end(), rng);
-    v.assign(all.begin(), all.begin() + m);
-  } else {
-    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(n - 1));
-    for (int64_t j = 0; j < m; ++j) v.push_back(pick(rng));
-  }
-  return from_vector<int32_t>(v, {m});
-}
-
-}  // namespace
-
 TEST_CASE("index_select, its gradient and one_hot match the CPU") {
   if (!have_cuda()) return;
   std::mt19937 rng(6);
