@@ -12,6 +12,7 @@
 namespace kiln {
 
 bool TensorRef::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to be out of place (and [3, 0]'s strides are [1, 1])
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return false;

@@ -171,6 +171,17 @@ TEST_CASE("uniform and normal draws have the right statistics") {
   CHECK(std::sqrt((centred * centred).mean().item()) == doctest::Approx(3.0).epsilon(0.01));
 }
 
+TEST_CASE("reductions over an empty axis: sums of 0, means of NaN, maxima refused") {
+  // [3, 0] has no element out of place: it is contiguous (its strides [1, 1] once made the
+  // reduction's layout check fail, and the reduction permuted and copied it forever)
+  Tensor e = zeros({3, 0});
+  CHECK(e.is_contiguous());
+  CHECK(e.sum({1}).to_vector<float>() == std::vector<float>{0, 0, 0});
+  CHECK(std::isnan(e.mean({1}).to_vector<float>()[0]));
+  CHECK_THROWS_AS((void)e.max({1}), ValueError);
+  CHECK(zeros({0, 4}).sum({0}).to_vector<float>() == std::vector<float>{0, 0, 0, 0});
+}
+
 TEST_CASE("reductions over axes apart equal the same reductions with the axes moved together") {
   // sum, mean, max and min over axes that are not adjacent in a contiguous tensor run in stages
   // (no copy of the input); the reference moves the reduced axes last and reduces them at once.

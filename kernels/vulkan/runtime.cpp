@@ -69,7 +69,7 @@ bool validation_requested() {
 constexpr VkDeviceSize kBlockBytes = VkDeviceSize{64} << 20;    // device memory is taken in blocks of this
 constexpr VkDeviceSize kRingBytes = VkDeviceSize{4} << 20;      // parameters of the dispatches of one submission
 constexpr VkDeviceSize kStagingMax = VkDeviceSize{64} << 20;    // host transfers go in chunks of at most this
-constexpr uint32_t kWorkgroup = 256;                            // invocations per workgroup (constant 0)
+constexpr uint32_t kWorkgroup = kWorkgroupSize;                 // invocations per workgroup (constant 0)
 constexpr uint32_t kMaxGroups = 65535;                          // the least maxComputeWorkGroupCount[0] of any device
 
 // A Vulkan info struct, zeroed but for its type.

@@ -39,6 +39,8 @@ struct Allocation {
   size_t block = 0;
 };
 
+constexpr int64_t kWorkgroupSize = 256;  // invocations per workgroup of every kernel (constant 0)
+
 // One dispatch of a shader variant: specialisation constants after the workgroup size (constant 0),
 // the parameter bytes (binding 0) and the tensors' allocations (bindings 1, 2, ...).
 struct Dispatch {
@@ -92,8 +94,10 @@ class VulkanBackend final : public Backend {
   void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
   void one_hot(const TensorRef& indices, const TensorRef& out) override;
 
-  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
+  // reduce.cpp
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
+
+  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
   void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
   void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
                      double label_smoothing) override;

@@ -1,0 +1,104 @@
+#version 450
+// Reductions over the middle axis of contiguous x [outer, n, inner] -> out [outer, inner] on the
+// Vulkan backend (kernels/cpu/reduce.cpp states the rules; the op is a specialisation constant):
+//   sum, mean     f32 accumulates in float (the CPU in double: the tests bound the difference);
+//                 i32 sums wrap, as the CPU's 64-bit sum wrapped to 32 bits. mean of n = 0 is NaN.
+//   max, min      a NaN anywhere makes the result NaN.
+//   argmax/argmin the i32 index of the first extreme; the first NaN counts as the extreme.
+// Two variants (-D):
+//   ROWS (inner == 1): a workgroup per row; each invocation folds the elements k = t, t + 256, ...
+//     then the 256 partials meet in shared memory, halving each step. The index travels with the
+//     value and ties go to the lower index, so the arg ops give the first extreme whatever order
+//     the partials meet in.
+//   COLUMNS (inner > 1): an invocation per output (o, i), walking k; neighbouring invocations
+//     read neighbouring elements of each row of x, so the loads are coalesced.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const int OP = 0;      // core/backend.h's ReduceOp: sum, mean, max, min, argmax, argmin
+layout(constant_id = 2) const int IS_I32 = 0;  // x (and out, but for the arg ops) is i32, else f32
+
+const int SUM = 0, MEAN = 1, MAX = 2, MIN = 3, ARGMAX = 4, ARGMIN = 5;
+const bool kArg = OP == ARGMAX || OP == ARGMIN;
+const bool kMax = OP == MAX || OP == ARGMAX;
+
+layout(std430, binding = 0) readonly buffer Params {
+  int outer, n, inner;
+  int x_offset, out_offset;
+} P;
+layout(std430, binding = 1) readonly buffer XF { float x_f[]; };
+layout(std430, binding = 1) readonly buffer XI { int x_i[]; };
+layout(std430, binding = 2) writeonly buffer OutF { float out_f[]; };
+layout(std430, binding = 2) writeonly buffer OutI { int out_i[]; };
+
+// A partial result: the value (f32, or i32 in `vi`) and, for the arg ops, its index.
+struct Acc {
+  float v;
+  int vi;
+  int index;
+};
+
+Acc start() {
+  if (OP == SUM || OP == MEAN) return Acc(0.0, 0, 0);
+  // the identity of max / min; index n + 1 loses every tie (n itself marks "no element")
+  return Acc(kMax ? -1.0 / 0.0 : 1.0 / 0.0, kMax ? -2147483647 - 1 : 2147483647, 2147483647);
+}
+
+bool is_nan(float v) { return v != v; }
+
+// a combined with b: for max and min, NaN wins and, among equals (NaNs included), the lower index
+Acc combine(Acc a, Acc b) {
+  if (OP == SUM || OP == MEAN) return Acc(a.v + b.v, a.vi + b.vi, 0);
+  bool take_b;
+  if (IS_I32 != 0) {
+    take_b = kMax ? b.vi > a.vi : b.vi < a.vi;
+    if (b.vi == a.vi) take_b = b.index < a.index;
+  } else if (is_nan(a.v) || is_nan(b.v)) {
+    take_b = is_nan(b.v) && (!is_nan(a.v) || b.index < a.index);
+  } else {
+    take_b = kMax ? b.v > a.v : b.v < a.v;
+    if (b.v == a.v) take_b = b.index < a.index;
+  }
+  return take_b ? b : a;
+}
+
+Acc element(int at, int k) {
+  if (IS_I32 != 0) return Acc(0.0, x_i[at], k);
+  return Acc(x_f[at], 0, k);
+}
+
+void store(int at, Acc a) {
+  if (kArg) out_i[at] = a.index;
+  else if (IS_I32 != 0) out_i[at] = a.vi;  // mean of i32 is refused on the host
+  else out_f[at] = OP == MEAN ? a.v / float(P.n) : a.v;
+}
+
+#if defined(ROWS)
+shared Acc partial[gl_WorkGroupSize.x];  // sized by the workgroup (constant 0)
+
+void main() {
+  const int t = int(gl_LocalInvocationID.x), threads = int(gl_WorkGroupSize.x);
+  for (int row = int(gl_WorkGroupID.x); row < P.outer; row += int(gl_NumWorkGroups.x)) {
+    Acc a = start();
+    const int base = P.x_offset + row * P.n;
+    for (int k = t; k < P.n; k += threads) a = combine(a, element(base + k, k));
+    partial[t] = a;
+    barrier();
+    for (int step = threads / 2; step > 0; step /= 2) {
+      if (t < step) partial[t] = combine(partial[t], partial[t + step]);
+      barrier();
+    }
+    if (t == 0) store(P.out_offset + row, partial[0]);
+    barrier();  // partial[0] is read before the next row writes it
+  }
+}
+#else  // COLUMNS
+void main() {
+  const int total = P.outer * P.inner, stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x);
+  for (int e = int(gl_GlobalInvocationID.x); e < total; e += stride) {
+    const int i = e % P.inner, o = e / P.inner;
+    Acc a = start();
+    const int base = P.x_offset + o * P.n * P.inner + i;
+    for (int k = 0; k < P.n; ++k) a = combine(a, element(base + k * P.inner, k));
+    store(P.out_offset + e, a);
+  }
+}
+#endif
