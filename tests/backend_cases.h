@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,6 +51,62 @@ inline Tensor random_indices(std::mt19937& rng, int64_t m, int64_t n, bool disti
   }
   return from_vector<int32_t>(v, {m});
 }
+
+// ---- the softmax family's cases ----
+
+// Row lengths from 1 to 6000, with the warp/block boundary (1024) and odd sizes around it.
+// Also the thresholds of the CUDA versions (softmax.cuh): the lane groups of rows_per_warp (4, 8,
+// 16, 32), kRegisterRowMin (512) and the register shapes (packs per thread 1/2/4/8).
+inline int64_t random_length(std::mt19937& rng) {
+  static const int64_t lengths[] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 16, 17, 31, 32, 33, 100, 255, 511, 512, 513, 1000,
+                                    1023, 1024, 1025, 1500, 2047, 4099, 5003, 6000};
+  return lengths[std::uniform_int_distribution<size_t>(0, std::size(lengths) - 1)(rng)];
+}
+
+// Logits spread: 1 (typical), 30 (peaked rows) and 1e3 (exp overflows without the max shift).
+inline double random_scale(std::mt19937& rng) {
+  static const double scales[] = {1, 30, 1e3};
+  return scales[std::uniform_int_distribution<int>(0, 2)(rng)];
+}
+
+inline Tensor random_targets(std::mt19937& rng, int64_t rows, int64_t classes) {
+  std::vector<int32_t> t(static_cast<size_t>(rows));
+  for (auto& v : t) v = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(classes - 1))(rng);
+  return from_vector<int32_t>(t, {rows});
+}
+
+// Six rows of n logits with the special values: a -inf among finite values, all -inf, a NaN, a
+// +inf, logits of 1e3 (exp overflows without the max shift) and of -3e4, as [6, n] in f64.
+inline Tensor softmax_special_rows(int64_t n) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> v(static_cast<size_t>(6 * n));
+  std::mt19937 rng(static_cast<unsigned>(n));
+  for (auto& e : v) e = std::uniform_real_distribution<double>(-5, 5)(rng);
+  v[0] = -inf;
+  std::fill(v.begin() + n, v.begin() + 2 * n, -inf);
+  v[static_cast<size_t>(2 * n + n / 2)] = nan;
+  v[static_cast<size_t>(3 * n + n - 1)] = inf;
+  for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(4 * n + k)] = 1e3 * (k % 2 ? 1 : -1) + static_cast<double>(k);
+  for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(5 * n + k)] = -3e4 + 0.5 * static_cast<double>(k);
+  return from_vector<double>(v, {6, n});
+}
+
+// Six rows of logits for cross-entropy with targets {0, 1, 0, 4, 2, 0}: a -inf logit (not the
+// target), all -inf, a NaN, a +inf, 1e3-sized logits, the target at -inf; [6, classes] in f64.
+inline Tensor cross_entropy_special_rows(int64_t classes) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> v(static_cast<size_t>(6 * classes));
+  std::mt19937 rng(static_cast<unsigned>(classes));
+  for (auto& e : v) e = std::uniform_real_distribution<double>(-3, 3)(rng);
+  v[1] = -inf;
+  std::fill(v.begin() + classes, v.begin() + 2 * classes, -inf);
+  v[static_cast<size_t>(2 * classes + 2)] = nan;
+  v[static_cast<size_t>(3 * classes + 3)] = inf;
+  for (int64_t c = 0; c < classes; ++c) v[static_cast<size_t>(4 * classes + c)] = 1e3 + 0.01 * static_cast<double>(c);
+  v[static_cast<size_t>(5 * classes)] = -inf;
+  return from_vector<double>(v, {6, classes});
+}
+inline Tensor cross_entropy_special_targets() { return from_vector<int32_t>({0, 1, 0, 4, 2, 0}, {6}); }
 
 inline void check_close_on(const Device& device, const Tensor& gpu, const Tensor& cpu, double rtol, double atol,
                            const std::string& what) {

@@ -9,18 +9,10 @@ namespace kiln::vulkan {
 namespace {
 [[noreturn]] void missing(const char* op) {
   KILN_FAIL(BackendUnavailable, "vulkan ", op, ": the Vulkan backend has no kernel for this op yet "
-            "(so far: fill, arange, copy, unary, unary_backward, binary, uniform, normal, dropout, gather, index_add, one_hot, reduce); use --device cpu or cuda");
+            "(so far: fill, arange, copy, unary, unary_backward, binary, uniform, normal, dropout, gather, index_add, one_hot, reduce, softmax, cross_entropy); use --device cpu or cuda");
 }
 }  // namespace
 
-void VulkanBackend::softmax(const TensorRef&, const TensorRef&, bool log) { missing(log ? "log_softmax" : "softmax"); }
-void VulkanBackend::cross_entropy(const TensorRef&, const TensorRef&, const TensorRef&, double) {
-  missing("cross_entropy");
-}
-void VulkanBackend::cross_entropy_backward(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&,
-                                           double) {
-  missing("cross_entropy_backward");
-}
 void VulkanBackend::matmul(const TensorRef&, const TensorRef&, const TensorRef&, const MatmulParams&,
                            const Epilogue&) {
   missing("matmul");

@@ -97,12 +97,14 @@ class VulkanBackend final : public Backend {
   // reduce.cpp
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
 
-  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
+  // softmax.cpp
   void softmax(const TensorRef& x, const TensorRef& out, bool log) override;
   void cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
                      double label_smoothing) override;
   void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets, const TensorRef& grad_losses,
                               const TensorRef& grad_logits, double label_smoothing) override;
+
+  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
   void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
               const Epilogue& e) override;
   void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,

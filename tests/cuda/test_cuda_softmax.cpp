@@ -19,27 +19,6 @@ using namespace kiln::test;
 
 namespace {
 
-// Row lengths from 1 to 6000, with the warp/block boundary (1024) and odd sizes around it.
-// Also the thresholds of the versions (softmax.cuh): the lane groups of rows_per_warp (4, 8, 16,
-// 32), kRegisterRowMin (512) and the register shapes (packs per thread 1/2/4/8).
-int64_t random_length(std::mt19937& rng) {
-  static const int64_t lengths[] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 16, 17, 31, 32, 33, 100, 255, 511, 512, 513, 1000,
-                                    1023, 1024, 1025, 1500, 2047, 4099, 5003, 6000};
-  return lengths[std::uniform_int_distribution<size_t>(0, std::size(lengths) - 1)(rng)];
-}
-
-// Logits spread: 1 (typical), 30 (peaked rows) and 1e3 (exp overflows without the max shift).
-double random_scale(std::mt19937& rng) {
-  static const double scales[] = {1, 30, 1e3};
-  return scales[std::uniform_int_distribution<int>(0, 2)(rng)];
-}
-
-Tensor random_targets(std::mt19937& rng, int64_t rows, int64_t classes) {
-  std::vector<int32_t> t(static_cast<size_t>(rows));
-  for (auto& v : t) v = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(classes - 1))(rng);
-  return from_vector<int32_t>(t, {rows});
-}
-
 // Tolerances against the CPU's double accumulation (softmax.cu: f32 accumulates in float).
 double rtol(DType t) { return t == DType::f32 ? 1e-5 : 1e-12; }
 double atol(DType t) { return t == DType::f32 ? 1e-6 : 1e-13; }
@@ -81,20 +60,9 @@ TEST_CASE("softmax and log_softmax match the CPU over any axis, f32 and f64") {
 
 TEST_CASE("softmax's special values match the CPU: -inf, NaN, +inf, huge logits, empty axes") {
   if (!have_cuda()) return;
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   for (int64_t n : {3, 40, 2000}) {
     for (DType t : {DType::f32, DType::f64}) {
-      // rows: a -inf among finite values, all -inf, a NaN, a +inf, huge and tiny logits
-      std::vector<double> v(static_cast<size_t>(6 * n));
-      std::mt19937 rng(static_cast<unsigned>(n));
-      for (auto& e : v) e = std::uniform_real_distribution<double>(-5, 5)(rng);
-      v[0] = -inf;
-      std::fill(v.begin() + n, v.begin() + 2 * n, -inf);
-      v[static_cast<size_t>(2 * n + n / 2)] = nan;
-      v[static_cast<size_t>(3 * n + n - 1)] = inf;
-      for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(4 * n + k)] = 1e3 * (k % 2 ? 1 : -1) + static_cast<double>(k);
-      for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(5 * n + k)] = -3e4 + 0.5 * static_cast<double>(k);
-      Tensor cpu = from_vector<double>(v, {6, n}).to(t);
+      Tensor cpu = softmax_special_rows(n).to(t);
       Tensor gpu = cpu.to(kCuda);
       for (int64_t axis : {1, 0}) {
         check_close(softmax(gpu, axis), softmax(cpu, axis), rtol(t), atol(t) * 1e-1, name_of("softmax special", cpu.shape(), t, static_cast<double>(axis)));
@@ -149,22 +117,11 @@ TEST_CASE("cross_entropy, its autograd gradient and cross_entropy_backward match
 
 TEST_CASE("cross_entropy's special values match the CPU; an out-of-range target throws at the next read") {
   if (!have_cuda()) return;
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   // 3000 and 20000: the forward's unrolled block version; 20000: the backward's split version
   for (int64_t classes : {5, 10, 3000, 20000}) {
-    // rows: a -inf logit (not the target), all -inf, a NaN, a +inf, 1e3-sized logits, the target at -inf
-    std::vector<double> v(static_cast<size_t>(6 * classes));
-    std::mt19937 rng(static_cast<unsigned>(classes));
-    for (auto& e : v) e = std::uniform_real_distribution<double>(-3, 3)(rng);
-    v[1] = -inf;
-    std::fill(v.begin() + classes, v.begin() + 2 * classes, -inf);
-    v[static_cast<size_t>(2 * classes + 2)] = nan;
-    v[static_cast<size_t>(3 * classes + 3)] = inf;
-    for (int64_t c = 0; c < classes; ++c) v[static_cast<size_t>(4 * classes + c)] = 1e3 + 0.01 * static_cast<double>(c);
-    v[static_cast<size_t>(5 * classes)] = -inf;
-    Tensor targets = from_vector<int32_t>({0, 1, 0, 4, 2, 0}, {6});
+    Tensor targets = cross_entropy_special_targets();
     for (DType t : {DType::f32, DType::f64}) {
-      Tensor cpu = from_vector<double>(v, {6, classes}).to(t);
+      Tensor cpu = cross_entropy_special_rows(classes).to(t);
       for (double smoothing : {0.0, 0.1}) {
         const std::string name = name_of("cross_entropy special", cpu.shape(), t, smoothing);
         check_close(cross_entropy(cpu.to(kCuda), targets.to(kCuda), Reduction::none, smoothing),
@@ -191,26 +148,16 @@ TEST_CASE("softmax versions 7 to 9 (rows in registers, column tiles) give the CP
   if (!have_cuda()) return;
   namespace v = kiln::cuda::softmax;
   cudaStream_t stream = kiln::cuda::backend(0).stream();
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   // 1024 and 3000: version 7 with 1 and 4 warps (3000 f64: version 6); 1024 and longer: columns
   // that hold shared slots as well as registers; 5000 f64 at 16 lanes: too long, version 8
   for (int64_t n : {3, 40, 1024, 3000, 5000}) {
-    // slices: a -inf among finite values, all -inf, a NaN, a +inf, 1e3-sized and -3e4-sized logits
-    std::vector<double> values(static_cast<size_t>(6 * n));
-    std::mt19937 rng(static_cast<unsigned>(n));
-    for (auto& e : values) e = std::uniform_real_distribution<double>(-5, 5)(rng);
-    values[0] = -inf;
-    std::fill(values.begin() + n, values.begin() + 2 * n, -inf);
-    values[static_cast<size_t>(2 * n + n / 2)] = nan;
-    values[static_cast<size_t>(3 * n + n - 1)] = inf;
-    for (int64_t k = 0; k < n; ++k) values[static_cast<size_t>(4 * n + k)] = 1e3 * (k % 2 ? 1 : -1) + static_cast<double>(k);
-    for (int64_t k = 0; k < n; ++k) values[static_cast<size_t>(5 * n + k)] = -3e4 + 0.5 * static_cast<double>(k);
+    const Tensor special = softmax_special_rows(n);  // [6, n]
     for (DType t : {DType::f32, DType::f64}) {
       for (bool log : {false, true}) {
         // the slices as rows [6, n], and as columns of [1, n, 6] (and [2, n, 3]: two outer indices)
-        Tensor rows = from_vector<double>(values, {6, n}).to(t);
+        Tensor rows = special.to(t);
         Tensor columns = rows.transpose(0, 1).contiguous().reshape({1, n, 6});
-        Tensor columns2 = from_vector<double>(values, {2, 3, n}).to(t).transpose(1, 2).contiguous();
+        Tensor columns2 = special.reshape({2, 3, n}).to(t).transpose(1, 2).contiguous();
         auto check = [&](const Tensor& cpu, const std::string& version, auto fn) {
           Tensor want = log ? log_softmax(cpu, 1) : softmax(cpu, 1);  // rows [6, n], columns [outer, n, inner]
           Tensor x = cpu.to(kCuda), out = zeros(cpu.shape(), TensorOptions(t).device(kCuda));

@@ -13,10 +13,9 @@
 //   binary:         out[i] = a[i] op b[i]         (f32; a and b broadcast with stride 0)
 //
 // One invocation per element in a grid-stride loop (the host caps the workgroup count at 65535,
-// the least every device offers). f32 math follows kernels/cpu/elementwise.cpp: GLSL's exp, log,
-// tanh and pow carry the device's precision (Vulkan allows exp 3 + 2|x| ulp), which the tests'
-// tolerances bound; erf, which GLSL lacks, is a Chebyshev fit of erfc good to 1.2e-7 relative,
-// and tanh is kiln's own (see tanh_of).
+// the least every device offers). f32 math follows kernels/cpu/elementwise.cpp; exp, log, tanh and
+// erf (which GLSL lacks) are kiln's own (math.glsl), as Vulkan leaves GLSL's loose; pow is GLSL's
+// (exp2(y log2 x): its error grows with |y log2 x|, which the tests' tolerance bounds).
 //
 // Bindings: 0 the parameters (written by the host per dispatch), then the tensors.
 layout(local_size_x_id = 0) in;
@@ -28,6 +27,7 @@ const int F32 = 0, I32 = 1, U8 = 2;
 // atomicAnd / atomicOr on the element's byte, so neighbours written by other invocations survive.
 
 #include "layout.glsl"
+#include "math.glsl"
 
 layout(std430, binding = 0) readonly buffer Params {
   int numel;
@@ -74,19 +74,9 @@ int wrap_to_i32(float v) {
 // Float to integer as the CPU converts: truncation toward zero, then the wrap.
 int truncate_to_i32(float v) { return wrap_to_i32(trunc(v)); }
 
-// erfc(z), relative error below 1.2e-7 for every z (Numerical Recipes' Chebyshev fit).
-float erfc_of(float z) {
-  const float t = 1.0 / (1.0 + 0.5 * abs(z));
-  const float poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
-      t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
-      t * (-0.82215223 + t * 0.17087277))))))));
-  const float r = t * exp(-z * z + poly);
-  return z >= 0.0 ? r : 2.0 - r;
-}
 float normal_cdf(float v) { return 0.5 * erfc_of(-v * 0.70710678118654752); }
-float normal_pdf(float v) { return exp(-0.5 * v * v) * 0.39894228040143268; }
+float normal_pdf(float v) { return exp_of(-0.5 * v * v) * 0.39894228040143268; }
 
-bool is_nan(float v) { return v != v; }
 
 #if defined(FILL) || defined(COPY)
 // Byte o of the u8 array over out_u: only its 8 bits change.
@@ -97,19 +87,6 @@ void store_u8(int o, uint byte) {
 }
 #endif
 
-// tanh to a few ulp everywhere: GLSL's may be computed as (e^2x - 1) / (e^2x + 1), which near 0
-// keeps only absolute accuracy (lavapipe: tanh(1e-30) = 3e-8). Below 0.625 an odd polynomial
-// (Cephes' tanhf coefficients), above it 1 - 2 / (e^2|x| + 1), which has no cancellation there.
-float tanh_of(float v) {
-  const float a = abs(v);
-  if (a < 0.625) {
-    const float z = v * v;
-    return v + v * z * (((( -5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z +
-                        1.33314422036e-1) * z - 3.33332819422e-1);
-  }
-  const float t = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
-  return v < 0.0 ? -t : t;
-}
 
 // core/backend.h's UnaryOp and BinaryOp, in its order.
 const int NEG = 0, EXP = 1, LOG = 2, SQRT = 3, ABS = 4, SIGN = 5, RELU = 6, LEAKY_RELU = 7, GELU = 8,
@@ -139,8 +116,8 @@ float pow_of(float x, float y) {
 
 float unary_op(float v, float alpha) {
   if (OP == NEG) return -v;
-  if (OP == EXP) return exp(v);
-  if (OP == LOG) return log(v);
+  if (OP == EXP) return exp_of(v);
+  if (OP == LOG) return log_of(v);
   if (OP == SQRT) return sqrt(v);
   if (OP == ABS) return abs(v);
   if (OP == SIGN) return v > 0.0 ? 1.0 : (v < 0.0 ? -1.0 : 0.0);  // sign(NaN) = 0
@@ -148,7 +125,7 @@ float unary_op(float v, float alpha) {
   if (OP == LEAKY_RELU) return v > 0.0 ? v : alpha * v;
   if (OP == GELU) return v * normal_cdf(v);
   if (OP == TANH) return tanh_of(v);
-  if (OP == SIGMOID) return 1.0 / (1.0 + exp(-v));
+  if (OP == SIGMOID) return 1.0 / (1.0 + exp_of(-v));
   if (OP == POW) return pow_of(v, alpha);
   if (OP == ADD_SCALAR) return v + alpha;
   return v * alpha;  // MUL_SCALAR

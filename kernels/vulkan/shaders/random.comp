@@ -44,6 +44,8 @@ uvec4 philox(uvec4 counter, uint key0, uint key1) {
   return counter;
 }
 
+#include "math.glsl"
+
 float to_unit(uint w) { return (float(w >> 8) + 0.5) * (1.0 / 16777216.0); }
 
 vec2 two_sum(float a, float b) {
@@ -57,19 +59,6 @@ vec2 split12(float v) {  // Veltkamp: two halves of 12 significant bits
   precise float h = c - (c - v);
   precise float l = v - h;
   return vec2(h, l);
-}
-
-// ln u for u in (0, 1]: u = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(t), t = (m - 1) / (m + 1).
-float log_of(float u) {
-  int e;
-  float m = frexp(u, e);
-  if (m < 0.70710678) {
-    m *= 2.0;
-    e -= 1;
-  }
-  const float t = (m - 1.0) / (m + 1.0), t2 = t * t;
-  const float series = 2.0 * t * (1.0 + t2 * (1.0 / 3.0 + t2 * (1.0 / 5.0 + t2 * (1.0 / 7.0 + t2 * (1.0 / 9.0)))));
-  return float(e) * 0.69314718055994531 + series;
 }
 
 // (cos, sin) of 2 pi u for u in (0, 1), u a multiple of 2^-24: u - q / 4 is exact, so the angle

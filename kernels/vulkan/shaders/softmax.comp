@@ -1,0 +1,69 @@
+#version 450
+// softmax and log_softmax over the middle axis of contiguous x [outer, n, inner] on the Vulkan
+// backend (kernels/cuda/softmax.cu states the math):
+//   softmax:     out[o, k, i] = exp(x[o, k, i] - m) / s
+//   log_softmax: out[o, k, i] = x[o, k, i] - m - log(s),   m = max_k x, s = sum_k exp(x - m)
+// Each slice keeps an online state (m, s): an element above m rescales s by exp(m_old - m_new),
+// so one pass gives both. Variants (-D):
+//   ROWS (inner == 1): a workgroup per row; each invocation folds the elements t, t + 256, ...,
+//     the 256 states meet in shared memory, then a second pass writes the row.
+//   COLUMNS (inner > 1): an invocation per column (o, i), walking k twice; neighbouring
+//     invocations read neighbouring elements.
+// Special values as on the CPU: a NaN anywhere in a slice, or a max of +-inf, makes the whole
+// slice NaN; a -inf among finite values gives 0 (log: -inf).
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const int LOG = 0;  // log_softmax
+
+layout(std430, binding = 0) readonly buffer Params {
+  int outer, n, inner;
+  int x_offset, out_offset;
+} P;
+layout(std430, binding = 1) readonly buffer X { float x[]; };
+layout(std430, binding = 2) writeonly buffer Out { float out_f[]; };
+
+#include "math.glsl"
+#include "online.glsl"
+
+void write_slice(int base, int step, vec2 a) {
+  const float log_s = log_of(a.y);
+  for (int k = 0; k < P.n; ++k) {
+    const float v = x[P.x_offset + base + k * step];
+    out_f[P.out_offset + base + k * step] = LOG != 0 ? v - a.x - log_s : shifted_exp(v, a.x) / a.y;
+  }
+}
+
+#if defined(ROWS)
+shared vec2 partial[gl_WorkGroupSize.x];
+
+void main() {
+  const int t = int(gl_LocalInvocationID.x), threads = int(gl_WorkGroupSize.x);
+  for (int row = int(gl_WorkGroupID.x); row < P.outer; row += int(gl_NumWorkGroups.x)) {
+    const int base = row * P.n;
+    vec2 a = none();
+    for (int k = t; k < P.n; k += threads) a = add(a, x[P.x_offset + base + k]);
+    partial[t] = a;
+    barrier();
+    for (int step = threads / 2; step > 0; step /= 2) {
+      if (t < step) partial[t] = combine(partial[t], partial[t + step]);
+      barrier();
+    }
+    a = finish(partial[0]);
+    const float log_s = log_of(a.y);
+    for (int k = t; k < P.n; k += threads) {
+      const float v = x[P.x_offset + base + k];
+      out_f[P.out_offset + base + k] = LOG != 0 ? v - a.x - log_s : shifted_exp(v, a.x) / a.y;
+    }
+    barrier();  // partial[0] is read before the next row writes it
+  }
+}
+#else  // COLUMNS
+void main() {
+  const int total = P.outer * P.inner, stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x);
+  for (int e = int(gl_GlobalInvocationID.x); e < total; e += stride) {
+    const int i = e % P.inner, o = e / P.inner, base = o * P.n * P.inner + i;
+    vec2 a = none();
+    for (int k = 0; k < P.n; ++k) a = add(a, x[P.x_offset + base + k * P.inner]);
+    write_slice(base, P.inner, finish(a));
+  }
+}
+#endif
