@@ -52,6 +52,47 @@ inline Tensor random_indices(std::mt19937& rng, int64_t m, int64_t n, bool disti
   return from_vector<int32_t>(v, {m});
 }
 
+// ---- matmul's cases ----
+
+// matmul sizes: 1, primes, and non-multiples (and multiples) of every tile.
+inline int64_t pick(std::mt19937& rng) {
+  static const int64_t sizes[] = {1, 2, 3, 5, 7, 8, 13, 17, 31, 32, 33, 64, 65, 97, 127, 128, 129, 200, 257};
+  return sizes[std::uniform_int_distribution<int>(0, 18)(rng)];
+}
+
+// A [.., rows, cols] operand with a random layout: contiguous, a transposed view of a
+// [.., cols, rows] tensor, or a column slice of a wider tensor (row stride > cols). The base is
+// made once; view() takes the same view of it on either device, so the device's kernel receives
+// the trans flags and row strides themselves, not a contiguous copy.
+struct Operand {
+  Tensor base;
+  int layout = 0;
+  int64_t cols = 0;
+  Tensor view(const Tensor& on) const {
+    if (layout == 1) return on.transpose(-1, -2);
+    if (layout == 2) return on.slice(-1, 0, cols);
+    return on;
+  }
+  Tensor cpu() const { return view(base); }
+  Tensor on(const Device& device) const { return view(base.to(device)); }
+};
+
+inline Operand operand(std::mt19937& rng, Shape batch, int64_t rows, int64_t cols, DType t, std::string& how) {
+  Operand op;
+  op.layout = std::uniform_int_distribution<int>(0, 2)(rng);
+  op.cols = cols;
+  Shape s = batch;
+  if (op.layout == 1) {
+    s.push_back(cols), s.push_back(rows);
+    how += " T";
+  } else {
+    s.push_back(rows), s.push_back(cols + (op.layout == 2 ? 3 : 0));
+    if (op.layout == 2) how += " ld+3";
+  }
+  op.base = uniform(s, -1, 1, t);
+  return op;
+}
+
 // ---- the softmax family's cases ----
 
 // Row lengths from 1 to 6000, with the warp/block boundary (1024) and odd sizes around it.

@@ -39,6 +39,7 @@ int32_t narrow(int64_t v, std::string_view op, std::string_view what) {
 
 // t as a shader walks it: size-1 dimensions dropped, neighbours that lie back to back merged.
 Layout layout_of(const TensorRef& t, std::string_view op) {
+  if (t.numel() == 0) return Layout{};  // nothing to walk (the dispatch is skipped)
   int64_t sizes[64], strides[64];
   int rank = 0;
   int64_t last = t.offset;  // the largest offset the walk reaches
@@ -128,14 +129,20 @@ void VulkanBackend::copy(const TensorRef& src, const TensorRef& out) {
 }
 
 void VulkanBackend::unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) {
-  check_dtype(x, Takes::f32, unary_op_name(op));
-  check_dtype(out, Takes::f32, unary_op_name(op));
+  check_dtype(x, Takes::f32_i32, unary_op_name(op));
+  KILN_CHECK(out.dtype == x.dtype, DTypeError, "vulkan ", unary_op_name(op), ": out is ", out.dtype, ", x ", x.dtype);
+  const bool i32 = x.dtype == DType::i32;
+  KILN_CHECK(!i32 || op == UnaryOp::neg || op == UnaryOp::abs || op == UnaryOp::sign || op == UnaryOp::relu ||
+                 op == UnaryOp::add_scalar || op == UnaryOp::mul_scalar,
+             DTypeError, "vulkan unary ", unary_op_name(op), " does not take i32 (only the ops that stay integers)");
   Params p;
   p.numel = narrow(out.numel(), unary_op_name(op), "an element count of");
   p.out = layout_of(out, unary_op_name(op));
   p.a = layout_of(x, unary_op_name(op));
   p.alpha = static_cast<float>(alpha);
-  record({"elementwise_unary", {static_cast<int32_t>(op)}, &p, sizeof p, {allocation(x), allocation(out)}, p.numel});
+  p.bits = static_cast<uint32_t>(static_cast<int32_t>(alpha));  // i32: alpha truncated, as the CPU
+  record({"elementwise_unary", {static_cast<int32_t>(op), 0, 0, i32}, &p, sizeof p,
+          {allocation(x), allocation(out), fault_slot()}, p.numel});
 }
 
 void VulkanBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorRef& grad, const TensorRef& out,
@@ -155,14 +162,16 @@ void VulkanBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorR
 }
 
 void VulkanBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
-  for (const TensorRef* t : {&a, &b, &out}) check_dtype(*t, Takes::f32, binary_op_name(op));
+  for (const TensorRef* t : {&a, &b, &out}) check_dtype(*t, Takes::f32_i32, binary_op_name(op));
+  KILN_CHECK(a.dtype == b.dtype && b.dtype == out.dtype, DTypeError, "vulkan ", binary_op_name(op), ": ", a.dtype,
+             ", ", b.dtype, " -> ", out.dtype, "; one dtype");
   Params p;
   p.numel = narrow(out.numel(), binary_op_name(op), "an element count of");
   p.out = layout_of(out, binary_op_name(op));
   p.a = layout_of(a, binary_op_name(op));
   p.b = layout_of(b, binary_op_name(op));
-  record({"elementwise_binary", {static_cast<int32_t>(op)}, &p, sizeof p, {allocation(a), allocation(b), allocation(out)},
-          p.numel});
+  record({"elementwise_binary", {static_cast<int32_t>(op), 0, 0, a.dtype == DType::i32}, &p, sizeof p,
+          {allocation(a), allocation(b), allocation(out), fault_slot()}, p.numel});
 }
 
 }  // namespace kiln::vulkan

@@ -9,14 +9,10 @@ namespace kiln::vulkan {
 namespace {
 [[noreturn]] void missing(const char* op) {
   KILN_FAIL(BackendUnavailable, "vulkan ", op, ": the Vulkan backend has no kernel for this op yet "
-            "(so far: fill, arange, copy, unary, unary_backward, binary, uniform, normal, dropout, gather, index_add, one_hot, reduce, softmax, cross_entropy); use --device cpu or cuda");
+            "(so far: fill, arange, copy, unary, unary_backward, binary, uniform, normal, dropout, gather, index_add, one_hot, reduce, softmax, cross_entropy, matmul, the optimizer steps); use --device cpu or cuda");
 }
 }  // namespace
 
-void VulkanBackend::matmul(const TensorRef&, const TensorRef&, const TensorRef&, const MatmulParams&,
-                           const Epilogue&) {
-  missing("matmul");
-}
 void VulkanBackend::conv2d(const TensorRef&, const TensorRef&, const TensorRef&, const Conv2dParams&,
                            const Epilogue&) {
   missing("conv2d");
@@ -50,21 +46,4 @@ void VulkanBackend::batch_norm_backward(const TensorRef&, const TensorRef&, cons
                                         const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&) {
   missing("batch_norm_backward");
 }
-void VulkanBackend::sgd_step(std::span<const TensorRef>, std::span<const TensorRef>, std::span<const TensorRef>,
-                             const SgdStep&) {
-  missing("sgd_step");
-}
-void VulkanBackend::adam_step(std::span<const TensorRef>, std::span<const TensorRef>, std::span<const TensorRef>,
-                              std::span<const TensorRef>, std::span<const TensorRef>, const AdamStep&) {
-  missing("adam_step");
-}
-void VulkanBackend::adadelta_step(std::span<const TensorRef>, std::span<const TensorRef>, std::span<const TensorRef>,
-                                  std::span<const TensorRef>, const AdadeltaStep&) {
-  missing("adadelta_step");
-}
-void VulkanBackend::rmsprop_step(std::span<const TensorRef>, std::span<const TensorRef>, std::span<const TensorRef>,
-                                 std::span<const TensorRef>, std::span<const TensorRef>, const RmspropStep&) {
-  missing("rmsprop_step");
-}
-
 }  // namespace kiln::vulkan

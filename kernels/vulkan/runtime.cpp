@@ -261,6 +261,12 @@ struct Runtime {
     if (slot[0] == 0) return;
     const int32_t op = slot[0], value = slot[1], position = slot[2], bound = slot[3];
     std::memset(slot, 0, 4 * sizeof(int32_t));
+    KILN_CHECK(op != static_cast<int32_t>(FaultOp::division_by_zero), ValueError, where(),
+               " binary div: integer division by zero (element ", position, "; found on the device, reported at the next "
+               "synchronisation)");
+    KILN_CHECK(op != static_cast<int32_t>(FaultOp::negative_power), ValueError, where(),
+               " binary pow: negative integer powers are not allowed (element ", position,
+               "); convert to a floating dtype first");
     KILN_FAIL(ValueError, where(), " ", fault_op_name(op), ": index ", value, " at position ", position,
               " is outside [0, ", bound, ") (found on the device, reported at the next synchronisation)");
   }

@@ -52,10 +52,13 @@ struct Dispatch {
   int64_t invocations = 0;  // one per element: the workgroup count follows (capped, grid-stride)
 };
 
-// What a kernel that finds an index outside its range records in the fault slot (a host-visible
-// word quadruple: op, value, position, bound), which the host throws as a ValueError at its next
-// wait, naming the op, the index, its position and the range.
-enum class FaultOp : int32_t { none, gather, index_add, one_hot, cross_entropy, cross_entropy_backward };
+// What a kernel that finds a bad input records in the fault slot (a host-visible word quadruple:
+// op, value, position, bound), which the host throws as a ValueError at its next wait: an index
+// outside its range (naming the op, the index, its position and the range), or an i32 division by
+// zero or negative power (naming the element).
+enum class FaultOp : int32_t {
+  none, gather, index_add, one_hot, cross_entropy, cross_entropy_backward, division_by_zero, negative_power
+};
 
 class VulkanBackend final : public Backend {
  public:
@@ -104,9 +107,24 @@ class VulkanBackend final : public Backend {
   void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets, const TensorRef& grad_losses,
                               const TensorRef& grad_logits, double label_smoothing) override;
 
-  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
+  // matmul.cpp
   void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
               const Epilogue& e) override;
+
+  // optim.cpp
+  void sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                std::span<const TensorRef> momentum_buffers, const SgdStep& hyper) override;
+  void adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                 std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
+                 std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& hyper) override;
+  void adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                     std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
+                     const AdadeltaStep& hyper) override;
+  void rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                    std::span<const TensorRef> square_avgs, std::span<const TensorRef> momentum_buffers,
+                    std::span<const TensorRef> grad_avgs, const RmspropStep& hyper) override;
+
+  // The kernels still to come (missing.cpp): each throws BackendUnavailable naming itself.
   void conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
               const Epilogue& e) override;
   void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
@@ -124,17 +142,6 @@ class VulkanBackend final : public Backend {
   void batch_norm_backward(const TensorRef& x, const TensorRef& grad, const TensorRef& mean, const TensorRef& invstd,
                            const TensorRef& weight, const TensorRef& grad_x, const TensorRef& grad_weight,
                            const TensorRef& grad_bias) override;
-  void sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
-                std::span<const TensorRef> momentum_buffers, const SgdStep& hyper) override;
-  void adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
-                 std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
-                 std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& hyper) override;
-  void adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
-                     std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
-                     const AdadeltaStep& hyper) override;
-  void rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
-                    std::span<const TensorRef> square_avgs, std::span<const TensorRef> momentum_buffers,
-                    std::span<const TensorRef> grad_avgs, const RmspropStep& hyper) override;
 
  private:
   std::unique_ptr<Runtime> rt_;

@@ -28,44 +28,6 @@ struct Tf32Guard {
   Tf32Guard& operator=(const Tf32Guard&) = delete;
 };
 
-int64_t pick(std::mt19937& rng) {
-  static const int64_t sizes[] = {1, 2, 3, 5, 7, 8, 13, 17, 31, 32, 33, 64, 65, 97, 127, 128, 129, 200, 257};
-  return sizes[std::uniform_int_distribution<int>(0, 18)(rng)];
-}
-
-// A [.., rows, cols] operand with a random layout: contiguous, a transposed view of a
-// [.., cols, rows] tensor, or a column slice of a wider tensor (row stride > cols). The base is
-// made once; view() takes the same view of it on either device, so the CUDA kernel receives the
-// trans flags and row strides themselves, not a contiguous copy.
-struct Operand {
-  Tensor base;
-  int layout = 0;
-  int64_t cols = 0;
-  Tensor view(const Tensor& on) const {
-    if (layout == 1) return on.transpose(-1, -2);
-    if (layout == 2) return on.slice(-1, 0, cols);
-    return on;
-  }
-  Tensor cpu() const { return view(base); }
-  Tensor gpu() const { return view(base.to(kCuda)); }
-};
-
-Operand operand(std::mt19937& rng, Shape batch, int64_t rows, int64_t cols, DType t, std::string& how) {
-  Operand op;
-  op.layout = std::uniform_int_distribution<int>(0, 2)(rng);
-  op.cols = cols;
-  Shape s = batch;
-  if (op.layout == 1) {
-    s.push_back(cols), s.push_back(rows);
-    how += " T";
-  } else {
-    s.push_back(rows), s.push_back(cols + (op.layout == 2 ? 3 : 0));
-    if (op.layout == 2) how += " ld+3";
-  }
-  op.base = uniform(s, -1, 1, t);
-  return op;
-}
-
 // The epilogue of layout `trans` (0-3) in the version sweeps: none, a bias, a bias and ReLU, ReLU
 // alone. apply() passes a CPU result through it.
 struct SweepEpilogue {
@@ -142,7 +104,7 @@ TEST_CASE("matmul matches the CPU on random shapes, layouts and batches, f32 and
       Tensor want = matmul(a.cpu(), b.cpu());
       const double scale = std::sqrt(static_cast<double>(k)) / 3;  // std of a sum of k products of U(-1, 1)
       const double tol = t == DType::f32 ? 1e-4 : 1e-12;
-      check_close(matmul(a.gpu(), b.gpu()), want, tol, tol * scale, "matmul " + how);
+      check_close(matmul(a.on(kCuda), b.on(kCuda)), want, tol, tol * scale, "matmul " + how);
     }
   }
 }
@@ -225,7 +187,7 @@ TEST_CASE("with allow_tf32, f32 matmul runs on TF32 tensor cores within its erro
     Operand a = operand(rng, {2}, m, k, DType::f32, how), b = operand(rng, {}, k, n, DType::f32, how);
     // The truth in f64: TF32's rounding (2^-11 relative per input) is the only error allowed.
     Tensor want = matmul(a.cpu().to(DType::f64), b.cpu().to(DType::f64));
-    Tensor got = matmul(a.gpu(), b.gpu()).to(DType::f64);
+    Tensor got = matmul(a.on(kCuda), b.on(kCuda)).to(DType::f64);
     check_close(got, want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(k)), how);
   }
 }

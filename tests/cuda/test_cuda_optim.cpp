@@ -5,39 +5,14 @@
 // launch's table holds) and includes empty and one-element tensors.
 #include "optim/optim.h"
 #include "tests/cuda/cuda_test.h"
-
-#include <functional>
-#include <memory>
+#include "tests/optim_cases.h"
 
 using namespace kiln;
 using namespace kiln::test;
 
-namespace {
-
-using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
-
-template <class O, class Options>
-Make make(Options options) {
-  return [options](std::vector<Tensor> params) { return std::make_unique<O>(std::move(params), options); };
-}
-
-}  // namespace
-
 TEST_CASE("optimizer steps on the GPU match the CPU's for every rule") {
   if (!have_cuda()) return;
-  using namespace optim;
-  const std::pair<const char*, Make> rules[] = {
-      {"sgd_plain", make<SGD>(SGDOptions(0.02))},
-      {"sgd_momentum", make<SGD>(SGDOptions(0.02).momentum(0.9).dampening(0.1))},
-      {"sgd_nesterov", make<SGD>(SGDOptions(0.02).momentum(0.9).nesterov().weight_decay(0.01))},
-      {"adam", make<Adam>(AdamOptions(0.01))},
-      {"adam_weight_decay", make<Adam>(AdamOptions(0.01).betas({0.8, 0.99}).eps(1e-6).weight_decay(0.1))},
-      {"adam_amsgrad", make<Adam>(AdamOptions(0.01).betas({0.9, 0.6}).amsgrad())},
-      {"adamw_amsgrad", make<AdamW>(AdamWOptions(0.01).betas({0.9, 0.6}).weight_decay(0.05).amsgrad())},
-      {"adadelta", make<Adadelta>(AdadeltaOptions(0.5).rho(0.8).eps(1e-4).weight_decay(0.1))},
-      {"rmsprop_momentum", make<RMSprop>(RMSpropOptions(0.01).momentum(0.9).weight_decay(0.1))},
-      {"rmsprop_centered", make<RMSprop>(RMSpropOptions(0.01).alpha(0.9).eps(1e-6).momentum(0.5).centered())},
-  };
+  const auto rules = optimizer_rules();
   // 30 tensors (more than one launch's 24) holding 5M elements (more than one launch's 256 chunks
   // of 16384), with an empty and a one-element tensor among them.
   std::vector<Shape> shapes = {{4200000}, {0}, {1}, {3, 7}, {16385}, {100, 31}};

@@ -210,17 +210,17 @@ TEST_CASE("vulkan binary ops broadcast as on the CPU") {
 
 TEST_CASE("vulkan: a missing kernel or dtype is an error naming the backend and the op") {
   if (!have_vulkan()) return;
-  Tensor a = ones({4, 4}, TensorOptions().device(kVulkan));
+  Tensor x = ones({1, 1, 4, 4}, TensorOptions().device(kVulkan));
   try {
-    (void)matmul(a, a);
+    (void)max_pool2d(x, {.kernel = {2, 2}});
     FAIL("expected BackendUnavailable");
   } catch (const BackendUnavailable& e) {
-    CHECK(std::string(e.what()).find("vulkan matmul") != std::string::npos);
+    CHECK(std::string(e.what()).find("vulkan max_pool2d") != std::string::npos);
   }
   Tensor d = empty({3}, TensorOptions(DType::f64).device(kVulkan));
   CHECK_THROWS_AS(d.fill_(1), DTypeError);
   Tensor i = ones({3}, TensorOptions(DType::i32).device(kVulkan));
-  CHECK_THROWS_AS((void)neg(i), DTypeError);
+  CHECK_THROWS_AS((void)exp(i), DTypeError);
   check_no_validation_messages();
 }
 
@@ -250,5 +250,38 @@ TEST_CASE("vulkan uniform, normal and dropout draw the CPU's Philox numbers") {
       check_close(dropout(xv.detach().slice(0, 1, n), 0.6, true, &a), dropout(x.slice(0, 1, n), 0.6, true, &b), 0, 0,
                   "dropout of a view n=" + std::to_string(n));
   }
+  check_no_validation_messages();
+}
+
+TEST_CASE("vulkan i32 elementwise ops wrap and truncate as on the CPU; division by zero is reported") {
+  if (!have_vulkan()) return;
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 50; ++trial) {
+    const Shape s = random_shape(rng), t = broadcastable(rng, s);
+    Tensor a = (uniform(s, -3e9, 3e9)).to(DType::i32), b = (uniform(t, 1, 50)).to(DType::i32);
+    Tensor da = a.to(kVulkan), db = b.to(kVulkan);
+    const std::string what = s.str() + " with " + t.str();
+    check_close(da + db, a + b, 0, 0, "i32 add " + what);
+    check_close(da - db, a - b, 0, 0, "i32 sub " + what);
+    check_close(da * db, a * b, 0, 0, "i32 mul (wrapping) " + what);
+    check_close(da / db, a / b, 0, 0, "i32 div " + what);
+    check_close(maximum(da, db), maximum(a, b), 0, 0, "i32 maximum " + what);
+    check_close(eq(da, db), eq(a, b), 0, 0, "i32 eq " + what);
+    check_close(lt(db, da), lt(b, a), 0, 0, "i32 lt " + what);
+    check_close(pow(db, db), pow(b, b), 0, 0, "i32 pow (wrapping) " + what);
+    check_close(neg(da), neg(a), 0, 0, "i32 neg " + what);
+    check_close(abs(da) * 3.0 + 7.0, abs(a) * 3.0 + 7.0, 0, 0, "i32 abs, mul, add " + what);
+    check_close(sign(da), sign(a), 0, 0, "i32 sign " + what);
+  }
+  Tensor extremes = from_vector<int32_t>({-2147483647 - 1, 2147483647, -7, 7}, {4});
+  Tensor minus_one = from_vector<int32_t>({-1, -1, 2, -2}, {4});
+  check_close(extremes.to(kVulkan) / minus_one.to(kVulkan), extremes / minus_one, 0, 0, "INT_MIN / -1 wraps");
+  check_close(neg(extremes.to(kVulkan)), neg(extremes), 0, 0, "-INT_MIN wraps");
+  Tensor zero = from_vector<int32_t>({1, 0, 2, 3}, {4}).to(kVulkan);
+  CHECK_THROWS_WITH_AS((extremes.to(kVulkan) / zero).to(Device::cpu()), doctest::Contains("integer division by zero"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(pow(extremes.to(kVulkan), minus_one.to(kVulkan)).to(Device::cpu()),
+                       doctest::Contains("negative integer powers"), ValueError);
+  check_close(extremes.to(kVulkan) + 1.0, extremes + 1.0, 0, 0, "after the faults");
   check_no_validation_messages();
 }

@@ -8,9 +8,9 @@
 //   arange:         out[i] = start + i * step     (contiguous)
 //   copy:           out[i] = src[i]               (any strides and shapes of equal element count,
 //                                                  conversions among f32, i32 and u8)
-//   unary:          out[i] = f(x[i], alpha)       (f32; x strided)
+//   unary:          out[i] = f(x[i], alpha)       (f32, and i32 for the ops that stay integers)
 //   unary_backward: out[i] = grad[i] * f'(x[i])   (f32; relu, leaky_relu, gelu)
-//   binary:         out[i] = a[i] op b[i]         (f32; a and b broadcast with stride 0)
+//   binary:         out[i] = a[i] op b[i]         (f32 and i32; a and b broadcast with stride 0)
 //
 // One invocation per element in a grid-stride loop (the host caps the workgroup count at 65535,
 // the least every device offers). f32 math follows kernels/cpu/elementwise.cpp; exp, log, tanh and
@@ -54,11 +54,20 @@ layout(std430, binding = 2) writeonly buffer OutI { int out_i[]; };
 layout(std430, binding = 2) buffer OutU { uint out_u[]; };
 #elif defined(UNARY)
 layout(std430, binding = 1) readonly buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer XI { int x_i[]; };
 layout(std430, binding = 2) writeonly buffer Out { float out_f[]; };
+layout(std430, binding = 2) writeonly buffer OutI { int out_i[]; };
 #else  // UNARY_BACKWARD (a = x, b = grad), BINARY
 layout(std430, binding = 1) readonly buffer A { float a[]; };
+layout(std430, binding = 1) readonly buffer AI { int a_i[]; };
 layout(std430, binding = 2) readonly buffer B { float b[]; };
+layout(std430, binding = 2) readonly buffer BI { int b_i[]; };
 layout(std430, binding = 3) writeonly buffer Out { float out_f[]; };
+layout(std430, binding = 3) writeonly buffer OutI { int out_i[]; };
+#endif
+#if defined(UNARY) || defined(BINARY)
+layout(std430, binding = 4) buffer Fault { int fault[]; };  // i32 division by zero, negative powers
+layout(constant_id = 4) const int IS_I32 = 0;  // unary, binary: i32 (else f32)
 #endif
 
 // The i32 that a float holding an integer value wraps to (mod 2^32), as C++'s conversion of an
@@ -153,6 +162,62 @@ float binary_op(float x, float y) {
   return x <= y ? 1.0 : 0.0;  // LE
 }
 
+#if defined(UNARY) || defined(BINARY)
+// i32, as kernels/cpu/elementwise.cpp: arithmetic wraps (GLSL's int does), division truncates
+// toward zero and INT_MIN / -1 wraps; a division by zero or a negative power cannot throw from a
+// shader: the element gets 0 and the fault slot records it (op, the element, 0, 0).
+void report(int op, int element) {
+  if (atomicCompSwap(fault[0], 0, op) == 0) {
+    fault[1] = 0;
+    fault[2] = element;
+    fault[3] = 0;
+  }
+}
+const int FAULT_DIVISION = 6, FAULT_POWER = 7;  // runtime.cpp's FaultOp
+
+int unary_op_i(int v, int alpha) {
+  if (OP == NEG) return -v;
+  if (OP == ABS) return v < 0 ? -v : v;
+  if (OP == SIGN) return v > 0 ? 1 : (v < 0 ? -1 : 0);
+  if (OP == RELU) return v < 0 ? 0 : v;
+  if (OP == ADD_SCALAR) return v + alpha;
+  return v * alpha;  // MUL_SCALAR (the host refuses the others)
+}
+
+int binary_op_i(int x, int y, int element) {
+  if (OP == ADD) return x + y;
+  if (OP == SUB) return x - y;
+  if (OP == MUL) return x * y;
+  if (OP == DIV) {
+    if (y == 0) {
+      report(FAULT_DIVISION, element);
+      return 0;
+    }
+    return y == -1 ? -x : x / y;  // -INT_MIN wraps to INT_MIN, where INT_MIN / -1 is undefined
+  }
+  if (OP == BPOW) {  // repeated squaring in uint: exact, and wraps
+    if (y < 0) {
+      report(FAULT_POWER, element);
+      return 0;
+    }
+    uint result = 1u, base = uint(x);
+    for (uint e = uint(y); e != 0u; e >>= 1) {
+      if ((e & 1u) != 0u) result *= base;
+      base *= base;
+    }
+    return int(result);
+  }
+  if (OP == MAXIMUM) return max(x, y);
+  if (OP == MINIMUM) return min(x, y);
+  if (OP == EQ) return x == y ? 1 : 0;
+  if (OP == NE) return x != y ? 1 : 0;
+  if (OP == GT) return x > y ? 1 : 0;
+  if (OP == GE) return x >= y ? 1 : 0;
+  if (OP == LT) return x < y ? 1 : 0;
+  return x <= y ? 1 : 0;  // LE
+}
+#endif
+
 // Error-free float arithmetic for arange's double-float: Knuth's two-sum, and Veltkamp's split of
 // a float into two halves of 12 significant bits, whose products with other 12-bit numbers are
 // exact. (Vulkan lets fma be a multiply and an add, so fma(a, b, -a * b) is no product's error.)
@@ -221,11 +286,13 @@ void main() {
       else store_u8(o, uint(v));
     }
 #elif defined(UNARY)
-    out_f[at(P.out_l, i)] = unary_op(x[at(P.a_l, i)], P.alpha);
+    if (IS_I32 != 0) out_i[at(P.out_l, i)] = unary_op_i(x_i[at(P.a_l, i)], int(P.bits));
+    else out_f[at(P.out_l, i)] = unary_op(x[at(P.a_l, i)], P.alpha);
 #elif defined(UNARY_BACKWARD)
     out_f[at(P.out_l, i)] = unary_backward_op(a[at(P.a_l, i)], b[at(P.b_l, i)], P.alpha);
 #else
-    out_f[at(P.out_l, i)] = binary_op(a[at(P.a_l, i)], b[at(P.b_l, i)]);
+    if (IS_I32 != 0) out_i[at(P.out_l, i)] = binary_op_i(a_i[at(P.a_l, i)], b_i[at(P.b_l, i)], i);
+    else out_f[at(P.out_l, i)] = binary_op(a[at(P.a_l, i)], b[at(P.b_l, i)]);
 #endif
   }
 }
