@@ -1,0 +1,122 @@
+// conv2d and pooling of the Vulkan backend (shaders/conv2d.comp, shaders/pool.comp).
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/vulkan/vulkan_backend.h"
+
+namespace kiln::vulkan {
+
+namespace {
+
+struct ConvParams {  // conv2d.comp's
+  int32_t n = 0, c = 0, h = 0, w = 0;
+  int32_t o = 0, kh = 0, kw = 0;
+  int32_t oh = 0, ow = 0;
+  int32_t sh = 0, sw = 0, ph = 0, pw = 0, dh = 0, dw = 0, groups = 0;
+  int32_t x_offset = 0, w_offset = 0, y_offset = 0, bias_offset = 0, has_bias = 0;
+};
+
+struct PoolParams {  // pool.comp's
+  int32_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int32_t kh = 0, kw = 0, sh = 0, sw = 0, ph = 0, pw = 0, include_pad = 0;
+  int32_t x_offset = 0, y_offset = 0, i_offset = 0;
+};
+
+int32_t narrow(int64_t v, const char* op) {
+  KILN_CHECK(v >= 0 && v < (int64_t{1} << 31), ShapeError, "vulkan ", op, ": ", v,
+             " does not fit the 32-bit indices of the Vulkan kernels");
+  return static_cast<int32_t>(v);
+}
+
+void check_f32(std::initializer_list<const TensorRef*> ts, const char* op) {
+  for (const TensorRef* t : ts)
+    KILN_CHECK(t->dtype == DType::f32, DTypeError, "vulkan ", op, ": ", t->dtype,
+               " is not supported by the Vulkan backend yet (f32 so far)");
+}
+
+const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
+
+// x [N, C, H, W], w [O, C/G, KH, KW], y [N, O, OH, OW] as conv2d.comp takes them
+ConvParams conv_params(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
+                       const char* op) {
+  check_f32({&x, &w, &y}, op);
+  ConvParams c;
+  c.n = narrow(x.shape[0], op), c.c = narrow(x.shape[1], op), c.h = narrow(x.shape[2], op), c.w = narrow(x.shape[3], op);
+  c.o = narrow(w.shape[0], op), c.kh = narrow(w.shape[2], op), c.kw = narrow(w.shape[3], op);
+  c.oh = narrow(y.shape[2], op), c.ow = narrow(y.shape[3], op);
+  c.sh = narrow(p.stride_h, op), c.sw = narrow(p.stride_w, op), c.ph = narrow(p.pad_h, op), c.pw = narrow(p.pad_w, op);
+  c.dh = narrow(p.dilation_h, op), c.dw = narrow(p.dilation_w, op), c.groups = narrow(p.groups, op);
+  narrow(x.numel(), op), narrow(y.numel(), op), narrow(w.numel(), op);
+  c.x_offset = narrow(x.offset, op), c.w_offset = narrow(w.offset, op), c.y_offset = narrow(y.offset, op);
+  return c;
+}
+
+PoolParams pool_params(const TensorRef& x, const TensorRef& y, const Pool2dParams& p, const char* op) {
+  PoolParams q;
+  q.planes = narrow(x.shape[0] * x.shape[1], op), q.h = narrow(x.shape[2], op), q.w = narrow(x.shape[3], op);
+  q.oh = narrow(y.shape[2], op), q.ow = narrow(y.shape[3], op);
+  q.kh = narrow(p.kernel_h, op), q.kw = narrow(p.kernel_w, op), q.sh = narrow(p.stride_h, op);
+  q.sw = narrow(p.stride_w, op), q.ph = narrow(p.pad_h, op), q.pw = narrow(p.pad_w, op);
+  q.include_pad = p.count_include_pad;
+  narrow(x.numel(), op), narrow(y.numel(), op);
+  q.x_offset = narrow(x.offset, op), q.y_offset = narrow(y.offset, op);
+  return q;
+}
+
+}  // namespace
+
+void VulkanBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
+                           const Epilogue& e) {
+  ConvParams c = conv_params(x, w, y, p, "conv2d");
+  if (e.bias.defined()) check_f32({&e.bias}, "conv2d");
+  c.has_bias = e.bias.defined();
+  c.bias_offset = e.bias.defined() ? narrow(e.bias.offset, "conv2d") : 0;
+  // without a bias, binding 4 takes x again, unread
+  record({"conv2d_forward", {e.activation == Activation::relu}, &c, sizeof c,
+          {allocation(x), allocation(w), allocation(y), e.bias.defined() ? allocation(e.bias) : allocation(x)},
+          y.numel()});
+}
+
+void VulkanBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
+                                          const Conv2dParams& p) {
+  ConvParams c = conv_params(grad_x, w, grad_y, p, "conv2d_backward_input");
+  record({"conv2d_backward_input", {}, &c, sizeof c, {allocation(grad_y), allocation(w), allocation(grad_x)},
+          grad_x.numel()});
+}
+
+void VulkanBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                                           const Conv2dParams& p) {
+  ConvParams c = conv_params(x, grad_w, grad_y, p, "conv2d_backward_weight");
+  record({"conv2d_backward_weight", {}, &c, sizeof c, {allocation(x), allocation(grad_y), allocation(grad_w)},
+          grad_w.numel()});
+}
+
+void VulkanBackend::max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices, const Pool2dParams& p) {
+  check_f32({&x, &y}, "max_pool2d");
+  PoolParams q = pool_params(x, y, p, "max_pool2d");
+  q.i_offset = narrow(indices.offset, "max_pool2d");
+  record({"pool_max_forward", {}, &q, sizeof q, {allocation(x), allocation(y), allocation(indices)}, y.numel()});
+}
+
+void VulkanBackend::max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& grad_x,
+                                        const Pool2dParams& p) {
+  check_f32({&grad_y, &grad_x}, "max_pool2d_backward");
+  PoolParams q = pool_params(grad_x, grad_y, p, "max_pool2d_backward");
+  q.i_offset = narrow(indices.offset, "max_pool2d_backward");
+  record({"pool_max_backward", {}, &q, sizeof q, {allocation(grad_y), allocation(indices), allocation(grad_x)},
+          grad_x.numel()});
+}
+
+void VulkanBackend::avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) {
+  check_f32({&x, &y}, "avg_pool2d");
+  PoolParams q = pool_params(x, y, p, "avg_pool2d");
+  record({"pool_avg_forward", {}, &q, sizeof q, {allocation(x), allocation(y)}, y.numel()});
+}
+
+void VulkanBackend::avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x, const Pool2dParams& p) {
+  check_f32({&grad_y, &grad_x}, "avg_pool2d_backward");
+  PoolParams q = pool_params(grad_x, grad_y, p, "avg_pool2d_backward");
+  record({"pool_avg_backward", {}, &q, sizeof q, {allocation(grad_y), allocation(grad_x)}, grad_x.numel()});
+}
+
+}  // namespace kiln::vulkan
