@@ -2,23 +2,33 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#ifdef KILN_WITH_VULKAN
+#include "kernels/vulkan/vulkan_backend.h"
+#endif
 
 namespace kiln::apps {
 
 Device pick_device(const std::string& spec, const std::function<void(const std::string&)>& log, bool verbose) {
   if (spec != "auto") return Device(spec);
-  // Vulkan joins this list once its backend has every kernel a training run needs; until then it
-  // serves --device vulkan alone, which names the first kernel it lacks.
-  for (Device d : {Device::cuda(0)}) {
+  for (Device d : {Device::cuda(0), Device::vulkan(0)}) {
     try {
-      (void)backend_for(d);
-      log("device: " + d.str() + " (auto: the first available of cuda, cpu)");
+      Backend& b = backend_for(d);
+#ifdef KILN_WITH_VULKAN
+      if (d.type == DeviceType::vulkan && static_cast<vulkan::VulkanBackend&>(b).software()) {
+        if (verbose)
+          log("device: skipping " + d.str() + ": " + static_cast<vulkan::VulkanBackend&>(b).description() +
+              " runs on the CPU, where kiln's CPU backend is faster");
+        continue;
+      }
+#endif
+      (void)b;
+      log("device: " + d.str() + " (auto: the first available of cuda, a vulkan GPU, cpu)");
       return d;
     } catch (const BackendUnavailable& e) {
       if (verbose) log("device: skipping " + d.str() + ": " + e.what());
     }
   }
-  log("device: cpu (auto: no CUDA device, or a build of kiln without the CUDA backend)");
+  log("device: cpu (auto: no CUDA device or Vulkan GPU)");
   return Device::cpu();
 }
 

@@ -8,9 +8,9 @@
 
 namespace kiln::apps {
 
-// "auto" takes CUDA, then the CPU (Vulkan joins when its backend has every kernel), and says which
-// and why through `log` (and, when `verbose`, why CUDA was unavailable); anything else is parsed
-// as a device.
+// "auto" takes CUDA, then a Vulkan GPU (not a CPU implementation such as lavapipe, where kiln's
+// CPU backend is faster), then the CPU, and says which and why through `log` (and, when `verbose`,
+// why each one it skipped was passed by); anything else is parsed as a device.
 Device pick_device(const std::string& spec, const std::function<void(const std::string&)>& log, bool verbose);
 
 // For CLI11's check(): empty when `spec` is "auto" or a device, else the reason it is not.

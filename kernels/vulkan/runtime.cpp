@@ -405,6 +405,7 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   vkGetPhysicalDeviceProperties(r.physical, &r.props);
   vkGetPhysicalDeviceMemoryProperties(r.physical, &r.memory);
   r.alignment = std::max<VkDeviceSize>(256, r.props.limits.minStorageBufferOffsetAlignment);
+  software_ = r.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   description_ = detail::concat(r.props.deviceName, " (driver ", version_string(r.props.driverVersion), ", Vulkan ",
                                 version_string(r.props.apiVersion), ")");
 

@@ -69,6 +69,9 @@ class VulkanBackend final : public Backend {
   std::string_view name() const override { return "vulkan"; }
   // "NVIDIA H100 80GB HBM3 (driver 580.159.4, Vulkan 1.4.312)": what the runtime chose.
   const std::string& description() const { return description_; }
+  // Whether the device is a CPU implementation (lavapipe, SwiftShader): there kiln's own CPU
+  // backend is the faster choice, and --device auto passes it by.
+  bool software() const { return software_; }
 
   // runtime.cpp
   void* allocate(size_t bytes) override;
@@ -150,6 +153,7 @@ class VulkanBackend final : public Backend {
  private:
   std::unique_ptr<Runtime> rt_;
   std::string description_;
+  bool software_ = false;
 };
 
 // The backend of Vulkan device `index`, created on first use. Throws BackendUnavailable when

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -143,6 +144,30 @@ TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CP
   while (std::getline(metrics, line)) last = line;
   CHECK(last.find("\"type\":\"epoch\"") != std::string::npos);
   CHECK(fs::file_size(dir.file("m.png")) > 1000);
+}
+
+TEST_CASE("--device vulkan trains the MLP and the CNN on a subset to the CPU's accuracy") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  // lavapipe in CI (the CNN's direct conv kernels run there at a few images a second: a subset)
+  for (const char* args : {"--model mlp --epochs 1 --limit-train 1280 --limit-test 500 --batch-size 32 -q",
+                           "--model cnn --epochs 1 --limit-train 128 --limit-test 200 --test-batch-size 100 -q"}) {
+    Result vk = run(std::string(args) + " --device vulkan");
+    if (vk.code != 0 && vk.out.find("no Vulkan driver") != std::string::npos) {
+      const char* ci = std::getenv("CI");
+      if (ci && std::string(ci) == "true") FAIL("no Vulkan device in CI: " << vk.out);
+      MESSAGE("skipped: " << vk.out);
+      return;
+    }
+    REQUIRE_MESSAGE(vk.code == 0, vk.out);
+    CHECK(vk.out.find("device vulkan:0") != std::string::npos);
+    Result cpu = run(std::string(args) + " --device cpu");
+    REQUIRE_MESSAGE(cpu.code == 0, cpu.out);
+    // the same seed, the same data and draws: the accuracies agree up to float rounding's effect
+    CHECK_MESSAGE(std::abs(best_accuracy(vk.out) - best_accuracy(cpu.out)) <= 1.0, args << "\n" << vk.out << cpu.out);
+  }
 }
 
 TEST_CASE("2 epochs straight equal 1 epoch, save, resume, 1 more: bit for bit") {
