@@ -484,7 +484,9 @@ VulkanBackend::~VulkanBackend() {
 
 VulkanBackend& backend(int index) {
   static std::mutex mutex;
-  static std::map<int, std::unique_ptr<VulkanBackend>> backends;
+  // Never destroyed: tensors freed during static destruction still return their memory here, and
+  // at exit NVIDIA's driver may already be torn down (destroying then crashed the process).
+  static auto& backends = *new std::map<int, std::unique_ptr<VulkanBackend>>();
   std::lock_guard<std::mutex> lock(mutex);
   auto& b = backends[index];
   if (!b) b = std::make_unique<VulkanBackend>(index);

@@ -55,7 +55,8 @@ struct Dispatch {
 };
 
 // What a kernel that finds a bad input records in the fault slot (a host-visible word quadruple:
-// op, value, position, bound), which the host throws as a ValueError at its next wait: an index
+// op, value, position, bound; the first to arrive when several are bad), which the host throws as
+// a ValueError at its next wait: an index
 // outside its range (naming the op, the index, its position and the range), or an i32 division by
 // zero or negative power (naming the element).
 enum class FaultOp : int32_t {

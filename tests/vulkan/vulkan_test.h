@@ -26,7 +26,7 @@ inline bool have_vulkan() {
     return true;
   } catch (const BackendUnavailable& e) {
     const char* ci = std::getenv("CI");
-    if (ci && std::string(ci) == "true") FAIL("no Vulkan device in CI: " << e.what());
+    if (ci && std::string(ci) == "true") FAIL("no Vulkan device in CI: " << std::string(e.what()));
     MESSAGE("skipped: " << std::string(e.what()));
     return false;
   }

@@ -40,6 +40,8 @@ layout(std430, binding = 2) readonly buffer GY { float gy[]; };
 layout(std430, binding = 3) writeonly buffer GW { float gw[]; };
 #endif
 
+#include "math.glsl"
+
 void main() {
   const int cg = P.c / P.groups, og = P.o / P.groups;  // channels per group, in and out
   const int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x);
@@ -63,7 +65,7 @@ void main() {
       }
     }
     if (P.has_bias != 0) acc += bias[P.bias_offset + o];
-    if (RELU != 0 && acc < 0.0) acc = 0.0;  // a NaN passes
+    if (RELU != 0) acc = relu_of(acc);  // a NaN passes
     y[P.y_offset + e] = acc;
   }
 #elif defined(BACKWARD_INPUT)

@@ -130,7 +130,7 @@ float unary_op(float v, float alpha) {
   if (OP == SQRT) return sqrt(v);
   if (OP == ABS) return abs(v);
   if (OP == SIGN) return v > 0.0 ? 1.0 : (v < 0.0 ? -1.0 : 0.0);  // sign(NaN) = 0
-  if (OP == RELU) return v < 0.0 ? 0.0 : v;                         // a NaN passes
+  if (OP == RELU) return relu_of(v);                                  // a NaN passes
   if (OP == LEAKY_RELU) return v > 0.0 ? v : alpha * v;
   if (OP == GELU) return v * normal_cdf(v);
   if (OP == TANH) return tanh_of(v);

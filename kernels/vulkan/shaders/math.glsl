@@ -3,7 +3,11 @@
 // absolute 2^-21 near 1; tanh: whatever sinh and cosh give), so that every driver computes what
 // the CPU does to a few ulp. Included by the shaders that need them.
 
-bool is_nan(float v) { return v != v; }
+bool is_nan(float v) { return isnan(v); }  // the builtin: a driver may fold v != v away
+
+// max(v, 0) that lets a NaN through, as UnaryOp::relu and the epilogues (a driver may turn
+// v < 0 ? 0 : v into a max that drops it)
+float relu_of(float v) { return isnan(v) ? v : max(v, 0.0); }
 
 // e^x to about 1 ulp: x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, the first exact in a
 // few bits, so k ln2 loses nothing), e^r by Cephes' expf polynomial, then the exponent.

@@ -25,6 +25,8 @@ layout(std430, binding = 2) readonly buffer B { float b[]; };
 layout(std430, binding = 3) writeonly buffer C { float c[]; };
 layout(std430, binding = 4) readonly buffer Bias { float bias[]; };
 
+#include "math.glsl"
+
 shared float tile_a[BK][TILE];  // op(A)[i0 + i][k0 + kk] at [kk][i]
 shared float tile_b[BK][TILE];  // op(B)[k0 + kk][j0 + j] at [kk][j]
 
@@ -75,7 +77,7 @@ void main() {
         if (j >= P.n) continue;
         float v = acc[r][q];
         if (P.has_bias != 0) v += bias[P.bias_offset + j];
-        if (P.relu != 0 && v < 0.0) v = 0.0;  // a NaN passes, as UnaryOp::relu
+        if (P.relu != 0) v = relu_of(v);  // a NaN passes, as UnaryOp::relu
         c[P.out_offset + (bt * P.m + i) * P.n + j] = v;
       }
     }

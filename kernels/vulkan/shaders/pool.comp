@@ -56,7 +56,7 @@ void main() {
     for (int hh = max(h0, 0); hh < min(h0 + P.kh, P.h); ++hh)
       for (int ww = max(w0, 0); ww < min(w0 + P.kw, P.w); ++ww) {
         const float v = x[base + hh * P.w + ww];
-        if (v > best || (v != v && best == best)) {  // once best is NaN nothing beats it
+        if (v > best || (isnan(v) && !isnan(best))) {  // once best is NaN nothing beats it
           best = v;
           best_at = hh * P.w + ww;
         }

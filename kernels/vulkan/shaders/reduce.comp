@@ -42,7 +42,7 @@ Acc start() {
   return Acc(kMax ? -1.0 / 0.0 : 1.0 / 0.0, kMax ? -2147483647 - 1 : 2147483647, 2147483647);
 }
 
-bool is_nan(float v) { return v != v; }
+bool is_nan(float v) { return isnan(v); }
 
 // a combined with b: for max and min, NaN wins and, among equals (NaNs included), the lower index
 Acc combine(Acc a, Acc b) {
