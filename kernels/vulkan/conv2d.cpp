@@ -1,4 +1,5 @@
 // conv2d and pooling of the Vulkan backend (shaders/conv2d.comp, shaders/pool.comp).
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -87,8 +88,9 @@ void VulkanBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorR
 void VulkanBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                                            const Conv2dParams& p) {
   ConvParams c = conv_params(x, grad_w, grad_y, p, "conv2d_backward_weight");
+  // a workgroup per weight element
   record({"conv2d_backward_weight", {}, &c, sizeof c, {allocation(x), allocation(grad_y), allocation(grad_w)},
-          grad_w.numel()});
+          std::min<int64_t>(grad_w.numel(), 65535) * kWorkgroupSize});
 }
 
 void VulkanBackend::max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices, const Pool2dParams& p) {
