@@ -15,6 +15,7 @@ struct ConvParams {  // conv2d.comp's
   int32_t oh = 0, ow = 0;
   int32_t sh = 0, sw = 0, ph = 0, pw = 0, dh = 0, dw = 0, groups = 0;
   int32_t x_offset = 0, w_offset = 0, y_offset = 0, bias_offset = 0, has_bias = 0;
+  int32_t splits = 1, k_chunk = 0;
 };
 
 struct PoolParams {  // pool.comp's
@@ -36,6 +37,12 @@ void check_f32(std::initializer_list<const TensorRef*> ts, const char* op) {
 }
 
 const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
+
+// Workgroups of the implicit GEMM: a 64 x 64 tile of (rows, pixels) per group, at most 65535
+// (tiles beyond loop).
+int64_t gemm_tiles(int64_t groups, int64_t rows, int64_t pixels) {
+  return std::min<int64_t>(groups * ((rows + 63) / 64) * ((pixels + 63) / 64), 65535);
+}
 
 // x [N, C, H, W], w [O, C/G, KH, KW], y [N, O, OH, OW] as conv2d.comp takes them
 ConvParams conv_params(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
@@ -75,22 +82,36 @@ void VulkanBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorR
   // without a bias, binding 4 takes x again, unread
   record({"conv2d_forward", {e.activation == Activation::relu}, &c, sizeof c,
           {allocation(x), allocation(w), allocation(y), e.bias.defined() ? allocation(e.bias) : allocation(x)},
-          y.numel()});
+          gemm_tiles(c.groups, c.o / std::max(c.groups, 1), int64_t{c.n} * c.oh * c.ow) * kWorkgroupSize});
 }
 
 void VulkanBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
                                           const Conv2dParams& p) {
   ConvParams c = conv_params(grad_x, w, grad_y, p, "conv2d_backward_input");
   record({"conv2d_backward_input", {}, &c, sizeof c, {allocation(grad_y), allocation(w), allocation(grad_x)},
-          grad_x.numel()});
+          gemm_tiles(c.groups, c.c / std::max(c.groups, 1), int64_t{c.n} * c.h * c.w) * kWorkgroupSize});
 }
 
 void VulkanBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                                            const Conv2dParams& p) {
   ConvParams c = conv_params(x, grad_w, grad_y, p, "conv2d_backward_weight");
-  // a workgroup per weight element
-  record({"conv2d_backward_weight", {}, &c, sizeof c, {allocation(x), allocation(grad_y), allocation(grad_w)},
-          std::min<int64_t>(grad_w.numel(), 65535) * kWorkgroupSize});
+  // the GEMM: per group, rows O/G, columns C/G KH KW, a reduction over N OH OW (split when long)
+  const int64_t rows = c.o / std::max(c.groups, 1), cols = grad_w.numel() / std::max<int64_t>(c.o, 1);
+  const int64_t terms = int64_t{c.n} * c.oh * c.ow;
+  const int64_t tiles = c.groups * ((rows + 63) / 64) * ((cols + 63) / 64);
+  const SplitK split = split_k(tiles, terms, grad_w.numel());
+  c.splits = narrow(split.splits, "conv2d_backward_weight");
+  c.k_chunk = narrow(split.k_chunk, "conv2d_backward_weight");
+  const int64_t groups_launched = std::min<int64_t>(tiles * split.splits, 65535) * kWorkgroupSize;
+  if (split.splits == 1) {
+    record({"conv2d_backward_weight", {}, &c, sizeof c, {allocation(x), allocation(grad_y), allocation(grad_w)},
+            groups_launched});
+    return;
+  }
+  Workspace ws(*this, static_cast<size_t>(split.splits * grad_w.numel()) * sizeof(float));
+  record({"conv2d_backward_weight", {}, &c, sizeof c, {allocation(x), allocation(grad_y), ws.allocation()},
+          groups_launched});
+  record_split_sum(ws.allocation(), split.splits, grad_w.numel(), cols, grad_w, Epilogue{});
 }
 
 void VulkanBackend::max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices, const Pool2dParams& p) {

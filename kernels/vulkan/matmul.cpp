@@ -13,6 +13,11 @@ struct Params {  // matmul.comp's
   int32_t lda = 0, ldb = 0, batch_stride_a = 0, batch_stride_b = 0;
   int32_t a_offset = 0, b_offset = 0, out_offset = 0, bias_offset = 0;
   int32_t trans_a = 0, trans_b = 0, has_bias = 0, relu = 0;
+  int32_t splits = 1, k_chunk = 0;
+};
+
+struct ReduceParams {  // matmul.comp's REDUCE
+  int32_t total = 0, n = 0, splits = 0, out_offset = 0, bias_offset = 0, has_bias = 0, relu = 0;
 };
 
 constexpr int64_t kTile = 64;
@@ -54,10 +59,44 @@ void VulkanBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorR
   p.bias_offset = e.bias.defined() ? narrow(e.bias.offset) : 0;
   p.relu = e.activation == Activation::relu;
   const int64_t tiles = mp.batch * ((mp.m + kTile - 1) / kTile) * ((mp.n + kTile - 1) / kTile);
-  // without a bias, binding 4 takes A again, unread
-  record({"matmul", {}, &p, sizeof p,
-          {allocation(a), allocation(b), allocation(out), e.bias.defined() ? allocation(e.bias) : allocation(a)},
-          std::min<int64_t>(tiles, 65535) * kWorkgroupSize});
+  const SplitK split = split_k(tiles, mp.k, mp.batch * mp.m * mp.n);
+  p.splits = static_cast<int32_t>(split.splits);
+  p.k_chunk = static_cast<int32_t>(split.k_chunk);
+  if (split.splits == 1) {
+    // without a bias, binding 4 takes A again, unread
+    record({"matmul", {}, &p, sizeof p,
+            {allocation(a), allocation(b), allocation(out), e.bias.defined() ? allocation(e.bias) : allocation(a)},
+            std::min<int64_t>(tiles, 65535) * kWorkgroupSize});
+    return;
+  }
+  Workspace ws(*this, static_cast<size_t>(split.splits * mp.batch * mp.m * mp.n) * sizeof(float));
+  record({"matmul", {}, &p, sizeof p, {allocation(a), allocation(b), ws.allocation(), allocation(a)},
+          std::min<int64_t>(tiles * split.splits, 65535) * kWorkgroupSize});
+  record_split_sum(ws.allocation(), split.splits, mp.batch * mp.m * mp.n, mp.n, out, e);
+}
+
+SplitK split_k(int64_t tiles, int64_t k, int64_t outputs) {
+  // few tiles and a long k: split it so that about 256 workgroups run, each over at least 128 k,
+  // the workspace (splits partial outputs) under 64 MiB
+  if (tiles >= 128 || k < 256) return {1, k};
+  int64_t splits = std::min((256 + tiles - 1) / tiles, k / 128);
+  splits = std::max<int64_t>(1, std::min(splits, (int64_t{16} << 20) / std::max<int64_t>(outputs, 1)));
+  const int64_t chunk = ((k + splits - 1) / splits + 15) / 16 * 16;  // whole steps of 16
+  return {(k + chunk - 1) / chunk, chunk};
+}
+
+void VulkanBackend::record_split_sum(const Allocation* workspace, int64_t splits, int64_t total, int64_t n,
+                                     const TensorRef& out, const Epilogue& e) {
+  ReduceParams r;
+  r.total = narrow(total);
+  r.n = narrow(n);
+  r.splits = narrow(splits);
+  r.out_offset = narrow(out.offset);
+  r.has_bias = e.bias.defined();
+  r.bias_offset = e.bias.defined() ? narrow(e.bias.offset) : 0;
+  r.relu = e.activation == Activation::relu;
+  record({"matmul_reduce", {}, &r, sizeof r,
+          {workspace, allocation(out), e.bias.defined() ? allocation(e.bias) : workspace}, total});
 }
 
 }  // namespace kiln::vulkan

@@ -43,6 +43,13 @@ struct Allocation {
 
 constexpr int64_t kWorkgroupSize = 256;  // invocations per workgroup of every kernel (constant 0)
 
+// How a product with few output tiles splits its reduction (matmul.cpp): `splits` workgroups per
+// tile, each over k_chunk of it (splits == 1: no split).
+struct SplitK {
+  int64_t splits, k_chunk;
+};
+SplitK split_k(int64_t tiles, int64_t k, int64_t outputs);
+
 // One dispatch of a shader variant: specialisation constants after the workgroup size (constant 0),
 // the parameter bytes (binding 0) and the tensors' allocations (bindings 1, 2, ...).
 struct Dispatch {
@@ -116,6 +123,9 @@ class VulkanBackend final : public Backend {
   // matmul.cpp
   void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
               const Epilogue& e) override;
+  // out = epilogue(sum over s of workspace[s][total]) in the order of s, for split-k kernels
+  void record_split_sum(const Allocation* workspace, int64_t splits, int64_t total, int64_t n, const TensorRef& out,
+                        const Epilogue& e);
 
   // optim.cpp
   void sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
@@ -155,6 +165,21 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Runtime> rt_;
   std::string description_;
   bool software_ = false;
+};
+
+// Scratch device memory for one kernel's recording: freed when it goes out of scope, which is safe
+// at once (whatever is recorded later waits for the commands before it).
+class Workspace {
+ public:
+  Workspace(VulkanBackend& b, size_t bytes) : b_(b), p_(b.allocate(bytes)) {}
+  ~Workspace() { b_.deallocate(p_); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  const Allocation* allocation() const { return static_cast<const Allocation*>(p_); }
+
+ private:
+  VulkanBackend& b_;
+  void* p_;
 };
 
 // The backend of Vulkan device `index`, created on first use. Throws BackendUnavailable when
