@@ -12,8 +12,9 @@
 // kernel takes any number of parameters on every device (push constants guarantee only 128 bytes).
 //
 // Dtypes: f32 everywhere, i32 where the CPU takes it but for mean, u8 in fill, copy, gather and
-// one_hot; f64 (which many Vulkan devices lack) is refused with a DTypeError naming the op. Every
-// kernel is version 1: correct and tested against the CPU, written plainly; speed is next.
+// one_hot; f64 (which many Vulkan devices lack) is refused with a DTypeError naming the op. The
+// kernels are first versions, tested against the CPU: plain where the work is small, tiled GEMMs
+// (with split reductions) for matmul and the convolutions, which carry the time.
 // KILN_VULKAN_VALIDATION=1 turns on the Khronos validation layer; its messages are kept
 // (validation_messages) and printed to stderr, and the tests fail on any.
 #pragma once
