@@ -45,6 +45,8 @@ Backend& backend_for(const Device& device) {
   KILN_FAIL(DeviceError, "unknown device type");
 }
 
+namespace {
+
 void check_step_list(std::string_view backend, std::string_view kernel, std::string_view what,
                      std::span<const TensorRef> list, std::span<const TensorRef> params, bool optional) {
   if (optional && list.empty()) return;
@@ -68,6 +70,44 @@ void check_step_params(std::string_view backend, std::string_view kernel, std::s
              params[0].dtype);
   check_step_list(backend, kernel, "params", params, params, false);
   check_step_list(backend, kernel, "grads", grads, params, false);
+}
+
+}  // namespace
+
+void check_sgd_step(std::string_view backend, std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                    std::span<const TensorRef> momentum_buffers, const SgdStep& h) {
+  check_step_params(backend, "sgd_step", params, grads);
+  check_step_list(backend, "sgd_step", "momentum_buffers", momentum_buffers, params, h.momentum == 0.0);
+}
+
+void check_adam_step(std::string_view backend, std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                     std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
+                     std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h) {
+  check_step_params(backend, "adam_step", params, grads);
+  check_step_list(backend, "adam_step", "exp_avgs", exp_avgs, params, false);
+  check_step_list(backend, "adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
+  check_step_list(backend, "adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !h.amsgrad);
+  KILN_CHECK(h.bias_correction1 > 0.0 && h.bias_correction2 > 0.0, ValueError, backend,
+             " adam_step: bias corrections must be positive (1 - beta^t for a step t >= 1), got ", h.bias_correction1,
+             " and ", h.bias_correction2);
+}
+
+void check_adadelta_step(std::string_view backend, std::span<const TensorRef> params,
+                         std::span<const TensorRef> grads, std::span<const TensorRef> square_avgs,
+                         std::span<const TensorRef> acc_deltas) {
+  check_step_params(backend, "adadelta_step", params, grads);
+  check_step_list(backend, "adadelta_step", "square_avgs", square_avgs, params, false);
+  check_step_list(backend, "adadelta_step", "acc_deltas", acc_deltas, params, false);
+}
+
+void check_rmsprop_step(std::string_view backend, std::span<const TensorRef> params,
+                        std::span<const TensorRef> grads, std::span<const TensorRef> square_avgs,
+                        std::span<const TensorRef> momentum_buffers, std::span<const TensorRef> grad_avgs,
+                        const RmspropStep& h) {
+  check_step_params(backend, "rmsprop_step", params, grads);
+  check_step_list(backend, "rmsprop_step", "square_avgs", square_avgs, params, false);
+  check_step_list(backend, "rmsprop_step", "momentum_buffers", momentum_buffers, params, h.momentum <= 0.0);
+  check_step_list(backend, "rmsprop_step", "grad_avgs", grad_avgs, params, !h.centered);
 }
 
 std::string_view unary_op_name(UnaryOp op) {

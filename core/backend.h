@@ -278,14 +278,22 @@ class Backend {
 Backend& backend_for(const Device& device);
 
 // The checks every backend's optimizer step makes before touching memory (the rules above
-// Backend::sgd_step): params and grads hold f32 or f64 tensors, one per parameter; each list
-// (or none, when `optional` and the step keeps no such state) holds one contiguous tensor per
-// parameter, of params[0]'s dtype and its parameter's element count. Errors name the backend
-// and the kernel ("cuda adam_step: ...").
-void check_step_params(std::string_view backend, std::string_view kernel, std::span<const TensorRef> params,
-                       std::span<const TensorRef> grads);
-void check_step_list(std::string_view backend, std::string_view kernel, std::string_view what,
-                     std::span<const TensorRef> list, std::span<const TensorRef> params, bool optional);
+// Backend::sgd_step): params and grads hold f32 or f64 tensors, one per parameter; each state
+// list (or none, where the step keeps no such state) holds one contiguous tensor per parameter,
+// of params[0]'s dtype and its parameter's element count; Adam's bias corrections are positive.
+// Errors name the backend and the kernel ("cuda adam_step: ...").
+void check_sgd_step(std::string_view backend, std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                    std::span<const TensorRef> momentum_buffers, const SgdStep& h);
+void check_adam_step(std::string_view backend, std::span<const TensorRef> params, std::span<const TensorRef> grads,
+                     std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
+                     std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h);
+void check_adadelta_step(std::string_view backend, std::span<const TensorRef> params,
+                         std::span<const TensorRef> grads, std::span<const TensorRef> square_avgs,
+                         std::span<const TensorRef> acc_deltas);
+void check_rmsprop_step(std::string_view backend, std::span<const TensorRef> params,
+                        std::span<const TensorRef> grads, std::span<const TensorRef> square_avgs,
+                        std::span<const TensorRef> momentum_buffers, std::span<const TensorRef> grad_avgs,
+                        const RmspropStep& h);
 
 std::string_view unary_op_name(UnaryOp op);
 std::string_view binary_op_name(BinaryOp op);

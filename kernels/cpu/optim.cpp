@@ -71,8 +71,7 @@ void elements(int64_t n, const Body& body) {
 // buffer will have after this step, rather than the buffer itself.
 void CpuBackend::sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                           std::span<const TensorRef> momentum_buffers, const SgdStep& h) {
-  check_step_params("cpu", "sgd_step", params, grads);
-  check_step_list("cpu", "sgd_step", "momentum_buffers", momentum_buffers, params, h.momentum == 0.0);
+  check_sgd_step("cpu", params, grads, momentum_buffers, h);
   const bool use_momentum = h.momentum != 0.0;
   for_each_param(params, [&](auto tag, size_t i) {
     using T = decltype(tag);
@@ -111,13 +110,7 @@ void CpuBackend::sgd_step(std::span<const TensorRef> params, std::span<const Ten
 void CpuBackend::adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                            std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
                            std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h) {
-  check_step_params("cpu", "adam_step", params, grads);
-  check_step_list("cpu", "adam_step", "exp_avgs", exp_avgs, params, false);
-  check_step_list("cpu", "adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
-  check_step_list("cpu", "adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !h.amsgrad);
-  KILN_CHECK(h.bias_correction1 > 0.0 && h.bias_correction2 > 0.0, ValueError,
-             "cpu adam_step: bias corrections must be positive (1 - beta^t for a step t >= 1), got ",
-             h.bias_correction1, " and ", h.bias_correction2);
+  check_adam_step("cpu", params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, h);
   const bool l2 = h.weight_decay != 0.0 && !h.decoupled_weight_decay;
   for_each_param(params, [&](auto tag, size_t i) {
     using T = decltype(tag);
@@ -157,9 +150,7 @@ void CpuBackend::adam_step(std::span<const TensorRef> params, std::span<const Te
 void CpuBackend::adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                                std::span<const TensorRef> square_avgs,
                                std::span<const TensorRef> acc_deltas, const AdadeltaStep& h) {
-  check_step_params("cpu", "adadelta_step", params, grads);
-  check_step_list("cpu", "adadelta_step", "square_avgs", square_avgs, params, false);
-  check_step_list("cpu", "adadelta_step", "acc_deltas", acc_deltas, params, false);
+  check_adadelta_step("cpu", params, grads, square_avgs, acc_deltas);
   for_each_param(params, [&](auto tag, size_t i) {
     using T = decltype(tag);
     T* p = params[i].data<T>();
@@ -191,10 +182,7 @@ void CpuBackend::rmsprop_step(std::span<const TensorRef> params, std::span<const
                               std::span<const TensorRef> square_avgs,
                               std::span<const TensorRef> momentum_buffers,
                               std::span<const TensorRef> grad_avgs, const RmspropStep& h) {
-  check_step_params("cpu", "rmsprop_step", params, grads);
-  check_step_list("cpu", "rmsprop_step", "square_avgs", square_avgs, params, false);
-  check_step_list("cpu", "rmsprop_step", "momentum_buffers", momentum_buffers, params, h.momentum <= 0.0);
-  check_step_list("cpu", "rmsprop_step", "grad_avgs", grad_avgs, params, !h.centered);
+  check_rmsprop_step("cpu", params, grads, square_avgs, momentum_buffers, grad_avgs, h);
   const bool use_momentum = h.momentum > 0.0;
   for_each_param(params, [&](auto tag, size_t i) {
     using T = decltype(tag);

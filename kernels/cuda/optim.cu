@@ -178,8 +178,7 @@ struct Rmsprop {
 
 void CudaBackend::sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                            std::span<const TensorRef> momentum_buffers, const SgdStep& h) {
-  check_step_params("cuda", "sgd_step", params, grads);
-  check_step_list("cuda", "sgd_step", "momentum_buffers", momentum_buffers, params, h.momentum == 0.0);
+  check_sgd_step("cuda", params, grads, momentum_buffers, h);
   if (params.empty()) return;
   visit_floating(params[0].dtype, "sgd_step", [&](auto tag) {
     using T = decltype(tag);
@@ -194,13 +193,7 @@ void CudaBackend::sgd_step(std::span<const TensorRef> params, std::span<const Te
 void CudaBackend::adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                             std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
                             std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& h) {
-  check_step_params("cuda", "adam_step", params, grads);
-  check_step_list("cuda", "adam_step", "exp_avgs", exp_avgs, params, false);
-  check_step_list("cuda", "adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
-  check_step_list("cuda", "adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !h.amsgrad);
-  KILN_CHECK(h.bias_correction1 > 0.0 && h.bias_correction2 > 0.0, ValueError,
-             "cuda adam_step: bias corrections must be positive (1 - beta^t for a step t >= 1), got ",
-             h.bias_correction1, " and ", h.bias_correction2);
+  check_adam_step("cuda", params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, h);
   if (params.empty()) return;
   visit_floating(params[0].dtype, "adam_step", [&](auto tag) {
     using T = decltype(tag);
@@ -224,9 +217,7 @@ void CudaBackend::adam_step(std::span<const TensorRef> params, std::span<const T
 void CudaBackend::adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                                 std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
                                 const AdadeltaStep& h) {
-  check_step_params("cuda", "adadelta_step", params, grads);
-  check_step_list("cuda", "adadelta_step", "square_avgs", square_avgs, params, false);
-  check_step_list("cuda", "adadelta_step", "acc_deltas", acc_deltas, params, false);
+  check_adadelta_step("cuda", params, grads, square_avgs, acc_deltas);
   if (params.empty()) return;
   visit_floating(params[0].dtype, "adadelta_step", [&](auto tag) {
     using T = decltype(tag);
@@ -240,10 +231,7 @@ void CudaBackend::adadelta_step(std::span<const TensorRef> params, std::span<con
 void CudaBackend::rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                                std::span<const TensorRef> square_avgs, std::span<const TensorRef> momentum_buffers,
                                std::span<const TensorRef> grad_avgs, const RmspropStep& h) {
-  check_step_params("cuda", "rmsprop_step", params, grads);
-  check_step_list("cuda", "rmsprop_step", "square_avgs", square_avgs, params, false);
-  check_step_list("cuda", "rmsprop_step", "momentum_buffers", momentum_buffers, params, h.momentum <= 0.0);
-  check_step_list("cuda", "rmsprop_step", "grad_avgs", grad_avgs, params, !h.centered);
+  check_rmsprop_step("cuda", params, grads, square_avgs, momentum_buffers, grad_avgs, h);
   if (params.empty()) return;
   visit_floating(params[0].dtype, "rmsprop_step", [&](auto tag) {
     using T = decltype(tag);

@@ -51,8 +51,7 @@ void step(VulkanBackend& b, const char* shader, Params h, const TensorRef& p, co
 
 void VulkanBackend::sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                              std::span<const TensorRef> momentum_buffers, const SgdStep& hyper) {
-  check_step_params("vulkan", "sgd_step", params, grads);
-  check_step_list("vulkan", "sgd_step", "momentum_buffers", momentum_buffers, params, hyper.momentum == 0.0);
+  check_sgd_step("vulkan", params, grads, momentum_buffers, hyper);
   check_f32(params, "sgd_step");
   Params h;
   h.flag_a = hyper.weight_decay != 0.0;
@@ -67,13 +66,7 @@ void VulkanBackend::sgd_step(std::span<const TensorRef> params, std::span<const 
 void VulkanBackend::adam_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                               std::span<const TensorRef> exp_avgs, std::span<const TensorRef> exp_avg_sqs,
                               std::span<const TensorRef> max_exp_avg_sqs, const AdamStep& hyper) {
-  check_step_params("vulkan", "adam_step", params, grads);
-  check_step_list("vulkan", "adam_step", "exp_avgs", exp_avgs, params, false);
-  check_step_list("vulkan", "adam_step", "exp_avg_sqs", exp_avg_sqs, params, false);
-  check_step_list("vulkan", "adam_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !hyper.amsgrad);
-  KILN_CHECK(hyper.bias_correction1 > 0.0 && hyper.bias_correction2 > 0.0, ValueError,
-             "vulkan adam_step: bias corrections must be positive (1 - beta^t for a step t >= 1), got ",
-             hyper.bias_correction1, " and ", hyper.bias_correction2);
+  check_adam_step("vulkan", params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper);
   check_f32(params, "adam_step");
   Params h;
   h.flag_a = hyper.weight_decay != 0.0 && !hyper.decoupled_weight_decay;
@@ -90,9 +83,7 @@ void VulkanBackend::adam_step(std::span<const TensorRef> params, std::span<const
 void VulkanBackend::adadelta_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                                   std::span<const TensorRef> square_avgs, std::span<const TensorRef> acc_deltas,
                                   const AdadeltaStep& hyper) {
-  check_step_params("vulkan", "adadelta_step", params, grads);
-  check_step_list("vulkan", "adadelta_step", "square_avgs", square_avgs, params, false);
-  check_step_list("vulkan", "adadelta_step", "acc_deltas", acc_deltas, params, false);
+  check_adadelta_step("vulkan", params, grads, square_avgs, acc_deltas);
   check_f32(params, "adadelta_step");
   Params h;
   h.flag_a = hyper.weight_decay != 0.0;
@@ -104,10 +95,7 @@ void VulkanBackend::adadelta_step(std::span<const TensorRef> params, std::span<c
 void VulkanBackend::rmsprop_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
                                  std::span<const TensorRef> square_avgs, std::span<const TensorRef> momentum_buffers,
                                  std::span<const TensorRef> grad_avgs, const RmspropStep& hyper) {
-  check_step_params("vulkan", "rmsprop_step", params, grads);
-  check_step_list("vulkan", "rmsprop_step", "square_avgs", square_avgs, params, false);
-  check_step_list("vulkan", "rmsprop_step", "momentum_buffers", momentum_buffers, params, hyper.momentum <= 0.0);
-  check_step_list("vulkan", "rmsprop_step", "grad_avgs", grad_avgs, params, !hyper.centered);
+  check_rmsprop_step("vulkan", params, grads, square_avgs, momentum_buffers, grad_avgs, hyper);
   check_f32(params, "rmsprop_step");
   Params h;
   h.flag_a = hyper.weight_decay != 0.0;
