@@ -17,12 +17,6 @@ struct Params {  // batch_norm.comp's
   int32_t has_weight = 0, has_bias = 0;
 };
 
-int32_t narrow(int64_t v, const char* op) {
-  KILN_CHECK(v >= 0 && v < (int64_t{1} << 31), ShapeError, "vulkan ", op, ": ", v,
-             " does not fit the 32-bit indices of the Vulkan kernels");
-  return static_cast<int32_t>(v);
-}
-
 // x [N, C, S...] as [N, C, S]
 Params params_for(const TensorRef& x, const char* op) {
   KILN_CHECK(x.shape.size() >= 2 && x.is_contiguous(), ShapeError, "vulkan ", op, ": x must be contiguous [N, C, ...], got ",
@@ -30,15 +24,13 @@ Params params_for(const TensorRef& x, const char* op) {
   KILN_CHECK(x.dtype == DType::f32, DTypeError, "vulkan ", op, ": ", x.dtype,
              " is not supported by the Vulkan backend yet (f32 so far)");
   Params p;
-  p.n = narrow(x.shape[0], op);
-  p.c = narrow(x.shape[1], op);
-  p.s = narrow(x.shape[1] == 0 ? 0 : x.numel() / std::max<int64_t>(1, x.shape[0] * x.shape[1]), op);
-  narrow(x.numel(), op);
-  p.x_offset = narrow(x.offset, op);
+  p.n = index32(x.shape[0], op);
+  p.c = index32(x.shape[1], op);
+  p.s = index32(x.shape[1] == 0 ? 0 : x.numel() / std::max<int64_t>(1, x.shape[0] * x.shape[1]), op);
+  index32(x.numel(), op);
+  p.x_offset = index32(x.offset, op);
   return p;
 }
-
-const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
 
 // The allocation of t, or `absent` (bound, unread) when t is undefined.
 const Allocation* maybe(const TensorRef& t, const TensorRef& absent) { return allocation(t.defined() ? t : absent); }
@@ -49,8 +41,8 @@ constexpr int64_t kChannelGroups = 65535;
 
 void VulkanBackend::batch_norm_stats(const TensorRef& x, const TensorRef& mean, const TensorRef& var) {
   Params p = params_for(x, "batch_norm_stats");
-  p.mean_offset = narrow(mean.offset, "batch_norm_stats");
-  p.invstd_offset = narrow(var.offset, "batch_norm_stats");
+  p.mean_offset = index32(mean.offset, "batch_norm_stats");
+  p.invstd_offset = index32(var.offset, "batch_norm_stats");
   const Allocation* xa = allocation(x);
   record({"batch_norm_stats", {}, &p, sizeof p, {xa, allocation(mean), allocation(var), xa, xa, xa, xa, xa, xa},
           std::min<int64_t>(p.c, kChannelGroups) * kWorkgroupSize});
@@ -59,12 +51,12 @@ void VulkanBackend::batch_norm_stats(const TensorRef& x, const TensorRef& mean, 
 void VulkanBackend::batch_norm_apply(const TensorRef& x, const TensorRef& mean, const TensorRef& invstd,
                                      const TensorRef& weight, const TensorRef& bias, const TensorRef& y) {
   Params p = params_for(x, "batch_norm_apply");
-  p.mean_offset = narrow(mean.offset, "batch_norm_apply");
-  p.invstd_offset = narrow(invstd.offset, "batch_norm_apply");
+  p.mean_offset = index32(mean.offset, "batch_norm_apply");
+  p.invstd_offset = index32(invstd.offset, "batch_norm_apply");
   p.has_weight = weight.defined(), p.has_bias = bias.defined();
-  p.weight_offset = weight.defined() ? narrow(weight.offset, "batch_norm_apply") : 0;
-  p.bias_offset = bias.defined() ? narrow(bias.offset, "batch_norm_apply") : 0;
-  p.y_offset = narrow(y.offset, "batch_norm_apply");
+  p.weight_offset = weight.defined() ? index32(weight.offset, "batch_norm_apply") : 0;
+  p.bias_offset = bias.defined() ? index32(bias.offset, "batch_norm_apply") : 0;
+  p.y_offset = index32(y.offset, "batch_norm_apply");
   const Allocation* xa = allocation(x);
   record({"batch_norm_apply", {}, &p, sizeof p,
           {xa, allocation(mean), allocation(invstd), maybe(weight, x), maybe(bias, x), xa, allocation(y), xa, xa},
@@ -75,14 +67,14 @@ void VulkanBackend::batch_norm_backward(const TensorRef& x, const TensorRef& gra
                                         const TensorRef& invstd, const TensorRef& weight, const TensorRef& grad_x,
                                         const TensorRef& grad_weight, const TensorRef& grad_bias) {
   Params p = params_for(x, "batch_norm_backward");
-  p.g_offset = narrow(grad.offset, "batch_norm_backward");
-  p.mean_offset = narrow(mean.offset, "batch_norm_backward");
-  p.invstd_offset = narrow(invstd.offset, "batch_norm_backward");
+  p.g_offset = index32(grad.offset, "batch_norm_backward");
+  p.mean_offset = index32(mean.offset, "batch_norm_backward");
+  p.invstd_offset = index32(invstd.offset, "batch_norm_backward");
   p.has_weight = weight.defined();
-  p.weight_offset = weight.defined() ? narrow(weight.offset, "batch_norm_backward") : 0;
-  p.y_offset = narrow(grad_x.offset, "batch_norm_backward");
-  p.gw_offset = narrow(grad_weight.offset, "batch_norm_backward");
-  p.gb_offset = narrow(grad_bias.offset, "batch_norm_backward");
+  p.weight_offset = weight.defined() ? index32(weight.offset, "batch_norm_backward") : 0;
+  p.y_offset = index32(grad_x.offset, "batch_norm_backward");
+  p.gw_offset = index32(grad_weight.offset, "batch_norm_backward");
+  p.gb_offset = index32(grad_bias.offset, "batch_norm_backward");
   const Allocation* xa = allocation(x);
   const std::vector<const Allocation*> buffers{xa, allocation(mean), allocation(invstd), maybe(weight, x), xa,
                                                allocation(grad), allocation(grad_x), allocation(grad_weight),

@@ -24,19 +24,11 @@ struct PoolParams {  // pool.comp's
   int32_t x_offset = 0, y_offset = 0, i_offset = 0;
 };
 
-int32_t narrow(int64_t v, const char* op) {
-  KILN_CHECK(v >= 0 && v < (int64_t{1} << 31), ShapeError, "vulkan ", op, ": ", v,
-             " does not fit the 32-bit indices of the Vulkan kernels");
-  return static_cast<int32_t>(v);
-}
-
 void check_f32(std::initializer_list<const TensorRef*> ts, const char* op) {
   for (const TensorRef* t : ts)
     KILN_CHECK(t->dtype == DType::f32, DTypeError, "vulkan ", op, ": ", t->dtype,
                " is not supported by the Vulkan backend yet (f32 so far)");
 }
-
-const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
 
 // Workgroups of the implicit GEMM: a 64 x 64 tile of (rows, pixels) per group, at most 65535
 // (tiles beyond loop).
@@ -49,25 +41,25 @@ ConvParams conv_params(const TensorRef& x, const TensorRef& w, const TensorRef& 
                        const char* op) {
   check_f32({&x, &w, &y}, op);
   ConvParams c;
-  c.n = narrow(x.shape[0], op), c.c = narrow(x.shape[1], op), c.h = narrow(x.shape[2], op), c.w = narrow(x.shape[3], op);
-  c.o = narrow(w.shape[0], op), c.kh = narrow(w.shape[2], op), c.kw = narrow(w.shape[3], op);
-  c.oh = narrow(y.shape[2], op), c.ow = narrow(y.shape[3], op);
-  c.sh = narrow(p.stride_h, op), c.sw = narrow(p.stride_w, op), c.ph = narrow(p.pad_h, op), c.pw = narrow(p.pad_w, op);
-  c.dh = narrow(p.dilation_h, op), c.dw = narrow(p.dilation_w, op), c.groups = narrow(p.groups, op);
-  narrow(x.numel(), op), narrow(y.numel(), op), narrow(w.numel(), op);
-  c.x_offset = narrow(x.offset, op), c.w_offset = narrow(w.offset, op), c.y_offset = narrow(y.offset, op);
+  c.n = index32(x.shape[0], op), c.c = index32(x.shape[1], op), c.h = index32(x.shape[2], op), c.w = index32(x.shape[3], op);
+  c.o = index32(w.shape[0], op), c.kh = index32(w.shape[2], op), c.kw = index32(w.shape[3], op);
+  c.oh = index32(y.shape[2], op), c.ow = index32(y.shape[3], op);
+  c.sh = index32(p.stride_h, op), c.sw = index32(p.stride_w, op), c.ph = index32(p.pad_h, op), c.pw = index32(p.pad_w, op);
+  c.dh = index32(p.dilation_h, op), c.dw = index32(p.dilation_w, op), c.groups = index32(p.groups, op);
+  index32(x.numel(), op), index32(y.numel(), op), index32(w.numel(), op);
+  c.x_offset = index32(x.offset, op), c.w_offset = index32(w.offset, op), c.y_offset = index32(y.offset, op);
   return c;
 }
 
 PoolParams pool_params(const TensorRef& x, const TensorRef& y, const Pool2dParams& p, const char* op) {
   PoolParams q;
-  q.planes = narrow(x.shape[0] * x.shape[1], op), q.h = narrow(x.shape[2], op), q.w = narrow(x.shape[3], op);
-  q.oh = narrow(y.shape[2], op), q.ow = narrow(y.shape[3], op);
-  q.kh = narrow(p.kernel_h, op), q.kw = narrow(p.kernel_w, op), q.sh = narrow(p.stride_h, op);
-  q.sw = narrow(p.stride_w, op), q.ph = narrow(p.pad_h, op), q.pw = narrow(p.pad_w, op);
+  q.planes = index32(x.shape[0] * x.shape[1], op), q.h = index32(x.shape[2], op), q.w = index32(x.shape[3], op);
+  q.oh = index32(y.shape[2], op), q.ow = index32(y.shape[3], op);
+  q.kh = index32(p.kernel_h, op), q.kw = index32(p.kernel_w, op), q.sh = index32(p.stride_h, op);
+  q.sw = index32(p.stride_w, op), q.ph = index32(p.pad_h, op), q.pw = index32(p.pad_w, op);
   q.include_pad = p.count_include_pad;
-  narrow(x.numel(), op), narrow(y.numel(), op);
-  q.x_offset = narrow(x.offset, op), q.y_offset = narrow(y.offset, op);
+  index32(x.numel(), op), index32(y.numel(), op);
+  q.x_offset = index32(x.offset, op), q.y_offset = index32(y.offset, op);
   return q;
 }
 
@@ -78,7 +70,7 @@ void VulkanBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorR
   ConvParams c = conv_params(x, w, y, p, "conv2d");
   if (e.bias.defined()) check_f32({&e.bias}, "conv2d");
   c.has_bias = e.bias.defined();
-  c.bias_offset = e.bias.defined() ? narrow(e.bias.offset, "conv2d") : 0;
+  c.bias_offset = e.bias.defined() ? index32(e.bias.offset, "conv2d") : 0;
   // without a bias, binding 4 takes x again, unread
   record({"conv2d_forward", {e.activation == Activation::relu}, &c, sizeof c,
           {allocation(x), allocation(w), allocation(y), e.bias.defined() ? allocation(e.bias) : allocation(x)},
@@ -100,8 +92,8 @@ void VulkanBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& 
   const int64_t terms = int64_t{c.n} * c.oh * c.ow;
   const int64_t tiles = c.groups * ((rows + 63) / 64) * ((cols + 63) / 64);
   const SplitK split = split_k(tiles, terms, grad_w.numel());
-  c.splits = narrow(split.splits, "conv2d_backward_weight");
-  c.k_chunk = narrow(split.k_chunk, "conv2d_backward_weight");
+  c.splits = index32(split.splits, "conv2d_backward_weight");
+  c.k_chunk = index32(split.k_chunk, "conv2d_backward_weight");
   const int64_t groups_launched = std::min<int64_t>(tiles * split.splits, 65535) * kWorkgroupSize;
   if (split.splits == 1) {
     record({"conv2d_backward_weight", {}, &c, sizeof c, {allocation(x), allocation(grad_y), allocation(grad_w)},
@@ -117,7 +109,7 @@ void VulkanBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& 
 void VulkanBackend::max_pool2d(const TensorRef& x, const TensorRef& y, const TensorRef& indices, const Pool2dParams& p) {
   check_f32({&x, &y}, "max_pool2d");
   PoolParams q = pool_params(x, y, p, "max_pool2d");
-  q.i_offset = narrow(indices.offset, "max_pool2d");
+  q.i_offset = index32(indices.offset, "max_pool2d");
   record({"pool_max_forward", {}, &q, sizeof q, {allocation(x), allocation(y), allocation(indices)}, y.numel()});
 }
 
@@ -125,7 +117,7 @@ void VulkanBackend::max_pool2d_backward(const TensorRef& grad_y, const TensorRef
                                         const Pool2dParams& p) {
   check_f32({&grad_y, &grad_x}, "max_pool2d_backward");
   PoolParams q = pool_params(grad_x, grad_y, p, "max_pool2d_backward");
-  q.i_offset = narrow(indices.offset, "max_pool2d_backward");
+  q.i_offset = index32(indices.offset, "max_pool2d_backward");
   record({"pool_max_backward", {}, &q, sizeof q, {allocation(grad_y), allocation(indices), allocation(grad_x)},
           grad_x.numel()});
 }

@@ -31,12 +31,6 @@ struct Params {
 };
 static_assert(sizeof(Layout) == 80 && sizeof(Params) == 32 + 3 * 80);
 
-int32_t narrow(int64_t v, std::string_view op, std::string_view what) {
-  KILN_CHECK(v >= 0 && v <= std::numeric_limits<int32_t>::max(), ShapeError, "vulkan ", op, ": ", what, " ", v,
-             " does not fit the 32-bit indices of the Vulkan kernels (tensors of up to 2^31 - 1 elements)");
-  return static_cast<int32_t>(v);
-}
-
 // t as a shader walks it: size-1 dimensions dropped, neighbours that lie back to back merged.
 Layout layout_of(const TensorRef& t, std::string_view op) {
   if (t.numel() == 0) return Layout{};  // nothing to walk (the dispatch is skipped)
@@ -60,18 +54,16 @@ Layout layout_of(const TensorRef& t, std::string_view op) {
              " walks ", rank, " dimensions after merging; the Vulkan kernels take up to ", kMaxDims);
   Layout l;
   l.rank = rank;
-  l.offset = narrow(t.offset, op, "an offset of");
-  narrow(last, op, "an element offset of");
+  l.offset = index32(t.offset, op);
+  index32(last, op);
   l.contiguous = rank == 0 || (rank == 1 && strides[0] == 1);
   for (int d = 0; d < rank; ++d) {
-    l.size[d] = narrow(sizes[d], op, "a dimension of");
+    l.size[d] = index32(sizes[d], op);
     KILN_CHECK(strides[d] >= 0, ShapeError, "vulkan ", op, ": negative strides are not taken");
-    l.stride[d] = narrow(strides[d], op, "a stride of");
+    l.stride[d] = index32(strides[d], op);
   }
   return l;
 }
-
-const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
 
 // Which dtypes an op takes so far: f32 everywhere; fill, arange and copy also i32, and fill and copy u8.
 enum class Takes { f32, f32_i32, f32_i32_u8 };
@@ -97,7 +89,7 @@ void split(double v, float* hi, float* lo) {
 void VulkanBackend::fill(const TensorRef& out, double value) {
   check_dtype(out, Takes::f32_i32_u8, "fill");
   Params p;
-  p.numel = narrow(out.numel(), "fill", "an element count of");
+  p.numel = index32(out.numel(), "fill");
   p.out = layout_of(out, "fill");
   p.bits = out.dtype == DType::f32  ? std::bit_cast<uint32_t>(static_cast<float>(value))
            : out.dtype == DType::i32 ? static_cast<uint32_t>(static_cast<int32_t>(value))
@@ -108,7 +100,7 @@ void VulkanBackend::fill(const TensorRef& out, double value) {
 void VulkanBackend::arange(const TensorRef& out, double start, double step) {
   check_dtype(out, Takes::f32_i32, "arange");
   Params p;
-  p.numel = narrow(out.numel(), "arange", "an element count of");
+  p.numel = index32(out.numel(), "arange");
   p.out = layout_of(out, "arange");
   split(start, &p.range[0], &p.range[1]);
   split(step, &p.range[2], &p.range[3]);
@@ -121,7 +113,7 @@ void VulkanBackend::copy(const TensorRef& src, const TensorRef& out) {
   check_dtype(src, Takes::f32_i32_u8, "copy");
   check_dtype(out, Takes::f32_i32_u8, "copy");
   Params p;
-  p.numel = narrow(out.numel(), "copy", "an element count of");
+  p.numel = index32(out.numel(), "copy");
   p.out = layout_of(out, "copy");
   p.a = layout_of(src, "copy");
   record({"elementwise_copy", {0, type_code(src.dtype), type_code(out.dtype)}, &p, sizeof p,
@@ -136,7 +128,7 @@ void VulkanBackend::unary(UnaryOp op, const TensorRef& x, const TensorRef& out, 
                  op == UnaryOp::add_scalar || op == UnaryOp::mul_scalar,
              DTypeError, "vulkan unary ", unary_op_name(op), " does not take i32 (only the ops that stay integers)");
   Params p;
-  p.numel = narrow(out.numel(), unary_op_name(op), "an element count of");
+  p.numel = index32(out.numel(), unary_op_name(op));
   p.out = layout_of(out, unary_op_name(op));
   p.a = layout_of(x, unary_op_name(op));
   p.alpha = static_cast<float>(alpha);
@@ -152,7 +144,7 @@ void VulkanBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorR
              " (only relu, leaky_relu and gelu; the others are compositions of ops)");
   for (const TensorRef* t : {&x, &grad, &out}) check_dtype(*t, Takes::f32, "unary_backward");
   Params p;
-  p.numel = narrow(out.numel(), "unary_backward", "an element count of");
+  p.numel = index32(out.numel(), "unary_backward");
   p.out = layout_of(out, "unary_backward");
   p.a = layout_of(x, "unary_backward");
   p.b = layout_of(grad, "unary_backward");
@@ -166,7 +158,7 @@ void VulkanBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, 
   KILN_CHECK(a.dtype == b.dtype && b.dtype == out.dtype, DTypeError, "vulkan ", binary_op_name(op), ": ", a.dtype,
              ", ", b.dtype, " -> ", out.dtype, "; one dtype");
   Params p;
-  p.numel = narrow(out.numel(), binary_op_name(op), "an element count of");
+  p.numel = index32(out.numel(), binary_op_name(op));
   p.out = layout_of(out, binary_op_name(op));
   p.a = layout_of(a, binary_op_name(op));
   p.b = layout_of(b, binary_op_name(op));

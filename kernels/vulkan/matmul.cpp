@@ -22,14 +22,6 @@ struct ReduceParams {  // matmul.comp's REDUCE
 
 constexpr int64_t kTile = 64;
 
-int32_t narrow(int64_t v) {
-  KILN_CHECK(v >= 0 && v < (int64_t{1} << 31), ShapeError, "vulkan matmul: ", v,
-             " does not fit the 32-bit indices of the Vulkan kernels");
-  return static_cast<int32_t>(v);
-}
-
-const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
-
 }  // namespace
 
 void VulkanBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& mp,
@@ -39,24 +31,24 @@ void VulkanBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorR
                " is not supported by the Vulkan backend yet (f32 so far)");
   KILN_CHECK(!e.bias.defined() || e.bias.dtype == DType::f32, DTypeError, "vulkan matmul: the bias is ", e.bias.dtype);
   Params p;
-  p.batch = narrow(mp.batch);
-  p.m = narrow(mp.m);
-  p.n = narrow(mp.n);
-  p.k = narrow(mp.k);
-  p.lda = narrow(mp.lda);
-  p.ldb = narrow(mp.ldb);
-  p.batch_stride_a = narrow(mp.batch_stride_a);
-  p.batch_stride_b = narrow(mp.batch_stride_b);
-  narrow(out.numel());
-  narrow(a.offset + (mp.batch - 1) * mp.batch_stride_a + (mp.trans_a ? mp.k * mp.lda : mp.m * mp.lda));
-  narrow(b.offset + (mp.batch - 1) * mp.batch_stride_b + (mp.trans_b ? mp.n * mp.ldb : mp.k * mp.ldb));
-  p.a_offset = narrow(a.offset);
-  p.b_offset = narrow(b.offset);
-  p.out_offset = narrow(out.offset);
+  p.batch = index32(mp.batch, "matmul");
+  p.m = index32(mp.m, "matmul");
+  p.n = index32(mp.n, "matmul");
+  p.k = index32(mp.k, "matmul");
+  p.lda = index32(mp.lda, "matmul");
+  p.ldb = index32(mp.ldb, "matmul");
+  p.batch_stride_a = index32(mp.batch_stride_a, "matmul");
+  p.batch_stride_b = index32(mp.batch_stride_b, "matmul");
+  index32(out.numel(), "matmul");
+  index32(a.offset + (mp.batch - 1) * mp.batch_stride_a + (mp.trans_a ? mp.k * mp.lda : mp.m * mp.lda), "matmul");
+  index32(b.offset + (mp.batch - 1) * mp.batch_stride_b + (mp.trans_b ? mp.n * mp.ldb : mp.k * mp.ldb), "matmul");
+  p.a_offset = index32(a.offset, "matmul");
+  p.b_offset = index32(b.offset, "matmul");
+  p.out_offset = index32(out.offset, "matmul");
   p.trans_a = mp.trans_a;
   p.trans_b = mp.trans_b;
   p.has_bias = e.bias.defined();
-  p.bias_offset = e.bias.defined() ? narrow(e.bias.offset) : 0;
+  p.bias_offset = e.bias.defined() ? index32(e.bias.offset, "matmul") : 0;
   p.relu = e.activation == Activation::relu;
   const int64_t tiles = mp.batch * ((mp.m + kTile - 1) / kTile) * ((mp.n + kTile - 1) / kTile);
   const SplitK split = split_k(tiles, mp.k, mp.batch * mp.m * mp.n);
@@ -88,12 +80,12 @@ SplitK split_k(int64_t tiles, int64_t k, int64_t outputs) {
 void VulkanBackend::record_split_sum(const Allocation* workspace, int64_t splits, int64_t total, int64_t n,
                                      const TensorRef& out, const Epilogue& e) {
   ReduceParams r;
-  r.total = narrow(total);
-  r.n = narrow(n);
-  r.splits = narrow(splits);
-  r.out_offset = narrow(out.offset);
+  r.total = index32(total, "matmul");
+  r.n = index32(n, "matmul");
+  r.splits = index32(splits, "matmul");
+  r.out_offset = index32(out.offset, "matmul");
   r.has_bias = e.bias.defined();
-  r.bias_offset = e.bias.defined() ? narrow(e.bias.offset) : 0;
+  r.bias_offset = e.bias.defined() ? index32(e.bias.offset, "matmul") : 0;
   r.relu = e.activation == Activation::relu;
   record({"matmul_reduce", {}, &r, sizeof r,
           {workspace, allocation(out), e.bias.defined() ? allocation(e.bias) : workspace}, total});

@@ -17,8 +17,6 @@ struct Params {  // optim.comp's
   float lr = 0, wd = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, eps = 0;
 };
 
-const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
-
 void check_f32(std::span<const TensorRef> params, const char* op) {
   KILN_CHECK(params.empty() || params[0].dtype == DType::f32, DTypeError, "vulkan ", op, ": ", params[0].dtype,
              " is not supported by the Vulkan backend yet (f32 so far)");

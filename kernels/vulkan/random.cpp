@@ -39,8 +39,6 @@ void split(double v, float* hi, float* lo) {
   *lo = static_cast<float>(v - static_cast<double>(*hi));
 }
 
-const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
-
 }  // namespace
 
 void VulkanBackend::uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) {

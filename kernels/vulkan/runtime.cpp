@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -98,6 +99,12 @@ std::string version_string(uint32_t v) {
 }
 
 }  // namespace
+
+int32_t index32(int64_t v, std::string_view op) {
+  KILN_CHECK(v >= 0 && v <= std::numeric_limits<int32_t>::max(), ShapeError, "vulkan ", op, ": ", v,
+             " does not fit the 32-bit indices of the Vulkan kernels (tensors of up to 2^31 - 1 elements)");
+  return static_cast<int32_t>(v);
+}
 
 std::vector<std::string> validation_messages() {
   std::lock_guard<std::mutex> lock(g_messages_mutex);

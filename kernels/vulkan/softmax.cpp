@@ -12,18 +12,10 @@ namespace {
 
 constexpr int64_t kRowGroups = 65535;  // workgroups of a row-per-workgroup dispatch (rows beyond loop)
 
-int32_t narrow(int64_t v, const char* op) {
-  KILN_CHECK(v >= 0 && v < (int64_t{1} << 31), ShapeError, "vulkan ", op, ": ", v,
-             " does not fit the 32-bit indices of the Vulkan kernels");
-  return static_cast<int32_t>(v);
-}
-
 void check_f32(const TensorRef& t, const char* op) {
   KILN_CHECK(t.dtype == DType::f32, DTypeError, "vulkan ", op, ": ", t.dtype,
              " is not supported by the Vulkan backend yet (f32 so far)");
 }
-
-const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
 
 struct SoftmaxParams {  // softmax.comp's
   int32_t outer = 0, n = 0, inner = 0, x_offset = 0, out_offset = 0;
@@ -41,11 +33,11 @@ CrossEntropyParams cross_entropy_params(const TensorRef& logits, const TensorRef
   KILN_CHECK(logits.shape.size() == 2 && targets.dtype == DType::i32 && targets.numel() == logits.shape[0], ShapeError,
              "vulkan ", op, ": logits must be [N, C] and targets i32 [N], got ", logits.shape, " and ", targets.shape);
   CrossEntropyParams p;
-  p.rows = narrow(logits.shape[0], op);
-  p.classes = narrow(logits.shape[1], op);
-  narrow(logits.numel(), op);
-  p.x_offset = narrow(logits.offset, op);
-  p.target_offset = narrow(targets.offset, op);
+  p.rows = index32(logits.shape[0], op);
+  p.classes = index32(logits.shape[1], op);
+  index32(logits.numel(), op);
+  p.x_offset = index32(logits.offset, op);
+  p.target_offset = index32(targets.offset, op);
   p.smoothing = static_cast<float>(smoothing);
   return p;
 }
@@ -57,12 +49,12 @@ void VulkanBackend::softmax(const TensorRef& x, const TensorRef& out, bool log) 
   KILN_CHECK(x.shape.size() == 3, ShapeError, "vulkan ", op, ": x must be [outer, n, inner], got ", x.shape);
   check_f32(x, op);
   SoftmaxParams p;
-  p.outer = narrow(x.shape[0], op);
-  p.n = narrow(x.shape[1], op);
-  p.inner = narrow(x.shape[2], op);
-  narrow(x.numel(), op);
-  p.x_offset = narrow(x.offset, op);
-  p.out_offset = narrow(out.offset, op);
+  p.outer = index32(x.shape[0], op);
+  p.n = index32(x.shape[1], op);
+  p.inner = index32(x.shape[2], op);
+  index32(x.numel(), op);
+  p.x_offset = index32(x.offset, op);
+  p.out_offset = index32(out.offset, op);
   const std::vector<const Allocation*> buffers{allocation(x), allocation(out)};
   if (p.inner == 1)
     record({"softmax_rows", {log}, &p, sizeof p, buffers, std::min<int64_t>(p.outer, kRowGroups) * kWorkgroupSize});
@@ -73,7 +65,7 @@ void VulkanBackend::softmax(const TensorRef& x, const TensorRef& out, bool log) 
 void VulkanBackend::cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
                                   double label_smoothing) {
   CrossEntropyParams p = cross_entropy_params(logits, targets, label_smoothing, "cross_entropy");
-  p.out_offset = narrow(losses.offset, "cross_entropy");
+  p.out_offset = index32(losses.offset, "cross_entropy");
   p.fault_op = static_cast<int32_t>(FaultOp::cross_entropy);
   record({"cross_entropy_forward", {}, &p, sizeof p, {allocation(logits), allocation(targets), allocation(losses), fault_slot()},
           std::min<int64_t>(p.rows, kRowGroups) * kWorkgroupSize});
@@ -84,8 +76,8 @@ void VulkanBackend::cross_entropy_backward(const TensorRef& logits, const Tensor
                                            double label_smoothing) {
   CrossEntropyParams p = cross_entropy_params(logits, targets, label_smoothing, "cross_entropy_backward");
   check_f32(grad_losses, "cross_entropy_backward");
-  p.g_offset = narrow(grad_losses.offset, "cross_entropy_backward");
-  p.out_offset = narrow(grad_logits.offset, "cross_entropy_backward");
+  p.g_offset = index32(grad_losses.offset, "cross_entropy_backward");
+  p.out_offset = index32(grad_logits.offset, "cross_entropy_backward");
   p.fault_op = static_cast<int32_t>(FaultOp::cross_entropy_backward);
   record({"cross_entropy_backward", {}, &p, sizeof p,
           {allocation(logits), allocation(targets), allocation(grad_losses), allocation(grad_logits), fault_slot()},

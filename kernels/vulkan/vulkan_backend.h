@@ -168,6 +168,11 @@ class VulkanBackend final : public Backend {
   bool software_ = false;
 };
 
+// What every kernel file needs: a tensor's allocation, and a size, offset or stride as the 32-bit
+// index the shaders use (ShapeError naming the op beyond 2^31 - 1).
+inline const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
+int32_t index32(int64_t v, std::string_view op);
+
 // Scratch device memory for one kernel's recording: freed when it goes out of scope, which is safe
 // at once (whatever is recorded later waits for the commands before it).
 class Workspace {

@@ -22,9 +22,9 @@
 //                    weight meeting in shared memory (conv2's gradient 3.1 ms on an H100 through
 //                    NVIDIA's Vulkan driver: integer divisions per term, and few loads in flight).
 // Version 1 of the first two was direct, an invocation per output element reading every product
-// from global memory. Measured on an H100 through NVIDIA's Vulkan driver (2026-11-22, 20 calls
-// timed on the host around a synchronize, MNIST conv2 at batch 64: x [64, 32, 26, 26], w [64, 32,
-// 3, 3]): forward 0.195 ms, input gradient 0.594 ms, weight gradient 0.297 ms (3.13 ms with a
+// from global memory. Measured on an H100 through NVIDIA's Vulkan driver (2026-11-22, vulkan-bench
+// in `scripts/device-run vulkan`; MNIST conv2 at batch 64: x [64, 32, 26, 26], w [64, 32, 3, 3]):
+// forward 0.195 ms, input gradient 0.587 ms, weight gradient 0.298 ms (3.13 ms with a
 // workgroup per weight); the CNN's training epoch 9.4 s (all direct) -> 6.4 s (the weight gradient
 // per workgroup) -> 5.8 s (forward and input gradient as GEMMs) -> 1.85 s (the weight gradient
 // as a split GEMM, and matmul's split k; CUDA: 0.50 s).

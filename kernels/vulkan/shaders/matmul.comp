@@ -11,8 +11,8 @@
 // FMA. The epilogue adds the bias of column j and applies ReLU before the store, so a Linear
 // layer and its activation are one pass. Tiles beyond the workgroup count loop (grid-stride).
 // Split k (the MNIST CNN's fc1, 64 x 128 x 9216, has two tiles: two workgroups walking 9216 k
-// each took 1.17 ms on an H100 through NVIDIA's Vulkan driver, 0.064 ms split 72 ways; 20 calls
-// timed on the host around a synchronize, 2026-11-22): when C has few tiles and k is long,
+// each took 1.17 ms on an H100 through NVIDIA's Vulkan driver, 0.069 ms split 72 ways; vulkan-bench,
+// 2026-11-22): when C has few tiles and k is long,
 // `splits` workgroups share each tile's k, each writing its partial tile to a workspace
 // [splits][batch m n]; the REDUCE variant then adds the partials in order of s (the same sum on
 // every run) and applies the epilogue. conv2d.comp's weight gradient ends in it too.
