@@ -1,6 +1,7 @@
 // conv2d and pooling of the Vulkan backend (shaders/conv2d.comp, shaders/pool.comp).
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/vulkan/vulkan_backend.h"
@@ -16,6 +17,7 @@ struct ConvParams {  // conv2d.comp's
   int32_t sh = 0, sw = 0, ph = 0, pw = 0, dh = 0, dw = 0, groups = 0;
   int32_t x_offset = 0, w_offset = 0, y_offset = 0, bias_offset = 0, has_bias = 0;
   int32_t splits = 1, k_chunk = 0;
+  Divisor kw_, taps_, ow_, ohw_, w_, hw_, sh_, sw_;  // what the index arithmetic divides by
 };
 
 struct PoolParams {  // pool.comp's
@@ -30,11 +32,13 @@ void check_f32(std::initializer_list<const TensorRef*> ts, const char* op) {
                " is not supported by the Vulkan backend yet (f32 so far)");
 }
 
-// Workgroups of the implicit GEMM: a 64 x 64 tile of (rows, pixels) per group, at most 65535
-// (tiles beyond loop).
-int64_t gemm_tiles(int64_t groups, int64_t rows, int64_t pixels) {
-  return std::min<int64_t>(groups * ((rows + 63) / 64) * ((pixels + 63) / 64), 65535);
+// conv2d.comp's specialisation constants: gemm.glsl's tile and load orders (1-5), then ReLU (6).
+// (Not the filter's size: a pipeline per size cost lavapipe over a second each to compile.)
+std::vector<int32_t> conv_constants(GemmTile tile, bool a_k_fastest, bool b_k_fastest, bool relu) {
+  return {tile.m, tile.n, tile.thread, a_k_fastest, b_k_fastest, relu};
 }
+
+int64_t workgroups(int64_t tiles) { return std::min<int64_t>(tiles, 65535) * kWorkgroupSize; }
 
 // x [N, C, H, W], w [O, C/G, KH, KW], y [N, O, OH, OW] as conv2d.comp takes them
 ConvParams conv_params(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
@@ -48,6 +52,8 @@ ConvParams conv_params(const TensorRef& x, const TensorRef& w, const TensorRef& 
   c.dh = index32(p.dilation_h, op), c.dw = index32(p.dilation_w, op), c.groups = index32(p.groups, op);
   index32(x.numel(), op), index32(y.numel(), op), index32(w.numel(), op);
   c.x_offset = index32(x.offset, op), c.w_offset = index32(w.offset, op), c.y_offset = index32(y.offset, op);
+  c.kw_ = divisor(c.kw), c.taps_ = divisor(c.kh * c.kw), c.ow_ = divisor(c.ow), c.ohw_ = divisor(c.oh * c.ow);
+  c.w_ = divisor(c.w), c.hw_ = divisor(c.h * c.w), c.sh_ = divisor(c.sh), c.sw_ = divisor(c.sw);
   return c;
 }
 
@@ -71,38 +77,46 @@ void VulkanBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorR
   if (e.bias.defined()) check_f32({&e.bias}, "conv2d");
   c.has_bias = e.bias.defined();
   c.bias_offset = e.bias.defined() ? index32(e.bias.offset, "conv2d") : 0;
+  // the GEMM: per group, rows O/G, columns N OH OW, a reduction over C/G KH KW (w's rows: k-fastest)
+  const int64_t rows = c.o / std::max(c.groups, 1), pixels = int64_t{c.n} * c.oh * c.ow;
+  const GemmTile tile = gemm_tile(rows, pixels);
   // without a bias, binding 4 takes x again, unread
-  record({"conv2d_forward", {e.activation == Activation::relu}, &c, sizeof c,
+  record({"conv2d_forward", conv_constants(tile, true, false, e.activation == Activation::relu), &c, sizeof c,
           {allocation(x), allocation(w), allocation(y), e.bias.defined() ? allocation(e.bias) : allocation(x)},
-          gemm_tiles(c.groups, c.o / std::max(c.groups, 1), int64_t{c.n} * c.oh * c.ow) * kWorkgroupSize});
+          workgroups(tile.count(c.groups, rows, pixels))});
 }
 
 void VulkanBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
                                           const Conv2dParams& p) {
   ConvParams c = conv_params(grad_x, w, grad_y, p, "conv2d_backward_input");
-  record({"conv2d_backward_input", {}, &c, sizeof c, {allocation(grad_y), allocation(w), allocation(grad_x)},
-          gemm_tiles(c.groups, c.c / std::max(c.groups, 1), int64_t{c.n} * c.h * c.w) * kWorkgroupSize});
+  // the GEMM: per group, rows C/G, columns N H W, a reduction over O/G KH KW
+  const int64_t rows = c.c / std::max(c.groups, 1), pixels = int64_t{c.n} * c.h * c.w;
+  const GemmTile tile = gemm_tile(rows, pixels);
+  record({"conv2d_backward_input", conv_constants(tile, true, false, false), &c, sizeof c,
+          {allocation(grad_y), allocation(w), allocation(grad_x)}, workgroups(tile.count(c.groups, rows, pixels))});
 }
 
 void VulkanBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                                            const Conv2dParams& p) {
   ConvParams c = conv_params(x, grad_w, grad_y, p, "conv2d_backward_weight");
-  // the GEMM: per group, rows O/G, columns C/G KH KW, a reduction over N OH OW (split when long)
+  // the GEMM: per group, rows O/G, columns C/G KH KW, a reduction over N OH OW (split when long);
+  // both operands have consecutive pixels side by side: loaded k-fastest
   const int64_t rows = c.o / std::max(c.groups, 1), cols = grad_w.numel() / std::max<int64_t>(c.o, 1);
   const int64_t terms = int64_t{c.n} * c.oh * c.ow;
-  const int64_t tiles = c.groups * ((rows + 63) / 64) * ((cols + 63) / 64);
+  const GemmTile tile = gemm_tile(rows, cols);
+  const int64_t tiles = tile.count(c.groups, rows, cols);
   const SplitK split = split_k(tiles, terms, grad_w.numel());
   c.splits = index32(split.splits, "conv2d_backward_weight");
   c.k_chunk = index32(split.k_chunk, "conv2d_backward_weight");
-  const int64_t groups_launched = std::min<int64_t>(tiles * split.splits, 65535) * kWorkgroupSize;
+  const std::vector<int32_t> constants = conv_constants(tile, true, true, false);
   if (split.splits == 1) {
-    record({"conv2d_backward_weight", {}, &c, sizeof c, {allocation(x), allocation(grad_y), allocation(grad_w)},
-            groups_launched});
+    record({"conv2d_backward_weight", constants, &c, sizeof c, {allocation(x), allocation(grad_y), allocation(grad_w)},
+            workgroups(tiles)});
     return;
   }
   Workspace ws(*this, static_cast<size_t>(split.splits * grad_w.numel()) * sizeof(float));
-  record({"conv2d_backward_weight", {}, &c, sizeof c, {allocation(x), allocation(grad_y), ws.allocation()},
-          groups_launched});
+  record({"conv2d_backward_weight", constants, &c, sizeof c, {allocation(x), allocation(grad_y), ws.allocation()},
+          workgroups(tiles * split.splits)});
   record_split_sum(ws.allocation(), split.splits, grad_w.numel(), cols, grad_w, Epilogue{});
 }
 

@@ -1,5 +1,7 @@
 // matmul of the Vulkan backend (shaders/matmul.comp): C[b] = epilogue(op(A[b]) op(B[b])).
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/vulkan/vulkan_backend.h"
@@ -19,8 +21,6 @@ struct Params {  // matmul.comp's
 struct ReduceParams {  // matmul.comp's REDUCE
   int32_t total = 0, n = 0, splits = 0, out_offset = 0, bias_offset = 0, has_bias = 0, relu = 0;
 };
-
-constexpr int64_t kTile = 64;
 
 }  // namespace
 
@@ -50,21 +50,30 @@ void VulkanBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorR
   p.has_bias = e.bias.defined();
   p.bias_offset = e.bias.defined() ? index32(e.bias.offset, "matmul") : 0;
   p.relu = e.activation == Activation::relu;
-  const int64_t tiles = mp.batch * ((mp.m + kTile - 1) / kTile) * ((mp.n + kTile - 1) / kTile);
+  const GemmTile tile = gemm_tile(mp.m, mp.n);
+  const int64_t tiles = tile.count(mp.batch, mp.m, mp.n);
   const SplitK split = split_k(tiles, mp.k, mp.batch * mp.m * mp.n);
   p.splits = static_cast<int32_t>(split.splits);
   p.k_chunk = static_cast<int32_t>(split.k_chunk);
+  // a row-major A and a transposed B have consecutive k side by side: loaded k-fastest
+  const std::vector<int32_t> constants{tile.m, tile.n, tile.thread, !mp.trans_a, mp.trans_b};
   if (split.splits == 1) {
     // without a bias, binding 4 takes A again, unread
-    record({"matmul", {}, &p, sizeof p,
+    record({"matmul", constants, &p, sizeof p,
             {allocation(a), allocation(b), allocation(out), e.bias.defined() ? allocation(e.bias) : allocation(a)},
             std::min<int64_t>(tiles, 65535) * kWorkgroupSize});
     return;
   }
   Workspace ws(*this, static_cast<size_t>(split.splits * mp.batch * mp.m * mp.n) * sizeof(float));
-  record({"matmul", {}, &p, sizeof p, {allocation(a), allocation(b), ws.allocation(), allocation(a)},
+  record({"matmul", constants, &p, sizeof p, {allocation(a), allocation(b), ws.allocation(), allocation(a)},
           std::min<int64_t>(tiles * split.splits, 65535) * kWorkgroupSize});
   record_split_sum(ws.allocation(), split.splits, mp.batch * mp.m * mp.n, mp.n, out, e);
+}
+
+GemmTile gemm_tile(int64_t m, int64_t n) {
+  if (m <= 32 && n > 32) return {32, 128, 4};  // e.g. 32 input channels: a 64-row tile would be half empty
+  if (m <= 32 || n <= 32) return {32, 32, 2};  // small outputs: smaller tiles, more of them
+  return {64, 64, 4};
 }
 
 SplitK split_k(int64_t tiles, int64_t k, int64_t outputs) {

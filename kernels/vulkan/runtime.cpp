@@ -7,7 +7,6 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,8 +67,12 @@ bool validation_requested() {
 }
 
 constexpr VkDeviceSize kBlockBytes = VkDeviceSize{64} << 20;    // device memory is taken in blocks of this
-constexpr VkDeviceSize kRingBytes = VkDeviceSize{4} << 20;      // parameters of the dispatches of one submission
-constexpr VkDeviceSize kStagingMax = VkDeviceSize{64} << 20;    // host transfers go in chunks of at most this
+constexpr VkDeviceSize kRingBytes = VkDeviceSize{1} << 20;      // each frame's dispatch parameters
+constexpr VkDeviceSize kUploadBytes = VkDeviceSize{4} << 20;    // each frame's writes (larger ones wait)
+constexpr VkDeviceSize kStagingMax = VkDeviceSize{64} << 20;    // reads and large writes go in chunks of this
+constexpr size_t kFrames = 4;                                   // command buffers in flight at most
+constexpr uint32_t kSubmitEvery = 32;                           // dispatches: then the frame goes to the GPU
+constexpr uint32_t kTimestamps = 1024;                          // slots of the timestamp query pool
 constexpr uint32_t kWorkgroup = kWorkgroupSize;                 // invocations per workgroup (constant 0)
 constexpr uint32_t kMaxGroups = 65535;                          // the least maxComputeWorkGroupCount[0] of any device
 
@@ -128,6 +131,16 @@ struct HostBuffer {
   VkDeviceSize size = 0;
 };
 
+// A command buffer and what its commands use: its segments of the parameter ring and of the
+// upload buffer, free again once its fence has signalled.
+struct Frame {
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  bool recording = false, submitted = false;
+  uint32_t dispatches = 0;
+  VkDeviceSize ring_used = 0, upload_used = 0;  // bytes of its segments
+};
+
 struct Pipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
@@ -144,9 +157,8 @@ struct Runtime {
   uint32_t queue_family = 0;
   VkQueue queue = VK_NULL_HANDLE;
   VkCommandPool pool = VK_NULL_HANDLE;
-  VkCommandBuffer cmd = VK_NULL_HANDLE;
-  bool recording = false;
-  VkFence fence = VK_NULL_HANDLE;
+  Frame frames[kFrames];
+  size_t current = 0;              // the frame being recorded
   VkPipelineCache cache = VK_NULL_HANDLE;
   PFN_vkCmdPushDescriptorSetKHR push_descriptor = nullptr;
   uint32_t device_memory_type = 0, host_memory_type = 0;
@@ -154,10 +166,15 @@ struct Runtime {
   std::vector<Block> blocks;
   std::map<size_t, VkDescriptorSetLayout> set_layouts;  // by the number of tensor bindings
   std::map<std::string, Pipeline> pipelines;            // by shader and constants
-  HostBuffer ring, staging;
+  HostBuffer ring;             // kFrames segments of kRingBytes: the frames' dispatch parameters
+  HostBuffer uploads;          // kFrames segments of kUploadBytes: the frames' writes
+  HostBuffer staging;          // reads, and writes too large for a frame
   HostBuffer fault;            // FaultSlot, written by kernels that find a bad index
   Allocation fault_binding;    // the fault slot as kernels bind it
-  VkDeviceSize ring_used = 0;
+  VkQueryPool timestamps = VK_NULL_HANDLE;  // null where the queue keeps no time
+  uint32_t next_timestamp = 0;
+  double timestamp_ns = 0;     // nanoseconds per tick
+  uint64_t timestamp_mask = 0; // the bits the queue keeps
   std::mutex mutex;
 
   std::string where() const { return detail::concat("vulkan:", index); }
@@ -220,45 +237,69 @@ struct Runtime {
                      VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT);
   }
 
+  Frame& frame() { return frames[current]; }
+
   void begin() {
-    if (recording) return;
+    Frame& f = frame();
+    if (f.recording) return;
     auto info = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
     info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    KILN_VK_CHECK(vkBeginCommandBuffer(cmd, &info));
-    recording = true;
+    KILN_VK_CHECK(vkBeginCommandBuffer(f.cmd, &info));
+    f.recording = true;
   }
 
   // Orders everything recorded so far before everything recorded next: kernels and copies each
   // wait for the writes before them (and writes for the reads before them). One global barrier
-  // per command, the simplest order that is always right.
+  // per command, the simplest order that is always right. A barrier's scopes are the queue's
+  // submission order, so it orders the frames' command buffers among themselves too.
   void barrier() {
     auto b = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
     b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
                       VK_ACCESS_TRANSFER_READ_BIT;
     b.dstAccessMask = b.srcAccessMask;
     const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-    vkCmdPipelineBarrier(cmd, stages, stages, 0, 1, &b, 0, nullptr, 0, nullptr);
+    vkCmdPipelineBarrier(frame().cmd, stages, stages, 0, 1, &b, 0, nullptr, 0, nullptr);
   }
 
-  // Submits what is recorded and waits for it: the only place the host waits for the device.
-  void submit_and_wait() {
-    if (!recording) return;
+  // Waits for a submitted frame and makes it ready to record again.
+  void retire(Frame& f) {
+    if (!f.submitted) return;
+    KILN_VK_CHECK(vkWaitForFences(device, 1, &f.fence, VK_TRUE, UINT64_MAX));
+    KILN_VK_CHECK(vkResetFences(device, 1, &f.fence));
+    KILN_VK_CHECK(vkResetCommandBuffer(f.cmd, 0));
+    f.submitted = false;
+    f.dispatches = 0;
+    f.ring_used = f.upload_used = 0;
+  }
+
+  // Sends the frame being recorded to the GPU without waiting for it, and moves to the next
+  // frame (waiting only if that one, kFrames submissions back, is still running): the GPU works
+  // through a step while the host records the rest of it.
+  void flush() {
+    Frame& f = frame();
+    if (!f.recording) return;
     // the host reads what the commands wrote (staging, the fault slot): make it visible there
     auto to_host = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
     to_host.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+    vkCmdPipelineBarrier(f.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
-    KILN_VK_CHECK(vkEndCommandBuffer(cmd));
-    recording = false;
+    KILN_VK_CHECK(vkEndCommandBuffer(f.cmd));
+    f.recording = false;
     auto submit = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
     submit.commandBufferCount = 1;
-    submit.pCommandBuffers = &cmd;
-    KILN_VK_CHECK(vkQueueSubmit(queue, 1, &submit, fence));
-    KILN_VK_CHECK(vkWaitForFences(device, 1, &fence, VK_TRUE, UINT64_MAX));
-    KILN_VK_CHECK(vkResetFences(device, 1, &fence));
-    KILN_VK_CHECK(vkResetCommandBuffer(cmd, 0));
-    ring_used = 0;
+    submit.pCommandBuffers = &f.cmd;
+    KILN_VK_CHECK(vkQueueSubmit(queue, 1, &submit, f.fence));
+    f.submitted = true;
+    current = (current + 1) % kFrames;
+    retire(frame());
+  }
+
+  // Submits what is recorded and waits for everything submitted: where the host needs the
+  // device's results (a read) or its memory back (a large write, the staging buffer grown).
+  void submit_and_wait() {
+    flush();
+    for (Frame& f : frames) retire(f);
     check_fault();
   }
 
@@ -283,7 +324,7 @@ struct Runtime {
     std::vector<VkDescriptorSetLayoutBinding> bindings(tensors + 1);
     for (uint32_t i = 0; i < bindings.size(); ++i) {
       bindings[i].binding = i;
-      bindings[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      bindings[i].descriptorType = i == 0 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
       bindings[i].descriptorCount = 1;
       bindings[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
     }
@@ -298,10 +339,9 @@ struct Runtime {
   }
 
   const Pipeline& pipeline(const Dispatch& d) {
-    std::ostringstream key_stream;
-    key_stream << d.shader << "/" << d.buffers.size();
-    for (int32_t c : d.constants) key_stream << "," << c;
-    const std::string key = key_stream.str();
+    std::string key(d.shader);  // built for every dispatch, so without a stream
+    key += '/' + std::to_string(d.buffers.size());
+    for (int32_t c : d.constants) key += ',' + std::to_string(c);
     if (auto it = pipelines.find(key); it != pipelines.end()) return it->second;
     const std::span<const uint32_t> code = shader_code(d.shader);
     KILN_CHECK(!code.empty(), DeviceError, where(), ": no shader named ", d.shader, " is embedded in this build");
@@ -375,7 +415,7 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
     KILN_VK_CHECK(create(r.instance, &messenger, nullptr, &r.messenger));
   }
 
-  // "vulkan:N": the N-th device with a compute queue and push descriptors, in the loader's order
+  // "vulkan:N": the N-th device with a compute queue, push descriptors and std430 uniform buffers
   uint32_t count = 0;
   KILN_VK_CHECK(vkEnumeratePhysicalDevices(r.instance, &count, nullptr));
   std::vector<VkPhysicalDevice> all(count);
@@ -398,6 +438,12 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
       return std::strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
     });
     if (props.apiVersion < VK_API_VERSION_1_2 || !push) continue;
+    // kernels read their parameters from a uniform buffer laid out as std430
+    auto features12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+    auto features = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
+    features.pNext = &features12;
+    vkGetPhysicalDeviceFeatures2(p, &features);
+    if (!features12.uniformBufferStandardLayout) continue;
     for (uint32_t f = 0; f < n; ++f)
       if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
         usable.emplace_back(p, f);
@@ -405,13 +451,15 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
       }
   }
   KILN_CHECK(device >= 0 && static_cast<size_t>(device) < usable.size(), BackendUnavailable, "vulkan:", device,
-             ": no such device; ", usable.size(), " Vulkan device(s) with compute, Vulkan 1.2 and push descriptors (",
+             ": no such device; ", usable.size(),
+             " Vulkan device(s) with compute, Vulkan 1.2, push descriptors and std430 uniform buffers (",
              seen.empty() ? "the driver lists none" : detail::concat("the driver lists: ", seen), ")");
   r.physical = usable[static_cast<size_t>(device)].first;
   r.queue_family = usable[static_cast<size_t>(device)].second;
   vkGetPhysicalDeviceProperties(r.physical, &r.props);
   vkGetPhysicalDeviceMemoryProperties(r.physical, &r.memory);
-  r.alignment = std::max<VkDeviceSize>(256, r.props.limits.minStorageBufferOffsetAlignment);
+  r.alignment = std::max({VkDeviceSize{256}, r.props.limits.minStorageBufferOffsetAlignment,
+                          r.props.limits.minUniformBufferOffsetAlignment});
   software_ = r.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   description_ = detail::concat(r.props.deviceName, " (driver ", version_string(r.props.driverVersion), ", Vulkan ",
                                 version_string(r.props.apiVersion), ")");
@@ -426,6 +474,9 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   dinfo.queueCreateInfoCount = 1;
   dinfo.pQueueCreateInfos = &queue;
   dinfo.enabledExtensionCount = 1;
+  auto enable12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+  enable12.uniformBufferStandardLayout = VK_TRUE;
+  dinfo.pNext = &enable12;
   dinfo.ppEnabledExtensionNames = device_extensions;
   KILN_VK_CHECK(vkCreateDevice(r.physical, &dinfo, nullptr, &r.device));
   vkGetDeviceQueue(r.device, r.queue_family, 0, &r.queue);
@@ -437,16 +488,33 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pool.queueFamilyIndex = r.queue_family;
   KILN_VK_CHECK(vkCreateCommandPool(r.device, &pool, nullptr, &r.pool));
-  auto cmd = make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
-  cmd.commandPool = r.pool;
-  cmd.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  cmd.commandBufferCount = 1;
-  KILN_VK_CHECK(vkAllocateCommandBuffers(r.device, &cmd, &r.cmd));
-  auto fence = make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
-  KILN_VK_CHECK(vkCreateFence(r.device, &fence, nullptr, &r.fence));
+  for (Frame& f : r.frames) {
+    auto cmd = make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+    cmd.commandPool = r.pool;
+    cmd.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cmd.commandBufferCount = 1;
+    KILN_VK_CHECK(vkAllocateCommandBuffers(r.device, &cmd, &f.cmd));
+    auto fence = make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
+    KILN_VK_CHECK(vkCreateFence(r.device, &fence, nullptr, &f.fence));
+  }
   auto cache = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
   KILN_VK_CHECK(vkCreatePipelineCache(r.device, &cache, nullptr, &r.cache));
-  r.make_host_buffer(r.ring, kRingBytes, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
+  r.make_host_buffer(r.ring, kRingBytes * kFrames, VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT);
+  r.make_host_buffer(r.uploads, kUploadBytes * kFrames, VK_BUFFER_USAGE_TRANSFER_SRC_BIT);
+  // timestamps, where the queue keeps them (timestampValidBits > 0)
+  uint32_t n_families = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(r.physical, &n_families, nullptr);
+  std::vector<VkQueueFamilyProperties> families(n_families);
+  vkGetPhysicalDeviceQueueFamilyProperties(r.physical, &n_families, families.data());
+  const uint32_t valid_bits = families[r.queue_family].timestampValidBits;
+  if (valid_bits > 0 && r.props.limits.timestampPeriod > 0) {
+    auto query = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
+    query.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    query.queryCount = kTimestamps;
+    KILN_VK_CHECK(vkCreateQueryPool(r.device, &query, nullptr, &r.timestamps));
+    r.timestamp_ns = r.props.limits.timestampPeriod;
+    r.timestamp_mask = valid_bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << valid_bits) - 1;
+  }
   r.make_host_buffer(r.fault, r.alignment, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
   std::memset(r.fault.mapped, 0, r.alignment);
   r.fault_binding = Allocation{r.fault.buffer, 0, r.alignment, 0};
@@ -467,7 +535,7 @@ VulkanBackend::~VulkanBackend() {
     vkDestroyPipelineLayout(r.device, p.layout, nullptr);
   }
   for (auto& [n, layout] : r.set_layouts) vkDestroyDescriptorSetLayout(r.device, layout, nullptr);
-  for (HostBuffer* h : {&r.ring, &r.staging, &r.fault})
+  for (HostBuffer* h : {&r.ring, &r.uploads, &r.staging, &r.fault})
     if (h->buffer) {
       vkUnmapMemory(r.device, h->memory);
       vkDestroyBuffer(r.device, h->buffer, nullptr);
@@ -478,7 +546,8 @@ VulkanBackend::~VulkanBackend() {
     vkFreeMemory(r.device, b.memory, nullptr);
   }
   vkDestroyPipelineCache(r.device, r.cache, nullptr);
-  vkDestroyFence(r.device, r.fence, nullptr);
+  for (Frame& f : r.frames) vkDestroyFence(r.device, f.fence, nullptr);
+  if (r.timestamps) vkDestroyQueryPool(r.device, r.timestamps, nullptr);
   vkDestroyCommandPool(r.device, r.pool, nullptr);
   vkDestroyDevice(r.device, nullptr);
   if (r.messenger) {
@@ -574,13 +643,26 @@ void VulkanBackend::write(void* buffer, size_t byte_offset, const void* host, si
   KILN_CHECK(byte_offset + bytes <= a->size, ValueError, r.where(), " write: ", bytes, " bytes at ", byte_offset,
              " run past the ", a->size, "-byte allocation");
   const auto* src = static_cast<const unsigned char*>(host);
+  if (bytes == 0) return;
+  if (bytes <= kUploadBytes) {  // through the frame's upload segment, recorded like a kernel: no wait
+    if (r.frame().upload_used + bytes > kUploadBytes) r.flush();
+    Frame& f = r.frame();
+    const VkDeviceSize at = r.current * kUploadBytes + f.upload_used;
+    std::memcpy(static_cast<unsigned char*>(r.uploads.mapped) + at, src, bytes);
+    f.upload_used = round_up(f.upload_used + bytes, 16);
+    r.begin();
+    VkBufferCopy region{at, a->offset + byte_offset, bytes};
+    vkCmdCopyBuffer(r.frame().cmd, r.uploads.buffer, a->buffer, 1, &region);
+    r.barrier();
+    return;
+  }
   while (bytes > 0) {
     const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, kStagingMax);
     r.reserve_staging(chunk);
     std::memcpy(r.staging.mapped, src, chunk);
     r.begin();
     VkBufferCopy region{0, a->offset + byte_offset, chunk};
-    vkCmdCopyBuffer(r.cmd, r.staging.buffer, a->buffer, 1, &region);
+    vkCmdCopyBuffer(r.frame().cmd, r.staging.buffer, a->buffer, 1, &region);
     r.barrier();
     r.submit_and_wait();
     src += chunk;
@@ -601,7 +683,7 @@ void VulkanBackend::read(const void* buffer, size_t byte_offset, void* host, siz
     r.reserve_staging(chunk);
     r.begin();
     VkBufferCopy region{a->offset + byte_offset, 0, chunk};
-    vkCmdCopyBuffer(r.cmd, a->buffer, r.staging.buffer, 1, &region);
+    vkCmdCopyBuffer(r.frame().cmd, a->buffer, r.staging.buffer, 1, &region);
     r.barrier();
     r.submit_and_wait();
     std::memcpy(dst, r.staging.mapped, chunk);
@@ -624,14 +706,17 @@ void VulkanBackend::record(const Dispatch& d) {
   std::lock_guard<std::mutex> lock(r.mutex);
   const Pipeline& p = r.pipeline(d);
   const VkDeviceSize params = round_up(std::max<size_t>(d.params_bytes, 16), 16);
-  KILN_CHECK(params <= kRingBytes, ValueError, r.where(), " ", d.shader, ": ", d.params_bytes, " bytes of parameters");
-  if (r.ring_used + params > r.ring.size) r.submit_and_wait();  // the ring is full: its dispatches must finish first
-  const VkDeviceSize at = r.ring_used;
+  KILN_CHECK(params <= std::min<VkDeviceSize>(kRingBytes, r.props.limits.maxUniformBufferRange), ValueError, r.where(),
+             " ", d.shader, ": ", d.params_bytes, " bytes of parameters exceed the device's uniform buffer range (",
+             r.props.limits.maxUniformBufferRange, " bytes)");
+  if (r.frame().ring_used + params > kRingBytes) r.flush();  // the frame's parameter segment is full
+  Frame& f = r.frame();
+  const VkDeviceSize at = r.current * kRingBytes + f.ring_used;
   std::memcpy(static_cast<unsigned char*>(r.ring.mapped) + at, d.params, d.params_bytes);
-  r.ring_used = round_up(at + params, r.alignment);
+  f.ring_used = round_up(f.ring_used + params, r.alignment);
 
   r.begin();
-  vkCmdBindPipeline(r.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  vkCmdBindPipeline(r.frame().cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   std::vector<VkDescriptorBufferInfo> infos;
   infos.reserve(d.buffers.size() + 1);
   infos.push_back({r.ring.buffer, at, params});
@@ -641,14 +726,43 @@ void VulkanBackend::record(const Dispatch& d) {
     writes[i] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
     writes[i].dstBinding = i;
     writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].descriptorType = i == 0 ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  r.push_descriptor(r.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, static_cast<uint32_t>(writes.size()),
+  r.push_descriptor(r.frame().cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, static_cast<uint32_t>(writes.size()),
                     writes.data());
   const int64_t groups = (d.invocations + kWorkgroup - 1) / kWorkgroup;
-  vkCmdDispatch(r.cmd, static_cast<uint32_t>(std::min<int64_t>(groups, kMaxGroups)), 1, 1);
+  vkCmdDispatch(r.frame().cmd, static_cast<uint32_t>(std::min<int64_t>(groups, kMaxGroups)), 1, 1);
   r.barrier();
+  if (++f.dispatches == kSubmitEvery) r.flush();
+}
+
+// ---- timestamps ----
+
+uint32_t VulkanBackend::timestamp() {
+  Runtime& r = *rt_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  KILN_CHECK(r.timestamps != VK_NULL_HANDLE, BackendUnavailable, r.where(), " (", description_,
+             "): its compute queue keeps no timestamps (timestampValidBits 0)");
+  r.begin();
+  const uint32_t slot = r.next_timestamp++ % kTimestamps;
+  vkCmdResetQueryPool(r.frame().cmd, r.timestamps, slot, 1);
+  vkCmdWriteTimestamp(r.frame().cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r.timestamps, slot);
+  return slot;
+}
+
+double VulkanBackend::elapsed_ms(uint32_t from, uint32_t to) {
+  Runtime& r = *rt_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  KILN_CHECK(r.timestamps != VK_NULL_HANDLE && from < kTimestamps && to < kTimestamps, ValueError, r.where(),
+             " elapsed_ms: ", from, " and ", to, " are not timestamps of this device");
+  r.submit_and_wait();
+  uint64_t ticks[2];
+  for (int i = 0; i < 2; ++i)
+    KILN_VK_CHECK(vkGetQueryPoolResults(r.device, r.timestamps, i == 0 ? from : to, 1, sizeof(uint64_t), &ticks[i],
+                                        sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+  const uint64_t delta = (ticks[1] - ticks[0]) & r.timestamp_mask;
+  return static_cast<double>(delta) * r.timestamp_ns * 1e-6;
 }
 
 }  // namespace kiln::vulkan

@@ -3,13 +3,17 @@
 // GLSL compute shaders (kernels/vulkan/shaders/, the same names as the CUDA files).
 //
 // The runtime (runtime.cpp): one instance, one physical device per backend ("vulkan:N" counts the
-// devices that have a compute queue, in the loader's order), one compute queue, a pipeline cache.
+// devices that have a compute queue and what kiln needs, in the loader's order), one compute queue, a pipeline cache.
 // Memory is sub-allocated from large blocks of device memory, each one VkBuffer, so a tensor is a
 // range of a block (an Allocation) and allocating costs no driver call once the blocks exist.
-// Kernels are recorded into one command buffer, each dispatch followed by a barrier, and submitted
-// together; nothing waits until the host reads (read, synchronize) or writes through the staging
-// buffer. A dispatch's parameters go to a host-visible ring buffer, bound as its binding 0, so a
-// kernel takes any number of parameters on every device (push constants guarantee only 128 bytes).
+// Kernels are recorded into command buffers ("frames"), each dispatch followed by a barrier; a
+// frame goes to the GPU every 32 dispatches without a wait, so the GPU runs a step while the host
+// records the rest of it, and the host waits only to read (read, synchronize), for a frame 4
+// submissions back, or to write more than a frame's upload segment (4 MiB) at once. A dispatch's
+// parameters go to its frame's segment of a host-visible ring, bound as its binding 0: a uniform
+// buffer (std430, Vulkan 1.2's uniformBufferStandardLayout), which NVIDIA's driver reads through
+// the constant cache, so a kernel takes any number of parameters (push constants guarantee only
+// 128 bytes) and its index arithmetic reads them for free.
 //
 // Dtypes: f32 everywhere, i32 where the CPU takes it but for mean, u8 in fill, copy, gather and
 // one_hot; f64 (which many Vulkan devices lack) is refused with a DTypeError naming the op. The
@@ -43,6 +47,16 @@ struct Allocation {
 };
 
 constexpr int64_t kWorkgroupSize = 256;  // invocations per workgroup of every kernel (constant 0)
+
+// The tile of shaders/gemm.glsl (matmul and the convolutions) for a product of m x n outputs per
+// batch: TILE_M x TILE_N per workgroup, THREAD x THREAD per invocation (its constants 1, 2, 3).
+struct GemmTile {
+  int32_t m, n, thread;
+  int64_t count(int64_t batches, int64_t rows, int64_t cols) const {
+    return batches * ((rows + m - 1) / m) * ((cols + n - 1) / n);
+  }
+};
+GemmTile gemm_tile(int64_t m, int64_t n);
 
 // How a product with few output tiles splits its reduction (matmul.cpp): `splits` workgroups per
 // tile, each over k_chunk of it (splits == 1: no split).
@@ -90,6 +104,11 @@ class VulkanBackend final : public Backend {
   void synchronize() override;
   void record(const Dispatch& d);  // queues one kernel
   const Allocation* fault_slot() const;  // kernels that check indices bind it
+  // Timestamps for benches: timestamp() records the moment the device has finished everything
+  // recorded before it; elapsed_ms(a, b) waits for the work and gives the device's time between
+  // the two. BackendUnavailable where the compute queue keeps no time.
+  uint32_t timestamp();
+  double elapsed_ms(uint32_t from, uint32_t to);
   size_t bytes_reserved() const;   // device memory held in blocks (for tests and logs)
 
   // elementwise.cpp
@@ -172,6 +191,22 @@ class VulkanBackend final : public Backend {
 // index the shaders use (ShapeError naming the op beyond 2^31 - 1).
 inline const Allocation* allocation(const TensorRef& t) { return static_cast<const Allocation*>(t.buffer); }
 int32_t index32(int64_t v, std::string_view op);
+
+// A divisor as shaders/fastdiv.glsl takes it: d with the magic number and shift that divide by
+// it with a multiply (d >= 1; n < 2^31).
+struct Divisor {
+  int32_t d = 1;
+  uint32_t magic = 1, shift = 0;
+};
+inline Divisor divisor(int32_t d) {
+  Divisor q;
+  q.d = d < 1 ? 1 : d;
+  while ((int64_t{1} << q.shift) < q.d) ++q.shift;
+  q.magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << q.shift) - static_cast<uint64_t>(q.d))) /
+                                      static_cast<uint64_t>(q.d) +
+                                  1);
+  return q;
+}
 
 // Scratch device memory for one kernel's recording: freed when it goes out of scope, which is safe
 // at once (whatever is recorded later waits for the commands before it).

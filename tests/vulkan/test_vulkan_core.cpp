@@ -49,6 +49,62 @@ TEST_CASE("vulkan memory: blocks are shared and reused, transfers keep every byt
   check_no_validation_messages();
 }
 
+TEST_CASE("vulkan divisor: the shaders' multiply-and-shift division equals n / d for every d and n < 2^31") {
+  // fastdiv.glsl's arithmetic, on the host: (umulhi(n, magic) + n) >> shift
+  auto div_by = [](int32_t n, vulkan::Divisor q) {
+    const uint32_t hi = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(n)} * q.magic) >> 32);
+    return static_cast<int32_t>((hi + static_cast<uint32_t>(n)) >> q.shift);
+  };
+  std::mt19937 rng(5);
+  std::vector<int32_t> ds;
+  for (int32_t d = 1; d <= 1100; ++d) ds.push_back(d);
+  for (int i = 0; i < 2000; ++i) ds.push_back(std::uniform_int_distribution<int32_t>(1, INT32_MAX)(rng));
+  for (int s = 1; s < 31; ++s) ds.insert(ds.end(), {(1 << s) - 1, 1 << s, (1 << s) + 1});
+  ds.push_back(INT32_MAX);
+  for (int32_t d : ds) {
+    const vulkan::Divisor q = vulkan::divisor(d);
+    std::vector<int32_t> ns{0, 1, d - 1, d, d < INT32_MAX ? d + 1 : d, INT32_MAX, INT32_MAX - 1, INT32_MAX / d * d};
+    for (int i = 0; i < 200; ++i) ns.push_back(std::uniform_int_distribution<int32_t>(0, INT32_MAX)(rng));
+    for (int i = 0; i < 50; ++i) ns.push_back(std::uniform_int_distribution<int32_t>(0, 100000)(rng));
+    for (int32_t n : ns) {
+      const int32_t got = div_by(n, q);
+      if (got != n / d) FAIL_CHECK(n << " / " << d << ": " << got << ", not " << n / d);
+    }
+  }
+}
+
+TEST_CASE("vulkan frames in flight: writes and kernels queued over many submissions keep their order") {
+  if (!have_vulkan()) return;
+  // 400 writes and 800 kernels: frames go to the device every 32 dispatches and are reused after
+  // their fences, the upload segments wrap many times, and nothing here waits until the read
+  Tensor acc_dev = zeros({1000}, TensorOptions().device(kVulkan)), acc_cpu = zeros({1000});
+  for (int i = 0; i < 400; ++i) {
+    Tensor step = full({1000}, static_cast<double>(i % 7) - 3.0);
+    Tensor step_dev = step.to(kVulkan);  // its host memory is gone before the device copies it
+    step = Tensor();
+    acc_dev = acc_dev * 0.5 + step_dev;
+    acc_cpu = acc_cpu * 0.5 + full({1000}, static_cast<double>(i % 7) - 3.0);
+  }
+  check_close(acc_dev, acc_cpu, 0, 0, "400 writes and 800 kernels");
+  // a write larger than a frame's upload segment goes through staging and waits
+  Tensor big_cpu = uniform({3'000'000}, -1, 1);
+  Tensor big = big_cpu.to(kVulkan) * 2.0;
+  check_close(big, big_cpu * 2.0, 0, 0, "a 12 MB write");
+  // timestamps: the device's time around work, in order, and positive where there was work
+  const uint32_t t0 = vk().timestamp();
+  Tensor y = big.slice(0, 0, 100'000);
+  for (int i = 0; i < 50; ++i) y = y * 1.0001;
+  const uint32_t t1 = vk().timestamp();
+  const uint32_t t2 = vk().timestamp();
+  const double work = vk().elapsed_ms(t0, t1), none = vk().elapsed_ms(t1, t2);
+  MESSAGE("50 multiplies of 100k elements: " << work << " ms on the device");
+  CHECK(work > 0);
+  CHECK(work < 60'000);
+  CHECK(none >= 0);
+  CHECK(none <= work);
+  check_no_validation_messages();
+}
+
 TEST_CASE("vulkan fill, arange and copies through views and dtype conversions match the CPU") {
   if (!have_vulkan()) return;
   std::mt19937 rng(2);

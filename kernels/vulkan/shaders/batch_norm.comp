@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // Batch norm over x [N, C, S] per channel c (M = N S values each) on the Vulkan backend
 // (core/backend.h states the three kernels), f32 accumulated in float; variants (-D):
 //   STATS     a workgroup per channel: the 256 invocations sum its values, meet in shared memory,
@@ -10,7 +11,7 @@
 //             grad_weight[c]) / M), reading SUMS' results.
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int n, c, s;
   int x_offset, g_offset, y_offset, mean_offset, invstd_offset, weight_offset, bias_offset, gw_offset, gb_offset;
   int has_weight, has_bias;

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // Cross-entropy with label smoothing s over logits [N, C] and i32 targets [N] on the Vulkan
 // backend (core/backend.h states it); variants (-D) FORWARD and BACKWARD:
 //   losses[r] = (1 - s) (lse_r - x[r, t_r]) + s (lse_r - mean_c x[r, c])
@@ -9,7 +10,7 @@
 // NaN loss (a NaN gradient row) and is recorded in the fault slot, which the host throws.
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int rows, classes;
   int x_offset, target_offset, g_offset, out_offset;  // g: grad_losses (backward)
   float smoothing;

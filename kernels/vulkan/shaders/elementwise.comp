@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // Elementwise kernels on the Vulkan backend, one source compiled into several shader variants
 // (kernels/vulkan/CMakeLists.txt passes -DFILL, -DARANGE, -DCOPY, -DUNARY, -DUNARY_BACKWARD or
 // -DBINARY); the op is a specialisation constant, so each pipeline is compiled for one op with
@@ -29,7 +30,7 @@ const int F32 = 0, I32 = 1, U8 = 2;
 #include "layout.glsl"
 #include "math.glsl"
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int numel;
   uint bits;      // fill: the value's 32-bit pattern
   float alpha;    // unary: the scalar

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // Indexing along the middle axis of contiguous [outer, n, inner] tensors on the Vulkan backend,
 // one source, three variants (-D):
 //   GATHER     out[o, j, i] = x[o, indices[j], i]                 out [outer, m, inner]
@@ -19,7 +20,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int ELEM_U8 = 0;  // gather, one_hot: u8 elements (else 4-byte words)
 layout(constant_id = 2) const int ADD_I32 = 0;  // index_add: i32 (else f32)
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int total;  // output elements
   int outer, n, m, inner;
   int x_offset, idx_offset, out_offset;

@@ -1,25 +1,36 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // C[b] = epilogue(op(A[b]) op(B[b])) on the Vulkan backend (core/backend.h's MatmulParams: op(A)
 // m x k, A row-major with row stride lda or, when transposed, k x m; likewise op(B) k x n; a batch
 // stride of 0 broadcasts one matrix), f32, accumulated in float (as the CPU's BLAS does).
 //
-// version 1 (shared-memory tiles, register blocking): a workgroup of 256 invocations computes a
-// 64 x 64 tile of C, each invocation a 4 x 4 block of it. Per step of 16 along k the workgroup
-// copies a 64 x 16 slice of op(A) and a 16 x 64 slice of op(B) into shared memory (4 elements
-// each per invocation, zeros past the edges), then every invocation does 16 x 16 multiply-adds
-// from registers loaded out of them: 16 shared loads per 16 FMAs instead of 2 global loads per
-// FMA. The epilogue adds the bias of column j and applies ReLU before the store, so a Linear
-// layer and its activation are one pass. Tiles beyond the workgroup count loop (grid-stride).
-// Split k (the MNIST CNN's fc1, 64 x 128 x 9216, has two tiles: two workgroups walking 9216 k
-// each took 1.17 ms on an H100 through NVIDIA's Vulkan driver, 0.069 ms split 72 ways; vulkan-bench,
-// 2026-11-22): when C has few tiles and k is long,
-// `splits` workgroups share each tile's k, each writing its partial tile to a workspace
-// [splits][batch m n]; the REDUCE variant then adds the partials in order of s (the same sum on
-// every run) and applies the epilogue. conv2d.comp's weight gradient ends in it too.
+// The product is gemm.glsl's tiled GEMM (shared-memory tiles, register blocking, the next step's
+// loads in flight during this one's arithmetic; its versions are told there): a workgroup of 256
+// invocations computes a tile of C (64 x 64, or 32 x 128 / 32 x 32 for thin or small products),
+// each invocation a 4 x 4 (2 x 2) block of it, staging 16 k of op(A) and op(B) per step in
+// shared memory. A row-major A and a transposed B are loaded k-fastest (constants 4 and 5), so
+// their loads coalesce. The epilogue adds the bias of column j and applies ReLU before the
+// store, so a Linear layer and its activation are one pass.
+// Split k: when C has few tiles and k is long, `splits` workgroups share each tile's k, each
+// writing its partial tile to a workspace [splits][batch m n]; the REDUCE variant then adds the
+// partials in order of s (the same sum on every run) and applies the epilogue. conv2d.comp's
+// weight gradient ends in it too.
+//
+// Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, 2026-11-22,
+// `vulkan-bench`; device time from timestamp queries but for the first figure, host-timed), ms:
+//                                                  fc1 fwd      fc1 weight grad  fc1 input grad
+//                                                  64x128x9216  128x9216x64      64x9216x128
+//   1 64 x 64 tiles, no split (fc1's forward: two workgroups, each walking 9216 k)
+//                                                  1.17
+//   2 split k (fc1's forward 72 ways)              0.055        0.024            0.033
+//   3 gemm.glsl version 2, row-major A and transposed B loaded k-fastest
+//                                                  0.040        0.018            0.022
+//   4 the parameters in a uniform buffer           0.026        0.015            0.018
+// (cuBLAS SGEMM on the same GPU, kernels/README.md: 0.018, 0.014 and 0.011 ms.)
 layout(local_size_x_id = 0) in;  // 256
 
 #if defined(REDUCE)
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int total, n, splits, out_offset, bias_offset, has_bias, relu;
 } R;
 layout(std430, binding = 1) readonly buffer W { float ws[]; };
@@ -40,9 +51,7 @@ void main() {
 }
 #else
 
-const int TILE = 64, BK = 16, THREAD = 4;
-
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int batch, m, n, k;
   int lda, ldb, batch_stride_a, batch_stride_b;
   int a_offset, b_offset, out_offset, bias_offset;
@@ -56,67 +65,28 @@ layout(std430, binding = 4) readonly buffer Bias { float bias[]; };
 
 #include "math.glsl"
 
-shared float tile_a[BK][TILE];  // op(A)[i0 + i][k0 + kk] at [kk][i]
-shared float tile_b[BK][TILE];  // op(B)[k0 + kk][j0 + j] at [kk][j]
+int gemm_batches() { return P.batch; }
+int gemm_m() { return P.m; }
+int gemm_n() { return P.n; }
+int gemm_k() { return P.k; }
+int gemm_splits() { return P.splits; }
+int gemm_k_chunk() { return P.k_chunk; }
 
-float load_a(int base, int i, int kk) {
-  if (i >= P.m || kk >= P.k) return 0.0;
-  return a[base + (P.trans_a != 0 ? kk * P.lda + i : i * P.lda + kk)];
+float load_a(int g, int i, int kk) {
+  return a[P.a_offset + g * P.batch_stride_a + (P.trans_a != 0 ? kk * P.lda + i : i * P.lda + kk)];
 }
-float load_b(int base, int kk, int j) {
-  if (kk >= P.k || j >= P.n) return 0.0;
-  return b[base + (P.trans_b != 0 ? j * P.ldb + kk : kk * P.ldb + j)];
+float load_b(int g, int kk, int j) {
+  return b[P.b_offset + g * P.batch_stride_b + (P.trans_b != 0 ? j * P.ldb + kk : kk * P.ldb + j)];
 }
-
-void main() {
-  const int t = int(gl_LocalInvocationID.x);
-  const int tr = t / 16, tc = t % 16;  // this invocation's 4 x 4 block: rows tr*4.., columns tc*4..
-  const int tiles_m = (P.m + TILE - 1) / TILE, tiles_n = (P.n + TILE - 1) / TILE;
-  const int tiles = P.batch * tiles_m * tiles_n * P.splits;
-  for (int tile_s = int(gl_WorkGroupID.x); tile_s < tiles; tile_s += int(gl_NumWorkGroups.x)) {
-    const int split = tile_s % P.splits, tile = tile_s / P.splits;
-    const int k_begin = split * P.k_chunk, k_end = min(P.k, k_begin + P.k_chunk);
-    const int bt = tile / (tiles_m * tiles_n), rest = tile % (tiles_m * tiles_n);
-    const int i0 = (rest / tiles_n) * TILE, j0 = (rest % tiles_n) * TILE;
-    const int a_base = P.a_offset + bt * P.batch_stride_a, b_base = P.b_offset + bt * P.batch_stride_b;
-    float acc[THREAD][THREAD];
-    for (int r = 0; r < THREAD; ++r)
-      for (int q = 0; q < THREAD; ++q) acc[r][q] = 0.0;
-    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
-      // 1024 elements of each slice, 4 per invocation; consecutive invocations take consecutive
-      // i (A, when transposed, or column-major) or j (B), so the global loads are coalesced
-      for (int e = t; e < BK * TILE; e += 256) {
-        const int kk = e / TILE, x = e % TILE;
-        const bool in_k = k0 + kk < k_end;
-        tile_a[kk][x] = in_k ? load_a(a_base, i0 + x, k0 + kk) : 0.0;
-        tile_b[kk][x] = in_k ? load_b(b_base, k0 + kk, j0 + x) : 0.0;
-      }
-      barrier();
-      for (int kk = 0; kk < BK; ++kk) {
-        float ra[THREAD], rb[THREAD];
-        for (int r = 0; r < THREAD; ++r) ra[r] = tile_a[kk][tr * THREAD + r];
-        for (int q = 0; q < THREAD; ++q) rb[q] = tile_b[kk][tc * THREAD + q];
-        for (int r = 0; r < THREAD; ++r)
-          for (int q = 0; q < THREAD; ++q) acc[r][q] = fma(ra[r], rb[q], acc[r][q]);
-      }
-      barrier();
-    }
-    for (int r = 0; r < THREAD; ++r) {
-      const int i = i0 + tr * THREAD + r;
-      if (i >= P.m) continue;
-      for (int q = 0; q < THREAD; ++q) {
-        const int j = j0 + tc * THREAD + q;
-        if (j >= P.n) continue;
-        float v = acc[r][q];
-        if (P.splits > 1) {  // a partial sum, to the workspace; REDUCE applies the epilogue
-          c[split * P.batch * P.m * P.n + (bt * P.m + i) * P.n + j] = v;
-          continue;
-        }
-        if (P.has_bias != 0) v += bias[P.bias_offset + j];
-        if (P.relu != 0) v = relu_of(v);  // a NaN passes, as UnaryOp::relu
-        c[P.out_offset + (bt * P.m + i) * P.n + j] = v;
-      }
-    }
+void store_c(int g, int split, int i, int j, float v) {
+  if (P.splits > 1) {  // a partial sum, to the workspace; REDUCE applies the epilogue
+    c[split * P.batch * P.m * P.n + (g * P.m + i) * P.n + j] = v;
+    return;
   }
+  if (P.has_bias != 0) v += bias[P.bias_offset + j];
+  if (P.relu != 0) v = relu_of(v);  // a NaN passes, as UnaryOp::relu
+  c[P.out_offset + (g * P.m + i) * P.n + j] = v;
 }
+
+#include "gemm.glsl"
 #endif

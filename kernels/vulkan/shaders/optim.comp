@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // Optimizer steps on the Vulkan backend, one dispatch per parameter, one invocation per element
 // (core/backend.h gives each rule; kernels/cpu/optim.cpp says why each step is there). Variants
 // (-D): SGD, ADAM, ADADELTA, RMSPROP. Every product is rounded on its own (`precise`: no fused
@@ -6,7 +7,7 @@
 // Vulkan's sqrt and division are within a few ulp, so the steps agree to rounding, not bits.
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int numel, p_offset, g_offset, s1_offset, s2_offset, s3_offset;
   int flag_a, flag_b, flag_c, flag_d;  // see each rule
   float lr, wd, c1, c2, c3, c4, c5, c6, eps;

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // 2-D pooling over each plane of x [N, C, H, W] -> y [N, C, OH, OW] on the Vulkan backend, and the
 // backward passes (kernels/cpu/pool.cpp states the rules), one invocation per output element of
 // the pass; variants (-D):
@@ -12,7 +13,7 @@
 //                    cover it.
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int planes, h, w, oh, ow;
   int kh, kw, sh, sw, ph, pw, include_pad;
   int x_offset, y_offset, i_offset;

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // Random draws on the Vulkan backend, from kiln's Philox4x32-10 stream (core/philox.h): element i
 // of a draw at (seed, offset) takes word i % 4 of block offset + i / 4, so every backend draws the
 // same numbers. One invocation per block of four elements. Variants (-D): UNIFORM, NORMAL, DROPOUT.
@@ -17,7 +18,7 @@
 // and Taylor polynomials on [-pi/4, pi/4]; they agree with the CPU's double to a few f32 ulp.
 layout(local_size_x_id = 0) in;
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int numel;
   uint seed_lo, seed_hi, offset_lo, offset_hi;
   float a_hi, a_lo, b_hi, b_lo;  // uniform: low, high - low; normal: mean, stddev (hi only)

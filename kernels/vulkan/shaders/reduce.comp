@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // Reductions over the middle axis of contiguous x [outer, n, inner] -> out [outer, inner] on the
 // Vulkan backend (kernels/cpu/reduce.cpp states the rules; the op is a specialisation constant):
 //   sum, mean     f32 accumulates in float (the CPU in double: the tests bound the difference);
@@ -20,7 +21,7 @@ const int SUM = 0, MEAN = 1, MAX = 2, MIN = 3, ARGMAX = 4, ARGMIN = 5;
 const bool kArg = OP == ARGMAX || OP == ARGMIN;
 const bool kMax = OP == MAX || OP == ARGMAX;
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int outer, n, inner;
   int x_offset, out_offset;
 } P;

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // softmax and log_softmax over the middle axis of contiguous x [outer, n, inner] on the Vulkan
 // backend (kernels/cuda/softmax.cu states the math):
 //   softmax:     out[o, k, i] = exp(x[o, k, i] - m) / s
@@ -14,7 +15,7 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int LOG = 0;  // log_softmax
 
-layout(std430, binding = 0) readonly buffer Params {
+layout(std430, binding = 0) uniform Params {
   int outer, n, inner;
   int x_offset, out_offset;
 } P;
