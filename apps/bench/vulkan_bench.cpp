@@ -65,6 +65,29 @@ int main() {
   time("sum over N, H, W of [64,64,24,24]", [&] { return sum(gy2, {0, 2, 3}); });
   time("copy [64,64,24,24] (2 x 9.4 MB)", [&] { return gy2.clone(); });
 
+  // memory-bound kernels on 64 MB against a copy of it (read 64 MB, write 64 MB): GB/s moved
+  std::printf("%-44s %10s %10s\n", "memory-bound, [4096, 4096] f32 (20 calls)", "device ms", "GB/s");
+  Tensor big = uniform({4096, 4096}, -1, 1).to(v);
+  auto bandwidth = [&](const char* name, double bytes, const std::function<Tensor()>& fn) {
+    Tensor t = fn();
+    b.synchronize();
+    const uint32_t from = vk.timestamp();
+    for (int i = 0; i < 20; ++i) t = fn();
+    const uint32_t to = vk.timestamp();
+    const double ms = vk.elapsed_ms(from, to) / 20;
+    std::printf("%-44s %10.4f %10.1f\n", name, ms, bytes / (ms * 1e-3) / 1e9);
+  };
+  const double mb64 = 4096.0 * 4096.0 * 4.0;
+  bandwidth("copy", 2 * mb64, [&] { return big.clone(); });
+  bandwidth("relu", 2 * mb64, [&] { return relu(big); });
+  bandwidth("sum of rows, subgroup shuffles", mb64, [&] { return sum(big, {1}); });
+  vk.use_subgroups(false);
+  bandwidth("sum of rows, shared-memory tree", mb64, [&] { return sum(big, {1}); });
+  vk.use_subgroups(true);
+  bandwidth("sum of columns", mb64, [&] { return sum(big, {0}); });
+  bandwidth("softmax of rows", 2 * mb64, [&] { return softmax(big, 1); });
+  bandwidth("softmax of columns", 2 * mb64, [&] { return softmax(big, 0); });
+
   // whole steps: forward, loss, backward, Adadelta, the running loss and accuracy (as mnist-train)
   manual_seed(1);
   auto model = apps::make_model("cnn");

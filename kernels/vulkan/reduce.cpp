@@ -41,7 +41,7 @@ void VulkanBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out
   const std::vector<const Allocation*> buffers{static_cast<const Allocation*>(x.buffer),
                                                static_cast<const Allocation*>(out.buffer)};
   if (p.inner == 1)  // a workgroup per row: as many invocations as the workgroups' threads
-    record({"reduce_rows", constants, &p, sizeof p, buffers, std::min<int64_t>(p.outer, kRowGroups) * kWorkgroupSize});
+    record({subgroups() ? "reduce_rows_subgroup" : "reduce_rows", constants, &p, sizeof p, buffers, std::min<int64_t>(p.outer, kRowGroups) * kWorkgroupSize});
   else
     record({"reduce_columns", constants, &p, sizeof p, buffers, int64_t{p.outer} * p.inner});
 }

@@ -461,6 +461,13 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   r.alignment = std::max({VkDeviceSize{256}, r.props.limits.minStorageBufferOffsetAlignment,
                           r.props.limits.minUniformBufferOffsetAlignment});
   software_ = r.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  auto subgroup = make<VkPhysicalDeviceSubgroupProperties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES);
+  auto props2 = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
+  props2.pNext = &subgroup;
+  vkGetPhysicalDeviceProperties2(r.physical, &props2);
+  const VkSubgroupFeatureFlags wanted = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+  subgroups_ = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
+               (subgroup.supportedOperations & wanted) == wanted && subgroup.subgroupSize >= 1;
   description_ = detail::concat(r.props.deviceName, " (driver ", version_string(r.props.driverVersion), ", Vulkan ",
                                 version_string(r.props.apiVersion), ")");
 

@@ -95,6 +95,10 @@ class VulkanBackend final : public Backend {
   // Whether the device is a CPU implementation (lavapipe, SwiftShader): there kiln's own CPU
   // backend is the faster choice, and --device auto passes it by.
   bool software() const { return software_; }
+  // Whether kernels use subgroup operations (shuffles, in the compute stage): where the device
+  // has them, unless turned off (use_subgroups(false): tests and benches run the fallbacks so).
+  bool subgroups() const { return subgroups_ && use_subgroups_; }
+  void use_subgroups(bool on) { use_subgroups_ = on; }
 
   // runtime.cpp
   void* allocate(size_t bytes) override;
@@ -185,6 +189,7 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Runtime> rt_;
   std::string description_;
   bool software_ = false;
+  bool subgroups_ = false, use_subgroups_ = true;
 };
 
 // What every kernel file needs: a tensor's allocation, and a size, offset or stride as the 32-bit

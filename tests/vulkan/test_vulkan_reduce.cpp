@@ -1,5 +1,6 @@
 // The Vulkan reductions against the CPU: sum, mean, max, min, argmax and argmin over any axes
-// (core stages them into middle-axis reductions), NaN and ties included.
+// (core stages them into middle-axis reductions), NaN and ties included; with subgroup
+// operations and with the fallback.
 #include <cmath>
 
 #include "tests/vulkan/vulkan_test.h"
@@ -7,10 +8,11 @@
 using namespace kiln;
 using namespace kiln::test;
 
-TEST_CASE("vulkan reductions over any axes match the CPU, NaN and ties included") {
-  if (!have_vulkan()) return;
+namespace {
+
+void check_reductions(int trials) {
   std::mt19937 rng(5);
-  for (int trial = 0; trial < 60; ++trial) {
+  for (int trial = 0; trial < trials; ++trial) {
     Shape s = random_shape(rng);
     std::vector<int64_t> axes;  // a random subset of axes (none: all of them)
     for (int64_t a = 0; a < s.rank(); ++a)
@@ -50,5 +52,18 @@ TEST_CASE("vulkan reductions over any axes match the CPU, NaN and ties included"
   check_close(sum(empty_axis, {1}), zeros({3}), 0, 0, "sum of an empty axis");
   CHECK(std::isnan(mean(empty_axis, {1}).to_vector<float>()[0]));
   CHECK_THROWS_AS((void)max(empty_axis, {1}), ValueError);
+}
+
+}  // namespace
+
+TEST_CASE("vulkan reductions over any axes match the CPU, NaN and ties included") {
+  if (!have_vulkan()) return;
+  MESSAGE("subgroup operations: " << std::string(vk().subgroups() ? "yes" : "no"));
+  check_reductions(60);  // with subgroup shuffles where the device has them
+  if (vk().subgroups()) {  // and the shared-memory fallback of devices without
+    vk().use_subgroups(false);
+    check_reductions(20);
+    vk().use_subgroups(true);
+  }
   check_no_validation_messages();
 }
