@@ -9,11 +9,21 @@
 // tensor cores, as three TF32 products per f32 product (matmul version 12), which keeps f32's
 // accuracy. conv2d follows the same switch on CUDA (tensor-core versions: TF32 with it on, 3xTF32
 // without; kernels/cuda/conv2d.cu). The CPU backend ignores it.
+//
+// f16 products: with allow_f16_products on, the Vulkan backend's f32 matmul may round its inputs
+// to f16 and multiply them on the GPU's cooperative-matrix units (VK_NV_cooperative_matrix, where
+// the device offers 16 x 16 x 16 f16 products with f32 accumulation; kernels/vulkan/shaders/
+// matmul_coop.comp), accumulating in f32. f16 has TF32's 10-bit mantissa but not its range:
+// inputs above 65504 in magnitude become infinite, and below 6.1e-5 they lose bits. Off by
+// default; the other backends ignore it.
 #pragma once
 
 namespace kiln {
 
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+void set_allow_f16_products(bool allow);
+bool allow_f16_products();
 
 }  // namespace kiln

@@ -87,6 +87,54 @@ int main() {
   bandwidth("sum of columns", mb64, [&] { return sum(big, {0}); });
   bandwidth("softmax of rows", 2 * mb64, [&] { return softmax(big, 1); });
   bandwidth("softmax of columns", 2 * mb64, [&] { return softmax(big, 0); });
+  Tensor targets = uniform({4096}, 0, 4096).to(DType::i32).to(v);
+  bandwidth("cross_entropy of rows (per row)", mb64, [&] { return cross_entropy(big, targets, Reduction::none); });
+  bandwidth("add (two inputs)", 3 * mb64, [&] { return big + big; });
+  bandwidth("add, a row broadcast", 2 * mb64, [&] { return big + big.slice(0, 0, 1); });
+  bandwidth("uniform (write only)", mb64, [&] { return uniform({4096, 4096}, -1, 1, TensorOptions().device(v)); });
+  bandwidth("dropout", 2 * mb64, [&] { return dropout(big, 0.5, true); });
+  Tensor rows = uniform({4096}, 0, 4096).to(DType::i32).to(v);
+  bandwidth("index_select of 4096 random rows", 2 * mb64, [&] { return index_select(big, 0, rows); });
+  Tensor image = big.reshape({16, 64, 128, 128});
+  bandwidth("max_pool2d 2x2 (reads 64 MB, writes 16)", 1.25 * mb64, [&] { return max_pool2d(image); });
+  bandwidth("avg_pool2d 2x2", 1.25 * mb64, [&] { return avg_pool2d(image); });
+  bandwidth("batch_norm, training ([16, 64, 128, 128])", 2 * mb64, [&] {
+    return batch_norm(image, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  });
+
+  {  // optimizer steps on 16M parameters: Adadelta reads p, g and its two buffers and writes three
+    Tensor p = uniform({4096, 4096}, -1, 1).to(v);
+    p.requires_grad_();
+    (p * 1.0).sum().backward();  // a gradient to step with, kept
+    optim::Adadelta adadelta({p}, optim::AdadeltaOptions(1.0));
+    optim::Adam adam({p}, optim::AdamOptions(1e-3));
+    bandwidth("Adadelta step (7 x 64 MB)", 7 * mb64, [&] { adadelta.step(); return p; });
+    bandwidth("Adam step (7 x 64 MB)", 7 * mb64, [&] { adam.step(); return p; });
+  }
+
+  // products: f32 on gemm.glsl, and f16 on cooperative matrices where the device offers them
+  std::printf("%-44s %10s %10s\n", "matmul (20 calls)", "device ms", "TFLOP/s");
+  auto flops = [&](const char* name, double count, const std::function<Tensor()>& fn) {
+    Tensor t = fn();
+    b.synchronize();
+    const uint32_t from = vk.timestamp();
+    for (int i = 0; i < 20; ++i) t = fn();
+    const uint32_t to = vk.timestamp();
+    const double ms = vk.elapsed_ms(from, to) / 20;
+    std::printf("%-44s %10.4f %10.2f\n", name, ms, count / (ms * 1e-3) / 1e12);
+  };
+  Tensor ma = uniform({4096, 4096}, -1, 1).to(v), mb = uniform({4096, 4096}, -1, 1).to(v);
+  const double big_flops = 2.0 * 4096 * 4096 * 4096, fc1_flops = 2.0 * 64 * 128 * 9216;
+  for (bool f16 : {false, true}) {
+    if (f16 && !vk.cooperative_matrix()) {
+      std::printf("(no f16 cooperative matrices on this device)\n");
+      break;
+    }
+    set_allow_f16_products(f16);
+    flops(f16 ? "4096^3, f16 cooperative matrices" : "4096^3, f32", big_flops, [&] { return matmul(ma, mb); });
+    flops(f16 ? "fc1 forward, f16 cooperative matrices" : "fc1 forward, f32", fc1_flops, [&] { return matmul(f, wf.t()); });
+  }
+  set_allow_f16_products(false);
 
   // whole steps: forward, loss, backward, Adadelta, the running loss and accuracy (as mnist-train)
   manual_seed(1);

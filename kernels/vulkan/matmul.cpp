@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "kernels/vulkan/vulkan_backend.h"
 
 namespace kiln::vulkan {
@@ -50,22 +51,27 @@ void VulkanBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorR
   p.has_bias = e.bias.defined();
   p.bias_offset = e.bias.defined() ? index32(e.bias.offset, "matmul") : 0;
   p.relu = e.activation == Activation::relu;
-  const GemmTile tile = gemm_tile(mp.m, mp.n);
+  // f16 products on the matrix units when allowed and offered (matmul_coop.comp's 128 x 128
+  // tiles), else gemm.glsl's f32
+  const bool coop = allow_f16_products() && cooperative_matrix();
+  const GemmTile tile = coop ? GemmTile{128, 128, 0} : gemm_tile(mp.m, mp.n);
   const int64_t tiles = tile.count(mp.batch, mp.m, mp.n);
   const SplitK split = split_k(tiles, mp.k, mp.batch * mp.m * mp.n);
   p.splits = static_cast<int32_t>(split.splits);
   p.k_chunk = static_cast<int32_t>(split.k_chunk);
   // a row-major A and a transposed B have consecutive k side by side: loaded k-fastest
-  const std::vector<int32_t> constants{tile.m, tile.n, tile.thread, !mp.trans_a, mp.trans_b};
+  const std::vector<int32_t> constants =
+      coop ? std::vector<int32_t>{} : std::vector<int32_t>{tile.m, tile.n, tile.thread, !mp.trans_a, mp.trans_b};
+  const char* shader = coop ? "matmul_coop" : "matmul";
   if (split.splits == 1) {
     // without a bias, binding 4 takes A again, unread
-    record({"matmul", constants, &p, sizeof p,
+    record({shader, constants, &p, sizeof p,
             {allocation(a), allocation(b), allocation(out), e.bias.defined() ? allocation(e.bias) : allocation(a)},
             std::min<int64_t>(tiles, 65535) * kWorkgroupSize});
     return;
   }
   Workspace ws(*this, static_cast<size_t>(split.splits * mp.batch * mp.m * mp.n) * sizeof(float));
-  record({"matmul", constants, &p, sizeof p, {allocation(a), allocation(b), ws.allocation(), allocation(a)},
+  record({shader, constants, &p, sizeof p, {allocation(a), allocation(b), ws.allocation(), allocation(a)},
           std::min<int64_t>(tiles * split.splits, 65535) * kWorkgroupSize});
   record_split_sum(ws.allocation(), split.splits, mp.batch * mp.m * mp.n, mp.n, out, e);
 }

@@ -101,6 +101,43 @@ std::string version_string(uint32_t v) {
   return detail::concat(VK_API_VERSION_MAJOR(v), ".", VK_API_VERSION_MINOR(v), ".", VK_API_VERSION_PATCH(v));
 }
 
+// Whether matmul_coop.comp can run: VK_NV_cooperative_matrix with 16 x 16 x 16 f16 products
+// accumulated in f32 on the subgroup scope, f16 arithmetic, the Vulkan memory model (which the
+// shader's scopes declare), and subgroups of 32 (its 8 subgroups
+// of a 256-invocation workgroup). (VK_KHR_cooperative_matrix, the cross-vendor successor, needs
+// Vulkan headers 1.3.255 and a glslang that Debian 12 does not ship.)
+bool cooperative_matrix_support(VkInstance instance, VkPhysicalDevice p, uint32_t subgroup_size) {
+  if (subgroup_size != 32) return false;
+  uint32_t count = 0;
+  if (vkEnumerateDeviceExtensionProperties(p, nullptr, &count, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkExtensionProperties> exts(count);
+  if (vkEnumerateDeviceExtensionProperties(p, nullptr, &count, exts.data()) != VK_SUCCESS) return false;
+  if (std::none_of(exts.begin(), exts.end(), [](const VkExtensionProperties& e) {
+        return std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0;
+      }))
+    return false;
+  auto coop = make<VkPhysicalDeviceCooperativeMatrixFeaturesNV>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV);
+  auto features12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+  features12.pNext = &coop;
+  auto features = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
+  features.pNext = &features12;
+  vkGetPhysicalDeviceFeatures2(p, &features);
+  if (!coop.cooperativeMatrix || !features12.shaderFloat16 || !features12.vulkanMemoryModel ||
+      !features12.vulkanMemoryModelDeviceScope)
+    return false;
+  auto list = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (!list || list(p, &count, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkCooperativeMatrixPropertiesNV> shapes(
+      count, make<VkCooperativeMatrixPropertiesNV>(VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV));
+  if (list(p, &count, shapes.data()) != VK_SUCCESS) return false;
+  return std::any_of(shapes.begin(), shapes.end(), [](const VkCooperativeMatrixPropertiesNV& c) {
+    return c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+           c.BType == VK_COMPONENT_TYPE_FLOAT16_NV && c.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+           c.DType == VK_COMPONENT_TYPE_FLOAT32_NV && c.scope == VK_SCOPE_SUBGROUP_NV;
+  });
+}
+
 }  // namespace
 
 int32_t index32(int64_t v, std::string_view op) {
@@ -470,22 +507,36 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
                (subgroup.supportedOperations & wanted) == wanted && subgroup.subgroupSize >= 1;
   description_ = detail::concat(r.props.deviceName, " (driver ", version_string(r.props.driverVersion), ", Vulkan ",
                                 version_string(r.props.apiVersion), ")");
+  const bool coop = cooperative_matrix_support(r.instance, r.physical, subgroup.subgroupSize);
 
   const float priority = 1.0f;
   auto queue = make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
   queue.queueFamilyIndex = r.queue_family;
   queue.queueCount = 1;
   queue.pQueuePriorities = &priority;
-  const char* device_extensions[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+  std::vector<const char*> device_extensions{VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
   auto dinfo = make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
   dinfo.queueCreateInfoCount = 1;
   dinfo.pQueueCreateInfos = &queue;
-  dinfo.enabledExtensionCount = 1;
   auto enable12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
   enable12.uniformBufferStandardLayout = VK_TRUE;
+  auto enable_coop = make<VkPhysicalDeviceCooperativeMatrixFeaturesNV>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV);
+  if (coop) {  // matmul_coop.comp: f16 arithmetic and the cooperative-matrix instructions
+    device_extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    enable12.shaderFloat16 = VK_TRUE;
+    // declared by the scopes the shader names; then every shader's barriers (device scope) need
+    // the model's device scope too
+    enable12.vulkanMemoryModel = VK_TRUE;
+    enable12.vulkanMemoryModelDeviceScope = VK_TRUE;
+    enable_coop.cooperativeMatrix = VK_TRUE;
+    enable12.pNext = &enable_coop;
+  }
   dinfo.pNext = &enable12;
-  dinfo.ppEnabledExtensionNames = device_extensions;
+  dinfo.enabledExtensionCount = static_cast<uint32_t>(device_extensions.size());
+  dinfo.ppEnabledExtensionNames = device_extensions.data();
   KILN_VK_CHECK(vkCreateDevice(r.physical, &dinfo, nullptr, &r.device));
+  cooperative_matrix_ = coop;
   vkGetDeviceQueue(r.device, r.queue_family, 0, &r.queue);
   r.push_descriptor =
       reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(r.device, "vkCmdPushDescriptorSetKHR"));

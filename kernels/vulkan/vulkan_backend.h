@@ -99,6 +99,9 @@ class VulkanBackend final : public Backend {
   // has them, unless turned off (use_subgroups(false): tests and benches run the fallbacks so).
   bool subgroups() const { return subgroups_ && use_subgroups_; }
   void use_subgroups(bool on) { use_subgroups_ = on; }
+  // Whether matmul may run on cooperative matrices (shaders/matmul_coop.comp: f16 products
+  // accumulated in f32), which it does when kiln::allow_f16_products() is on (core/precision.h).
+  bool cooperative_matrix() const { return cooperative_matrix_; }
 
   // runtime.cpp
   void* allocate(size_t bytes) override;
@@ -190,6 +193,7 @@ class VulkanBackend final : public Backend {
   std::string description_;
   bool software_ = false;
   bool subgroups_ = false, use_subgroups_ = true;
+  bool cooperative_matrix_ = false;
 };
 
 // What every kernel file needs: a tensor's allocation, and a size, offset or stride as the 32-bit

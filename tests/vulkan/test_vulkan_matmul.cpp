@@ -34,6 +34,41 @@ TEST_CASE("vulkan matmul matches the CPU on random shapes, layouts and batches, 
   check_no_validation_messages();
 }
 
+TEST_CASE("vulkan matmul with f16 products allowed runs on cooperative matrices and matches the CPU within f16 rounding") {
+  if (!have_vulkan()) return;
+  if (!vk().cooperative_matrix()) {
+    MESSAGE("skipped: " << vk().description() << " offers no 16x16x16 f16 cooperative matrices (VK_NV_cooperative_matrix)");
+    return;
+  }
+  struct PrecisionGuard {  // the switch back off, whatever happens
+    PrecisionGuard() { set_allow_f16_products(true); }
+    ~PrecisionGuard() { set_allow_f16_products(false); }
+  } guard;
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t m = pick(rng), n = pick(rng), k = pick(rng);
+    Shape batch_a, batch_b;
+    if (trial % 3 == 1) batch_a = {3}, batch_b = {3};
+    if (trial % 3 == 2) batch_a = {2};
+    std::string how = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " + batch_a.str() +
+                      batch_b.str();
+    Operand a = operand(rng, batch_a, m, k, DType::f32, how), b = operand(rng, batch_b, k, n, DType::f32, how);
+    // f16 inputs: 2^-11 relative each, so about 1e-3 of a product's terms, summing like a random
+    // walk over k; every term is |a b| <= 1 here, the result of size sqrt(k) / 3
+    const double atol = 4e-3 * std::sqrt(static_cast<double>(k));
+    check_close(matmul(a.on(kVulkan), b.on(kVulkan)), matmul(a.cpu(), b.cpu()), 1e-2, atol, "f16 matmul " + how);
+    if (batch_a.empty() && batch_b.empty()) {
+      Tensor bias = uniform({n}, -1, 1);
+      check_close(matmul(a.on(kVulkan), b.on(kVulkan), bias.to(kVulkan), Activation::relu),
+                  matmul(a.cpu(), b.cpu(), bias, Activation::relu), 1e-2, atol, "f16 matmul + bias + relu " + how);
+    }
+  }
+  // and it is the f16 path: an input f16 cannot hold loses its low bits (1 + 2^-12 rounds to 1)
+  Tensor x = full({16, 16}, 1.0 + std::ldexp(1.0, -12)), ones = full({16, 16}, 1.0);
+  CHECK(matmul(x.to(kVulkan), ones.to(kVulkan)).to_vector<float>()[0] == 16.0f);
+  check_no_validation_messages();
+}
+
 TEST_CASE("vulkan: the MNIST MLP's products and their gradients match the CPU") {
   if (!have_vulkan()) return;
   struct Mnk { int64_t m, n, k; };

@@ -19,6 +19,14 @@
 // (exp2(y log2 x): its error grows with |y log2 x|, which the tests' tolerance bounds).
 //
 // Bindings: 0 the parameters (written by the host per dispatch), then the tensors.
+//
+// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
+// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
+// on [4096, 4096] f32 (64 MB), against a copy's 2.0 TB/s (bytes read and written per second):
+// relu 2.05 TB/s, add of two tensors 3.06 TB/s (three streams keep more loads in flight than a
+// copy's one), add of a broadcast row 1.16 TB/s (a view: the divisions of layout.glsl's at() per
+// element, where contiguous tensors take none). The parameters sit in a uniform buffer; from a
+// storage buffer relu took 0.0158 ms on [64, 64, 24, 24], from the uniform buffer 0.0101.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int OP = 0;       // the UnaryOp or BinaryOp, as core/backend.h numbers it
 layout(constant_id = 2) const int SRC_TYPE = 0;  // copy: src's dtype, F32, I32 or U8 below
