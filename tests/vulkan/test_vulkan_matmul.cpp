@@ -63,6 +63,16 @@ TEST_CASE("vulkan matmul with f16 products allowed runs on cooperative matrices 
                   matmul(a.cpu(), b.cpu(), bias, Activation::relu), 1e-2, atol, "f16 matmul + bias + relu " + how);
     }
   }
+  // rows of multiples of 4, 16-byte aligned: the loads of 4 at a time, in every layout
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      Tensor a = uniform(ta ? Shape{96, 200} : Shape{200, 96}, -1, 1), b = uniform(tb ? Shape{132, 96} : Shape{96, 132}, -1, 1);
+      Tensor ad = a.to(kVulkan), bd = b.to(kVulkan);
+      if (ta) a = a.t(), ad = ad.t();
+      if (tb) b = b.t(), bd = bd.t();
+      check_close(matmul(ad, bd), matmul(a, b), 1e-2, 4e-3 * std::sqrt(96.0),
+                  std::string("f16 matmul 200x132x96, aligned") + (ta ? " A^T" : "") + (tb ? " B^T" : ""));
+    }
   // and it is the f16 path: an input f16 cannot hold loses its low bits (1 + 2^-12 rounds to 1)
   Tensor x = full({16, 16}, 1.0 + std::ldexp(1.0, -12)), ones = full({16, 16}, 1.0);
   CHECK(matmul(x.to(kVulkan), ones.to(kVulkan)).to_vector<float>()[0] == 16.0f);

@@ -27,11 +27,13 @@
 // Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, vulkan-bench,
 // device time, 2026-11-22), 4096 x 4096 x 4096: version 1 13.1 TFLOP/s, version 2 27.0 TFLOP/s,
 // where gemm.glsl's f32 makes 24.9 and cuBLAS's f32 SGEMM 51 (kernels/README.md). The matrix
-// units' f16 rate is many times that: what holds version 2 back is feeding them (every element
-// loaded as a scalar f32, converted and stored to shared memory by the invocations), the next
-// thing to change (vector loads where rows are 16-byte aligned; more than two 128 x 128 tiles'
-// worth of k in flight). On fc1's 64 x 128 x 9216 it is slower than the f32 path (0.039 ms against
-// 0.026: one 128 x 128 tile, half empty, split over k).
+// units' f16 rate is many times that, and version 2 is far from it. Tried and dropped: loading 16
+// bytes at a time where rows are aligned (20.2 TFLOP/s, slower: the four 2-byte stores of a group
+// then fall on colliding shared-memory banks); two shared-memory stages with one barrier per step
+// (27.5 TFLOP/s: the barriers were not what held it). Counting instructions, a step should take
+// a tenth of the time it does, so it waits on something only a profiler of Vulkan shaders would
+// show (Nsight Graphics; not on the GPU machine). On fc1's 64 x 128 x 9216 it is slower than
+// the f32 path (0.039 ms against 0.026: one 128 x 128 tile, half empty, split over k).
 layout(local_size_x_id = 0) in;  // 256
 
 layout(std430, binding = 0) uniform Params {
