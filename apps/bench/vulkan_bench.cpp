@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <utility>
 
 #include "apps/mnist/models.h"
 #include "core/kiln.h"
@@ -30,9 +31,9 @@ int main() {
   Backend& b = backend_for(v);
   vulkan::VulkanBackend& vk = vulkan::backend(0);
   std::printf("device: %s\n", vk.description().c_str());
-  std::printf("%-44s %10s %10s\n", "kernel (20 calls)", "device ms", "host ms");
-  auto time = [&](const char* name, const std::function<Tensor()>& fn) {
-    Tensor t = fn();  // pipelines built, memory cached
+  // {device ms, host ms} per call of fn over 20 calls, after one (pipelines built, memory cached)
+  auto per_call = [&](const std::function<Tensor()>& fn) {
+    Tensor t = fn();
     b.synchronize();
     const auto start = Clock::now();
     const uint32_t from = vk.timestamp();
@@ -40,7 +41,12 @@ int main() {
     const uint32_t to = vk.timestamp();
     b.synchronize();
     const double host = ms_since(start) / 20;
-    std::printf("%-44s %10.4f %10.4f\n", name, vk.elapsed_ms(from, to) / 20, host);
+    return std::pair<double, double>{vk.elapsed_ms(from, to) / 20, host};
+  };
+  std::printf("%-44s %10s %10s\n", "kernel (20 calls)", "device ms", "host ms");
+  auto time = [&](const char* name, const std::function<Tensor()>& fn) {
+    const auto [device, host] = per_call(fn);
+    std::printf("%-44s %10.4f %10.4f\n", name, device, host);
   };
   Tensor x1 = uniform({64, 1, 28, 28}, -1, 1).to(v), w1 = uniform({32, 1, 3, 3}, -1, 1).to(v);
   Tensor x2 = uniform({64, 32, 26, 26}, -1, 1).to(v), w2 = uniform({64, 32, 3, 3}, -1, 1).to(v);
@@ -69,12 +75,7 @@ int main() {
   std::printf("%-44s %10s %10s\n", "memory-bound, [4096, 4096] f32 (20 calls)", "device ms", "GB/s");
   Tensor big = uniform({4096, 4096}, -1, 1).to(v);
   auto bandwidth = [&](const char* name, double bytes, const std::function<Tensor()>& fn) {
-    Tensor t = fn();
-    b.synchronize();
-    const uint32_t from = vk.timestamp();
-    for (int i = 0; i < 20; ++i) t = fn();
-    const uint32_t to = vk.timestamp();
-    const double ms = vk.elapsed_ms(from, to) / 20;
+    const double ms = per_call(fn).first;
     std::printf("%-44s %10.4f %10.1f\n", name, ms, bytes / (ms * 1e-3) / 1e9);
   };
   const double mb64 = 4096.0 * 4096.0 * 4.0;
@@ -115,12 +116,7 @@ int main() {
   // products: f32 on gemm.glsl, and f16 on cooperative matrices where the device offers them
   std::printf("%-44s %10s %10s\n", "matmul (20 calls)", "device ms", "TFLOP/s");
   auto flops = [&](const char* name, double count, const std::function<Tensor()>& fn) {
-    Tensor t = fn();
-    b.synchronize();
-    const uint32_t from = vk.timestamp();
-    for (int i = 0; i < 20; ++i) t = fn();
-    const uint32_t to = vk.timestamp();
-    const double ms = vk.elapsed_ms(from, to) / 20;
+    const double ms = per_call(fn).first;
     std::printf("%-44s %10.4f %10.2f\n", name, ms, count / (ms * 1e-3) / 1e12);
   };
   Tensor ma = uniform({4096, 4096}, -1, 1).to(v), mb = uniform({4096, 4096}, -1, 1).to(v);

@@ -1,5 +1,6 @@
 // Reductions of the Vulkan backend (shaders/reduce.comp): sum, mean, max, min, argmax and argmin
 // over the middle axis of contiguous x [outer, n, inner].
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -14,7 +15,7 @@ struct Params {  // reduce.comp's
   int32_t x_offset = 0, out_offset = 0;
 };
 
-constexpr int64_t kRowGroups = 65535;  // workgroups of the row variant (rows beyond loop)
+constexpr int64_t kMaxGroups = 65535;  // workgroups of a dispatch (rows and column groups beyond loop)
 
 }  // namespace
 
@@ -41,9 +42,11 @@ void VulkanBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out
   const std::vector<const Allocation*> buffers{static_cast<const Allocation*>(x.buffer),
                                                static_cast<const Allocation*>(out.buffer)};
   if (p.inner == 1)  // a workgroup per row: as many invocations as the workgroups' threads
-    record({subgroups() ? "reduce_rows_subgroup" : "reduce_rows", constants, &p, sizeof p, buffers, std::min<int64_t>(p.outer, kRowGroups) * kWorkgroupSize});
-  else
-    record({"reduce_columns", constants, &p, sizeof p, buffers, int64_t{p.outer} * p.inner});
+    record({subgroups() ? "reduce_rows_subgroup" : "reduce_rows", constants, &p, sizeof p, buffers,
+            std::min<int64_t>(p.outer, kMaxGroups) * kWorkgroupSize});
+  else  // a workgroup per 32 adjacent outputs
+    record({"reduce_columns", constants, &p, sizeof p, buffers,
+            std::min<int64_t>(int64_t{p.outer} * ((p.inner + 31) / 32), kMaxGroups) * kWorkgroupSize});
 }
 
 }  // namespace kiln::vulkan

@@ -10,7 +10,7 @@ namespace kiln::vulkan {
 
 namespace {
 
-constexpr int64_t kRowGroups = 65535;  // workgroups of a row-per-workgroup dispatch (rows beyond loop)
+constexpr int64_t kMaxGroups = 65535;  // workgroups of a dispatch (rows and column groups beyond loop)
 
 void check_f32(const TensorRef& t, const char* op) {
   KILN_CHECK(t.dtype == DType::f32, DTypeError, "vulkan ", op, ": ", t.dtype,
@@ -57,9 +57,10 @@ void VulkanBackend::softmax(const TensorRef& x, const TensorRef& out, bool log) 
   p.out_offset = index32(out.offset, op);
   const std::vector<const Allocation*> buffers{allocation(x), allocation(out)};
   if (p.inner == 1)
-    record({"softmax_rows", {log}, &p, sizeof p, buffers, std::min<int64_t>(p.outer, kRowGroups) * kWorkgroupSize});
+    record({"softmax_rows", {log}, &p, sizeof p, buffers, std::min<int64_t>(p.outer, kMaxGroups) * kWorkgroupSize});
   else
-    record({"softmax_columns", {log}, &p, sizeof p, buffers, int64_t{p.outer} * p.inner});
+    record({"softmax_columns", {log}, &p, sizeof p, buffers,  // a workgroup per 32 adjacent columns
+            std::min<int64_t>(int64_t{p.outer} * ((p.inner + 31) / 32), kMaxGroups) * kWorkgroupSize});
 }
 
 void VulkanBackend::cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
@@ -68,7 +69,7 @@ void VulkanBackend::cross_entropy(const TensorRef& logits, const TensorRef& targ
   p.out_offset = index32(losses.offset, "cross_entropy");
   p.fault_op = static_cast<int32_t>(FaultOp::cross_entropy);
   record({"cross_entropy_forward", {}, &p, sizeof p, {allocation(logits), allocation(targets), allocation(losses), fault_slot()},
-          std::min<int64_t>(p.rows, kRowGroups) * kWorkgroupSize});
+          std::min<int64_t>(p.rows, kMaxGroups) * kWorkgroupSize});
 }
 
 void VulkanBackend::cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
@@ -81,7 +82,7 @@ void VulkanBackend::cross_entropy_backward(const TensorRef& logits, const Tensor
   p.fault_op = static_cast<int32_t>(FaultOp::cross_entropy_backward);
   record({"cross_entropy_backward", {}, &p, sizeof p,
           {allocation(logits), allocation(targets), allocation(grad_losses), allocation(grad_logits), fault_slot()},
-          std::min<int64_t>(p.rows, kRowGroups) * kWorkgroupSize});
+          std::min<int64_t>(p.rows, kMaxGroups) * kWorkgroupSize});
 }
 
 }  // namespace kiln::vulkan

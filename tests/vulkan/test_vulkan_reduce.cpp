@@ -47,6 +47,10 @@ void check_reductions(int trials) {
   Tensor tall = uniform({70000, 17}, -1, 1);
   check_close(sum(tall.to(kVulkan), {1}), sum(tall, {1}), 1e-5, 1e-5, "sum of the rows of [70000, 17]");
   check_close(argmax(tall.to(kVulkan), 1), argmax(tall, 1), 0, 0, "argmax of the rows of [70000, 17]");
+  // more groups of 32 columns than a dispatch's workgroups (400 x 219): the column variant loops
+  Tensor wide = uniform({400, 2, 7000}, -1, 1);
+  check_close(sum(wide.to(kVulkan), {1}), sum(wide, {1}), 1e-5, 1e-5, "sum over the middle axis of [400, 2, 7000]");
+  check_close(argmin(wide.to(kVulkan), 1), argmin(wide, 1), 0, 0, "argmin over the middle axis of [400, 2, 7000]");
   // empty axes: sum 0, mean NaN, max refused
   Tensor empty_axis = zeros({3, 0}, TensorOptions().device(kVulkan));
   check_close(sum(empty_axis, {1}), zeros({3}), 0, 0, "sum of an empty axis");
