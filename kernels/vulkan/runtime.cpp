@@ -1,5 +1,9 @@
-// The Vulkan runtime of kiln: instance and device choice, the block sub-allocator, the staging
-// buffer for host transfers, the parameter ring, pipelines and command recording.
+// The Vulkan runtime of kiln: the loader opened at run time, instance and device choice, the block
+// sub-allocator, the staging buffer for host transfers, the parameter ring, pipelines and command
+// recording.
+#define VK_NO_PROTOTYPES  // every Vulkan function comes through the loader opened below
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +22,72 @@
 namespace kiln::vulkan {
 
 namespace {
+
+// The Vulkan loader (libvulkan.so.1) is opened at run time, not linked: a binary built with the
+// Vulkan backend starts, and runs its CPU and CUDA paths, on a machine without it, and
+// --device vulkan there is a BackendUnavailable naming the library. KILN_VULKAN_LOADER names
+// another file to open. Every function kiln calls is a pointer of the same name, filled from
+// vkGetInstanceProcAddr: the loader's trampolines, which serve every instance and device.
+#define KILN_VK_INSTANCE_FUNCTIONS(X)                                                                       \
+  X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)                      \
+  X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2) X(vkGetPhysicalDeviceMemoryProperties) \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice)    \
+  X(vkGetDeviceProcAddr) X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkDeviceWaitIdle) X(vkQueueSubmit)      \
+  X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements) X(vkAllocateMemory)                \
+  X(vkFreeMemory) X(vkBindBufferMemory) X(vkMapMemory) X(vkUnmapMemory) X(vkCreateCommandPool)            \
+  X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkBeginCommandBuffer) X(vkEndCommandBuffer)       \
+  X(vkResetCommandBuffer) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences)          \
+  X(vkCreatePipelineCache) X(vkDestroyPipelineCache) X(vkCreateShaderModule) X(vkDestroyShaderModule)     \
+  X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout) X(vkCreatePipelineLayout)                \
+  X(vkDestroyPipelineLayout) X(vkCreateComputePipelines) X(vkDestroyPipeline) X(vkCreateQueryPool)        \
+  X(vkDestroyQueryPool) X(vkGetQueryPoolResults) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer)               \
+  X(vkCmdBindPipeline) X(vkCmdDispatch) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp)
+
+#define KILN_VK_POINTER(name) PFN_##name name = nullptr;
+PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr = nullptr;
+PFN_vkCreateInstance vkCreateInstance = nullptr;
+KILN_VK_INSTANCE_FUNCTIONS(KILN_VK_POINTER)
+#undef KILN_VK_POINTER
+
+// Opens the loader once; throws BackendUnavailable (every time asked) where there is none.
+void open_loader() {
+  static std::mutex mutex;
+  static std::string failure;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (vkGetInstanceProcAddr) return;
+  if (failure.empty()) {
+    const char* chosen = std::getenv("KILN_VULKAN_LOADER");
+    const std::string name = chosen && *chosen ? chosen : "libvulkan.so.1";
+    void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!library && !(chosen && *chosen)) library = dlopen("libvulkan.so", RTLD_NOW | RTLD_LOCAL);
+    if (library) {
+      vkGetInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(library, "vkGetInstanceProcAddr"));
+      if (vkGetInstanceProcAddr)
+        vkCreateInstance = reinterpret_cast<PFN_vkCreateInstance>(vkGetInstanceProcAddr(nullptr, "vkCreateInstance"));
+    }
+    if (!vkGetInstanceProcAddr || !vkCreateInstance) {
+      vkGetInstanceProcAddr = nullptr;
+      const char* why = dlerror();
+      failure = detail::concat("no Vulkan loader: ", name, " ",
+                               library ? "lacks vkGetInstanceProcAddr" : detail::concat("could not be opened (", why ? why : "not found", ")"),
+                               "; Debian: libvulkan1, with mesa-vulkan-drivers for lavapipe on the CPU");
+    }
+  }
+  KILN_CHECK(failure.empty(), BackendUnavailable, "vulkan: ", failure);
+}
+
+// The rest of the functions, from the first instance.
+void load_functions(VkInstance instance) {
+  static std::once_flag once;
+  std::call_once(once, [instance] {
+#define KILN_VK_LOAD(name) name = reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name));
+    KILN_VK_INSTANCE_FUNCTIONS(KILN_VK_LOAD)
+#undef KILN_VK_LOAD
+  });
+#define KILN_VK_MISSING(name) KILN_CHECK(name != nullptr, BackendUnavailable, "vulkan: the loader has no " #name);
+  KILN_VK_INSTANCE_FUNCTIONS(KILN_VK_MISSING)
+#undef KILN_VK_MISSING
+}
 
 const char* result_name(VkResult r) {
   switch (r) {
@@ -440,12 +510,14 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
   info.ppEnabledExtensionNames = extensions.data();
   if (validation) info.pNext = &messenger;  // messages of instance creation too
+  open_loader();
   const VkResult created = vkCreateInstance(&info, nullptr, &r.instance);
   KILN_CHECK(created != VK_ERROR_LAYER_NOT_PRESENT, BackendUnavailable, "vulkan:", device,
              ": KILN_VULKAN_VALIDATION asks for VK_LAYER_KHRONOS_validation, which is not installed "
              "(Debian: vulkan-validationlayers)");
   KILN_CHECK(created == VK_SUCCESS, BackendUnavailable, "vulkan:", device, ": no Vulkan driver (vkCreateInstance: ",
              result_name(created), "; Debian: mesa-vulkan-drivers gives lavapipe on the CPU)");
+  load_functions(r.instance);
   if (validation) {
     auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
         vkGetInstanceProcAddr(r.instance, "vkCreateDebugUtilsMessengerEXT"));

@@ -170,6 +170,22 @@ TEST_CASE("--device vulkan trains the MLP and the CNN on a subset to the CPU's a
   }
 }
 
+TEST_CASE("without a Vulkan loader, --device vulkan is an error naming it and --device auto goes on without") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  // kiln opens the loader at run time: a machine without libvulkan.so.1 still runs the CPU path
+  const std::string no_loader = "KILN_VULKAN_LOADER=libkiln-no-such-loader.so.1 ";
+  Result vk = run("--model mlp --epochs 1 --limit-train 64 --limit-test 64 -q --device vulkan", no_loader);
+  CHECK(vk.code == 1);
+  CHECK_MESSAGE(vk.out.find("no Vulkan loader: libkiln-no-such-loader.so.1") != std::string::npos, vk.out);
+  CHECK_MESSAGE(vk.out.find("libvulkan1") != std::string::npos, vk.out);
+  Result autod = run("--model mlp --epochs 1 --limit-train 64 --limit-test 64 -q --device auto", no_loader);
+  CHECK_MESSAGE(autod.code == 0, autod.out);
+  CHECK(autod.out.find("device vulkan") == std::string::npos);
+}
+
 TEST_CASE("2 epochs straight equal 1 epoch, save, resume, 1 more: bit for bit") {
   if (!have_data()) {
     MESSAGE("skipped: no MNIST in ", data_dir());
