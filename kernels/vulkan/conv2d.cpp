@@ -18,6 +18,7 @@ struct ConvParams {  // conv2d.comp's
   int32_t x_offset = 0, w_offset = 0, y_offset = 0, bias_offset = 0, has_bias = 0;
   int32_t splits = 1, k_chunk = 0;
   Divisor kw_, taps_, ow_, ohw_, w_, hw_, sh_, sw_;  // what the index arithmetic divides by
+  Divisor cg_, og_;
 };
 
 struct PoolParams {  // pool.comp's
@@ -32,10 +33,12 @@ void check_f32(std::initializer_list<const TensorRef*> ts, const char* op) {
                " is not supported by the Vulkan backend yet (f32 so far)");
 }
 
-// conv2d.comp's specialisation constants: gemm.glsl's tile and load orders (1-5), then ReLU (6).
-// (Not the filter's size: a pipeline per size cost lavapipe over a second each to compile.)
-std::vector<int32_t> conv_constants(GemmTile tile, bool a_k_fastest, bool b_k_fastest, bool relu) {
-  return {tile.m, tile.n, tile.thread, a_k_fastest, b_k_fastest, relu};
+// conv2d.comp's specialisation constants: gemm.glsl's tile and load orders (1-5), ReLU (6), and
+// whether k runs tap-major (7: the channels summed over are whole steps of 16). (Not the filter's
+// size: a pipeline per size cost lavapipe over a second each to compile.)
+std::vector<int32_t> conv_constants(GemmTile tile, bool a_k_fastest, bool b_k_fastest, bool relu,
+                                    int64_t channels_summed) {
+  return {tile.m, tile.n, tile.thread, a_k_fastest, b_k_fastest, relu, channels_summed % 16 == 0};
 }
 
 int64_t workgroups(int64_t tiles) { return std::min<int64_t>(tiles, 65535) * kWorkgroupSize; }
@@ -54,6 +57,7 @@ ConvParams conv_params(const TensorRef& x, const TensorRef& w, const TensorRef& 
   c.x_offset = index32(x.offset, op), c.w_offset = index32(w.offset, op), c.y_offset = index32(y.offset, op);
   c.kw_ = divisor(c.kw), c.taps_ = divisor(c.kh * c.kw), c.ow_ = divisor(c.ow), c.ohw_ = divisor(c.oh * c.ow);
   c.w_ = divisor(c.w), c.hw_ = divisor(c.h * c.w), c.sh_ = divisor(c.sh), c.sw_ = divisor(c.sw);
+  c.cg_ = divisor(c.c / std::max(c.groups, 1)), c.og_ = divisor(c.o / std::max(c.groups, 1));
   return c;
 }
 
@@ -81,7 +85,7 @@ void VulkanBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorR
   const int64_t rows = c.o / std::max(c.groups, 1), pixels = int64_t{c.n} * c.oh * c.ow;
   const GemmTile tile = gemm_tile(rows, pixels);
   // without a bias, binding 4 takes x again, unread
-  record({"conv2d_forward", conv_constants(tile, true, false, e.activation == Activation::relu), &c, sizeof c,
+  record({"conv2d_forward", conv_constants(tile, true, false, e.activation == Activation::relu, c.cg_.d), &c, sizeof c,
           {allocation(x), allocation(w), allocation(y), e.bias.defined() ? allocation(e.bias) : allocation(x)},
           workgroups(tile.count(c.groups, rows, pixels))});
 }
@@ -92,7 +96,7 @@ void VulkanBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorR
   // the GEMM: per group, rows C/G, columns N H W, a reduction over O/G KH KW
   const int64_t rows = c.c / std::max(c.groups, 1), pixels = int64_t{c.n} * c.h * c.w;
   const GemmTile tile = gemm_tile(rows, pixels);
-  record({"conv2d_backward_input", conv_constants(tile, true, false, false), &c, sizeof c,
+  record({"conv2d_backward_input", conv_constants(tile, true, false, false, c.og_.d), &c, sizeof c,
           {allocation(grad_y), allocation(w), allocation(grad_x)}, workgroups(tile.count(c.groups, rows, pixels))});
 }
 
@@ -108,7 +112,7 @@ void VulkanBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& 
   const SplitK split = split_k(tiles, terms, grad_w.numel());
   c.splits = index32(split.splits, "conv2d_backward_weight");
   c.k_chunk = index32(split.k_chunk, "conv2d_backward_weight");
-  const std::vector<int32_t> constants = conv_constants(tile, true, true, false);
+  const std::vector<int32_t> constants = conv_constants(tile, true, true, false, 1);  // k: pixels
   if (split.splits == 1) {
     record({"conv2d_backward_weight", constants, &c, sizeof c, {allocation(x), allocation(grad_y), allocation(grad_w)},
             workgroups(tiles)});

@@ -10,23 +10,36 @@
 using namespace kiln;
 using namespace kiln::test;
 
+namespace {
+
+void check_conv(const ConvCase& c) {
+  Tensor x = uniform(c.x, -1, 1), w = uniform(c.w, -1, 1), gy = uniform(c.y, -1, 1);
+  Tensor b = c.bias ? uniform({c.w[0]}, -1, 1) : Tensor();
+  const double rtol = rtol_for(DType::f32);
+  check_close(conv2d(x.to(kVulkan), w.to(kVulkan), c.bias ? b.to(kVulkan) : Tensor(), c.config),
+              conv2d(x, w, b, c.config), rtol, atol_for(DType::f32, c.w[1] * c.w[2] * c.w[3]), "conv2d " + c.str());
+  const int64_t og = c.w[0] / c.config.groups;
+  check_close(conv2d_backward_input(gy.to(kVulkan), w.to(kVulkan), c.x, c.config),
+              conv2d_backward_input(gy, w, c.x, c.config), rtol, atol_for(DType::f32, og * c.w[2] * c.w[3]),
+              "conv2d_backward_input " + c.str());
+  check_close(conv2d_backward_weight(x.to(kVulkan), gy.to(kVulkan), c.w, c.config),
+              conv2d_backward_weight(x, gy, c.w, c.config), rtol, atol_for(DType::f32, c.y[0] * c.y[2] * c.y[3]),
+              "conv2d_backward_weight " + c.str());
+}
+
+}  // namespace
+
 TEST_CASE("vulkan conv2d forward and backwards match the CPU on random geometries") {
   if (!have_vulkan()) return;
   std::mt19937 rng(11);
-  for (int trial = 0; trial < 40; ++trial) {
-    const ConvCase c = random_conv(rng, trial);
-    Tensor x = uniform(c.x, -1, 1), w = uniform(c.w, -1, 1), gy = uniform(c.y, -1, 1);
-    Tensor b = c.bias ? uniform({c.w[0]}, -1, 1) : Tensor();
-    const double rtol = rtol_for(DType::f32);
-    check_close(conv2d(x.to(kVulkan), w.to(kVulkan), c.bias ? b.to(kVulkan) : Tensor(), c.config),
-                conv2d(x, w, b, c.config), rtol, atol_for(DType::f32, c.w[1] * c.w[2] * c.w[3]), "conv2d " + c.str());
-    const int64_t og = c.w[0] / c.config.groups;
-    check_close(conv2d_backward_input(gy.to(kVulkan), w.to(kVulkan), c.x, c.config),
-                conv2d_backward_input(gy, w, c.x, c.config), rtol, atol_for(DType::f32, og * c.w[2] * c.w[3]),
-                "conv2d_backward_input " + c.str());
-    check_close(conv2d_backward_weight(x.to(kVulkan), gy.to(kVulkan), c.w, c.config),
-                conv2d_backward_weight(x, gy, c.w, c.config), rtol, atol_for(DType::f32, c.y[0] * c.y[2] * c.y[3]),
-                "conv2d_backward_weight " + c.str());
+  for (int trial = 0; trial < 40; ++trial) check_conv(random_conv(rng, trial));
+  // channels per group in whole steps of 16: the tap-major order of k (conv2d.comp), with the
+  // same strides, paddings, dilations and groups
+  for (int trial = 1; trial < 24; trial += trial % 4 == 3 ? 2 : 1) {  // the narrow geometries
+    ConvCase c = random_conv(rng, trial);
+    const int64_t groups = c.config.groups, cg = trial % 2 ? 16 : 32, og = trial % 3 ? 16 : 48;
+    c.x[1] = cg * groups, c.w[0] = og * groups, c.w[1] = cg, c.y[1] = og * groups;
+    check_conv(c);
   }
   check_no_validation_messages();
 }

@@ -37,10 +37,13 @@
 //   4 the parameters in a uniform buffer (NVIDIA reads them through the constant cache; from a
 //     storage buffer each index computation loaded them again)
 //                                          0.089      0.178       0.107       0.031
+//   5 k tap-major where the channels summed over are whole steps of 16 (TAP_MAJOR below): a load
+//     of the forward or input gradient is a multiply-add from a base worked out once per step
+//                                          0.083      0.108       0.107       0.031
 // (cuDNN on the same GPU, FP32 FMA math: conv2 0.072 / 0.079 / 0.094 ms, kernels/README.md.)
 // The CNN's training epoch on Vulkan: 9.4 s (version 1) -> 1.85 s (version 2, with matmul's split
-// k) -> 1.7 s (command buffers in flight while the host records) -> 1.1 s (3) -> 0.8 s (4);
-// CUDA 0.50 s.
+// k) -> 1.7 s (command buffers in flight while the host records) -> 1.1 s (3) -> 0.8 s (4) ->
+// 0.7-0.8 s (5; a step 0.84 -> 0.76 ms of device time); CUDA 0.50 s.
 // f32, accumulated in float.
 layout(local_size_x_id = 0) in;
 
@@ -55,6 +58,7 @@ layout(std430, binding = 0) uniform Params {
   int splits, k_chunk;  // the weight gradient: splits > 1 writes partial sums to the workspace
   // the sizes the index arithmetic divides by (fastdiv.glsl)
   Divisor kw_, taps_, ow_, ohw_, w_, hw_, sh_, sw_;  // kw, kh kw, ow, oh ow, w, h w, sh, sw
+  Divisor cg_, og_;  // the channels of a group: C/G (forward), O/G (input gradient)
 } P;
 
 #if defined(FORWARD)
@@ -75,6 +79,13 @@ layout(std430, binding = 3) writeonly buffer GW { float gw[]; };  // or the spli
 #include "math.glsl"
 
 layout(constant_id = 6) const int RELU = 0;  // forward: ReLU after the bias
+// Forward and input gradient, where the group's channels summed over (C/G forward, O/G input
+// gradient) are a multiple of 16: k runs tap-major, k = (kh KW + kw) channels + channel, so the
+// 16 k of a step share one filter tap. An invocation's column (pixel) is the same in every step
+// too, so whether its loads fall inside the image and where they start is computed once per
+// step (gemm_step) and each load is a multiply-add: "tap-major" below. Otherwise k runs
+// (channel, kh, kw), as the filter is stored, and each load works out its own tap.
+layout(constant_id = 7) const int TAP_MAJOR = 0;
 
 int gemm_batches() { return P.groups; }
 int gemm_splits() { return P.splits; }
@@ -99,15 +110,36 @@ float x_under(int g, ivec3 pix, ivec3 t) {
 }
 #endif
 
+// tap-major: this step's first k, whether the invocation's loads fall inside, and where they start
+int step_k0 = 0, step_base = 0;
+bool step_inside = false;
+
 #if defined(FORWARD)
-// rows: the group's output channels; k = (c, kh, kw); columns p = (n, i, j) of y
+// rows: the group's output channels; k = (c, kh, kw) or tap-major; columns p = (n, i, j) of y
 int gemm_m() { return P.o / P.groups; }
 int gemm_k() { return (P.c / P.groups) * P.kh * P.kw; }
 int gemm_n() { return P.n * P.oh * P.ow; }
-float load_a(int g, int row, int k) {  // w[g og + row][k]: w's rows are k long
+float load_a(int g, int row, int k) {  // w[g og + row][k]: w's rows are (c, kh, kw) long
+  if (TAP_MAJOR != 0) {
+    const int t = div_by(k, P.cg_);  // k = t C/G + c
+    k = (k - t * P.cg_.d) * P.kh * P.kw + t;
+  }
   return wt[P.w_offset + (g * gemm_m() + row) * gemm_k() + k];
 }
-float load_b(int g, int k, int p) { return x_under(g, out_pixel(p), tap(k)); }  // col[k][p]
+#define GEMM_STEP
+void gemm_step(int g, int k0, int p) {
+  if (TAP_MAJOR == 0 || p >= gemm_n()) return;
+  const int t = div_by(k0, P.cg_), c = k0 - t * P.cg_.d, u = div_by(t, P.kw_);  // tap t = u KW + v
+  const ivec3 pix = out_pixel(p);
+  const int hh = pix.y * P.sh - P.ph + u * P.dh, ww = pix.z * P.sw - P.pw + (t - u * P.kw) * P.dw;
+  step_k0 = k0;
+  step_inside = hh >= 0 && hh < P.h && ww >= 0 && ww < P.w;
+  step_base = P.x_offset + ((pix.x * P.c + g * P.cg_.d + c) * P.h + hh) * P.w + ww;
+}
+float load_b(int g, int k, int p) {  // col[k][p]
+  if (TAP_MAJOR != 0) return step_inside ? x[step_base + (k - step_k0) * P.h * P.w] : 0.0;
+  return x_under(g, out_pixel(p), tap(k));
+}
 void store_c(int g, int split, int row, int p, float acc) {
   const int o = g * gemm_m() + row;
   const ivec3 pix = out_pixel(p);
@@ -116,15 +148,31 @@ void store_c(int g, int split, int row, int p, float acc) {
   y[P.y_offset + ((pix.x * P.o + o) * P.oh + pix.y) * P.ow + pix.z] = acc;
 }
 #elif defined(BACKWARD_INPUT)
-// rows: the group's input channels; k = (o, kh, kw); columns p = (n, h, w) of x
+// rows: the group's input channels; k = (o, kh, kw) or tap-major; columns p = (n, h, w) of x
 int gemm_m() { return P.c / P.groups; }
 int gemm_k() { return (P.o / P.groups) * P.kh * P.kw; }
 int gemm_n() { return P.n * P.h * P.w; }
 float load_a(int g, int row, int k) {  // w[g og + oo][row][u][v]
+  if (TAP_MAJOR != 0) {
+    const int t = div_by(k, P.og_);  // k = t O/G + oo
+    return wt[P.w_offset + ((g * P.og_.d + k - t * P.og_.d) * gemm_m() + row) * P.kh * P.kw + t];
+  }
   const ivec3 t = tap(k);
   return wt[P.w_offset + (((g * (P.o / P.groups) + t.x) * gemm_m() + row) * P.kh + t.y) * P.kw + t.z];
 }
+#define GEMM_STEP
+void gemm_step(int g, int k0, int p) {
+  if (TAP_MAJOR == 0 || p >= gemm_n()) return;
+  const int t = div_by(k0, P.og_), oo = k0 - t * P.og_.d, u = div_by(t, P.kw_);
+  const int q = div_by(p, P.w_), b = div_by(p, P.hw_);
+  const int ti = q - b * P.h + P.ph - u * P.dh, tj = p - q * P.w + P.pw - (t - u * P.kw) * P.dw;  // = i sh, j sw
+  const int i = div_by(max(ti, 0), P.sh_), j = div_by(max(tj, 0), P.sw_);
+  step_k0 = k0;
+  step_inside = ti >= 0 && tj >= 0 && i * P.sh == ti && j * P.sw == tj && i < P.oh && j < P.ow;
+  step_base = P.y_offset + ((b * P.o + g * P.og_.d + oo) * P.oh + i) * P.ow + j;
+}
 float load_b(int g, int k, int p) {  // grad_y at the output whose window puts tap (u, v) on pixel p
+  if (TAP_MAJOR != 0) return step_inside ? gy[step_base + (k - step_k0) * P.oh * P.ow] : 0.0;
   const ivec3 t = tap(k);
   const int q = div_by(p, P.w_), b = div_by(p, P.hw_);
   const int hh = q - b * P.h, ww = p - q * P.w;

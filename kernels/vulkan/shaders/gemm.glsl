@@ -6,6 +6,10 @@
 //   float load_a(int g, int row, int k)      called only inside the ranges
 //   float load_b(int g, int k, int col)      likewise
 //   void store_c(int g, int split, int row, int col, float v)
+// and, where it defines GEMM_STEP, void gemm_step(int g, int k0, int col): called before each
+// step's loads with the step's first k and, when B loads column-fastest, the one column of B this
+// invocation loads in every step, so that what the step's loads share is computed once per step
+// (conv2d.comp: the filter tap) and not once per load.
 // (matmul.comp reads A and B as matrices; conv2d.comp makes them up from the image and the
 // filters on the fly: an implicit GEMM). The shape of the work is set by specialisation constants:
 //   1 TILE_M x 2 TILE_N   the tile of C a workgroup of 256 invocations computes (64 x 64 by default;
@@ -64,6 +68,9 @@ void main() {
     for (int r = 0; r < THREAD; ++r)
       for (int q = 0; q < THREAD; ++q) acc[r][q] = 0.0;
     float next_a[A_LOADS], next_b[B_LOADS];  // the coming step's slices, this invocation's part
+#if defined(GEMM_STEP)
+    gemm_step(g, k_begin, c0 + t % TILE_N);
+#endif
     for (int s = 0; s < A_LOADS; ++s) {
       const ivec2 at = slice_at(t + s * GEMM_THREADS, TILE_M, A_K_FASTEST);
       const int k = k_begin + at.x, row = r0 + at.y;
@@ -86,6 +93,9 @@ void main() {
       }
       barrier();
       if (k0 + BK < k_end) {  // the next step's loads, in flight during this step's arithmetic
+#if defined(GEMM_STEP)
+        gemm_step(g, k0 + BK, c0 + t % TILE_N);
+#endif
         for (int s = 0; s < A_LOADS; ++s) {
           const ivec2 at = slice_at(t + s * GEMM_THREADS, TILE_M, A_K_FASTEST);
           const int k = k0 + BK + at.x, row = r0 + at.y;
