@@ -2,6 +2,7 @@
 // normalisation, and the training-mode gradient (two dispatches: the channel sums, then grad_x).
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/vulkan/vulkan_backend.h"
@@ -15,6 +16,8 @@ struct Params {  // batch_norm.comp's
   int32_t x_offset = 0, g_offset = 0, y_offset = 0, mean_offset = 0, invstd_offset = 0, weight_offset = 0,
           bias_offset = 0, gw_offset = 0, gb_offset = 0;
   int32_t has_weight = 0, has_bias = 0;
+  int32_t chunks = 1, chunk = 0;  // runs per channel and values per run (STATS, SUMS)
+  Divisor s_;
 };
 
 // x [N, C, S...] as [N, C, S]
@@ -29,13 +32,22 @@ Params params_for(const TensorRef& x, const char* op) {
   p.s = index32(x.shape[1] == 0 ? 0 : x.numel() / std::max<int64_t>(1, x.shape[0] * x.shape[1]), op);
   index32(x.numel(), op);
   p.x_offset = index32(x.offset, op);
+  p.s_ = divisor(p.s);
+  // each channel's M = N S values in runs of at least 2048, about 512 workgroups in all
+  const int64_t m = int64_t{p.n} * p.s;
+  const int64_t chunks = std::clamp<int64_t>((512 + p.c - 1) / std::max(p.c, 1), 1, std::max<int64_t>(1, m / 2048));
+  p.chunk = index32((m + chunks - 1) / chunks, op);
+  p.chunks = index32(p.chunk > 0 ? (m + p.chunk - 1) / p.chunk : 1, op);
   return p;
 }
 
 // The allocation of t, or `absent` (bound, unread) when t is undefined.
 const Allocation* maybe(const TensorRef& t, const TensorRef& absent) { return allocation(t.defined() ? t : absent); }
 
-constexpr int64_t kChannelGroups = 65535;
+constexpr int64_t kMaxGroups = 65535;
+
+// The per-run workgroups of STATS or SUMS (PASS 0 and, for STATS, 1), then PASS 2 over the runs.
+int64_t run_invocations(const Params& p) { return std::min<int64_t>(int64_t{p.c} * p.chunks, kMaxGroups) * kWorkgroupSize; }
 
 }  // namespace
 
@@ -44,8 +56,12 @@ void VulkanBackend::batch_norm_stats(const TensorRef& x, const TensorRef& mean, 
   p.mean_offset = index32(mean.offset, "batch_norm_stats");
   p.invstd_offset = index32(var.offset, "batch_norm_stats");
   const Allocation* xa = allocation(x);
-  record({"batch_norm_stats", {}, &p, sizeof p, {xa, allocation(mean), allocation(var), xa, xa, xa, xa, xa, xa},
-          std::min<int64_t>(p.c, kChannelGroups) * kWorkgroupSize});
+  Workspace parts(*this, static_cast<size_t>(2 * std::max(p.c, 1) * p.chunks) * sizeof(float));
+  const std::vector<const Allocation*> buffers{xa, allocation(mean), allocation(var), xa, xa, xa, xa, xa, xa,
+                                               parts.allocation()};
+  record({"batch_norm_stats", {0}, &p, sizeof p, buffers, run_invocations(p)});  // the runs' sums
+  record({"batch_norm_stats", {1}, &p, sizeof p, buffers, run_invocations(p)});  // their squared deviations
+  record({"batch_norm_stats", {2}, &p, sizeof p, buffers, p.c});                 // the runs in order
 }
 
 void VulkanBackend::batch_norm_apply(const TensorRef& x, const TensorRef& mean, const TensorRef& invstd,
@@ -59,7 +75,7 @@ void VulkanBackend::batch_norm_apply(const TensorRef& x, const TensorRef& mean, 
   p.y_offset = index32(y.offset, "batch_norm_apply");
   const Allocation* xa = allocation(x);
   record({"batch_norm_apply", {}, &p, sizeof p,
-          {xa, allocation(mean), allocation(invstd), maybe(weight, x), maybe(bias, x), xa, allocation(y), xa, xa},
+          {xa, allocation(mean), allocation(invstd), maybe(weight, x), maybe(bias, x), xa, allocation(y), xa, xa, xa},
           x.numel()});
 }
 
@@ -76,10 +92,12 @@ void VulkanBackend::batch_norm_backward(const TensorRef& x, const TensorRef& gra
   p.gw_offset = index32(grad_weight.offset, "batch_norm_backward");
   p.gb_offset = index32(grad_bias.offset, "batch_norm_backward");
   const Allocation* xa = allocation(x);
+  Workspace parts(*this, static_cast<size_t>(2 * std::max(p.c, 1) * p.chunks) * sizeof(float));
   const std::vector<const Allocation*> buffers{xa, allocation(mean), allocation(invstd), maybe(weight, x), xa,
                                                allocation(grad), allocation(grad_x), allocation(grad_weight),
-                                               allocation(grad_bias)};
-  record({"batch_norm_sums", {}, &p, sizeof p, buffers, std::min<int64_t>(p.c, kChannelGroups) * kWorkgroupSize});
+                                               allocation(grad_bias), parts.allocation()};
+  record({"batch_norm_sums", {0}, &p, sizeof p, buffers, run_invocations(p)});  // per run
+  record({"batch_norm_sums", {2}, &p, sizeof p, buffers, p.c});                 // the runs in order
   record({"batch_norm_grad_x", {}, &p, sizeof p, buffers, x.numel()});
 }
 

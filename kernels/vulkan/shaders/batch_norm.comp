@@ -2,25 +2,38 @@
 #extension GL_EXT_scalar_block_layout : require  // std430 parameter blocks
 // Batch norm over x [N, C, S] per channel c (M = N S values each) on the Vulkan backend
 // (core/backend.h states the three kernels), f32 accumulated in float; variants (-D):
-//   STATS     a workgroup per channel: the 256 invocations sum its values, meet in shared memory,
-//             then sum the squared deviations from that mean the same way (two passes, as the
-//             CPU: no cancellation of a one-pass E[x^2] - E[x]^2). Writes mean and biased var.
+//   STATS     the mean and biased variance of each channel in two passes over its values, as
+//             the CPU (no cancellation of a one-pass E[x^2] - E[x]^2), each channel's values cut
+//             into `chunks` runs, a workgroup per (channel, run): PASS 0 sums each run, PASS 1
+//             sums each run's squared deviations from the mean (the runs' sums added in order),
+//             PASS 2 adds the runs' results in order and writes mean and var (an invocation per
+//             channel). The 256 partials of a run meet in shared memory.
 //   APPLY     an invocation per element: y = (x - mean[c]) invstd[c] weight[c] + bias[c].
-//   SUMS      a workgroup per channel: grad_bias[c] = sum g, grad_weight[c] = sum g xhat.
+//   SUMS      grad_bias[c] = sum g, grad_weight[c] = sum g xhat, the same way: PASS 0 per run,
+//             PASS 2 the runs in order.
 //   GRAD_X    an invocation per element: grad_x = weight[c] invstd[c] (g - (grad_bias[c] + xhat
 //             grad_weight[c]) / M), reading SUMS' results.
 //
-// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
-// training on [16, 64, 128, 128] f32: 0.42 ms, 0.32 TB/s of x read twice and y written: STATS
-// runs a workgroup per channel (64 workgroups), far too few for the GPU at this size; splitting
-// each channel over workgroups is the next version.
+// Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, 2026-11-22;
+// device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`), training
+// on [16, 64, 128, 128] f32 (x read twice, y written):
+//   version 1, a workgroup per channel (64 workgroups: far too few to fill the GPU at this size),
+//   every element's channel plane found by an integer division: 0.42 ms, 0.32 TB/s
+//   version 2 (this), runs of at least 2048 values, about 512 workgroups, the division by
+//   multiply (fastdiv.glsl): 0.152 ms, 0.88 TB/s (a copy: 2.0): three dispatches where there was
+//   one, and every value read twice, as the two passes need
 layout(local_size_x_id = 0) in;
+
+#include "fastdiv.glsl"
+
+layout(constant_id = 1) const int PASS = 0;  // STATS and SUMS: see above
 
 layout(std430, binding = 0) uniform Params {
   int n, c, s;
   int x_offset, g_offset, y_offset, mean_offset, invstd_offset, weight_offset, bias_offset, gw_offset, gb_offset;
   int has_weight, has_bias;
+  int chunks, chunk;  // STATS, SUMS: runs per channel, values per run
+  Divisor s_;
 } P;
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) buffer Mean { float mean[]; };     // STATS writes it; the others read
@@ -31,12 +44,23 @@ layout(std430, binding = 6) readonly buffer G { float g[]; };
 layout(std430, binding = 7) buffer Out { float out_f[]; };     // APPLY: y; GRAD_X: grad_x
 layout(std430, binding = 8) buffer GW { float gw[]; };
 layout(std430, binding = 9) buffer GB { float gb[]; };
+layout(std430, binding = 10) buffer Parts { float parts[]; };  // STATS, SUMS: [2][C][chunks] run results
 
 shared float part_a[gl_WorkGroupSize.x];
 shared float part_b[gl_WorkGroupSize.x];
 
 // element e of channel ch: plane i = e / S, k = e % S
-int at(int ch, int e) { return ((e / P.s) * P.c + ch) * P.s + e % P.s; }
+int at(int ch, int e) {
+  const int i = div_by(e, P.s_);
+  return (i * P.c + ch) * P.s + e - i * P.s;
+}
+
+// the runs' results of channel ch added in order: part 0 (a) or 1 (b)
+float runs_total(int part, int ch) {
+  float total = 0.0;
+  for (int r = 0; r < P.chunks; ++r) total += parts[(part * P.c + ch) * P.chunks + r];
+  return total;
+}
 
 // part_a (and part_b) summed across the workgroup into element 0
 void reduce_parts(int t) {
@@ -53,45 +77,54 @@ void reduce_parts(int t) {
 void main() {
   const int m = P.n * P.s, threads = int(gl_WorkGroupSize.x);
 #if defined(STATS) || defined(SUMS)
-  const int t = int(gl_LocalInvocationID.x);
-  for (int ch = int(gl_WorkGroupID.x); ch < P.c; ch += int(gl_NumWorkGroups.x)) {
+  if (PASS == 2) {  // an invocation per channel: the runs in order
+    for (int ch = int(gl_GlobalInvocationID.x); ch < P.c; ch += int(gl_NumWorkGroups.x * gl_WorkGroupSize.x)) {
 #if defined(STATS)
-    float sum = 0.0;
-    for (int e = t; e < m; e += threads) sum += x[P.x_offset + at(ch, e)];
-    part_a[t] = sum;
-    part_b[t] = 0.0;
-    reduce_parts(t);
-    const float mu = part_a[0] / float(m);
-    barrier();  // part_a[0] is read before it is written again
-    float squares = 0.0;
-    for (int e = t; e < m; e += threads) {
-      const float d = x[P.x_offset + at(ch, e)] - mu;
-      squares += d * d;
+      mean[P.mean_offset + ch] = runs_total(0, ch) / float(m);
+      second[P.invstd_offset + ch] = runs_total(1, ch) / float(m);
+#else
+      gb[P.gb_offset + ch] = runs_total(0, ch);
+      gw[P.gw_offset + ch] = runs_total(1, ch);
+#endif
     }
-    part_a[t] = squares;
-    reduce_parts(t);
-    if (t == 0) {
-      mean[P.mean_offset + ch] = mu;
-      second[P.invstd_offset + ch] = part_a[0] / float(m);
+    return;
+  }
+  const int t = int(gl_LocalInvocationID.x);
+  for (int wg = int(gl_WorkGroupID.x); wg < P.c * P.chunks; wg += int(gl_NumWorkGroups.x)) {
+    const int ch = wg / P.chunks, run = wg % P.chunks;
+    const int begin = run * P.chunk, end = min(m, begin + P.chunk);
+    float a = 0.0, b = 0.0;
+#if defined(STATS)
+    if (PASS == 0) {
+      for (int e = begin + t; e < end; e += threads) a += x[P.x_offset + at(ch, e)];
+    } else {
+      const float mu = runs_total(0, ch) / float(m);
+      for (int e = begin + t; e < end; e += threads) {
+        const float d = x[P.x_offset + at(ch, e)] - mu;
+        a += d * d;
+      }
     }
 #else
     const float mu = mean[P.mean_offset + ch], r = second[P.invstd_offset + ch];
-    float sum_g = 0.0, sum_gx = 0.0;
-    for (int e = t; e < m; e += threads) {
+    for (int e = begin + t; e < end; e += threads) {
       const int i = at(ch, e);
       const float gv = g[P.g_offset + i];
-      sum_g += gv;
-      sum_gx += gv * ((x[P.x_offset + i] - mu) * r);
-    }
-    part_a[t] = sum_g;
-    part_b[t] = sum_gx;
-    reduce_parts(t);
-    if (t == 0) {
-      gb[P.gb_offset + ch] = part_a[0];
-      gw[P.gw_offset + ch] = part_b[0];
+      a += gv;
+      b += gv * ((x[P.x_offset + i] - mu) * r);
     }
 #endif
-    barrier();  // element 0 is read before the next channel writes it
+    part_a[t] = a;
+    part_b[t] = b;
+    reduce_parts(t);
+    if (t == 0) {
+#if defined(STATS)
+      parts[(PASS * P.c + ch) * P.chunks + run] = part_a[0];  // PASS 0: sums in part 0; PASS 1: squares in part 1
+#else
+      parts[ch * P.chunks + run] = part_a[0];
+      parts[(P.c + ch) * P.chunks + run] = part_b[0];
+#endif
+    }
+    barrier();  // element 0 is read before the next run writes it
   }
 #else  // APPLY, GRAD_X: an invocation per element of x
   const int total = P.n * P.c * P.s, stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x);
