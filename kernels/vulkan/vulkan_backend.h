@@ -2,9 +2,10 @@
 // through MoltenVK, NVIDIA without CUDA) or of Mesa's lavapipe on the CPU, and kernels written as
 // GLSL compute shaders (kernels/vulkan/shaders/, the same names as the CUDA files).
 //
-// The runtime (runtime.cpp): one instance, one physical device per backend ("vulkan:N" counts the
-// devices that have a compute queue and what kiln needs, in the loader's order), one compute queue, a pipeline cache.
-// Memory is sub-allocated from large blocks of device memory, each one VkBuffer, so a tensor is a
+// The runtime (runtime.cpp): the loader opened at run time (kiln starts without it), one
+// instance, one physical device per backend ("vulkan:N" counts the devices that have a compute
+// queue and what kiln needs, in the loader's order), one compute queue, a pipeline cache, and
+// timestamp queries for benches. Memory is sub-allocated from large blocks of device memory, each one VkBuffer, so a tensor is a
 // range of a block (an Allocation) and allocating costs no driver call once the blocks exist.
 // Kernels are recorded into command buffers ("frames"), each dispatch followed by a barrier; a
 // frame goes to the GPU every 32 dispatches without a wait, so the GPU runs a step while the host
@@ -17,8 +18,11 @@
 //
 // Dtypes: f32 everywhere, i32 where the CPU takes it but for mean, u8 in fill, copy, gather and
 // one_hot; f64 (which many Vulkan devices lack) is refused with a DTypeError naming the op. The
-// kernels are first versions, tested against the CPU: plain where the work is small, tiled GEMMs
-// (with split reductions) for matmul and the convolutions, which carry the time.
+// kernels are tested against the CPU; matmul and the convolutions, which carry the time, are
+// implicit or plain GEMMs on one tiled kernel (shaders/gemm.glsl) with split reductions where
+// outputs are few; reductions use subgroup shuffles where the device has them, and matmul the
+// cooperative-matrix units where allowed (kiln::allow_f16_products) and offered. Each shader
+// opens with its versions and their figures.
 // KILN_VULKAN_VALIDATION=1 turns on the Khronos validation layer; its messages are kept
 // (validation_messages) and printed to stderr, and the tests fail on any.
 #pragma once
