@@ -173,9 +173,9 @@ std::string version_string(uint32_t v) {
 
 // Whether matmul_coop.comp can run: VK_NV_cooperative_matrix with 16 x 16 x 16 f16 products
 // accumulated in f32 on the subgroup scope, f16 arithmetic, the Vulkan memory model (which the
-// shader's scopes declare), and subgroups of 32 (its 8 subgroups
-// of a 256-invocation workgroup). (VK_KHR_cooperative_matrix, the cross-vendor successor, needs
-// Vulkan headers 1.3.255 and a glslang that Debian 12 does not ship.)
+// shader's scopes declare), and subgroups of 32 (its 8 subgroups of a 256-invocation workgroup).
+// (VK_KHR_cooperative_matrix, the cross-vendor successor, needs Vulkan headers 1.3.255 and a
+// glslang that Debian 12 does not ship.)
 bool cooperative_matrix_support(VkInstance instance, VkPhysicalDevice p, uint32_t subgroup_size) {
   if (subgroup_size != 32) return false;
   uint32_t count = 0;
