@@ -266,6 +266,11 @@ struct Runtime {
   VkCommandPool pool = VK_NULL_HANDLE;
   Frame frames[kFrames];
   size_t current = 0;              // the frame being recorded
+  struct Range {
+    VkBuffer buffer;
+    VkDeviceSize begin, end;
+  };
+  std::vector<Range> unordered;    // memory bound by dispatches since the last barrier
   VkPipelineCache cache = VK_NULL_HANDLE;
   PFN_vkCmdPushDescriptorSetKHR push_descriptor = nullptr;
   uint32_t device_memory_type = 0, host_memory_type = 0;
@@ -356,9 +361,9 @@ struct Runtime {
   }
 
   // Orders everything recorded so far before everything recorded next: kernels and copies each
-  // wait for the writes before them (and writes for the reads before them). One global barrier
-  // per command, the simplest order that is always right. A barrier's scopes are the queue's
-  // submission order, so it orders the frames' command buffers among themselves too.
+  // wait for the writes before them (and writes for the reads before them). A global barrier,
+  // the simplest order that is always right. A barrier's scopes are the queue's submission
+  // order, so it orders the frames' command buffers among themselves too.
   void barrier() {
     auto b = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
     b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
@@ -366,6 +371,24 @@ struct Runtime {
     b.dstAccessMask = b.srcAccessMask;
     const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     vkCmdPipelineBarrier(frame().cmd, stages, stages, 0, 1, &b, 0, nullptr, 0, nullptr);
+    unordered.clear();
+  }
+
+  // Before a dispatch on these buffers: a barrier only if one of them overlaps memory that a
+  // dispatch since the last barrier bound (every binding counted as read and written, so this
+  // is never too little). Independent kernels in a row (an optimizer's per-parameter steps, the
+  // gradients' fills) then run without waiting for each other.
+  void order_before(const std::vector<const Allocation*>& buffers) {
+    bool overlap = unordered.size() >= 64;  // enough bookkeeping: a barrier
+    for (size_t i = 0; !overlap && i < buffers.size(); ++i)
+      for (const Range& u : unordered)
+        if (u.buffer == buffers[i]->buffer && u.begin < buffers[i]->offset + buffers[i]->size &&
+            buffers[i]->offset < u.end) {
+          overlap = true;
+          break;
+        }
+    if (overlap) barrier();
+    for (const Allocation* a : buffers) unordered.push_back({a->buffer, a->offset, a->offset + a->size});
   }
 
   // Waits for a submitted frame and makes it ready to record again.
@@ -407,6 +430,7 @@ struct Runtime {
   void submit_and_wait() {
     flush();
     for (Frame& f : frames) retire(f);
+    unordered.clear();  // all of it done
     check_fault();
   }
 
@@ -734,7 +758,8 @@ void* VulkanBackend::allocate(size_t bytes) {
 }
 
 // The range goes back to its block at once: work already recorded that still reads it runs before
-// anything recorded later can write it (every command waits for those before it).
+// anything recorded later can write it (a dispatch on memory that earlier ones bound waits for
+// them: order_before).
 void VulkanBackend::deallocate(void* buffer) noexcept {
   if (!buffer) return;
   Runtime& r = *rt_;
@@ -781,6 +806,7 @@ void VulkanBackend::write(void* buffer, size_t byte_offset, const void* host, si
     std::memcpy(static_cast<unsigned char*>(r.uploads.mapped) + at, src, bytes);
     f.upload_used = round_up(f.upload_used + bytes, 16);
     r.begin();
+    if (!r.unordered.empty()) r.barrier();  // copies wait for the kernels before them
     VkBufferCopy region{at, a->offset + byte_offset, bytes};
     vkCmdCopyBuffer(r.frame().cmd, r.uploads.buffer, a->buffer, 1, &region);
     r.barrier();
@@ -791,6 +817,7 @@ void VulkanBackend::write(void* buffer, size_t byte_offset, const void* host, si
     r.reserve_staging(chunk);
     std::memcpy(r.staging.mapped, src, chunk);
     r.begin();
+    if (!r.unordered.empty()) r.barrier();
     VkBufferCopy region{0, a->offset + byte_offset, chunk};
     vkCmdCopyBuffer(r.frame().cmd, r.staging.buffer, a->buffer, 1, &region);
     r.barrier();
@@ -812,6 +839,7 @@ void VulkanBackend::read(const void* buffer, size_t byte_offset, void* host, siz
     const VkDeviceSize chunk = std::min<VkDeviceSize>(bytes, kStagingMax);
     r.reserve_staging(chunk);
     r.begin();
+    if (!r.unordered.empty()) r.barrier();
     VkBufferCopy region{a->offset + byte_offset, 0, chunk};
     vkCmdCopyBuffer(r.frame().cmd, a->buffer, r.staging.buffer, 1, &region);
     r.barrier();
@@ -846,6 +874,7 @@ void VulkanBackend::record(const Dispatch& d) {
   f.ring_used = round_up(f.ring_used + params, r.alignment);
 
   r.begin();
+  r.order_before(d.buffers);
   vkCmdBindPipeline(r.frame().cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   std::vector<VkDescriptorBufferInfo> infos;
   infos.reserve(d.buffers.size() + 1);
@@ -863,7 +892,6 @@ void VulkanBackend::record(const Dispatch& d) {
                     writes.data());
   const int64_t groups = (d.invocations + kWorkgroup - 1) / kWorkgroup;
   vkCmdDispatch(r.frame().cmd, static_cast<uint32_t>(std::min<int64_t>(groups, kMaxGroups)), 1, 1);
-  r.barrier();
   if (++f.dispatches == kSubmitEvery) r.flush();
 }
 
@@ -875,6 +903,7 @@ uint32_t VulkanBackend::timestamp() {
   KILN_CHECK(r.timestamps != VK_NULL_HANDLE, BackendUnavailable, r.where(), " (", description_,
              "): its compute queue keeps no timestamps (timestampValidBits 0)");
   r.begin();
+  if (!r.unordered.empty()) r.barrier();  // the work before it is done before the work after starts
   const uint32_t slot = r.next_timestamp++ % kTimestamps;
   vkCmdResetQueryPool(r.frame().cmd, r.timestamps, slot, 1);
   vkCmdWriteTimestamp(r.frame().cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r.timestamps, slot);

@@ -7,8 +7,9 @@
 // queue and what kiln needs, in the loader's order), one compute queue, a pipeline cache, and
 // timestamp queries for benches. Memory is sub-allocated from large blocks of device memory, each one VkBuffer, so a tensor is a
 // range of a block (an Allocation) and allocating costs no driver call once the blocks exist.
-// Kernels are recorded into command buffers ("frames"), each dispatch followed by a barrier; a
-// frame goes to the GPU every 32 dispatches without a wait, so the GPU runs a step while the host
+// Kernels are recorded into command buffers ("frames"), a barrier before a dispatch whose memory
+// overlaps what dispatches since the last barrier bound (so independent kernels in a row run
+// together); a frame goes to the GPU every 32 dispatches without a wait, so the GPU runs a step while the host
 // records the rest of it, and the host waits only to read (read, synchronize), for a frame 4
 // submissions back, or to write more than a frame's upload segment (4 MiB) at once. A dispatch's
 // parameters go to its frame's segment of a host-visible ring, bound as its binding 0: a uniform
@@ -222,7 +223,7 @@ inline Divisor divisor(int32_t d) {
 }
 
 // Scratch device memory for one kernel's recording: freed when it goes out of scope, which is safe
-// at once (whatever is recorded later waits for the commands before it).
+// at once (whatever is recorded later on the same memory waits for the commands before it).
 class Workspace {
  public:
   Workspace(VulkanBackend& b, size_t bytes) : b_(b), p_(b.allocate(bytes)) {}

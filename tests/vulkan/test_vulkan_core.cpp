@@ -86,6 +86,17 @@ TEST_CASE("vulkan frames in flight: writes and kernels queued over many submissi
     acc_cpu = acc_cpu * 0.5 + full({1000}, static_cast<double>(i % 7) - 3.0);
   }
   check_close(acc_dev, acc_cpu, 0, 0, "400 writes and 800 kernels");
+  // independent kernels in a row run without barriers between them; one on memory an earlier one
+  // bound (here: freed and handed out again at once) must still wait for it
+  std::vector<Tensor> parts_dev, parts_cpu;
+  Tensor src_cpu = uniform({5000}, -1, 1), src = src_cpu.to(kVulkan);
+  for (int i = 0; i < 100; ++i) {
+    Tensor scratch = src * static_cast<double>(i);  // freed at the end of the iteration
+    parts_dev.push_back(scratch + 1.0);
+    parts_cpu.push_back(src_cpu * static_cast<double>(i) + 1.0);
+  }
+  for (int i = 0; i < 100; i += 9)
+    check_close(parts_dev[static_cast<size_t>(i)], parts_cpu[static_cast<size_t>(i)], 0, 0, "independent kernel " + std::to_string(i));
   // a write larger than a frame's upload segment goes through staging and waits
   Tensor big_cpu = uniform({3'000'000}, -1, 1);
   Tensor big = big_cpu.to(kVulkan) * 2.0;

@@ -43,7 +43,8 @@
 // (cuDNN on the same GPU, FP32 FMA math: conv2 0.072 / 0.079 / 0.094 ms, kernels/README.md.)
 // The CNN's training epoch on Vulkan: 9.4 s (version 1) -> 1.85 s (version 2, with matmul's split
 // k) -> 1.7 s (command buffers in flight while the host records) -> 1.1 s (3) -> 0.8 s (4) ->
-// 0.7-0.8 s (5; a step 0.84 -> 0.76 ms of device time); CUDA 0.50 s.
+// 0.7-0.8 s (5; a step 0.84 -> 0.76 ms of device time) -> 0.7 s (barriers only where a kernel's
+// memory overlaps what kernels since the last barrier bound); CUDA 0.50 s.
 // f32, accumulated in float.
 layout(local_size_x_id = 0) in;
 
