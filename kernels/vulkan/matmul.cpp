@@ -51,10 +51,10 @@ void VulkanBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorR
   p.has_bias = e.bias.defined();
   p.bias_offset = e.bias.defined() ? index32(e.bias.offset, "matmul") : 0;
   p.relu = e.activation == Activation::relu;
-  // f16 products on the matrix units when allowed and offered (matmul_coop.comp's 128 x 128
+  // f16 products on the matrix units when allowed and offered (matmul_coop.comp's 64 x 128
   // tiles), else gemm.glsl's f32
   const bool coop = allow_f16_products() && cooperative_matrix();
-  const GemmTile tile = coop ? GemmTile{128, 128, 0} : gemm_tile(mp.m, mp.n);
+  const GemmTile tile = coop ? GemmTile{64, 128, 0} : gemm_tile(mp.m, mp.n);
   const int64_t tiles = tile.count(mp.batch, mp.m, mp.n);
   const SplitK split = split_k(tiles, mp.k, mp.batch * mp.m * mp.n);
   p.splits = static_cast<int32_t>(split.splits);
