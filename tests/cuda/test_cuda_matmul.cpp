@@ -5,6 +5,7 @@
 // combinations; then TF32 (production, 10_tf32_async on its cp.async path and on 08's, and
 // 13_tf32_wgmma with operands read in place and packed); then 12_3xtf32's f32 accuracy and special
 // values; then 09_split_k at chosen split counts, and the MLP-layer shapes whose products split k.
+#include "tests/backend_sweeps.h"
 #include "tests/cuda/cuda_test.h"
 
 #include <cmath>
@@ -87,26 +88,7 @@ StoredProduct stored_product(int64_t batch, int64_t m, int64_t n, int64_t k, con
 
 TEST_CASE("matmul matches the CPU on random shapes, layouts and batches, f32 and f64") {
   if (!have_cuda()) return;
-  std::mt19937 rng(11);
-  for (int trial = 0; trial < 60; ++trial) {
-    const int64_t m = pick(rng), n = pick(rng), k = pick(rng);
-    Shape batch_a, batch_b;
-    switch (std::uniform_int_distribution<int>(0, 3)(rng)) {
-      case 0: break;                                       // plain 2-D
-      case 1: batch_a = {3}, batch_b = {3}; break;         // batched
-      case 2: batch_a = {2, 3}; break;                     // B broadcast over the batch
-      default: batch_a = {1}, batch_b = {4}; break;        // A broadcast (size-1 batch axis)
-    }
-    for (DType t : {DType::f32, DType::f64}) {
-      std::string how = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
-                        batch_a.str() + batch_b.str() + (t == DType::f32 ? " f32" : " f64");
-      Operand a = operand(rng, batch_a, m, k, t, how), b = operand(rng, batch_b, k, n, t, how);
-      Tensor want = matmul(a.cpu(), b.cpu());
-      const double scale = std::sqrt(static_cast<double>(k)) / 3;  // std of a sum of k products of U(-1, 1)
-      const double tol = t == DType::f32 ? 1e-4 : 1e-12;
-      check_close(matmul(a.on(kCuda), b.on(kCuda)), want, tol, tol * scale, "matmul " + how);
-    }
-  }
+  matmul_sweep(kCuda, {DType::f32, DType::f64});
 }
 
 TEST_CASE("matmul keeps transposed and strided views as views on the GPU") {
@@ -126,16 +108,7 @@ TEST_CASE("matmul keeps transposed and strided views as views on the GPU") {
 
 TEST_CASE("the MNIST MLP's products and their gradients match the CPU") {
   if (!have_cuda()) return;
-  struct Mnk { int64_t m, n, k; };
-  for (Mnk s : {Mnk{64, 128, 784}, Mnk{64, 10, 128}, Mnk{784, 128, 64}, Mnk{128, 10, 64}, Mnk{64, 784, 128}}) {
-    Tensor a = uniform({s.m, s.k}, -1, 1), b = uniform({s.k, s.n}, -1, 1);
-    Tensor at = uniform({s.k, s.m}, -1, 1), bt = uniform({s.n, s.k}, -1, 1);
-    const double atol = 1e-4 * std::sqrt(static_cast<double>(s.k));
-    std::string what = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
-    check_close(matmul(a.to(kCuda), b.to(kCuda)), matmul(a, b), 1e-4, atol, what);
-    check_close(matmul(at.to(kCuda).t(), b.to(kCuda)), matmul(at.t(), b), 1e-4, atol, what + " A^T");
-    check_close(matmul(a.to(kCuda), bt.to(kCuda).t()), matmul(a, bt.t()), 1e-4, atol, what + " B^T");
-  }
+  mnist_mlp_products(kCuda);
 }
 
 TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, batches") {

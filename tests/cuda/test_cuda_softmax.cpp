@@ -2,6 +2,7 @@
 // cross-entropy and its gradient (autograd and the op), special values (-inf, NaN, +inf, logits
 // of 1e3, empty axes), out-of-range targets, and every version of kernels/cuda/softmax.cuh on raw
 // device buffers. Label `cuda`: without a CUDA device every case reports that it skipped.
+#include "tests/backend_sweeps.h"
 #include "tests/cuda/cuda_test.h"
 
 #ifdef KILN_WITH_CUDA
@@ -33,29 +34,7 @@ std::string name_of(const char* op, const Shape& s, DType t, double extra = -1) 
 
 TEST_CASE("softmax and log_softmax match the CPU over any axis, f32 and f64") {
   if (!have_cuda()) return;
-  std::mt19937 rng(11);
-  for (int trial = 0; trial < 60; ++trial) {
-    Shape s = random_shape(rng, 3);
-    const int64_t axis = std::uniform_int_distribution<int64_t>(0, s.rank() - 1)(rng);
-    s[static_cast<size_t>(axis)] = random_length(rng);
-    for (size_t d = 0; s.numel() > 300000 && d < s.size(); ++d)
-      if (static_cast<int64_t>(d) != axis) s[d] = 1;
-    const int64_t signed_axis = trial % 2 ? axis : axis - s.rank();  // negative axes too
-    const double scale = random_scale(rng);
-    for (DType t : {DType::f32, DType::f64}) {
-      Tensor cpu = uniform(s, -scale, scale, t);
-      Tensor gpu = cpu.to(kCuda);
-      if (s.size() >= 2 && trial % 3 == 0) {  // a non-contiguous input: core copies it first
-        cpu = cpu.transpose(0, -1).contiguous().transpose(0, -1);
-        gpu = cpu.to(kCuda);
-        gpu = gpu.transpose(0, -1).contiguous().transpose(0, -1);
-      }
-      check_close(softmax(gpu, signed_axis), softmax(cpu, signed_axis), rtol(t), atol(t) * 1e-1,
-                  name_of("softmax", s, t, static_cast<double>(axis)));
-      check_close(log_softmax(gpu, signed_axis), log_softmax(cpu, signed_axis), rtol(t), atol(t) * 10,
-                  name_of("log_softmax", s, t, static_cast<double>(axis)));
-    }
-  }
+  softmax_sweep(kCuda, {DType::f32, DType::f64});
 }
 
 TEST_CASE("softmax's special values match the CPU: -inf, NaN, +inf, huge logits, empty axes") {

@@ -5,6 +5,7 @@
 // and conv2d through autograd on the shapes of each production kernel.
 #include "layers/nn.h"
 #include "optim/optim.h"
+#include "tests/backend_sweeps.h"
 #include "tests/cuda/cuda_test.h"
 
 using namespace kiln;
@@ -71,31 +72,6 @@ TEST_CASE("directional gradchecks in f32 pass on the GPU for every op family") {
   }
 }
 
-namespace {
-
-struct SmallNet : nn::Module {
-  std::shared_ptr<nn::Conv2d> conv1, conv2;
-  std::shared_ptr<nn::BatchNorm2d> bn;
-  std::shared_ptr<nn::Dropout> drop;
-  std::shared_ptr<nn::Linear> fc;
-  SmallNet() : nn::Module("SmallNet") {
-    // No bias before batch norm: its gradient is zero up to rounding, and Adam would turn that
-    // noise into full-size steps that differ between backends.
-    conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 8, 3).bias(false)));
-    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(8));
-    conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(8, 16, 3));
-    drop = register_module("drop", std::make_shared<nn::Dropout>(0.25));
-    fc = register_module("fc", std::make_shared<nn::Linear>(16 * 5 * 5, 10));
-  }
-  Tensor forward(const Tensor& input) override {
-    Tensor x = relu(bn->forward(conv1->forward(input)));            // [N, 8, 12, 12]
-    x = max_pool2d(relu(conv2->forward(x)), {.kernel = {2, 2}});    // [N, 16, 5, 5]
-    return fc->forward(drop->forward(x).flatten(1));               // [N, 10]
-  }
-};
-
-}  // namespace
-
 TEST_CASE("matmul and conv2d with a fused bias and ReLU match the CPU through autograd, in every production path") {
   if (!have_cuda()) return;
   // matmul shapes that take each production kernel (matmul.cu): 03 (a small product), 09 (split-K:
@@ -141,76 +117,10 @@ TEST_CASE("matmul and conv2d with a fused bias and ReLU match the CPU through au
 
 TEST_CASE("training steps on CPU and CUDA from the same seed agree up to float rounding") {
   if (!have_cuda()) return;
-  manual_seed(7);
-  auto cpu = std::make_shared<SmallNet>();
-  auto gpu = std::make_shared<SmallNet>();
-  gpu->load_state_dict(cpu->state_dict());
-  gpu->to(kCuda);
-  optim::Adam opt_cpu(cpu->parameters(), optim::AdamOptions(1e-2));
-  optim::Adam opt_gpu(gpu->parameters(), optim::AdamOptions(1e-2));
-  Generator data(8);
-  for (int step = 0; step < 5; ++step) {
-    Tensor x = uniform({32, 1, 14, 14}, -1, 1, DType::f32, &data);
-    Tensor y = (uniform({32}, 0, 10, DType::f32, &data)).to(DType::i32);
-    double losses[2];
-    for (int side = 0; side < 2; ++side) {
-      manual_seed(100 + step);  // the same dropout masks on both sides
-      auto& model = side == 0 ? *cpu : *gpu;
-      auto& opt = side == 0 ? static_cast<optim::Optimizer&>(opt_cpu) : opt_gpu;
-      Device d = side == 0 ? Device::cpu() : kCuda;
-      opt.zero_grad();
-      Tensor loss = cross_entropy(model.forward(x.to(d)), y.to(d));
-      loss.backward();
-      opt.step();
-      losses[side] = loss.item();
-    }
-    CHECK_MESSAGE(std::abs(losses[1] - losses[0]) <= 1e-4 * std::abs(losses[0]),
-                  "step " << step << ": loss " << losses[1] << " on cuda, " << losses[0] << " on cpu");
-  }
-  auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
-  REQUIRE(pc.size() == pg.size());
-  for (size_t i = 0; i < pc.size(); ++i)
-    check_close(pg[i].second.detach(), pc[i].second.detach(), 2e-3, 2e-4, "parameter " + pc[i].first);
-  auto bc = cpu->named_buffers(), bg = gpu->named_buffers();
-  for (size_t i = 0; i < bc.size(); ++i)
-    check_close(bg[i].second, bc[i].second, 1e-4, 1e-5, "buffer " + bc[i].first);
+  training_steps_agree(kCuda);
 }
 
 TEST_CASE("batch_norm matches the CPU on the GPU: statistics, running averages and gradients, f32 and f64") {
   if (!have_cuda()) return;
-  const std::vector<Shape> shapes = {{64, 10}, {3, 7, 33}, {16, 32, 26, 26}, {2, 5, 1, 1}, {1, 3, 40, 40}, {200, 1}};
-  for (const Shape& s : shapes)
-    for (DType t : {DType::f32, DType::f64})
-      for (bool training : {true, false})
-        for (bool affine : {true, false}) {
-          const int64_t c = s[1];
-          // a mean far from 0 against the spread: the two-pass variance must keep its digits
-          Tensor x = uniform(s, 3.0, 5.0, t), g = uniform(s, -1, 1, t);
-          Tensor w = uniform({c}, 0.5, 1.5, t), b = uniform({c}, -1, 1, t);
-          Tensor rm = uniform({c}, -1, 1, t), rv = uniform({c}, 0.5, 2, t);
-          const std::string what = s.str() + " " + std::string(dtype_name(t)) + (training ? " train" : " eval") +
-                                   (affine ? " affine" : "");
-          Tensor out[2], gx[2], gw[2], gb[2], m[2], v[2];
-          for (int d = 0; d < 2; ++d) {
-            const Device dev = d ? kCuda : Device::cpu();
-            Tensor xd = x.detach().to(dev).requires_grad_();
-            Tensor wd = affine ? w.detach().to(dev).requires_grad_() : Tensor();
-            Tensor bd = affine ? b.detach().to(dev).requires_grad_() : Tensor();
-            m[d] = rm.to(dev).clone(), v[d] = rv.to(dev).clone();
-            out[d] = batch_norm(xd, m[d], v[d], wd, bd, training, 0.1, 1e-5);
-            out[d].backward(g.to(dev));
-            gx[d] = xd.grad();
-            if (affine) gw[d] = wd.grad(), gb[d] = bd.grad();
-          }
-          const double tol = t == DType::f32 ? 1e-4 : 1e-10;
-          check_close(out[1], out[0], tol, tol, "batch_norm " + what);
-          check_close(gx[1], gx[0], tol, tol, "grad x " + what);
-          check_close(m[1], m[0], tol, tol, "running mean " + what);
-          check_close(v[1], v[0], tol, tol, "running var " + what);
-          if (affine) {
-            const double sum_tol = tol * std::sqrt(static_cast<double>(s.numel() / c));
-            check_close(gw[1], gw[0], tol, sum_tol, "grad weight " + what);
-            check_close(gb[1], gb[0], tol, sum_tol, "grad bias " + what);
-          }
-        }
+  batch_norm_sweep(kCuda, {DType::f32, DType::f64});
 }

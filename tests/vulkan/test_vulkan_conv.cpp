@@ -4,6 +4,7 @@
 // without the padding counted, and batch norm's statistics, running averages and gradients.
 #include <cmath>
 
+#include "tests/backend_sweeps.h"
 #include "tests/conv_cases.h"
 #include "tests/vulkan/vulkan_test.h"
 
@@ -102,40 +103,6 @@ TEST_CASE("vulkan max_pool2d and its backward match the CPU exactly; avg_pool2d 
 
 TEST_CASE("vulkan batch_norm matches the CPU: statistics, running averages and gradients") {
   if (!have_vulkan()) return;
-  // ... and channels of several runs (8 of 2048; 2 uneven ones: batch_norm.comp's STATS and SUMS)
-  const std::vector<Shape> shapes = {{64, 10}, {3, 7, 33}, {16, 32, 26, 26}, {2, 5, 1, 1}, {1, 3, 40, 40}, {200, 1},
-                                     {4, 2, 64, 64}, {5, 2, 33, 31}};
-  for (const Shape& s : shapes)
-    for (bool training : {true, false})
-      for (bool affine : {true, false}) {
-        const int64_t c = s[1];
-        // a mean far from 0 against the spread: the two-pass variance must keep its digits
-        Tensor x = uniform(s, 3.0, 5.0), g = uniform(s, -1, 1);
-        Tensor w = uniform({c}, 0.5, 1.5), b = uniform({c}, -1, 1);
-        Tensor rm = uniform({c}, -1, 1), rv = uniform({c}, 0.5, 2);
-        const std::string what = s.str() + (training ? " train" : " eval") + (affine ? " affine" : "");
-        Tensor out[2], gx[2], gw[2], gb[2], m[2], v[2];
-        for (int d = 0; d < 2; ++d) {
-          const Device dev = d ? kVulkan : Device::cpu();
-          Tensor xd = x.detach().to(dev).requires_grad_();
-          Tensor wd = affine ? w.detach().to(dev).requires_grad_() : Tensor();
-          Tensor bd = affine ? b.detach().to(dev).requires_grad_() : Tensor();
-          m[d] = rm.to(dev).clone(), v[d] = rv.to(dev).clone();
-          out[d] = batch_norm(xd, m[d], v[d], wd, bd, training, 0.1, 1e-5);
-          out[d].backward(g.to(dev));
-          gx[d] = xd.grad();
-          if (affine) gw[d] = wd.grad(), gb[d] = bd.grad();
-        }
-        const double tol = 1e-4;
-        check_close(out[1], out[0], tol, tol, "batch_norm " + what);
-        check_close(gx[1], gx[0], tol, tol, "grad x " + what);
-        check_close(m[1], m[0], tol, tol, "running mean " + what);
-        check_close(v[1], v[0], tol, tol, "running var " + what);
-        if (affine) {
-          const double sum_tol = tol * std::sqrt(static_cast<double>(s.numel() / c));
-          check_close(gw[1], gw[0], tol, sum_tol, "grad weight " + what);
-          check_close(gb[1], gb[0], tol, sum_tol, "grad bias " + what);
-        }
-      }
+  batch_norm_sweep(kVulkan, {DType::f32});
   check_no_validation_messages();
 }

@@ -1,6 +1,7 @@
 // The Vulkan indexing kernels against the CPU: index_select (gather) along any axis in f32, i32
 // and u8, its gradient (index_add, repeated indices included: the CPU's order of additions, so
 // exact), one_hot, and bad indices, which the device reports at the host's next wait.
+#include "tests/backend_sweeps.h"
 #include "tests/vulkan/vulkan_test.h"
 
 using namespace kiln;
@@ -8,31 +9,8 @@ using namespace kiln::test;
 
 TEST_CASE("vulkan index_select, its gradient and one_hot match the CPU") {
   if (!have_vulkan()) return;
+  index_sweep(kVulkan, {DType::f32, DType::i32, DType::u8}, {DType::f32});
   std::mt19937 rng(6);
-  for (int trial = 0; trial < 60; ++trial) {
-    Shape s = random_shape(rng);
-    int64_t axis = std::uniform_int_distribution<int64_t>(0, s.rank() - 1)(rng);
-    int64_t n = s[static_cast<size_t>(axis)];
-    bool distinct = trial % 2 == 0;
-    int64_t m = distinct ? std::uniform_int_distribution<int64_t>(1, n)(rng)
-                         : std::uniform_int_distribution<int64_t>(1, 2 * n + 3)(rng);
-    Tensor idx = random_indices(rng, m, n, distinct);
-    std::string what = s.str() + " axis " + std::to_string(axis) + " m " + std::to_string(m);
-    for (DType t : {DType::f32, DType::i32, DType::u8}) {
-      Tensor cpu = (uniform(s, 0, 100)).to(t);
-      check_close(index_select(cpu.to(kVulkan), axis, idx.to(kVulkan)), index_select(cpu, axis, idx), 0, 0,
-                  "index_select " + what + " " + std::string(dtype_name(t)));
-    }
-    Shape gs = s;
-    gs[static_cast<size_t>(axis)] = m;
-    Tensor grad = uniform(gs, -1, 1);
-    check_close(index_select_backward(grad.to(kVulkan), axis, idx.to(kVulkan), s), index_select_backward(grad, axis, idx, s),
-                0, 0, "index_select_backward " + what);
-    Tensor labels = random_indices(rng, m, n, false);
-    for (DType t : {DType::f32, DType::i32, DType::u8})
-      check_close(one_hot(labels.to(kVulkan), n, t), one_hot(labels, n, t), 0, 0,
-                  "one_hot " + std::string(dtype_name(t)) + " " + what);
-  }
   // The loader's case: a batch of 64 drawn from 60000 images held on the device as u8 (47 MB), and
   // from 30000 as f32 (94 MB: lavapipe binds at most 128 MiB to a shader, maxStorageBufferRange).
   Tensor images = uniform({60000, 784}, 0, 255);

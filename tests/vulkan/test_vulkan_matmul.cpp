@@ -3,6 +3,7 @@
 // bias and ReLU, and the MNIST MLP's products and gradients.
 #include <cmath>
 
+#include "tests/backend_sweeps.h"
 #include "tests/vulkan/vulkan_test.h"
 
 using namespace kiln;
@@ -10,27 +11,7 @@ using namespace kiln::test;
 
 TEST_CASE("vulkan matmul matches the CPU on random shapes, layouts and batches, with and without its epilogue") {
   if (!have_vulkan()) return;
-  std::mt19937 rng(11);
-  for (int trial = 0; trial < 60; ++trial) {
-    const int64_t m = pick(rng), n = pick(rng), k = pick(rng);
-    Shape batch_a, batch_b;
-    switch (std::uniform_int_distribution<int>(0, 3)(rng)) {
-      case 0: break;                                       // plain 2-D
-      case 1: batch_a = {3}, batch_b = {3}; break;         // batched
-      case 2: batch_a = {2, 3}; break;                     // B broadcast over the batch
-      default: batch_a = {1}, batch_b = {4}; break;        // A broadcast (size-1 batch axis)
-    }
-    std::string how = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " + batch_a.str() +
-                      batch_b.str();
-    Operand a = operand(rng, batch_a, m, k, DType::f32, how), b = operand(rng, batch_b, k, n, DType::f32, how);
-    const double tol = 1e-4, scale = std::sqrt(static_cast<double>(k)) / 3;
-    check_close(matmul(a.on(kVulkan), b.on(kVulkan)), matmul(a.cpu(), b.cpu()), tol, tol * scale, "matmul " + how);
-    if (batch_a.empty() && batch_b.empty()) {  // a Linear layer's product: bias of column j, then ReLU
-      Tensor bias = uniform({n}, -1, 1);
-      check_close(matmul(a.on(kVulkan), b.on(kVulkan), bias.to(kVulkan), Activation::relu),
-                  matmul(a.cpu(), b.cpu(), bias, Activation::relu), tol, tol * scale, "matmul + bias + relu " + how);
-    }
-  }
+  matmul_sweep(kVulkan, {DType::f32});
   check_no_validation_messages();
 }
 
@@ -81,15 +62,6 @@ TEST_CASE("vulkan matmul with f16 products allowed runs on cooperative matrices 
 
 TEST_CASE("vulkan: the MNIST MLP's products and their gradients match the CPU") {
   if (!have_vulkan()) return;
-  struct Mnk { int64_t m, n, k; };
-  for (Mnk s : {Mnk{64, 128, 784}, Mnk{64, 10, 128}, Mnk{784, 128, 64}, Mnk{128, 10, 64}, Mnk{64, 784, 128}}) {
-    Tensor a = uniform({s.m, s.k}, -1, 1), b = uniform({s.k, s.n}, -1, 1);
-    Tensor at = uniform({s.k, s.m}, -1, 1), bt = uniform({s.n, s.k}, -1, 1);
-    const double atol = 1e-4 * std::sqrt(static_cast<double>(s.k));
-    std::string what = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
-    check_close(matmul(a.to(kVulkan), b.to(kVulkan)), matmul(a, b), 1e-4, atol, what);
-    check_close(matmul(at.to(kVulkan).t(), b.to(kVulkan)), matmul(at.t(), b), 1e-4, atol, what + " A^T");
-    check_close(matmul(a.to(kVulkan), bt.to(kVulkan).t()), matmul(a, bt.t()), 1e-4, atol, what + " B^T");
-  }
+  mnist_mlp_products(kVulkan);
   check_no_validation_messages();
 }

@@ -1,30 +1,16 @@
 // Training on the Vulkan backend against the CPU: every optimizer rule over five steps, and whole
-// training steps of an MLP (Linear + ReLU fused in matmul's epilogue, dropout, cross-entropy,
-// Adam) from the same seed, agreeing up to float rounding.
+// training steps of a small CNN (tests/backend_sweeps.h: conv, batch norm, pooling, dropout,
+// Linear, cross-entropy, Adam) from the same seed, agreeing up to float rounding.
 #include <memory>
 
 #include "layers/nn.h"
 #include "optim/optim.h"
+#include "tests/backend_sweeps.h"
 #include "tests/optim_cases.h"
 #include "tests/vulkan/vulkan_test.h"
 
 using namespace kiln;
 using namespace kiln::test;
-
-namespace {
-
-struct SmallMlp : nn::Module {
-  std::shared_ptr<nn::Linear> fc1, fc2;
-  std::shared_ptr<nn::Dropout> drop;
-  SmallMlp() : nn::Module("SmallMlp") {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(196, 64));
-    drop = register_module("drop", std::make_shared<nn::Dropout>(0.25));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(64, 10));
-  }
-  Tensor forward(const Tensor& input) override { return fc2->forward(drop->forward(relu(fc1->forward(input)))); }
-};
-
-}  // namespace
 
 TEST_CASE("vulkan optimizer steps match the CPU's for every rule") {
   if (!have_vulkan()) return;
@@ -56,37 +42,8 @@ TEST_CASE("vulkan optimizer steps match the CPU's for every rule") {
   check_no_validation_messages();
 }
 
-TEST_CASE("vulkan training steps of an MLP from the same seed agree with the CPU up to float rounding") {
+TEST_CASE("vulkan training steps of a small CNN from the same seed agree with the CPU up to float rounding") {
   if (!have_vulkan()) return;
-  manual_seed(7);
-  auto cpu = std::make_shared<SmallMlp>();
-  auto dev = std::make_shared<SmallMlp>();
-  dev->load_state_dict(cpu->state_dict());
-  dev->to(kVulkan);
-  optim::Adam opt_cpu(cpu->parameters(), optim::AdamOptions(1e-2));
-  optim::Adam opt_dev(dev->parameters(), optim::AdamOptions(1e-2));
-  Generator data(8);
-  for (int step = 0; step < 5; ++step) {
-    Tensor x = uniform({32, 196}, -1, 1, DType::f32, &data);
-    Tensor y = (uniform({32}, 0, 10, DType::f32, &data)).to(DType::i32);
-    double losses[2];
-    for (int side = 0; side < 2; ++side) {
-      manual_seed(100 + step);  // the same dropout masks on both sides
-      auto& model = side == 0 ? *cpu : *dev;
-      auto& opt = side == 0 ? static_cast<optim::Optimizer&>(opt_cpu) : opt_dev;
-      Device d = side == 0 ? Device::cpu() : kVulkan;
-      opt.zero_grad();
-      Tensor loss = cross_entropy(model.forward(x.to(d)), y.to(d));
-      loss.backward();
-      opt.step();
-      losses[side] = loss.item();
-    }
-    CHECK_MESSAGE(std::abs(losses[1] - losses[0]) <= 1e-4 * std::abs(losses[0]),
-                  "step " << step << ": loss " << losses[1] << " on vulkan, " << losses[0] << " on cpu");
-  }
-  auto pc = cpu->named_parameters(), pd = dev->named_parameters();
-  REQUIRE(pc.size() == pd.size());
-  for (size_t i = 0; i < pc.size(); ++i)
-    check_close(pd[i].second.detach(), pc[i].second.detach(), 2e-3, 2e-4, "parameter " + pc[i].first);
+  training_steps_agree(kVulkan);
   check_no_validation_messages();
 }

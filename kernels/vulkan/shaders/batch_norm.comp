@@ -14,7 +14,7 @@
 //   GRAD_X    an invocation per element: grad_x = weight[c] invstd[c] (g - (grad_bias[c] + xhat
 //             grad_weight[c]) / M), reading SUMS' results.
 //
-// Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, 2026-11-22;
+// Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, 2026-11-22/23;
 // device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`), training
 // on [16, 64, 128, 128] f32 (x read twice, y written):
 //   version 1, a workgroup per channel (64 workgroups: far too few to fill the GPU at this size),

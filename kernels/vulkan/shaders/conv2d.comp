@@ -23,7 +23,7 @@
 // made lavapipe compile over a hundred pipelines in the tests, a second and a half each.)
 //
 // Versions, measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`;
+// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`;
 // MNIST's layers at batch 64: conv2 x [64, 32, 26, 26] * w [64, 32, 3, 3], conv1 [64, 1, 28, 28]
 // * [32, 1, 3, 3]), in ms:
 //                                       conv2 fwd  input grad  weight grad  conv1 weight grad

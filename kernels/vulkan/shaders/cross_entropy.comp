@@ -10,7 +10,7 @@
 // NaN loss (a NaN gradient row) and is recorded in the fault slot, which the host throws.
 //
 // Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
+// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
 // [4096, 4096] f32 logits, a loss per row: 1.0 TB/s of logits read (half a copy's 2.0: one
 // workgroup per row, a shared-memory tree per row and a single pass).
 layout(local_size_x_id = 0) in;

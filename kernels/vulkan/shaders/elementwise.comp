@@ -21,7 +21,7 @@
 // Bindings: 0 the parameters (written by the host per dispatch), then the tensors.
 //
 // Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
+// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
 // on [4096, 4096] f32 (64 MB), against a copy's 2.0 TB/s (bytes read and written per second):
 // relu 2.05 TB/s, add of two tensors 3.06 TB/s (three streams keep more loads in flight than a
 // copy's one), add of a broadcast row 1.16 TB/s (a view: the divisions of layout.glsl's at() per

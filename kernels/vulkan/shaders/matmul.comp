@@ -16,7 +16,7 @@
 // partials in order of s (the same sum on every run) and applies the epilogue. conv2d.comp's
 // weight gradient ends in it too.
 //
-// Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, 2026-11-22,
+// Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, 2026-11-22/23,
 // `vulkan-bench`; device time from timestamp queries but for the first figure, host-timed), ms:
 //                                                  fc1 fwd      fc1 weight grad  fc1 input grad
 //                                                  64x128x9216  128x9216x64      64x9216x128

@@ -12,7 +12,7 @@
 // tensor cores, D = A B + C, in one instruction of the subgroup.
 //
 // Versions, measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// vulkan-bench, device time, 2026-11-22) on 4096 x 4096 x 4096, where gemm.glsl's f32 makes
+// vulkan-bench, device time, 2026-11-22/23) on 4096 x 4096 x 4096, where gemm.glsl's f32 makes
 // 22-25 TFLOP/s (the machines lent varied) and cuBLAS's f32 SGEMM 51 (kernels/README.md):
 //   1 64 x 64 tiles, each subgroup a 16 x 32 part (two accumulators), the accumulators out
 //     through a 64 x 64 f32 tile in shared memory: 13.1 TFLOP/s.

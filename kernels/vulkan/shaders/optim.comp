@@ -7,7 +7,7 @@
 // Vulkan's sqrt and division are within a few ulp, so the steps agree to rounding, not bits.
 //
 // Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
+// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
 // one step on 16M f32 parameters (seven 64 MB streams: the parameter, its gradient and two
 // buffers read, three written): Adadelta 0.191 ms (2.46 TB/s), Adam 0.180 ms (2.61 TB/s; a copy
 // moves 2.0). The MNIST CNN's eight parameters take eight dispatches a step.

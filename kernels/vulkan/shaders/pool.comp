@@ -13,7 +13,7 @@
 //                    cover it.
 //
 // Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
+// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
 // [16, 64, 128, 128] f32, 2 x 2 windows: max 1.91 TB/s, average 2.19 TB/s (64 MB read, 16 MB
 // written; a copy: 2.0). MNIST's [64, 64, 24, 24]: max forward 0.0086 ms, backward 0.0248 ms.
 layout(local_size_x_id = 0) in;

@@ -18,7 +18,7 @@
 // and Taylor polynomials on [-pi/4, pi/4]; they agree with the CPU's double to a few f32 ulp.
 //
 // Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
+// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
 // [4096, 4096] f32: uniform 0.78 TB/s written (the Philox rounds and the exact affine map cost
 // more than the store: bound by arithmetic), dropout 1.38 TB/s read and written (a copy: 2.0).
 layout(local_size_x_id = 0) in;

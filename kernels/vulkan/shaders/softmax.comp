@@ -16,7 +16,7 @@
 // slice NaN; a -inf among finite values gives 0 (log: -inf).
 //
 // Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
+// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
 // [4096, 4096] f32 read and written: rows 1.36 TB/s (68% of a copy's 2.0; two passes over the
 // row, the second from cache); columns, version 1: 0.043 TB/s, 2% of a copy (4096 invocations,
 // too few to fill the GPU); version 2 (8 lanes per column): 0.424 ms, 0.32 TB/s, 7.3x faster and
