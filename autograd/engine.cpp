@@ -1,11 +1,11 @@
-#include "autograd/engine.h"
+#include "kiln/autograd/engine.h"
 
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/node.h"
-#include "core/backend.h"
-#include "core/ops.h"
+#include "kiln/autograd/node.h"
+#include "kiln/autograd/ops.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::autograd {
 
@@ -76,7 +76,7 @@ void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) 
     return;
   }
 
-  Node* start = root.grad_fn().get();
+  Node* start = node_of(root).get();
   std::unordered_map<Node*, Tensor> pending{{start, seed}};
   for (Node* node : reverse_topological_order(start)) {
     auto it = pending.find(node);
@@ -110,3 +110,11 @@ void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) 
 }
 
 }  // namespace kiln::autograd
+
+namespace kiln {
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  autograd::backward(*this, grad, retain_graph);
+}
+
+}  // namespace kiln

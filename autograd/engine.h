@@ -4,7 +4,7 @@
 // optimizer's) between steps.
 #pragma once
 
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::autograd {
 

@@ -1,4 +1,4 @@
-#include "autograd/formulas.h"
+#include "kiln/autograd/formulas.h"
 
 #include <numeric>
 

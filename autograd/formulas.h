@@ -10,8 +10,8 @@
 
 #include <vector>
 
-#include "autograd/node.h"
-#include "core/ops.h"
+#include "kiln/autograd/node.h"
+#include "kiln/autograd/ops.h"
 
 namespace kiln::autograd::formulas {
 

@@ -1,12 +1,12 @@
-#include "autograd/gradcheck.h"
+#include "kiln/autograd/gradcheck.h"
 
 #include <cmath>
 #include <sstream>
 
-#include "autograd/node.h"
-#include "core/backend.h"
-#include "core/ops.h"
-#include "core/random.h"
+#include "kiln/autograd/node.h"
+#include "kiln/core/backend.h"
+#include "kiln/autograd/ops.h"
+#include "kiln/core/random.h"
 
 namespace kiln::autograd {
 

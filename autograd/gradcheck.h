@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::autograd {
 

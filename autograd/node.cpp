@@ -1,4 +1,4 @@
-#include "autograd/node.h"
+#include "kiln/autograd/node.h"
 
 namespace kiln::autograd {
 
@@ -40,7 +40,7 @@ void record(Tensor& output, std::string_view op, std::span<const Tensor> inputs,
   for (const Tensor& t : inputs) {
     Edge edge;
     if (t.defined() && t.requires_grad()) {
-      if (t.grad_fn()) edge.node = t.grad_fn();
+      if (t.grad_fn()) edge.node = node_of(t);
       else edge.leaf = t.impl_ptr();
     }
     node->inputs.push_back(std::move(edge));

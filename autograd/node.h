@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::autograd {
 
@@ -30,8 +30,8 @@ struct Edge {
   bool needed() const { return node || leaf; }
 };
 
-struct Node {
-  std::string_view op;
+// GradFn (core/tensor.h) holds the op's name: what core shows of a node.
+struct Node : GradFn {
   std::vector<Edge> inputs;
   std::vector<Shape> input_shapes;  // to check each formula's result
   std::vector<DType> input_dtypes;
@@ -40,8 +40,11 @@ struct Node {
   Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
-  ~Node();  // iterative: a long chain of nodes must not recurse through destructors
+  ~Node() override;  // iterative: a long chain of nodes must not recurse through destructors
 };
+
+// The node that produced t (null for a leaf): every GradFn on a tensor is a Node.
+inline std::shared_ptr<Node> node_of(const Tensor& t) { return std::static_pointer_cast<Node>(t.grad_fn()); }
 
 // Gradients are recorded unless a NoGradGuard is alive on this thread.
 bool is_grad_enabled();

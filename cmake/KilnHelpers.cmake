@@ -42,20 +42,69 @@ function(kiln_set_warnings target)
   endif()
 endfunction()
 
+# kiln_add_layer(NAME [DEPENDS LAYER...]): the object library kiln_NAME for the folder NAME, whose
+# objects go into kiln. Its code sees <kiln/NAME/...> and the headers of the layers it depends on
+# (and theirs), through an include folder of its own that holds only kiln/NAME: an include of a
+# layer it does not depend on fails to compile.
+function(kiln_add_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "DEPENDS")
+  set(root ${PROJECT_BINARY_DIR}/layer-include/${name})
+  file(MAKE_DIRECTORY ${root}/kiln)
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${name} ${root}/kiln/${name} SYMBOLIC)
+  add_library(kiln_${name} OBJECT)
+  target_include_directories(kiln_${name} PUBLIC ${root})
+  foreach(dep IN LISTS arg_DEPENDS)
+    target_link_libraries(kiln_${name} PUBLIC kiln_${dep})
+  endforeach()
+  # position-independent, so that kiln_check_layer_links can link the objects into shared libraries
+  set_target_properties(kiln_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  kiln_set_warnings(kiln_${name})
+  target_sources(kiln PRIVATE $<TARGET_OBJECTS:kiln_${name}>)
+endfunction()
+
+# kiln_check_layer_links(): each layer's objects linked into a shared library over the layers
+# under it and nothing else, with every symbol resolved (--no-undefined): a call into a layer
+# above it (or into one beside it) fails to link, at build time. core and kernels link as one
+# floor, since core's backend_for is defined by kernels/registry.cpp. The libraries are checks
+# only: nothing uses or installs them.
+function(kiln_check_layer_links)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    return()
+  endif()
+  add_library(kiln_links_floor SHARED $<TARGET_OBJECTS:kiln_core> $<TARGET_OBJECTS:kiln_kernels>)
+  target_link_libraries(kiln_links_floor PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+  if(KILN_HAVE_CUDA)
+    target_link_libraries(kiln_links_floor PRIVATE CUDA::cudart_static)
+  endif()
+  add_library(kiln_links_autograd SHARED $<TARGET_OBJECTS:kiln_autograd>)
+  target_link_libraries(kiln_links_autograd PUBLIC kiln_links_floor)
+  foreach(layer layers optim datasets)
+    add_library(kiln_links_${layer} SHARED $<TARGET_OBJECTS:kiln_${layer}>)
+    target_link_libraries(kiln_links_${layer} PRIVATE kiln_links_autograd)
+  endforeach()
+  target_link_libraries(kiln_links_datasets PRIVATE ZLIB::ZLIB)
+  foreach(check floor autograd layers optim datasets)
+    set_target_properties(kiln_links_${check} PROPERTIES LINKER_LANGUAGE CXX)
+    target_link_options(kiln_links_${check} PRIVATE LINKER:--no-undefined)
+  endforeach()
+endfunction()
+
 # kiln_add_test(NAME LABEL src...): a doctest executable registered with CTest under LABEL
 # (cpu, vulkan or cuda), so CI runs what its machine can and the device runs the rest.
 function(kiln_add_test name label)
   add_executable(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE kiln::kiln kiln_doctest_main)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})  # "tests/..." and "apps/..."
   target_compile_definitions(${name} PRIVATE KILN_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
   kiln_set_warnings(${name})
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS ${label})
 endfunction()
 
-# `cmake --install` puts the library, its headers (include/kiln/<layer>/...) and a CMake package,
-# so that an outside project's find_package(kiln CONFIG REQUIRED) and
-# target_link_libraries(app PRIVATE kiln::kiln) work.
+# `cmake --install` puts the library, its headers (include/kiln/kiln.h and include/kiln/<layer>/...;
+# the kernels' headers and autograd/ops/, which are the library's own, stay out) and a CMake
+# package, so that an outside project's find_package(kiln CONFIG REQUIRED) and
+# target_link_libraries(app PRIVATE kiln::kiln) work, with only include/ on its include path.
 function(kiln_install_package)
   include(CMakePackageConfigHelpers)
   install(TARGETS kiln EXPORT kilnTargets
@@ -63,8 +112,9 @@ function(kiln_install_package)
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   foreach(layer core autograd layers optim datasets)
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${layer}
-      FILES_MATCHING PATTERN "*.h" PATTERN "ops_common.h" EXCLUDE)
+      FILES_MATCHING PATTERN "*.h" PATTERN "ops" EXCLUDE)
   endforeach()
+  install(FILES ${PROJECT_BINARY_DIR}/include/kiln/kiln.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
   set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
   install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${config_dir})
   configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/kilnConfig.cmake.in

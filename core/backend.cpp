@@ -1,13 +1,6 @@
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
-#include "core/error.h"
-#include "kernels/cpu/cpu_backend.h"
-#ifdef KILN_WITH_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
-#ifdef KILN_WITH_VULKAN
-#include "kernels/vulkan/vulkan_backend.h"
-#endif
+#include "kiln/core/error.h"
 
 namespace kiln {
 
@@ -19,30 +12,6 @@ bool TensorRef::is_contiguous() const {
     expected *= shape[i];
   }
   return true;
-}
-
-Backend& backend_for(const Device& device) {
-  switch (device.type) {
-    case DeviceType::cpu:
-      return cpu::backend();
-    case DeviceType::cuda:
-#ifdef KILN_WITH_CUDA
-      return cuda::backend(device.index);
-#else
-      KILN_FAIL(BackendUnavailable, "device ", device,
-                ": this build of kiln has no CUDA backend (configure with the CUDA toolkit and "
-                "KILN_CUDA=ON; or use --device cpu)");
-#endif
-    case DeviceType::vulkan:
-#ifdef KILN_WITH_VULKAN
-      return vulkan::backend(device.index);
-#else
-      KILN_FAIL(BackendUnavailable, "device ", device,
-                ": this build of kiln has no Vulkan backend (configure with the Vulkan headers, loader and "
-                "glslc and KILN_VULKAN=ON; or use --device cpu)");
-#endif
-  }
-  KILN_FAIL(DeviceError, "unknown device type");
 }
 
 namespace {

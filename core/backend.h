@@ -1,7 +1,7 @@
 // The backend interface: what CPU, CUDA and Vulkan each implement, and nothing more.
 //
 // A backend runs kernels on raw buffers it allocated. It owns nothing beyond those buffers and
-// knows nothing of autograd: the functional ops in core check shapes and dtypes, allocate the
+// knows nothing of autograd: the functional ops (autograd/ops.h) check shapes and dtypes, allocate the
 // outputs and call exactly one of these methods per kernel. Every backend implements the same
 // list; a kernel a backend lacks throws BackendUnavailable naming the backend and the op.
 //
@@ -20,9 +20,9 @@
 #include <span>
 #include <string_view>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/shape.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/shape.h"
 
 namespace kiln {
 
@@ -274,7 +274,8 @@ class Backend {
 };
 
 // The backend that serves `device`; throws BackendUnavailable when kiln was built without it
-// or when it has no such device.
+// or when it has no such device. core names no backend: this is defined by kernels/registry.cpp,
+// which lists the backends this build compiled.
 Backend& backend_for(const Device& device);
 
 // The checks every backend's optimizer step makes before touching memory (the rules above

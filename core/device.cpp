@@ -1,8 +1,8 @@
-#include "core/device.h"
+#include "kiln/core/device.h"
 
 #include <charconv>
 
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
 

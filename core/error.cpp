@@ -1,4 +1,4 @@
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 #include <string_view>
 

@@ -1,4 +1,4 @@
-#include "core/precision.h"
+#include "kiln/core/precision.h"
 
 #include <atomic>
 

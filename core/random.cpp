@@ -1,7 +1,7 @@
-#include "core/random.h"
+#include "kiln/core/random.h"
 
-#include "core/backend.h"
-#include "core/philox.h"
+#include "kiln/core/backend.h"
+#include "kiln/core/philox.h"
 
 namespace kiln {
 

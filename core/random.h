@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "core/safetensors.h"
+#include "kiln/core/safetensors.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <optional>
 #include <set>
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln {
 
@@ -254,7 +254,11 @@ std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::
     size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
     size_t at = out.size();
     out.resize(at + bytes);
-    Tensor c = t.detach().contiguous();
+    Tensor c = t;
+    if (!c.is_contiguous()) {  // laid out in order first (core's copy: no autograd node)
+      c = empty_like(t);
+      t.backend().copy(t.ref(), c.ref());
+    }
     if (bytes > 0)
       c.backend().read(c.storage()->data(), static_cast<size_t>(c.offset()) * dtype_size(c.dtype()), out.data() + at, bytes);
   }

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

@@ -1,8 +1,8 @@
-#include "core/shape.h"
+#include "kiln/core/shape.h"
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
 

@@ -1,14 +1,11 @@
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
 
-#include "autograd/engine.h"
-#include "autograd/node.h"
-#include "core/backend.h"
-#include "core/ops.h"
+#include "kiln/core/backend.h"
 
 namespace kiln {
 
@@ -69,11 +66,7 @@ void Tensor::set_grad(const Tensor& grad) const {
   impl_->grad = grad;
 }
 void Tensor::zero_grad() const { checked(impl_); impl_->grad = Tensor(); }
-const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return checked(impl_).grad_fn; }
-
-void Tensor::backward(const Tensor& grad, bool retain_graph) const {
-  autograd::backward(*this, grad, retain_graph);
-}
+const std::shared_ptr<GradFn>& Tensor::grad_fn() const { return checked(impl_).grad_fn; }
 
 Tensor Tensor::detach() const {
   const TensorImpl& t = checked(impl_);
@@ -89,10 +82,18 @@ Tensor Tensor::detach() const {
 // ---- host access ----
 
 namespace {
-// Reads every element of a contiguous tensor into `out`, converting to T.
+// t's values in a new contiguous tensor of `dtype` on t's device; no autograd node (core records
+// none: the contiguous() and to() ops do, in autograd).
+Tensor dense_copy(const Tensor& t, DType dtype) {
+  Tensor c = empty(t.shape(), TensorOptions(dtype).device(t.device()));
+  t.backend().copy(t.ref(), c.ref());
+  return c;
+}
+
+// Every element of t in row-major order, converted to T.
 template <class T>
 std::vector<T> read_all(const Tensor& t) {
-  Tensor c = t.contiguous();
+  Tensor c = t.is_contiguous() ? t : dense_copy(t, t.dtype());
   std::vector<T> out(static_cast<size_t>(c.numel()));
   visit_dtype(c.dtype(), [&](auto tag) {
     using S = decltype(tag);
@@ -170,18 +171,14 @@ std::string Tensor::str() const {
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t) { return out << t.str(); }
 
-// ---- conversions and copies ----
-
-Tensor Tensor::to(const Device& device) const { return to_device(*this, device); }
-Tensor Tensor::to(DType t) const { return to_dtype(*this, t); }
-Tensor Tensor::contiguous() const { return kiln::contiguous(*this); }
-Tensor Tensor::clone() const { return kiln::clone(*this); }
+// ---- in place ----
 
 Tensor& Tensor::copy_(const Tensor& src) {
   KILN_CHECK(src.device() == device(), DeviceError, "copy_: source on ", src.device(),
              ", destination on ", device(), "; move it first with .to(device)");
-  Tensor from = kiln::expand(src.detach(), shape());
-  backend().copy(from.ref(), ref());
+  KILN_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), ShapeError, "copy_: a source of shape ",
+             src.shape(), " does not broadcast to the destination's shape ", shape());
+  backend().copy(broadcast_ref(src, shape()), ref());
   return *this;
 }
 
@@ -203,26 +200,6 @@ Tensor& Tensor::fill_(double value) {
   backend().fill(ref(), value);
   return *this;
 }
-
-// ---- method shortcuts ----
-
-Tensor Tensor::reshape(const Shape& s) const { return kiln::reshape(*this, s); }
-Tensor Tensor::view(const Shape& s) const { return kiln::view(*this, s); }
-Tensor Tensor::flatten(int64_t start, int64_t end) const { return kiln::flatten(*this, start, end); }
-Tensor Tensor::transpose(int64_t a, int64_t b) const { return kiln::transpose(*this, a, b); }
-Tensor Tensor::permute(const std::vector<int64_t>& order) const { return kiln::permute(*this, order); }
-Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end, int64_t step) const {
-  return kiln::slice(*this, axis, start, end, step);
-}
-Tensor Tensor::squeeze(int64_t axis) const { return kiln::squeeze(*this, axis); }
-Tensor Tensor::unsqueeze(int64_t axis) const { return kiln::unsqueeze(*this, axis); }
-Tensor Tensor::expand(const Shape& s) const { return kiln::expand(*this, s); }
-Tensor Tensor::sum(const std::vector<int64_t>& axes, bool keepdim) const { return kiln::sum(*this, axes, keepdim); }
-Tensor Tensor::mean(const std::vector<int64_t>& axes, bool keepdim) const { return kiln::mean(*this, axes, keepdim); }
-Tensor Tensor::max(const std::vector<int64_t>& axes, bool keepdim) const { return kiln::max(*this, axes, keepdim); }
-Tensor Tensor::min(const std::vector<int64_t>& axes, bool keepdim) const { return kiln::min(*this, axes, keepdim); }
-Tensor Tensor::argmax(int64_t axis, bool keepdim) const { return kiln::argmax(*this, axis, keepdim); }
-Tensor Tensor::matmul(const Tensor& other) const { return kiln::matmul(*this, other); }
 
 // ---- factories ----
 
@@ -272,7 +249,13 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptio
              values.size(), " values for shape ", shape, " (", shape.numel(), " elements)");
   Tensor host = empty(shape, TensorOptions(dtype_of_v<T>));
   host.backend().write(host.storage()->data(), 0, values.data(), values.size() * sizeof(T));
-  Tensor t = host.to(options.device_).to(options.dtype_);  // a leaf: host needs no gradient
+  if (options.dtype_ != host.dtype()) host = dense_copy(host, options.dtype_);  // converted on the host
+  Tensor t = host;
+  if (!options.device_.is_cpu()) {
+    t = empty(shape, TensorOptions(options.dtype_).device(options.device_));
+    t.backend().write(t.storage()->data(), 0, host.storage()->data(),
+                      static_cast<size_t>(host.numel()) * dtype_size(host.dtype()));
+  }
   if (options.requires_grad_) t.requires_grad_();
   return t;
 }
@@ -280,6 +263,17 @@ template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Tens
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
 template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, TensorOptions);
 template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&, TensorOptions);
+
+TensorRef broadcast_ref(const Tensor& x, const Shape& shape) {
+  TensorRef r = x.ref();
+  size_t lead = shape.size() - r.shape.size();
+  Strides strides(std::vector<int64_t>(shape.size(), 0));
+  for (size_t i = 0; i < r.shape.size(); ++i)
+    strides[lead + i] = r.shape[i] == 1 ? 0 : r.strides[i];
+  r.shape = shape;
+  r.strides = strides;
+  return r;
+}
 
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();

@@ -3,28 +3,36 @@
 //
 // Copying a Tensor copies the handle, as in PyTorch: both refer to the same data. Views
 // (reshape, transpose, slice, ...) share storage with their base; contiguous() and clone() copy.
-// The math lives in the functional ops (core/ops.h); the methods here are the usual shortcuts.
+// core records no autograd graph and runs no op: the math lives in the functional ops
+// (autograd/ops.h), and the methods below marked "ops" are their usual shortcuts, defined with
+// them in the autograd layer (autograd/tensor_methods.cpp). A program linked without that layer
+// has tensors, storage, factories and host access, but not those methods.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/shape.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/shape.h"
 
 namespace kiln {
 
 class Backend;
 struct TensorRef;
-namespace autograd {
-struct Node;
-}
+
+// What core knows of the autograd node that produced a tensor: its op's name. The node itself
+// (autograd::Node, autograd/node.h) derives from this and holds the graph.
+struct GradFn {
+  std::string_view op;
+  virtual ~GradFn() = default;
+};
 
 // Device memory owned through a shared pointer; freed by its backend when the last view goes.
 class Storage {
@@ -87,9 +95,9 @@ class Tensor {
   Tensor grad() const;                  // accumulated gradient; undefined until a backward reaches it
   void set_grad(const Tensor& grad) const;
   void zero_grad() const;               // drops the gradient (the next backward starts from nothing)
-  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  const std::shared_ptr<GradFn>& grad_fn() const;  // null on leaves
   // Accumulates d(this)/d(leaf) into every leaf's grad(). Without `grad`, this must hold one
-  // element. The graph is freed afterwards unless retain_graph.
+  // element. The graph is freed afterwards unless retain_graph. (autograd/engine.cpp)
   void backward(const Tensor& grad = {}, bool retain_graph = false) const;
   Tensor detach() const;  // same data, cut from the graph
 
@@ -99,11 +107,12 @@ class Tensor {
   template <class T> std::vector<T> to_vector() const;  // every element in row-major order
   std::string str() const;  // values and metadata, as PyTorch prints them
 
-  // ---- conversions and copies ----
+  // ---- conversions and copies (ops: they record a node, so gradients flow through) ----
   Tensor to(const Device& device) const;
   Tensor to(DType dtype) const;
   Tensor contiguous() const;  // itself when already contiguous
-  Tensor clone() const;       // a contiguous copy that records a node (gradients flow through)
+  Tensor clone() const;       // a contiguous copy
+  // ---- in place, no autograd node ----
   Tensor& copy_(const Tensor& src);  // in place, broadcasting src; no autograd node
   Tensor& fill_(double value);       // in place; no autograd node
   Tensor& zero_() { return fill_(0.0); }
@@ -112,7 +121,7 @@ class Tensor {
   // the handles layers and optimizers hold. No autograd node.
   void set_data(const Tensor& src);
 
-  // ---- views (share storage; see core/ops.h) ----
+  // ---- views (ops; they share storage; see autograd/ops.h) ----
   Tensor reshape(const Shape& shape) const;
   Tensor view(const Shape& shape) const;
   Tensor flatten(int64_t start = 0, int64_t end = -1) const;
@@ -124,7 +133,7 @@ class Tensor {
   Tensor unsqueeze(int64_t axis) const;
   Tensor expand(const Shape& shape) const;
 
-  // ---- reductions (see core/ops.h) ----
+  // ---- reductions and products (ops; see autograd/ops.h) ----
   Tensor sum(const std::vector<int64_t>& axes = {}, bool keepdim = false) const;
   Tensor mean(const std::vector<int64_t>& axes = {}, bool keepdim = false) const;
   Tensor max(const std::vector<int64_t>& axes = {}, bool keepdim = false) const;
@@ -148,7 +157,7 @@ struct TensorImpl {
 
   bool requires_grad = false;
   Tensor grad;
-  std::shared_ptr<autograd::Node> grad_fn;  // set on tensors that an op produced under autograd
+  std::shared_ptr<GradFn> grad_fn;  // set on tensors that an op produced under autograd
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);
@@ -172,6 +181,9 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape,
 
 // Tensors under names, in a fixed order: a module's parameters, a state dict, a checkpoint.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// x's TensorRef seen with `shape`, a shape x broadcasts to: stride 0 where x repeats.
+TensorRef broadcast_ref(const Tensor& x, const Shape& shape);
 
 // A view of `base` with the given layout, sharing storage (no checks: internal building block).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);

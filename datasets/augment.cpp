@@ -1,7 +1,7 @@
-#include "datasets/augment.h"
+#include "kiln/datasets/augment.h"
 
-#include "autograd/node.h"
-#include "core/ops.h"
+#include "kiln/autograd/node.h"
+#include "kiln/autograd/ops.h"
 
 namespace kiln::data {
 

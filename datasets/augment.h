@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "core/random.h"
-#include "core/tensor.h"
+#include "kiln/core/random.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::data {
 

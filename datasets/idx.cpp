@@ -1,4 +1,4 @@
-#include "datasets/idx.h"
+#include "kiln/datasets/idx.h"
 
 #include <zlib.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <system_error>
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::data {
 namespace {

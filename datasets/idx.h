@@ -28,9 +28,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/tensor.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::data {
 

@@ -1,4 +1,4 @@
-#include "datasets/image.h"
+#include "kiln/datasets/image.h"
 
 #include <algorithm>
 #include <array>

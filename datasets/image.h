@@ -21,8 +21,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/tensor.h"
-#include "datasets/idx.h"
+#include "kiln/core/tensor.h"
+#include "kiln/datasets/idx.h"
 
 namespace kiln::data {
 

@@ -1,9 +1,9 @@
-#include "datasets/loader.h"
+#include "kiln/datasets/loader.h"
 
 #include <numeric>
 
-#include "core/ops.h"
-#include "core/philox.h"
+#include "kiln/autograd/ops.h"
+#include "kiln/core/philox.h"
 
 namespace kiln::data {
 

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::data {
 

@@ -1,4 +1,4 @@
-#include "datasets/mnist.h"
+#include "kiln/datasets/mnist.h"
 
 #include <optional>
 #include <string>

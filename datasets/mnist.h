@@ -11,8 +11,8 @@
 
 #include <filesystem>
 
-#include "core/tensor.h"
-#include "datasets/idx.h"
+#include "kiln/core/tensor.h"
+#include "kiln/datasets/idx.h"
 
 namespace kiln::data {
 

@@ -1,4 +1,4 @@
-#include "layers/activation.h"
+#include "kiln/layers/activation.h"
 
 namespace kiln::nn {
 

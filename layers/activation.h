@@ -2,7 +2,7 @@
 // Sequential or as a named child.
 #pragma once
 
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 namespace kiln::nn {
 

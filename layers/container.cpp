@@ -1,4 +1,4 @@
-#include "layers/container.h"
+#include "kiln/layers/container.h"
 
 namespace kiln::nn {
 

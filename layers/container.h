@@ -8,7 +8,7 @@
 
 #include <concepts>
 
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 namespace kiln::nn {
 

@@ -1,8 +1,8 @@
-#include "layers/conv.h"
+#include "kiln/layers/conv.h"
 
 #include <cmath>
 
-#include "layers/init.h"
+#include "kiln/layers/init.h"
 
 namespace kiln::nn {
 

@@ -2,7 +2,7 @@
 // Zero padding only (PyTorch's padding_mode="zeros").
 #pragma once
 
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 namespace kiln::nn {
 

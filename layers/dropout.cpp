@@ -1,4 +1,4 @@
-#include "layers/dropout.h"
+#include "kiln/layers/dropout.h"
 
 namespace kiln::nn {
 

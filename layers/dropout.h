@@ -2,7 +2,7 @@
 // 1 / (1 - p); in evaluation, the identity. Draws from the default generator (kiln::manual_seed).
 #pragma once
 
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 namespace kiln::nn {
 

@@ -1,6 +1,8 @@
-#include "layers/init.h"
+#include "kiln/layers/init.h"
 
 #include <cmath>
+
+#include "kiln/autograd/node.h"
 
 namespace kiln::nn::init {
 

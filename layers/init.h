@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/kiln.h"
+#include "kiln/autograd/ops.h"
+#include "kiln/core/random.h"
 
 namespace kiln::nn::init {
 

@@ -1,8 +1,8 @@
-#include "layers/linear.h"
+#include "kiln/layers/linear.h"
 
 #include <cmath>
 
-#include "layers/init.h"
+#include "kiln/layers/init.h"
 
 namespace kiln::nn {
 

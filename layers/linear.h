@@ -1,7 +1,7 @@
 // Linear: y = x W^T + b, PyTorch's layout (weight [out_features, in_features]) and default init.
 #pragma once
 
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 namespace kiln::nn {
 

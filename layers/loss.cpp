@@ -1,4 +1,4 @@
-#include "layers/loss.h"
+#include "kiln/layers/loss.h"
 
 namespace kiln::nn {
 

@@ -4,7 +4,7 @@
 //   Tensor loss = criterion(logits, labels);   // logits [N, C], labels i32 [N]
 #pragma once
 
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 namespace kiln::nn {
 

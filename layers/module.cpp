@@ -1,4 +1,4 @@
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 #include <cxxabi.h>
 

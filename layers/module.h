@@ -29,7 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/kiln.h"
+#include "kiln/autograd/node.h"
+#include "kiln/autograd/ops.h"
 
 namespace kiln::nn {
 

@@ -1,14 +1,14 @@
 // Everything for building models: the Module API, the layers, losses and init functions.
-// `#include "layers/nn.h"` and write `nn::Linear`, `nn::Conv2d`, ...
+// `#include "kiln/layers/nn.h"` and write `nn::Linear`, `nn::Conv2d`, ...
 #pragma once
 
-#include "layers/activation.h"
-#include "layers/container.h"
-#include "layers/conv.h"
-#include "layers/dropout.h"
-#include "layers/init.h"
-#include "layers/linear.h"
-#include "layers/loss.h"
-#include "layers/module.h"
-#include "layers/normalization.h"
-#include "layers/pooling.h"
+#include "kiln/layers/activation.h"
+#include "kiln/layers/container.h"
+#include "kiln/layers/conv.h"
+#include "kiln/layers/dropout.h"
+#include "kiln/layers/init.h"
+#include "kiln/layers/linear.h"
+#include "kiln/layers/loss.h"
+#include "kiln/layers/module.h"
+#include "kiln/layers/normalization.h"
+#include "kiln/layers/pooling.h"

@@ -1,6 +1,6 @@
-#include "layers/normalization.h"
+#include "kiln/layers/normalization.h"
 
-#include "layers/init.h"
+#include "kiln/layers/init.h"
 
 namespace kiln::nn {
 

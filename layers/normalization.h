@@ -2,7 +2,7 @@
 // (updating running estimates) and with the running estimates in evaluation, as PyTorch.
 #pragma once
 
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 namespace kiln::nn {
 

@@ -1,4 +1,4 @@
-#include "layers/pooling.h"
+#include "kiln/layers/pooling.h"
 
 namespace kiln::nn {
 

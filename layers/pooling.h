@@ -1,7 +1,7 @@
 // MaxPool2d and AvgPool2d over NCHW input. The stride defaults to the kernel size, as in PyTorch.
 #pragma once
 
-#include "layers/module.h"
+#include "kiln/layers/module.h"
 
 namespace kiln::nn {
 

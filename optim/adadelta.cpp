@@ -1,6 +1,6 @@
-#include "optim/adadelta.h"
+#include "kiln/optim/adadelta.h"
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::optim {
 

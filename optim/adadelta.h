@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

@@ -1,8 +1,8 @@
-#include "optim/adam.h"
+#include "kiln/optim/adam.h"
 
 #include <cmath>
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::optim {
 

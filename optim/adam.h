@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

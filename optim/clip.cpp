@@ -1,8 +1,9 @@
-#include "optim/clip.h"
+#include "kiln/optim/clip.h"
 
 #include <cmath>
 
-#include "core/backend.h"
+#include "kiln/autograd/node.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::optim {
 

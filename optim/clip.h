@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/kiln.h"
+#include "kiln/autograd/ops.h"
 
 namespace kiln::optim {
 

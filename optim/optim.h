@@ -1,10 +1,10 @@
 // Everything in optim/: the optimizers, the learning-rate schedulers and gradient clipping.
 #pragma once
 
-#include "optim/adadelta.h"
-#include "optim/adam.h"
-#include "optim/clip.h"
-#include "optim/optimizer.h"
-#include "optim/rmsprop.h"
-#include "optim/scheduler.h"
-#include "optim/sgd.h"
+#include "kiln/optim/adadelta.h"
+#include "kiln/optim/adam.h"
+#include "kiln/optim/clip.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/optim/rmsprop.h"
+#include "kiln/optim/scheduler.h"
+#include "kiln/optim/sgd.h"

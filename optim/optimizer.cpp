@@ -1,11 +1,12 @@
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
 
-#include "core/backend.h"
+#include "kiln/autograd/node.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::optim {
 

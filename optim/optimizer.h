@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/kiln.h"
+#include "kiln/autograd/ops.h"
 
 namespace kiln::optim {
 

@@ -1,6 +1,6 @@
-#include "optim/rmsprop.h"
+#include "kiln/optim/rmsprop.h"
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::optim {
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

@@ -1,4 +1,4 @@
-#include "optim/scheduler.h"
+#include "kiln/optim/scheduler.h"
 
 #include <cmath>
 #include <map>

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

@@ -1,6 +1,6 @@
-#include "optim/sgd.h"
+#include "kiln/optim/sgd.h"
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::optim {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kiln.h"
+#include "kiln/kiln.h"
 
 namespace kiln::test {
 

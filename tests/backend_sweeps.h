@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "core/kiln.h"
-#include "layers/nn.h"
-#include "optim/optim.h"
+#include "kiln/kiln.h"
+#include "kiln/layers/nn.h"
+#include "kiln/optim/optim.h"
 #include "tests/backend_cases.h"
 
 namespace kiln::test {

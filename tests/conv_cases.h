@@ -8,7 +8,7 @@
 #include <random>
 #include <string>
 
-#include "core/kiln.h"
+#include "kiln/kiln.h"
 
 namespace kiln::test {
 

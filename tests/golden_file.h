@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/kiln.h"
+#include "kiln/kiln.h"
 
 namespace kiln::golden {
 

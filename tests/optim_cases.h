@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "optim/optim.h"
+#include "kiln/optim/optim.h"
 
 namespace kiln::test {
 

@@ -1,7 +1,7 @@
 // The autograd engine: accumulation, graph lifetime, grad mode, detach and its errors.
 #include <doctest/doctest.h>
 
-#include "core/kiln.h"
+#include "kiln/kiln.h"
 
 using namespace kiln;
 

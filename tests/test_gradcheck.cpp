@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kiln.h"
+#include "kiln/kiln.h"
 
 using namespace kiln;
 using autograd::GradcheckOptions;

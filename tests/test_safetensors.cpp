@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/kiln.h"
-#include "core/safetensors.h"
+#include "kiln/kiln.h"
+#include "kiln/core/safetensors.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;

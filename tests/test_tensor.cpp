@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "core/kiln.h"
-#include "core/philox.h"
+#include "kiln/kiln.h"
+#include "kiln/core/philox.h"
 
 using namespace kiln;
 

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "apps/bench/kernel_bench.h"
-#include "core/backend.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/conv2d.cuh"
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/core/backend.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 #define KILN_CUDNN_CHECK(call)                                                                    \
   do {                                                                                            \

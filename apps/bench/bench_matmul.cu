@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "apps/bench/kernel_bench.h"
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/precision.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/core/backend.h"
+#include "kiln/core/error.h"
+#include "kiln/core/precision.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 #define KILN_CUBLAS_CHECK(call)                                                                        \
   do {                                                                                                 \

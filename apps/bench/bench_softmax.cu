@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "apps/bench/kernel_bench.h"
-#include "core/backend.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/reduce.cuh"
-#include "kernels/cuda/softmax.cuh"
+#include "kiln/core/backend.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/reduce.cuh"
+#include "kiln/kernels/cuda/softmax.cuh"
 
 namespace kiln::bench {
 

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/parallel.h"
+#include "kiln/core/backend.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/parallel.h"
 
 namespace {
 

@@ -18,10 +18,10 @@
 #include <sstream>
 
 #include "apps/bench/kernel_bench.h"
-#include "core/backend.h"
-#include "core/error.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/core/backend.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 namespace kiln::bench {
 

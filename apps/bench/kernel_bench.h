@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::bench {
 

@@ -12,9 +12,9 @@
 #include <utility>
 
 #include "apps/mnist/models.h"
-#include "core/kiln.h"
-#include "kernels/vulkan/vulkan_backend.h"
-#include "optim/optim.h"
+#include "kiln/kiln.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
+#include "kiln/optim/optim.h"
 
 using namespace kiln;
 

@@ -13,10 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <kiln/core/kiln.h>
-#include <kiln/core/safetensors.h>
-#include <kiln/layers/nn.h>
-#include <kiln/optim/optim.h>
+#include <kiln/kiln.h>
 
 using namespace kiln;
 

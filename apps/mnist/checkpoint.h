@@ -18,10 +18,10 @@
 #include <map>
 #include <string>
 
-#include "core/safetensors.h"
-#include "layers/module.h"
-#include "optim/optimizer.h"
-#include "optim/scheduler.h"
+#include "kiln/core/safetensors.h"
+#include "kiln/layers/module.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/optim/scheduler.h"
 
 namespace kiln::apps {
 

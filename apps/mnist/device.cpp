@@ -1,9 +1,9 @@
 #include "apps/mnist/device.h"
 
-#include "core/backend.h"
-#include "core/error.h"
+#include "kiln/core/backend.h"
+#include "kiln/core/error.h"
 #ifdef KILN_WITH_VULKAN
-#include "kernels/vulkan/vulkan_backend.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
 #endif
 
 namespace kiln::apps {

@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "core/device.h"
+#include "kiln/core/device.h"
 
 namespace kiln::apps {
 

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "layers/nn.h"
+#include "kiln/layers/nn.h"
 
 namespace kiln::apps {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <utility>
 
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 // This file holds the program's one copy of stb_image_write, static so that no other copy linked
 // beside it can clash. The header is third-party C: its warnings are not ours.

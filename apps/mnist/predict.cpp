@@ -29,11 +29,8 @@
 #include "apps/mnist/checkpoint.h"
 #include "apps/mnist/device.h"
 #include "apps/mnist/models.h"
-#include "core/kiln.h"
-#include "datasets/idx.h"
-#include "datasets/image.h"
-#include "datasets/loader.h"
-#include "datasets/mnist.h"
+#include "kiln/kiln.h"
+#include "kiln/datasets/image.h"
 
 namespace {
 
@@ -41,7 +38,6 @@ using namespace kiln;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kVersion = "0.1.0";
 constexpr int64_t kSide = 28;    // the models take MNIST's 28x28 images
 constexpr int64_t kClasses = 10;
 // MNIST's pixel mean and standard deviation: what data::normalize_images applies in training.
@@ -297,7 +293,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", c.json, "one JSON object per line instead of text");
   app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
   app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "nothing on stderr but errors");
-  app.set_version_flag("--version", std::string("mnist-predict (kiln) ") + kVersion);
+  app.set_version_flag("--version", std::string("mnist-predict (kiln) ") + KILN_VERSION);
   try {
     app.parse(argc, argv);
     if (c.inputs.empty() && c.data.empty() && c.idx.empty())

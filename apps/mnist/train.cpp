@@ -21,19 +21,13 @@
 #include "apps/mnist/device.h"
 #include "apps/mnist/models.h"
 #include "apps/mnist/plot.h"
-#include "core/kiln.h"
-#include "datasets/augment.h"
-#include "datasets/loader.h"
-#include "datasets/mnist.h"
-#include "layers/nn.h"
-#include "optim/optim.h"
+#include "kiln/kiln.h"
 
 namespace {
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kVersion = "0.1.0";
 
 struct Config {
   std::string data = "data/mnist";
@@ -380,7 +374,7 @@ int main(int argc, char** argv) {
   app.add_option("--plot", c.plot, "write loss and accuracy curves to this PNG after every epoch");
   app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
   app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "no progress on stderr");
-  app.set_version_flag("--version", std::string("mnist-train (kiln) ") + kVersion);
+  app.set_version_flag("--version", std::string("mnist-train (kiln) ") + KILN_VERSION);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -39,10 +39,10 @@
 #include <cstring>
 #include <vector>
 
-#include "core/error.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/parallel.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/parallel.h"
 
 namespace kiln::cpu {
 namespace {

@@ -4,7 +4,7 @@
 // (kernels/cpu/parallel.h). One file per op family, named as in the other backends.
 #pragma once
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::cpu {
 

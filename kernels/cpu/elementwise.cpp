@@ -23,9 +23,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/error.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/parallel.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/parallel.h"
 
 namespace kiln::cpu {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::cpu {
 

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/error.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/parallel.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/parallel.h"
 
 namespace kiln::cpu {
 

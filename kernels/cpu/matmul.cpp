@@ -46,10 +46,10 @@
 #include <new>
 #include <type_traits>
 
-#include "core/error.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/parallel.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/parallel.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

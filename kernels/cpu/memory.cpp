@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/error.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
 
 namespace kiln::cpu {
 

@@ -23,7 +23,7 @@
 //   runs inline on that thread, rather than queue behind a job it knows nothing about.
 // - Exceptions: the first exception thrown by fn is kept, the chunks not yet claimed are skipped,
 //   and it is rethrown in the caller once every thread has left the job.
-#include "kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cpu {
 namespace {

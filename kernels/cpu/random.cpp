@@ -16,10 +16,10 @@
 #include <numbers>
 #include <type_traits>
 
-#include "core/error.h"
-#include "core/philox.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/parallel.h"
+#include "kiln/core/error.h"
+#include "kiln/core/philox.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/parallel.h"
 
 namespace kiln::cpu {
 

@@ -19,9 +19,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/error.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/parallel.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cpu/parallel.h"
 
 namespace kiln::cpu {
 

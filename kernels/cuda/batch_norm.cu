@@ -25,9 +25,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/layout.cuh"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
 

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 #define KILN_CUDA_CHECK(call)                                                                     \
   do {                                                                                            \

@@ -175,17 +175,17 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/error.h"
-#include "core/precision.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/conv2d.cuh"
-#include "kernels/cuda/conv2d/common.cuh"
-#include "kernels/cuda/conv2d/implicit_gemm.cuh"
-#include "kernels/cuda/conv2d/patch.cuh"
-#include "kernels/cuda/conv2d/tensor_cores.cuh"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/layout.cuh"
-#include "kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/core/error.h"
+#include "kiln/core/precision.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/conv2d/common.cuh"
+#include "kiln/kernels/cuda/conv2d/implicit_gemm.cuh"
+#include "kiln/kernels/cuda/conv2d/patch.cuh"
+#include "kiln/kernels/cuda/conv2d/tensor_cores.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 
 namespace kiln::cuda::conv2d {
 

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda::conv2d {
 

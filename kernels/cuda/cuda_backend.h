@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::cuda {
 

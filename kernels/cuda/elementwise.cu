@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/layout.cuh"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
 

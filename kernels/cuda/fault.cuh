@@ -3,7 +3,7 @@
 // Threads that find a fault skip the element (they write nothing out of bounds).
 #pragma once
 
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda {
 

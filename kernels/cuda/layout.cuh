@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/backend.h"
-#include "core/error.h"
+#include "kiln/core/backend.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cuda {
 

@@ -76,11 +76,11 @@
 // another H100.
 #include <algorithm>
 
-#include "core/precision.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/core/precision.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda {
 

@@ -24,9 +24,9 @@
 #include <string_view>
 #include <type_traits>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/layout.cuh"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
 

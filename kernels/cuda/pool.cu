@@ -26,10 +26,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/error.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/layout.cuh"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
 

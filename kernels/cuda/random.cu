@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/philox.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/layout.cuh"
+#include "kiln/core/philox.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
 

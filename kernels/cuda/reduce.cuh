@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::cuda::reduce {
 

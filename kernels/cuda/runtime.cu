@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda {
 

@@ -105,10 +105,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/layout.cuh"
-#include "kernels/cuda/softmax.cuh"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
+#include "kiln/kernels/cuda/softmax.cuh"
 
 namespace kiln::cuda::softmax {
 

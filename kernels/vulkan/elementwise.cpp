@@ -6,8 +6,8 @@
 #include <limits>
 #include <string_view>
 
-#include "core/error.h"
-#include "kernels/vulkan/vulkan_backend.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
 
 namespace kiln::vulkan {
 

@@ -1,8 +1,8 @@
 // Indexing kernels of the Vulkan backend (shaders/index.comp): gather, index_add and one_hot.
 #include <cstdint>
 
-#include "core/error.h"
-#include "kernels/vulkan/vulkan_backend.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
 
 namespace kiln::vulkan {
 

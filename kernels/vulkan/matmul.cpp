@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/error.h"
-#include "core/precision.h"
-#include "kernels/vulkan/vulkan_backend.h"
+#include "kiln/core/error.h"
+#include "kiln/core/precision.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
 
 namespace kiln::vulkan {
 

@@ -2,8 +2,8 @@
 // kiln's Philox stream, the numbers the CPU and CUDA backends draw.
 #include <cstdint>
 
-#include "core/error.h"
-#include "kernels/vulkan/vulkan_backend.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
 
 namespace kiln::vulkan {
 

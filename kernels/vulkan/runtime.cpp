@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "kernels/vulkan/shaders.h"
-#include "kernels/vulkan/vulkan_backend.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/vulkan/shaders.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
 
 namespace kiln::vulkan {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/error.h"
-#include "kernels/vulkan/vulkan_backend.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
 
 namespace kiln::vulkan {
 

@@ -37,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/backend.h"
+#include "kiln/core/backend.h"
 
 namespace kiln::vulkan {
 

@@ -19,10 +19,10 @@
 
 #include "apps/mnist/checkpoint.h"
 #include "apps/mnist/models.h"
-#include "core/kiln.h"
-#include "core/safetensors.h"
-#include "datasets/mnist.h"
-#include "optim/optim.h"
+#include "kiln/kiln.h"
+#include "kiln/core/safetensors.h"
+#include "kiln/datasets/mnist.h"
+#include "kiln/optim/optim.h"
 
 #define STB_IMAGE_WRITE_STATIC
 #define STB_IMAGE_WRITE_IMPLEMENTATION

@@ -15,8 +15,8 @@
 
 #include "apps/mnist/checkpoint.h"
 #include "apps/mnist/models.h"
-#include "core/kiln.h"
-#include "core/safetensors.h"
+#include "kiln/kiln.h"
+#include "kiln/core/safetensors.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;

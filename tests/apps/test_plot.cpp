@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "apps/mnist/plot.h"
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 #define STB_IMAGE_STATIC
 #define STB_IMAGE_IMPLEMENTATION

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/kiln.h"
+#include "kiln/core/backend.h"
+#include "kiln/kiln.h"
 #include "tests/backend_cases.h"
 
 namespace kiln::test {

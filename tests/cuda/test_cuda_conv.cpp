@@ -13,9 +13,9 @@
 #include <tuple>
 #include <vector>
 
-#include "core/precision.h"
-#include "kernels/cuda/conv2d.cuh"
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/core/precision.h"
+#include "kiln/kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 using namespace kiln;
 using namespace kiln::test;

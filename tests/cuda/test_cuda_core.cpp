@@ -7,8 +7,8 @@
 #include <type_traits>
 
 #ifdef KILN_WITH_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/reduce.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/reduce.cuh"
 #endif
 
 using namespace kiln;

@@ -12,9 +12,9 @@
 #include <limits>
 #include <string>
 
-#include "core/precision.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/core/precision.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 using namespace kiln;
 using namespace kiln::test;

@@ -3,7 +3,7 @@
 // centered and with momentum), five steps from the same parameters and gradients, in f32 and f64,
 // on a parameter list that spills over several launches (more tensors and more chunks than one
 // launch's table holds) and includes empty and one-element tensors.
-#include "optim/optim.h"
+#include "kiln/optim/optim.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/optim_cases.h"
 

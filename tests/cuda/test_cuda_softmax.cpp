@@ -6,8 +6,8 @@
 #include "tests/cuda/cuda_test.h"
 
 #ifdef KILN_WITH_CUDA
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/softmax.cuh"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/softmax.cuh"
 #endif
 
 #include <algorithm>

@@ -3,8 +3,8 @@
 // cross-entropy) trained for a few steps with Adam on CPU and CUDA from the same seed, whose
 // losses and parameters must agree up to float rounding; the fused bias + ReLU epilogues of matmul
 // and conv2d through autograd on the shapes of each production kernel.
-#include "layers/nn.h"
-#include "optim/optim.h"
+#include "kiln/layers/nn.h"
+#include "kiln/optim/optim.h"
 #include "tests/backend_sweeps.h"
 #include "tests/cuda/cuda_test.h"
 

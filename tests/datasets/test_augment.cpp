@@ -3,8 +3,8 @@
 
 #include <set>
 
-#include "core/kiln.h"
-#include "datasets/augment.h"
+#include "kiln/kiln.h"
+#include "kiln/datasets/augment.h"
 
 using namespace kiln;
 

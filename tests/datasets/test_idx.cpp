@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "datasets/idx.h"
+#include "kiln/datasets/idx.h"
 #include "idx_writer.h"
 
 using namespace kiln;

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/image.h"
-#include "datasets/mnist.h"
+#include "kiln/datasets/image.h"
+#include "kiln/datasets/mnist.h"
 #include "idx_writer.h"
 
 // The writer only makes the test's pictures; static, so it cannot clash with another copy.

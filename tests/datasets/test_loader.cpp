@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/kiln.h"
-#include "datasets/loader.h"
+#include "kiln/kiln.h"
+#include "kiln/datasets/loader.h"
 
 using namespace kiln;
 

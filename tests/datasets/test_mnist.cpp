@@ -4,7 +4,7 @@
 #include <array>
 #include <cstdlib>
 
-#include "datasets/mnist.h"
+#include "kiln/datasets/mnist.h"
 #include "idx_writer.h"
 
 using namespace kiln;

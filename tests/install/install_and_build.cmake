@@ -5,7 +5,11 @@
 # Installs the kiln build in KILN_BUILD_DIR into WORK_DIR/prefix, checks that the installed
 # package names no path of the source or build tree, builds apps/example against it (its headers
 # not as system headers, warnings as errors, so kiln's headers must be clean under -Wall -Wextra)
-# and runs the program. Any failing step stops the script with that step's output.
+# and runs the program. Then builds and runs tests/install/consumer, a project with its own core/,
+# layers/ and optim/ headers, with a further include folder where the unprefixed name of every
+# installed kiln header ("core/shape.h" for include/kiln/core/shape.h) is an #error: a kiln header
+# that reached another without the kiln/ prefix would stop that build. Any failing step stops
+# the script with that step's output.
 foreach(var KILN_BUILD_DIR KILN_SOURCE_DIR WORK_DIR GENERATOR CONFIG CXX_COMPILER)
   if(NOT ${var})
     message(FATAL_ERROR "install_and_build.cmake: -D${var}=... is required")
@@ -65,4 +69,32 @@ endif()
 
 run("building apps/example" ${CMAKE_COMMAND} --build ${build} --config ${CONFIG})
 run("running fit-sine" ${bin}/fit-sine ${WORK_DIR}/fit-sine.safetensors)
+message("${out}")
+
+# Only include/ is exported: the package must not put include/kiln itself on a consumer's path.
+file(GLOB_RECURSE targets_file ${prefix}/*/kilnTargets.cmake)
+file(READ ${targets_file} targets)
+if(targets MATCHES "include/kiln[;\"]")
+  message(FATAL_ERROR "the installed package exports include/kiln as an include folder")
+endif()
+
+set(shadow ${WORK_DIR}/shadow)
+file(GLOB_RECURSE headers RELATIVE ${prefix}/include/kiln ${prefix}/include/kiln/*.h)
+list(LENGTH headers count)
+if(count LESS 20)
+  message(FATAL_ERROR "only ${count} headers under ${prefix}/include/kiln")
+endif()
+foreach(header IN LISTS headers)
+  file(WRITE ${shadow}/${header}
+    "#error \"an installed kiln header reached the consumer's ${header}: kiln must include kiln/${header}\"\n")
+endforeach()
+run("configuring tests/install/consumer" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/consumer
+  -B ${WORK_DIR}/consumer-build -G ${GENERATOR} -DCMAKE_BUILD_TYPE=${CONFIG} -DCMAKE_PREFIX_PATH=${prefix}
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_NO_SYSTEM_FROM_IMPORTED=ON -DKILN_SHADOW_DIR=${shadow}
+  -DCMAKE_COMPILE_WARNING_AS_ERROR=ON -DCMAKE_RUNTIME_OUTPUT_DIRECTORY_${config_upper}=${bin}
+  -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+  "-DCMAKE_EXE_LINKER_FLAGS=${EXE_LINKER_FLAGS}")
+run("building tests/install/consumer (${count} kiln headers shadowed)" ${CMAKE_COMMAND} --build
+  ${WORK_DIR}/consumer-build --config ${CONFIG})
+run("running consumer" ${bin}/consumer)
 message("${out}")

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/nn.h"
+#include "kiln/layers/nn.h"
 
 using namespace kiln;
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "golden_file.h"
-#include "layers/nn.h"
+#include "kiln/layers/nn.h"
 
 using namespace kiln;
 using golden::GoldenFile;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kiln.h"
+#include "kiln/kiln.h"
 #include "tests/golden_file.h"
 
 namespace optim_test {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "optim/optim.h"
+#include "kiln/optim/optim.h"
 #include "optim_golden.h"
 
 using namespace kiln;

@@ -3,8 +3,8 @@
 // Linear, cross-entropy, Adam) from the same seed, agreeing up to float rounding.
 #include <memory>
 
-#include "layers/nn.h"
-#include "optim/optim.h"
+#include "kiln/layers/nn.h"
+#include "kiln/optim/optim.h"
 #include "tests/backend_sweeps.h"
 #include "tests/optim_cases.h"
 #include "tests/vulkan/vulkan_test.h"

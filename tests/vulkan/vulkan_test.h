@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/backend.h"
-#include "core/kiln.h"
-#include "kernels/vulkan/vulkan_backend.h"
+#include "kiln/core/backend.h"
+#include "kiln/kiln.h"
+#include "kiln/kernels/vulkan/vulkan_backend.h"
 #include "tests/backend_cases.h"
 
 namespace kiln::test {

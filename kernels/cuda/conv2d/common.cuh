@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/conv2d.cuh"
 
 namespace kiln::cuda::conv2d {
 

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/conv2d/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/conv2d/common.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda::conv2d {
 

@@ -14,11 +14,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/conv2d/common.cuh"
-#include "kernels/cuda/conv2d/tensor_cores.cuh"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/layout.cuh"
-#include "kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/conv2d/common.cuh"
+#include "kiln/kernels/cuda/conv2d/tensor_cores.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 
 namespace kiln::cuda::conv2d {
 

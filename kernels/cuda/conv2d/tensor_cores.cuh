@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/conv2d/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/conv2d/common.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 
 namespace kiln::cuda::conv2d {
 

@@ -2,8 +2,8 @@
 // op(B) straight from global memory. Thread x picks the row, so the 32 threads of a warp hold 32
 // different rows: their reads of A and writes of C are 32 scattered addresses (uncoalesced),
 // and their reads of B one broadcast address. The baseline the ladder climbs from.
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

@@ -2,8 +2,8 @@
 // threads of a warp hold one row of C and 32 neighbouring columns, so their reads of op(B) (when B
 // is not transposed) and their writes of C are 32 consecutive floats: one 128-byte transaction
 // instead of 32. Their reads of op(A) are all one address, a broadcast.
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

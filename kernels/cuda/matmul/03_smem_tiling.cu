@@ -3,8 +3,8 @@
 // element read from global memory once per block instead of once per thread: BS times less
 // traffic), synchronises, and every thread accumulates its dot product from shared memory.
 // Also the f64 kernel (gradchecks): the arithmetic is the same in any type.
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

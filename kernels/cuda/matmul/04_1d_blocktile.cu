@@ -2,8 +2,8 @@
 // one. Per value of p it reads one value of op(B) from shared memory and reuses it TM times
 // against TM values of op(A): shared-memory loads per multiply-add drop from 2 to (1 + TM) / TM.
 // Tiles: BM x BN of C per block, BK values of p per slice, BM * BN / TM threads.
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

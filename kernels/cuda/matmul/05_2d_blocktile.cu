@@ -4,8 +4,8 @@
 // 128 x 128 block tile with 256 threads also halves the global traffic per flop against 04.
 // Left for 06: the register loads are scalar, and Bs[p][tx * TN + c] puts the 16 threads of a
 // half-warp 8 words apart, 4 to a bank (a 4-way conflict).
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

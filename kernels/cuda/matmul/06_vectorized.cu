@@ -4,8 +4,8 @@
 // in shared memory (As[p][i], k-major), so that a thread's TM values of A for one p are adjacent
 // and come in two LDS.128, like its TN values of B: 4 shared loads per 64 multiply-adds.
 // C is written with float4 stores where n allows.
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

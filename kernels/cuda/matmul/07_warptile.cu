@@ -11,8 +11,8 @@
 // (__launch_bounds__(256, 2): at most 128 registers a thread, and ptxas spills ~60 bytes to fit);
 // warptile_lb1 for 1 (up to 255 registers, no spills, but one block per SM has no other block's
 // arithmetic to cover its __syncthreads).
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

@@ -13,9 +13,9 @@
 // conflict 4-way (BK = 16 puts 4 chunks of a row in one warp).
 #include <cstdint>
 
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
-#include "kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

@@ -10,9 +10,9 @@
 // memory. With S = 1 the partial tile is the result, and it goes straight into C.
 #include <algorithm>
 
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

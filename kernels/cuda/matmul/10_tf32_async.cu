@@ -25,9 +25,9 @@
 // 08. Figures: kernels/README.md, from kernel-bench.
 #include <cstdint>
 
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
-#include "kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

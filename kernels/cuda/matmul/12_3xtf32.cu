@@ -26,9 +26,9 @@
 // aligned operands it runs 07 (f32 on the CUDA cores). Figures: kernels/README.md.
 #include <cstdint>
 
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
-#include "kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 
 namespace kiln::cuda::matmul {
 namespace {

@@ -57,10 +57,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/matmul/common.cuh"
-#include "kernels/cuda/matmul/matmul.cuh"
-#include "kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/matmul.cuh"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 
 // wgmma and setmaxnreg exist only in the arch-specific target sm_90a. The other device passes of
 // this file (sm_90 from CMAKE_CUDA_ARCHITECTURES) compile the kernel to a trap, never launched.

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/backend.h"
-#include "core/error.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/core/backend.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda::matmul {
 

@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <span>
 
-#include "core/backend.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kiln/core/backend.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda::matmul {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/matmul/common.cuh"
+#include "kiln/kernels/cuda/matmul/common.cuh"
 
 namespace kiln::cuda::matmul {
 

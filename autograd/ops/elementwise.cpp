@@ -1,7 +1,7 @@
 // Elementwise ops: unary math, activations, broadcasting arithmetic and comparisons.
 #include <cmath>
 
-#include "core/ops_common.h"
+#include "kiln/autograd/ops/common.h"
 
 namespace kiln {
 
@@ -24,7 +24,7 @@ Tensor run_binary(BinaryOp op, const Tensor& a, const Tensor& b) {
              "comparisons only; convert with .to(DType::f32) or .to(DType::i32) first");
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor y = empty_as(shape, a);
-  a.backend().binary(op, detail::broadcast_ref(a, shape), detail::broadcast_ref(b, shape), y.ref());
+  a.backend().binary(op, broadcast_ref(a, shape), broadcast_ref(b, shape), y.ref());
   return y;
 }
 

@@ -2,8 +2,8 @@
 // dropout.
 #include <cmath>
 
-#include "core/ops_common.h"
-#include "core/random.h"
+#include "kiln/autograd/ops/common.h"
+#include "kiln/core/random.h"
 
 namespace kiln {
 
@@ -28,7 +28,7 @@ Operand as_operand(const Tensor& x, const Shape& batch) {
   Shape full = batch;
   full.push_back(x.size(-2));
   full.push_back(x.size(-1));
-  TensorRef r = detail::broadcast_ref(x, full);
+  TensorRef r = broadcast_ref(x, full);
   size_t rank = full.size();
   int64_t rows = full[rank - 2], cols = full[rank - 1];
   int64_t rs = r.strides[rank - 2], cs = r.strides[rank - 1];

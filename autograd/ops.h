@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/backend.h"  // Activation
-#include "core/tensor.h"
+#include "kiln/core/backend.h"  // Activation
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

@@ -4,7 +4,7 @@
 // (sum, mean, max, min), else by moving them last first.
 #include <algorithm>
 
-#include "core/ops_common.h"
+#include "kiln/autograd/ops/common.h"
 
 namespace kiln {
 

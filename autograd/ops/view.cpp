@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/ops_common.h"
+#include "kiln/autograd/ops/common.h"
 
 namespace kiln {
 
@@ -23,17 +23,6 @@ void check_floating(const char* op, const Tensor& x) {
 
 Tensor empty_as(const Shape& shape, const Tensor& like, DType dtype) {
   return empty(shape, TensorOptions(dtype).device(like.device()));
-}
-
-TensorRef broadcast_ref(const Tensor& x, const Shape& shape) {
-  TensorRef r = x.ref();
-  size_t lead = shape.size() - r.shape.size();
-  Strides strides(std::vector<int64_t>(shape.size(), 0));
-  for (size_t i = 0; i < r.shape.size(); ++i)
-    strides[lead + i] = r.shape[i] == 1 ? 0 : r.strides[i];
-  r.shape = shape;
-  r.strides = strides;
-  return r;
 }
 
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, const char* op) {
@@ -209,7 +198,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
                shape, " (dimension ", lead + i, ": size ", have, " is neither ", want, " nor 1)");
   }
   if (out == x.shape()) return x;
-  TensorRef r = detail::broadcast_ref(x, out);
+  TensorRef r = broadcast_ref(x, out);
   Shape x_shape = x.shape();
   return view_of(x, out, r.strides, x.offset(), "expand", [&] { return af::expand(x_shape); });
 }

@@ -3,10 +3,10 @@
 
 #include <string_view>
 
-#include "autograd/formulas.h"
-#include "autograd/node.h"
-#include "core/backend.h"
-#include "core/ops.h"
+#include "kiln/autograd/formulas.h"
+#include "kiln/autograd/node.h"
+#include "kiln/core/backend.h"
+#include "kiln/autograd/ops.h"
 
 namespace kiln::detail {
 
@@ -15,8 +15,6 @@ void check_floating(const char* op, const Tensor& x);
 // A contiguous tensor of this shape, dtype and device.
 Tensor empty_as(const Shape& shape, const Tensor& like, DType dtype);
 inline Tensor empty_as(const Shape& shape, const Tensor& like) { return empty_as(shape, like, like.dtype()); }
-// x's TensorRef seen with `shape` (x broadcast to it: stride 0 where x repeats).
-TensorRef broadcast_ref(const Tensor& x, const Shape& shape);
 // Normalised, sorted, de-duplicated axes; all axes when `axes` is empty.
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, const char* op);
 // x's shape with each reduced axis set to 1 (keepdim) or removed.
