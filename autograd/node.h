@@ -1,6 +1,6 @@
 // The autograd graph. Each op output that needs a gradient points at a Node: the op's name,
 // one edge per input, and a backward closure that maps the output's gradient to the inputs'
-// gradients and holds only what it needs (see autograd/formulas.h).
+// gradients and holds only what it needs (each op writes its own beside it: autograd/ops/).
 #pragma once
 
 #include <functional>

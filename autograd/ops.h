@@ -1,6 +1,8 @@
 // kiln's functional ops: one function each. An op checks its arguments (errors name the op and
 // show the shapes), allocates its output, runs one backend kernel and, when autograd is
-// recording and an input requires grad, attaches its backward formula (autograd/formulas.h).
+// recording and an input requires grad, records its gradient formula. Each family's ops, checks,
+// kernel calls and gradients live together in one file of autograd/ops/ (view, elementwise,
+// reduce, index, matmul, softmax, loss, conv2d, pool, batch_norm, dropout).
 //
 // Every tensor argument must sit on the same device. Floating-point ops take f32 or f64;
 // arithmetic and comparisons also take i32; binary ops need both operands of one dtype.
@@ -154,7 +156,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& indices);
 Tensor concat(const std::vector<Tensor>& tensors, int64_t axis = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
 
-// ---- backward kernels as ops: the fused kernels autograd's formulas call. Not differentiable. ----
+// ---- backward kernels as ops: the fused kernels the gradients call. Not differentiable. ----
 // zeros(x_shape) with grad's slices added at `indices` along `axis`: index_select's gradient.
 Tensor index_select_backward(const Tensor& grad, int64_t axis, const Tensor& indices, const Shape& x_shape);
 Tensor relu_backward(const Tensor& x, const Tensor& grad);

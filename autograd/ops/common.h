@@ -1,14 +1,23 @@
-// Helpers shared by the ops' source files (not part of the public API).
+// What the op files (autograd/ops/*.cpp) share: argument checks, output allocation, axis
+// bookkeeping, and the names of autograd's graph. Not part of the public API (not installed).
 #pragma once
 
 #include <string_view>
+#include <vector>
 
-#include "kiln/autograd/formulas.h"
 #include "kiln/autograd/node.h"
-#include "kiln/core/backend.h"
 #include "kiln/autograd/ops.h"
+#include "kiln/core/backend.h"
 
-namespace kiln::detail {
+namespace kiln {
+
+// A gradient formula: the closure an op records, mapping the output's gradient to one gradient
+// per input (autograd/node.h). `need` says which inputs want one.
+using autograd::BackwardFn;
+using autograd::Grads;
+using Needed = std::vector<bool>;
+
+namespace detail {
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 void check_floating(const char* op, const Tensor& x);
@@ -19,5 +28,10 @@ inline Tensor empty_as(const Shape& shape, const Tensor& like) { return empty_as
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, const char* op);
 // x's shape with each reduced axis set to 1 (keepdim) or removed.
 Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdim);
+// The gradient g of a fused epilogue's output y (matmul, conv2d) taken back through its activation,
+// read from y alone (relu: y > 0 exactly where the input was; relu_backward(y, g) ==
+// relu_backward(x, g), NaN included).
+Tensor before_activation(Activation activation, const Tensor& y, const Tensor& g);
 
-}  // namespace kiln::detail
+}  // namespace detail
+}  // namespace kiln

@@ -1,11 +1,12 @@
-// Elementwise ops: unary math, activations, broadcasting arithmetic and comparisons.
+// Elementwise ops: unary math, activations, broadcasting arithmetic and comparisons, each with its
+// gradient. A broadcast operand receives the gradient summed over the axes it was repeated along
+// (sum_to).
 #include <cmath>
 
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
 
-namespace af = autograd::formulas;
 using detail::empty_as;
 
 namespace {
@@ -41,25 +42,88 @@ Tensor run_unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
   return y;
 }
 
+// The gradient of y = op(a, b), given a, b and y (detached).
+using BinaryGradient = BackwardFn (*)(const Tensor& a, const Tensor& b, const Tensor& y);
+
 // Binary ops that have a gradient.
-Tensor arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, autograd::BackwardFn (*formula)(
-                      const Tensor&, const Tensor&, const Tensor&)) {
+Tensor arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, BinaryGradient gradient) {
   Tensor y = run_binary(op, a, b);
-  if (autograd::is_recording({a, b})) autograd::record(y, name_of(op), {a, b}, formula(a, b, y.detach()));
+  if (autograd::is_recording({a, b})) autograd::record(y, name_of(op), {a, b}, gradient(a, b, y.detach()));
   return y;
+}
+
+BackwardFn add_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
+  return [as = a.shape(), bs = b.shape()](const Tensor& g, const Needed& need) -> Grads {
+    return {need[0] ? sum_to(g, as) : Tensor(), need[1] ? sum_to(g, bs) : Tensor()};
+  };
+}
+
+BackwardFn sub_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
+  return [as = a.shape(), bs = b.shape()](const Tensor& g, const Needed& need) -> Grads {
+    return {need[0] ? sum_to(g, as) : Tensor(), need[1] ? sum_to(neg(g), bs) : Tensor()};
+  };
+}
+
+BackwardFn mul_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
+  return [a = a.detach(), b = b.detach()](const Tensor& g, const Needed& need) -> Grads {
+    return {need[0] ? sum_to(g * b, a.shape()) : Tensor(), need[1] ? sum_to(g * a, b.shape()) : Tensor()};
+  };
+}
+
+BackwardFn div_gradient(const Tensor& a, const Tensor& b, const Tensor& y) {
+  // y = a / b: dy/da = 1 / b, dy/db = -a / b^2 = -y / b
+  return [a_shape = a.shape(), b = b.detach(), y](const Tensor& g, const Needed& need) -> Grads {
+    Tensor g_over_b = g / b;
+    return {need[0] ? sum_to(g_over_b, a_shape) : Tensor(),
+            need[1] ? sum_to(-(g_over_b * y), b.shape()) : Tensor()};
+  };
+}
+
+BackwardFn pow_gradient(const Tensor& a, const Tensor& b, const Tensor& y) {
+  // y = a^b: dy/da = b a^(b-1), dy/db = y ln a
+  return [a = a.detach(), b = b.detach(), y](const Tensor& g, const Needed& need) -> Grads {
+    return {need[0] ? sum_to(g * b * pow(a, b - 1.0), a.shape()) : Tensor(),
+            need[1] ? sum_to(g * y * log(a), b.shape()) : Tensor()};
+  };
+}
+
+// maximum/minimum: the gradient goes to the operand that won; ties split it evenly (as PyTorch).
+BackwardFn extremum_gradient(const Tensor& a, const Tensor& b, bool largest) {
+  return [a = a.detach(), b = b.detach(), largest](const Tensor& g, const Needed& need) -> Grads {
+    Tensor share_a = (largest ? gt(a, b) : lt(a, b)) + eq(a, b) * 0.5;
+    return {need[0] ? sum_to(g * share_a, a.shape()) : Tensor(),
+            need[1] ? sum_to(g * (1.0 - share_a), b.shape()) : Tensor()};
+  };
+}
+BackwardFn maximum_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
+  return extremum_gradient(a, b, true);
+}
+BackwardFn minimum_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
+  return extremum_gradient(a, b, false);
+}
+
+// Records y = op(x) when x needs a gradient, the gradient being formula(g, saved): `saved` is x or
+// y, whichever the formula is written with (kept detached: a closure that held y itself would keep
+// the graph alive through a cycle).
+template <class F>
+void record_unary(Tensor& y, std::string_view op, const Tensor& x, const Tensor& saved, F formula) {
+  if (!autograd::is_recording({x})) return;
+  autograd::record(y, op, {x}, [saved = saved.detach(), formula](const Tensor& g, const Needed&) -> Grads {
+    return {formula(g, saved)};
+  });
 }
 
 }  // namespace
 
 // ---- binary ----
 
-Tensor add(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::add, a, b, af::add); }
-Tensor sub(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::sub, a, b, af::sub); }
-Tensor mul(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::mul, a, b, af::mul); }
-Tensor div(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::div, a, b, af::div); }
-Tensor pow(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::pow, a, b, af::pow); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::maximum, a, b, af::maximum); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::minimum, a, b, af::minimum); }
+Tensor add(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::add, a, b, add_gradient); }
+Tensor sub(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::sub, a, b, sub_gradient); }
+Tensor mul(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::mul, a, b, mul_gradient); }
+Tensor div(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::div, a, b, div_gradient); }
+Tensor pow(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::pow, a, b, pow_gradient); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::maximum, a, b, maximum_gradient); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return arithmetic(BinaryOp::minimum, a, b, minimum_gradient); }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return run_binary(BinaryOp::eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return run_binary(BinaryOp::ne, a, b); }
@@ -82,84 +146,88 @@ Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(b, a)); }
 
 Tensor add(const Tensor& a, double b) {
   Tensor y = run_unary(UnaryOp::add_scalar, a, b);
-  if (autograd::is_recording({a})) autograd::record(y, "add", {a}, af::identity());
+  record_unary(y, "add", a, a, [](const Tensor& g, const Tensor&) { return g; });
   return y;
 }
 
 Tensor mul(const Tensor& a, double b) {
   Tensor y = run_unary(UnaryOp::mul_scalar, a, b);
-  if (autograd::is_recording({a})) autograd::record(y, "mul", {a}, af::scale(b));
+  record_unary(y, "mul", a, a, [b](const Tensor& g, const Tensor&) { return g * b; });
   return y;
 }
 
 Tensor pow(const Tensor& a, double exponent) {
   Tensor y = run_unary(UnaryOp::pow, a, exponent);
-  if (autograd::is_recording({a})) autograd::record(y, "pow", {a}, af::pow_scalar(a, exponent));
+  record_unary(y, "pow", a, a, [exponent](const Tensor& g, const Tensor& in) {
+    return g * pow(in, exponent - 1.0) * exponent;
+  });
   return y;
 }
 
-// ---- unary math and activations ----
+// ---- unary math and activations (`in` is the op's input, `out` its output) ----
 
 Tensor neg(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::neg, x);
-  if (autograd::is_recording({x})) autograd::record(y, "neg", {x}, af::scale(-1.0));
+  record_unary(y, "neg", x, x, [](const Tensor& g, const Tensor&) { return -g; });
   return y;
 }
 
 Tensor exp(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::exp, x);
-  if (autograd::is_recording({x})) autograd::record(y, "exp", {x}, af::exp(y.detach()));
+  record_unary(y, "exp", x, y, [](const Tensor& g, const Tensor& out) { return g * out; });
   return y;
 }
 
 Tensor log(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::log, x);
-  if (autograd::is_recording({x})) autograd::record(y, "log", {x}, af::log(x));
+  record_unary(y, "log", x, x, [](const Tensor& g, const Tensor& in) { return g / in; });
   return y;
 }
 
 Tensor sqrt(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::sqrt, x);
-  if (autograd::is_recording({x})) autograd::record(y, "sqrt", {x}, af::sqrt(y.detach()));
+  record_unary(y, "sqrt", x, y, [](const Tensor& g, const Tensor& out) { return g / out * 0.5; });
   return y;
 }
 
 Tensor abs(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::abs, x);
-  if (autograd::is_recording({x})) autograd::record(y, "abs", {x}, af::abs(x));
+  record_unary(y, "abs", x, x, [](const Tensor& g, const Tensor& in) { return g * sign(in); });
   return y;
 }
 
 Tensor sign(const Tensor& x) { return run_unary(UnaryOp::sign, x); }
 
+// The activations' gradients are fused kernels (relu_backward, ... below).
 Tensor relu(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::relu, x);
-  if (autograd::is_recording({x})) autograd::record(y, "relu", {x}, af::relu(x));
+  record_unary(y, "relu", x, x, [](const Tensor& g, const Tensor& in) { return relu_backward(in, g); });
   return y;
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   Tensor y = run_unary(UnaryOp::leaky_relu, x, negative_slope);
-  if (autograd::is_recording({x}))
-    autograd::record(y, "leaky_relu", {x}, af::leaky_relu(x, negative_slope));
+  record_unary(y, "leaky_relu", x, x, [negative_slope](const Tensor& g, const Tensor& in) {
+    return leaky_relu_backward(in, g, negative_slope);
+  });
   return y;
 }
 
 Tensor gelu(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::gelu, x);
-  if (autograd::is_recording({x})) autograd::record(y, "gelu", {x}, af::gelu(x));
+  record_unary(y, "gelu", x, x, [](const Tensor& g, const Tensor& in) { return gelu_backward(in, g); });
   return y;
 }
 
 Tensor tanh(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::tanh, x);
-  if (autograd::is_recording({x})) autograd::record(y, "tanh", {x}, af::tanh(y.detach()));
+  record_unary(y, "tanh", x, y, [](const Tensor& g, const Tensor& out) { return g * (1.0 - out * out); });
   return y;
 }
 
 Tensor sigmoid(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::sigmoid, x);
-  if (autograd::is_recording({x})) autograd::record(y, "sigmoid", {x}, af::sigmoid(y.detach()));
+  record_unary(y, "sigmoid", x, y, [](const Tensor& g, const Tensor& out) { return g * out * (1.0 - out); });
   return y;
 }
 

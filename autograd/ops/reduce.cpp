@@ -1,14 +1,13 @@
 // Reductions over any set of axes. The backend reduces the middle axis of a contiguous
 // [outer, n, inner] tensor; here any request is brought to that form: without a copy when the
 // reduced axes are adjacent in a contiguous tensor, in stages of adjacent axes when they are not
-// (sum, mean, max, min), else by moving them last first.
+// (sum, mean, max, min), else by moving them last first. The gradients sit after the kernel path.
 #include <algorithm>
 
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
 
-namespace af = autograd::formulas;
 using detail::empty_as;
 
 namespace {
@@ -69,6 +68,33 @@ Tensor drop_axes(const Tensor& y, const Shape& x_shape, const std::vector<int64_
                    contiguous_strides(detail::reduced_shape(x_shape, axes, false)), flat.offset());
 }
 
+// ---- gradients ----
+
+// The gradient shaped back to a reduction's input axes (keepdim), ready to broadcast.
+Tensor keep_axes(const Tensor& g, const Shape& x_shape, const std::vector<int64_t>& axes, bool keepdim) {
+  if (keepdim) return g;
+  Shape kept = x_shape;
+  for (int64_t a : axes) kept[static_cast<size_t>(a)] = 1;
+  return reshape(g, kept);
+}
+
+// sum and mean: each input element gets the gradient of its sum, scaled by 1/n for a mean.
+BackwardFn sum_gradient(const Shape& x_shape, const std::vector<int64_t>& axes, bool keepdim, double scale) {
+  return [=](const Tensor& g, const Needed&) -> Grads {
+    Tensor kept = keep_axes(g, x_shape, axes, keepdim);
+    return {expand(scale == 1.0 ? kept : kept * scale, x_shape)};
+  };
+}
+
+// max and min: every element equal to the extremum shares the gradient evenly.
+BackwardFn extremum_gradient(const Tensor& x, const Tensor& y, const std::vector<int64_t>& axes, bool keepdim) {
+  return [x = x.detach(), y, axes, keepdim](const Tensor& g, const Needed&) -> Grads {
+    Tensor winners = eq(x, keep_axes(y, x.shape(), axes, keepdim));
+    Tensor count = sum(winners, axes, true);
+    return {keep_axes(g, x.shape(), axes, keepdim) * winners / count};
+  };
+}
+
 Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes_in, bool keepdim) {
   const char* name = reduce_op_name(op).data();
   std::vector<int64_t> axes = detail::normalize_axes(axes_in, x.dim(), name);
@@ -80,11 +106,18 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes_in,
   Tensor y = drop_axes(reduce_keepdim(op, x, axes), x.shape(), axes, keepdim);
   if (!autograd::is_recording({x})) return y;
   switch (op) {
-    case ReduceOp::sum: autograd::record(y, name, {x}, af::sum(x.shape(), axes, keepdim)); break;
-    case ReduceOp::mean: autograd::record(y, name, {x}, af::mean(x.shape(), axes, keepdim)); break;
+    case ReduceOp::sum: autograd::record(y, name, {x}, sum_gradient(x.shape(), axes, keepdim, 1.0)); break;
+    case ReduceOp::mean: {
+      int64_t n = 1;  // the elements of each mean
+      for (int64_t a : axes) n *= x.shape()[static_cast<size_t>(a)];
+      if (axes.empty()) n = x.numel();
+      double inv = 1.0 / static_cast<double>(std::max<int64_t>(n, 1));
+      autograd::record(y, name, {x}, sum_gradient(x.shape(), axes, keepdim, inv));
+      break;
+    }
     case ReduceOp::max:
-    case ReduceOp::min: autograd::record(y, name, {x}, af::extremum(x, y.detach(), axes, keepdim)); break;
-    default: break;
+    case ReduceOp::min: autograd::record(y, name, {x}, extremum_gradient(x, y.detach(), axes, keepdim)); break;
+    default: break;  // argmax, argmin: not differentiable
   }
   return y;
 }

@@ -1,66 +1,33 @@
 // Views and copies: reshape, transpose, slice, expand, ... share storage with their input;
-// contiguous, clone, concat and the conversions copy.
+// contiguous, clone, concat and the conversions copy. Each op's gradient sits beside it.
 #include <algorithm>
-#include <numeric>
+#include <functional>
 
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
 
-namespace af = autograd::formulas;
-
-namespace detail {
-
-void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  KILN_CHECK(a.device() == b.device(), DeviceError, op, ": operands on different devices (",
-             a.device(), " and ", b.device(), "); move one with .to(device)");
-}
-
-void check_floating(const char* op, const Tensor& x) {
-  KILN_CHECK(is_floating(x.dtype()), DTypeError, op, ": takes f32 or f64 tensors, got ",
-             x.dtype(), " of shape ", x.shape());
-}
-
-Tensor empty_as(const Shape& shape, const Tensor& like, DType dtype) {
-  return empty(shape, TensorOptions(dtype).device(like.device()));
-}
-
-std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank, const char* op) {
-  std::vector<int64_t> out;
-  if (axes.empty()) {
-    out.resize(static_cast<size_t>(rank));
-    std::iota(out.begin(), out.end(), 0);
-    return out;
-  }
-  for (int64_t a : axes) out.push_back(normalize_axis(a, rank, op));
-  std::sort(out.begin(), out.end());
-  KILN_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), ValueError, op,
-             ": an axis appears twice in the list of axes");
-  return out;
-}
-
-Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdim) {
-  Shape out;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    bool reduced = std::find(axes.begin(), axes.end(), static_cast<int64_t>(i)) != axes.end();
-    if (!reduced) out.push_back(shape[i]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
-
-}  // namespace detail
-
 using detail::empty_as;
 
 namespace {
 
-// A view of x with a new layout that records `op` with `formula` when x needs a gradient.
+// A view of x with a new layout that records `op` when x needs a gradient; `gradient` builds the
+// formula only then.
 Tensor view_of(const Tensor& x, Shape shape, Strides strides, int64_t offset, std::string_view op,
-               const std::function<autograd::BackwardFn()>& formula) {
+               const std::function<BackwardFn()>& gradient) {
   Tensor y = make_view(x, std::move(shape), std::move(strides), offset);
-  if (autograd::is_recording({x})) autograd::record(y, op, {x}, formula());
+  if (autograd::is_recording({x})) autograd::record(y, op, {x}, gradient());
   return y;
+}
+
+// The gradient of reshape, view, flatten, squeeze and unsqueeze: the same values in x's shape.
+BackwardFn reshape_gradient(const Shape& x_shape) {
+  return [x_shape](const Tensor& g, const Needed&) -> Grads { return {reshape(g, x_shape)}; };
+}
+
+// The gradient of contiguous, clone and an added scalar: passed through.
+BackwardFn identity_gradient() {
+  return [](const Tensor& g, const Needed&) -> Grads { return {g}; };
 }
 
 Shape resolve_shape(const Shape& x_shape, const Shape& requested, const char* op) {
@@ -88,19 +55,21 @@ Shape resolve_shape(const Shape& x_shape, const Shape& requested, const char* op
 
 }  // namespace
 
+// ---- views ----
+
 Tensor view(const Tensor& x, const Shape& shape) {
   Shape s = resolve_shape(x.shape(), shape, "view");
   KILN_CHECK(x.is_contiguous(), ShapeError, "view: the tensor of shape ", x.shape(), " and strides ",
              x.strides(), " is not contiguous; use reshape() (which copies) or contiguous() first");
   Shape x_shape = x.shape();
-  return view_of(x, s, contiguous_strides(s), x.offset(), "view", [&] { return af::reshape(x_shape); });
+  return view_of(x, s, contiguous_strides(s), x.offset(), "view", [&] { return reshape_gradient(x_shape); });
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
   Shape s = resolve_shape(x.shape(), shape, "reshape");
   Tensor c = x.contiguous();
   Shape x_shape = x.shape();
-  return view_of(c, s, contiguous_strides(s), c.offset(), "reshape", [&] { return af::reshape(x_shape); });
+  return view_of(c, s, contiguous_strides(s), c.offset(), "reshape", [&] { return reshape_gradient(x_shape); });
 }
 
 Tensor flatten(const Tensor& x, int64_t start, int64_t end) {
@@ -125,7 +94,9 @@ Tensor transpose(const Tensor& x, int64_t a, int64_t b) {
   Strides strides = x.strides();
   std::swap(shape[static_cast<size_t>(i)], shape[static_cast<size_t>(j)]);
   std::swap(strides[static_cast<size_t>(i)], strides[static_cast<size_t>(j)]);
-  return view_of(x, shape, strides, x.offset(), "transpose", [&] { return af::transpose(i, j); });
+  return view_of(x, shape, strides, x.offset(), "transpose", [&]() -> BackwardFn {
+    return [i, j](const Tensor& g, const Needed&) -> Grads { return {transpose(g, i, j)}; };
+  });
 }
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& order) {
@@ -143,7 +114,11 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& order) {
     shape.push_back(x.shape()[static_cast<size_t>(a)]);
     strides.push_back(x.strides()[static_cast<size_t>(a)]);
   }
-  return view_of(x, shape, strides, x.offset(), "permute", [&] { return af::permute(axes); });
+  return view_of(x, shape, strides, x.offset(), "permute", [&]() -> BackwardFn {
+    std::vector<int64_t> inverse(axes.size());  // the permutation that undoes this one
+    for (size_t k = 0; k < axes.size(); ++k) inverse[static_cast<size_t>(axes[k])] = static_cast<int64_t>(k);
+    return [inverse](const Tensor& g, const Needed&) -> Grads { return {permute(g, inverse)}; };
+  });
 }
 
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t step) {
@@ -160,7 +135,14 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t 
   int64_t offset = x.offset() + s * strides[static_cast<size_t>(a)];
   strides[static_cast<size_t>(a)] *= step;
   Shape x_shape = x.shape();
-  return view_of(x, shape, strides, offset, "slice", [&] { return af::slice(x_shape, a, s, e, step); });
+  return view_of(x, shape, strides, offset, "slice", [&]() -> BackwardFn {
+    // zeros in x's shape, the gradient written into the sliced positions
+    return [x_shape, a, s, e, step](const Tensor& g, const Needed&) -> Grads {
+      Tensor grad = zeros(x_shape, TensorOptions(g.dtype()).device(g.device()));
+      slice(grad, a, s, e, step).copy_(g);
+      return {grad};
+    };
+  });
 }
 
 Tensor squeeze(const Tensor& x, int64_t axis) {
@@ -171,7 +153,7 @@ Tensor squeeze(const Tensor& x, int64_t axis) {
   shape.erase(static_cast<size_t>(a));
   strides.erase(static_cast<size_t>(a));
   Shape x_shape = x.shape();
-  return view_of(x, shape, strides, x.offset(), "squeeze", [&] { return af::reshape(x_shape); });
+  return view_of(x, shape, strides, x.offset(), "squeeze", [&] { return reshape_gradient(x_shape); });
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t axis) {
@@ -182,7 +164,7 @@ Tensor unsqueeze(const Tensor& x, int64_t axis) {
   shape.insert(static_cast<size_t>(a), 1);
   strides.insert(static_cast<size_t>(a), stride);
   Shape x_shape = x.shape();
-  return view_of(x, shape, strides, x.offset(), "unsqueeze", [&] { return af::reshape(x_shape); });
+  return view_of(x, shape, strides, x.offset(), "unsqueeze", [&] { return reshape_gradient(x_shape); });
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
@@ -200,8 +182,12 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   if (out == x.shape()) return x;
   TensorRef r = broadcast_ref(x, out);
   Shape x_shape = x.shape();
-  return view_of(x, out, r.strides, x.offset(), "expand", [&] { return af::expand(x_shape); });
+  return view_of(x, out, r.strides, x.offset(), "expand", [&]() -> BackwardFn {
+    return [x_shape](const Tensor& g, const Needed&) -> Grads { return {sum_to(g, x_shape)}; };
+  });
 }
+
+// ---- copies and conversions ----
 
 Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
@@ -211,7 +197,7 @@ Tensor contiguous(const Tensor& x) {
 Tensor clone(const Tensor& x) {
   Tensor y = empty_as(x.shape(), x);
   x.backend().copy(x.ref(), y.ref());
-  if (autograd::is_recording({x})) autograd::record(y, "clone", {x}, af::identity());
+  if (autograd::is_recording({x})) autograd::record(y, "clone", {x}, identity_gradient());
   return y;
 }
 
@@ -219,8 +205,11 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor y = empty_as(x.shape(), x, dtype);
   x.backend().copy(x.ref(), y.ref());
-  if (is_floating(dtype) && autograd::is_recording({x}))
-    autograd::record(y, "to_dtype", {x}, af::to_dtype(x.dtype()));
+  if (is_floating(dtype) && autograd::is_recording({x})) {
+    autograd::record(y, "to_dtype", {x}, [from = x.dtype()](const Tensor& g, const Needed&) -> Grads {
+      return {to_dtype(g, from)};
+    });
+  }
   return y;
 }
 
@@ -234,7 +223,11 @@ Tensor to_device(const Tensor& x, const Device& device) {
   std::vector<unsigned char> staging(bytes);
   c.backend().read(c.storage()->data(), at, staging.data(), bytes);
   y.backend().write(y.storage()->data(), 0, staging.data(), bytes);
-  if (autograd::is_recording({x})) autograd::record(y, "to_device", {x}, af::to_device(x.device()));
+  if (autograd::is_recording({x})) {
+    autograd::record(y, "to_device", {x}, [from = x.device()](const Tensor& g, const Needed&) -> Grads {
+      return {to_device(g, from)};
+    });
+  }
   return y;
 }
 
@@ -251,48 +244,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return lead ? reshape(s, shape) : s;
 }
 
-namespace {
-// x's layout as the indexing kernels see it: contiguous [outer, n, inner] around `axis`.
-TensorRef around_axis(const Tensor& x, int64_t axis) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < x.dim(); ++i) {
-    if (i < axis) outer *= x.shape()[static_cast<size_t>(i)];
-    if (i > axis) inner *= x.shape()[static_cast<size_t>(i)];
-  }
-  TensorRef r = x.ref();
-  r.shape = {outer, x.shape()[static_cast<size_t>(axis)], inner};
-  r.strides = contiguous_strides(r.shape);
-  return r;
-}
-
-Tensor check_indices(const char* op, const Tensor& x, const Tensor& indices) {
-  detail::check_same_device(op, x, indices);
-  KILN_CHECK(indices.dtype() == DType::i32 && indices.dim() == 1, ShapeError, op,
-             ": indices must be i32 of shape [m], got ", indices.dtype(), " ", indices.shape());
-  return indices.contiguous();
-}
-}  // namespace
-
-Tensor index_select(const Tensor& x, int64_t axis, const Tensor& indices) {
-  KILN_CHECK(x.dim() > 0, ShapeError, "index_select: a scalar has no axis to index");
-  int64_t a = normalize_axis(axis, x.dim(), "index_select");
-  Tensor idx = check_indices("index_select", x, indices);
-  Tensor xc = x.contiguous();
-  Shape shape = x.shape();
-  shape[static_cast<size_t>(a)] = idx.numel();
-  Tensor y = empty_as(shape, x);
-  x.backend().gather(around_axis(xc, a), idx.ref(), around_axis(y, a));
-  if (autograd::is_recording({x})) autograd::record(y, "index_select", {x}, af::index_select(x.shape(), a, idx));
-  return y;
-}
-
-Tensor index_select_backward(const Tensor& grad, int64_t axis, const Tensor& indices, const Shape& x_shape) {
-  Tensor idx = check_indices("index_select_backward", grad, indices);
-  Tensor g = grad.contiguous();
-  Tensor out = zeros(x_shape, TensorOptions(g.dtype()).device(g.device()));
-  g.backend().index_add(around_axis(g, axis), idx.ref(), around_axis(out, axis));
-  return out;
-}
+// ---- concatenation ----
 
 Tensor concat(const std::vector<Tensor>& tensors, int64_t axis) {
   KILN_CHECK(!tensors.empty(), ValueError, "concat: needs at least one tensor");
@@ -321,7 +273,18 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t axis) {
     t.backend().copy(t.ref(), part.ref());
     at += t.shape()[static_cast<size_t>(a)];
   }
-  if (autograd::is_recording(tensors)) autograd::record(y, "concat", tensors, af::concat(sizes, a));
+  if (autograd::is_recording(tensors)) {
+    // each input's gradient: its slice of g along the axis
+    autograd::record(y, "concat", tensors, [sizes, a](const Tensor& g, const Needed&) -> Grads {
+      Grads grads;
+      int64_t start = 0;
+      for (int64_t n : sizes) {
+        grads.push_back(slice(g, a, start, start + n));
+        start += n;
+      }
+      return grads;
+    });
+  }
   return y;
 }
 

@@ -1,0 +1,37 @@
+// dropout: a Philox mask drawn on the device, applied and scaled in one kernel.
+#include "kiln/autograd/ops/common.h"
+#include "kiln/core/random.h"
+
+namespace kiln {
+
+using detail::empty_as;
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, ValueError, "dropout: p must be in [0, 1], got ", p);
+  detail::check_floating("dropout", x);
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return mul(x, 0.0);
+  // Keep an element when its Philox uniform exceeds p: probability 1 - p. The draw is the one
+  // uniform(x.shape(), 0, 1) would take from the generator: the same numbers and the same advance.
+  Generator& gen = generator ? *generator : default_generator();
+  const uint64_t offset = gen.advance(static_cast<uint64_t>(x.numel())), seed = gen.seed();
+  Tensor xc = x.contiguous();
+  Tensor y = empty_as(x.shape(), x);
+  x.backend().dropout(xc.ref(), y.ref(), p, seed, offset);
+  if (autograd::is_recording({x})) {
+    // the gradient takes the same mask, drawn again from (seed, offset) rather than stored
+    autograd::record(y, "dropout", {x}, [p, seed, offset](const Tensor& g, const Needed&) -> Grads {
+      return {dropout_backward(g, p, seed, offset)};
+    });
+  }
+  return y;
+}
+
+Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset) {
+  Tensor g = grad.contiguous();
+  Tensor out = empty_as(g.shape(), g);
+  g.backend().dropout(g.ref(), out.ref(), p, seed, offset);
+  return out;
+}
+
+}  // namespace kiln

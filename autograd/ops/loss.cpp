@@ -1,0 +1,75 @@
+// Losses: cross-entropy (log-softmax and NLL in one kernel, with its fused backward), NLL and mean
+// squared error (written with other ops, so their gradients come with them).
+#include "kiln/autograd/ops/common.h"
+
+namespace kiln {
+
+using detail::empty_as;
+
+namespace {
+
+Tensor apply_reduction(const Tensor& losses, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::none: return losses;
+    case Reduction::mean: return mean(losses);
+    case Reduction::sum: return sum(losses);
+  }
+  return losses;
+}
+
+void check_class_targets(const char* op, const Tensor& scores, const Tensor& targets) {
+  detail::check_same_device(op, scores, targets);
+  detail::check_floating(op, scores);
+  KILN_CHECK(scores.dim() == 2, ShapeError, op, ": expects scores of shape [N, C], got ", scores.shape());
+  KILN_CHECK(targets.dtype() == DType::i32, DTypeError, op, ": targets must be i32 class indices, got ",
+             targets.dtype());
+  KILN_CHECK(targets.dim() == 1 && targets.size(0) == scores.size(0), ShapeError, op,
+             ": targets of shape ", targets.shape(), " for scores of shape ", scores.shape(),
+             " (expected [", scores.size(0), "])");
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction,
+                     double label_smoothing) {
+  check_class_targets("cross_entropy", logits, targets);
+  KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
+             "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  Tensor x = logits.contiguous(), t = targets.contiguous();
+  Tensor losses = empty_as({x.size(0)}, x);
+  x.backend().cross_entropy(x.ref(), t.ref(), losses.ref(), label_smoothing);
+  if (autograd::is_recording({logits})) {
+    // the fused backward kernel: softmax(x) - the (smoothed) one-hot target, times each loss's gradient
+    auto gradient = [x = x.detach(), t, label_smoothing](const Tensor& g, const Needed&) -> Grads {
+      return {cross_entropy_backward(x, t, g, label_smoothing)};
+    };
+    autograd::record(losses, "cross_entropy", {logits}, gradient);
+  }
+  return apply_reduction(losses, reduction);
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad_losses,
+                              double label_smoothing) {
+  check_class_targets("cross_entropy_backward", logits, targets);
+  Tensor x = logits.contiguous(), t = targets.contiguous(), g = grad_losses.contiguous();
+  KILN_CHECK(g.shape() == Shape{x.size(0)} && g.dtype() == x.dtype(), ShapeError,
+             "cross_entropy_backward: gradient ", g.shape(), " for ", x.size(0), " samples");
+  Tensor grad = empty_as(x.shape(), x);
+  x.backend().cross_entropy_backward(x.ref(), t.ref(), g.ref(), grad.ref(), label_smoothing);
+  return grad;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction) {
+  check_class_targets("nll_loss", log_probs, targets);
+  Tensor mask = one_hot(targets, log_probs.size(1), log_probs.dtype());
+  return apply_reduction(neg(sum(mul(log_probs, mask), {1})), reduction);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  KILN_CHECK(input.shape() == target.shape(), ShapeError, "mse_loss: input ", input.shape(),
+             " and target ", target.shape(), " must have the same shape");
+  Tensor d = sub(input, target);
+  return apply_reduction(mul(d, d), reduction);
+}
+
+}  // namespace kiln

@@ -1,0 +1,97 @@
+// max_pool2d (with the indices of its maxima) and avg_pool2d, and their backward kernels as ops.
+#include "kiln/autograd/ops/common.h"
+
+namespace kiln {
+
+using detail::empty_as;
+
+namespace {
+
+Pool2dParams pool_params(const Pool2dConfig& c) {
+  Pool2dParams p;
+  p.kernel_h = c.kernel[0], p.kernel_w = c.kernel[1];
+  p.stride_h = c.stride[0] ? c.stride[0] : c.kernel[0];
+  p.stride_w = c.stride[1] ? c.stride[1] : c.kernel[1];
+  p.pad_h = c.padding[0], p.pad_w = c.padding[1];
+  p.count_include_pad = c.count_include_pad;
+  return p;
+}
+
+Shape pool_output_shape(const char* op, const Shape& x, const Pool2dParams& p) {
+  KILN_CHECK(x.size() == 4, ShapeError, op, ": input must be [N, C, H, W], got ", x);
+  KILN_CHECK(p.kernel_h > 0 && p.kernel_w > 0 && p.stride_h > 0 && p.stride_w > 0, ValueError, op,
+             ": kernel and stride must be positive");
+  KILN_CHECK(p.pad_h >= 0 && p.pad_w >= 0 && 2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w,
+             ValueError, op, ": padding (", p.pad_h, ", ", p.pad_w,
+             ") must be non-negative and at most half the kernel (", p.kernel_h, ", ", p.kernel_w, ")");
+  int64_t oh = (x[2] + 2 * p.pad_h - p.kernel_h) / p.stride_h + 1;
+  int64_t ow = (x[3] + 2 * p.pad_w - p.kernel_w) / p.stride_w + 1;
+  KILN_CHECK(x[2] + 2 * p.pad_h >= p.kernel_h && x[3] + 2 * p.pad_w >= p.kernel_w, ShapeError, op,
+             ": the kernel ", p.kernel_h, "x", p.kernel_w, " is larger than the padded input ",
+             x[2] + 2 * p.pad_h, "x", x[3] + 2 * p.pad_w);
+  return {x[0], x[1], oh, ow};
+}
+
+}  // namespace
+
+PoolResult max_pool2d_with_indices(const Tensor& x, const Pool2dConfig& config) {
+  detail::check_floating("max_pool2d", x);
+  Pool2dParams p = pool_params(config);
+  Shape y_shape = pool_output_shape("max_pool2d", x.shape(), p);
+  Tensor xc = x.contiguous();
+  Tensor y = empty_as(y_shape, x);
+  Tensor indices = empty_as(y_shape, x, DType::i32);
+  x.backend().max_pool2d(xc.ref(), y.ref(), indices.ref(), p);
+  if (autograd::is_recording({x})) {
+    // each window's gradient goes to the position of its maximum
+    auto gradient = [indices, x_shape = x.shape(), config](const Tensor& g, const Needed&) -> Grads {
+      return {max_pool2d_backward(g, indices, x_shape, config)};
+    };
+    autograd::record(y, "max_pool2d", {x}, gradient);
+  }
+  return {y, indices};
+}
+
+Tensor max_pool2d(const Tensor& x, const Pool2dConfig& config) {
+  return max_pool2d_with_indices(x, config).values;
+}
+
+Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,
+                           const Pool2dConfig& config) {
+  Pool2dParams p = pool_params(config);
+  Shape y_shape = pool_output_shape("max_pool2d_backward", x_shape, p);
+  KILN_CHECK(grad_y.shape() == y_shape && indices.shape() == y_shape && indices.dtype() == DType::i32,
+             ShapeError, "max_pool2d_backward: gradient ", grad_y.shape(), " and indices ",
+             indices.shape(), " for an output of shape ", y_shape);
+  Tensor g = grad_y.contiguous(), idx = indices.contiguous();
+  Tensor grad_x = empty_as(x_shape, g);
+  g.backend().max_pool2d_backward(g.ref(), idx.ref(), grad_x.ref(), p);
+  return grad_x;
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dConfig& config) {
+  detail::check_floating("avg_pool2d", x);
+  Pool2dParams p = pool_params(config);
+  Tensor xc = x.contiguous();
+  Tensor y = empty_as(pool_output_shape("avg_pool2d", x.shape(), p), x);
+  x.backend().avg_pool2d(xc.ref(), y.ref(), p);
+  if (autograd::is_recording({x})) {
+    autograd::record(y, "avg_pool2d", {x}, [x_shape = x.shape(), config](const Tensor& g, const Needed&) -> Grads {
+      return {avg_pool2d_backward(g, x_shape, config)};
+    });
+  }
+  return y;
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dConfig& config) {
+  Pool2dParams p = pool_params(config);
+  Shape y_shape = pool_output_shape("avg_pool2d_backward", x_shape, p);
+  KILN_CHECK(grad_y.shape() == y_shape, ShapeError, "avg_pool2d_backward: gradient ", grad_y.shape(),
+             " for an output of shape ", y_shape);
+  Tensor g = grad_y.contiguous();
+  Tensor grad_x = empty_as(x_shape, g);
+  g.backend().avg_pool2d_backward(g.ref(), grad_x.ref(), p);
+  return grad_x;
+}
+
+}  // namespace kiln
