@@ -5,10 +5,10 @@
 //   mnist-predict --model mnist.safetensors --data data/mnist          (the test split's accuracy)
 //   mnist-predict --model mnist.safetensors --idx IMAGES LABELS        (any labelled IDX pair)
 //
-// A picture (PNG, JPEG, BMP, ...) goes through data::load_digit_image, which makes it look like
-// MNIST (white ink on black, the digit in a 20x20 box centred by mass in 28x28), then through the
-// normalisation of training; it gets the most likely digit and the 10 class probabilities (the
-// softmax of the logits). An IDX images file given like a picture is recognised by its magic bytes
+// A picture (PNG, JPEG, BMP, ...) goes through apps::load_digit_image (image.h), which makes it
+// look like MNIST (white ink on black, the digit in a 20x20 box centred by mass in 28x28), then
+// through the normalisation of training; it gets the most likely digit and the 10 class
+// probabilities (the softmax of the logits). An IDX images file given like a picture is recognised by its magic bytes
 // and scored, with the labels file that MNIST's naming puts beside it, as --idx scores its pair.
 //
 // Exit codes: 0 done; 1 runtime error (a bad checkpoint, or an input that cannot be read: it is
@@ -18,23 +18,25 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/mnist/checkpoint.h"
+#include "apps/mnist/cli.h"
 #include "apps/mnist/device.h"
+#include "apps/mnist/image.h"
 #include "apps/mnist/models.h"
 #include "kiln/kiln.h"
-#include "kiln/datasets/image.h"
 
 namespace {
 
 using namespace kiln;
+using apps::fmt;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -42,6 +44,8 @@ constexpr int64_t kSide = 28;    // the models take MNIST's 28x28 images
 constexpr int64_t kClasses = 10;
 // MNIST's pixel mean and standard deviation: what data::normalize_images applies in training.
 constexpr double kMean = 0.1307, kStd = 0.3081;
+
+// ---- options ----
 
 struct Config {
   std::string model;
@@ -54,6 +58,26 @@ struct Config {
   int verbosity = 1;  // 0 quiet, 1 normal, 2 verbose
 };
 
+// The arguments and flags, in the order --help lists them; each writes into `c`.
+void add_options(CLI::App& app, Config& c) {
+  app.add_option("IMAGE", c.inputs,
+                 "pictures of digits (PNG, JPEG, BMP, GIF, ...), or IDX images files to score against the labels "
+                 "beside them")
+      ->type_name("");
+  app.add_option("--model", c.model, "checkpoint written by mnist-train --save")->type_name("PATH")->required();
+  app.add_option("--data", c.data, "score the test split of this folder in MNIST's layout")->type_name("DIR");
+  app.add_option("--idx", c.idx, "score IDX images (the first file) against IDX labels (the second)")
+      ->type_name("FILE")->expected(2);
+  app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
+      ->check(apps::check_device_spec)
+      ->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "images per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--json", c.json, "one JSON object per line instead of text");
+  app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
+  app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "nothing on stderr but errors");
+  app.set_version_flag("--version", std::string("mnist-predict (kiln) ") + KILN_VERSION);
+}
+
 // ---- logging: results on stdout, everything else on stderr ----
 
 int g_verbosity = 1;
@@ -64,12 +88,6 @@ void info(const std::string& line) {
 
 // Failures are reported whatever the verbosity: they decide the exit code.
 void report_error(const std::string& what) { std::cerr << "mnist-predict: error: " << what << "\n"; }
-
-std::string fmt(const char* format, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, format, args...);
-  return buf;
-}
 
 // A JSON string literal: file names may hold quotes, backslashes and control characters.
 std::string json_string(const std::string& s) {
@@ -86,7 +104,6 @@ std::string json_string(const std::string& s) {
   }
   return out + "\"";
 }
-
 
 // ---- the model ----
 
@@ -109,6 +126,24 @@ std::shared_ptr<nn::Module> load_model(const std::string& path, const Device& de
 
 // ---- pictures ----
 
+// A picture's line: the most likely digit, its probability and all ten (probs: [10]).
+std::string prediction_line(const std::string& file, const float* probs, bool json) {
+  int64_t digit = 0;
+  for (int64_t k = 1; k < kClasses; ++k)
+    if (probs[k] > probs[digit]) digit = k;
+  std::string line;
+  if (json) {
+    line = "{\"file\":" + json_string(file) + fmt(",\"digit\":%lld,\"probability\":%.6f,\"probabilities\":[",
+                                                  static_cast<long long>(digit), probs[digit]);
+    for (int64_t k = 0; k < kClasses; ++k) line += fmt(k ? ",%.6f" : "%.6f", probs[k]);
+    line += "]}";
+  } else {
+    line = file + fmt(": %lld (%.3f) ", static_cast<long long>(digit), probs[digit]);
+    for (int64_t k = 0; k < kClasses; ++k) line += fmt(" %lld:%.3f", static_cast<long long>(k), probs[k]);
+  }
+  return line;
+}
+
 // Predicts a batch of pictures and prints a line for each, in the order given. A picture that
 // cannot be read is reported and left out. Returns how many were left out.
 int64_t predict_pictures(nn::Module& model, const std::vector<std::string>& paths, const Device& device,
@@ -117,7 +152,7 @@ int64_t predict_pictures(nn::Module& model, const std::vector<std::string>& path
   std::vector<Tensor> pixels;  // f32 [28, 28] in [0, 1] each
   for (const std::string& path : paths) {
     try {
-      pixels.push_back(data::load_digit_image(path));
+      pixels.push_back(apps::load_digit_image(path));
       read.push_back(path);
     } catch (const std::exception& e) {
       report_error(e.what());
@@ -128,23 +163,8 @@ int64_t predict_pictures(nn::Module& model, const std::vector<std::string>& path
 
   Tensor x = ((stack(pixels).to(device) - kMean) / kStd).unsqueeze(1);  // [B, 1, 28, 28]
   std::vector<float> p = softmax(model(x), 1).to_vector<float>();       // [B, 10]
-  for (size_t i = 0; i < read.size(); ++i) {
-    const float* probs = p.data() + i * kClasses;
-    int64_t digit = 0;
-    for (int64_t k = 1; k < kClasses; ++k)
-      if (probs[k] > probs[digit]) digit = k;
-    std::string line;
-    if (c.json) {
-      line = "{\"file\":" + json_string(read[i]) + fmt(",\"digit\":%lld,\"probability\":%.6f,\"probabilities\":[",
-                                                       static_cast<long long>(digit), probs[digit]);
-      for (int64_t k = 0; k < kClasses; ++k) line += fmt(k ? ",%.6f" : "%.6f", probs[k]);
-      line += "]}";
-    } else {
-      line = read[i] + fmt(": %lld (%.3f) ", static_cast<long long>(digit), probs[digit]);
-      for (int64_t k = 0; k < kClasses; ++k) line += fmt(" %lld:%.3f", static_cast<long long>(k), probs[k]);
-    }
-    std::cout << line << "\n";
-  }
+  for (size_t i = 0; i < read.size(); ++i)
+    std::cout << prediction_line(read[i], p.data() + i * kClasses, c.json) << "\n";
   std::cout << std::flush;
   return failed;
 }
@@ -181,11 +201,14 @@ fs::path labels_beside(const fs::path& images) {
             (images.parent_path() / name).string(), " and .gz); pass --idx IMAGES LABELS");
 }
 
-// Accuracy over a labelled set: images u8 [N, 28, 28], labels u8 [N] in 0..9, in batches on the
-// device; the count of correct predictions stays there until the end.
-void evaluate(nn::Module& model, const fs::path& images_path, const fs::path& labels_path, const Device& device,
-              const Config& c) {
-  Clock::time_point t0 = Clock::now();
+struct LabelledSet {
+  Tensor images;  // u8 [N, 28, 28] on the CPU
+  Tensor labels;  // i32 [N] in 0..9 on the CPU
+};
+
+// Reads an IDX pair and checks that it is MNIST-shaped: images u8 [N, 28, 28], labels u8 [N], each
+// a digit.
+LabelledSet read_labelled_set(const fs::path& images_path, const fs::path& labels_path) {
   data::IdxFile images = data::read_idx(images_path);
   KILN_CHECK(images.type == DType::u8 && images.dims.size() == 3 && images.dims[1] == kSide && images.dims[2] == kSide,
              data::DataError, images_path.string(), ": expected u8 images [N, 28, 28] (IDX type 0x08, rank 3); this file holds ",
@@ -201,18 +224,30 @@ void evaluate(nn::Module& model, const fs::path& images_path, const fs::path& la
   for (size_t i = 0; i < classes.size(); ++i)
     KILN_CHECK(classes[i] < kClasses, data::DataError, labels_path.string(), ": label ", classes[i], " at index ",
                i, " is not a digit");
+  return {data::to_tensor(images), from_vector(classes, Shape{images.dims[0]})};
+}
 
-  const int64_t n = images.dims[0];
-  Tensor all = data::to_tensor(images);                       // u8 [N, 28, 28] on the CPU
-  Tensor targets = from_vector(classes, Shape{n}).to(device);  // i32 [N]
+// Correct predictions over the set, in batches on the device; the count stays there until the end.
+int64_t count_correct(nn::Module& model, const LabelledSet& set, const Device& device, int64_t batch_size) {
+  const int64_t n = set.images.size(0);
+  Tensor targets = set.labels.to(device);
   Tensor correct;
-  for (int64_t start = 0; start < n; start += c.batch_size) {
-    const int64_t end = std::min(n, start + c.batch_size);
-    Tensor logits = model(data::normalize_images(all.slice(0, start, end), device, kMean, kStd));
+  for (int64_t start = 0; start < n; start += batch_size) {
+    const int64_t end = std::min(n, start + batch_size);
+    Tensor logits = model(data::normalize_images(set.images.slice(0, start, end), device, kMean, kStd));
     Tensor ok = eq(argmax(logits, 1), targets.slice(0, start, end)).sum();
     correct = correct.defined() ? correct + ok : ok;
   }
-  const auto right = static_cast<int64_t>(correct.item());
+  return static_cast<int64_t>(correct.item());
+}
+
+// Accuracy over a labelled set, printed as a line of text or JSON (-v: with the time it took).
+void evaluate(nn::Module& model, const fs::path& images_path, const fs::path& labels_path, const Device& device,
+              const Config& c) {
+  Clock::time_point t0 = Clock::now();
+  const LabelledSet set = read_labelled_set(images_path, labels_path);
+  const int64_t n = set.images.size(0);
+  const int64_t right = count_correct(model, set, device, c.batch_size);
   const double accuracy = static_cast<double>(right) / static_cast<double>(n);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (c.json) {
@@ -278,30 +313,12 @@ int run(const Config& c) {
 int main(int argc, char** argv) {
   Config c;
   CLI::App app{"mnist-predict: reads handwritten digits with a model saved by mnist-train"};
-  app.add_option("IMAGE", c.inputs,
-                 "pictures of digits (PNG, JPEG, BMP, GIF, ...), or IDX images files to score against the labels "
-                 "beside them")
-      ->type_name("");
-  app.add_option("--model", c.model, "checkpoint written by mnist-train --save")->type_name("PATH")->required();
-  app.add_option("--data", c.data, "score the test split of this folder in MNIST's layout")->type_name("DIR");
-  app.add_option("--idx", c.idx, "score IDX images (the first file) against IDX labels (the second)")
-      ->type_name("FILE")->expected(2);
-  app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
-      ->check(apps::check_device_spec)
-      ->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "images per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_flag("--json", c.json, "one JSON object per line instead of text");
-  app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
-  app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "nothing on stderr but errors");
-  app.set_version_flag("--version", std::string("mnist-predict (kiln) ") + KILN_VERSION);
-  try {
-    app.parse(argc, argv);
+  add_options(app, c);
+  auto something_to_read = [&] {
     if (c.inputs.empty() && c.data.empty() && c.idx.empty())
       throw CLI::ValidationError("nothing to read: give pictures, IDX files, --data DIR or --idx IMAGES LABELS");
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+  };
+  if (std::optional<int> code = apps::parse_command_line(app, argc, argv, something_to_read)) return *code;
   g_verbosity = c.verbosity;
   try {
     return run(c);

@@ -1,5 +1,7 @@
 // mnist-train: trains a digit classifier on MNIST (or any data set in its IDX layout) with kiln.
-// It reads as PyTorch's examples/mnist does: the model (models.h), train(), test(), main.
+// It reads top to bottom as PyTorch's examples/mnist does: the options, the data, the model (the
+// nets are in models.h) with its optimizer and schedule, train_epoch(), test(), the lines logged
+// and the checkpoint saved after each epoch, then run() and main(), which put them together.
 //
 // Exit codes: 0 done; 1 runtime error (bad data, bad checkpoint, out of memory, ...); 2 usage
 // error (unknown flag, bad value); 130 stopped by Ctrl-C (after saving, with --save).
@@ -9,15 +11,17 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "apps/mnist/checkpoint.h"
+#include "apps/mnist/cli.h"
 #include "apps/mnist/device.h"
 #include "apps/mnist/models.h"
 #include "apps/mnist/plot.h"
@@ -26,8 +30,10 @@
 namespace {
 
 using namespace kiln;
+using apps::fmt;
 using Clock = std::chrono::steady_clock;
 
+// ---- options ----
 
 struct Config {
   std::string data = "data/mnist";
@@ -62,286 +68,8 @@ struct Config {
   }
 };
 
-// ---- logging: results on stdout, everything else on stderr ----
-
-bool g_tty = false;
-int g_verbosity = 1;
-
-void info(const std::string& line) {
-  if (g_verbosity >= 1) std::cerr << (g_tty ? "\r\033[K" : "") << line << "\n";
-}
-
-std::string fmt(const char* format, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, format, args...);
-  return buf;
-}
-
-// ---- Ctrl-C: the first asks to stop at the next step boundary, the second exits at once ----
-
-std::atomic<int> g_interrupts{0};
-
-extern "C" void on_sigint(int) {
-  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
-}
-
-
-// ---- optimizer and schedule ----
-
-std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<Tensor> params) {
-  if (c.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(params, optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
-  if (c.optimizer == "adam")
-    return std::make_unique<optim::Adam>(params, optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
-  if (c.optimizer == "adamw")
-    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
-  if (c.optimizer == "adadelta")
-    return std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions(c.lr).weight_decay(c.weight_decay));
-  if (c.optimizer == "rmsprop")
-    return std::make_unique<optim::RMSprop>(params, optim::RMSpropOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
-  KILN_FAIL(ValueError, "unknown optimizer '", c.optimizer, "'");
-}
-
-std::unique_ptr<optim::LRScheduler> make_scheduler(const Config& c, optim::Optimizer& opt, int64_t steps_per_epoch) {
-  if (c.scheduler == "step") return std::make_unique<optim::StepLR>(opt, 1, c.gamma);
-  if (c.scheduler == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, c.epochs);
-  if (c.scheduler == "onecycle")
-    return std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleLROptions(c.lr, c.epochs * steps_per_epoch));
-  return nullptr;  // "none"
-}
-
-// ---- the run ----
-
-struct Metrics {
-  std::ofstream out;
-  void write(const std::string& json) {
-    if (out.is_open()) out << json << "\n" << std::flush;
-  }
-};
-
-struct EpochResult {
-  double loss = 0, accuracy = 0;
-};
-
-// Sum of the loss and count of correct predictions over the test set, and the confusion matrix
-// (rows: true digit, columns: predicted), all accumulated on the device and read once.
-EpochResult test(nn::Module& model, const data::DataLoader& loader, std::vector<int64_t>* confusion) {
-  NoGradGuard no_grad;
-  model.eval();
-  Tensor loss_sum, correct, counts;
-  for (const data::Batch& b : loader) {
-    Tensor logits = model(b.inputs);
-    Tensor l = cross_entropy(logits, b.targets, Reduction::sum);
-    Tensor predicted = argmax(logits, 1);
-    Tensor c = eq(predicted, b.targets).sum();
-    Tensor pairs = one_hot(b.targets * 10 + predicted, 100).sum({0});  // [100]: true * 10 + predicted
-    loss_sum = loss_sum.defined() ? loss_sum + l : l;
-    correct = correct.defined() ? correct + c : c;
-    counts = counts.defined() ? counts + pairs : pairs;
-  }
-  auto n = static_cast<double>(loader.size());
-  if (confusion) {
-    confusion->clear();
-    for (float v : counts.to_vector<float>()) confusion->push_back(static_cast<int64_t>(v));
-  }
-  return {loss_sum.item() / n, correct.item() / n};
-}
-
-void print_confusion(const std::vector<int64_t>& m) {
-  std::cout << "confusion matrix (rows: true digit, columns: predicted)\n      ";
-  for (int p = 0; p < 10; ++p) std::cout << fmt("%6d", p);
-  std::cout << "\n";
-  for (int t = 0; t < 10; ++t) {
-    std::cout << fmt("%6d", t);
-    for (int p = 0; p < 10; ++p) std::cout << fmt("%6lld", static_cast<long long>(m[static_cast<size_t>(t * 10 + p)]));
-    std::cout << "\n";
-  }
-}
-
-int run(Config c) {
-  Device device = apps::pick_device(c.device, info, g_verbosity >= 2);
-  set_allow_tf32(c.tf32);
-  std::optional<apps::LoadedCheckpoint> resumed;
-  if (!c.resume.empty()) {
-    resumed = apps::load_checkpoint(c.resume);
-    info("resuming " + c.resume + ": epoch " + std::to_string(resumed->state.epoch + 1) + ", batch " +
-         std::to_string(resumed->state.batch) + ", settings " + resumed->state.config);
-    KILN_CHECK(resumed->state.model == c.model, ValueError, "--resume: the checkpoint holds a '",
-               resumed->state.model, "' model, but --model is '", c.model, "'");
-  }
-  info("config: " + c.json());
-
-  // Data: read once, held on the training device.
-  Clock::time_point t0 = Clock::now();
-  data::MnistData train_set = data::load_mnist(c.data, data::Split::train);
-  data::MnistData test_set = data::load_mnist(c.data, data::Split::test);
-  if (c.limit_train > 0 && c.limit_train < train_set.images.size(0)) {
-    train_set.images = train_set.images.slice(0, 0, c.limit_train);
-    train_set.labels = train_set.labels.slice(0, 0, c.limit_train);
-  }
-  if (c.limit_test > 0 && c.limit_test < test_set.images.size(0)) {
-    test_set.images = test_set.images.slice(0, 0, c.limit_test);
-    test_set.labels = test_set.labels.slice(0, 0, c.limit_test);
-  }
-  data::DataLoader train_loader(data::normalize_images(train_set.images, device), train_set.labels.to(device),
-                                data::DataLoaderOptions().batch_size(c.batch_size).seed(c.seed));
-  data::DataLoader test_loader(data::normalize_images(test_set.images, device), test_set.labels.to(device),
-                               data::DataLoaderOptions().batch_size(c.test_batch_size).shuffle(false));
-  info(fmt("data: %lld training and %lld test images from %s (%.2f s)", static_cast<long long>(train_loader.size()),
-           static_cast<long long>(test_loader.size()), c.data.c_str(),
-           std::chrono::duration<double>(Clock::now() - t0).count()));
-
-  manual_seed(c.seed);
-  std::shared_ptr<nn::Module> model = apps::make_model(c.model);
-  model->to(device);
-  if (g_verbosity >= 2) std::cerr << *model;
-  std::unique_ptr<optim::Optimizer> opt = make_optimizer(c, model->parameters());
-  std::unique_ptr<optim::LRScheduler> sched = make_scheduler(c, *opt, train_loader.num_batches());
-
-  apps::RunState state{c.model, c.json()};
-  if (resumed) {
-    model->load_state_dict(resumed->model);
-    opt->load_state_dict(resumed->optimizer);
-    if (sched) sched->load_state_dict(resumed->scheduler);
-    state = resumed->state;
-    state.config = c.json();
-    default_generator().set_state(state.rng_seed, state.rng_offset);
-  }
-
-  Metrics metrics;
-  if (!c.metrics_out.empty()) {
-    metrics.out.open(c.metrics_out, resumed ? std::ios::app : std::ios::trunc);
-    KILN_CHECK(metrics.out.is_open(), Error, "--metrics-out: cannot write '", c.metrics_out, "'");
-  }
-  auto save = [&] {
-    if (c.save.empty()) return;
-    state.rng_seed = default_generator().seed();
-    state.rng_offset = default_generator().offset();
-    apps::save_checkpoint(c.save, *model, *opt, sched.get(), state);
-    info("saved " + c.save);
-  };
-
-  std::signal(SIGINT, on_sigint);
-  std::vector<double> epochs_x, train_losses, test_losses, test_accuracies;
-  std::vector<int64_t> confusion;
-  double best = 0.0;
-  Clock::time_point run_start = Clock::now();
-  const int64_t batches = train_loader.num_batches();
-
-  for (; state.epoch < c.epochs; ++state.epoch, state.batch = 0) {
-    model->train();
-    train_loader.set_epoch(state.epoch);
-    Clock::time_point epoch_start = Clock::now(), window_start = epoch_start;
-    Tensor loss_sum, correct;  // accumulate on the device; read at the end of the epoch
-    const int64_t first_batch = state.batch;  // not 0 when resuming inside an epoch
-    int64_t seen = 0, window_seen = 0;
-    double last_loss = 0.0;
-    for (int64_t i = state.batch; i < batches; ++i) {
-      data::Batch b = train_loader.batch(i);
-      if (c.augment > 0) b.inputs = data::random_translate(b.inputs, c.augment, -0.1307 / 0.3081);
-      opt->zero_grad();
-      Tensor logits = (*model)(b.inputs);
-      Tensor loss = cross_entropy(logits, b.targets);
-      loss.backward();
-      opt->step();
-      if (sched && c.scheduler == "onecycle") sched->step();
-      ++state.step;
-      state.batch = i + 1;
-      {
-        NoGradGuard no_grad;
-        Tensor l = loss.detach() * static_cast<double>(b.targets.numel());
-        Tensor ok = eq(argmax(logits.detach(), 1), b.targets).sum();
-        loss_sum = loss_sum.defined() ? loss_sum + l : l;
-        correct = correct.defined() ? correct + ok : ok;
-      }
-      seen += b.targets.numel();
-      window_seen += b.targets.numel();
-
-      if ((i + 1) % c.log_interval == 0 || i + 1 == batches) {
-        last_loss = loss.item();
-        double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
-        double rate = static_cast<double>(window_seen) / std::max(secs, 1e-9);
-        double done = static_cast<double>(i + 1) / static_cast<double>(batches);
-        double elapsed = std::chrono::duration<double>(Clock::now() - epoch_start).count();
-        double eta = static_cast<double>(batches - i - 1) * elapsed / static_cast<double>(i + 1 - first_batch);
-        metrics.write(fmt("{\"type\":\"train\",\"epoch\":%lld,\"batch\":%lld,\"step\":%lld,\"loss\":%.6f,\"images_per_s\":%.1f}",
-                          static_cast<long long>(state.epoch + 1), static_cast<long long>(i + 1),
-                          static_cast<long long>(state.step), last_loss, rate));
-        if (g_verbosity >= 1) {
-          if (g_tty) {
-            int filled = static_cast<int>(done * 30);
-            std::cerr << fmt("\r\033[Kepoch %lld/%lld [%s%s] %lld/%lld loss %.4f  %.0f img/s  ETA %.0fs",
-                             static_cast<long long>(state.epoch + 1), static_cast<long long>(c.epochs),
-                             std::string(static_cast<size_t>(filled), '#').c_str(),
-                             std::string(static_cast<size_t>(30 - filled), '.').c_str(), static_cast<long long>(i + 1),
-                             static_cast<long long>(batches), last_loss, rate, eta)
-                      << std::flush;
-          } else if (g_verbosity >= 2 || (i + 1) % (c.log_interval * 10) == 0 || i + 1 == batches) {
-            info(fmt("epoch %lld batch %lld/%lld loss %.4f %.0f img/s", static_cast<long long>(state.epoch + 1),
-                     static_cast<long long>(i + 1), static_cast<long long>(batches), last_loss, rate));
-          }
-        }
-        window_start = Clock::now();
-        window_seen = 0;
-      }
-      if (g_interrupts.load() > 0) {
-        info("interrupted: stopping at a step boundary");
-        save();
-        if (c.save.empty()) info("nothing saved (no --save given)");
-        return 130;
-      }
-    }
-    if (sched && c.scheduler != "onecycle") sched->step();
-    double train_time = std::chrono::duration<double>(Clock::now() - epoch_start).count();
-    double train_loss = seen ? loss_sum.item() / static_cast<double>(seen) : 0.0;
-    double train_acc = seen ? correct.item() / static_cast<double>(seen) : 0.0;
-    EpochResult r = test(*model, test_loader, &confusion);
-    best = std::max(best, r.accuracy);
-    double images_per_s = static_cast<double>(seen) / std::max(train_time, 1e-9);
-    if (g_tty && g_verbosity >= 1) std::cerr << "\r\033[K" << std::flush;  // the bar gives way to the summary
-    std::cout << fmt("epoch %2lld  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  %.1f s  %.0f img/s  lr %.4g",
-                     static_cast<long long>(state.epoch + 1), train_loss, 100 * train_acc, r.loss, 100 * r.accuracy,
-                     train_time, images_per_s, opt->lr())
-              << std::endl;
-    metrics.write(fmt("{\"type\":\"epoch\",\"epoch\":%lld,\"train_loss\":%.6f,\"train_accuracy\":%.6f,\"test_loss\":%.6f,"
-                      "\"test_accuracy\":%.6f,\"seconds\":%.3f,\"images_per_s\":%.1f,\"lr\":%.8g}",
-                      static_cast<long long>(state.epoch + 1), train_loss, train_acc, r.loss, r.accuracy, train_time,
-                      images_per_s, opt->lr()));
-    epochs_x.push_back(static_cast<double>(state.epoch + 1));
-    train_losses.push_back(train_loss);
-    test_losses.push_back(r.loss);
-    test_accuracies.push_back(r.accuracy);
-    state.batch = batches;
-    {
-      apps::RunState next = state;  // saved as "epoch done": resume starts the next one
-      ++next.epoch;
-      next.batch = 0;
-      std::swap(state, next);
-      save();
-      std::swap(state, next);
-    }
-    if (!c.plot.empty()) {
-      apps::write_plot_png(c.plot, {{"Loss", "epoch", "cross-entropy",
-                                     {{"train loss", epochs_x, train_losses, apps::plot_blue},
-                                      {"test loss", epochs_x, test_losses, apps::plot_orange}}},
-                                    {"Test accuracy", "epoch", "accuracy",
-                                     {{"test accuracy", epochs_x, test_accuracies, apps::plot_green}}}});
-    }
-  }
-
-  double total = std::chrono::duration<double>(Clock::now() - run_start).count();
-  if (!confusion.empty()) print_confusion(confusion);
-  std::cout << fmt("best test accuracy %.2f%%  total %.1f s  device %s", 100 * best, total, device.str().c_str())
-            << std::endl;
-  return 0;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  Config c;
-  if (const char* env = std::getenv("KILN_DATA")) c.data = env;
-  CLI::App app{"mnist-train: trains a digit classifier on MNIST with kiln"};
+// The flags, in the order --help lists them; each writes into `c`, whose values are the defaults.
+void add_options(CLI::App& app, Config& c) {
   app.set_config("--config", "", "read options from a TOML/INI file (flags on the command line win)");
   app.add_option("--data", c.data, "folder with the IDX files (env KILN_DATA)")->capture_default_str();
   app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast")
@@ -375,12 +103,375 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
   app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "no progress on stderr");
   app.set_version_flag("--version", std::string("mnist-train (kiln) ") + KILN_VERSION);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+}
+
+// ---- logging: results on stdout, everything else on stderr ----
+
+bool g_tty = false;  // stderr is a terminal: progress is a live bar, which other lines clear first
+int g_verbosity = 1;
+
+void info(const std::string& line) {
+  if (g_verbosity >= 1) std::cerr << (g_tty ? "\r\033[K" : "") << line << "\n";
+}
+
+// --metrics-out: one JSON object a line, flushed at once, so a run that dies keeps what it logged.
+struct Metrics {
+  std::ofstream out;
+  void write(const std::string& json) {
+    if (out.is_open()) out << json << "\n" << std::flush;
   }
+};
+
+// A resumed run appends to its metrics; a new one starts the file afresh.
+Metrics open_metrics(const Config& c, bool resumed) {
+  Metrics metrics;
+  if (!c.metrics_out.empty()) {
+    metrics.out.open(c.metrics_out, resumed ? std::ios::app : std::ios::trunc);
+    KILN_CHECK(metrics.out.is_open(), Error, "--metrics-out: cannot write '", c.metrics_out, "'");
+  }
+  return metrics;
+}
+
+// ---- Ctrl-C: the first asks to stop at the next step boundary, the second exits at once ----
+
+std::atomic<int> g_interrupts{0};
+
+extern "C" void on_sigint(int) {
+  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+}
+
+// ---- data: read once, held on the training device ----
+
+struct Loaders {
+  data::DataLoader train, test;
+};
+
+// The first `limit` images and labels (all of them when limit is 0 or not below their number).
+void keep_first(data::MnistData& set, int64_t limit) {
+  if (limit > 0 && limit < set.images.size(0)) {
+    set.images = set.images.slice(0, 0, limit);
+    set.labels = set.labels.slice(0, 0, limit);
+  }
+}
+
+Loaders load_data(const Config& c, const Device& device) {
+  Clock::time_point t0 = Clock::now();
+  data::MnistData train_set = data::load_mnist(c.data, data::Split::train);
+  data::MnistData test_set = data::load_mnist(c.data, data::Split::test);
+  keep_first(train_set, c.limit_train);
+  keep_first(test_set, c.limit_test);
+  Loaders loaders{data::DataLoader(data::normalize_images(train_set.images, device), train_set.labels.to(device),
+                                   data::DataLoaderOptions().batch_size(c.batch_size).seed(c.seed)),
+                  data::DataLoader(data::normalize_images(test_set.images, device), test_set.labels.to(device),
+                                   data::DataLoaderOptions().batch_size(c.test_batch_size).shuffle(false))};
+  info(fmt("data: %lld training and %lld test images from %s (%.2f s)", static_cast<long long>(loaders.train.size()),
+           static_cast<long long>(loaders.test.size()), c.data.c_str(),
+           std::chrono::duration<double>(Clock::now() - t0).count()));
+  return loaders;
+}
+
+// ---- the model, its optimizer and schedule ----
+
+// What a run trains, and what its checkpoint holds.
+struct Training {
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::unique_ptr<optim::LRScheduler> scheduler;  // null with --scheduler none
+  apps::RunState state;                           // where the run stands: epoch, batch, step
+};
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<Tensor> params) {
+  if (c.optimizer == "sgd")
+    return std::make_unique<optim::SGD>(params, optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+  if (c.optimizer == "adam")
+    return std::make_unique<optim::Adam>(params, optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
+  if (c.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+  if (c.optimizer == "adadelta")
+    return std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions(c.lr).weight_decay(c.weight_decay));
+  if (c.optimizer == "rmsprop")
+    return std::make_unique<optim::RMSprop>(params, optim::RMSpropOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+  KILN_FAIL(ValueError, "unknown optimizer '", c.optimizer, "'");
+}
+
+std::unique_ptr<optim::LRScheduler> make_scheduler(const Config& c, optim::Optimizer& opt, int64_t steps_per_epoch) {
+  if (c.scheduler == "step") return std::make_unique<optim::StepLR>(opt, 1, c.gamma);
+  if (c.scheduler == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, c.epochs);
+  if (c.scheduler == "onecycle")
+    return std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleLROptions(c.lr, c.epochs * steps_per_epoch));
+  return nullptr;  // "none"
+}
+
+// --resume's checkpoint, read and checked against --model before any data is.
+std::optional<apps::LoadedCheckpoint> load_resumed(const Config& c) {
+  if (c.resume.empty()) return std::nullopt;
+  apps::LoadedCheckpoint resumed = apps::load_checkpoint(c.resume);
+  info("resuming " + c.resume + ": epoch " + std::to_string(resumed.state.epoch + 1) + ", batch " +
+       std::to_string(resumed.state.batch) + ", settings " + resumed.state.config);
+  KILN_CHECK(resumed.state.model == c.model, ValueError, "--resume: the checkpoint holds a '", resumed.state.model,
+             "' model, but --model is '", c.model, "'");
+  return resumed;
+}
+
+// The model, initialised from --seed, on `device`, with its optimizer and schedule; when resuming,
+// with the weights, optimizer and scheduler state and random stream where the checkpoint left them.
+Training build_training(const Config& c, const Device& device, int64_t steps_per_epoch,
+                        const std::optional<apps::LoadedCheckpoint>& resumed) {
+  manual_seed(c.seed);
+  Training t;
+  t.model = apps::make_model(c.model);
+  t.model->to(device);
+  if (g_verbosity >= 2) std::cerr << *t.model;
+  t.optimizer = make_optimizer(c, t.model->parameters());
+  t.scheduler = make_scheduler(c, *t.optimizer, steps_per_epoch);
+  t.state = {c.model, c.json()};
+  if (resumed) {
+    t.model->load_state_dict(resumed->model);
+    t.optimizer->load_state_dict(resumed->optimizer);
+    if (t.scheduler) t.scheduler->load_state_dict(resumed->scheduler);
+    t.state = resumed->state;
+    t.state.config = c.json();  // this run's settings (--epochs may have grown)
+    default_generator().set_state(t.state.rng_seed, t.state.rng_offset);
+  }
+  return t;
+}
+
+// ---- train one epoch ----
+
+// The clocks and counts behind one epoch's progress updates.
+struct Progress {
+  Clock::time_point epoch_start = Clock::now(), window_start = epoch_start;
+  int64_t first_batch = 0;    // not 0 when resuming inside the epoch
+  int64_t window_images = 0;  // trained on since the last update
+};
+
+// After batch s.batch of `batches`: a "train" line in the metrics file and, on stderr, a live bar
+// on a terminal, else a plain line every 10th update (every update with -v).
+void log_progress(const Config& c, const apps::RunState& s, int64_t batches, double loss, Progress& p,
+                  Metrics& metrics) {
+  double secs = std::chrono::duration<double>(Clock::now() - p.window_start).count();
+  double rate = static_cast<double>(p.window_images) / std::max(secs, 1e-9);
+  double done = static_cast<double>(s.batch) / static_cast<double>(batches);
+  double elapsed = std::chrono::duration<double>(Clock::now() - p.epoch_start).count();
+  double eta = static_cast<double>(batches - s.batch) * elapsed / static_cast<double>(s.batch - p.first_batch);
+  metrics.write(fmt("{\"type\":\"train\",\"epoch\":%lld,\"batch\":%lld,\"step\":%lld,\"loss\":%.6f,\"images_per_s\":%.1f}",
+                    static_cast<long long>(s.epoch + 1), static_cast<long long>(s.batch),
+                    static_cast<long long>(s.step), loss, rate));
+  if (g_verbosity >= 1) {
+    if (g_tty) {
+      int filled = static_cast<int>(done * 30);
+      std::cerr << fmt("\r\033[Kepoch %lld/%lld [%s%s] %lld/%lld loss %.4f  %.0f img/s  ETA %.0fs",
+                       static_cast<long long>(s.epoch + 1), static_cast<long long>(c.epochs),
+                       std::string(static_cast<size_t>(filled), '#').c_str(),
+                       std::string(static_cast<size_t>(30 - filled), '.').c_str(), static_cast<long long>(s.batch),
+                       static_cast<long long>(batches), loss, rate, eta)
+                << std::flush;
+    } else if (g_verbosity >= 2 || s.batch % (c.log_interval * 10) == 0 || s.batch == batches) {
+      info(fmt("epoch %lld batch %lld/%lld loss %.4f %.0f img/s", static_cast<long long>(s.epoch + 1),
+               static_cast<long long>(s.batch), static_cast<long long>(batches), loss, rate));
+    }
+  }
+  p.window_start = Clock::now();
+  p.window_images = 0;
+}
+
+struct TrainResult {
+  double loss = 0, accuracy = 0;  // over the images of the epoch, each as the model was at its step
+  double seconds = 0;
+  int64_t images = 0;
+};
+
+// Trains on epoch t.state.epoch from batch t.state.batch on (not 0 when resuming inside it). Loss
+// and accuracy accumulate on the device and are read once, at the end. Returns nothing when Ctrl-C
+// asked to stop; t.state then stands after the last step taken.
+std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, const Config& c, Metrics& metrics) {
+  t.model->train();
+  loader.set_epoch(t.state.epoch);
+  Progress progress{.first_batch = t.state.batch};
+  const int64_t batches = loader.num_batches();
+  Tensor loss_sum, correct;
+  int64_t seen = 0;
+  for (int64_t i = t.state.batch; i < batches; ++i) {
+    data::Batch b = loader.batch(i);
+    // shifted-in pixels get the background: black (0) after normalisation is -mean / std
+    if (c.augment > 0) b.inputs = data::random_translate(b.inputs, c.augment, -0.1307 / 0.3081);
+    t.optimizer->zero_grad();
+    Tensor logits = (*t.model)(b.inputs);
+    Tensor loss = cross_entropy(logits, b.targets);
+    loss.backward();
+    t.optimizer->step();
+    if (t.scheduler && c.scheduler == "onecycle") t.scheduler->step();  // one-cycle steps per batch
+    ++t.state.step;
+    t.state.batch = i + 1;
+    {
+      NoGradGuard no_grad;
+      Tensor l = loss.detach() * static_cast<double>(b.targets.numel());
+      Tensor ok = eq(argmax(logits.detach(), 1), b.targets).sum();
+      loss_sum = loss_sum.defined() ? loss_sum + l : l;
+      correct = correct.defined() ? correct + ok : ok;
+    }
+    seen += b.targets.numel();
+    progress.window_images += b.targets.numel();
+    if ((i + 1) % c.log_interval == 0 || i + 1 == batches)
+      log_progress(c, t.state, batches, loss.item(), progress, metrics);
+    if (g_interrupts.load() > 0) return std::nullopt;
+  }
+  if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch
+  TrainResult r;
+  r.seconds = std::chrono::duration<double>(Clock::now() - progress.epoch_start).count();
+  r.images = seen;
+  r.loss = seen ? loss_sum.item() / static_cast<double>(seen) : 0.0;
+  r.accuracy = seen ? correct.item() / static_cast<double>(seen) : 0.0;
+  return r;
+}
+
+// ---- evaluate ----
+
+struct TestResult {
+  double loss = 0, accuracy = 0;
+};
+
+// Sum of the loss and count of correct predictions over the test set, and the confusion matrix
+// (rows: true digit, columns: predicted), all accumulated on the device and read once.
+TestResult test(nn::Module& model, const data::DataLoader& loader, std::vector<int64_t>* confusion) {
+  NoGradGuard no_grad;
+  model.eval();
+  Tensor loss_sum, correct, counts;
+  for (const data::Batch& b : loader) {
+    Tensor logits = model(b.inputs);
+    Tensor l = cross_entropy(logits, b.targets, Reduction::sum);
+    Tensor predicted = argmax(logits, 1);
+    Tensor c = eq(predicted, b.targets).sum();
+    Tensor pairs = one_hot(b.targets * 10 + predicted, 100).sum({0});  // [100]: true * 10 + predicted
+    loss_sum = loss_sum.defined() ? loss_sum + l : l;
+    correct = correct.defined() ? correct + c : c;
+    counts = counts.defined() ? counts + pairs : pairs;
+  }
+  auto n = static_cast<double>(loader.size());
+  if (confusion) {
+    confusion->clear();
+    for (float v : counts.to_vector<float>()) confusion->push_back(static_cast<int64_t>(v));
+  }
+  return {loss_sum.item() / n, correct.item() / n};
+}
+
+// ---- log ----
+
+// The epoch's line on stdout (a progress bar gives way to it) and in the metrics file.
+void log_epoch(const Training& t, const TrainResult& train, const TestResult& test, Metrics& metrics) {
+  const long long epoch = t.state.epoch + 1;
+  double images_per_s = static_cast<double>(train.images) / std::max(train.seconds, 1e-9);
+  if (g_tty && g_verbosity >= 1) std::cerr << "\r\033[K" << std::flush;
+  std::cout << fmt("epoch %2lld  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  %.1f s  %.0f img/s  lr %.4g",
+                   epoch, train.loss, 100 * train.accuracy, test.loss, 100 * test.accuracy, train.seconds,
+                   images_per_s, t.optimizer->lr())
+            << std::endl;
+  metrics.write(fmt("{\"type\":\"epoch\",\"epoch\":%lld,\"train_loss\":%.6f,\"train_accuracy\":%.6f,\"test_loss\":%.6f,"
+                    "\"test_accuracy\":%.6f,\"seconds\":%.3f,\"images_per_s\":%.1f,\"lr\":%.8g}",
+                    epoch, train.loss, train.accuracy, test.loss, test.accuracy, train.seconds, images_per_s,
+                    t.optimizer->lr()));
+}
+
+// The curves of --plot, a point per epoch of this run.
+struct History {
+  std::vector<double> epochs, train_losses, test_losses, test_accuracies;
+
+  void add(int64_t epoch, const TrainResult& train, const TestResult& test) {
+    epochs.push_back(static_cast<double>(epoch));
+    train_losses.push_back(train.loss);
+    test_losses.push_back(test.loss);
+    test_accuracies.push_back(test.accuracy);
+  }
+};
+
+void plot_history(const std::string& path, const History& h) {
+  apps::write_plot_png(path, {{"Loss", "epoch", "cross-entropy",
+                               {{"train loss", h.epochs, h.train_losses, apps::plot_blue},
+                                {"test loss", h.epochs, h.test_losses, apps::plot_orange}}},
+                              {"Test accuracy", "epoch", "accuracy",
+                               {{"test accuracy", h.epochs, h.test_accuracies, apps::plot_green}}}});
+}
+
+void print_confusion(const std::vector<int64_t>& m) {
+  std::cout << "confusion matrix (rows: true digit, columns: predicted)\n      ";
+  for (int p = 0; p < 10; ++p) std::cout << fmt("%6d", p);
+  std::cout << "\n";
+  for (int t = 0; t < 10; ++t) {
+    std::cout << fmt("%6d", t);
+    for (int p = 0; p < 10; ++p) std::cout << fmt("%6lld", static_cast<long long>(m[static_cast<size_t>(t * 10 + p)]));
+    std::cout << "\n";
+  }
+}
+
+// ---- checkpoint ----
+
+// Writes the run, standing at `state`, to --save (when given), with the random stream as it is now.
+void save_run(const Config& c, const Training& t, apps::RunState state) {
+  if (c.save.empty()) return;
+  state.rng_seed = default_generator().seed();
+  state.rng_offset = default_generator().offset();
+  apps::save_checkpoint(c.save, *t.model, *t.optimizer, t.scheduler.get(), state);
+  info("saved " + c.save);
+}
+
+// After an epoch's test: saved as "epoch done", so that a resume starts the next one.
+void save_epoch_end(const Config& c, const Training& t) {
+  apps::RunState next = t.state;
+  ++next.epoch;
+  next.batch = 0;
+  save_run(c, t, next);
+}
+
+// Ctrl-C: saved where it stopped, inside the epoch; a resume goes on from the next batch.
+int stop_interrupted(const Config& c, const Training& t) {
+  info("interrupted: stopping at a step boundary");
+  save_run(c, t, t.state);
+  if (c.save.empty()) info("nothing saved (no --save given)");
+  return 130;
+}
+
+// ---- the run ----
+
+int run(const Config& c) {
+  Device device = apps::pick_device(c.device, info, g_verbosity >= 2);
+  set_allow_tf32(c.tf32);
+  std::optional<apps::LoadedCheckpoint> resumed = load_resumed(c);
+  info("config: " + c.json());
+  Loaders data = load_data(c, device);
+  Training t = build_training(c, device, data.train.num_batches(), resumed);
+  Metrics metrics = open_metrics(c, resumed.has_value());
+  std::signal(SIGINT, on_sigint);
+
+  History history;
+  std::vector<int64_t> confusion;  // of the latest test
+  double best = 0.0;
+  Clock::time_point run_start = Clock::now();
+  for (; t.state.epoch < c.epochs; ++t.state.epoch, t.state.batch = 0) {
+    std::optional<TrainResult> train = train_epoch(t, data.train, c, metrics);
+    if (!train) return stop_interrupted(c, t);
+    TestResult r = test(*t.model, data.test, &confusion);
+    best = std::max(best, r.accuracy);
+    log_epoch(t, *train, r, metrics);
+    history.add(t.state.epoch + 1, *train, r);
+    save_epoch_end(c, t);
+    if (!c.plot.empty()) plot_history(c.plot, history);
+  }
+
+  double total = std::chrono::duration<double>(Clock::now() - run_start).count();
+  if (!confusion.empty()) print_confusion(confusion);
+  std::cout << fmt("best test accuracy %.2f%%  total %.1f s  device %s", 100 * best, total, device.str().c_str())
+            << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  if (const char* env = std::getenv("KILN_DATA")) c.data = env;  // before the flags: --help shows it
+  CLI::App app{"mnist-train: trains a digit classifier on MNIST with kiln"};
+  add_options(app, c);
+  if (std::optional<int> code = apps::parse_command_line(app, argc, argv)) return *code;
   g_verbosity = c.verbosity;
   g_tty = ::isatty(STDERR_FILENO) != 0;
   try {

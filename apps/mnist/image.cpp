@@ -1,4 +1,4 @@
-#include "kiln/datasets/image.h"
+#include "apps/mnist/image.h"
 
 #include <algorithm>
 #include <array>
@@ -12,8 +12,8 @@
 #include <system_error>
 #include <vector>
 
-// stb_image is compiled here, static so that its symbols stay inside kiln and cannot clash with an
-// application that compiles its own copy. Its code is not held to kiln's warning flags.
+// stb_image is compiled here, static so that its symbols stay in this file and cannot clash with
+// another copy (test_plot compiles its own). Its code is not held to kiln's warning flags.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wconversion"
 #pragma GCC diagnostic ignored "-Wsign-conversion"
@@ -30,7 +30,7 @@
 #include <stb_image.h>
 #pragma GCC diagnostic pop
 
-namespace kiln::data {
+namespace kiln::apps {
 namespace {
 
 namespace fs = std::filesystem;
@@ -217,7 +217,7 @@ std::vector<float> mnist_digit(const uint8_t* grey, int width, int height,
   // 5. Render the crop alone, scaled, to find its centre of mass. The margin holds the crop's
   // pixel around the box and bilinear's spread of one more source pixel. Whole-pixel origins keep
   // a box that is already 20 pixels (scale 1) as it was: MNIST's own digits pass through unchanged
-  // (tests/datasets/test_image.cpp measures it on the test set).
+  // (tests/apps/test_image.cpp measures it on the test set).
   const int margin = 2 + static_cast<int>(std::ceil(2 * scale));
   const int nu = static_cast<int>(std::ceil((x1 + 1 - x0) * scale)) + 2 * margin;
   const int nv = static_cast<int>(std::ceil((y1 + 1 - y0) * scale)) + 2 * margin;
@@ -271,27 +271,27 @@ Tensor to_mnist_digit(const uint8_t* grey, int width, int height) {
 Tensor load_digit_image(const std::string& path) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
-  KILN_CHECK(fs::exists(status), DataError, path, ": cannot open: no such file");
-  KILN_CHECK(fs::is_regular_file(status), DataError, path,
+  KILN_CHECK(fs::exists(status), data::DataError, path, ": cannot open: no such file");
+  KILN_CHECK(fs::is_regular_file(status), data::DataError, path,
              ": cannot open: not a regular file (a directory?)");
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  KILN_CHECK(file != nullptr, DataError, path, ": cannot open for reading: ", std::strerror(errno));
+  KILN_CHECK(file != nullptr, data::DataError, path, ": cannot open for reading: ", std::strerror(errno));
 
   // The header first, so a huge (or corrupt) size is refused before anything is allocated.
   int width = 0, height = 0, channels = 0;
-  KILN_CHECK(stbi_info_from_file(file.get(), &width, &height, &channels), DataError, path,
+  KILN_CHECK(stbi_info_from_file(file.get(), &width, &height, &channels), data::DataError, path,
              ": not an image stb_image can read: ", stbi_failure_reason());
-  KILN_CHECK(width <= kMaxImageSide && height <= kMaxImageSide, DataError, path, ": ", width, "x",
+  KILN_CHECK(width <= kMaxImageSide && height <= kMaxImageSide, data::DataError, path, ": ", width, "x",
              height, " pixels; images of a digit may be at most ", kMaxImageSide, " on a side");
   std::unique_ptr<stbi_uc, StbFree> pixels(
       stbi_load_from_file(file.get(), &width, &height, &channels, 0));
-  KILN_CHECK(pixels != nullptr, DataError, path, ": cannot decode: ", stbi_failure_reason());
+  KILN_CHECK(pixels != nullptr, data::DataError, path, ": cannot decode: ", stbi_failure_reason());
 
   std::vector<uint8_t> grey = to_grey(pixels.get(), width, height, channels);
   pixels.reset();
   InkLevels levels = ink_levels(grey.data(), width, height);
-  KILN_CHECK(levels.contrast >= kMinInkContrast, DataError, path, ": the image ", no_ink(levels));
+  KILN_CHECK(levels.contrast >= kMinInkContrast, data::DataError, path, ": the image ", no_ink(levels));
   return field_tensor(mnist_digit(grey.data(), width, height, levels));
 }
 
-}  // namespace kiln::data
+}  // namespace kiln::apps

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/datasets/image.h"
+#include "apps/mnist/image.h"
 #include "kiln/datasets/mnist.h"
-#include "idx_writer.h"
+#include "tests/datasets/idx_writer.h"
 
 // The writer only makes the test's pictures; static, so it cannot clash with another copy.
 #pragma GCC diagnostic push
@@ -32,6 +32,7 @@
 #pragma GCC diagnostic pop
 
 using namespace kiln;
+using namespace kiln::apps;
 using namespace kiln::data;
 using kiln::test::TempDir;
 

@@ -1,5 +1,6 @@
-// Turns a picture of a handwritten digit (a photo, a scan, a drawing) into an MNIST-like input by
-// the steps that made MNIST itself (LeCun et al. 1998; yann.lecun.com/exdb/mnist):
+// mnist-predict's pictures: a picture of a handwritten digit (a photo, a scan, a drawing) made
+// into an MNIST-like input by the steps that made MNIST itself (LeCun et al. 1998;
+// yann.lecun.com/exdb/mnist):
 //
 //   1. grey: luminance 0.299 R + 0.587 G + 0.114 B, transparent pixels composited onto white;
 //   2. polarity: ink is what differs from the background, read as the median of the outermost
@@ -24,20 +25,20 @@
 #include "kiln/core/tensor.h"
 #include "kiln/datasets/idx.h"
 
-namespace kiln::data {
+namespace kiln::apps {
 
 // Images larger than this on either side are refused: no digit needs it, and a decoded
 // 16384 x 16384 RGBA image is already 1 GiB.
 inline constexpr int kMaxImageSide = 16384;
 
 // Reads a PNG, JPEG, BMP, GIF (first frame), TGA, PSD, HDR, PIC or PNM file, any size up to
-// kMaxImageSide, any channel count, 8 or 16 bits, and preprocesses it as above. DataError naming
-// the file when it cannot be read or decoded (with the decoder's reason), is too large, or holds
-// no ink (a blank or nearly uniform picture).
+// kMaxImageSide, any channel count, 8 or 16 bits, and preprocesses it as above. data::DataError
+// naming the file when it cannot be read or decoded (with the decoder's reason), is too large, or
+// holds no ink (a blank or nearly uniform picture).
 Tensor load_digit_image(const std::string& path);
 
 // The preprocessing alone, on a grey image (row-major, width * height bytes, 0 black, 255 white,
 // either polarity). ValueError when the sizes are outside 1..kMaxImageSide or the image has no ink.
 Tensor to_mnist_digit(const uint8_t* grey, int width, int height);
 
-}  // namespace kiln::data
+}  // namespace kiln::apps
