@@ -12,6 +12,14 @@
 
 namespace kiln {
 
+namespace {
+// The error for a device whose backend this build left out: what to configure, or to use instead.
+[[noreturn, maybe_unused]] void not_built(const Device& device, const char* backend, const char* needs) {
+  KILN_FAIL(BackendUnavailable, "device ", device, ": this build of kiln has no ", backend, " backend (configure with ",
+            needs, "; or use --device cpu)");
+}
+}  // namespace
+
 Backend& backend_for(const Device& device) {
   switch (device.type) {
     case DeviceType::cpu:
@@ -20,17 +28,13 @@ Backend& backend_for(const Device& device) {
 #ifdef KILN_WITH_CUDA
       return cuda::backend(device.index);
 #else
-      KILN_FAIL(BackendUnavailable, "device ", device,
-                ": this build of kiln has no CUDA backend (configure with the CUDA toolkit and "
-                "KILN_CUDA=ON; or use --device cpu)");
+      not_built(device, "CUDA", "the CUDA toolkit and KILN_CUDA=ON");
 #endif
     case DeviceType::vulkan:
 #ifdef KILN_WITH_VULKAN
       return vulkan::backend(device.index);
 #else
-      KILN_FAIL(BackendUnavailable, "device ", device,
-                ": this build of kiln has no Vulkan backend (configure with the Vulkan headers, loader and "
-                "glslc and KILN_VULKAN=ON; or use --device cpu)");
+      not_built(device, "Vulkan", "the Vulkan headers, loader and glslc and KILN_VULKAN=ON");
 #endif
   }
   KILN_FAIL(DeviceError, "unknown device type");

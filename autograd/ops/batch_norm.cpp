@@ -4,8 +4,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 // y = batch_norm(x) with x seen as [N, C, S] = nc_s; x (contiguous), mean and invstd the values the

@@ -34,4 +34,7 @@ Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool k
 Tensor before_activation(Activation activation, const Tensor& y, const Tensor& g);
 
 }  // namespace detail
+
+using detail::empty_as;
+
 }  // namespace kiln

@@ -4,8 +4,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 Conv2dParams conv_params(const Conv2dConfig& c) {

@@ -4,8 +4,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   KILN_CHECK(p >= 0.0 && p <= 1.0, ValueError, "dropout: p must be in [0, 1], got ", p);
   detail::check_floating("dropout", x);

@@ -7,8 +7,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 const char* name_of(BinaryOp op) { return binary_op_name(op).data(); }

@@ -4,8 +4,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 // x's layout as the indexing kernels see it: contiguous [outer, n, inner] around `axis`.
 TensorRef around_axis(const Tensor& x, int64_t axis) {

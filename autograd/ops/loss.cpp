@@ -4,8 +4,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 Tensor apply_reduction(const Tensor& losses, Reduction reduction) {

@@ -4,8 +4,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 // How the kernel reads one operand of a (batched) matmul: the last two axes are a matrix read

@@ -3,8 +3,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 Pool2dParams pool_params(const Pool2dConfig& c) {

@@ -8,8 +8,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 // Runs `op` of the backend over `axes` (normalised) and returns the result with keepdim = true.

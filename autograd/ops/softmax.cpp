@@ -3,8 +3,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 BackwardFn softmax_gradient(const Tensor& y, int64_t axis) {

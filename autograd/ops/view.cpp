@@ -7,8 +7,6 @@
 
 namespace kiln {
 
-using detail::empty_as;
-
 namespace {
 
 // A view of x with a new layout that records `op` when x needs a gradient; `gradient` builds the

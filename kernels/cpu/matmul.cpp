@@ -180,62 +180,61 @@ void pack_b_sliver_transposed_portable(const T* src, int64_t ldb, int64_t kc, T*
 }
 
 #if KILN_HAVE_X86
-// 6 x 16 floats: acc[i][h] holds C[i][8h .. 8h+7].
-__attribute__((target("avx2,fma"))) void micro_kernel_f32_avx2(int64_t kc, const float* a,
-                                                                const float* b, float* c,
-                                                                int64_t ldc, bool overwrite) {
-  __m256 acc[6][2];
-#pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p, a += 6, b += 16) {
-    // Packed B is 64-byte aligned and each step is 64 bytes: aligned loads.
-    __m256 b0 = _mm256_load_ps(b);
-    __m256 b1 = _mm256_load_ps(b + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; ++i) {
-      __m256 ai = _mm256_broadcast_ss(a + i);
-      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-    }
-  }
-#pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) {
-    float* row = c + i * ldc;
-    if (!overwrite) {
-      acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_loadu_ps(row));
-      acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_loadu_ps(row + 8));
-    }
-    _mm256_storeu_ps(row, acc[i][0]);
-    _mm256_storeu_ps(row + 8, acc[i][1]);
-  }
-}
+// One AVX2 register of T and the operations the micro-kernel needs: 8 floats or 4 doubles.
+template <class T> struct Avx2;
+template <> struct Avx2<float> {
+  using Reg = __m256;
+  static constexpr int64_t kLanes = 8;
+  __attribute__((target("avx2,fma"))) static Reg zero() { return _mm256_setzero_ps(); }
+  __attribute__((target("avx2,fma"))) static Reg load(const float* p) { return _mm256_load_ps(p); }
+  __attribute__((target("avx2,fma"))) static Reg loadu(const float* p) { return _mm256_loadu_ps(p); }
+  __attribute__((target("avx2,fma"))) static Reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  __attribute__((target("avx2,fma"))) static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  __attribute__((target("avx2,fma"))) static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  __attribute__((target("avx2,fma"))) static void storeu(float* p, Reg v) { _mm256_storeu_ps(p, v); }
+};
+template <> struct Avx2<double> {
+  using Reg = __m256d;
+  static constexpr int64_t kLanes = 4;
+  __attribute__((target("avx2,fma"))) static Reg zero() { return _mm256_setzero_pd(); }
+  __attribute__((target("avx2,fma"))) static Reg load(const double* p) { return _mm256_load_pd(p); }
+  __attribute__((target("avx2,fma"))) static Reg loadu(const double* p) { return _mm256_loadu_pd(p); }
+  __attribute__((target("avx2,fma"))) static Reg broadcast(const double* p) { return _mm256_broadcast_sd(p); }
+  __attribute__((target("avx2,fma"))) static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_pd(a, b, c); }
+  __attribute__((target("avx2,fma"))) static Reg add(Reg a, Reg b) { return _mm256_add_pd(a, b); }
+  __attribute__((target("avx2,fma"))) static void storeu(double* p, Reg v) { _mm256_storeu_pd(p, v); }
+};
 
-// 6 x 8 doubles: acc[i][h] holds C[i][4h .. 4h+3].
-__attribute__((target("avx2,fma"))) void micro_kernel_f64_avx2(int64_t kc, const double* a,
-                                                                const double* b, double* c,
-                                                                int64_t ldc, bool overwrite) {
-  __m256d acc[6][2];
+// 6 x 2 registers: 6 x 16 floats or 6 x 8 doubles; acc[i][h] holds C[i][h L .. h L + L - 1],
+// L the lanes of a register.
+template <class T>
+__attribute__((target("avx2,fma"))) void micro_kernel_avx2(int64_t kc, const T* a, const T* b, T* c, int64_t ldc,
+                                                            bool overwrite) {
+  using V = Avx2<T>;
+  constexpr int64_t L = V::kLanes;
+  static_assert(Blocking<T>::MR == 6 && Blocking<T>::NR == 2 * L);
+  typename V::Reg acc[6][2];
 #pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_pd();
-  for (int64_t p = 0; p < kc; ++p, a += 6, b += 8) {
-    __m256d b0 = _mm256_load_pd(b);
-    __m256d b1 = _mm256_load_pd(b + 4);
+  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = V::zero();
+  for (int64_t p = 0; p < kc; ++p, a += 6, b += 2 * L) {
+    // Packed B is 64-byte aligned and each step is 64 bytes: aligned loads.
+    const typename V::Reg b0 = V::load(b), b1 = V::load(b + L);
 #pragma GCC unroll 6
     for (int i = 0; i < 6; ++i) {
-      __m256d ai = _mm256_broadcast_sd(a + i);
-      acc[i][0] = _mm256_fmadd_pd(ai, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_pd(ai, b1, acc[i][1]);
+      const typename V::Reg ai = V::broadcast(a + i);
+      acc[i][0] = V::fmadd(ai, b0, acc[i][0]);
+      acc[i][1] = V::fmadd(ai, b1, acc[i][1]);
     }
   }
 #pragma GCC unroll 6
   for (int i = 0; i < 6; ++i) {
-    double* row = c + i * ldc;
+    T* row = c + i * ldc;
     if (!overwrite) {
-      acc[i][0] = _mm256_add_pd(acc[i][0], _mm256_loadu_pd(row));
-      acc[i][1] = _mm256_add_pd(acc[i][1], _mm256_loadu_pd(row + 4));
+      acc[i][0] = V::add(acc[i][0], V::loadu(row));
+      acc[i][1] = V::add(acc[i][1], V::loadu(row + L));
     }
-    _mm256_storeu_pd(row, acc[i][0]);
-    _mm256_storeu_pd(row + 4, acc[i][1]);
+    V::storeu(row, acc[i][0]);
+    V::storeu(row + L, acc[i][1]);
   }
 }
 // The transposed B sliver for f32, 8 x 8 blocks at a time: load 8 rows of 8 values, transpose
@@ -302,11 +301,9 @@ template <class T> const Kernels<T>& kernels() {
 #if KILN_HAVE_X86
     if (cpu_has_avx2_fma()) {
       if constexpr (std::is_same_v<T, float>) {
-        k.micro = micro_kernel_f32_avx2;
         k.pack_b_transposed = pack_b_sliver_transposed_f32_avx2;
-      } else {
-        k.micro = micro_kernel_f64_avx2;
       }
+      k.micro = micro_kernel_avx2<T>;
     }
 #endif
     return k;
