@@ -7,8 +7,7 @@
 //
 // The sums. A channel of the MNIST-sized [64, 32, 26, 26] is 43,264 values and there are only 32
 // channels: a block per channel would leave most of an H100's 132 SMs idle, each block waiting on
-// one load per thread at a time (a first version did that: 0.098 ms for the forward, measured
-// while compute-sanitizer ran other tests on the same GPU, so a rough figure).
+// one load per thread at a time (a first version did that: kernels/cuda/NOTES.md).
 // So each channel is cut into `parts` runs of planes (about four blocks per SM in all), a block
 // per (part, channel) sums its run in double, and a small kernel adds the parts of each channel in
 // a fixed order (a run repeats its bits). A block's threads are rows of ts threads along s, so a
@@ -18,10 +17,10 @@
 // The backward sums g and g * xhat the same way, then an elementwise kernel writes grad_x; apply
 // is elementwise too, one channel lookup per plane. Two passes over x forward, two over x and the
 // gradient backward, where the composed ops batch_norm used to run took about a dozen.
-// Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax, f32 training): [64, 32, 26,
-// 26] forward 0.019 ms, backward 0.022 ms (a block per channel: 0.098 and 0.109, the rough figures above); [128, 64, 56, 56]
-// forward 0.192 ms, backward 0.263 ms (1.76 and 1.78), 35% and 39% of the copy bandwidth in the
-// bench's bytes (x and y; x, g and grad_x), which leave out the second read of x.
+// Bench: `kernel-bench --only softmax` (the batch_norm rows). Measured (H100 80GB HBM3, 2026-11-22,
+// kernel-bench --only softmax, f32 training): [64, 32, 26, 26] forward 0.019 ms, backward
+// 0.022 ms; [128, 64, 56, 56] forward 0.192 ms, backward 0.263 ms, 35% and 39% of the copy
+// bandwidth in the bench's bytes (x and y; x, g and grad_x), which leave out the second read of x.
 #include <algorithm>
 #include <cstdint>
 

@@ -6,170 +6,60 @@
 //   (g = o / (O/G); reads outside the input are zeros; act: the epilogue's activation, e.g. ReLU,
 //   applied as each forward version stores an element, so a layer's ReLU costs no pass of its
 //   own.) Accumulation is in T, as on the CPU.
-// Bench: `kernel-bench --only conv` (every version against cuDNN; figures: kernels/README.md,
-// from kernel-bench). Versions are declared in kernels/cuda/conv2d.cuh; the implicit GEMM
-// engines live in kernels/cuda/conv2d/ (implicit_gemm.cuh on the CUDA cores, tensor_cores.cuh,
-// patch.cuh), the direct kernels, the planning and the versions here. Figures quoted below are
-// from H100 80GB HBM3, 2026-11-22, kernel-bench --only conv, f32, ms, MNIST CNN layers conv1
-// x[64,1,28,28] w[32,1,3,3] and conv2 x[64,32,26,26] w[64,32,3,3] (stride 1, no padding).
 //
 // The GEMM view. Per group, the forward pass is a matrix product C[M, N] = A[M, K] . B[K, N] with
 //   M = N_img*OH*OW (one row per output pixel), N = O/G, K = C/G*KH*KW,
 //   A = the im2col matrix (row: an output pixel, column: one (c, kh, kw) tap), B = w_g^T.
-// Both backwards are products of the same pieces:
-//   backward input   M = N_img*H*W (one row per input pixel), N = C/G, K = O/G*KH*KW:
-//                    A(m, (o, kh, kw)) = grad_y at the output pixel whose tap (kh, kw) reads
-//                    input pixel m, or 0 when no output does (stride/dilation do not divide)
+//   backward input   M = N_img*H*W, N = C/G, K = O/G*KH*KW: A(m, (o, kh, kw)) = grad_y at the
+//                    output pixel whose tap (kh, kw) reads input pixel m, or 0 when none does
 //   backward weight  M = O/G, N = C/G*KH*KW, K = N_img*OH*OW: grad_y_g . im2col
 //
-// Forward version 1 (direct): one thread per output element loops over its C/G*KH*KW taps.
-//   Neighbouring threads own neighbouring output columns, so x reads coalesce and w reads are
-//   broadcasts. A tutorial baseline only: even at conv1, where C*KH*KW = 9 leaves the GEMM's K
-//   slice mostly empty, it took 0.0411 ms against 0.0105 for version 2 (cuDNN 0.0315); the
-//   per-thread index decode costs more than the 9 FMAs.
-// Forward version 2 (implicit GEMM): the GEMM above with a BM x BN block tile (128 x 64, or
-//   128 x 32 / 128 x 16 when O/G is small) stepping through K in slices of BK = 16. Each slice of
-//   A and B is gathered from x and w straight into shared memory, so the im2col matrix is never
-//   materialised; the (c, kh, kw) decode of the slice's 16 columns is done once per slice into a
-//   shared table, and each thread decodes its fixed row (n, oh, ow) once before the loop, so a
-//   load costs two bounds checks and an add. Each thread then accumulates a TM x TN = 8 x 4
-//   register tile (rows strided by BM/TM so that a warp's threads own neighbouring output pixels:
-//   conflict-free shared reads, coalesced stores). The epilogue (bias, activation) applies as the
-//   tile is stored.
-//   conv2: 0.1547 ms, 8.8 TFLOP/s (cuDNN 0.0717).
-// Forward version 3 (implicit GEMM, prefetch; production): version 2 with the loads of slice
-//   k+1 issued into registers before slice k's FMAs and written to the shared tiles after them,
-//   so their latency hides behind the arithmetic instead of stalling the block; two barriers per
-//   slice instead of three, the same shared memory.
-//   conv2: 0.099 ms (cuDNN 0.072); batch 512: 0.539 (cuDNN 0.276). At conv1 (O = 32, a 128 x 32
-//   tile) version 2 is slightly faster: 0.0092 against 0.0098.
-// Forward version 4 (implicit GEMM, prefetch, 8 x 8 thread tiles): version 3's 128 x 64 block tile
-//   computed by 128 threads of 8 x 8 instead of 256 of 8 x 4, for O/G > 32 (else version 3). Each
-//   K step reads 16 shared values for 64 FMAs instead of 12 for 32, which matters at large M
-//   (batch 512: M = 294912) where the shared-memory reads bound version 3; the A tile is still
-//   loaded m-fast (128 threads cover BM = 128). Figures: kernels/README.md, from kernel-bench.
-// Backward input version 1 (direct gather): one thread per grad_x element sums the grad_y values
-//   of every (o, kh, kw) whose tap lands on it; no atomics, every element written once. Used when
-//   version 3 does not apply and C/G <= 8, where the GEMM's N tile would be mostly empty.
-//   conv2: 3.58 ms.
-// Backward input version 2 (implicit GEMM, gather form): the same kernel template as forward
-//   version 2 with the gather-form A above: A(m, k) skips taps whose offset the stride does not
-//   divide, so the transposed convolution needs neither atomics nor a zeroed output. Its A loads
-//   (a division test per element) make it slow: conv2 0.5047 ms, 2.7 TFLOP/s (cuDNN 0.0615).
-//   Production for stride > 1 or padding > dilation*(kernel-1) when C/G > 8.
-// Backward input version 3 (as a forward convolution; production where it applies): with
-//   stride 1, grad_x[n, c, i, j] = sum_{o, kh, kw} w[o, c, kh, kw] gy[n, o, i + ph - kh*dh, ...];
-//   flipping kh -> KH-1-kh makes the row read i - ph' + kh*dh with ph' = dh*(KH-1) - ph, i.e.
-//   grad_x = conv2d_forward(grad_y, w', pad ph', same dilation and groups), where
-//   w'[g*C/G + c, o, kh, kw] = w[g*O/G + o, c, KH-1-kh, KW-1-kw] (per group: in and out channel
-//   axes swapped, kernel flipped). A small kernel writes w' into a workspace, then forward
-//   version 3 runs with no bias. Needs ph' >= 0 and pw' >= 0 (padding <= dilation*(kernel-1)).
-//   conv2: 0.113 ms (cuDNN 0.071); batch 512: 0.699 (cuDNN 0.257).
-// Backward input version 4: version 3 on forward version 4.
-// Forward version 6 (direct, few output channels): for O/G <= 16, where even a 16-column GEMM tile
-//   is mostly empty, one thread per output pixel computes all O/G outputs, the group's weights in
-//   shared memory as [C/G*KH*KW][kOut] so that a tap's weights are one broadcast read and each input
-//   value feeds kOut FMAs. Not used by the production forward (no layer of the bench has O/G <= 16).
-// Backward input version 6: version 3's forward form on forward version 6, for the first layer's
-//   single input channel, where version 3's GEMM keeps 1 of 16 columns. conv1 batch 64: 0.047 ms
-//   against version 3's 0.050 and cuDNN's 0.035; batch 512: 0.178 against 0.324 and 0.074 (H100
-//   80GB HBM3, 2026-11-22, kernel-bench). Far from what its traffic allows (5.5 MB of grad_y):
-//   only 196 blocks of 256 threads at batch 64, and each thread reads its 288 taps from global
-//   memory one after another.
-// Forward version 8 (few output channels, stride 1, the input rows in shared memory) and backward
-//   input version 8 (version 3's forward form on it; production for C/G <= 4 where version 3
-//   applies): a block of 128 threads owns a band of output rows (as many as its threads cover:
-//   4 of conv1's 28) and copies, 8 input channels at a time, the input rows the band reads into
-//   shared memory once; each thread then computes its pixel's outputs from there, a 3x3 kernel's
-//   taps unrolled to constant offsets. conv1 backward input, batch 64: 0.0245 ms (version 6:
-//   0.048, cuDNN 0.035); batch 512: 0.108 (0.179, cuDNN 0.077). A first version with bands of
-//   256 threads at two pixels each and runtime tap loops took 0.051 and 0.154: too few blocks at
-//   batch 64 (128), and the tap loops' index arithmetic (H100 80GB HBM3, 2026-11-22,
-//   kernel-bench --only conv --shape conv1).
-// Backward weight version 1 (implicit GEMM, split-K): K = N_img*OH*OW is long and
-//   M x N small (conv2 of MNIST: 64 x 288, K = 36864 at batch 64), so the block tiles alone would
-//   leave most SMs idle. K is split into S ranges; block (tile, s) writes its partial tile to a
-//   workspace [S, O, C/G*KH*KW], and a second kernel sums the S partials of each element in
-//   order: deterministic, no atomics. 64 x 64 tiles of 4 x 4 thread tiles, 32 x 32 for small
-//   layers. S is chosen so that the launch is one full wave: the kernel's occupancy
-//   (cudaOccupancyMaxActiveBlocksPerMultiprocessor, asked once) times the SM count, over the
-//   tiles, with at least 16 K slices per split. An earlier fixed target of 4 blocks per SM (more
-//   than fit: ~100 registers x 256 threads allows 2) measured conv2 0.126 ms (cuDNN 0.070),
-//   batch 512 1.19 (cuDNN 0.547), conv1 0.040 (cuDNN 0.036), x[64,128,56,56] w[128,128,3,3]
-//   pad 1 5.82 (cuDNN 2.85). With the occupancy-derived S: conv2 0.118, batch 512 1.51 (more
-//   splits than before at this size), large 7.02 (H100 80GB HBM3, 2026-11-22, kernel-bench).
-// Backward weight version 2 (split-K, 64 x 128 tiles of 8 x 8; production for f64): the same with 128
-//   threads per block, each owning 8 x 8 outputs (half the shared reads per FMA), and the same
-//   occupancy-derived S. For conv2 (N = 288) the third column tile is a quarter empty. conv2
-//   0.119 ms (cuDNN 0.070), batch 512 0.880 (cuDNN 0.547), large 6.07 (cuDNN 2.82), conv1 0.040
-//   (cuDNN 0.036) (H100 80GB HBM3, 2026-11-22, kernel-bench --only conv).
+// Bench: `kernel-bench --only conv` (every version against cuDNN; `--shape conv2` for one layer).
+// The versions are declared in conv2d.cuh; the GEMM engines are in conv2d/ (implicit_gemm.cuh on
+// the CUDA cores, tensor_cores.cuh, patch.cuh); how each came to be, with the attempts dropped on
+// the way: kernels/cuda/NOTES.md. Figures below: ms on MNIST's conv2, x[64,32,26,26] w[64,32,3,3]
+// (conv1: x[64,1,28,28] w[32,1,3,3]), "a / b" = 3xTF32 / TF32, beside cuDNN's FP32 in the same run
+// (H100 80GB HBM3, 2026-11-22, `kernel-bench` by `scripts/device-run bench`: kernels/README.md).
 //
-// The tensor-core versions (forward 5, backward input 5, backward weight 3; f32 production). The
-// same GEMMs on matmul's tensor-core machinery (matmul/tensor_core.cuh): 32 x 32 warp tiles of
-// mma.sync m16n8k8, a 3-stage cp.async pipeline with one barrier per slice of 16 values of k. In
-// TensorMath::tf32x3 every product is three TF32 products (matmul version 12): f32 accuracy (the
-// max error against cuDNN's FP32 came out 3e-7 to 2e-6 of max|y|, below the SIMT versions'), at
-// TensorMath::tf32 one (allow_tf32: 7e-4). What is new is the loading: cp.async copies
-// 16-byte runs, but an im2col tile is a gather, so each element is its own 4-byte cp.async, its
-// address the sum of a row's offset and a k's, and its existence (padding) one test on the input
-// row and column: a "tap" for each row and each k (Tap below), the k taps of the block's K range
-// worked out once per block into a table in shared memory. A first try kept version 3's loads
-// through registers under the mma: 163 registers a thread, one block per SM, and conv2 forward
-// took 0.123 ms in 3xTF32, slower than version 3; with the gather loaders (128 registers, no
-// staging) 0.088; and 0.074 once a k-fast thread read its k tap once per slice instead of once
-// per copy (cp.async's memory clobber had made the compiler reload it). Slices of 32 or 4 stages
-// measured no faster in a build that switched among them (2-stage and 32-wide slices lose
-// occupancy to shared memory; same GPU and day, at the 0.088 stage). Figures (ms,
-// 3xTF32 / TF32, cuDNN FP32 in the same run; H100 80GB HBM3, 2026-11-22, kernel-bench):
-//   conv2 batch 64:  forward 0.074 / 0.040, cuDNN 0.072 (version 3: 0.102); backward input
-//                    0.086 / 0.065, cuDNN 0.064 (version 3: 0.127); backward weight 0.072 / 0.048,
-//                    cuDNN 0.069 (version 2: 0.120).
-//   conv2 batch 512: forward 0.386 / 0.221, cuDNN 0.279; backward input 0.511 / 0.398, cuDNN
-//                    0.258; backward weight 0.475 / 0.294, cuDNN 0.551.
-//   x[64,128,56,56] w[128,128,3,3] pad 1: forward 1.81 / 1.13, cuDNN 0.687; backward weight
-//                    2.05 / 1.28, cuDNN 2.76 (version 2: 6.17).
-// So 3xTF32 is faster than every SIMT version wherever K >= 32 and O/G > 16: within 1.05x of
-// cuDNN's FP32 at conv2's forward and weight gradient, 1.35x at its input gradient, 1.4-2.6x at
-// the larger forwards; TF32 runs at 0.3-1.7x cuDNN's FP32 time. cuDNN's own pick for conv2's
-// input gradient moves between runs: over four later runs that day ours took 0.086-0.087 ms each
-// time while cuDNN took 0.051-0.074 ms (its algorithm 2 the fastest, 0.051), so 1.18-1.69x. 3xTF32
-// costs 1.3-1.9x TF32's time, so the mma are not free; the element-wise gathers bound the rest.
+// Forward (cuDNN 0.0715):
+//   1 direct: a thread per output element loops over its C/G*KH*KW taps. The baseline. 1.1930.
+//   2 implicit GEMM: 128 x 64 block tiles (128 x 32, 128 x 16 for small O/G), K in slices of 16
+//     gathered from x straight into shared memory (im2col never materialised), 8 x 4 register
+//     tiles per thread; the epilogue applied as the tile is stored. 0.1058.
+//   3 2 with slice k+1's loads issued into registers before slice k's FMAs. 0.1037.
+//   4 3 with 8 x 8 thread tiles (128 threads) where O/G > 32: half the shared reads per FMA. 0.1342.
+//   5 the GEMM on matmul's tensor cores (mma.sync m16n8k8, 3-stage cp.async pipeline), the im2col
+//     tile gathered by 4-byte cp.async from per-block tap tables; TensorMath::tf32x3 (three TF32
+//     products each: f32 accuracy) or tf32 (allow_tf32). 0.0698 / 0.0399.
+//   6 direct for O/G <= 16: a thread per output pixel computes all O/G outputs, the group's
+//     weights in shared memory. Timed as backward input 6.
+//   7 5 with the input patch in shared memory: the input rows of 8 channels a stage copied once,
+//     the mma fragments reading im2col out of it, the weights packed beforehand. 0.0535 / 0.0312.
+//   8 6 at stride 1 with the input rows of a band of output rows in shared memory. Timed as
+//     backward input 8.
+// Backward input (cuDNN 0.0791; conv1 0.0372):
+//   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes. 3.6134.
+//   2 implicit GEMM in gather form (forward 2's kernel): taps the stride does not divide are
+//     skipped, so no atomics and no zeroed output. 0.4476.
+//   3 as a forward convolution: at stride 1 grad_x = conv2d(grad_y, w') with w' the flipped,
+//     channel-swapped weights (written to a workspace) and padding dh*(KH-1) - ph, on forward 3;
+//     needs padding <= dilation*(kernel-1). 0.1267.
+//   4, 5, 6, 7, 8: 3's forward form on forward 4, 5, 6, 7, 8. 4: 0.1267; 5: 0.0822 / 0.0652;
+//     7: 0.0571 / 0.0454; conv1: 6: 0.0482; 8: 0.0251.
+// Backward weight (cuDNN 0.0943):
+//   1 implicit GEMM, split-K: K = N_img*OH*OW cut into S ranges so that the launch is one full wave
+//     at the kernel's occupancy, partial tiles in a workspace [S, O, C/G*KH*KW], then a second
+//     kernel sums them in split order (deterministic, no atomics); 64 x 64 tiles, 32 x 32 for
+//     small layers. 0.1204.
+//   2 1 with 64 x 128 tiles of 8 x 8 thread tiles (128 threads). 0.1196.
+//   3 1 on the tensor cores, as forward 5. 0.0675 / 0.0460.
 //
-// Forward and backward input version 7 (the input patch in shared memory; production for f32 at
-// stride 1, the backward input through version 3's forward form). The gathers above read each
-// input value once per tap that uses it, each time as its own 4-byte copy with its own bounds
-// test. Version 7 (conv2d/patch.cuh) cuts a block's K into stages of 8 input channels and copies,
-// per stage, the input rows its 128 output pixels read (the "patch", padding as zeros: for conv2,
-// 8 rows of 28 columns per channel, where the im2col tile is 128 x 72) once; the mma fragments
-// then read im2col(m, k) straight out of the patch at (pixel offset of m) + (offset of k's tap),
-// one k-step of 8 being one tap of the stage's 8 channels. The weights are packed beforehand (a
-// small kernel, in the workspace) into the order the stages consume, so they arrive as 16-byte
-// copies. The steps, conv2 batch 64 backward input in 3xTF32 (ms; batch 512 in brackets):
-//   first version                                           0.0756 (0.478); TF32 0.048
-//   TF32 split as add, mask, subtract (3 instructions, was 5 with the conversion's inf test),
-//   and the taps in pairs so that "first of the pair" is known at compile time (the predicated
-//   copies of the first mma had issued both ways)            0.0656 (0.420)
-//   the patch copy loop kept rolled (~35 instructions a copy, unrolled with remainders, down
-//   to ~10)                                                 0.0594 (0.381)
-//   channels c and c + 4 side by side in shared memory, in the patch and the packed weights, so
-//   that the two values of a fragment row come in one 8-byte load   0.0567 (0.361)
-// ncu at the 0.0656 step: 54% of issue slots used, the tensor pipe 28% busy, 2.7 warps per
-// scheduler (registers: 4 blocks of 128 threads per SM, and only 384 blocks at batch 64), the top
-// stall "wait" (fixed-latency dependencies: load, split, mma). Not kept: the weights packed
-// already split into (hi, lo) pairs (batch 512 0.421 against 0.381 at that step: the doubled
-// weight stage left 3 blocks per SM instead of 4); __launch_bounds__ asking for 5 blocks per SM
-// (the 3xTF32 kernels spill 324-2768 bytes). Figures (ms, 3xTF32 / TF32, cuDNN FP32 in the same
-// run; H100 80GB HBM3, 2026-11-22, kernel-bench --only conv):
-//   conv2 batch 64:  forward 0.053 / 0.031, cuDNN 0.071 (version 5: 0.074); backward input
-//                    0.057 / 0.046, cuDNN 0.053 (version 5: 0.087).
-//   conv2 batch 512: forward 0.297 / 0.167, cuDNN 0.278 (0.392); backward input 0.365 / 0.254,
-//                    cuDNN 0.258 (0.567).
-//   x[64,128,56,56] w[128,128,3,3] pad 1: forward 1.25 / 0.70, cuDNN 0.69 (1.81); backward input
-//                    1.25 / 0.70, cuDNN 0.69 (1.83).
-// So in 3xTF32 0.75-1.4x cuDNN's FP32 time at conv2, 1.8x at the large layer; in TF32 about
-// cuDNN's FP32 time or less. A first layer's forward (C*KH*KW = 9: most of a stage's 8 channels
-// empty; version 7 took 0.017 ms at conv1 against version 3's 0.010) keeps version 3, and its
-// input gradient (C/G <= 4) runs backward input version 8.
+// Production (CudaBackend::conv2d*): the forward runs 3 where K = C/G*KH*KW < 32 (a first layer:
+// the tensor cores' slices would be mostly empty), else 7 in f32 at stride 1 where its patch fits
+// in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8 where 3
+// applies and C/G <= 4, else 7 where 3 applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8,
+// else 2. The backward weight runs 3 (2 for small layers and f64). The tensor-core versions take
+// TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>

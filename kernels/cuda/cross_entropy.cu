@@ -6,48 +6,28 @@
 // with s the label smoothing. With m the row's max and S = sum_c exp(logits[i, c] - m),
 // -log p[i, c] = (m - logits[i, c]) + log S, so one pass over the row (the online (max, sum)
 // state of softmax.cuh, plus the plain sum of the logits for the smoothing term) gives the loss.
+// The passes over a row are softmax.cu's, from softmax.cuh; the versions add the target's terms.
 //
-// Bench: `kernel-bench --only softmax` (GB/s against the copy bandwidth). Figures:
-// kernels/README.md, from kernel-bench.
+// Bench: `kernel-bench --only softmax` (GB/s against the copy bandwidth). How the versions came to
+// be: kernels/cuda/NOTES.md. Figures below: ms and share of the copy bandwidth, f32 (H100 80GB
+// HBM3, 2026-11-22, `kernel-bench` by `scripts/device-run bench`: kernels/README.md).
 //
-// warp per row (C <= 1024): the lanes stride through the row together and
-//   combine their states with shuffles; lane 0 writes the loss. The backward kernel recomputes
-//   (m, S) the same way, then the lanes write p - target times the incoming gradient.
-// block per row (C > 1024: a language model's vocabulary): 512 threads per row, 16-byte loads
-//   where the row allows, the warps' states combined in shared memory.
-// rows per warp (C <= 32): softmax.cu's version 5, a group of 1 to 8 lanes per row, several rows
-//   per warp, forward and backward.
-// backward, row in registers (C >= 512, up to 32768 f32, 8192 f64): softmax.cu's version 6,
-//   the logits read once and the gradient written once (the block version reads them twice).
-//   On [8192, 32000] the block version moved 2145 GB/s forward (71% of the copy bandwidth) and
-//   the registers version 2191 GB/s backward (73%); once softmax.cuh's block_combine combined
-//   the warps' states as a tree instead of 15 to 31 combines in a row in every thread, 2550 GB/s
-//   (85%) and 2941 GB/s (98%) (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax).
+// warp per row (forward and backward): softmax.cu's version 2; lane 0 writes the loss, or every
+//   lane its elements' p - target times the incoming gradient. [65536, 10] forward 0.0309 ms, 3%;
+//   backward 0.0259 ms, 7%.
+// block per row (forward and backward): version 3, 512 threads per row, 16-byte loads where the
+//   row allows. [8192, 32000] forward 0.4111 ms, 85%; backward 1.0924 ms, 64%.
+// rows per warp (forward and backward, C <= 32): version 5, a group of 1 to 8 lanes per row.
+//   [65536, 10] forward 0.0063 ms, 17%; backward 0.0068 ms, 28%.
+// backward, row in registers (C >= 512, up to 32768 f32, 8192 f64): version 6, the logits read
+//   once and the gradient written once. [8192, 32000] 0.7135 ms, 98%.
 // forward, block per row, unrolled (C > 1024): kUnrolledThreads (256) threads per row, each
-//   loading kUnroll packs of 16 bytes before it uses any, so a thread keeps 64 bytes in flight
-//   instead of 16. The step's max then rescales the running sum once, and each element costs one
-//   exp and no branch (add() branches per element, and takes a second exp whenever the max
-//   moves). Thread 0 fetches the target and its logit at the row's start, so their latency hides
-//   behind the row's loads, and one barrier per row suffices: the warps' partials alternate
-//   between two scratch rows and warp 0 finishes the loss while the others start the next row.
-//   On [8192, 32000]: 0.3548 ms, 2956 GB/s, 98% of the copy bandwidth, where the block version
-//   took 0.4888 ms in the same run (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax);
-//   with 512 threads per row it had moved 2861 GB/s (95%) in an earlier run that day.
-// backward, row split between registers and shared memory (C >= kSplitRowMin): the registers
-//   version holds a row in one block of up to 1024 threads, so an SM works on one row at a time
-//   and its loads stop while the block combines (m, S) and writes the gradient. Here 512 threads
-//   hold 8 packs each in registers (4 in f64) and the rest of the row in shared memory, copied
-//   there by cp.async, which holds no register while in flight; at 64 registers a thread two
-//   blocks fit an SM, so one row's loads run while the other row reduces and writes. The target
-//   and the incoming gradient are fetched at the row's start (the registers version waits for
-//   them after its barriers), and the block's states are combined as a tree of shuffles (now
-//   block_combine itself, for every version). At 32000 classes those changes alone bring the
-//   registers version level with this one; the second row per SM pays on shorter rows (8192 and
-//   under), where one row's pause is a larger share of its time. Rows up to 43008 f32
-//   keep two blocks per SM, longer ones one, up to the shared memory a block may take (73728 f32
-//   aligned on an H100); beyond, the block version. On [8192, 32000]: 0.7104 ms, 2952 GB/s, 98%
-//   of the copy bandwidth, where the registers version took 0.9573 ms in the same run (H100 80GB
-//   HBM3, 2026-11-22, kernel-bench --only softmax).
+//   loading kUnroll packs of 16 bytes before it uses any; a step's max rescales the running sum
+//   once, then one exp and no branch per element; one barrier per row. [8192, 32000] 0.3412 ms, 102%.
+// backward, row split between registers and shared memory (C >= kSplitRowMin): 512 threads hold
+//   8 packs each in registers (4 in f64) and the rest of the row in shared memory (cp.async), so
+//   two rows share an SM: one row's loads run while the other reduces and writes. [8192, 32000]
+//   0.7192 ms, 97%.
 // Production picks by C: rows per warp up to 32, then warp per row; the forward uses the
 //   unrolled block version above 1024; the backward the registers version from 512 and the split
 //   version from kSplitRowMin, 2048, where the two tie on an H100 (block where it does not fit).
@@ -96,6 +76,30 @@ __device__ inline T grad_of(T v, const MaxSum<T>& a, T g, bool is_target, T on, 
   return g * (exp_of(v - a.m) / a.s - (is_target ? on : off));
 }
 
+// Row r's loss, written by one thread: row_loss where the target t is in [0, C), else NaN and the
+// fault recorded. target_logit() reads the target's logit; it is called only for a valid t.
+template <class T, class Logit>
+__device__ inline void store_loss(T* losses, int64_t r, int32_t t, int64_t classes, const MaxSum<T>& a, double total,
+                                  double s, DeviceFault* fault, Logit target_logit) {
+  if (valid(t, classes)) {
+    losses[r] = row_loss(a, target_logit(), total, classes, s);
+  } else {
+    losses[r] = T(NAN);
+    if (fault) report_fault(fault, FaultOp::cross_entropy, t, r, classes);
+  }
+}
+
+// The backward's check of row r's target: outside [0, C) the row's sum becomes NaN, so its whole
+// gradient is NaN, and one thread of the row (`reports`) records the fault.
+template <class T>
+__device__ inline void check_target(MaxSum<T>& a, int32_t t, int64_t r, int64_t classes, bool reports,
+                                    DeviceFault* fault) {
+  if (!valid(t, classes)) {
+    a.s = NAN;
+    if (reports && fault) report_fault(fault, FaultOp::cross_entropy_backward, t, r, classes);
+  }
+}
+
 template <class T>
 __global__ void cross_entropy_warp_kernel(const T* x, const int32_t* targets, T* losses, int64_t rows,
                                           int64_t classes, double s, DeviceFault* fault) {
@@ -103,22 +107,12 @@ __global__ void cross_entropy_warp_kernel(const T* x, const int32_t* targets, T*
   const int64_t warps_per_block = blockDim.x / 32;
   for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / 32; r < rows; r += gridDim.x * warps_per_block) {
     const T* row = x + r * classes;
-    MaxSum<T> a = none<T>();
     double total = 0;
-    for (int64_t c = lane; c < classes; c += 32) {
-      add(a, row[c]);
-      total += static_cast<double>(row[c]);
-    }
-    a = finish(warp_combine(a));
+    const MaxSum<T> a = warp_row_state(row, classes, [&](T v) { total += static_cast<double>(v); });
     total = warp_sum(total);
     if (lane == 0) {
       const int32_t t = targets[r];
-      if (valid(t, classes)) {
-        losses[r] = row_loss(a, row[t], total, classes, s);
-      } else {
-        losses[r] = T(NAN);
-        if (fault) report_fault(fault, FaultOp::cross_entropy, t, r, classes);
-      }
+      store_loss(losses, r, t, classes, a, total, s, fault, [&] { return row[t]; });
     }
   }
 }
@@ -131,17 +125,9 @@ __global__ void cross_entropy_block_kernel(const T* x, const int32_t* targets, T
   const int64_t packs = classes / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * classes;
-    const auto* packed = reinterpret_cast<const Pack<T, V>*>(row);
-    MaxSum<T> a = none<T>();
     double total = 0;
-    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
-      Pack<T, V> p = packed[j];
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        add(a, p.v[e]);
-        total += static_cast<double>(p.v[e]);
-      }
-    }
+    MaxSum<T> a = thread_row_state(reinterpret_cast<const Pack<T, V>*>(row), packs,
+                                   [&](T v) { total += static_cast<double>(v); });
     total = warp_sum(total);
     if (threadIdx.x % 32 == 0) totals[threadIdx.x / 32] = total;
     a = finish(block_combine(a, scratch));  // its first barrier also publishes totals
@@ -149,12 +135,7 @@ __global__ void cross_entropy_block_kernel(const T* x, const int32_t* targets, T
       total = 0;
       for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += totals[w];
       const int32_t t = targets[r];
-      if (valid(t, classes)) {
-        losses[r] = row_loss(a, row[t], total, classes, s);
-      } else {
-        losses[r] = T(NAN);
-        if (fault) report_fault(fault, FaultOp::cross_entropy, t, r, classes);
-      }
+      store_loss(losses, r, t, classes, a, total, s, fault, [&] { return row[t]; });
     }
     __syncthreads();  // thread 0 has read totals before the next row overwrites it
   }
@@ -170,14 +151,9 @@ __global__ void cross_entropy_backward_warp_kernel(const T* x, const int32_t* ta
   for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / 32; r < rows; r += gridDim.x * warps_per_block) {
     const T* row = x + r * classes;
     T* gx = grad_x + r * classes;
-    MaxSum<T> a = none<T>();
-    for (int64_t c = lane; c < classes; c += 32) add(a, row[c]);
-    a = finish(warp_combine(a));
+    MaxSum<T> a = warp_row_state(row, classes);
     const int32_t t = targets[r];
-    if (!valid(t, classes)) {
-      a.s = NAN;  // the whole row of gradient is NaN
-      if (lane == 0 && fault) report_fault(fault, FaultOp::cross_entropy_backward, t, r, classes);
-    }
+    check_target(a, t, r, classes, lane == 0, fault);
     const T g = grad_losses[r];
     for (int64_t c = lane; c < classes; c += 32) gx[c] = grad_of(row[c], a, g, c == t, on, off);
   }
@@ -193,18 +169,9 @@ __global__ void cross_entropy_backward_block_kernel(const T* x, const int32_t* t
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const auto* row = reinterpret_cast<const Pack<T, V>*>(x + r * classes);
     auto* gx = reinterpret_cast<Pack<T, V>*>(grad_x + r * classes);
-    MaxSum<T> a = none<T>();
-    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
-      Pack<T, V> p = row[j];
-#pragma unroll
-      for (int e = 0; e < V; ++e) add(a, p.v[e]);
-    }
-    a = finish(block_combine(a, scratch));
+    MaxSum<T> a = block_row_state(row, packs, scratch);
     const int32_t t = targets[r];
-    if (!valid(t, classes)) {
-      a.s = NAN;
-      if (threadIdx.x == 0 && fault) report_fault(fault, FaultOp::cross_entropy_backward, t, r, classes);
-    }
+    check_target(a, t, r, classes, threadIdx.x == 0, fault);
     const T g = grad_losses[r];
     for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
       Pack<T, V> p = row[j];
@@ -220,74 +187,38 @@ __global__ void cross_entropy_backward_block_kernel(const T* x, const int32_t* t
 template <class T, int G>
 __global__ void cross_entropy_rows_per_warp_kernel(const T* x, const int32_t* targets, T* losses, int64_t rows,
                                                    int64_t classes, double s, DeviceFault* fault) {
-  constexpr int R = 32 / G, K = 4;
-  const int lane = threadIdx.x % 32, sub = lane % G;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t base = warp * R; base < rows; base += warps * R) {
-    const int64_t r = base + lane / G;
-    const bool live = r < rows;
-    MaxSum<T> a = none<T>();
+  for_each_group_row<G>(rows, [&](const GroupRow& at) {
+    T v[kGroupValues];
     double total = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t c = sub + k * G;
-      if (live && c < classes) {
-        const T v = x[r * classes + c];
-        add(a, v);
-        total += static_cast<double>(v);
-      }
-    }
-    a = finish(group_combine<G>(a));
+    const MaxSum<T> a = group_row_state<G>(x, classes, at, v, [&](T e) { total += static_cast<double>(e); });
     total = group_sum<G>(total);
-    if (live && sub == 0) {
+    if (at.live && at.sub == 0) {
+      const int64_t r = at.r;
       const int32_t t = targets[r];
-      if (valid(t, classes)) {
-        losses[r] = row_loss(a, x[r * classes + t], total, classes, s);
-      } else {
-        losses[r] = T(NAN);
-        if (fault) report_fault(fault, FaultOp::cross_entropy, t, r, classes);
-      }
+      store_loss(losses, r, t, classes, a, total, s, fault, [&] { return x[r * classes + t]; });
     }
-  }
+  });
 }
 
 template <class T, int G>
 __global__ void cross_entropy_backward_rows_per_warp_kernel(const T* x, const int32_t* targets, const T* grad_losses,
                                                             T* grad_x, int64_t rows, int64_t classes, double s,
                                                             DeviceFault* fault) {
-  constexpr int R = 32 / G, K = 4;
   const T on = static_cast<T>(1.0 - s + s / static_cast<double>(classes)), off = static_cast<T>(s / static_cast<double>(classes));
-  const int lane = threadIdx.x % 32, sub = lane % G;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t base = warp * R; base < rows; base += warps * R) {
-    const int64_t r = base + lane / G;
-    const bool live = r < rows;
-    T v[K];
-    MaxSum<T> a = none<T>();
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t c = sub + k * G;
-      if (live && c < classes) {
-        v[k] = x[r * classes + c];
-        add(a, v[k]);
-      }
-    }
-    a = finish(group_combine<G>(a));
-    if (!live) continue;
+  for_each_group_row<G>(rows, [&](const GroupRow& at) {
+    T v[kGroupValues];
+    MaxSum<T> a = group_row_state<G>(x, classes, at, v);
+    if (!at.live) return;
+    const int64_t r = at.r;
     const int32_t t = targets[r];
-    if (!valid(t, classes)) {
-      a.s = NAN;
-      if (sub == 0 && fault) report_fault(fault, FaultOp::cross_entropy_backward, t, r, classes);
-    }
+    check_target(a, t, r, classes, at.sub == 0, fault);
     const T g = grad_losses[r];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t c = sub + k * G;
+    for (int k = 0; k < kGroupValues; ++k) {
+      const int64_t c = at.sub + k * G;
       if (c < classes) grad_x[r * classes + c] = grad_of(v[k], a, g, c == t, on, off);
     }
-  }
+  });
 }
 
 // The row in registers (softmax.cu's version 6): logits read once, the gradient written once.
@@ -302,45 +233,13 @@ __global__ void __launch_bounds__(1024)
     const auto* row = reinterpret_cast<const Pack<T, V>*>(x + r * classes);
     auto* gx = reinterpret_cast<Pack<T, V>*>(grad_x + r * classes);
     Pack<T, V> p[P];
-    T m = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (j < packs) {
-        p[i] = row[j];
-#pragma unroll
-        for (int e = 0; e < V; ++e) m = max_of(m, p[i].v[e]);
-      }
-    }
-    T sum = 0;
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (j < packs) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          p[i].v[e] = shifted_exp(p[i].v[e], m);  // e = exp(v - m) replaces v, as in softmax.cu
-          sum += p[i].v[e];
-        }
-      }
-    }
-    MaxSum<T> a = finish(block_combine(MaxSum<T>{m, sum}, scratch));
+    const MaxSum<T> own = load_row_in_registers(row, packs, p, true);  // e = exp(v - m) replaces v
+    MaxSum<T> a = finish(block_combine(own, scratch));
     const int32_t t = targets[r];
-    if (!valid(t, classes)) {
-      a.s = NAN;
-      if (threadIdx.x == 0 && fault) report_fault(fault, FaultOp::cross_entropy_backward, t, r, classes);
-    }
+    check_target(a, t, r, classes, threadIdx.x == 0, fault);
     const T g = grad_losses[r];
-    const T scale = exp_of(m - a.m) / a.s;  // p = e * exp(m - M) / S; NaN where the row is
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (j < packs) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) p[i].v[e] = g * (p[i].v[e] * scale - (j * V + e == t ? on : off));
-        gx[j] = p[i];
-      }
-    }
+    const T scale = exp_of(own.m - a.m) / a.s;  // p = e * exp(m - M) / S; NaN where the row is
+    store_row_in_registers(gx, packs, p, [&](T e, int64_t c) { return g * (e * scale - (c == t ? on : off)); });
   }
 }
 
@@ -410,12 +309,7 @@ __global__ void __launch_bounds__(Threads)
       a = finish(warp_combine(a));
       total = warp_sum(total);
       if (lane == 0) {
-        if (valid(t, classes)) {
-          losses[r] = row_loss(a, target_logit, total, classes, s);
-        } else {
-          losses[r] = T(NAN);
-          if (fault) report_fault(fault, FaultOp::cross_entropy, t, r, classes);
-        }
+        store_loss(losses, r, t, classes, a, total, s, fault, [&] { return target_logit; });
       }
     }
   }
@@ -487,10 +381,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
         stash[i * kSplitThreads] = w;
       }
     MaxSum<T> a = finish(block_combine(MaxSum<T>{m, sum}, scratch));
-    if (!valid(t, classes)) {
-      a.s = NAN;
-      if (threadIdx.x == 0 && fault) report_fault(fault, FaultOp::cross_entropy_backward, t, r, classes);
-    }
+    check_target(a, t, r, classes, threadIdx.x == 0, fault);
     const T scale = exp_of(m - a.m) / a.s;  // p = e * exp(m - M) / S; NaN where the row is
 #pragma unroll
     for (int i = 0; i < P; ++i)
@@ -511,7 +402,6 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
 
 constexpr int kUnrolledThreads = 256, kUnroll = 4;  // the forward's block and packs in flight per thread
 
-unsigned row_blocks(int64_t units) { return static_cast<unsigned>(std::clamp<int64_t>(units, 1, int64_t{1} << 20)); }
 constexpr int kWarps = kThreads / 32;
 
 }  // namespace

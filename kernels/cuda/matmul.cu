@@ -38,11 +38,6 @@
 //     operands not stored K-major (B in the plain product, A^T) are first transposed into a
 //     workspace. Inputs truncated to TF32 as in 10. Runs 11 on other GPUs.
 //
-// Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only matmul, ms), before 09 and the
-// dispatch below: 4096^3 cuBLAS 2.66, 07 3.57, 06 4.88, 08 (TF32) 1.80 vs cuBLAS TF32 0.381;
-// 1024^3 cuBLAS 0.055, 07 0.134, 04 0.180, 03 0.411; 64 x 128 x 784 cuBLAS 0.0112, 03 0.050,
-// 08 0.045, 07 0.095; 64 x 10 x 128 03 0.0096; 784 x 128 x 64 03 0.0060 (cuBLAS 0.0097).
-//
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
 //     16-byte aligned for cp.async and k >= 256, else 07. At 4096^3 12 ran 1.41x faster than 07
@@ -69,11 +64,8 @@
 // kernel (or its one chunk's store). Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only
 // matmul, production f32 path): bias + ReLU in the epilogue add 0-5% to the product's time (15%
 // at 9216 x 128 x 64 A^T), while the same two as passes of their own after it take 5-107% longer
-// than the fused product (784 x 128 x 64: 0.0063 ms fused, 0.0129 ms with passes). Not explained:
-// 12 at 4096^3 took 2.60 ms in the last run before the epilogue and 2.68-2.77 ms in four runs
-// after it (cuBLAS 2.65-2.67 ms in all five), though its SASS has the same counts of HMMA and
-// shared-memory loads as before (the store grew by about 4k instructions); each run may have had
-// another H100.
+// than the fused product (784 x 128 x 64: 0.0063 ms fused, 0.0129 ms with passes). Earlier
+// measurements and open questions: kernels/cuda/NOTES.md.
 #include <algorithm>
 
 #include "kiln/core/precision.h"

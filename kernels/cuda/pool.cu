@@ -7,22 +7,22 @@
 //                count_include_pad, else by the number of real input elements in the window.
 //   backward     grad_x is overwritten: each input element gets the sum of the grad_y elements
 //                that came from it.
-// Bench: none yet (memory-bound; figures: kernels/README.md, from kernel-bench).
+// Bench: none of its own yet (memory-bound); pooling runs inside a training step (`mnist-train
+// --device cuda`). What its backward cost under ncu, step by step: kernels/cuda/NOTES.md.
 //
 // Forward: one thread per output element; neighbouring threads own neighbouring outputs of a row,
 // so their windows overlap and the reads hit the same cache lines.
-// Index arithmetic in int where the tensors allow (see Geom): at MNIST's batch 512 the max-pool
-// backward, which divides to place each element, took 247 us a step in 64-bit arithmetic, 203 in
-// int, and 157 finding its one window with one division where windows do not overlap (ncu, H100
-// 80GB HBM3, 2026-11-22); its traffic (113 MB) would allow about 40. Windows that tile the input
-// (2x2 at stride 2 on an even size) now take one thread per window; the batch-512 epoch then ran
-// at 238,000 images/s against 218,000 in the call before (two calls, not an isolated timing).
+// Index arithmetic in int where the tensors allow (see Geom): the backward divides to place each
+// element, and 64-bit division costs several times 32-bit's.
 // Backward, gather form: one thread per grad_x element walks the outputs whose windows hold it
 // (at most ceil(KH/SH) x ceil(KW/SW) of them) and adds their contributions: for max, grad_y where
 // the output's index points here; for avg, grad_y / count. There are no atomics, every element is
 // written once, and the additions happen in the CPU's order (outputs in row-major order, starting
 // from 0), so overlapping windows give the same bits as the CPU's scatter. An index outside the
 // plane (which the CPU reports) matches no input element and is dropped.
+// Max backward where the windows tile the input (2x2 at stride 2 on an even size): one thread per
+// window writes all of it, with no division per input element; where windows do not overlap, the
+// one window of an element is found with one division.
 #include <algorithm>
 #include <cstdint>
 

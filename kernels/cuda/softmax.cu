@@ -6,91 +6,40 @@
 //   with m = max_k x[o, k, i] and s = sum_k exp(x[o, k, i] - m).
 //
 // Bench: `kernel-bench --only softmax` (GB/s = bytes read + written per second, against the
-// device's copy bandwidth). Figures: kernels/README.md, from kernel-bench.
+// device's copy bandwidth). The row passes the versions share (and cross_entropy.cu with them) are
+// in softmax.cuh; how the versions came to be, with the attempts dropped on the way:
+// kernels/cuda/NOTES.md. Figures below: ms and share of the copy bandwidth, f32 (H100 80GB HBM3,
+// 2026-11-22, `kernel-bench` by `scripts/device-run bench`: kernels/README.md).
 //
-// version 1 (naive): one thread per row, three passes over the row (max; sum of exp; write).
-//   Neighbouring threads walk neighbouring rows, n elements apart, so no load is coalesced: the
-//   baseline every other version improves on.
-// version 2 (warp per row, rows of tens to hundreds of elements): the 32 lanes of a warp
-//   stride through one row together (coalesced), each keeping an online (max, sum) state
-//   (softmax.cuh: adding an element larger than the max rescales the sum by exp(old - new)), so
-//   a single pass gives both; five shuffles combine the lanes without shared memory or
-//   __syncthreads, and a second pass writes the row, which is small enough to still be in L1.
-// version 3 (block per row, long rows): 512 threads per row with the same online state, loading
-//   16 bytes at a time where the row allows it; the warps' states meet in shared memory. Two
-//   passes over x instead of three; the second mostly hits L2, since the row was just read.
-// version 4 (columns, inner > 1: softmax over a non-last axis): one thread per (outer, inner)
-//   column, online state over k then a writing pass. Neighbouring threads own neighbouring i, so
-//   at every k a warp reads 32 neighbouring elements: coalesced without any transpose.
-// version 5 (rows per warp, n <= 32, e.g. MNIST's n = 10): version 2 leaves 22 of 32 lanes idle
-//   at n = 10 (on an H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax: [65536, 10] naive
-//   0.0108 ms, version 2 0.0244 ms). Here a group of G lanes (1, 2, 4 or 8, so at most 4 elements
-//   a lane) owns a row and a warp takes 32 / G neighbouring rows, which its loads cover together;
-//   the elements stay in registers, and shuffles within the group combine the states.
-// version 6 (row in registers, long rows): a block per row reads the row once, 16 bytes at a
-//   time, and keeps it in registers (up to 1024 threads of 8 packs: n <= 32768 f32; f64 4 packs,
-//   n <= 8192, as more would spill); the thread's max, then its exps (kept, so that the write is
-//   a multiply), one block combine, then the write: two passes of memory traffic instead of
-//   version 3's three (version 3 at [4096, 32768]: 0.546 ms, 65% of copy). The block combine
-//   first had every thread combine the 32 warps' states one after another: 31 combines, each an
-//   exp, beside the thread's own 32 exps, so the kernel issued about twice the instructions its
-//   row needed (0.446 ms, 80% of copy). Combined as a tree (5 shuffle steps, softmax.cuh's
-//   block_combine): 0.365 ms, 98% of copy (H100 80GB HBM3, 2026-11-22, kernel-bench --only
-//   softmax). Rows that do not fit go to version 3.
-// version 7 (warps per row, the row in registers; 32 < n <= 4096 f32): version 6 gives each row
-//   of [8192, 1024] a block of 256 threads with one 16-byte pack each: a block's loads stop while
-//   its two barriers combine the row, and each block launched moves only 4 KB (0.0407 ms, 55% of
-//   copy; version 2, warp per row with 4-byte loads and two passes, 33%: H100 80GB HBM3,
-//   2026-11-22, kernel-bench --only softmax). Here G = 1, 2 or 4 warps own a row and a block of
-//   256 threads takes 8 / G rows; each lane loads all its packs (up to 8: 128 bytes in flight per
-//   thread) before using any and keeps them, and the arithmetic is version 6's. One warp needs
-//   only shuffles; G > 1 adds one barrier a row (the warps' states alternate between two scratch
-//   rows). Rows longer than 4 warps of 8 packs go to version 6. [8192, 1024]: 1 warp 0.0268 ms,
-//   83% of copy; 2 warps 85%, 4 warps 85%. [32768, 256]: 1 warp 85%, 2 warps 71%, 4 warps 41%
-//   (version 6 72%) (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax).
-// version 8 (column packs, two passes; inner > 1, any n): version 4 runs outer * inner threads,
-//   each walking its column with one 4-byte load in flight (on [64, 1024, 256]: 0.916 ms, 5% of
-//   copy, same run as above). Here a block of 256 threads owns a tile of 8 lanes x 16 bytes of
-//   neighbouring columns of one outer index (so a warp reads 4 rows of 128 contiguous bytes) and
-//   its 32 rows of threads split the reduced axis; each thread keeps one online state per column,
-//   4 packs in flight, taking the step's max first and then one exp per element (cross_entropy.cu's
-//   unrolled forward); the states meet through shuffles and shared memory, in a fixed order. A
-//   second pass reads the tile again and writes it: two reads and one write, so at best 2/3 of
-//   the copy bandwidth in the bench's bytes, unless the second read still finds the tile in L2.
-//   [64, 1024, 256]: 0.0968 ms, 46% of copy; [32, 21, 16384] 34% (version 4: 54%) (same run as
-//   version 7's figures); 49% and 54% once column_combine was fixed (see version 9).
-// version 9 (column tile on chip; inner > 1): version 8's tile, held on chip so that x is read
-//   once: 512 threads, `lanes` of them across inner (8 in production: 128 bytes of a row), the rest
-//   along n; each thread keeps 8 packs in registers (4 in f64) and the rest of its part of the
-//   column in shared memory, copied there by cp.async. On [64, 1024, 256] with 4 lanes the tile
-//   (16 columns x 1024 rows, 64 KB) is all in registers; 8 lanes hold half of it in shared
-//   memory, 16 lanes three quarters (one tile per SM). Short columns trade row threads for lanes
-//   (21 rows: 32 lanes x 4 row threads). Then version 6's arithmetic per column. Columns too long
-//   for a block's shared memory go to version 8 (at 4 lanes on an H100: n > 4608 f32, 4096 f64).
-//   ptxas -v: 64 registers and 8 bytes of spill for f32 packs at 8 packs a thread (no spill in
-//   f64 or with 1-element packs). First figures, [64, 1024, 256]: 4 lanes 56% of copy, 8 lanes
-//   66%, 16 lanes 52%; [32, 21, 16384] 78%. A copy kernel that holds the same tiles in the same
-//   registers and shared slots, reads and writes them and computes nothing ran at 0.0515 ms where
-//   version 9 took 0.0606 (a probe, same GPU), so the tiles' memory schedule was not what cost;
-//   ncu counted 36.9 M warp instructions, about 68 an element, 2.4 issued per cycle per SM. Each
-//   block's timeline (globaltimer at each phase) showed the combine taking 12 us of a 32 us
-//   tile: column_combine had every one of the 512 threads combine the 16 warps' states of its
-//   column itself, 15 combines x 4 columns, each an exp, as many instructions as the tile's own
-//   exps. Combined once per column by one thread (the others read the result): 23.1 M
-//   instructions, and with shifted_exp a select instead of a branch and the max taken by fmax
-//   (one instruction instead of four; a NaN still reaches the sum through its exp):
-//   [64, 1024, 256] 4 lanes 0.0574 ms, 78% of copy; 8 lanes 0.0578, 77%; 16 lanes 66%;
-//   [32, 21, 16384] 87% at any of the three (H100 80GB HBM3, 2026-11-22, kernel-bench). Tried
-//   and not kept: working on each third of the tile as it lands (cp.async groups, the running
-//   max raised per chunk) to overlap the exps with the loads: 69% against version 9's 77%, as
-//   the rescaling added instructions and 4 register packs a thread left less in flight; and a
-//   Hopper cluster of up to 8 blocks sharing the tile, their states meeting through distributed
-//   shared memory: 53% at 4 lanes x 8 packs, 46% at 8 lanes (before the combine was fixed).
+// Rows (inner == 1):
+// version 1 (naive): a thread per row, three passes (max; sum of exp; write). Neighbouring threads
+//   walk rows n elements apart, so no load coalesces: the baseline. [65536, 10] 0.0110 ms, 16%.
+// version 2 (warp per row): the 32 lanes stride through the row together (coalesced), each keeping
+//   an online (max, sum) state (softmax.cuh: an element above the max rescales the sum by
+//   exp(old - new)), so one pass gives both; five shuffles combine the lanes, and a second pass
+//   writes the row from L1. [32768, 256] 0.0455 ms, 49%.
+// version 3 (block per row): 512 threads per row with the same state, 16-byte loads where the row
+//   allows, the warps' states combined through shared memory. [4096, 32768] 0.5484 ms, 65%.
+// version 5 (rows per warp, n <= 32): version 2 with a group of 1, 2, 4 or 8 lanes per row and
+//   32 / G neighbouring rows per warp, the elements in registers. [65536, 10] 0.0060 ms, 29%.
+// version 6 (row in registers): version 3 reading the row once into registers (up to 1024
+//   threads of 8 packs: n <= 32768 f32, 8192 f64), the thread's max, its exps kept, one block
+//   combine as a tree of shuffles, then one multiply per element. [4096, 32768] 0.3657 ms, 98%.
+// version 7 (warps per row, 32 < n <= 4096 f32): version 6's arithmetic with G = 1, 2 or 4 warps
+//   per row and 8 / G rows per block of 256, every lane's packs loaded before any is used. One
+//   warp: [8192, 1024] 0.0263 ms, 85%; [32768, 256] 0.0265 ms, 84% (2 warps 74%, 4 warps 43%).
+// Columns (inner > 1):
+// version 4 (columns): a thread per (outer, inner) column, neighbouring threads on neighbouring
+//   columns (coalesced without a transpose). [32, 21, 16384] 0.0529 ms, 55%; [64, 1024, 256] 5%.
+// version 8 (column packs): tiles of 8 lanes x 16 bytes of neighbouring columns per block of 256,
+//   its rows of threads splitting n, 4 packs in flight per thread; a second pass reads the tile
+//   again and writes it. [64, 1024, 256] 0.0912 ms, 49%.
+// version 9 (column tile on chip): version 8's tile held in registers and shared memory (cp.async),
+//   so x is read once, then version 6's arithmetic per column. [64, 1024, 256], 8 lanes: 0.0578 ms,
+//   77% (4 lanes 78%, 16 lanes 67%); [32, 21, 16384] 0.0341 ms, 86%.
 // Production (`best`): version 9 when inner > 1 (version 8 where the tile does not fit), else
 // version 5 for n <= 32, version 7 (one warp a row, more where the row needs them) up to
-// n = 1024, version 6 from there (version 3 where the row does not fit in registers). One warp a
-// row and 8 lanes: the best settings of the run quoted above on its shapes.
-// Figures: kernels/README.md, from kernel-bench.
+// n = 1024, version 6 from there (version 3 where the row does not fit in registers).
 //
 // Precision: f32 accumulates in float (f64 in double). The online rescaling keeps every exp in
 // (0, 1], and the sum of a row's exps is at least 1, so float keeps about 1e-6 relative error
@@ -147,9 +96,7 @@ __global__ void warp_per_row_kernel(const T* x, T* out, int64_t rows, int64_t n,
   for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / 32; r < rows; r += gridDim.x * warps_per_block) {
     const T* row = x + r * n;
     T* o = out + r * n;
-    MaxSum<T> a = none<T>();
-    for (int64_t k = lane; k < n; k += 32) add(a, row[k]);
-    a = finish(warp_combine(a));
+    const MaxSum<T> a = warp_row_state(row, n);
     T log_s = log_of(a.s);
     for (int64_t k = lane; k < n; k += 32) o[k] = normalised(row[k], a, log_s, log);
   }
@@ -164,13 +111,7 @@ __global__ void block_per_row_kernel(const T* x, T* out, int64_t rows, int64_t n
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const auto* row = reinterpret_cast<const Pack<T, V>*>(x + r * n);
     auto* o = reinterpret_cast<Pack<T, V>*>(out + r * n);
-    MaxSum<T> a = none<T>();
-    for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
-      Pack<T, V> p = row[j];
-#pragma unroll
-      for (int e = 0; e < V; ++e) add(a, p.v[e]);
-    }
-    a = finish(block_combine(a, scratch));
+    const MaxSum<T> a = block_row_state(row, packs, scratch);
     T log_s = log_of(a.s);
     for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
       Pack<T, V> p = row[j];
@@ -186,32 +127,17 @@ __global__ void block_per_row_kernel(const T* x, T* out, int64_t rows, int64_t n
 // shuffles; lanes past the last row carry an empty state.
 template <class T, int G>
 __global__ void rows_per_warp_kernel(const T* x, T* out, int64_t rows, int64_t n, bool log) {
-  constexpr int R = 32 / G, K = 4;
-  const int lane = threadIdx.x % 32, sub = lane % G;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t base = warp * R; base < rows; base += warps * R) {
-    const int64_t r = base + lane / G;
-    const bool live = r < rows;
-    T v[K];
-    MaxSum<T> a = none<T>();
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t c = sub + k * G;
-      if (live && c < n) {
-        v[k] = x[r * n + c];
-        add(a, v[k]);
-      }
-    }
-    a = finish(group_combine<G>(a));
-    if (!live) continue;
+  for_each_group_row<G>(rows, [&](const GroupRow& at) {
+    T v[kGroupValues];
+    const MaxSum<T> a = group_row_state<G>(x, n, at, v);
+    if (!at.live) return;
     const T log_s = log_of(a.s);
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t c = sub + k * G;
-      if (c < n) out[r * n + c] = normalised(v[k], a, log_s, log);
+    for (int k = 0; k < kGroupValues; ++k) {
+      const int64_t c = at.sub + k * G;
+      if (c < n) out[at.r * n + c] = normalised(v[k], a, log_s, log);
     }
-  }
+  });
 }
 
 // Version 6: a block per row, the row held in registers: P packs of V elements per thread, read
@@ -223,47 +149,17 @@ __global__ void __launch_bounds__(1024) row_in_registers_kernel(const T* x, T* o
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const auto* row = reinterpret_cast<const Pack<T, V>*>(x + r * n);
     auto* o = reinterpret_cast<Pack<T, V>*>(out + r * n);
-    Pack<T, V> p[P];
-    T m = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (j < packs) {
-        p[i] = row[j];
-#pragma unroll
-        for (int e = 0; e < V; ++e) m = max_of(m, p[i].v[e]);
-      }
-    }
     // softmax keeps e = exp(v - m) in place of v: the write is then e * exp(m - M) / S, one
     // multiply instead of a second exp and a division (log_softmax needs v itself)
-    T sum = 0;
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (j < packs) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const T ex = shifted_exp(p[i].v[e], m);
-          sum += ex;
-          if (!log) p[i].v[e] = ex;
-        }
-      }
-    }
+    Pack<T, V> p[P];
+    const MaxSum<T> own = load_row_in_registers(row, packs, p, !log);
     // every thread has read its part of the row before block_combine's barriers: out may alias x
-    const MaxSum<T> a = finish(block_combine(MaxSum<T>{m, sum}, scratch));
+    const MaxSum<T> a = finish(block_combine(own, scratch));
     const T log_s = log_of(a.s);
     // exp(m - M) / S; a thread whose elements are all -inf (m = -inf) under a finite M scales its
     // 1s to 0. A NaN or infinite M has made S NaN, so every output is NaN.
-    const T scale = exp_of(m - a.m) / a.s;
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (j < packs) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) p[i].v[e] = log ? p[i].v[e] - a.m - log_s : p[i].v[e] * scale;
-        o[j] = p[i];
-      }
-    }
+    const T scale = exp_of(own.m - a.m) / a.s;
+    store_row_in_registers(o, packs, p, [&](T v, int64_t) { return log ? v - a.m - log_s : v * scale; });
   }
 }
 
@@ -574,10 +470,6 @@ __global__ void columns_kernel(const T* x, T* out, int64_t outer, int64_t n, int
 }
 
 const char* op_name(bool log) { return log ? "log_softmax" : "softmax"; }
-
-// Blocks for a kernel that takes one row per block (or per warp): a grid-stride loop covers the
-// rest, so the grid stays within what the device schedules at once many times over.
-unsigned row_blocks(int64_t units) { return static_cast<unsigned>(std::clamp<int64_t>(units, 1, int64_t{1} << 20)); }
 
 // The shape of a column-tile block of `threads` threads: `lanes` across inner (a power of two up
 // to 32, fewer where inner has fewer packs) and threads / lanes along n, each taking per_thread

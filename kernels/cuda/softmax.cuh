@@ -91,6 +91,7 @@ void cross_entropy_backward_block(const T* logits, const int32_t* targets, const
 
 #if defined(__CUDACC__)
 // ---- device pieces shared by softmax.cu and cross_entropy.cu ----
+#include <algorithm>
 #include <cmath>
 
 namespace kiln::cuda::softmax::detail {
@@ -151,20 +152,9 @@ __device__ inline MaxSum<T> finish(MaxSum<T> a) {
   return a;
 }
 
-// The 32 lanes' states combined; every lane gets the result.
-template <class T>
-__device__ inline MaxSum<T> warp_combine(MaxSum<T> a) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    MaxSum<T> b;
-    b.m = __shfl_xor_sync(0xffffffffu, a.m, offset);
-    b.s = __shfl_xor_sync(0xffffffffu, a.s, offset);
-    a = combine(a, b);
-  }
-  return a;
-}
-
-// The same over aligned groups of G lanes (G a power of two <= 32): each group gets its own result.
-// Every lane of the warp must call it (full-mask shuffles); xor offsets below G stay in the group.
+// The states of aligned groups of G lanes combined (G a power of two <= 32): each group gets its
+// own result, in log2(G) shuffle steps. Every lane of the warp must call it (full-mask shuffles);
+// xor offsets below G stay in the group.
 template <int G, class T>
 __device__ inline MaxSum<T> group_combine(MaxSum<T> a) {
 #pragma unroll
@@ -175,6 +165,12 @@ __device__ inline MaxSum<T> group_combine(MaxSum<T> a) {
     a = combine(a, b);
   }
   return a;
+}
+
+// The 32 lanes' states combined; every lane gets the result.
+template <class T>
+__device__ inline MaxSum<T> warp_combine(MaxSum<T> a) {
+  return group_combine<32>(a);
 }
 
 template <int G, class T>
@@ -210,8 +206,7 @@ inline RegisterShape register_shape(int64_t packs, int max_per_thread) {
 
 template <class T>
 __device__ inline T warp_sum(T v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
+  return group_sum<32>(v);
 }
 
 // The block's states combined as a tree; every thread gets the result. Each warp writes its
@@ -252,6 +247,145 @@ template <class T>
 inline bool packable(int64_t n, const void* a, const void* b) {
   constexpr int64_t v = 16 / sizeof(T);
   return n % v == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+}
+
+// Blocks for a kernel that takes one row per block (or per warp): a grid-stride loop covers the
+// rest, so the grid stays within what the device schedules at once many times over.
+inline unsigned row_blocks(int64_t units) {
+  return static_cast<unsigned>(std::clamp<int64_t>(units, 1, int64_t{1} << 20));
+}
+
+// ---- the passes over a row that the softmax versions and cross-entropy share ----
+// Each returns the row's online state; `each(v)` sees every element a thread adds, for what
+// cross-entropy sums beside the state (its logits' plain sum). Softmax passes nothing.
+struct NoEach {
+  template <class T>
+  __device__ void operator()(T) const {}
+};
+
+// Version 2: the 32 lanes of a warp walk a row of n elements together (lane k takes elements
+// k, k + 32, ...: coalesced); five shuffles combine their states. Every lane gets the finished state.
+template <class T, class Each = NoEach>
+__device__ inline MaxSum<T> warp_row_state(const T* row, int64_t n, Each each = {}) {
+  MaxSum<T> a = none<T>();
+  for (int64_t k = threadIdx.x % 32; k < n; k += 32) {
+    add(a, row[k]);
+    each(row[k]);
+  }
+  return finish(warp_combine(a));
+}
+
+// Version 3: the threads of a block walk a row of `packs` packs of V elements together (thread t
+// takes packs t, t + blockDim.x, ...); this is one thread's state, not yet combined.
+template <class T, int V, class Each = NoEach>
+__device__ inline MaxSum<T> thread_row_state(const Pack<T, V>* row, int64_t packs, Each each = {}) {
+  MaxSum<T> a = none<T>();
+  for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+    Pack<T, V> p = row[j];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      add(a, p.v[e]);
+      each(p.v[e]);
+    }
+  }
+  return a;
+}
+
+// The same, combined across the block (block_combine: two barriers; every thread gets the
+// finished state). The row loop around it must be uniform across the block.
+template <class T, int V>
+__device__ inline MaxSum<T> block_row_state(const Pack<T, V>* row, int64_t packs, MaxSum<T>* scratch) {
+  return finish(block_combine(thread_row_state(row, packs), scratch));
+}
+
+// Version 5: rows of n <= 4G elements, a group of G lanes per row and 32 / G neighbouring rows per
+// warp, which its loads cover together. f(GroupRow) runs once per row for every lane of the warp
+// (the group's shuffles need them all): `live` is false past the last row.
+struct GroupRow {
+  int64_t r;  // the row
+  bool live;  // r < rows
+  int sub;    // the lane's place in its group
+};
+template <int G, class F>
+__device__ inline void for_each_group_row(int64_t rows, F f) {
+  constexpr int R = 32 / G;
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t base = warp * R; base < rows; base += warps * R) {
+    const int64_t r = base + lane / G;
+    f(GroupRow{r, r < rows, lane % G});
+  }
+}
+
+constexpr int kGroupValues = 4;  // the elements a lane holds at most in version 5 (lane_group)
+
+// Version 5's pass over row `at.r` of x [rows, n]: the lane keeps its elements sub, sub + G, ... in
+// v (registers); shuffles within the group combine the states. A lane past the last row carries
+// an empty state.
+template <int G, class T, class Each = NoEach>
+__device__ inline MaxSum<T> group_row_state(const T* x, int64_t n, const GroupRow& at, T (&v)[kGroupValues],
+                                            Each each = {}) {
+  MaxSum<T> a = none<T>();
+#pragma unroll
+  for (int k = 0; k < kGroupValues; ++k) {
+    const int64_t c = at.sub + k * G;
+    if (at.live && c < n) {
+      v[k] = x[at.r * n + c];
+      add(a, v[k]);
+      each(v[k]);
+    }
+  }
+  return finish(group_combine<G>(a));
+}
+
+// Version 6: a block per row of `packs` packs of V elements, held in registers: the thread loads
+// its packs j = threadIdx.x + i * blockDim.x (i < P) into p, taking their max m as they land, then
+// sums exp(v - m) over them, replacing each v by exp(v - m) where `keep_exps` (the write is then
+// one multiply: exp(v - M) / S = e * exp(m - M) / S). Returns the thread's {m, sum}, not yet
+// combined. Force-inlined: p must stay in registers.
+template <class T, int V, int P>
+__device__ __forceinline__ MaxSum<T> load_row_in_registers(const Pack<T, V>* row, int64_t packs, Pack<T, V> (&p)[P],
+                                                           bool keep_exps) {
+  T m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (j < packs) {
+      p[i] = row[j];
+#pragma unroll
+      for (int e = 0; e < V; ++e) m = max_of(m, p[i].v[e]);
+    }
+  }
+  T sum = 0;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (j < packs) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const T ex = shifted_exp(p[i].v[e], m);
+        sum += ex;
+        if (keep_exps) p[i].v[e] = ex;
+      }
+    }
+  }
+  return {m, sum};
+}
+
+// Version 6's write: each element of the thread's packs becomes f(v, c), c its index in the row,
+// and the packs are stored to out's row.
+template <class T, int V, int P, class F>
+__device__ __forceinline__ void store_row_in_registers(Pack<T, V>* out, int64_t packs, Pack<T, V> (&p)[P], F f) {
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (j < packs) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) p[i].v[e] = f(p[i].v[e], j * V + e);
+      out[j] = p[i];
+    }
+  }
 }
 
 }  // namespace kiln::cuda::softmax::detail

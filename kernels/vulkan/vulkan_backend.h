@@ -23,7 +23,8 @@
 // implicit or plain GEMMs on one tiled kernel (shaders/gemm.glsl) with split reductions where
 // outputs are few; reductions use subgroup shuffles where the device has them, and matmul the
 // cooperative-matrix units where allowed (kiln::allow_f16_products) and offered. Each shader
-// opens with its versions and their figures.
+// opens with what it computes, its bench and its current version's figures; the versions before
+// them: kernels/vulkan/NOTES.md.
 // KILN_VULKAN_VALIDATION=1 turns on the Khronos validation layer; its messages are kept
 // (validation_messages) and printed to stderr, and the tests fail on any.
 #pragma once

@@ -1,7 +1,7 @@
 // The implicit GEMM of conv2d on the CUDA cores: the three problems (forward, backward input,
 // backward weight) as gathers, the slice loader and the kernel (versions 2-4 of the forward, 2 of
-// the backward input, 1-2 of the backward weight; kernels/cuda/conv2d.cu tells their story and
-// figures). Included by conv2d.cu only.
+// the backward input, 1-2 of the backward weight; kernels/cuda/conv2d.cu gives their figures,
+// kernels/cuda/NOTES.md their story). Included by conv2d.cu only.
 #pragma once
 
 #include <algorithm>

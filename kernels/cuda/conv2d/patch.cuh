@@ -1,6 +1,6 @@
 // Forward convolution at stride 1 on the tensor cores with the input patch in shared memory
-// (forward and backward input version 7; kernels/cuda/conv2d.cu tells its story and figures).
-// Included by conv2d.cu only.
+// (forward and backward input version 7; kernels/cuda/conv2d.cu gives its figures,
+// kernels/cuda/NOTES.md its story). Included by conv2d.cu only.
 //
 // The tensor-core versions before it gather the im2col tile element by element: a 3x3 layer reads
 // each input value up to nine times per block, each time as its own 4-byte copy with its own

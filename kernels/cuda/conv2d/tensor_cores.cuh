@@ -1,7 +1,7 @@
 // The implicit GEMM of conv2d on the tensor cores: each operand as a gather of "taps", the tile
 // loader feeding matmul's cp.async pipeline, and the kernel in TF32 or 3xTF32 (forward and
-// backward input version 5, backward weight version 3; kernels/cuda/conv2d.cu tells their story
-// and figures). Included by conv2d.cu only.
+// backward input version 5, backward weight version 3; kernels/cuda/conv2d.cu gives their
+// figures, kernels/cuda/NOTES.md their story). Included by conv2d.cu only.
 #pragma once
 
 #include <cstdint>

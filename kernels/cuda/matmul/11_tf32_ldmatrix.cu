@@ -11,21 +11,17 @@
 //   says why a b16 "matrix" row is 4 floats of a fragment), where 32-bit loads took 4. Operands
 //   stored k-major keep 10's conflict-free 32-bit loads: ldmatrix's transposing form moves 16-bit
 //   halves, which would split a float.
-// - Inputs truncated to TF32 as in 10 (raw f32 bits into mma). Rounding them first (cvt.rna,
-//   as 08; error 2.8e-4 of max|C| instead of 7.1e-4 at 4096^3) measured 12% slower: 0.954 ms
-//   against 0.841 (H100 80GB HBM3, 2026-11-22, kernel-bench).
+// - Inputs truncated to TF32 as in 10 (raw f32 bits into mma): rounding them first (cvt.rna, as
+//   08) measured 12% slower (kernels/cuda/NOTES.md).
 // - B's fragments for a k-step are loaded first, then A's one 16-row tile at a time, so that a
 //   thread holds 16 + 4 fragment registers beside its accumulators; with the tile loader's
 //   addresses worked out once (AsyncTileLoader), nothing spills.
 // - Two block tiles: 128 x 256 (8 warps, one block per SM) for large products, 128 x 128 (4 warps,
 //   two blocks per SM) where 128 x 256 tiles would not fill the GPU twice over: 1024^3 has 32 such
-//   tiles for 132 SMs and ran at 0.054 ms against 0.033 with 128 x 128 (same run). At 4096^3 the
-//   two tie (0.870 and 0.859 ms, kernel-bench after the AsyncGemm change), so the wide tile
-//   earns its place only if a later run shows it ahead.
-//   Tried and dropped (4096^3, inputs rounded, same GPU and day): BK = 16 with 5 stages (1.130 ms
-//   against 0.954), 4 stages of 32 (0.952), 256 x 128 tiles (0.982).
+//   tiles for 132 SMs and ran at 0.054 ms against 0.033 with 128 x 128 (same run).
 // BK = 32, 3 stages. Needs 16-byte aligned operands for cp.async (async_applies); else runs 08.
-// Figures: kernels/README.md, from kernel-bench.
+// Figures: kernels/README.md, from kernel-bench; the other tiles and pipelines tried:
+// kernels/cuda/NOTES.md.
 #include <cstdint>
 
 #include "kiln/kernels/cuda/matmul/common.cuh"

@@ -19,9 +19,8 @@
 //   product of its row and column (recompute_nan), which gives f32's inf, or NaN where f32 does
 //   too. Finite data never takes that path; data full of infinities takes it often and slowly.
 // - The split in three instructions (tensor_core.cuh's split_tf32: add, mask, subtract) instead of
-//   the conversion instruction's five, which also test for inf and NaN: 4096^3 went from 2.76 to
-//   2.52 ms (cuBLAS SGEMM 2.65-2.67), the same bits for every input but NaN (H100 80GB HBM3,
-//   2026-11-22, kernel-bench --only matmul in the full runs before and after).
+//   the conversion instruction's five, which also test for inf and NaN: the same bits for every
+//   input but NaN, in less time (kernels/cuda/NOTES.md).
 // Otherwise 11's data path: cp.async pipeline (3 stages), ldmatrix for KC tiles. Without 16-byte
 // aligned operands it runs 07 (f32 on the CUDA cores). Figures: kernels/README.md.
 #include <cstdint>

@@ -37,20 +37,8 @@
 // Measured by kernel-bench (H100 80GB HBM3, driver 580.159.04, 2026-11-22, the rows in
 // kernels/README.md): 4096^3 plain 0.478 ms = 288 TFLOP/s, 76% of cuBLAS TF32 in the same run
 // (0.365 ms, 376 TFLOP/s), where 11 took 0.832; 4096^3 B^T 0.409 ms = 336 TFLOP/s, 95% of cuBLAS
-// TF32 (0.389). Earlier the same day, while it was written (the kernel before a clean-up of the
-// options below, driven by a standalone program: CUDA-event median of 15 x 5 calls after
-// warm-up; why its times ran longer than kernel-bench's is not yet explained): 4096^3 B^T
-// 0.541 ms = 254 TFLOP/s, 66% of cuBLAS TF32 in the same run (0.357); 4096^3 plain 0.607 ms = 226 TFLOP/s (59%; 0.069 ms of it the transposing pass, at 1.9 TB/s),
-// where 11 took 0.817 (11_128x128 0.780); 8192^3 B^T 253 TFLOP/s, 2048^3 B^T 232, 1024^3 B^T 66
-// (32 tiles for 132 SMs). Error: max |C - C_fp32| / max |C_fp32| = 6.3e-4 (B^T) and 6.9e-4 (plain)
-// at 4096^3 against cuBLAS FP32, as 11's (cuBLAS TF32, which rounds its inputs: 2.4e-4, 2.5e-4).
-// Tried and dropped (4096^3 B^T, same program and day): 4 stages 0.648 ms; pairs of blocks in a
-// cluster sharing B through TMA multicast 0.814 (4 stages); rows of 64 bytes (BK = 16, 64-byte
-// swizzle, 8 stages) 0.938; 128 x 128 tiles with 6 stages 0.824. With 4 stages, the same kernel
-// with the copies stopped after the first ring (products only) took 0.419 ms and with the
-// products left out (copies only) 0.514: moving data from L2, not the tensor cores, held it back.
-// Why 3 stages move it faster than 4, and why multicast copies ran slower (copies only, 0.725
-// ms), is not yet explained.
+// TF32 (0.389). The figures of its first form, the stage counts, tiles and multicast tried and
+// dropped, and what is not yet explained: kernels/cuda/NOTES.md.
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 

@@ -14,14 +14,12 @@
 //   GRAD_X    an invocation per element: grad_x = weight[c] invstd[c] (g - (grad_bias[c] + xhat
 //             grad_weight[c]) / M), reading SUMS' results.
 //
-// Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, 2026-11-22/23;
-// device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`), training
-// on [16, 64, 128, 128] f32 (x read twice, y written):
-//   version 1, a workgroup per channel (64 workgroups: far too few to fill the GPU at this size),
-//   every element's channel plane found by an integer division: 0.42 ms, 0.32 TB/s
-//   version 2 (this), runs of at least 2048 values, about 512 workgroups, the division by
-//   multiply (fastdiv.glsl): 0.152 ms, 0.88 TB/s (a copy: 2.0): three dispatches where there was
-//   one, and every value read twice, as the two passes need
+// Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
+// timestamp queries. Version 2 (this): runs of at least 2048 values, about 512 workgroups, the
+// plane of an element found by multiply (fastdiv.glsl). Training on [16, 64, 128, 128] f32 (x read
+// twice, y written): 0.152 ms, 0.88 TB/s (a copy: 2.0), every value read twice, as the two passes
+// need (H100 80GB HBM3 through NVIDIA's Vulkan driver, Vulkan 1.4.312, 2026-11-22/23,
+// `vulkan-bench`). Version 1: kernels/vulkan/NOTES.md.
 layout(local_size_x_id = 0) in;
 
 #include "fastdiv.glsl"

@@ -19,32 +19,20 @@
 //                    over workgroups (matmul.comp's split k and its REDUCE). Both operands have
 //                    consecutive pixels side by side, so both load k-fastest.
 // The index arithmetic divides by the image's and the filter's sizes on every load: by
-// multiplication (fastdiv.glsl). (Specialising the pipeline on the filter's size did the same and
-// made lavapipe compile over a hundred pipelines in the tests, a second and a half each.)
+// multiplication (fastdiv.glsl).
 //
-// Versions, measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`;
-// MNIST's layers at batch 64: conv2 x [64, 32, 26, 26] * w [64, 32, 3, 3], conv1 [64, 1, 28, 28]
-// * [32, 1, 3, 3]), in ms:
-//                                       conv2 fwd  input grad  weight grad  conv1 weight grad
-//   1 direct: an invocation per output element reading every product from global memory; the
-//     weight gradient an invocation per weight, then a workgroup per weight (3.1 ms, host-timed)
-//   2 implicit GEMMs on 64 x 64 tiles, the weight gradient's reduction split
-//                                          0.182      0.583       0.284       0.110
-//   3 gemm.glsl version 2 (the next step's loads in flight, interleaved rows and columns, a
-//     32 x 128 tile for 32 channels, 32 x 32 for conv1's 288 weights), divisions by multiply
-//                                          0.119      0.286       0.152       0.069
-//   4 the parameters in a uniform buffer (NVIDIA reads them through the constant cache; from a
-//     storage buffer each index computation loaded them again)
-//                                          0.089      0.178       0.107       0.031
-//   5 k tap-major where the channels summed over are whole steps of 16 (TAP_MAJOR below): a load
-//     of the forward or input gradient is a multiply-add from a base worked out once per step
-//                                          0.083      0.108       0.107       0.031
-// (cuDNN on the same GPU, FP32 FMA math: conv2 0.072 / 0.079 / 0.094 ms, kernels/README.md.)
-// The CNN's training epoch on Vulkan: 9.4 s (version 1) -> 1.85 s (version 2, with matmul's split
-// k) -> 1.7 s (command buffers in flight while the host records) -> 1.1 s (3) -> 0.8 s (4) ->
-// 0.7-0.8 s (5; a step 0.84 -> 0.76 ms of device time) -> 0.7 s (barriers only where a kernel's
-// memory overlaps what kernels since the last barrier bound); CUDA 0.50 s.
+// Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
+// timestamp queries. Versions 1 to 4, and the CNN's training epoch at each: kernels/vulkan/NOTES.md.
+// Version 5 (this): implicit GEMMs on gemm.glsl's tiles (the next step's loads in flight; a
+// 32 x 128 tile for 32 channels, 32 x 32 for conv1's 288 weights), the weight gradient's
+// reduction split, divisions by multiply, the parameters in a uniform buffer (NVIDIA reads them
+// through the constant cache), and k tap-major where the channels summed over are whole steps of
+// 16 (TAP_MAJOR below): a load of the forward or input gradient is a multiply-add from a base
+// worked out once per step. MNIST's layers at batch 64, conv2 x [64, 32, 26, 26] * w [64, 32, 3, 3]:
+// forward 0.083 ms, input gradient 0.108, weight gradient 0.107; conv1 [64, 1, 28, 28] *
+// [32, 1, 3, 3] weight gradient 0.031 (H100 80GB HBM3 through NVIDIA's Vulkan driver, Vulkan
+// 1.4.312, 2026-11-22/23, `vulkan-bench`). cuDNN on the same GPU, FP32 FMA math: conv2 0.072 /
+// 0.079 / 0.094 ms (kernels/README.md).
 // f32, accumulated in float.
 layout(local_size_x_id = 0) in;
 

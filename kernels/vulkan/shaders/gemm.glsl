@@ -19,19 +19,14 @@
 //   5 B_K_FASTEST         a transposed B): consecutive invocations then load consecutive k, so the
 //                         loads coalesce; 0: consecutive rows (columns of B) instead
 //
-// Versions (their figures, measured on an H100 through NVIDIA's Vulkan driver, are in conv2d.comp
-// and matmul.comp: conv2's input gradient 0.583 -> 0.286 ms from version 1 to 2):
-//   1 64 x 64 tiles, 4 x 4 per invocation in adjacent rows and columns, 16 k per step staged in
-//     shared memory; every load of a step issued after the barrier that ends the previous one.
-//   2 the next step's loads issued before the multiply-adds of this one (held in registers,
-//     stored to shared memory after them), so their latency hides behind arithmetic; an
-//     invocation's rows and columns interleaved (row tr + r TILE_M / THREAD), so the 32 lanes of a
-//     subgroup read 32 adjacent words of shared memory (no bank conflicts) and store adjacent
-//     columns; the tile shape chosen for the problem (a 32-row problem wasted half of every 64 x 64
-//     tile); rows of the shared tiles padded by 2 words, so the k-fastest stores hit distinct banks.
-//   3 (this) the gemm_step hook, where conv2d.comp works out once per step what the step's loads
-//     share (conv2's input gradient 0.178 -> 0.108 ms with the parameters already in a uniform
-//     buffer).
+// Version 3 (this; its figures are conv2d.comp's and matmul.comp's, from `vulkan-bench`; versions 1
+// and 2: kernels/vulkan/NOTES.md): 16 k per step staged in shared memory, the next step's loads
+// issued before the multiply-adds of this one (held in registers, stored to shared memory after
+// them), so their latency hides behind arithmetic; an invocation's rows and columns interleaved
+// (row tr + r TILE_M / THREAD), so the 32 lanes of a subgroup read 32 adjacent words of shared
+// memory (no bank conflicts) and store adjacent columns; the tile shape chosen for the problem;
+// rows of the shared tiles padded by 2 words, so the k-fastest stores hit distinct banks; and the
+// gemm_step hook, where conv2d.comp works out once per step what the step's loads share.
 // Tiles beyond the workgroup count loop (grid-stride). With gemm_splits() > 1, the k range is cut
 // into chunks of gemm_k_chunk() (whole steps), one workgroup per (tile, chunk), and store_c gets
 // the chunk's index (the caller sums the partial tiles in order: matmul.comp's REDUCE).

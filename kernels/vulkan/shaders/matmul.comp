@@ -16,17 +16,13 @@
 // partials in order of s (the same sum on every run) and applies the epilogue. conv2d.comp's
 // weight gradient ends in it too.
 //
-// Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312, 2026-11-22/23,
-// `vulkan-bench`; device time from timestamp queries but for the first figure, host-timed), ms:
-//                                                  fc1 fwd      fc1 weight grad  fc1 input grad
-//                                                  64x128x9216  128x9216x64      64x9216x128
-//   1 64 x 64 tiles, no split (fc1's forward: two workgroups, each walking 9216 k)
-//                                                  1.17
-//   2 split k (fc1's forward 72 ways)              0.055        0.024            0.033
-//   3 gemm.glsl version 2, row-major A and transposed B loaded k-fastest
-//                                                  0.040        0.018            0.022
-//   4 the parameters in a uniform buffer           0.026        0.015            0.018
-// (cuBLAS SGEMM on the same GPU, kernels/README.md: 0.018, 0.014 and 0.011 ms.)
+// Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
+// timestamp queries. Version 4 (this): gemm.glsl's tiles with a row-major A and a transposed B
+// loaded k-fastest, split k, the parameters in a uniform buffer. MNIST's fc1: forward
+// 64x128x9216 0.026 ms, weight gradient 128x9216x64 0.015, input gradient 64x9216x128 0.018
+// (H100 80GB HBM3 through NVIDIA's Vulkan driver, Vulkan 1.4.312, 2026-11-22/23, `vulkan-bench`;
+// cuBLAS SGEMM on the same GPU, kernels/README.md: 0.018, 0.014 and 0.011 ms). Versions 1 to 3:
+// kernels/vulkan/NOTES.md.
 layout(local_size_x_id = 0) in;  // 256
 
 #if defined(REDUCE)

@@ -11,30 +11,19 @@
 // invocation keeping a part the driver chooses; coopMatMulAddNV multiplies two of them on the
 // tensor cores, D = A B + C, in one instruction of the subgroup.
 //
-// Versions, measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// vulkan-bench, device time, 2026-11-22/23) on 4096 x 4096 x 4096, where gemm.glsl's f32 makes
-// 22-25 TFLOP/s (the machines lent varied) and cuBLAS's f32 SGEMM 51 (kernels/README.md):
-//   1 64 x 64 tiles, each subgroup a 16 x 32 part (two accumulators), the accumulators out
-//     through a 64 x 64 f32 tile in shared memory: 13.1 TFLOP/s.
-//   2 128 x 128 tiles, each subgroup 64 x 32 (4 x 2 accumulators: 8 matrix products per 16 k
-//     against 6 matrix loads from shared memory), the next step's global loads held in registers
-//     during this step's products: 27.0-29.1 TFLOP/s; on fc1's 64 x 128 x 9216, 0.039 ms (one
-//     half-empty tile split over k; the f32 path: 0.026).
-//   3 (this) 64 x 128 tiles, each subgroup 32 x 32 (2 x 2 accumulators), no registers held for
-//     the next step (fewer registers, more workgroups per multiprocessor): 26.9 TFLOP/s (f32 on
-//     the same machine: 21.9), fc1 0.026 ms. Kept: as fast on large products, faster on small
-//     ones, and simpler.
-// Tried on version 2 and dropped: loading 16 bytes at a time where rows are aligned (20.2 TFLOP/s:
-// the four 2-byte stores of a group fall on colliding shared-memory banks); two shared-memory
-// stages with one barrier per step (27.5). Three layouts landing near 27 TFLOP/s, a small part of
-// what the matrix units do (CUDA's TF32 path: 289, kernels/README.md), say the limit is not in
-// the tiling; counting instructions, a step should take a tenth of its time. Finding it needs a
-// profiler of Vulkan shaders (Nsight Graphics), which the GPU machine lacks.
 // Per step of 32 along k: op(A)'s 64 x 32 slice and op(B)'s 32 x 128 slice are converted to f16
 // in shared memory (zeros past the edges; row-major A and transposed B loaded k-fastest, so the
 // loads coalesce); each accumulator leaves through a 16 x 16 staging area of its subgroup (no
 // workgroup barrier). The epilogue is matmul.comp's: bias, ReLU, or the split-k workspace that
 // matmul.comp's REDUCE sums.
+//
+// Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time.
+// Version 3 (this): 64 x 128 tiles, each subgroup 32 x 32 (2 x 2 accumulators), no registers held
+// for the next step (fewer registers, more workgroups per multiprocessor): 26.9 TFLOP/s on
+// 4096 x 4096 x 4096 (f32 on the same machine: 21.9), fc1 0.026 ms (H100 80GB HBM3 through
+// NVIDIA's Vulkan driver, Vulkan 1.4.312, vulkan-bench, device time, 2026-11-22/23; cuBLAS's f32
+// SGEMM 51 TFLOP/s, CUDA's TF32 path 289, kernels/README.md). Versions 1 and 2, what was tried
+// and dropped, and why the limit is not thought to be in the tiling: kernels/vulkan/NOTES.md.
 layout(local_size_x_id = 0) in;  // 256
 
 layout(std430, binding = 0) uniform Params {

@@ -27,9 +27,11 @@
 //   COLUMNS (inner > 1): a workgroup per 32 adjacent outputs (o, i .. i + 31), 8 lanes of 32
 //     invocations each: lane r folds k = r, r + 8, ..., the 32 invocations of a lane reading 32
 //     adjacent elements of a row of x (coalesced), then the 8 partials of each output meet in
-//     shared memory in order of lane. Version 1 had an invocation per output walking all of k:
-//     the sums of a [4096, 4096] matrix's columns ran 4096 invocations, 0.416 ms (0.16 TB/s);
-//     this version 0.066 ms (1.02 TB/s; H100, NVIDIA's Vulkan driver, vulkan-bench, 2026-11-22/23).
+//     shared memory in order of lane. The sums of a [4096, 4096] matrix's columns: 0.066 ms
+//     (1.02 TB/s; H100, NVIDIA's Vulkan driver, vulkan-bench, 2026-11-22/23); version 1, an
+//     invocation per output: kernels/vulkan/NOTES.md.
+// Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
+// timestamp queries.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int OP = 0;      // core/backend.h's ReduceOp: sum, mean, max, min, argmax, argmin
 layout(constant_id = 2) const int IS_I32 = 0;  // x (and out, but for the arg ops) is i32, else f32

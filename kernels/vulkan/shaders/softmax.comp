@@ -11,16 +11,17 @@
 //   COLUMNS (inner > 1): a workgroup per 32 adjacent columns (o, i .. i + 31), 8 lanes of 32
 //     invocations: lane r folds k = r, r + 8, ... (32 adjacent elements of a row per lane: the
 //     loads coalesce), the 8 states of a column meet in shared memory in order of lane, then the
-//     lanes write the column the same way. Version 1 had an invocation per column walking k twice.
+//     lanes write the column the same way.
 // Special values as on the CPU: a NaN anywhere in a slice, or a max of +-inf, makes the whole
 // slice NaN; a -inf among finite values gives 0 (log: -inf).
 //
-// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
-// [4096, 4096] f32 read and written: rows 1.36 TB/s (68% of a copy's 2.0; two passes over the
-// row, the second from cache); columns, version 1: 0.043 TB/s, 2% of a copy (4096 invocations,
-// too few to fill the GPU); version 2 (8 lanes per column): 0.424 ms, 0.32 TB/s, 7.3x faster and
-// still a sixth of a copy (kernels/cuda/softmax.cu reaches 77% there with a tile per block).
+// Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
+// timestamp queries. Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan
+// 1.4.312, 2026-11-22/23, `vulkan-bench`), [4096, 4096] f32 read and written: rows (version 1)
+// 1.36 TB/s (68% of a copy's 2.0; two passes over the row, the second from cache); columns
+// (version 2, 8 lanes per column): 0.424 ms, 0.32 TB/s, still a sixth of a copy
+// (kernels/cuda/softmax.cu reaches 77% there with a tile per block). Columns' version 1, an
+// invocation per column walking k twice: kernels/vulkan/NOTES.md.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int LOG = 0;  // log_softmax
 
