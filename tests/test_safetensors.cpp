@@ -7,22 +7,13 @@
 
 #include "kiln/kiln.h"
 #include "kiln/core/safetensors.h"
+#include "tests/temp_dir.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
+using kiln::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("kiln-safetensors-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -106,7 +97,7 @@ TEST_CASE("saving replaces a file atomically and a failed save leaves the old fi
   CHECK_THROWS_AS(save_safetensors(dir.file("missing/x.safetensors"), {{"a", ones({1})}}), SerializationError);
   save_safetensors(path, {{"b", zeros({2})}});
   CHECK(load_safetensors(path).tensors[0].first == "b");
-  for (const auto& entry : fs::directory_iterator(dir.path))  // no temporary left behind
+  for (const auto& entry : fs::directory_iterator(dir.path()))  // no temporary left behind
     CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
 }
 

@@ -12,23 +12,7 @@
 #include <system_error>
 #include <vector>
 
-// stb_image is compiled here, static so that its symbols stay in this file and cannot clash with
-// another copy (test_plot compiles its own). Its code is not held to kiln's warning flags.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wconversion"
-#pragma GCC diagnostic ignored "-Wsign-conversion"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wdouble-promotion"
-#define STB_IMAGE_STATIC
-#define STB_IMAGE_IMPLEMENTATION
-// Failure reasons as sentences: "Image not of any known type, or corrupt", not "unknown type".
-#define STBI_FAILURE_USERMSG
-#include <stb_image.h>
-#pragma GCC diagnostic pop
+#include "apps/mnist/stb.h"
 
 namespace kiln::apps {
 namespace {

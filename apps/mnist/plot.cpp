@@ -14,17 +14,7 @@
 
 #include "kiln/core/error.h"
 
-// This file holds the program's one copy of stb_image_write, static so that no other copy linked
-// beside it can clash. The header is third-party C: its warnings are not ours.
-#define STB_IMAGE_WRITE_STATIC
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wconversion"
-#pragma GCC diagnostic ignored "-Wsign-conversion"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#include <stb_image_write.h>
-#pragma GCC diagnostic pop
+#include "apps/mnist/stb.h"
 
 namespace kiln::apps {
 namespace {

@@ -18,18 +18,7 @@
 #include "kiln/datasets/mnist.h"
 #include "tests/datasets/idx_writer.h"
 
-// The writer only makes the test's pictures; static, so it cannot clash with another copy.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wconversion"
-#pragma GCC diagnostic ignored "-Wsign-conversion"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wdouble-promotion"
-#define STB_IMAGE_WRITE_STATIC
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#include <stb_image_write.h>
-#pragma GCC diagnostic pop
+#include "apps/mnist/stb.h"
 
 using namespace kiln;
 using namespace kiln::apps;

@@ -17,27 +17,16 @@
 #include "apps/mnist/models.h"
 #include "kiln/kiln.h"
 #include "kiln/core/safetensors.h"
+#include "tests/apps/app_test.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
+using kiln::test::TempDir;
 
 namespace {
 
-std::string data_dir() {
-  const char* env = std::getenv("KILN_DATA");
-  return env ? env : KILN_MNIST_DIR;
-}
-bool have_data() { return fs::exists(fs::path(data_dir()) / "train-images-idx3-ubyte"); }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("kiln-mnist-train-" + std::to_string(::getpid()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+std::string data_dir() { return test::mnist_dir(); }
+bool have_data() { return test::have_mnist("train-images-idx3-ubyte"); }
 
 struct Result {
   int code;

@@ -14,15 +14,8 @@
 #include "apps/mnist/plot.h"
 #include "kiln/core/error.h"
 
-#define STB_IMAGE_STATIC
-#define STB_IMAGE_IMPLEMENTATION
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wconversion"
-#pragma GCC diagnostic ignored "-Wsign-conversion"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#include <stb_image.h>
-#pragma GCC diagnostic pop
+#include "apps/mnist/stb.h"
+#include "tests/temp_dir.h"
 
 using namespace kiln;
 using namespace kiln::apps;
@@ -30,12 +23,7 @@ using namespace kiln::apps;
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("kiln_test_plot_" + std::to_string(std::random_device{}()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
+using kiln::test::TempDir;
 
 struct Image {
   int width = 0, height = 0;
@@ -85,7 +73,7 @@ std::vector<Chart> training_charts() {
 
 TEST_CASE("write_plot_png: two charts side by side, each series' colour in its own chart") {
   TempDir dir;
-  const fs::path file = dir.path / "curves.png";
+  const fs::path file = dir.path() / "curves.png";
   write_plot_png(file.string(), training_charts());
 
   const Image image = read_png(file);
@@ -107,7 +95,7 @@ TEST_CASE("write_plot_png: two charts side by side, each series' colour in its o
 
 TEST_CASE("write_plot_png: the size asked for") {
   TempDir dir;
-  const fs::path file = dir.path / "small.png";
+  const fs::path file = dir.path() / "small.png";
   write_plot_png(file.string(), training_charts(), 640, 240);
   const Image image = read_png(file);
   CHECK(image.width == 640);
@@ -134,7 +122,7 @@ TEST_CASE("write_plot_png: awkward data still draws") {
                                      {"Many", "step", "loss", {many}},
                                      {"", "", "", {}}};
   TempDir dir;
-  const fs::path file = dir.path / "awkward.png";
+  const fs::path file = dir.path() / "awkward.png";
   write_plot_png(file.string(), charts, 1600, 400);  // 320 px a chart
   const Image image = read_png(file);
   REQUIRE(image.width == 1600);
@@ -148,13 +136,13 @@ TEST_CASE("write_plot_png: awkward data still draws") {
 
 TEST_CASE("write_plot_png: bad input and unwritable paths are kiln errors") {
   TempDir dir;
-  const std::string missing = (dir.path / "no_such_folder" / "curves.png").string();
+  const std::string missing = (dir.path() / "no_such_folder" / "curves.png").string();
   CHECK_THROWS_WITH_AS(write_plot_png(missing, training_charts()),
                        doctest::Contains("curves.png"), Error);
-  CHECK_THROWS_AS(write_plot_png(dir.path.string(), training_charts()), Error);  // a folder
+  CHECK_THROWS_AS(write_plot_png(dir.path().string(), training_charts()), Error);  // a folder
   CHECK_FALSE(fs::exists(missing));
 
-  const std::string file = (dir.path / "curves.png").string();
+  const std::string file = (dir.path() / "curves.png").string();
   CHECK_THROWS_AS(write_plot_png(file, {}), ValueError);
   CHECK_THROWS_AS(write_plot_png(file, training_charts(), 600, 450), ValueError);  // 300 px a chart
   CHECK_THROWS_AS(write_plot_png(file, training_charts(), 1200, 200), ValueError);

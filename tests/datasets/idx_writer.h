@@ -13,41 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/temp_dir.h"
+
 namespace kiln::test {
 
 using Bytes = std::vector<uint8_t>;
-
-// A fresh folder under the system's temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    auto seed = std::random_device{}() ^
-                static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    path_ = std::filesystem::temp_directory_path() / ("kiln-test-" + std::to_string(seed));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-
-  // Writes `bytes` to path()/name (creating sub-folders) and returns the full path.
-  std::filesystem::path write(const std::string& name, const Bytes& bytes) const {
-    std::filesystem::path file = path_ / name;
-    std::filesystem::create_directories(file.parent_path());
-    std::ofstream out(file, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!out) throw std::runtime_error("TempDir: cannot write " + file.string());
-    return file;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void append_big_endian(Bytes& out, uint64_t value, size_t bytes) {
   for (size_t i = bytes; i-- > 0;) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
