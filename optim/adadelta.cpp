@@ -19,7 +19,8 @@ void check(const AdadeltaOptions& o) {
 Adadelta::Adadelta(std::vector<Tensor> params, const AdadeltaOptions& options)
     : Optimizer("Adadelta", std::move(params), options.lr_, {"square_avg", "acc_delta"}, true),
       options_(options) {
-  check(options_);
+  declare_hypers({{"rho", &options_.rho_}, {"eps", &options_.eps_}, {"weight_decay", &options_.weight_decay_}},
+                 [this] { check(options_); });
 }
 
 void Adadelta::update(const std::vector<size_t>& active) {
@@ -39,19 +40,6 @@ void Adadelta::update(const std::vector<size_t>& active) {
     parameters()[run[0]].backend().adadelta_step(param_refs(run), grads, buffer_refs(run, kSquareAvg),
                                                  buffer_refs(run, kAccDelta), h);
   }
-}
-
-std::vector<Optimizer::Hyper> Adadelta::hypers() const {
-  return {{"rho", {options_.rho_}}, {"eps", {options_.eps_}}, {"weight_decay", {options_.weight_decay_}}};
-}
-
-void Adadelta::set_hypers(const std::vector<Hyper>& h) {
-  AdadeltaOptions o = options_;
-  o.rho_ = h[0].values[0];
-  o.eps_ = h[1].values[0];
-  o.weight_decay_ = h[2].values[0];
-  check(o);
-  options_ = o;
 }
 
 Optimizer::Presence Adadelta::presence(size_t) const { return Presence::required; }

@@ -32,8 +32,6 @@ class Adadelta final : public Optimizer {
 
  private:
   void update(const std::vector<size_t>& active) override;
-  std::vector<Hyper> hypers() const override;
-  void set_hypers(const std::vector<Hyper>& hypers) override;
   Presence presence(size_t buffer) const override;
 
   AdadeltaOptions options_;  // lr_ as constructed; Optimizer::lr() is the current one

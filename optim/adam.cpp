@@ -27,17 +27,18 @@ Adam::Adam(std::string_view name, std::vector<Tensor> params, const AdamOptions&
     : Optimizer(name, std::move(params), options.lr_, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
                 true),
       options_(options), decoupled_weight_decay_(decoupled_weight_decay) {
-  check(this->name(), options_);
+  declare_hypers({{"betas", &options_.betas_},
+                  {"eps", &options_.eps_},
+                  {"weight_decay", &options_.weight_decay_},
+                  {"amsgrad", &options_.amsgrad_}},
+                 [this] { check(this->name(), options_); });
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
     : Adam("AdamW", std::move(params), options, true) {}
 
 void Adam::set_momentum(double beta1) {
-  AdamOptions o = options_;
-  o.betas_.first = beta1;
-  check(name(), o);
-  options_ = o;
+  change_hypers([&] { options_.betas_.first = beta1; });
 }
 
 void Adam::update(const std::vector<size_t>& active) {
@@ -67,23 +68,6 @@ void Adam::update(const std::vector<size_t>& active) {
         param_refs(run), grads, buffer_refs(run, kExpAvg), buffer_refs(run, kExpAvgSq),
         h.amsgrad ? buffer_refs(run, kMaxExpAvgSq) : std::vector<TensorRef>{}, h);
   }
-}
-
-std::vector<Optimizer::Hyper> Adam::hypers() const {
-  return {{"betas", {options_.betas_.first, options_.betas_.second}},
-          {"eps", {options_.eps_}},
-          {"weight_decay", {options_.weight_decay_}},
-          {"amsgrad", {options_.amsgrad_ ? 1.0 : 0.0}}};
-}
-
-void Adam::set_hypers(const std::vector<Hyper>& h) {
-  AdamOptions o = options_;
-  o.betas_ = {h[0].values[0], h[0].values[1]};
-  o.eps_ = h[1].values[0];
-  o.weight_decay_ = h[2].values[0];
-  o.amsgrad_ = h[3].values[0] != 0.0;
-  check(name(), o);
-  options_ = o;
 }
 
 Optimizer::Presence Adam::presence(size_t buffer) const {

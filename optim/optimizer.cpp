@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <tuple>
+#include <type_traits>
 
 #include "kiln/autograd/node.h"
 #include "kiln/core/backend.h"
@@ -153,6 +154,52 @@ bool Optimizer::has_state(size_t param) const {
                                    [](const Tensor& t) { return t.defined(); });
 }
 
+void Optimizer::declare_hypers(std::vector<Hyper> hypers, std::function<void()> check) {
+  hypers_ = std::move(hypers);
+  check_hypers_ = std::move(check);
+  check_hypers_();
+}
+
+std::vector<std::vector<double>> Optimizer::hyper_values() const {
+  std::vector<std::vector<double>> out;
+  for (const Hyper& h : hypers_) {
+    out.push_back(std::visit(
+        [](auto* field) -> std::vector<double> {
+          using T = std::remove_pointer_t<decltype(field)>;
+          if constexpr (std::is_same_v<T, bool>) return {*field ? 1.0 : 0.0};
+          else if constexpr (std::is_same_v<T, double>) return {*field};
+          else return {field->first, field->second};
+        },
+        h.field));
+  }
+  return out;
+}
+
+void Optimizer::set_hyper_values(const std::vector<std::vector<double>>& values) {
+  for (size_t i = 0; i < hypers_.size(); ++i) {
+    const std::vector<double>& v = values[i];
+    std::visit(
+        [&v](auto* field) {
+          using T = std::remove_pointer_t<decltype(field)>;
+          if constexpr (std::is_same_v<T, bool>) *field = v[0] != 0.0;
+          else if constexpr (std::is_same_v<T, double>) *field = v[0];
+          else *field = {v[0], v[1]};
+        },
+        hypers_[i].field);
+  }
+}
+
+void Optimizer::change_hypers(const std::function<void()>& change) {
+  const std::vector<std::vector<double>> before = hyper_values();
+  try {
+    change();
+    check_hypers_();
+  } catch (...) {
+    set_hyper_values(before);
+    throw;
+  }
+}
+
 StateDict Optimizer::state_dict() const {
   StateDict out;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -164,11 +211,11 @@ StateDict Optimizer::state_dict() const {
       if (state_[i].buffers[b].defined()) out.emplace_back(prefix + buffer_names_[b], state_[i].buffers[b]);
   }
   out.emplace_back(kGroup + "lr", scalar(lr_, DType::f64));
-  for (const Hyper& h : hypers()) {
-    Tensor t = h.values.size() == 1
-                   ? scalar(h.values[0], DType::f64)
-                   : from_vector<double>(h.values, Shape{static_cast<int64_t>(h.values.size())});
-    out.emplace_back(kGroup + h.name, t);
+  const std::vector<std::vector<double>> values = hyper_values();
+  for (size_t h = 0; h < hypers_.size(); ++h) {
+    const std::vector<double>& v = values[h];
+    Tensor t = v.size() == 1 ? scalar(v[0], DType::f64) : from_vector<double>(v, Shape{static_cast<int64_t>(v.size())});
+    out.emplace_back(kGroup + hypers_[h].name, t);
   }
   return out;
 }
@@ -194,14 +241,15 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   };
   const double lr = read("lr", 1)[0];
   detail::check_non_negative(name_, "learning rate (key '" + kGroup + "lr')", lr);
-  std::vector<Hyper> hypers_in = hypers();
-  for (Hyper& h : hypers_in) h.values = read(h.name, h.values.size());
+  const std::vector<std::vector<double>> old_values = hyper_values();
+  std::vector<std::vector<double>> values = old_values;
+  for (size_t h = 0; h < hypers_.size(); ++h) values[h] = read(hypers_[h].name, values[h].size());
 
   // Every key must be one this optimizer writes.
   for (const auto& [key, t] : by_key) {
     if (starts_with(key, kGroup)) {
       const std::string hyper = key.substr(kGroup.size());
-      const bool known = hyper == "lr" || std::any_of(hypers_in.begin(), hypers_in.end(),
+      const bool known = hyper == "lr" || std::any_of(hypers_.begin(), hypers_.end(),
                                                       [&](const Hyper& h) { return h.name == hyper; });
       KILN_CHECK(known, ValueError, where, "unexpected key '", key, "': ", name_,
                  " has no hyperparameter '", hyper, "'");
@@ -226,9 +274,8 @@ void Optimizer::load_state_dict(const StateDict& dict) {
   }
 
   // The buffers a parameter must have depend on the hyperparameters (Adam's amsgrad), so these
-  // apply first; set_hypers validates them and changes nothing when it throws.
-  const std::vector<Hyper> old_hypers = hypers();
-  set_hypers(hypers_in);
+  // apply first; change_hypers validates them and changes nothing when it throws.
+  change_hypers([&] { set_hyper_values(values); });
   try {
     std::vector<ParamState> state(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -269,7 +316,7 @@ void Optimizer::load_state_dict(const StateDict& dict) {
     lr_ = lr;
     state_ = std::move(state);
   } catch (...) {
-    set_hypers(old_hypers);
+    set_hyper_values(old_values);
     throw;
   }
 }

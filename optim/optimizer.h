@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "kiln/autograd/ops.h"
@@ -67,11 +68,12 @@ class Optimizer {
   void load_state_dict(const StateDict& dict);
 
  protected:
-  // A hyperparameter as state_dict() stores it under "param_groups.0.<name>": one value, or
-  // two for betas; flags as 0 or 1.
+  // A hyperparameter that state_dict() saves under "param_groups.0.<name>", as the field of the
+  // subclass's options that holds it: a number, a pair (betas, saved as [2]) or a flag (saved as
+  // 0 or 1).
   struct Hyper {
     std::string name;
-    std::vector<double> values;
+    std::variant<double*, std::pair<double, double>*, bool*> field;
   };
   // Whether a state buffer must be there for a parameter that has state, may be, or must not.
   enum class Presence : uint8_t { required, optional, absent };
@@ -81,11 +83,16 @@ class Optimizer {
   Optimizer(std::string_view name, std::vector<Tensor> params, double lr,
             std::vector<std::string> buffers, bool counts_steps);
 
+  // Called once by the subclass's constructor: every hyperparameter but lr, in PyTorch's order,
+  // as fields of the subclass's options, and `check`, which throws ValueError (as PyTorch's
+  // constructor does) when their values break a rule. Runs `check` on the values they hold.
+  void declare_hypers(std::vector<Hyper> hypers, std::function<void()> check);
+  // Runs `change` on the hyperparameters' fields, then `check`; when it throws, every field is
+  // as it was before. How set_momentum and load_state_dict change them.
+  void change_hypers(const std::function<void()>& change);
+
   // Updates the parameters listed in `active` (positions of those that have a gradient).
   virtual void update(const std::vector<size_t>& active) = 0;
-  // Every hyperparameter but lr, and the setter that validates and applies them (same order).
-  virtual std::vector<Hyper> hypers() const = 0;
-  virtual void set_hypers(const std::vector<Hyper>& hypers) = 0;
   // Which buffers a parameter with state has under the current hyperparameters.
   virtual Presence presence(size_t buffer) const = 0;
 
@@ -110,6 +117,9 @@ class Optimizer {
     std::vector<Tensor> buffers;  // one per buffer name; undefined where absent
   };
   bool has_state(size_t param) const;
+  // Each hyperparameter's values, in the order of hypers_, and setting them back.
+  std::vector<std::vector<double>> hyper_values() const;
+  void set_hyper_values(const std::vector<std::vector<double>>& values);
 
   std::string name_;
   std::vector<Tensor> params_;
@@ -118,6 +128,8 @@ class Optimizer {
   bool counts_steps_;
   std::vector<ParamState> state_;
   int64_t step_count_ = 0;
+  std::vector<Hyper> hypers_;
+  std::function<void()> check_hypers_;
 };
 
 namespace detail {

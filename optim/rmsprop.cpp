@@ -21,14 +21,16 @@ RMSprop::RMSprop(std::vector<Tensor> params, const RMSpropOptions& options)
     : Optimizer("RMSprop", std::move(params), options.lr_,
                 {"square_avg", "momentum_buffer", "grad_avg"}, true),
       options_(options) {
-  check(options_);
+  declare_hypers({{"alpha", &options_.alpha_},
+                  {"eps", &options_.eps_},
+                  {"weight_decay", &options_.weight_decay_},
+                  {"momentum", &options_.momentum_},
+                  {"centered", &options_.centered_}},
+                 [this] { check(options_); });
 }
 
 void RMSprop::set_momentum(double momentum) {
-  RMSpropOptions o = options_;
-  o.momentum_ = momentum;
-  check(o);
-  options_ = o;
+  change_hypers([&] { options_.momentum_ = momentum; });
 }
 
 void RMSprop::update(const std::vector<size_t>& active) {
@@ -56,25 +58,6 @@ void RMSprop::update(const std::vector<size_t>& active) {
         use_momentum ? buffer_refs(run, kMomentumBuffer) : std::vector<TensorRef>{},
         h.centered ? buffer_refs(run, kGradAvg) : std::vector<TensorRef>{}, h);
   }
-}
-
-std::vector<Optimizer::Hyper> RMSprop::hypers() const {
-  return {{"alpha", {options_.alpha_}},
-          {"eps", {options_.eps_}},
-          {"weight_decay", {options_.weight_decay_}},
-          {"momentum", {options_.momentum_}},
-          {"centered", {options_.centered_ ? 1.0 : 0.0}}};
-}
-
-void RMSprop::set_hypers(const std::vector<Hyper>& h) {
-  RMSpropOptions o = options_;
-  o.alpha_ = h[0].values[0];
-  o.eps_ = h[1].values[0];
-  o.weight_decay_ = h[2].values[0];
-  o.momentum_ = h[3].values[0];
-  o.centered_ = h[4].values[0] != 0.0;
-  check(o);
-  options_ = o;
 }
 
 Optimizer::Presence RMSprop::presence(size_t buffer) const {

@@ -40,8 +40,6 @@ class RMSprop final : public Optimizer {
 
  private:
   void update(const std::vector<size_t>& active) override;
-  std::vector<Hyper> hypers() const override;
-  void set_hypers(const std::vector<Hyper>& hypers) override;
   Presence presence(size_t buffer) const override;
 
   RMSpropOptions options_;  // lr_ as constructed; Optimizer::lr() is the current one

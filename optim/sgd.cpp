@@ -21,14 +21,15 @@ void check(const SGDOptions& o) {
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
     : Optimizer("SGD", std::move(params), options.lr_, {"momentum_buffer"}, false),
       options_(options) {
-  check(options_);
+  declare_hypers({{"momentum", &options_.momentum_},
+                  {"dampening", &options_.dampening_},
+                  {"weight_decay", &options_.weight_decay_},
+                  {"nesterov", &options_.nesterov_}},
+                 [this] { check(options_); });
 }
 
 void SGD::set_momentum(double momentum) {
-  SGDOptions o = options_;
-  o.momentum_ = momentum;
-  check(o);
-  options_ = o;
+  change_hypers([&] { options_.momentum_ = momentum; });
 }
 
 void SGD::update(const std::vector<size_t>& active) {
@@ -56,23 +57,6 @@ void SGD::update(const std::vector<size_t>& active) {
     const std::vector<TensorRef> grads = grad_refs(run, keep);
     parameters()[run[0]].backend().sgd_step(param_refs(run), grads, buffers, h);
   }
-}
-
-std::vector<Optimizer::Hyper> SGD::hypers() const {
-  return {{"momentum", {options_.momentum_}},
-          {"dampening", {options_.dampening_}},
-          {"weight_decay", {options_.weight_decay_}},
-          {"nesterov", {options_.nesterov_ ? 1.0 : 0.0}}};
-}
-
-void SGD::set_hypers(const std::vector<Hyper>& h) {
-  SGDOptions o = options_;
-  o.momentum_ = h[0].values[0];
-  o.dampening_ = h[1].values[0];
-  o.weight_decay_ = h[2].values[0];
-  o.nesterov_ = h[3].values[0] != 0.0;
-  check(o);
-  options_ = o;
 }
 
 Optimizer::Presence SGD::presence(size_t) const {
