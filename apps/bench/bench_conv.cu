@@ -56,26 +56,6 @@ std::string shape_str(const ConvShape& s) {
   return buf;
 }
 
-// Max |a - b| over max |b|, both on the device.
-double rel_err(const float* a, const float* b, int64_t n) {
-  std::vector<float> ha(static_cast<size_t>(n)), hb(static_cast<size_t>(n));
-  KILN_CUDA_CHECK(cudaMemcpy(ha.data(), a, sizeof(float) * ha.size(), cudaMemcpyDeviceToHost));
-  KILN_CUDA_CHECK(cudaMemcpy(hb.data(), b, sizeof(float) * hb.size(), cudaMemcpyDeviceToHost));
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < ha.size(); ++i) {
-    const double d = std::abs(static_cast<double>(ha[i]) - hb[i]);
-    err = std::isnan(d) ? INFINITY : std::max(err, d);
-    scale = std::max(scale, std::abs(static_cast<double>(hb[i])));
-  }
-  return err / std::max(scale, 1e-30);
-}
-
-std::string fmt_err(double e) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "max rel err %.1e", e);
-  return buf;
-}
-
 const char* math_name(cudnnMathType_t m) {
   switch (m) {
     case CUDNN_DEFAULT_MATH: return "default math";
@@ -165,13 +145,22 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     KILN_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(out), 0xff, sizeof(float) * static_cast<size_t>(n), stream));
     fn();
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const double err = rel_err(out, ref, n);
+    const double err = max_rel_err(to_host(out, n, stream), to_host(ref, n, stream));
     if (!(err <= tolerance)) {
-      bench.record({"conv2d", version, shape, 0, 0, "TFLOP/s", false, "wrong: " + fmt_err(err) + "; not timed"});
+      bench.record({"conv2d", version, shape, 0, 0, "TFLOP/s", false, "wrong: " + rel_err_note(err) + "; not timed"});
       return;
     }
     const double ms = bench.time_ms(fn);
-    bench.record({"conv2d", version, shape, ms, tflops(ms), "TFLOP/s", false, fmt_err(err)});
+    bench.record({"conv2d", version, shape, ms, tflops(ms), "TFLOP/s", false, rel_err_note(err)});
+  };
+
+  // Runs cuDNN's pick for one pass once (its output is the reference the versions are checked
+  // against), then times and records it.
+  auto cudnn_reference = [&](const std::string& version, const std::string& note, const std::function<void()>& run) {
+    run();
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double ms = bench.time_ms(run);
+    bench.record({"conv2d", version, shape, ms, tflops(ms), "TFLOP/s", true, note});
   };
 
   // ---- forward ----
@@ -182,14 +171,10 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf,
                                                             workspace, workspace_bytes));
     const auto& p = best(perf, count, "forward");
-    auto ref = [&] {
+    cudnn_reference("fwd cuDNN", algo_note(p), [&] {
       KILN_CUDNN_CHECK(cudnnConvolutionForward(dnn.handle, &one, dnn.x, x, dnn.w, w, dnn.conv, p.algo, workspace,
                                                p.memory, &zero, dnn.y, y_ref));
-    };
-    ref();
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const double ms = bench.time_ms(ref);
-    bench.record({"conv2d", "fwd cuDNN", shape, ms, tflops(ms), "TFLOP/s", true, algo_note(p)});
+    });
     kiln_version("fwd 1 direct", [&] { cv::forward_direct<float>(x, w, {}, y, g, stream); }, y, y_ref, ny);
     kiln_version("fwd 2 implicit GEMM", [&] { cv::forward_implicit_gemm<float>(x, w, {}, y, g, stream); }, y,
                  y_ref, ny);
@@ -247,14 +232,10 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                                                                  gx_ref, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                                                  &count, perf, workspace, workspace_bytes));
     const auto& p = best(perf, count, "backward-data");
-    auto ref = [&] {
+    cudnn_reference("bwd-input cuDNN", algo_note(p), [&] {
       KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(dnn.handle, &one, dnn.w, w, dnn.y, gy, dnn.conv, p.algo,
                                                     workspace, p.memory, &zero, dnn.x, gx_ref));
-    };
-    ref();
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const double ms = bench.time_ms(ref);
-    bench.record({"conv2d", "bwd-input cuDNN", shape, ms, tflops(ms), "TFLOP/s", true, algo_note(p)});
+    });
     kiln_version("bwd-input 1 direct", [&] { cv::backward_input_direct<float>(gy, w, gx, g, stream); }, gx, gx_ref,
                  nx);
     kiln_version("bwd-input 2 implicit GEMM",
@@ -297,14 +278,10 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                                                                    gw_ref, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
                                                                    &count, perf, workspace, workspace_bytes));
     const auto& p = best(perf, count, "backward-filter");
-    auto ref = [&] {
+    cudnn_reference("bwd-weight cuDNN", algo_note(p), [&] {
       KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dnn.handle, &one, dnn.x, x, dnn.y, gy, dnn.conv, p.algo,
                                                       workspace, p.memory, &zero, dnn.w, gw_ref));
-    };
-    ref();
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const double ms = bench.time_ms(ref);
-    bench.record({"conv2d", "bwd-weight cuDNN", shape, ms, tflops(ms), "TFLOP/s", true, algo_note(p)});
+    });
     kiln_version("bwd-weight 1 implicit GEMM split-K",
                  [&] { cv::backward_weight_implicit_gemm<float>(x, gy, gw, kiln_ws, g, stream); }, gw, gw_ref, nw);
     kiln_version("bwd-weight 2 split-K 64x128 tile, 8x8 thread tile",

@@ -39,30 +39,11 @@ struct Mnk {
   bool trans_a = false, trans_b = false;
 };
 
-std::vector<float> to_host(const float* device, int64_t count, cudaStream_t stream) {
-  std::vector<float> host(static_cast<size_t>(count));
-  KILN_CUDA_CHECK(cudaMemcpyAsync(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return host;
-}
-
-// max |got - want| / max |want|: the error on the scale of the result.
-double max_rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
-    err = std::isnan(d) ? INFINITY : std::max(err, d);
-    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
-  }
-  return err / std::max(scale, 1e-30);
-}
-
 std::string sci(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1e", v);
   return buf;
 }
-
 
 }  // namespace
 
@@ -124,12 +105,12 @@ void bench_matmul(Bench& bench) {
       const double tol = tf32 ? 1e-2 : 1e-4;
       if (!(err <= tol)) {
         bench.record({"matmul", version, shape, 0, 0, "TFLOP/s", reference,
-                      "wrong: max rel err " + sci(err) + " > " + sci(tol) + ", not timed"});
+                      "wrong: " + rel_err_note(err) + " > " + sci(tol) + ", not timed"});
         return;
       }
       const double ms = bench.time_ms(fn);
       bench.record({"matmul", version, shape, ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s", reference,
-                    "max rel err " + sci(err)});
+                    rel_err_note(err)});
     };
     auto run = [&](const std::string& version, bool tf32, bool reference, const std::function<void()>& fn) {
       run_against(want, version, tf32, reference, fn);

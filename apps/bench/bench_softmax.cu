@@ -41,13 +41,6 @@ namespace v = kiln::cuda::softmax;
 
 constexpr int kSamples = 64;  // slices checked on the host per version
 
-std::vector<float> to_host(const float* device, int64_t n, cudaStream_t stream) {
-  std::vector<float> h(static_cast<size_t>(n));
-  KILN_CUDA_CHECK(cudaMemcpyAsync(h.data(), device, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return h;
-}
-
 std::string shape_of(std::initializer_list<int64_t> dims) {
   std::string s = "[";
   for (int64_t d : dims) s += (s.size() > 1 ? ", " : "") + std::to_string(d);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -97,6 +98,29 @@ double Bench::copy_gbs() {
   copy_gbs_ = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
   record({"copy", "cudaMemcpyAsync", "1 GiB", ms, copy_gbs_, "GB/s", true, "read + written"});
   return copy_gbs_;
+}
+
+std::vector<float> to_host(const float* device, int64_t count, cudaStream_t stream) {
+  std::vector<float> host(static_cast<size_t>(count));
+  KILN_CUDA_CHECK(cudaMemcpyAsync(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host;
+}
+
+double max_rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    err = std::isnan(d) ? INFINITY : std::max(err, d);
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+std::string rel_err_note(double err) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "max rel err %.1e", err);
+  return buf;
 }
 
 namespace {

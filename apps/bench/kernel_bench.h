@@ -78,6 +78,13 @@ inline TensorRef f32_ref(const float* data, Shape shape) {
   return r;
 }
 
+// `count` floats at device pointer `device`, copied to the host after the stream's work.
+std::vector<float> to_host(const float* device, int64_t count, cudaStream_t stream);
+// max |got - want| / max |want|: the error on the scale of the result (infinite with a NaN).
+double max_rel_err(const std::vector<float>& got, const std::vector<float>& want);
+// "max rel err 1.2e-07": how a version's error is reported.
+std::string rel_err_note(double err);
+
 void bench_matmul(Bench& bench);
 void bench_conv(Bench& bench);
 void bench_softmax(Bench& bench);
