@@ -101,6 +101,28 @@ function(kiln_add_test name label)
   set_tests_properties(${name} PROPERTIES LABELS ${label})
 endfunction()
 
+# kiln_add_device_test(NAME src...): a test binary of the device backends. Its main,
+# tests/device_main.cpp, takes --backend=NAME and exits with 77 where the backend has no device (a
+# machine without a GPU), which CTest reports as skipped (SKIP_RETURN_CODE); under CI=true a
+# missing Vulkan device fails (CI installs lavapipe).
+function(kiln_add_device_test name)
+  add_executable(${name} ${PROJECT_SOURCE_DIR}/tests/device_main.cpp ${ARGN})
+  target_link_libraries(${name} PRIVATE kiln::kiln doctest::doctest)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})  # "tests/..."
+  kiln_set_warnings(${name})
+endfunction()
+# kiln_add_device_run(TEST BINARY BACKEND): TEST runs BINARY on BACKEND under the label BACKEND;
+# Vulkan's with the validation layer on, its synchronization checks too (a missing barrier is a
+# message, and a message fails the case).
+function(kiln_add_device_run test binary backend)
+  add_test(NAME ${test} COMMAND ${binary} --backend=${backend})
+  set_tests_properties(${test} PROPERTIES LABELS ${backend} SKIP_RETURN_CODE 77)
+  if(backend STREQUAL "vulkan")
+    set_tests_properties(${test} PROPERTIES ENVIRONMENT
+      "KILN_VULKAN_VALIDATION=1;VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT")
+  endif()
+endfunction()
+
 # `cmake --install` puts the library, its headers (include/kiln/kiln.h and include/kiln/<layer>/...;
 # the kernels' headers and autograd/ops/, which are the library's own, stay out) and a CMake
 # package, so that an outside project's find_package(kiln CONFIG REQUIRED) and

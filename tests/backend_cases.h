@@ -37,6 +37,10 @@ inline Shape broadcastable(std::mt19937& rng, const Shape& shape) {
   return s;
 }
 
+// Values of `shape` in steps of 1/4 in [-1, 1]: products and sums of them are exact in f32 (and
+// TF32) while they fit 24 bits, so a device and the CPU agree to the bit, whatever their order.
+inline Tensor quarters(const Shape& shape, DType t) { return uniform(shape, -5, 5).to(DType::i32).to(t) * 0.25; }
+
 // m indices in [0, n); with `distinct`, a prefix of a permutation (m <= n).
 inline Tensor random_indices(std::mt19937& rng, int64_t m, int64_t n, bool distinct) {
   std::vector<int32_t> v;

@@ -1,17 +1,16 @@
-// The CUDA conv2d and pooling kernels against the CPU backend: the public ops (forward, the
-// functional backward ops and autograd) on random geometries (sizes 1 and odd sizes, kernels 1..5,
-// stride 1..3, padding 0..2, dilation 1..2, groups 1..3, with and without bias), f32 and f64, and
-// every conv2d version of kernels/cuda/conv2d.cuh called directly on device buffers; the backward
-// input as a forward convolution also on stride-1 geometries of its own, with the cases it
-// refuses (padding > dilation*(kernel-1)) checked to fall back; versions 7 and 8 (input rows in
-// shared memory) on stride-1 geometries with wide rows and channels past one stage.
+// The CUDA conv2d kernels against the CPU backend: every conv2d version of
+// kernels/cuda/conv2d.cuh called directly on device buffers, on random geometries (sizes 1 and odd
+// sizes, kernels 1..5, stride 1..3, padding 0..2, dilation 1..2, groups 1..3, with and without
+// bias), f32 and f64, and the weight and wide versions on long reductions; the backward input as a
+// forward convolution on stride-1 geometries of its own, with the cases it refuses
+// (padding > dilation*(kernel-1)) checked to fall back; versions 7 and 8 (input rows in shared
+// memory) on stride-1 geometries with wide rows and channels past one stage; conv2d under
+// allow_tf32; the MNIST CNN's layers at the batches that take the production versions, with the
+// fused bias and ReLU. (conv2d and pooling through the ops on every backend: test_backend_ops.)
 #include "tests/cuda/cuda_test.h"
 #include "tests/conv_cases.h"
 
 #include <cmath>
-#include <limits>
-#include <tuple>
-#include <vector>
 
 #include "kiln/core/precision.h"
 #include "kiln/kernels/cuda/conv2d.cuh"
@@ -67,67 +66,7 @@ T* device_ptr(const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("conv2d forward matches the CPU on random geometries, f32 and f64") {
-  if (!have_cuda()) return;
-  std::mt19937 rng(11);
-  for (int trial = 0; trial < 60; ++trial) {
-    const ConvCase c = random_conv(rng, trial);
-    for (DType t : {DType::f32, DType::f64}) {
-      Tensor x = uniform(c.x, -1, 1, t), w = uniform(c.w, -1, 1, t);
-      Tensor b = c.bias ? uniform({c.w[0]}, -1, 1, t) : Tensor();
-      Tensor want = conv2d(x, w, b, c.config);
-      Tensor got = conv2d(x.to(kCuda), w.to(kCuda), c.bias ? b.to(kCuda) : Tensor(), c.config);
-      check_close(got, want, rtol_for(t), atol_for(t, c.w[1] * c.w[2] * c.w[3]), "conv2d " + c.str());
-    }
-  }
-}
-
-TEST_CASE("conv2d backward input and weight match the CPU on random geometries, f32 and f64") {
-  if (!have_cuda()) return;
-  std::mt19937 rng(12);
-  for (int trial = 0; trial < 60; ++trial) {
-    const ConvCase c = random_conv(rng, trial);
-    for (DType t : {DType::f32, DType::f64}) {
-      Tensor x = uniform(c.x, -1, 1, t), w = uniform(c.w, -1, 1, t), gy = uniform(c.y, -1, 1, t);
-      const int64_t og = c.w[0] / c.config.groups;
-      check_close(conv2d_backward_input(gy.to(kCuda), w.to(kCuda), c.x, c.config),
-                  conv2d_backward_input(gy, w, c.x, c.config), rtol_for(t), atol_for(t, og * c.w[2] * c.w[3]),
-                  "conv2d_backward_input " + c.str());
-      check_close(conv2d_backward_weight(x.to(kCuda), gy.to(kCuda), c.w, c.config),
-                  conv2d_backward_weight(x, gy, c.w, c.config), rtol_for(t), atol_for(t, c.y[0] * c.y[2] * c.y[3]),
-                  "conv2d_backward_weight " + c.str());
-    }
-  }
-}
-
-TEST_CASE("conv2d gradients through autograd match the CPU, non-contiguous input") {
-  if (!have_cuda()) return;
-  std::mt19937 rng(13);
-  for (int trial = 0; trial < 12; ++trial) {
-    ConvCase c = random_conv(rng, trial);
-    c.bias = true;
-    for (DType t : {DType::f32, DType::f64}) {
-      // x is a transposed view: the op makes it contiguous before the kernel
-      Tensor x = uniform({c.x[0], c.x[1], c.x[3], c.x[2]}, -1, 1, t).transpose(2, 3);
-      Tensor w = uniform(c.w, -1, 1, t), b = uniform({c.w[0]}, -1, 1, t), gy = uniform(c.y, -1, 1, t);
-      std::vector<Tensor> grads[2];
-      for (int side = 0; side < 2; ++side) {
-        const Device dev = side == 0 ? Device::cpu() : kCuda;
-        Tensor xl = x.to(dev).detach().requires_grad_(), wl = w.to(dev).detach().requires_grad_();
-        Tensor bl = b.to(dev).detach().requires_grad_();
-        (conv2d(xl, wl, bl, c.config) * gy.to(dev)).sum().backward();
-        grads[side] = {xl.grad(), wl.grad(), bl.grad()};
-      }
-      const int64_t og = c.w[0] / c.config.groups, outputs = c.y[0] * c.y[2] * c.y[3];
-      check_close(grads[1][0], grads[0][0], rtol_for(t), atol_for(t, og * c.w[2] * c.w[3]), "grad x " + c.str());
-      check_close(grads[1][1], grads[0][1], rtol_for(t), atol_for(t, outputs), "grad w " + c.str());
-      check_close(grads[1][2], grads[0][2], rtol_for(t), atol_for(t, outputs), "grad bias " + c.str());
-    }
-  }
-}
-
 TEST_CASE("every conv2d version matches the CPU on device buffers") {
-  if (!have_cuda()) return;
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(14);
@@ -257,7 +196,6 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
 }
 
 TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, and falls back otherwise") {
-  if (!have_cuda()) return;
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(18);
@@ -327,7 +265,6 @@ TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, 
 }
 
 TEST_CASE("versions 7 and 8 (input rows in shared memory) match the CPU at stride 1") {
-  if (!have_cuda()) return;
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(21);
@@ -384,25 +321,7 @@ TEST_CASE("versions 7 and 8 (input rows in shared memory) match the CPU at strid
   CHECK(patched == 50);  // every case fits version 7's shared memory
 }
 
-TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU") {
-  if (!have_cuda()) return;
-  struct Layer { Shape x, w; };
-  for (const Layer& l : {Layer{{64, 1, 28, 28}, {32, 1, 3, 3}}, Layer{{16, 32, 26, 26}, {64, 32, 3, 3}}}) {
-    Tensor x = uniform(l.x, -1, 1), w = uniform(l.w, -1, 1), b = uniform({l.w[0]}, -1, 1);
-    Tensor y = conv2d(x, w, b);
-    Tensor gy = uniform(y.shape(), -1, 1);
-    const std::string what = "x " + l.x.str() + " w " + l.w.str();
-    const int64_t ckk = l.w[1] * 9, okk = l.w[0] * 9, outputs = y.size(0) * y.size(2) * y.size(3);
-    check_close(conv2d(x.to(kCuda), w.to(kCuda), b.to(kCuda)), y, 1e-4, atol_for(DType::f32, ckk), "conv2d " + what);
-    check_close(conv2d_backward_input(gy.to(kCuda), w.to(kCuda), l.x, {}), conv2d_backward_input(gy, w, l.x, {}),
-                1e-4, atol_for(DType::f32, okk), "conv2d_backward_input " + what);
-    check_close(conv2d_backward_weight(x.to(kCuda), gy.to(kCuda), l.w, {}), conv2d_backward_weight(x, gy, l.w, {}),
-                1e-4, atol_for(DType::f32, outputs), "conv2d_backward_weight " + what);
-  }
-}
-
 TEST_CASE("conv2d weight and wide versions match the CPU with many K splits, odd sizes, f32 and f64") {
-  if (!have_cuda()) return;
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   // Long reductions (many splits) with M and N that are not tile multiples, one grouped, one padded.
@@ -452,34 +371,7 @@ TEST_CASE("conv2d weight and wide versions match the CPU with many K splits, odd
   }
 }
 
-TEST_CASE("conv2d on the tensor cores: infinities and NaN come out as in f32") {
-  if (!have_cuda()) return;
-  // 3xTF32 splits an inf into inf + NaN; the kernels recompute NaN results in plain f32, so each
-  // output that f32 makes inf (or NaN) is inf (or NaN) here too, in all three passes.
-  const float inf = std::numeric_limits<float>::infinity();
-  Tensor x = uniform({2, 40, 9, 9}, -1, 1), w = uniform({48, 40, 3, 3}, -1, 1);
-  std::vector<float> xv = x.to_vector<float>(), wv = w.to_vector<float>();
-  xv[5 * 81 + 40] = inf;                 // image 0, channel 5, the centre
-  xv[(40 + 7) * 81 + 3] = -inf;          // image 1, channel 7, top row
-  wv[3 * 360 + 2 * 9 + 4] = inf;         // output channel 3, input channel 2
-  xv[(40 + 30) * 81 + 50] = std::nanf("");
-  x = from_vector(xv, x.shape());
-  w = from_vector(wv, w.shape());
-  Tensor gy = uniform({2, 48, 7, 7}, -1, 1);
-  std::vector<float> gyv = gy.to_vector<float>();
-  gyv[48 * 49 + 10] = -inf;
-  gy = from_vector(gyv, gy.shape());
-  check_close(conv2d(x.to(kCuda), w.to(kCuda), Tensor(), {}), conv2d(x, w, Tensor(), {}), 1e-4,
-              atol_for(DType::f32, 360), "conv2d with inf and NaN");
-  check_close(conv2d_backward_input(gy.to(kCuda), w.to(kCuda), x.shape(), {}), conv2d_backward_input(gy, w, x.shape(), {}),
-              1e-4, atol_for(DType::f32, 48 * 9), "conv2d_backward_input with inf");
-  check_close(conv2d_backward_weight(x.to(kCuda), gy.to(kCuda), w.shape(), {}),
-              conv2d_backward_weight(x, gy, w.shape(), {}), 1e-4, atol_for(DType::f32, 2 * 49),
-              "conv2d_backward_weight with inf and NaN");
-}
-
 TEST_CASE("with allow_tf32, conv2d runs on TF32 tensor cores within its error bound") {
-  if (!have_cuda()) return;
   struct Tf32Guard {
     Tf32Guard() { set_allow_tf32(true); }
     ~Tf32Guard() { set_allow_tf32(false); }
@@ -495,72 +387,9 @@ TEST_CASE("with allow_tf32, conv2d runs on TF32 tensor cores within its error bo
               "conv2d_backward_weight TF32");
 }
 
-
-TEST_CASE("max_pool2d and its backward match the CPU exactly: ties, NaNs, overlapping windows") {
-  if (!have_cuda()) return;
-  std::mt19937 rng(15);
-  auto check = [&](const PoolCase& c, int trial) {
-    for (DType t : {DType::f32, DType::f64}) {
-      // Small integers make ties common; some trials sprinkle NaNs; odd trials use a view.
-      std::vector<double> values(static_cast<size_t>(c.x.numel()));
-      for (double& v : values)
-        v = trial % 3 == 0 && pick(rng, 0, 9) == 0 ? std::nan("") : static_cast<double>(pick(rng, -3, 3));
-      Tensor x = from_vector<double>(values, c.x).to(t);
-      if (trial % 2 == 1) x = x.transpose(2, 3).contiguous().transpose(2, 3);
-      Tensor x_device = x.to(kCuda);
-      if (trial % 2 == 1) x_device = x.transpose(2, 3).contiguous().to(kCuda).transpose(2, 3);
-      PoolResult want = max_pool2d_with_indices(x, c.config);
-      PoolResult got = max_pool2d_with_indices(x_device, c.config);
-      check_close(got.values, want.values, 0, 0, "max_pool2d " + c.str());
-      check_close(got.indices, want.indices, 0, 0, "max_pool2d indices " + c.str());
-      Tensor gy = uniform(want.values.shape(), -1, 1, t);
-      check_close(max_pool2d_backward(gy.to(kCuda), got.indices, c.x, c.config),
-                  max_pool2d_backward(gy, want.indices, c.x, c.config), 0, 0, "max_pool2d_backward " + c.str());
-    }
-  };
-  for (int trial = 0; trial < 60; ++trial) check(random_pool(rng), trial);
-  // Windows that tile the input exactly take the backward's one-thread-per-window path.
-  int trial = 0;
-  for (const auto& [x, k0, k1] : {std::tuple{Shape{2, 3, 24, 24}, 2, 2}, std::tuple{Shape{1, 2, 6, 9}, 2, 3},
-                                  std::tuple{Shape{3, 1, 5, 5}, 1, 1}, std::tuple{Shape{1, 2, 12, 8}, 4, 4}}) {
-    PoolCase c;
-    c.x = x;
-    c.config.kernel[0] = c.config.stride[0] = k0;
-    c.config.kernel[1] = c.config.stride[1] = k1;
-    check(c, trial++);
-  }
-}
-
-TEST_CASE("avg_pool2d and its backward match the CPU, with and without the padding counted") {
-  if (!have_cuda()) return;
-  std::mt19937 rng(16);
-  for (int trial = 0; trial < 60; ++trial) {
-    const PoolCase c = random_pool(rng);
-    for (DType t : {DType::f32, DType::f64}) {
-      const double tol = t == DType::f32 ? 1e-6 : 1e-14;
-      Tensor x = uniform(c.x, -1, 1, t);
-      check_close(avg_pool2d(x.to(kCuda), c.config), avg_pool2d(x, c.config), tol, tol, "avg_pool2d " + c.str());
-      Tensor gy = uniform(avg_pool2d(x, c.config).shape(), -1, 1, t);
-      check_close(avg_pool2d_backward(gy.to(kCuda), c.x, c.config), avg_pool2d_backward(gy, c.x, c.config), tol, tol,
-                  "avg_pool2d_backward " + c.str());
-    }
-  }
-}
-
-TEST_CASE("pooling gradients through autograd match the CPU") {
-  if (!have_cuda()) return;
-  std::mt19937 rng(17);
-  for (int trial = 0; trial < 10; ++trial) {
-    const PoolCase c = random_pool(rng);
-    Tensor x = uniform(c.x, -1, 1);
-    Tensor gy = uniform(max_pool2d(x, c.config).shape(), -1, 1);
-    std::vector<Tensor> grads[2];
-    for (int side = 0; side < 2; ++side) {
-      const Device dev = side == 0 ? Device::cpu() : kCuda;
-      Tensor xl = x.to(dev).detach().requires_grad_();
-      (max_pool2d(xl, c.config) * gy.to(dev) + avg_pool2d(xl, c.config) * gy.to(dev)).sum().backward();
-      grads[side] = {xl.grad()};
-    }
-    check_close(grads[1][0], grads[0][0], 1e-6, 1e-6, "pool grads " + c.str());
-  }
+TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU, with a fused bias and ReLU through autograd too") {
+  // batch 64 and 16: version 3 for the first layer (C*KH*KW < 32), the tensor cores for the second
+  const Run run{.device = kCuda, .takes = {{DType::f32, {1e-4, 1e-6}}}};
+  conv2d_layer_cases(run, mnist_conv_layers(64, 16));
+  conv2d_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}}, mnist_conv_layers(64, 16));
 }

@@ -1,12 +1,12 @@
-// CUDA matmul against the CPU backend: the production path through kiln::matmul on random shapes
-// (sizes 1, primes, non-multiples of every tile, transposed views, row strides from slices,
-// batched and broadcast batches), f32 and f64; then every version of the ladder (10 included)
-// called directly (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose
-// combinations; then TF32 (production, 10_tf32_async on its cp.async path and on 08's, and
-// 13_tf32_wgmma with operands read in place and packed); then 12_3xtf32's f32 accuracy and special
-// values; then 09_split_k at chosen split counts, and the MLP-layer shapes whose products split k.
-#include "tests/backend_sweeps.h"
+// The CUDA matmul ladder against the CPU backend: every version (10 included) called directly
+// (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose combinations; then TF32
+// (production, 10_tf32_async on its cp.async path and on 08's, and 13_tf32_wgmma with operands
+// read in place and packed); then 12_3xtf32's f32 accuracy and special values; then 09_split_k at
+// chosen split counts; and the fused bias and ReLU through autograd at the shapes of each
+// production kernel. (matmul through kiln::matmul on every backend, f32 and f64: the "matmul"
+// rows of test_backend_ops.)
 #include "tests/cuda/cuda_test.h"
+#include "tests/matmul_cases.h"
 
 #include <cmath>
 #include <limits>
@@ -86,33 +86,7 @@ StoredProduct stored_product(int64_t batch, int64_t m, int64_t n, int64_t k, con
 
 }  // namespace
 
-TEST_CASE("matmul matches the CPU on random shapes, layouts and batches, f32 and f64") {
-  if (!have_cuda()) return;
-  matmul_sweep(kCuda, {DType::f32, DType::f64});
-}
-
-TEST_CASE("matmul keeps transposed and strided views as views on the GPU") {
-  if (!have_cuda()) return;
-  std::mt19937 rng(12);
-  for (int trial = 0; trial < 20; ++trial) {
-    const int64_t m = pick(rng), n = pick(rng), k = pick(rng);
-    Tensor a = uniform({k, m}, -1, 1), b = uniform({n, k + 5}, -1, 1);
-    Tensor ga = a.to(kCuda), gb = b.to(kCuda);
-    // The transposes and the slice happen on each device, so the GPU kernel gets trans flags and
-    // a row stride, not a contiguous copy.
-    Tensor want = matmul(a.t(), b.slice(1, 0, k).t());
-    Tensor got = matmul(ga.t(), gb.slice(1, 0, k).t());
-    check_close(got, want, 1e-4, 1e-4 * std::sqrt(static_cast<double>(k)), "A^T B^T with a strided B");
-  }
-}
-
-TEST_CASE("the MNIST MLP's products and their gradients match the CPU") {
-  if (!have_cuda()) return;
-  mnist_mlp_products(kCuda);
-}
-
 TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, batches") {
-  if (!have_cuda()) return;
   struct Case { int64_t batch, m, n, k; bool broadcast_b; int64_t pad; };
   const Case cases[] = {
       {1, 1, 1, 1, false, 0},     {1, 1, 7, 5, false, 0},      {1, 13, 1, 17, false, 1},
@@ -151,7 +125,6 @@ TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, 
 }
 
 TEST_CASE("with allow_tf32, f32 matmul runs on TF32 tensor cores within its error bound") {
-  if (!have_cuda()) return;
   Tf32Guard tf32(true);
   std::mt19937 rng(13);
   for (int trial = 0; trial < 30; ++trial) {
@@ -166,7 +139,6 @@ TEST_CASE("with allow_tf32, f32 matmul runs on TF32 tensor cores within its erro
 }
 
 TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on its fast path and on 08's") {
-  if (!have_cuda()) return;
   // Odd m, n (never whole 128 x 128 tiles) and k (partial cp.async chunks at the k edge); row
   // strides padded to a multiple of 4 floats take the cp.async path, others fall back to 08.
   struct Case { int64_t batch, m, n, k; bool trans_a, trans_b; int64_t lda_pad, ldb_pad; bool fast; bool positive; };
@@ -203,7 +175,6 @@ TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on i
 }
 
 TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, read in place and packed") {
-  if (!have_cuda()) return;
   // 13 reads an operand in place when it is K-major (A not transposed, B transposed) with 16-byte
   // aligned rows, and packs it K-major into a workspace otherwise; on a GPU that is not an sm_90
   // it runs 11, which must pass the same checks. Shapes span several 128 x 256 tiles with ragged
@@ -249,7 +220,6 @@ TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, read
 }
 
 TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities and NaN") {
-  if (!have_cuda()) return;
   cuda::CudaBackend& be = cuda::backend(0);
   // Against the f64 product, on all-positive inputs (where rounding biases add up instead of
   // cancelling): 12 must stay within a small factor of 07's error (f32 on the CUDA cores), while
@@ -297,21 +267,11 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
   check_close(out, matmul(a, b), 1e-6, 0, "12_3xtf32 with inf and NaN inputs");
 }
 
-TEST_CASE("the production path's large-product kernels (11, 12 and 13) through kiln::matmul") {
-  if (!have_cuda()) return;
-  // Shapes with enough 128 x 128 tiles for the big kernels: f32 takes 12 (k >= 256); TF32 takes 13
-  // on an sm_90 GPU (768 x 4096 and 4096 x 4096 both have SMs / 2 tiles of 128 x 256 or more, and
-  // B runs along n: packed), elsewhere 11 on 128 x 128 tiles, or on 128 x 256 tiles once those
-  // fill the GPU twice (4096 x 4096).
-  Tensor a = uniform({768, 300}, -1, 1), b = uniform({300, 768}, -1, 1);
-  check_close(matmul(a.to(kCuda), b.to(kCuda)), matmul(a, b), 1e-5, 1e-5 * std::sqrt(300.0), "f32 768x768x300");
-  check_close(matmul(a.to(kCuda), b.to(kCuda).t().contiguous().t()), matmul(a, b), 1e-5, 1e-5 * std::sqrt(300.0),
-              "f32 768x768x300 B^T");
-  // An infinity in A: its row is inf in f32, and must not come out NaN.
-  Tensor ai = a.clone();
-  ai.slice(0, 5, 6).slice(1, 7, 8).fill_(std::numeric_limits<double>::infinity());
-  Tensor bp = abs(b) + 0.5;
-  check_close(matmul(ai.to(kCuda), bp.to(kCuda)), matmul(ai, bp), 1e-5, 1e-5 * std::sqrt(300.0), "f32 with an inf");
+TEST_CASE("the production path's large-product TF32 kernels (11 and 13) through kiln::matmul") {
+  // With allow_tf32, TF32 takes 13 on an sm_90 GPU (768 x 4096 and 4096 x 4096 both have SMs / 2
+  // tiles of 128 x 256 or more, and B runs along n: packed), elsewhere 11 on 128 x 128 tiles, or on
+  // 128 x 256 tiles once those fill the GPU twice (4096 x 4096). (f32's large products, 12 here:
+  // test_backend_ops's "matmul large products" row.)
   Tf32Guard tf32(true);
   for (int64_t m : {768, 4096}) {
     Tensor x = uniform({m, 64}, -1, 1), y = uniform({64, 4096}, -1, 1);
@@ -320,7 +280,6 @@ TEST_CASE("the production path's large-product kernels (11, 12 and 13) through k
 }
 
 TEST_CASE("09_split_k matches the CPU at any number of splits, transposes and odd shapes, deterministically") {
-  if (!have_cuda()) return;
   // splits: as asked; the kernel takes fewer when k is short (k < splits, or chunks of 32).
   struct Case { int64_t batch, m, n, k, splits, pad; };
   const Case cases[] = {
@@ -355,29 +314,18 @@ TEST_CASE("09_split_k matches the CPU at any number of splits, transposes and od
     }
 }
 
-TEST_CASE("matmul through kiln::matmul at shapes that split k: an MLP layer's products and their gradients") {
-  if (!have_cuda()) return;
-  // y = x W^T, as layers/linear does, and what autograd forms for the gradients:
-  // grad_x = g W (m x n x k = 64 x 9216 x 128), grad_{W^T} = x^T g (9216 x 128 x 64, A transposed).
-  struct Layer { int64_t batch, in, out; };
-  for (Layer l : {Layer{64, 9216, 128}, Layer{64, 784, 128}, Layer{1, 2048, 128}, Layer{64, 4096, 1},
-                  Layer{5, 3000, 7}}) {
-    Tensor x = uniform({l.batch, l.in}, -1, 1), w = uniform({l.out, l.in}, -1, 1), g = uniform({l.batch, l.out}, -1, 1);
-    Tensor gx = x.to(kCuda), gw = w.to(kCuda), gg = g.to(kCuda);
-    const std::string what = std::to_string(l.batch) + " x " + std::to_string(l.in) + " -> " + std::to_string(l.out);
-    const double tol_in = 1e-4 * std::sqrt(static_cast<double>(l.in));
-    check_close(matmul(gx, gw.t()), matmul(x, w.t()), 1e-4, tol_in, "forward " + what);
-    check_close(matmul(gg, gw), matmul(g, w), 1e-4, 1e-4 * std::sqrt(static_cast<double>(l.out)), "grad_x " + what);
-    check_close(matmul(gx.t(), gg), matmul(x.t(), g), 1e-4, 1e-4 * std::sqrt(static_cast<double>(l.batch)),
-                "grad_W^T " + what);
-  }
-  // The forward again under allow_tf32: a product this small still goes to split-K (exact f32).
-  for (bool tf32 : {false, true}) {
-    Tf32Guard guard(tf32);
-    Tensor x = uniform({64, 9216}, -1, 1), w = uniform({128, 9216}, -1, 1);
-    Tensor want = matmul(x, w.t());
-    const double tol = tf32 ? 1e-3 : 1e-4;
-    check_close(matmul(x.to(kCuda), w.to(kCuda).t()), want, tol, tol * std::sqrt(9216.0),
-                std::string("64 x 9216 -> 128") + (tf32 ? " tf32" : ""));
-  }
+TEST_CASE("with allow_tf32, a 64 x 9216 -> 128 layer still takes split-K: exact f32") {
+  // A product this small goes to 09_split_k under allow_tf32 too, so it keeps f32's tolerance
+  // (the layers' products without TF32: test_backend_ops's "matmul layers" row).
+  Tf32Guard guard(true);
+  Tensor x = uniform({64, 9216}, -1, 1), w = uniform({128, 9216}, -1, 1);
+  check_close(matmul(x.to(kCuda), w.to(kCuda).t()), matmul(x, w.t()), 1e-4, 1e-4 * std::sqrt(9216.0),
+              "64 x 9216 -> 128 tf32");
+}
+
+TEST_CASE("matmul with a fused bias and ReLU through autograd, in every production path") {
+  // shapes that take each production kernel (matmul.cu): 03 (a small product), 09 (split-K: the
+  // MNIST CNN's fc1), 12 (enough 128 x 128 tiles, k >= 256) and 07 (k < 256)
+  matmul_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}},
+                         {{64, 10, 128}, {64, 128, 9216}, {1024, 1024, 512}, {1024, 1024, 128}});
 }

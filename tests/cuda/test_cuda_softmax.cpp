@@ -1,18 +1,15 @@
-// The CUDA softmax family against the CPU backend: softmax and log_softmax over any axis,
-// cross-entropy and its gradient (autograd and the op), special values (-inf, NaN, +inf, logits
-// of 1e3, empty axes), out-of-range targets, and every version of kernels/cuda/softmax.cuh on raw
-// device buffers. Label `cuda`: without a CUDA device every case reports that it skipped.
-#include "tests/backend_sweeps.h"
+// Every version of the CUDA softmax family (kernels/cuda/softmax.cuh) on raw device buffers
+// against the CPU: softmax and log_softmax by rows (in place too) and by columns, at the
+// thresholds between versions, misaligned rows, the special values (-inf, NaN, +inf, logits of
+// 1e3); and every cross-entropy version, forward and backward, deterministically. (softmax and
+// cross_entropy on every backend: test_backend_ops's rows.)
 #include "tests/cuda/cuda_test.h"
 
-#ifdef KILN_WITH_CUDA
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/softmax.cuh"
-#endif
 
 #include <algorithm>
 #include <iterator>
-#include <limits>
 #include <utility>
 
 using namespace kiln;
@@ -32,99 +29,7 @@ std::string name_of(const char* op, const Shape& s, DType t, double extra = -1) 
 
 }  // namespace
 
-TEST_CASE("softmax and log_softmax match the CPU over any axis, f32 and f64") {
-  if (!have_cuda()) return;
-  softmax_sweep(kCuda, {DType::f32, DType::f64});
-}
-
-TEST_CASE("softmax's special values match the CPU: -inf, NaN, +inf, huge logits, empty axes") {
-  if (!have_cuda()) return;
-  for (int64_t n : {3, 40, 2000}) {
-    for (DType t : {DType::f32, DType::f64}) {
-      Tensor cpu = softmax_special_rows(n).to(t);
-      Tensor gpu = cpu.to(kCuda);
-      for (int64_t axis : {1, 0}) {
-        check_close(softmax(gpu, axis), softmax(cpu, axis), rtol(t), atol(t) * 1e-1, name_of("softmax special", cpu.shape(), t, static_cast<double>(axis)));
-        check_close(log_softmax(gpu, axis), log_softmax(cpu, axis), rtol(t), atol(t) * 10, name_of("log_softmax special", cpu.shape(), t, static_cast<double>(axis)));
-      }
-    }
-  }
-  for (const Shape& s : {Shape{3, 0}, Shape{0, 5}, Shape{2, 0, 4}}) {
-    Tensor cpu = zeros(s);
-    for (int64_t axis = 0; axis < s.rank(); ++axis) {
-      check_close(softmax(cpu.to(kCuda), axis), softmax(cpu, axis), 0, 0, "softmax empty " + s.str());
-      check_close(log_softmax(cpu.to(kCuda), axis), log_softmax(cpu, axis), 0, 0, "log_softmax empty " + s.str());
-    }
-  }
-  // a long axis that is not the last (the column version), with few columns
-  Tensor cpu = uniform({2, 7000, 3}, -20, 20, DType::f64);
-  check_close(softmax(cpu.to(kCuda), 1), softmax(cpu, 1), 1e-12, 1e-14, "softmax [2, 7000, 3] axis 1");
-}
-
-TEST_CASE("cross_entropy, its autograd gradient and cross_entropy_backward match the CPU") {
-  if (!have_cuda()) return;
-  std::mt19937 rng(12);
-  for (int trial = 0; trial < 60; ++trial) {
-    const int64_t classes = random_length(rng);
-    int64_t rows = std::uniform_int_distribution<int64_t>(1, 300)(rng);
-    rows = std::max<int64_t>(1, std::min<int64_t>(rows, 300000 / classes));
-    const double scale = random_scale(rng);
-    const double smoothing = trial % 2 ? 0.1 : 0.0;
-    Tensor targets = random_targets(rng, rows, classes);
-    for (DType t : {DType::f32, DType::f64}) {
-      const std::string name = name_of("cross_entropy", {rows, classes}, t, smoothing) + " scale " + std::to_string(scale);
-      Tensor cpu = uniform({rows, classes}, -scale, scale, t);
-      Tensor gpu = cpu.to(kCuda);
-      Tensor gpu_targets = targets.to(kCuda);
-      check_close(cross_entropy(gpu, gpu_targets, Reduction::none, smoothing),
-                  cross_entropy(cpu, targets, Reduction::none, smoothing), rtol(t), atol(t) * 10, name);
-
-      // the gradient of the mean loss through autograd
-      Tensor cpu_leaf = cpu.detach().requires_grad_();
-      Tensor gpu_leaf = gpu.detach().requires_grad_();
-      cross_entropy(cpu_leaf, targets, Reduction::mean, smoothing).backward();
-      cross_entropy(gpu_leaf, gpu_targets, Reduction::mean, smoothing).backward();
-      check_close(gpu_leaf.grad(), cpu_leaf.grad(), rtol(t), atol(t), name + " autograd");
-
-      // the op with arbitrary per-sample gradients
-      Tensor g = uniform({rows}, -2, 2, t);
-      check_close(cross_entropy_backward(gpu, gpu_targets, g.to(kCuda), smoothing),
-                  cross_entropy_backward(cpu, targets, g, smoothing), rtol(t), atol(t) * 2, name + " backward");
-    }
-  }
-}
-
-TEST_CASE("cross_entropy's special values match the CPU; an out-of-range target throws at the next read") {
-  if (!have_cuda()) return;
-  // 3000 and 20000: the forward's unrolled block version; 20000: the backward's split version
-  for (int64_t classes : {5, 10, 3000, 20000}) {
-    Tensor targets = cross_entropy_special_targets();
-    for (DType t : {DType::f32, DType::f64}) {
-      Tensor cpu = cross_entropy_special_rows(classes).to(t);
-      for (double smoothing : {0.0, 0.1}) {
-        const std::string name = name_of("cross_entropy special", cpu.shape(), t, smoothing);
-        check_close(cross_entropy(cpu.to(kCuda), targets.to(kCuda), Reduction::none, smoothing),
-                    cross_entropy(cpu, targets, Reduction::none, smoothing), rtol(t), atol(t) * 10, name);
-        Tensor g = full({6}, 0.5, t);
-        check_close(cross_entropy_backward(cpu.to(kCuda), targets.to(kCuda), g.to(kCuda), smoothing),
-                    cross_entropy_backward(cpu, targets, g, smoothing), rtol(t), atol(t), name + " backward");
-      }
-    }
-  }
-  for (int64_t classes : {10, 3000, 20000}) {
-    Tensor logits = uniform({4, classes}, -1, 1, kCuda);
-    Tensor bad = from_vector<int32_t>({0, static_cast<int32_t>(classes), 1, -1}, {4}).to(kCuda);
-    CHECK_THROWS_AS(cross_entropy(logits, bad, Reduction::none).to_vector<float>(), ValueError);
-    CHECK_THROWS_AS(cross_entropy_backward(logits, bad, ones({4}, kCuda), 0.0).to_vector<float>(), ValueError);
-    // the fault was cleared: the device goes on, and the bad rows hold NaN
-    std::vector<float> losses = cross_entropy(logits, from_vector<int32_t>({0, 1, 2, 3}, {4}).to(kCuda), Reduction::none).to_vector<float>();
-    CHECK(std::isfinite(losses[0]));
-  }
-}
-
-#ifdef KILN_WITH_CUDA
 TEST_CASE("softmax versions 7 to 9 (rows in registers, column tiles) give the CPU's special values") {
-  if (!have_cuda()) return;
   namespace v = kiln::cuda::softmax;
   cudaStream_t stream = kiln::cuda::backend(0).stream();
   // 1024 and 3000: version 7 with 1 and 4 warps (3000 f64: version 6); 1024 and longer: columns
@@ -161,7 +66,6 @@ TEST_CASE("softmax versions 7 to 9 (rows in registers, column tiles) give the CP
 }
 
 TEST_CASE("every softmax and cross-entropy version on raw device buffers matches the CPU") {
-  if (!have_cuda()) return;
   namespace v = kiln::cuda::softmax;
   cudaStream_t stream = kiln::cuda::backend(0).stream();
   std::mt19937 rng(13);
@@ -304,4 +208,3 @@ TEST_CASE("every softmax and cross-entropy version on raw device buffers matches
     }
   }
 }
-#endif

@@ -1,0 +1,362 @@
+// The cases of test_backend_ops's memory and elementwise rows: transfers, fills, arange, copies
+// through views, dtype conversions, unary and binary ops (random shapes, non-contiguous views,
+// broadcasting, both operand orders, i32 wrapping, NaN, infinities, signed zeros; gradients through
+// autograd), Philox draws and dropout, and bad indices reported at the next read.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "tests/backend_cases.h"
+#include "tests/backend_ops.h"
+
+namespace kiln::test {
+
+inline std::string named(const char* what, DType t) { return std::string(what) + " " + std::string(dtype_name(t)); }
+inline std::string named(const char* what, const Shape& s, DType t) { return named(what, t) + " " + s.str(); }
+
+// Values of `s` in dtype t: uniform in [-scale, scale) (integers: truncated and wrapped, as the
+// CPU converts).
+inline Tensor values(const Shape& s, double scale, DType t) { return uniform(s, -scale, scale, DType::f64).to(t); }
+
+// Tensors go to the device and back unchanged, in every dtype.
+inline void transfer_cases(const Run& r) {
+  std::mt19937 rng(1);
+  for (int trial = 0; trial < 50; ++trial) {
+    const Shape s = random_shape(rng);
+    Tensor x = uniform(s, -100, 100, DType::f64);
+    for (const Take& k : r.takes) {
+      Tensor cpu = (k.dtype == DType::u8 ? (x + 100.0) : x).to(k.dtype);
+      Tensor dev = cpu.to(r.device);
+      CHECK(dev.device() == r.device);
+      CHECK(dev.to(Device::cpu()).to_vector<double>() == cpu.to_vector<double>());
+    }
+  }
+}
+
+// full, and fill_ through views: a slice of the first axis, every other element of the last,
+// and elements 1 .. n - 1 of the flat tensor (odd offset and length: u8's first and last words
+// keep a byte).
+inline void fill_cases(const Run& r) {
+  std::mt19937 rng(2);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Shape s = random_shape(rng);
+    for (const Take& k : r.takes) {
+      const TensorOptions on_cpu(k.dtype), on_dev = TensorOptions(k.dtype).device(r.device);
+      const bool byte = k.dtype == DType::u8;
+      for (double v : {byte ? 200.0 : 3.25, byte ? 9.0 : -2.5})
+        r.check(full(s, v, on_dev), full(s, v, on_cpu), k.tol, named("full", s, k.dtype));
+      Tensor dv = zeros(s, on_dev), cv = zeros(s, on_cpu);
+      dv.slice(0, 0, (s[0] + 1) / 2).fill_(byte ? 200 : 7);
+      cv.slice(0, 0, (s[0] + 1) / 2).fill_(byte ? 200 : 7);
+      dv.slice(-1, 0, s.back(), 2).fill_(byte ? 13 : -1.5);
+      cv.slice(-1, 0, s.back(), 2).fill_(byte ? 13 : -1.5);
+      r.check(dv, cv, k.tol, named("fill_ through slices", s, k.dtype));
+      const int64_t n = s.numel();
+      if (n > 3) {
+        Tensor flat = full({n}, 5, on_dev), want = full({n}, 5, on_cpu);
+        flat.slice(0, 1, n - 1).fill_(9);
+        want.slice(0, 1, n - 1).fill_(9);
+        r.check(flat, want, k.tol, named("fill_ of elements 1 .. n - 1", s, k.dtype));
+      }
+    }
+  }
+}
+
+// arange through the op, and the backend's arange on long ranges computed as the CPU's double
+// (i32 only with whole start and step: a fractional step may land a value just below a whole
+// number that the CPU's double rounds onto).
+inline void arange_cases(const Run& r) {
+  for (DType t : r.floats())
+    r.check(arange(-5, 5, 0.37, TensorOptions(t).device(r.device)), arange(-5, 5, 0.37, t), r.tol(t),
+            named("arange(-5, 5, 0.37)", t));
+  for (auto [start, step, n] : {std::tuple{0.0, 1.0, 5000}, {-3.25, 0.1, 100000}, {1e6, -0.37, 70001}, {5.0, 3.0, 1000},
+                                {-7e5, 13.0, 200000}, {2e9, -1e4, 5000}}) {
+    for (const Take& k : r.takes) {
+      if (k.dtype == DType::u8) continue;
+      if (k.dtype == DType::i32 && (start != std::trunc(start) || step != std::trunc(step))) continue;
+      Tensor cpu = empty({n}, TensorOptions(k.dtype)), dev = empty({n}, TensorOptions(k.dtype).device(r.device));
+      cpu.backend().arange(cpu.ref(), start, step);
+      dev.backend().arange(dev.ref(), start, step);
+      r.check(dev, cpu, k.tol, "arange " + std::to_string(start) + " step " + std::to_string(step) + " " +
+                                   std::string(dtype_name(k.dtype)));
+    }
+  }
+}
+
+// Views made contiguous: a transpose, a slice with a step, a size-1 slice, an expanded column;
+// and a copy_ that broadcasts a size-1 slice over the whole tensor.
+inline void copy_cases(const Run& r) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Shape s = random_shape(rng);
+    for (const Take& k : r.takes) {
+      Tensor cpu = values(s, 3e3, k.dtype), dev = cpu.to(r.device);
+      if (s.size() >= 2) {
+        r.check(dev.transpose(0, -1).contiguous(), cpu.transpose(0, -1).contiguous(), k.tol,
+                named("transpose", s, k.dtype));
+        r.check(dev.slice(1, 0, 1).contiguous(), cpu.slice(1, 0, 1).contiguous(), k.tol,
+                named("slice(1, 0, 1)", s, k.dtype));
+      }
+      r.check(dev.slice(-1, 0, s.back(), 2).contiguous(), cpu.slice(-1, 0, s.back(), 2).contiguous(), k.tol,
+              named("every other element of the last axis", s, k.dtype));
+      r.check(dev.slice(-1, 0, 1).expand(s).contiguous(), cpu.slice(-1, 0, 1).expand(s).contiguous(), k.tol,
+              named("the first column expanded", s, k.dtype));
+      Tensor target = zeros(s, TensorOptions(k.dtype).device(r.device));
+      target.copy_(dev.slice(0, 0, 1));
+      r.check(target, zeros(s, TensorOptions(k.dtype)).copy_(cpu.slice(0, 0, 1)), k.tol,
+              named("broadcast copy_", s, k.dtype));
+    }
+  }
+}
+
+// Conversions between every two dtypes taken: truncation toward zero, the wrap of values past
+// an integer's width (u8: -4 -> 252), from contiguous tensors and transposed views; then the
+// edges of f32 -> integers and of i32 -> floats (rounding).
+inline void convert_cases(const Run& r) {
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Shape s = random_shape(rng);
+    const double scale = trial % 2 ? 300 : 3e3;
+    for (const Take& from : r.takes) {
+      Tensor cpu = values(s, scale, from.dtype), dev = cpu.to(r.device);
+      for (const Take& to : r.takes) {
+        if (to.dtype == from.dtype) continue;
+        const std::string what = std::string(dtype_name(from.dtype)) + " -> " + std::string(dtype_name(to.dtype)) +
+                                 " " + s.str() + " scale " + std::to_string(scale);
+        r.check(dev.to(to.dtype), cpu.to(to.dtype), to.tol, what);
+        if (s.size() >= 2)
+          r.check(dev.transpose(0, -1).to(to.dtype), cpu.transpose(0, -1).to(to.dtype), to.tol, what + " transposed");
+      }
+    }
+  }
+  const std::vector<double> edges{-4.0, -3.7, -0.5, 0.5, 2.9, 2147483520.0, -2147483648.0, 3e9, -3e9, 1e12, -1e12};
+  const Tensor big = from_vector<int32_t>({16777217, -2147483647, 2147483647}, {3});
+  for (DType t : r.floats()) {
+    Tensor e = from_vector<double>(edges, {static_cast<int64_t>(edges.size())}).to(t);
+    for (DType to : {DType::i32, DType::u8})
+      if (r.has(to))
+        r.check(e.to(r.device).to(to), e.to(to), r.tol(to), named("edges", t) + " -> " + std::string(dtype_name(to)));
+    if (r.has(DType::i32)) r.check(big.to(r.device).to(t), big.to(t), r.tol(t), named("rounding: i32 ->", t));
+  }
+}
+
+using UnaryFn = Tensor (*)(const Tensor&);
+
+// A unary op on 50 random shapes, each a transposed view (every other one an expanded view too),
+// in every dtype taken (floats in [-4, 4), i32 over its whole range: wrapping), with its gradient
+// through autograd where it has one (every fifth shape); then special values: i32's extremes,
+// and for floats (with `specials`) infinities, NaN, signed zeros, a tiny value and the limits of
+// the saturating functions.
+inline void unary_cases(const Run& r, UnaryFn fn, bool differentiable, bool specials) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    const Shape s = random_shape(rng);
+    for (const Take& k : r.takes) {
+      const bool floating = k.dtype != DType::i32;
+      Tensor base = floating ? uniform(s, -4, 4, k.dtype) : values(s, 3e9, DType::i32);
+      Tensor cpu = base, dev = base.to(r.device);
+      if (s.size() >= 2) cpu = cpu.transpose(0, -1), dev = dev.transpose(0, -1);  // a non-contiguous input
+      r.check(fn(dev), fn(cpu), k.tol, named("random", s, k.dtype));
+      if (trial % 2) {  // the first row repeated over the first axis: a stride-0 (expanded) input
+        Tensor row = base.slice(0, 0, 1);
+        r.check(fn(row.to(r.device).expand(s)), fn(row.expand(s)), k.tol, named("expanded", s, k.dtype));
+      }
+      if (!floating || !differentiable || trial % 5) continue;
+      // the gradient: elementwise, from the op's backward formula (4x the forward's tolerance)
+      Tensor g = uniform(cpu.shape(), -1, 1, k.dtype), grads[2];
+      for (int side = 0; side < 2; ++side) {
+        const Device on = side ? r.device : Device::cpu();
+        Tensor leaf = base.detach().to(on).requires_grad_();
+        fn(s.size() >= 2 ? leaf.transpose(0, -1) : leaf).backward(g.to(on));
+        grads[side] = leaf.grad();
+      }
+      r.check(grads[1], grads[0], k.tol.times(4), named("gradient", s, k.dtype));
+    }
+  }
+  if (r.has(DType::i32)) {
+    Tensor x = from_vector<int32_t>({-2147483647 - 1, 2147483647, -2147483647, -7, 7, -3, 0}, {7});
+    r.check(fn(x.to(r.device)), fn(x), r.tol(DType::i32), "i32 extremes (wrapping)");
+  }
+  if (!specials) return;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor sp = from_vector<double>({-inf, -100, -9, -0.0, 0, 1e-30, 9, 100, inf, nan}, {10});
+  for (DType t : r.floats()) {
+    const Tol tol = r.tol(t);
+    r.check(fn(sp.to(t).to(r.device)), fn(sp.to(t)), {std::min(tol.rtol, 1e-6), std::min(tol.atol, 1e-12)},
+            named("special values", t));
+  }
+}
+
+using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+
+// A binary op on 50 random shapes against a broadcastable partner, both ways round. Floats: a in
+// [-3, 3), b in [0.5, 3), every fourth shape whole numbers (ties; zeros), on every fifth (not
+// whole) the gradients of both operands through autograd (the broadcast one summed: a tolerance
+// per term). i32 (with `int_fn` where the op needs other operands there): alternately values of
+// 5 .. 30 (ties) and values over the whole range against 1 .. 50 (wrapping). Then NaNs, and
+// i32's extremes.
+inline void binary_cases(const Run& r, BinaryFn fn, bool differentiable, BinaryFn int_fn = nullptr) {
+  std::mt19937 rng(4);
+  for (int trial = 0; trial < 50; ++trial) {
+    const Shape s = random_shape(rng), sb = broadcastable(rng, s);
+    const std::string shapes = s.str() + " with " + sb.str();
+    for (const Take& k : r.takes) {
+      const std::string what = shapes + " " + std::string(dtype_name(k.dtype));
+      if (k.dtype == DType::i32) {
+        const bool wide = trial % 2 == 1;
+        Tensor a = wide ? values(s, 3e9, DType::i32) : uniform(s, 5, 30).to(DType::i32);
+        Tensor b = uniform(sb, wide ? 1 : 5, wide ? 50 : 30).to(DType::i32);
+        BinaryFn f = int_fn ? int_fn : fn;
+        r.check(f(a.to(r.device), b.to(r.device)), f(a, b), k.tol, what + (wide ? " (wrapping)" : ""));
+        continue;
+      }
+      const bool whole = trial % 4 == 0;
+      Tensor a = uniform(s, -3, 3, k.dtype), b = uniform(sb, 0.5, 3, k.dtype);
+      if (whole) a = a.to(DType::i32).to(k.dtype), b = b.to(DType::i32).to(k.dtype);
+      Tensor da = a.to(r.device), db = b.to(r.device);
+      r.check(fn(da, db), fn(a, b), k.tol, what);
+      r.check(fn(db, da), fn(b, a), k.tol, sb.str() + " with " + s.str() + " " + std::string(dtype_name(k.dtype)));
+      if (!differentiable || whole || trial % 5 != 1) continue;
+      Tensor g = uniform(s, -1, 1, k.dtype), ga[2], gb[2];
+      for (int side = 0; side < 2; ++side) {
+        const Device on = side ? r.device : Device::cpu();
+        Tensor la = a.detach().to(on).requires_grad_(), lb = b.detach().to(on).requires_grad_();
+        fn(la, lb).backward(g.to(on));
+        ga[side] = la.grad(), gb[side] = lb.grad();
+      }
+      // b's gradient sums numel(a) / numel(b) terms: an f32 rounding (f64: 1e-14) per term
+      const double terms = static_cast<double>(s.numel() / sb.numel());
+      const double per_term = k.dtype == DType::f32 ? 1e-6 : 1e-14;
+      r.check(ga[1], ga[0], k.tol.times(4), what + " gradient of a");
+      r.check(gb[1], gb[0], {4 * k.tol.rtol + per_term, 4 * k.tol.atol + per_term * terms}, what + " gradient of b");
+    }
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = from_vector<float>({nan, 1, nan, -2}, {4}), y = from_vector<float>({1, nan, nan, -3}, {4});
+  for (DType t : r.floats()) {
+    Tensor xt = x.to(t), yt = y.to(t);
+    r.check(fn(xt.to(r.device), yt.to(r.device)), fn(xt, yt), {}, named("NaN", t));
+  }
+  if (r.has(DType::i32)) {
+    BinaryFn f = int_fn ? int_fn : fn;
+    Tensor extremes = from_vector<int32_t>({-2147483647 - 1, 2147483647, -7, 7}, {4});
+    Tensor minus_one = from_vector<int32_t>({-1, -1, 2, -2}, {4});
+    r.check(f(extremes.to(r.device), minus_one.to(r.device)), f(extremes, minus_one), r.tol(DType::i32),
+            "i32 extremes (INT_MIN / -1 wraps)");
+  }
+}
+
+// pow of two tensors: floats as pow(|a|, b); i32 as pow(a, |b|) (negative integer powers are
+// errors), and a negative base, a zero exponent, a zero base.
+inline void pow_cases(const Run& r) {
+  binary_cases(r, [](const Tensor& a, const Tensor& b) { return pow(abs(a), b); }, true,
+               [](const Tensor& a, const Tensor& b) { return pow(a, abs(b)); });
+  if (r.has(DType::i32)) {
+    Tensor base = from_vector<int32_t>({2, -3, 5, 0}, {4}), exponent = from_vector<int32_t>({10, 3, 0, 4}, {4});
+    r.check(pow(base.to(r.device), exponent.to(r.device)), pow(base, exponent), r.tol(DType::i32), "pow i32");
+  }
+}
+
+// pow with a scalar exponent: pow(|x|, 1.7) as a unary op, then the sign rules: negative bases
+// to whole and fractional powers, zeros of both signs to negative powers, x^0 (within 2e-6: a
+// power of a small base lands within an ulp or two).
+inline void pow_scalar_cases(const Run& r) {
+  unary_cases(r, [](const Tensor& x) { return pow(abs(x), 1.7); }, true, false);
+  for (DType t : r.floats()) {
+    Tensor base = from_vector<double>({-8, -2, -0.5, 0, 2, -0.0}, {6}).to(t);
+    for (double p : {2.0, 3.0, -1.0, 0.5, -2.0, 0.0})
+      r.check(pow(base.to(r.device), p), pow(base, p), {std::min(r.tol(t).rtol, 2e-6), 0},
+              named("pow special", t) + " " + std::to_string(p));
+  }
+}
+
+// Calls draw(n, t, a, b) for sizes of one to several 4-number Philox blocks and many, in each
+// floating dtype taken, with two generators of one seed (a for the device, b for the CPU) started
+// mid-stream; then both must stand at the same place of the stream.
+template <class Draw>
+void philox_cases(const Run& r, Draw draw) {
+  for (int64_t n : {1, 2, 3, 4, 5, 7, 1000, 100003})
+    for (DType t : r.floats()) {
+      Generator a(77), b(77);
+      (void)uniform({3}, 0, 1, {}, &a);
+      (void)uniform({3}, 0, 1, {}, &b);
+      draw(n, t, a, b);
+      CHECK(a.offset() == b.offset());
+    }
+}
+
+// uniform draws the CPU's Philox numbers.
+inline void uniform_cases(const Run& r) {
+  philox_cases(r, [&](int64_t n, DType t, Generator& a, Generator& b) {
+    const std::string what = named("uniform", {n}, t);
+    r.check(uniform({n}, -2, 5, TensorOptions(t).device(r.device), &a), uniform({n}, -2, 5, t, &b), r.tol(t), what);
+    r.check(uniform({n}, -0.0625, 0.0625, TensorOptions(t).device(r.device), &a),
+            uniform({n}, -0.0625, 0.0625, t, &b), r.tol(t), what + " (a layer's init)");
+  });
+}
+
+// normal: Box-Muller through the backend's log, sin and cos, a few ulp from the CPU's.
+inline void normal_cases(const Run& r) {
+  philox_cases(r, [&](int64_t n, DType t, Generator& a, Generator& b) {
+    r.check(normal({n}, 1, 3, TensorOptions(t).device(r.device), &a), normal({n}, 1, 3, t, &b), r.tol(t),
+            named("normal", {n}, t));
+  });
+}
+
+// dropout: the CPU's mask and bits, forward and backward (the gradient takes the same mask), and
+// of a view one element in (not 16-byte aligned: CUDA's scalar path).
+inline void dropout_cases(const Run& r) {
+  philox_cases(r, [&](int64_t n, DType t, Generator& a, Generator& b) {
+    Tensor x = uniform({n}, -1, 1, t), g = uniform({n}, -1, 1, t);
+    Tensor xd = x.to(r.device).requires_grad_(), xc = x.detach().requires_grad_();
+    Tensor yd = dropout(xd, 0.3, true, &a), yc = dropout(xc, 0.3, true, &b);
+    const std::string what = named("dropout", {n}, t);
+    r.check(yd, yc, r.tol(t), what);
+    yd.backward(g.to(r.device));
+    yc.backward(g);
+    r.check(xd.grad(), xc.grad(), r.tol(t), what + " gradient");
+    if (n > 1)
+      r.check(dropout(xd.detach().slice(0, 1, n), 0.6, true, &a), dropout(x.slice(0, 1, n), 0.6, true, &b), r.tol(t),
+              what + " of a view one element in");
+  });
+}
+
+// An index out of range cannot throw in a kernel: the backend reports it at the next read (the
+// host's wait), naming the op; the fault is then cleared and the device goes on working.
+inline void bad_index_cases(const Run& r) {
+  Tensor x = uniform({5, 3}, 0, 1).to(r.device);
+  Tensor y = index_select(x, 0, from_vector<int32_t>({0, 4, 5, 1}, {4}).to(r.device));
+  CHECK_THROWS_WITH_AS(y.to(Device::cpu()), doctest::Contains("gather: index 5 at position 2 is outside [0, 5)"),
+                       ValueError);
+  Tensor good = from_vector<int32_t>({4, 0}, {2});
+  r.check(index_select(x, 0, good.to(r.device)), index_select(x.to(Device::cpu()), 0, good), {}, "after the fault");
+  CHECK_THROWS_WITH_AS(one_hot(from_vector<int32_t>({1, -1}, {2}).to(r.device), 3).to(Device::cpu()),
+                       doctest::Contains("one_hot: index -1 at position 1"), ValueError);
+  CHECK_THROWS_WITH_AS(
+      index_select_backward(ones({2, 3}, r.device), 0, from_vector<int32_t>({0, 7}, {2}).to(r.device), {5, 3})
+          .to(Device::cpu()),
+      doctest::Contains("index_add: index 7"), ValueError);
+  // cross-entropy's targets, at class counts that take different kernels; rows 1 and 3 are bad,
+  // and the fault keeps whichever reached it first
+  for (int64_t classes : {10, 3000, 20000}) {
+    Tensor logits = uniform({4, classes}, -1, 1, r.device);
+    Tensor bad = from_vector<int32_t>({0, static_cast<int32_t>(classes), 1, -1}, {4}).to(r.device);
+    CHECK_THROWS_WITH_AS(cross_entropy(logits, bad, Reduction::none).to_vector<float>(),
+                         doctest::Contains("cross_entropy: index"), ValueError);
+    CHECK_THROWS_AS(cross_entropy_backward(logits, bad, ones({4}, r.device), 0.0).to_vector<float>(), ValueError);
+    std::vector<float> losses =
+        cross_entropy(logits, from_vector<int32_t>({0, 1, 2, 3}, {4}).to(r.device), Reduction::none).to_vector<float>();
+    CHECK(std::isfinite(losses[0]));
+  }
+}
+
+}  // namespace kiln::test
