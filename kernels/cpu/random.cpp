@@ -36,6 +36,15 @@ std::array<double, 4> block_units(uint64_t seed, uint64_t offset, int64_t b) {
   return u;
 }
 
+// Runs fn(b, u) for every Philox block b of a draw of n numbers at (seed, offset), u the block's
+// four uniforms (elements 4b .. 4b + 3), the blocks split over threads.
+template <class Fn>
+void for_each_block(int64_t n, uint64_t seed, uint64_t offset, Fn fn) {
+  parallel_for((n + 3) / 4, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) fn(b, block_units(seed, offset, b));
+  });
+}
+
 // Runs fn with the C++ type of out's dtype; random draws are floating-point only.
 template <class Fn>
 void visit_floating(const TensorRef& out, const char* op, Fn fn) {
@@ -55,12 +64,8 @@ void CpuBackend::uniform(const TensorRef& out, double low, double high, uint64_t
     using T = decltype(tag);
     T* o = out.data<T>();
     const int64_t n = out.numel();
-    parallel_for((n + 3) / 4, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        const std::array<double, 4> u = block_units(seed, offset, b);
-        for (int64_t r = 0; r < 4 && 4 * b + r < n; ++r)
-          o[4 * b + r] = static_cast<T>(low + (high - low) * u[r]);
-      }
+    for_each_block(n, seed, offset, [&](int64_t b, const std::array<double, 4>& u) {
+      for (int64_t r = 0; r < 4 && 4 * b + r < n; ++r) o[4 * b + r] = static_cast<T>(low + (high - low) * u[r]);
     });
   });
 }
@@ -71,18 +76,15 @@ void CpuBackend::normal(const TensorRef& out, double mean, double stddev, uint64
     using T = decltype(tag);
     T* o = out.data<T>();
     const int64_t n = out.numel();
-    parallel_for((n + 3) / 4, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        const std::array<double, 4> u = block_units(seed, offset, b);
-        // The block's two pairs; an odd n drops the last pair's sine.
-        for (int64_t pair = 0; pair < 2; ++pair) {
-          const int64_t i = 4 * b + 2 * pair;
-          if (i >= n) break;
-          const double r = std::sqrt(-2.0 * std::log(u[2 * pair]));
-          const double theta = 2.0 * std::numbers::pi * u[2 * pair + 1];
-          o[i] = static_cast<T>(mean + stddev * r * std::cos(theta));
-          if (i + 1 < n) o[i + 1] = static_cast<T>(mean + stddev * r * std::sin(theta));
-        }
+    for_each_block(n, seed, offset, [&](int64_t b, const std::array<double, 4>& u) {
+      // The block's two pairs; an odd n drops the last pair's sine.
+      for (int64_t pair = 0; pair < 2; ++pair) {
+        const int64_t i = 4 * b + 2 * pair;
+        if (i >= n) break;
+        const double r = std::sqrt(-2.0 * std::log(u[2 * pair]));
+        const double theta = 2.0 * std::numbers::pi * u[2 * pair + 1];
+        o[i] = static_cast<T>(mean + stddev * r * std::cos(theta));
+        if (i + 1 < n) o[i + 1] = static_cast<T>(mean + stddev * r * std::sin(theta));
       }
     });
   });
@@ -97,13 +99,10 @@ void CpuBackend::dropout(const TensorRef& x, const TensorRef& out, double p, uin
     T* o = out.data<T>();
     const T threshold = static_cast<T>(p), scale = static_cast<T>(1.0 / (1.0 - p));
     const int64_t n = out.numel();
-    parallel_for((n + 3) / 4, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        const std::array<double, 4> u = block_units(seed, offset, b);
-        for (int64_t r = 0; r < 4 && 4 * b + r < n; ++r) {
-          const int64_t i = 4 * b + r;
-          o[i] = xs[i] * (static_cast<T>(u[static_cast<size_t>(r)]) > threshold ? scale : T(0));
-        }
+    for_each_block(n, seed, offset, [&](int64_t b, const std::array<double, 4>& u) {
+      for (int64_t r = 0; r < 4 && 4 * b + r < n; ++r) {
+        const int64_t i = 4 * b + r;
+        o[i] = xs[i] * (static_cast<T>(u[static_cast<size_t>(r)]) > threshold ? scale : T(0));
       }
     });
   });

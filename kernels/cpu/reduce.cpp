@@ -99,29 +99,22 @@ struct ArgExtreme {
 template <class T, class R>
 void reduce_kernel(const TensorRef& x, const TensorRef& out, R r) {
   using Out = decltype(r.result(r.init(), 0));
-  const int64_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2];
-  const int64_t tiles = (inner + kTile - 1) / kTile;
+  const int64_t n = x.shape[1], inner = x.shape[2];
   const T* px = x.data<T>();
   Out* po = out.data<Out>();
-  const int64_t work_per_task = std::max<int64_t>(1, n * std::min(inner, kTile));
-  parallel_for(outer * tiles, std::max<int64_t>(1, kGrain / work_per_task),
-               [&](int64_t begin, int64_t end) {
-    std::array<typename R::Acc, kTile> acc;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t p = task / tiles, q0 = task % tiles * kTile;
-      const int64_t width = std::min(kTile, inner - q0);
-      const T* slice = px + p * n * inner + q0;  // x[p, :, q0:q0 + width]
-      if (width == 1) {  // a single column (always, when inner == 1): keep its state in a register
-        typename R::Acc a = r.init();
-        for (int64_t k = 0; k < n; ++k) r.step(a, slice[k * inner], k);
-        po[p * inner + q0] = r.result(a, n);
-        continue;
-      }
-      std::fill(acc.begin(), acc.begin() + width, r.init());
-      for (int64_t k = 0; k < n; ++k)
-        for (int64_t j = 0; j < width; ++j) r.step(acc[j], slice[k * inner + j], k);
-      for (int64_t j = 0; j < width; ++j) po[p * inner + q0 + j] = r.result(acc[j], n);
+  parallel_tiles(x.shape[0], n, inner, kTile, kGrain, [&](int64_t p, int64_t q0, int64_t width) {
+    const T* slice = px + p * n * inner + q0;  // x[p, :, q0:q0 + width]
+    if (width == 1) {  // a single column (always, when inner == 1): keep its state in a register
+      typename R::Acc a = r.init();
+      for (int64_t k = 0; k < n; ++k) r.step(a, slice[k * inner], k);
+      po[p * inner + q0] = r.result(a, n);
+      return;
     }
+    std::array<typename R::Acc, kTile> acc;
+    std::fill(acc.begin(), acc.begin() + width, r.init());
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t j = 0; j < width; ++j) r.step(acc[j], slice[k * inner + j], k);
+    for (int64_t j = 0; j < width; ++j) po[p * inner + q0 + j] = r.result(acc[j], n);
   });
 }
 

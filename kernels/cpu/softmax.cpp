@@ -32,46 +32,37 @@ constexpr int64_t kTile = 64;          // columns q handled side by side
 
 template <class T>
 void softmax_kernel(const TensorRef& x, const TensorRef& out, bool log) {
-  const int64_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2];
-  const int64_t tiles = (inner + kTile - 1) / kTile;
+  const int64_t n = x.shape[1], inner = x.shape[2];
   const T* px = x.data<T>();
   T* po = out.data<T>();
-  const int64_t work_per_task = std::max<int64_t>(1, n * std::min(inner, kTile));
-  parallel_for(outer * tiles, std::max<int64_t>(1, kGrain / work_per_task),
-               [&](int64_t begin, int64_t end) {
+  parallel_tiles(x.shape[0], n, inner, kTile, kGrain, [&](int64_t p, int64_t q0, int64_t width) {
     std::array<double, kTile> max, sum;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t p = task / tiles, q0 = task % tiles * kTile;
-      const int64_t width = std::min(kTile, inner - q0);
-      const T* xs = px + p * n * inner + q0;  // x[p, :, q0:q0 + width]
-      T* os = po + p * n * inner + q0;
+    const T* xs = px + p * n * inner + q0;  // x[p, :, q0:q0 + width]
+    T* os = po + p * n * inner + q0;
 
-      std::fill(max.begin(), max.begin() + width, -std::numeric_limits<double>::infinity());
-      for (int64_t k = 0; k < n; ++k)
-        for (int64_t j = 0; j < width; ++j) {
-          const double v = xs[k * inner + j];
-          if (v > max[j] || std::isnan(v)) max[j] = v;  // a NaN sticks: v > NaN is false
-        }
-
-      // softmax keeps each exp in out for the last pass, so every element costs one exp.
-      std::fill(sum.begin(), sum.begin() + width, 0.0);
-      for (int64_t k = 0; k < n; ++k)
-        for (int64_t j = 0; j < width; ++j) {
-          const double e = std::exp(xs[k * inner + j] - max[j]);
-          sum[j] += e;
-          if (!log) os[k * inner + j] = static_cast<T>(e);
-        }
-
-      if (log) {
-        for (int64_t j = 0; j < width; ++j) sum[j] = std::log(sum[j]);
-        for (int64_t k = 0; k < n; ++k)
-          for (int64_t j = 0; j < width; ++j)
-            os[k * inner + j] = static_cast<T>(xs[k * inner + j] - max[j] - sum[j]);
-      } else {
-        for (int64_t k = 0; k < n; ++k)
-          for (int64_t j = 0; j < width; ++j)
-            os[k * inner + j] = static_cast<T>(os[k * inner + j] / sum[j]);
+    std::fill(max.begin(), max.begin() + width, -std::numeric_limits<double>::infinity());
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t j = 0; j < width; ++j) {
+        const double v = xs[k * inner + j];
+        if (v > max[j] || std::isnan(v)) max[j] = v;  // a NaN sticks: v > NaN is false
       }
+
+    // softmax keeps each exp in out for the last pass, so every element costs one exp.
+    std::fill(sum.begin(), sum.begin() + width, 0.0);
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t j = 0; j < width; ++j) {
+        const double e = std::exp(xs[k * inner + j] - max[j]);
+        sum[j] += e;
+        if (!log) os[k * inner + j] = static_cast<T>(e);
+      }
+
+    if (log) {
+      for (int64_t j = 0; j < width; ++j) sum[j] = std::log(sum[j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < width; ++j) os[k * inner + j] = static_cast<T>(xs[k * inner + j] - max[j] - sum[j]);
+    } else {
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < width; ++j) os[k * inner + j] = static_cast<T>(os[k * inner + j] / sum[j]);
     }
   });
 }
