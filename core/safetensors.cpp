@@ -254,11 +254,7 @@ std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::
     size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
     size_t at = out.size();
     out.resize(at + bytes);
-    Tensor c = t;
-    if (!c.is_contiguous()) {  // laid out in order first (core's copy: no autograd node)
-      c = empty_like(t);
-      t.backend().copy(t.ref(), c.ref());
-    }
+    const Tensor c = t.is_contiguous() ? t : dense_copy(t, t.dtype());  // laid out in order first
     if (bytes > 0)
       c.backend().read(c.storage()->data(), static_cast<size_t>(c.offset()) * dtype_size(c.dtype()), out.data() + at, bytes);
   }

@@ -81,15 +81,13 @@ Tensor Tensor::detach() const {
 
 // ---- host access ----
 
-namespace {
-// t's values in a new contiguous tensor of `dtype` on t's device; no autograd node (core records
-// none: the contiguous() and to() ops do, in autograd).
 Tensor dense_copy(const Tensor& t, DType dtype) {
   Tensor c = empty(t.shape(), TensorOptions(dtype).device(t.device()));
   t.backend().copy(t.ref(), c.ref());
   return c;
 }
 
+namespace {
 // Every element of t in row-major order, converted to T.
 template <class T>
 std::vector<T> read_all(const Tensor& t) {

@@ -182,6 +182,11 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape,
 // Tensors under names, in a fixed order: a module's parameters, a state dict, a checkpoint.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// t's values in a new contiguous tensor of `dtype` on t's device, converted by the backend's copy
+// (as a C++ cast): a copy that records no autograd node. The ops clone() and to(dtype) record one
+// on top of it.
+Tensor dense_copy(const Tensor& t, DType dtype);
+
 // x's TensorRef seen with `shape`, a shape x broadcasts to: stride 0 where x repeats.
 TensorRef broadcast_ref(const Tensor& x, const Shape& shape);
 

@@ -193,16 +193,14 @@ Tensor contiguous(const Tensor& x) {
 }
 
 Tensor clone(const Tensor& x) {
-  Tensor y = empty_as(x.shape(), x);
-  x.backend().copy(x.ref(), y.ref());
+  Tensor y = dense_copy(x, x.dtype());
   if (autograd::is_recording({x})) autograd::record(y, "clone", {x}, identity_gradient());
   return y;
 }
 
 Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  Tensor y = empty_as(x.shape(), x, dtype);
-  x.backend().copy(x.ref(), y.ref());
+  Tensor y = dense_copy(x, dtype);
   if (is_floating(dtype) && autograd::is_recording({x})) {
     autograd::record(y, "to_dtype", {x}, [from = x.dtype()](const Tensor& g, const Needed&) -> Grads {
       return {to_dtype(g, from)};
