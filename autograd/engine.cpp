@@ -1,7 +1,11 @@
 #include "kiln/autograd/engine.h"
 
+#include <functional>
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "kiln/autograd/node.h"
 #include "kiln/autograd/ops.h"
@@ -53,34 +57,80 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
   grad.backend().binary(BinaryOp::add, grad.ref(), g.ref(), grad.ref());
 }
 
-}  // namespace
+// The callback queues of the backward() calls running on this thread, innermost last: a hook
+// may call backward() itself, and that call's callbacks must run before it returns.
+thread_local std::vector<std::vector<std::function<void()>>*> callback_queues;
 
-void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
-  KILN_CHECK(root.defined(), AutogradError, "backward: called on an undefined tensor");
-  KILN_CHECK(root.requires_grad(), AutogradError, "backward: the tensor of shape ", root.shape(),
-             " does not require grad: no input of the ops that made it requires grad (or they "
-             "ran under NoGradGuard)");
-  Tensor seed = grad_output;
-  if (!seed.defined()) {
-    KILN_CHECK(root.numel() == 1, AutogradError, "backward: without an explicit gradient the "
-               "tensor must hold one element (a loss); this one has shape ", root.shape());
-    seed = ones(root.shape(), TensorOptions(root.dtype()).device(root.device()));
+// One backward()'s queue, on the stack from its start to its end however it ends (an exception
+// drops the callbacks still queued).
+class CallbackScope {
+ public:
+  CallbackScope() { callback_queues.push_back(&queue_); }
+  ~CallbackScope() { callback_queues.pop_back(); }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+  // Front to back, including what the callbacks queue while it runs.
+  void run() {
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      std::function<void()> fn = std::move(queue_[i]);  // the queue may grow (and move) in fn
+      fn();
+    }
+    queue_.clear();
   }
-  KILN_CHECK(seed.shape() == root.shape() && seed.dtype() == root.dtype(), ShapeError,
-             "backward: the gradient has shape ", seed.shape(), " and dtype ", seed.dtype(),
-             "; the tensor has shape ", root.shape(), " and dtype ", root.dtype());
 
-  NoGradGuard no_grad;  // formulas are ops too; their results need no graph of their own
-  if (root.is_leaf()) {
-    accumulate_into_leaf(*root.impl(), seed);
-    return;
-  }
+ private:
+  std::vector<std::function<void()>> queue_;
+};
 
-  Node* start = node_of(root).get();
+// A leaf's post-accumulate-grad hooks, in registration order. They run from a copy, so a hook
+// may add or remove hooks (its own included) without breaking the loop.
+void run_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+  auto hooks = leaf->post_accumulate_grad_hooks;
+  Tensor handle(leaf);
+  for (auto& entry : hooks) entry.second(handle);
+}
+
+// For each leaf that has hooks: the edges into it, from the nodes this walk visits, not yet
+// processed, and whether one of them brought a gradient. Its gradient is final (its hooks may
+// fire) when none is left.
+struct LeafWait {
+  size_t edges_left = 0;
+  bool reached = false;
+};
+using LeafWaits = std::unordered_map<TensorImpl*, LeafWait>;
+
+// One pass over the edges: leaves without hooks (the common case) cost a test each.
+LeafWaits count_leaf_edges(const std::vector<Node*>& order) {
+  LeafWaits waits;
+  for (Node* node : order)
+    for (const Edge& e : node->inputs)
+      if (e.leaf && !e.leaf->post_accumulate_grad_hooks.empty()) ++waits[e.leaf.get()].edges_left;
+  return waits;
+}
+
+// An edge into `leaf` processed: it brought a gradient (its node ran) or not (the node was
+// skipped). The last one fires the hooks, if any edge brought a gradient.
+void edge_done(LeafWaits& waits, const std::shared_ptr<TensorImpl>& leaf, bool brought_gradient) {
+  auto it = waits.find(leaf.get());
+  if (it == waits.end()) return;
+  it->second.reached = it->second.reached || brought_gradient;
+  if (--it->second.edges_left == 0 && it->second.reached) run_hooks(leaf);
+}
+
+// The walk from a non-leaf root: every node reachable from `start`, consumers first.
+void walk(Node* start, const Tensor& seed, bool retain_graph) {
+  std::vector<Node*> order = reverse_topological_order(start);
+  LeafWaits waits = count_leaf_edges(order);
   std::unordered_map<Node*, Tensor> pending{{start, seed}};
-  for (Node* node : reverse_topological_order(start)) {
+  for (Node* node : order) {
     auto it = pending.find(node);
-    if (it == pending.end()) continue;  // no gradient reached it (every path was cut)
+    if (it == pending.end()) {  // no gradient reached it (every path was cut)
+      if (!waits.empty())
+        for (const Edge& e : node->inputs)
+          if (e.leaf) edge_done(waits, e.leaf, false);
+      continue;
+    }
     Tensor grad = std::move(it->second);
     pending.erase(it);
 
@@ -103,10 +153,49 @@ void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) 
                  AutogradError, "backward of '", node->op, "': gradient ", i, " has shape ",
                  g.shape(), " and dtype ", g.dtype(), ", but the input has shape ",
                  node->input_shapes[i], " and dtype ", node->input_dtypes[i]);
-      if (edge.node) accumulate(pending[edge.node.get()], g);
-      else accumulate_into_leaf(*edge.leaf, g);
+      if (edge.node) {
+        accumulate(pending[edge.node.get()], g);
+      } else {
+        accumulate_into_leaf(*edge.leaf, g);
+        if (!waits.empty()) edge_done(waits, edge.leaf, true);
+      }
     }
   }
+}
+
+}  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  KILN_CHECK(!callback_queues.empty(), AutogradError, "queue_callback: no backward() is running "
+             "on this thread; queue callbacks from a hook (or from another callback) while one runs");
+  KILN_CHECK(fn != nullptr, ValueError, "queue_callback: the callback is empty");
+  callback_queues.back()->push_back(std::move(fn));
+}
+
+void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
+  KILN_CHECK(root.defined(), AutogradError, "backward: called on an undefined tensor");
+  KILN_CHECK(root.requires_grad(), AutogradError, "backward: the tensor of shape ", root.shape(),
+             " does not require grad: no input of the ops that made it requires grad (or they "
+             "ran under NoGradGuard)");
+  Tensor seed = grad_output;
+  if (!seed.defined()) {
+    KILN_CHECK(root.numel() == 1, AutogradError, "backward: without an explicit gradient the "
+               "tensor must hold one element (a loss); this one has shape ", root.shape());
+    seed = ones(root.shape(), TensorOptions(root.dtype()).device(root.device()));
+  }
+  KILN_CHECK(seed.shape() == root.shape() && seed.dtype() == root.dtype(), ShapeError,
+             "backward: the gradient has shape ", seed.shape(), " and dtype ", seed.dtype(),
+             "; the tensor has shape ", root.shape(), " and dtype ", root.dtype());
+
+  NoGradGuard no_grad;  // formulas, hooks and callbacks run with grad mode off
+  CallbackScope callbacks;
+  if (root.is_leaf()) {
+    accumulate_into_leaf(*root.impl(), seed);
+    if (!root.impl()->post_accumulate_grad_hooks.empty()) run_hooks(root.impl_ptr());
+  } else {
+    walk(node_of(root).get(), seed, retain_graph);
+  }
+  callbacks.run();
 }
 
 }  // namespace kiln::autograd

@@ -1,5 +1,7 @@
 #include "kiln/core/tensor.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -67,6 +69,26 @@ void Tensor::set_grad(const Tensor& grad) const {
 }
 void Tensor::zero_grad() const { checked(impl_); impl_->grad = Tensor(); }
 const std::shared_ptr<GradFn>& Tensor::grad_fn() const { return checked(impl_).grad_fn; }
+
+uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  checked(impl_);
+  KILN_CHECK(is_leaf(), AutogradError, "register_post_accumulate_grad_hook: only a leaf "
+             "accumulates a gradient, and this tensor was produced by '", grad_fn()->op, "'; hook "
+             "the leaves it was computed from");
+  KILN_CHECK(requires_grad(), AutogradError, "register_post_accumulate_grad_hook: the leaf of "
+             "shape ", shape(), " does not require grad, so no backward accumulates into it; call "
+             "requires_grad_() first");
+  KILN_CHECK(hook != nullptr, ValueError, "register_post_accumulate_grad_hook: the hook is empty");
+  static std::atomic<uint64_t> next_handle{1};  // 0 is never a handle
+  uint64_t handle = next_handle.fetch_add(1, std::memory_order_relaxed);
+  impl_->post_accumulate_grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t handle) const {
+  checked(impl_);
+  std::erase_if(impl_->post_accumulate_grad_hooks, [handle](const auto& h) { return h.first == handle; });
+}
 
 Tensor Tensor::detach() const {
   const TensorImpl& t = checked(impl_);

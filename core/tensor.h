@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -99,7 +100,20 @@ class Tensor {
   // Accumulates d(this)/d(leaf) into every leaf's grad(). Without `grad`, this must hold one
   // element. The graph is freed afterwards unless retain_graph. (autograd/engine.cpp)
   void backward(const Tensor& grad = {}, bool retain_graph = false) const;
-  Tensor detach() const;  // same data, cut from the graph
+  Tensor detach() const;  // same data, cut from the graph (and without this tensor's hooks)
+  // Calls hook(leaf) in every backward() that reaches this leaf, once its gradient for that
+  // backward is final: after the last gradient the walk sends it has been added to grad().
+  // How data-parallel training learns, during backward, that a parameter's gradient can be
+  // all-reduced (PyTorch's register_post_accumulate_grad_hook). Only on a leaf that requires
+  // grad. A leaf's hooks run in registration order, with grad mode off; `leaf` shares this
+  // tensor's impl (use it rather than capture a copy of this tensor, which would keep the tensor
+  // alive through its own hook). An exception from a hook propagates out of backward(). A hook
+  // added or removed while a backward runs is certain to count from the next one. Hooks survive
+  // set_data (Module::to). Returns a handle, unique in the process (never 0).
+  uint64_t register_post_accumulate_grad_hook(std::function<void(const Tensor& leaf)> hook) const;
+  // Removes the hook registered on this tensor under `handle`. A handle that names no hook of
+  // this tensor (already removed, or another tensor's) is a no-op, so removing is idempotent.
+  void remove_post_accumulate_grad_hook(uint64_t handle) const;
 
   // ---- host access (each is a synchronisation point) ----
   double item() const;  // the single element, converted to double
@@ -158,6 +172,9 @@ struct TensorImpl {
   bool requires_grad = false;
   Tensor grad;
   std::shared_ptr<GradFn> grad_fn;  // set on tensors that an op produced under autograd
+  // A leaf's post-accumulate-grad hooks under their handles, in registration order; the engine
+  // (autograd/engine.cpp) calls them. Tensor::register_post_accumulate_grad_hook adds to it.
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);
