@@ -7,6 +7,19 @@
 
 namespace kiln::data {
 
+namespace {
+
+void check_shard(int64_t rank, int64_t num_shards, ShardTail tail) {
+  KILN_CHECK(num_shards >= 1, ValueError, "shard: num_shards must be at least 1, got ", num_shards);
+  KILN_CHECK(rank >= 0, ValueError, "shard: rank must be non-negative, got ", rank);
+  KILN_CHECK(rank < num_shards, ValueError, "shard: rank ", rank, " is not below num_shards ",
+             num_shards);
+  KILN_CHECK(tail == ShardTail::pad || tail == ShardTail::drop || tail == ShardTail::uneven,
+             ValueError, "shard_tail: not a ShardTail (", static_cast<int>(tail), ")");
+}
+
+}  // namespace
+
 DataLoader::DataLoader(Tensor inputs, Tensor targets, DataLoaderOptions options)
     : inputs_(std::move(inputs)), targets_(std::move(targets)), options_(options) {
   KILN_CHECK(inputs_.dim() >= 1 && targets_.dim() >= 1 && inputs_.size(0) == targets_.size(0),
@@ -16,7 +29,12 @@ DataLoader::DataLoader(Tensor inputs, Tensor targets, DataLoaderOptions options)
              inputs_.device(), ", targets on ", targets_.device());
   KILN_CHECK(options_.batch_size_ > 0, ValueError, "DataLoader: batch_size must be positive, got ",
              options_.batch_size_);
+  check_shard(options_.shard_rank_, options_.num_shards_, options_.shard_tail_);
   set_epoch(0);
+}
+
+int64_t DataLoader::size() const {
+  return shard_size(dataset_size(), options_.shard_rank_, options_.num_shards_, options_.shard_tail_);
 }
 
 int64_t DataLoader::num_batches() const {
@@ -38,11 +56,38 @@ std::vector<int32_t> shuffled_order(int64_t n, uint64_t seed, int64_t epoch) {
   return order;
 }
 
+int64_t shard_size(int64_t n, int64_t rank, int64_t num_shards, ShardTail tail) {
+  check_shard(rank, num_shards, tail);
+  KILN_CHECK(n >= 0, ValueError, "shard_size: negative sample count ", n);
+  switch (tail) {
+    case ShardTail::pad: return (n + num_shards - 1) / num_shards;
+    case ShardTail::drop: return n / num_shards;
+    case ShardTail::uneven: return (n - rank + num_shards - 1) / num_shards;  // 0 when rank >= n
+  }
+  return 0;  // unreachable: check_shard refused other values
+}
+
+std::vector<int32_t> shard_order(const std::vector<int32_t>& order, int64_t rank, int64_t num_shards,
+                                 ShardTail tail) {
+  auto n = static_cast<int64_t>(order.size());
+  int64_t count = shard_size(n, rank, num_shards, tail);
+  std::vector<int32_t> shard(static_cast<size_t>(count));
+  // Position k of the shard is position rank + k * num_shards of the order, wrapped around for
+  // pad (the only policy that reaches past n, and then n > 0 since count > 0).
+  for (int64_t k = 0; k < count; ++k)
+    shard[static_cast<size_t>(k)] = order[static_cast<size_t>((rank + k * num_shards) % n)];
+  return shard;
+}
+
 void DataLoader::set_epoch(int64_t epoch) {
-  std::vector<int32_t> order(static_cast<size_t>(size()));
-  if (options_.shuffle_) order = shuffled_order(size(), options_.seed_, epoch);
+  int64_t n = dataset_size();
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  if (options_.shuffle_) order = shuffled_order(n, options_.seed_, epoch);
   else std::iota(order.begin(), order.end(), 0);
-  order_ = from_vector<int32_t>(order, {size()}, TensorOptions(DType::i32).device(inputs_.device()));
+  if (options_.num_shards_ > 1)
+    order = shard_order(order, options_.shard_rank_, options_.num_shards_, options_.shard_tail_);
+  auto count = static_cast<int64_t>(order.size());
+  order_ = from_vector<int32_t>(order, {count}, TensorOptions(DType::i32).device(inputs_.device()));
 }
 
 Batch DataLoader::batch(int64_t index) const {
