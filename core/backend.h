@@ -37,6 +37,8 @@ struct TensorRef {
   int64_t numel() const { return shape.numel(); }
   bool is_contiguous() const;
   template <class T> T* data() const { return static_cast<T*>(buffer) + offset; }
+  // The first element's address, for backends whose buffers are plain pointers (CPU, CUDA).
+  void* address() const { return static_cast<char*>(buffer) + offset * static_cast<int64_t>(dtype_size(dtype)); }
 };
 
 enum class UnaryOp : uint8_t {

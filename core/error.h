@@ -34,6 +34,9 @@ class ValueError : public Error {  // an argument outside what the op accepts (a
 class AutogradError : public Error {  // backward() asked of something that has no gradient
   using Error::Error;
 };
+class DistributedError : public Error {  // ranks that disagree, a collective that timed out or failed
+  using Error::Error;
+};
 
 namespace detail {
 template <class... Args>

@@ -1,10 +1,18 @@
-// The backends this build of kiln compiled, behind core's backend_for (core/backend.h): core
-// names no backend, so the list lives here, beside them. A new backend adds its case here.
+// The backends this build of kiln compiled, behind core's backend_for (core/backend.h), and the
+// process groups, behind init_process_group (core/process_group.h): core names no backend, so
+// the lists live here, beside them. A new backend adds its case here.
 #include "kiln/core/backend.h"
 #include "kiln/core/error.h"
+#include "kiln/core/process_group.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#ifdef KILN_WITH_MPI
+#include "kiln/kernels/cpu/mpi_group.h"
+#endif
 #ifdef KILN_WITH_CUDA
 #include "kiln/kernels/cuda/cuda_backend.h"
+#endif
+#ifdef KILN_WITH_NCCL
+#include "kiln/kernels/cuda/nccl_group.h"
 #endif
 #ifdef KILN_WITH_VULKAN
 #include "kiln/kernels/vulkan/vulkan_backend.h"
@@ -38,6 +46,30 @@ Backend& backend_for(const Device& device) {
 #endif
   }
   KILN_FAIL(DeviceError, "unknown device type");
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(DeviceType type, const ProcessGroupOptions& options) {
+#ifdef KILN_WITH_MPI
+  switch (type) {
+    case DeviceType::cpu:
+      return cpu::mpi_world(options);
+    case DeviceType::cuda:
+#ifdef KILN_WITH_NCCL
+      return cuda::nccl_group(cpu::mpi_world(options), options);
+#else
+      KILN_FAIL(BackendUnavailable, "data-parallel on cuda: this build of kiln has no NCCL (configure with the "
+                "CUDA toolkit's NCCL and KILN_NCCL=ON; or train on the cpu, whose tensors go through MPI)");
+#endif
+    case DeviceType::vulkan:
+      KILN_FAIL(BackendUnavailable, "data-parallel on vulkan: kiln has no process group for Vulkan tensors "
+                "(NCCL serves CUDA, MPI the cpu); train data-parallel on cuda or cpu");
+  }
+  KILN_FAIL(DeviceError, "unknown device type");
+#else
+  (void)options;
+  KILN_FAIL(BackendUnavailable, "data-parallel on ", device_type_name(type), ": this build of kiln has no MPI ",
+            "(install Open MPI, e.g. Debian's libopenmpi-dev, and configure with KILN_MPI=ON)");
+#endif
 }
 
 }  // namespace kiln

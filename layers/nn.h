@@ -5,6 +5,7 @@
 #include "kiln/layers/activation.h"
 #include "kiln/layers/container.h"
 #include "kiln/layers/conv.h"
+#include "kiln/layers/distributed.h"
 #include "kiln/layers/dropout.h"
 #include "kiln/layers/init.h"
 #include "kiln/layers/linear.h"

@@ -82,6 +82,7 @@ LoadedCheckpoint read(const std::string& path, bool everything) {
   c.state.epoch = number<int64_t>(meta, "kiln.epoch", path);
   c.state.batch = number<int64_t>(meta, "kiln.batch", path);
   c.state.step = number<int64_t>(meta, "kiln.step", path);
+  if (meta.count("kiln.images")) c.state.epoch_images = number<int64_t>(meta, "kiln.images", path);
   const std::string& rng = entry(meta, "kiln.rng", path);
   size_t colon = rng.find(':');
   KILN_CHECK(colon != std::string::npos, SerializationError, "checkpoint '", path,
@@ -108,6 +109,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       {"kiln.epoch", std::to_string(state.epoch)},
       {"kiln.batch", std::to_string(state.batch)},
       {"kiln.step", std::to_string(state.step)},
+      {"kiln.images", std::to_string(state.epoch_images)},
       {"kiln.rng", std::to_string(state.rng_seed) + ":" + std::to_string(state.rng_offset)},
       {"kiln.optimizer", base64_encode(encode_safetensors(optimizer.state_dict()))},
   };

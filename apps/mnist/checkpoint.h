@@ -7,6 +7,8 @@
 //   kiln.epoch        the epoch in progress (0-based)
 //   kiln.batch        the next batch of that epoch (0 when saved between epochs)
 //   kiln.step         optimizer steps taken so far
+//   kiln.images       images of the epoch's order trained on (by all processes together), so that a
+//                     run stopped inside an epoch resumes with another process count or batch size
 //   kiln.rng          seed and offset of the default Philox generator ("seed:offset")
 //   kiln.optimizer    the optimizer's state dict, itself a safetensors file, base64-encoded
 //   kiln.scheduler    the scheduler's state dict, likewise (absent without a scheduler)
@@ -31,6 +33,7 @@ struct RunState {
   int64_t epoch = 0;
   int64_t batch = 0;
   int64_t step = 0;
+  int64_t epoch_images = -1;  // -1: not recorded (older checkpoints): batch * this run's batch size
   uint64_t rng_seed = 0, rng_offset = 0;
 };
 

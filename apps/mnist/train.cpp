@@ -3,8 +3,14 @@
 // nets are in models.h) with its optimizer and schedule, train_epoch(), test(), the lines logged
 // and the checkpoint saved after each epoch, then run() and main(), which put them together.
 //
-// Exit codes: 0 done; 1 runtime error (bad data, bad checkpoint, out of memory, ...); 2 usage
-// error (unknown flag, bad value); 130 stopped by Ctrl-C (after saving, with --save).
+// Data-parallel: under `mpirun -np N` (or with --distributed) every process trains the same model
+// on its shard of each epoch (--batch-size images a step), gradients averaged over the processes
+// after each backward (nn::DistributedDataParallel: NCCL on CUDA, MPI on the CPU); rank 0 alone
+// prints, writes metrics, plots and checkpoints, and its checkpoints resume with any number of
+// processes.
+//
+// Exit codes: 0 done; 1 runtime error (bad data, bad checkpoint, out of memory, a rank that
+// failed, ...); 2 usage error (unknown flag, bad value); 130 stopped by Ctrl-C (after saving, with --save).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -56,6 +62,7 @@ struct Config {
   int64_t augment = 0;  // random translations of up to this many pixels (0: none)
   std::string save, resume, metrics_out, plot;
   int verbosity = 1;  // 0 quiet, 1 normal, 2 verbose
+  bool distributed = false;  // also on by itself under mpirun -np N > 1
 
   // The settings that define a run (and must match when resuming), as one JSON line.
   std::string json() const {
@@ -75,7 +82,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast")
       ->check(CLI::IsMember({"cnn", "mlp", "fast"}))->capture_default_str();
   app.add_option("--epochs", c.epochs, "epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "training batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "training batch size (per process when data-parallel)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--test-batch-size", c.test_batch_size, "test batch size")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--optimizer", c.optimizer, "sgd, adam, adamw, adadelta or rmsprop")
       ->check(CLI::IsMember({"sgd", "adam", "adamw", "adadelta", "rmsprop"}))->capture_default_str();
@@ -89,6 +96,8 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
       ->check(apps::check_device_spec)
       ->capture_default_str();
+  app.add_flag("--distributed", c.distributed, "train data-parallel over the processes of an mpirun job "
+               "(on by itself under mpirun -np N > 1; NCCL on cuda, MPI on cpu)");
   app.add_flag("--tf32", c.tf32, "CUDA matmul and conv2d may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
   app.add_option("--log-interval", c.log_interval, "batches between progress updates")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -109,6 +118,7 @@ void add_options(CLI::App& app, Config& c) {
 
 bool g_tty = false;  // stderr is a terminal: progress is a live bar, which other lines clear first
 int g_verbosity = 1;
+bool g_rank0 = true;  // data-parallel: only rank 0 prints results, writes files and checkpoints
 
 void info(const std::string& line) {
   if (g_verbosity >= 1) std::cerr << (g_tty ? "\r\033[K" : "") << line << "\n";
@@ -125,7 +135,7 @@ struct Metrics {
 // A resumed run appends to its metrics; a new one starts the file afresh.
 Metrics open_metrics(const Config& c, bool resumed) {
   Metrics metrics;
-  if (!c.metrics_out.empty()) {
+  if (!c.metrics_out.empty() && g_rank0) {
     metrics.out.open(c.metrics_out, resumed ? std::ios::app : std::ios::trunc);
     KILN_CHECK(metrics.out.is_open(), Error, "--metrics-out: cannot write '", c.metrics_out, "'");
   }
@@ -138,6 +148,39 @@ std::atomic<int> g_interrupts{0};
 
 extern "C" void on_sigint(int) {
   if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+}
+
+// ---- data-parallel: the job's process group, when there is one ----
+
+struct Parallel {
+  std::shared_ptr<ProcessGroup> group;  // null: one process
+  int rank() const { return group ? group->rank() : 0; }
+  int size() const { return group ? group->size() : 1; }
+  // t (on the training device) summed over the ranks, in place; nothing for one process.
+  void sum(const Tensor& t) const {
+    if (group) group->all_reduce(t, ReduceOp::sum);
+  }
+};
+
+// The device and, under mpirun -np N > 1 or with --distributed, the process group: each rank on
+// the GPU of its local rank (cuda), or on the CPU through MPI. Ranks with different settings stop
+// here, naming the difference, rather than train different things.
+std::pair<Device, Parallel> pick_device_and_group(const Config& c) {
+  if (!c.distributed && !launched_with_several_ranks())
+    return {apps::pick_device(c.device, info, g_verbosity >= 2), Parallel{}};
+  Device wanted = apps::pick_device(c.device, [](const std::string&) {}, false);  // every rank would log it
+  KILN_CHECK(wanted.is_cpu() || c.device.find(':') == std::string::npos, ValueError, "--device ", c.device,
+             " names one GPU, but a data-parallel rank takes the GPU of its local rank: pass --device ",
+             device_type_name(wanted.type));
+  Parallel par{init_process_group(wanted.type)};
+  g_rank0 = par.rank() == 0;
+  if (!g_rank0) g_verbosity = 0;
+  par.group->check_same("the settings", c.json() + " device " + std::string(device_type_name(wanted.type)) +
+                                            (c.tf32 ? " tf32" : "") + " data " + c.data);
+  info(fmt("data-parallel: %d processes (%s), device %s on rank 0, batch %lld per process (%lld a step in all)",
+           par.size(), std::string(par.group->name()).c_str(), par.group->device().str().c_str(),
+           static_cast<long long>(c.batch_size), static_cast<long long>(c.batch_size * par.size())));
+  return {par.group->device(), par};
 }
 
 // ---- data: read once, held on the training device ----
@@ -154,18 +197,24 @@ void keep_first(data::MnistData& set, int64_t limit) {
   }
 }
 
-Loaders load_data(const Config& c, const Device& device) {
+// Data-parallel, each rank holds the whole set and serves its shard of each epoch's order: for
+// training, padded to equal shards (every rank takes as many steps; a few images are seen twice
+// an epoch); for testing, exact (uneven) shards whose sums are added over the ranks.
+Loaders load_data(const Config& c, const Device& device, const Parallel& par) {
   Clock::time_point t0 = Clock::now();
   data::MnistData train_set = data::load_mnist(c.data, data::Split::train);
   data::MnistData test_set = data::load_mnist(c.data, data::Split::test);
   keep_first(train_set, c.limit_train);
   keep_first(test_set, c.limit_test);
   Loaders loaders{data::DataLoader(data::normalize_images(train_set.images, device), train_set.labels.to(device),
-                                   data::DataLoaderOptions().batch_size(c.batch_size).seed(c.seed)),
+                                   data::DataLoaderOptions().batch_size(c.batch_size).seed(c.seed)
+                                       .shard(par.rank(), par.size())),
                   data::DataLoader(data::normalize_images(test_set.images, device), test_set.labels.to(device),
-                                   data::DataLoaderOptions().batch_size(c.test_batch_size).shuffle(false))};
-  info(fmt("data: %lld training and %lld test images from %s (%.2f s)", static_cast<long long>(loaders.train.size()),
-           static_cast<long long>(loaders.test.size()), c.data.c_str(),
+                                   data::DataLoaderOptions().batch_size(c.test_batch_size).shuffle(false)
+                                       .shard(par.rank(), par.size()).shard_tail(data::ShardTail::uneven))};
+  info(fmt("data: %lld training and %lld test images from %s (%.2f s)",
+           static_cast<long long>(loaders.train.dataset_size()), static_cast<long long>(loaders.test.dataset_size()),
+           c.data.c_str(),
            std::chrono::duration<double>(Clock::now() - t0).count()));
   return loaders;
 }
@@ -175,6 +224,7 @@ Loaders load_data(const Config& c, const Device& device) {
 // What a run trains, and what its checkpoint holds.
 struct Training {
   std::shared_ptr<nn::Module> model;
+  std::shared_ptr<nn::Module> net;  // what the forward goes through: the model, or its data-parallel wrapper
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::LRScheduler> scheduler;  // null with --scheduler none
   apps::RunState state;                           // where the run stands: epoch, batch, step
@@ -213,10 +263,28 @@ std::optional<apps::LoadedCheckpoint> load_resumed(const Config& c) {
   return resumed;
 }
 
+// Data-parallel ranks draw dropout and augmentation from streams this far apart (in Philox blocks),
+// rank r's starting where rank 0's stands plus r of them; rank 0 draws what one process would.
+constexpr uint64_t kRankStreamStride = uint64_t{1} << 40;
+
+// Where a resumed run starts inside its epoch, in batches of this run (--batch-size images on each
+// of the processes): the checkpoint counts the images of the epoch's order already trained on, so a
+// run stopped by Ctrl-C resumes with another process count or batch size when the images divide.
+int64_t resume_batch(const Config& c, const apps::RunState& s, const Parallel& par) {
+  const int64_t per_step = c.batch_size * par.size();
+  const int64_t images = s.epoch_images >= 0 ? s.epoch_images : s.batch * per_step;
+  KILN_CHECK(images % per_step == 0, ValueError, "--resume: the checkpoint stopped inside epoch ", s.epoch + 1,
+             " after ", images, " images, which this run's steps of ", per_step, " images (", par.size(),
+             " process", par.size() == 1 ? "" : "es", " x --batch-size ", c.batch_size,
+             ") do not divide: resume with a batch size that divides it, or from a checkpoint saved at an epoch's end");
+  return images / per_step;
+}
+
 // The model, initialised from --seed, on `device`, with its optimizer and schedule; when resuming,
 // with the weights, optimizer and scheduler state and random stream where the checkpoint left them.
+// Data-parallel, the model is wrapped in DistributedDataParallel, which starts every rank from rank 0's weights.
 Training build_training(const Config& c, const Device& device, int64_t steps_per_epoch,
-                        const std::optional<apps::LoadedCheckpoint>& resumed) {
+                        const std::optional<apps::LoadedCheckpoint>& resumed, const Parallel& par) {
   manual_seed(c.seed);
   Training t;
   t.model = apps::make_model(c.model);
@@ -231,7 +299,14 @@ Training build_training(const Config& c, const Device& device, int64_t steps_per
     if (t.scheduler) t.scheduler->load_state_dict(resumed->scheduler);
     t.state = resumed->state;
     t.state.config = c.json();  // this run's settings (--epochs may have grown)
+    t.state.batch = resume_batch(c, resumed->state, par);
     default_generator().set_state(t.state.rng_seed, t.state.rng_offset);
+  }
+  t.net = t.model;
+  if (par.group) {
+    t.net = std::make_shared<nn::DistributedDataParallel>(t.model, par.group);
+    Generator& g = default_generator();
+    g.set_state(g.seed(), g.offset() + static_cast<uint64_t>(par.rank()) * kRankStreamStride);
   }
   return t;
 }
@@ -275,6 +350,16 @@ void log_progress(const Config& c, const apps::RunState& s, int64_t batches, dou
   p.window_images = 0;
 }
 
+// Whether Ctrl-C asked to stop. Data-parallel, the ranks decide together (any rank asked), at
+// the progress updates, where the host reads the loss anyway: a rank that stopped alone would
+// leave the others waiting in the next all-reduce.
+bool stop_requested(const Parallel& par) {
+  if (!par.group) return g_interrupts.load() > 0;
+  Tensor flag = full({1}, g_interrupts.load() > 0 ? 1.0 : 0.0, TensorOptions(DType::i32).device(par.group->device()));
+  par.group->all_reduce(flag, ReduceOp::max);
+  return flag.item() > 0;
+}
+
 struct TrainResult {
   double loss = 0, accuracy = 0;  // over the images of the epoch, each as the model was at its step
   double seconds = 0;
@@ -284,8 +369,9 @@ struct TrainResult {
 // Trains on epoch t.state.epoch from batch t.state.batch on (not 0 when resuming inside it). Loss
 // and accuracy accumulate on the device and are read once, at the end. Returns nothing when Ctrl-C
 // asked to stop; t.state then stands after the last step taken.
-std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, const Config& c, Metrics& metrics) {
-  t.model->train();
+std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, const Config& c, Metrics& metrics,
+                                       const Parallel& par) {
+  t.net->train();
   loader.set_epoch(t.state.epoch);
   Progress progress{.first_batch = t.state.batch};
   const int64_t batches = loader.num_batches();
@@ -296,7 +382,7 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
     // shifted-in pixels get the background: black (0) after normalisation is -mean / std
     if (c.augment > 0) b.inputs = data::random_translate(b.inputs, c.augment, -0.1307 / 0.3081);
     t.optimizer->zero_grad();
-    Tensor logits = (*t.model)(b.inputs);
+    Tensor logits = (*t.net)(b.inputs);
     Tensor loss = cross_entropy(logits, b.targets);
     loss.backward();
     t.optimizer->step();
@@ -311,13 +397,19 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
       correct = correct.defined() ? correct + ok : ok;
     }
     seen += b.targets.numel();
-    progress.window_images += b.targets.numel();
-    if ((i + 1) % c.log_interval == 0 || i + 1 == batches)
+    progress.window_images += b.targets.numel() * par.size();
+    if ((i + 1) % c.log_interval == 0 || i + 1 == batches) {
       log_progress(c, t.state, batches, loss.item(), progress, metrics);
-    if (g_interrupts.load() > 0) return std::nullopt;
+      if (stop_requested(par)) return std::nullopt;
+    }
   }
   if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch
   TrainResult r;
+  if (seen > 0) {  // data-parallel: every rank trained on as many images (equal shards)
+    par.sum(loss_sum);
+    par.sum(correct);
+    seen *= par.size();
+  }
   r.seconds = std::chrono::duration<double>(Clock::now() - progress.epoch_start).count();
   r.images = seen;
   r.loss = seen ? loss_sum.item() / static_cast<double>(seen) : 0.0;
@@ -332,22 +424,28 @@ struct TestResult {
 };
 
 // Sum of the loss and count of correct predictions over the test set, and the confusion matrix
-// (rows: true digit, columns: predicted), all accumulated on the device and read once.
-TestResult test(nn::Module& model, const data::DataLoader& loader, std::vector<int64_t>* confusion) {
+// (rows: true digit, columns: predicted), all accumulated on the device and read once; data-parallel,
+// each rank's shard of the test set, the sums then added over the ranks.
+TestResult test(nn::Module& model, const data::DataLoader& loader, const Device& device,
+                std::vector<int64_t>* confusion, const Parallel& par) {
   NoGradGuard no_grad;
   model.eval();
-  Tensor loss_sum, correct, counts;
+  Tensor loss_sum = zeros({}, device), correct = zeros({}, TensorOptions(DType::i32).device(device)),
+         counts = zeros({100}, device);
   for (const data::Batch& b : loader) {
     Tensor logits = model(b.inputs);
     Tensor l = cross_entropy(logits, b.targets, Reduction::sum);
     Tensor predicted = argmax(logits, 1);
     Tensor c = eq(predicted, b.targets).sum();
     Tensor pairs = one_hot(b.targets * 10 + predicted, 100).sum({0});  // [100]: true * 10 + predicted
-    loss_sum = loss_sum.defined() ? loss_sum + l : l;
-    correct = correct.defined() ? correct + c : c;
-    counts = counts.defined() ? counts + pairs : pairs;
+    loss_sum = loss_sum + l;
+    correct = correct + c;
+    counts = counts + pairs;
   }
-  auto n = static_cast<double>(loader.size());
+  par.sum(loss_sum);
+  par.sum(correct);
+  par.sum(counts);
+  auto n = static_cast<double>(loader.dataset_size());
   if (confusion) {
     confusion->clear();
     for (float v : counts.to_vector<float>()) confusion->push_back(static_cast<int64_t>(v));
@@ -359,6 +457,7 @@ TestResult test(nn::Module& model, const data::DataLoader& loader, std::vector<i
 
 // The epoch's line on stdout (a progress bar gives way to it) and in the metrics file.
 void log_epoch(const Training& t, const TrainResult& train, const TestResult& test, Metrics& metrics) {
+  if (!g_rank0) return;
   const long long epoch = t.state.epoch + 1;
   double images_per_s = static_cast<double>(train.images) / std::max(train.seconds, 1e-9);
   if (g_tty && g_verbosity >= 1) std::cerr << "\r\033[K" << std::flush;
@@ -405,9 +504,11 @@ void print_confusion(const std::vector<int64_t>& m) {
 
 // ---- checkpoint ----
 
-// Writes the run, standing at `state`, to --save (when given), with the random stream as it is now.
-void save_run(const Config& c, const Training& t, apps::RunState state) {
-  if (c.save.empty()) return;
+// Writes the run, standing at `state`, to --save (when given), with the random stream as it is now;
+// data-parallel, rank 0 alone writes (its stream is the one a single process would have drawn).
+void save_run(const Config& c, const Training& t, apps::RunState state, const Parallel& par) {
+  if (c.save.empty() || !g_rank0) return;
+  state.epoch_images = state.batch * c.batch_size * par.size();
   state.rng_seed = default_generator().seed();
   state.rng_offset = default_generator().offset();
   apps::save_checkpoint(c.save, *t.model, *t.optimizer, t.scheduler.get(), state);
@@ -415,17 +516,17 @@ void save_run(const Config& c, const Training& t, apps::RunState state) {
 }
 
 // After an epoch's test: saved as "epoch done", so that a resume starts the next one.
-void save_epoch_end(const Config& c, const Training& t) {
+void save_epoch_end(const Config& c, const Training& t, const Parallel& par) {
   apps::RunState next = t.state;
   ++next.epoch;
   next.batch = 0;
-  save_run(c, t, next);
+  save_run(c, t, next, par);
 }
 
 // Ctrl-C: saved where it stopped, inside the epoch; a resume goes on from the next batch.
-int stop_interrupted(const Config& c, const Training& t) {
+int stop_interrupted(const Config& c, const Training& t, const Parallel& par) {
   info("interrupted: stopping at a step boundary");
-  save_run(c, t, t.state);
+  save_run(c, t, t.state, par);
   if (c.save.empty()) info("nothing saved (no --save given)");
   return 130;
 }
@@ -433,12 +534,12 @@ int stop_interrupted(const Config& c, const Training& t) {
 // ---- the run ----
 
 int run(const Config& c) {
-  Device device = apps::pick_device(c.device, info, g_verbosity >= 2);
+  auto [device, par] = pick_device_and_group(c);
   set_allow_tf32(c.tf32);
   std::optional<apps::LoadedCheckpoint> resumed = load_resumed(c);
   info("config: " + c.json());
-  Loaders data = load_data(c, device);
-  Training t = build_training(c, device, data.train.num_batches(), resumed);
+  Loaders data = load_data(c, device, par);
+  Training t = build_training(c, device, data.train.num_batches(), resumed, par);
   Metrics metrics = open_metrics(c, resumed.has_value());
   std::signal(SIGINT, on_sigint);
 
@@ -447,20 +548,22 @@ int run(const Config& c) {
   double best = 0.0;
   Clock::time_point run_start = Clock::now();
   for (; t.state.epoch < c.epochs; ++t.state.epoch, t.state.batch = 0) {
-    std::optional<TrainResult> train = train_epoch(t, data.train, c, metrics);
-    if (!train) return stop_interrupted(c, t);
-    TestResult r = test(*t.model, data.test, &confusion);
+    std::optional<TrainResult> train = train_epoch(t, data.train, c, metrics, par);
+    if (!train) return stop_interrupted(c, t, par);
+    TestResult r = test(*t.model, data.test, device, &confusion, par);
     best = std::max(best, r.accuracy);
     log_epoch(t, *train, r, metrics);
     history.add(t.state.epoch + 1, *train, r);
-    save_epoch_end(c, t);
-    if (!c.plot.empty()) plot_history(c.plot, history);
+    save_epoch_end(c, t, par);
+    if (!c.plot.empty() && g_rank0) plot_history(c.plot, history);
   }
 
   double total = std::chrono::duration<double>(Clock::now() - run_start).count();
+  if (!g_rank0) return 0;
   if (!confusion.empty()) print_confusion(confusion);
-  std::cout << fmt("best test accuracy %.2f%%  total %.1f s  device %s", 100 * best, total, device.str().c_str())
-            << std::endl;
+  std::string where = device.str();
+  if (par.size() > 1) where += fmt(" (rank 0 of %d, %s)", par.size(), std::string(par.group->name()).c_str());
+  std::cout << fmt("best test accuracy %.2f%%  total %.1f s  device %s", 100 * best, total, where.c_str()) << std::endl;
   return 0;
 }
 

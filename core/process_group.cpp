@@ -1,0 +1,45 @@
+#include "kiln/core/process_group.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+ProcessGroup::ProcessGroup(int rank, int size, int local_rank, int local_size, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size), timeout_(timeout) {}
+
+void ProcessGroup::check_tensor(std::string_view collective, const Tensor& t) const {
+  KILN_CHECK(t.defined(), ValueError, name(), " ", collective, ": the tensor is undefined");
+  KILN_CHECK(t.device() == device(), DeviceError, name(), " ", collective, ": the tensor is on ", t.device(),
+             ", but this group's tensors live on ", device());
+  KILN_CHECK(t.is_contiguous(), ValueError, name(), " ", collective, ": the tensor of shape ", t.shape(),
+             " is not contiguous (call contiguous() first)");
+}
+
+void ProcessGroup::check_same(std::string_view what, const std::string& value) {
+  std::vector<std::string> values = all_gather_string(value);
+  for (size_t r = 1; r < values.size(); ++r)
+    KILN_CHECK(values[r] == values[0], DistributedError, "the ranks disagree on ", what, ": rank 0 has ", values[0],
+               ", rank ", r, " has ", values[r], " (every rank must run the same program with the same settings)");
+}
+
+bool launched_with_several_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v) > 1;
+  }
+  return false;
+}
+
+std::chrono::milliseconds effective_timeout(const ProcessGroupOptions& options) {
+  const char* env = std::getenv("KILN_DIST_TIMEOUT");
+  if (!env || !*env) return options.timeout;
+  char* end = nullptr;
+  double seconds = std::strtod(env, &end);
+  KILN_CHECK(end && *end == '\0' && seconds > 0, ValueError, "KILN_DIST_TIMEOUT='", env,
+             "': expected a positive number of seconds");
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+}  // namespace kiln

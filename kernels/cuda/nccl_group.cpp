@@ -1,0 +1,295 @@
+#include "kiln/kernels/cuda/nccl_group.h"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+#define KILN_NCCL_CHECK(call)                                                                         \
+  do {                                                                                                \
+    ncclResult_t kiln_nccl_rc_ = (call);                                                              \
+    KILN_CHECK(kiln_nccl_rc_ == ncclSuccess, DistributedError, "NCCL call ", #call, " failed: ",       \
+               ncclGetErrorString(kiln_nccl_rc_), " (", ncclGetLastError(nullptr), ")");              \
+  } while (0)
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i32: return ncclInt32;
+    case DType::u8: return ncclUint8;
+  }
+  KILN_FAIL(DTypeError, "nccl: no NCCL type for dtype ", dtype);
+}
+
+class NcclGroup;
+
+// A CUDA event recorded on the group's stream after a collective; returned to the group's pool
+// once both the Work and the watchdog are done with it.
+struct DoneEvent {
+  NcclGroup& group;
+  cudaEvent_t event;
+  ~DoneEvent();
+};
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(cudaStream_t kiln_stream, std::shared_ptr<DoneEvent> done, Tensor tensor)
+      : kiln_stream_(kiln_stream), done_(std::move(done)), tensor_(std::move(tensor)) {}
+  ~NcclWork() override {
+    if (done_) cudaStreamWaitEvent(kiln_stream_, done_->event, 0);  // tensor_ may be freed after this
+  }
+  void wait() override {
+    if (!done_) return;
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(kiln_stream_, done_->event, 0));
+    done_.reset();
+    tensor_ = Tensor();  // freed (if last) on kiln's stream, after the wait
+  }
+
+ private:
+  cudaStream_t kiln_stream_;
+  std::shared_ptr<DoneEvent> done_;
+  Tensor tensor_;
+};
+
+class NcclGroup final : public ProcessGroup {
+ public:
+  NcclGroup(std::shared_ptr<ProcessGroup> bootstrap, std::chrono::milliseconds timeout)
+      : ProcessGroup(bootstrap->rank(), bootstrap->size(), bootstrap->local_rank(), bootstrap->local_size(), timeout),
+        bootstrap_(std::move(bootstrap)),
+        device_(local_rank()) {
+    int count = 0;
+    KILN_CUDA_CHECK(cudaGetDeviceCount(&count));
+    KILN_CHECK(local_size() <= count, DistributedError, "nccl: ", local_size(), " ranks run on this machine but it "
+               "has ", count, " CUDA device", count == 1 ? "" : "s", "; NCCL needs a GPU of its own for each rank "
+               "(start at most ", count, " processes per machine, e.g. mpirun -np ", count, ")");
+    backend_ = &cuda::backend(device_);  // sets up kiln's stream on this device
+    KILN_CUDA_CHECK(cudaSetDevice(device_));
+    ncclUniqueId id;
+    if (rank() == 0) KILN_NCCL_CHECK(ncclGetUniqueId(&id));
+    Tensor bytes = zeros({static_cast<int64_t>(sizeof(id))}, DType::u8);
+    if (rank() == 0) std::memcpy(bytes.storage()->data(), &id, sizeof(id));
+    bootstrap_->broadcast(bytes, 0);
+    std::memcpy(&id, bytes.storage()->data(), sizeof(id));
+    KILN_NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
+    // The highest priority: a bucket of gradients ready to go should not queue behind backward's kernels.
+    int least = 0, greatest = 0;
+    KILN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    KILN_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&kiln_ready_, cudaEventDisableTiming));
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclGroup() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    cudaEventDestroy(kiln_ready_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "nccl"; }
+  Device device() const override { return Device::cuda(device_); }
+
+  std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
+    ncclRedOp_t nccl_op = ncclSum;
+    switch (op) {
+      case ReduceOp::sum: nccl_op = ncclSum; break;
+      case ReduceOp::mean: nccl_op = ncclAvg; break;
+      case ReduceOp::max: nccl_op = ncclMax; break;
+      case ReduceOp::min: nccl_op = ncclMin; break;
+      default: KILN_FAIL(ValueError, "nccl all_reduce: ", reduce_op_name(op), " is not a reduction over ranks "
+                         "(sum, mean, max or min)");
+    }
+    KILN_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), DTypeError, "nccl all_reduce: the mean of a ",
+               t.dtype(), " tensor: a mean over ranks takes floating-point tensors (reduce the sum and divide)");
+    return launch("all_reduce", t, [&](cudaStream_t s) {
+      void* p = t.ref().address();
+      return ncclAllReduce(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), nccl_op, comm_, s);
+    });
+  }
+
+  void broadcast(const Tensor& t, int root) override {
+    KILN_CHECK(root >= 0 && root < size(), ValueError, "nccl broadcast: root ", root,
+               " is not a rank of this group of ", size());
+    launch("broadcast", t, [&](cudaStream_t s) {
+      void* p = t.ref().address();
+      return ncclBroadcast(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root, comm_, s);
+    })->wait();
+  }
+
+  void all_gather(const Tensor& t, const Tensor& out) override {
+    check_tensor("all_gather", out);
+    Shape expected = t.shape();
+    expected.insert(0, size());
+    KILN_CHECK(out.shape() == expected && out.dtype() == t.dtype(), ShapeError, "nccl all_gather: out has shape ",
+               out.shape(), " and dtype ", out.dtype(), "; a group of ", size(), " gathering ", t.shape(), " ",
+               t.dtype(), " needs ", expected, " ", t.dtype());
+    launch("all_gather", t, [&](cudaStream_t s) {
+      return ncclAllGather(t.ref().address(), out.ref().address(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
+                           comm_, s);
+    })->wait();  // out is freed, if at all, on kiln's stream: after the wait
+  }
+
+  void barrier() override {
+    backend_->synchronize();  // this rank's collectives are done (the watchdog guards the wait)
+    bootstrap_->barrier();
+  }
+
+  std::vector<std::string> all_gather_string(const std::string& value) override {
+    return bootstrap_->all_gather_string(value);
+  }
+
+  void release(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_events_.push_back(e);
+  }
+
+ private:
+  // Queues `call` on the group's stream behind the work queued so far on kiln's, and hands its
+  // completion to the watchdog.
+  template <class Call>
+  std::unique_ptr<Work> launch(std::string_view collective, const Tensor& t, Call call) {
+    check_tensor(collective, t);
+    const uint64_t sequence = ++sequence_;
+    cudaStream_t kiln_stream = backend_->stream();
+    if (t.numel() == 0) return std::make_unique<NcclWork>(kiln_stream, nullptr, Tensor());
+    KILN_CUDA_CHECK(cudaSetDevice(device_));
+    KILN_CUDA_CHECK(cudaEventRecord(kiln_ready_, kiln_stream));
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(stream_, kiln_ready_, 0));
+    ncclResult_t rc = call(stream_);
+    KILN_CHECK(rc == ncclSuccess, DistributedError, describe(collective, sequence, t), " failed: ",
+               ncclGetErrorString(rc), " (", ncclGetLastError(comm_), ")");
+    auto done = std::make_shared<DoneEvent>(DoneEvent{*this, take_event()});
+    KILN_CUDA_CHECK(cudaEventRecord(done->event, stream_));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      in_flight_.push_back({done, std::chrono::steady_clock::now() + timeout(), collective, sequence, t.numel(),
+                            t.dtype()});
+    }
+    wake_.notify_one();
+    return std::make_unique<NcclWork>(kiln_stream, std::move(done), t);
+  }
+
+  std::string describe(std::string_view collective, uint64_t sequence, int64_t numel, DType dtype) const {
+    return "nccl " + std::string(collective) + " #" + std::to_string(sequence) + " (" + std::to_string(numel) + " " +
+           std::string(dtype_name(dtype)) + " elements) on rank " + std::to_string(rank()) + " of " +
+           std::to_string(size());
+  }
+  std::string describe(std::string_view collective, uint64_t sequence, const Tensor& t) const {
+    return describe(collective, sequence, t.numel(), t.dtype());
+  }
+
+  cudaEvent_t take_event() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_events_.empty()) {
+        cudaEvent_t e = free_events_.back();
+        free_events_.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e;
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+
+  struct InFlight {
+    std::shared_ptr<DoneEvent> done;
+    std::chrono::steady_clock::time_point deadline;
+    std::string_view collective;
+    uint64_t sequence;
+    int64_t numel;
+    DType dtype;
+  };
+
+  // The watchdog: collectives complete in the order they were queued (one stream), so only the
+  // oldest one in flight needs watching.
+  void watch() {
+    cudaSetDevice(device_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(in_flight_.empty() ? 500 : 2));
+      while (!in_flight_.empty()) {
+        InFlight& oldest = in_flight_.front();
+        cudaError_t state = cudaEventQuery(oldest.done->event);
+        if (state == cudaSuccess) {
+          std::shared_ptr<DoneEvent> done = std::move(oldest.done);
+          in_flight_.pop_front();
+          lock.unlock();
+          done.reset();  // may return the event to the pool, which takes the lock
+          lock.lock();
+          continue;
+        }
+        if (state != cudaErrorNotReady)
+          die(describe(oldest.collective, oldest.sequence, oldest.numel, oldest.dtype) + " failed on the GPU: " +
+              cudaGetErrorString(state));
+        if (std::chrono::steady_clock::now() > oldest.deadline)
+          die(describe(oldest.collective, oldest.sequence, oldest.numel, oldest.dtype) + " did not complete within " +
+              std::to_string(static_cast<double>(timeout().count()) / 1000.0) + " s (KILN_DIST_TIMEOUT): another rank died, hangs, or "
+              "called a different collective");
+        break;
+      }
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+        die(std::string("nccl: rank ") + std::to_string(rank()) + ": asynchronous NCCL error: " +
+            ncclGetErrorString(async) + " (" + ncclGetLastError(comm_) + ")");
+    }
+  }
+
+  [[noreturn]] void die(const std::string& message) {
+    std::fprintf(stderr, "kiln: error: %s; aborting this rank\n", message.c_str());
+    std::fflush(stderr);
+    ncclCommAbort(comm_);
+    std::_Exit(1);
+  }
+
+  std::shared_ptr<ProcessGroup> bootstrap_;
+  int device_;
+  CudaBackend* backend_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t kiln_ready_ = nullptr;
+  uint64_t sequence_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<InFlight> in_flight_;
+  std::vector<cudaEvent_t> free_events_;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+DoneEvent::~DoneEvent() { group.release(event); }
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> nccl_group(std::shared_ptr<ProcessGroup> bootstrap, const ProcessGroupOptions& options) {
+  KILN_CHECK(bootstrap && bootstrap->device().is_cpu(), ValueError, "nccl: the bootstrap group must be the job's MPI group");
+  return std::make_shared<NcclGroup>(std::move(bootstrap), effective_timeout(options));
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,25 @@
+// The NCCL process group: collectives on CUDA tensors, one communicator per process and GPU.
+//
+// Each rank works on cuda:<local rank>. Rank 0 draws NCCL's unique id and sends it to the others
+// through `bootstrap`, the MPI group of the same job, which also serves barriers and the checks
+// that ranks agree. Collectives run on a stream of the group's own that first waits for kiln's
+// stream (so they see every kernel queued before them); Work::wait() makes kiln's stream wait
+// for them in turn. Nothing blocks the host, so backward keeps queueing kernels while gradients
+// travel, and communication overlaps computation on the GPU.
+//
+// A watchdog thread follows every collective in flight. One that has not completed within the
+// group's timeout, or an asynchronous NCCL error, ends the process: it prints what failed (the
+// collective, its sequence number, this rank), aborts the communicator (so that NCCL's kernels
+// stop spinning) and exits with status 1, upon which mpirun ends the other ranks. A host thread
+// blocked on the GPU could not be woken otherwise.
+#pragma once
+
+#include <memory>
+
+#include "kiln/core/process_group.h"
+
+namespace kiln::cuda {
+
+std::shared_ptr<ProcessGroup> nccl_group(std::shared_ptr<ProcessGroup> bootstrap, const ProcessGroupOptions& options);
+
+}  // namespace kiln::cuda
