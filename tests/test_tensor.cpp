@@ -113,10 +113,10 @@ TEST_CASE("errors name the op and the rule") {
   CHECK_THROWS_AS(cross_entropy(zeros({2, 3}), from_vector<int32_t>({0, 3}, {2})), ValueError);
   CHECK_THROWS_AS(Tensor().shape(), ValueError);
   try {
-    (void)zeros({2}).to(Device::cuda(1));
+    (void)zeros({2}).to(Device::cuda(63));  // no machine here has 64 GPUs (nor, without CUDA, one)
     FAIL("expected BackendUnavailable");
   } catch (const BackendUnavailable& e) {
-    CHECK(std::string(e.what()).find("cuda:1") != std::string::npos);
+    CHECK(std::string(e.what()).find("cuda:63") != std::string::npos);
   }
 }
 

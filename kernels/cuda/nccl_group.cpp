@@ -44,9 +44,12 @@ class NcclGroup;
 // A CUDA event recorded on the group's stream after a collective; returned to the group's pool
 // once both the Work and the watchdog are done with it.
 struct DoneEvent {
+  DoneEvent(NcclGroup& g, cudaEvent_t e) : group(g), event(e) {}
+  DoneEvent(const DoneEvent&) = delete;  // one owner returns the event, once
+  DoneEvent& operator=(const DoneEvent&) = delete;
+  ~DoneEvent();
   NcclGroup& group;
   cudaEvent_t event;
-  ~DoneEvent();
 };
 
 class NcclWork final : public Work {
@@ -105,6 +108,7 @@ class NcclGroup final : public ProcessGroup {
     wake_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
     cudaStreamSynchronize(stream_);
+    in_flight_.clear();  // done now; their events go back to the pool before it is emptied
     ncclCommDestroy(comm_);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     cudaEventDestroy(kiln_ready_);
@@ -183,14 +187,15 @@ class NcclGroup final : public ProcessGroup {
     ncclResult_t rc = call(stream_);
     KILN_CHECK(rc == ncclSuccess, DistributedError, describe(collective, sequence, t), " failed: ",
                ncclGetErrorString(rc), " (", ncclGetLastError(comm_), ")");
-    auto done = std::make_shared<DoneEvent>(DoneEvent{*this, take_event()});
+    auto done = std::make_shared<DoneEvent>(*this, take_event());
     KILN_CUDA_CHECK(cudaEventRecord(done->event, stream_));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       in_flight_.push_back({done, std::chrono::steady_clock::now() + timeout(), collective, sequence, t.numel(),
                             t.dtype()});
     }
-    wake_.notify_one();
+    // The watchdog is not woken: it looks within half a second, and timeouts are counted from
+    // the deadline set here; a wake-up (a futex call) would cost small collectives microseconds.
     return std::make_unique<NcclWork>(kiln_stream, std::move(done), t);
   }
 
@@ -232,7 +237,7 @@ class NcclGroup final : public ProcessGroup {
     cudaSetDevice(device_);
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
-      wake_.wait_for(lock, std::chrono::milliseconds(in_flight_.empty() ? 500 : 2));
+      wake_.wait_for(lock, std::chrono::milliseconds(in_flight_.empty() ? 500 : 5));
       while (!in_flight_.empty()) {
         InFlight& oldest = in_flight_.front();
         cudaError_t state = cudaEventQuery(oldest.done->event);

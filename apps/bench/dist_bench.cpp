@@ -1,0 +1,474 @@
+// dist-bench: data parallelism across the ranks of an mpirun job, kiln against what it is measured
+// by. One process per GPU (NCCL), or CPU processes through MPI with --device cpu.
+//
+//   allreduce  an f32 sum all-reduce in place over messages of 4K, 16K, ... 1G bytes (powers of 4,
+//              then 128M, 256M): kiln's ProcessGroup::all_reduce against the library under it called
+//              directly in the same program: NCCL on CUDA (a communicator of its own, its id sent
+//              through MPI, ncclAllReduce on a stream of its own), MPI_Allreduce on the CPU. Per
+//              size: time per call, algbw = bytes / time, busbw = algbw x 2(n-1)/n (nccl-tests'
+//              formula, which makes rank counts comparable; 0 with one rank, where nothing crosses
+//              a link) and the time ratio kiln / reference.
+//   ddp        the training step of 8 x (Linear 4096->4096, ReLU) (nn::Sequential), MSE against a
+//              fixed random target, SGD lr 0.01, TF32 on: (a) every rank trains its own copy alone,
+//              all ranks at once, each on its own GPU, then (b) the same model wrapped in
+//              nn::DistributedDataParallel; efficiency = (a) / (b), at each per-rank batch.
+//
+//   mpirun -np GPUS dist-bench allreduce [--max-bytes 1G] [--iters N] [--warmup 5] [--json FILE]
+//   mpirun -np GPUS dist-bench ddp [--batch 512 --batch 2048] [--bucket-mb 25] [--json FILE]
+//   mpirun --oversubscribe -np 2 dist-bench allreduce --device cpu --max-bytes 16M
+//   mpirun --oversubscribe -np 2 dist-bench ddp --device cpu --width 512 --batch 64
+//
+// As root, mpirun needs --allow-run-as-root; on the H100 machines NCCL needs NCCL_NVLS_ENABLE=0
+// (mpirun -x NCCL_NVLS_ENABLE=0). scripts/device-run dist runs both modes on every GPU of the
+// machine, and scripts/bench_ddp_torch.py the same measures with PyTorch.
+//
+// Timing: after warmup calls the ranks meet at a barrier with their devices idle; each runs the
+// timed calls and stops its clock once its device has finished them (backend synchronize,
+// cudaStreamSynchronize, or the loss read back); a figure is the slowest rank's time divided by
+// the calls. Rank 0 prints the tables; --json appends one JSON line per measure to FILE.
+#include <CLI/CLI.hpp>
+
+// MPI's C interface only (as kernels/cpu/mpi_group.cpp). MPI_COMM_WORLD keeps MPI's default
+// error handler, which ends the job on any error: its calls here are not checked.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#if KILN_WITH_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "kiln/kernels/cuda/check.h"
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "kiln/autograd/ops.h"
+#include "kiln/core/backend.h"
+#include "kiln/core/error.h"
+#include "kiln/core/precision.h"
+#include "kiln/core/process_group.h"
+#include "kiln/core/random.h"
+#include "kiln/layers/activation.h"
+#include "kiln/layers/container.h"
+#include "kiln/layers/distributed.h"
+#include "kiln/layers/linear.h"
+#include "kiln/optim/sgd.h"
+
+namespace kiln::bench {
+namespace {
+
+// ---- the job: ranks, their clock, their report ----
+
+// The slowest rank's value.
+double slowest(double value) {
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return value;
+}
+
+// Seconds per call of `call`, made `calls` times: the ranks start together, with nothing queued
+// (`synchronize` waits for the device), and each stops its clock once its device is done; the
+// slowest rank's time.
+double seconds_per_call(int calls, const std::function<void()>& call, const std::function<void()>& synchronize) {
+  synchronize();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) call();
+  synchronize();
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return slowest(elapsed.count()) / calls;
+}
+
+std::string device_name(const ProcessGroup& group) {
+#if KILN_WITH_NCCL
+  if (group.device().type == DeviceType::cuda) {
+    cudaDeviceProp prop{};
+    KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, group.device().index));
+    return prop.name;
+  }
+#endif
+  return group.device().str();
+}
+
+std::string today() {
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  return date;
+}
+
+// One JSON object on one line, appended to a file: {"bench": "allreduce", "impl": "kiln", ...}.
+class JsonLine {
+ public:
+  JsonLine& add(const std::string& key, const std::string& text) {
+    std::string quoted = "\"";
+    for (char c : text) quoted += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
+    return raw(key, quoted + "\"");
+  }
+  JsonLine& add(const std::string& key, const char* text) { return add(key, std::string(text)); }
+  JsonLine& add(const std::string& key, double value) {
+    std::ostringstream s;
+    s.precision(6);
+    s << value;
+    return raw(key, std::isfinite(value) ? s.str() : "null");
+  }
+  JsonLine& add(const std::string& key, int64_t value) { return raw(key, std::to_string(value)); }
+  void append_to(const std::string& path) const {
+    std::ofstream f(path, std::ios::app);
+    KILN_CHECK(f.good(), Error, "dist-bench: cannot write ", path);
+    f << "{" << body_ << "}\n";
+  }
+
+ private:
+  JsonLine& raw(const std::string& key, const std::string& value) {
+    body_ += (body_.empty() ? "\"" : ", \"") + key + "\": " + value;
+    return *this;
+  }
+  std::string body_;
+};
+
+// What every line of a run shares.
+JsonLine json_line(const char* bench, const std::string& impl, const ProcessGroup& group, const std::string& device) {
+  JsonLine line;
+  line.add("bench", bench).add("impl", impl).add("group", std::string(group.name())).add("device", device);
+  line.add("ranks", int64_t{group.size()}).add("date", today());
+  return line;
+}
+
+// ---- allreduce ----
+
+// The all-reduce kiln's group wraps, called directly: in place, f32, sum.
+struct Reference {
+  std::string name;  // "nccl", "mpi"
+  std::string call;  // what it calls: "ncclAllReduce", "MPI_Allreduce"
+  std::function<void(float* data, size_t count)> all_reduce;
+  std::function<void()> synchronize;  // waits for the calls queued so far
+};
+
+Reference mpi_reference() {
+  return {"mpi", "MPI_Allreduce",
+          [](float* data, size_t count) {
+            MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          },
+          [] {}};
+}
+
+#if KILN_WITH_NCCL
+#define BENCH_NCCL_CHECK(call)                                                                        \
+  do {                                                                                                \
+    ncclResult_t bench_nccl_rc_ = (call);                                                             \
+    KILN_CHECK(bench_nccl_rc_ == ncclSuccess, DistributedError, #call, " failed: ",                    \
+               ncclGetErrorString(bench_nccl_rc_));                                                   \
+  } while (0)
+
+// NCCL as nccl-tests calls it: a communicator for the job's ranks (rank 0's unique id broadcast
+// through MPI) and a stream of its own.
+class NcclComm {
+ public:
+  NcclComm(int device, int rank, int size) {
+    KILN_CUDA_CHECK(cudaSetDevice(device));
+    ncclUniqueId id;
+    if (rank == 0) BENCH_NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    BENCH_NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank));
+    KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~NcclComm() {
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  void all_reduce(float* data, size_t count) {
+    BENCH_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_));
+  }
+  void synchronize() { KILN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+Reference nccl_reference(const ProcessGroup& group) {
+  auto comm = std::make_shared<NcclComm>(group.device().index, group.rank(), group.size());
+  return {"nccl", "ncclAllReduce", [comm](float* data, size_t count) { comm->all_reduce(data, count); },
+          [comm] { comm->synchronize(); }};
+}
+#endif
+
+float* data_of(const Tensor& t) { return static_cast<float*>(t.storage()->data()) + t.offset(); }
+
+// After one sum over the ranks of a tensor of ones, every element must read size().
+void check_sum_of_ones(const Tensor& t, int ranks, const std::string& who) {
+  const double lo = kiln::min(t).item(), hi = kiln::max(t).item();
+  KILN_CHECK(lo == ranks && hi == ranks, Error, "dist-bench: ", who, "'s all-reduce of ones over ", ranks,
+             " ranks gave values in [", lo, ", ", hi, "], expected ", ranks);
+}
+
+struct AllReduceConfig {
+  std::string device = "cuda";
+  uint64_t max_bytes = uint64_t{1} << 30;
+  int iters = 0;  // 0: as many as take about kTimedSeconds
+  int warmup = 5;
+  std::string json;
+};
+
+constexpr double kTimedSeconds = 0.2;
+
+std::string size_label(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 30)) return std::to_string(bytes >> 30) + "G";
+  if (bytes >= (uint64_t{1} << 20)) return std::to_string(bytes >> 20) + "M";
+  return std::to_string(bytes >> 10) + "K";
+}
+
+void run_allreduce(ProcessGroup& group, const AllReduceConfig& c) {
+  const Device device = group.device();
+  const int n = group.size();
+#if KILN_WITH_NCCL
+  Reference reference = device.type == DeviceType::cuda ? nccl_reference(group) : mpi_reference();
+#else
+  Reference reference = mpi_reference();
+#endif
+  const std::string name = device_name(group);
+  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  if (group.rank() == 0) {
+    std::printf("dist-bench allreduce: f32 sum in place, %d rank%s on %s; kiln's %s group against %s called "
+                "directly\n", n, n == 1 ? "" : "s", name.c_str(), std::string(group.name()).c_str(),
+                reference.call.c_str());
+    std::printf("time: the slowest rank's, per call; algbw = bytes / time; busbw = algbw x 2(n-1)/n%s\n",
+                n == 1 ? " (0 with one rank: nothing crosses a link)" : "");
+    std::printf("%6s %6s | %10s %9s %9s | %10s %9s %9s | %9s\n", "size", "iters", "kiln us", "algbw", "busbw",
+                (reference.name + " us").c_str(), "algbw", "busbw", ("kiln/" + reference.name).c_str());
+    std::printf("%6s %6s | %10s %9s %9s | %10s %9s %9s | %9s\n", "", "", "", "GB/s", "GB/s", "", "GB/s", "GB/s",
+                "time");
+    std::fflush(stdout);
+  }
+  const std::vector<uint64_t> sizes = {uint64_t{4} << 10,  uint64_t{16} << 10, uint64_t{64} << 10,
+                                       uint64_t{256} << 10, uint64_t{1} << 20,  uint64_t{4} << 20,
+                                       uint64_t{16} << 20, uint64_t{64} << 20, uint64_t{128} << 20,
+                                       uint64_t{256} << 20, uint64_t{1} << 30};
+  for (uint64_t bytes : sizes) {
+    if (bytes > c.max_bytes) break;
+    const auto count = static_cast<int64_t>(bytes / sizeof(float));
+    Tensor t = ones({count}, device);
+    auto sync = [&] { t.backend().synchronize(); };
+    auto kiln_call = [&] { group.all_reduce(t, ReduceOp::sum); };
+    auto ref_call = [&] { reference.all_reduce(data_of(t), static_cast<size_t>(count)); };
+    auto ref_sync = [&] {
+      reference.synchronize();
+      sync();
+    };
+    kiln_call();
+    check_sum_of_ones(t, n, "kiln");
+    t = ones({count}, device);
+    sync();
+    ref_call();
+    ref_sync();
+    check_sum_of_ones(t, n, reference.name);
+    // Timed on zeros, which a sum leaves as they are (ones would grow n-fold each call).
+    t = zeros({count}, device);
+    // Never two communicators' calls at once: NCCL's would wait on each other across the ranks.
+    for (int i = 0; i < c.warmup; ++i) kiln_call();
+    sync();
+    for (int i = 0; i < c.warmup; ++i) ref_call();
+    ref_sync();
+    int iters = c.iters;
+    if (iters == 0) {  // the same count on every rank: from the slowest rank's probe
+      const double probe = seconds_per_call(3, kiln_call, sync);
+      iters = static_cast<int>(std::clamp(kTimedSeconds / probe, 5.0, 1000.0));
+    }
+    const double kiln_s = seconds_per_call(iters, kiln_call, sync);
+    const double ref_s = seconds_per_call(iters, ref_call, ref_sync);
+    const double kiln_algbw = static_cast<double>(bytes) / kiln_s / 1e9;
+    const double ref_algbw = static_cast<double>(bytes) / ref_s / 1e9;
+    if (group.rank() != 0) continue;
+    std::printf("%6s %6d | %10.1f %9.2f %9.2f | %10.1f %9.2f %9.2f | %9.3f\n", size_label(bytes).c_str(), iters,
+                kiln_s * 1e6, kiln_algbw, kiln_algbw * bus_factor, ref_s * 1e6, ref_algbw, ref_algbw * bus_factor,
+                kiln_s / ref_s);
+    std::fflush(stdout);
+    if (c.json.empty()) continue;
+    for (const auto& [impl, seconds, algbw] : {std::tuple{std::string("kiln"), kiln_s, kiln_algbw},
+                                                std::tuple{reference.name, ref_s, ref_algbw}}) {
+      JsonLine line = json_line("allreduce", impl, group, name);
+      line.add("bytes", static_cast<int64_t>(bytes)).add("iters", int64_t{iters}).add("us", seconds * 1e6);
+      line.add("algbw_gbs", algbw).add("busbw_gbs", algbw * bus_factor);
+      if (impl == "kiln") line.add("vs", reference.name).add("time_ratio", kiln_s / ref_s);
+      line.append_to(c.json);
+    }
+  }
+}
+
+// ---- ddp ----
+
+struct DdpConfig {
+  std::string device = "cuda";
+  std::vector<int64_t> batches = {512, 2048};
+  int64_t width = 4096;
+  int layers = 8;
+  double bucket_mb = 25;
+  int warmup = 5;
+  int steps = 20;
+  std::string json;
+};
+
+// `layers` x (Linear width->width, ReLU)
+std::shared_ptr<nn::Sequential> make_model(int64_t width, int layers) {
+  auto model = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < layers; ++i) {
+    model->push_back(nn::Linear(width, width));
+    model->push_back(nn::ReLU());
+  }
+  return model;
+}
+
+struct StepTime {
+  double seconds;  // per step, the slowest rank's
+  double loss;     // rank 0's, after the last step
+};
+
+// Trains `model` for warmup + timed steps on x against target; the host waits once, at the end,
+// reading the loss.
+StepTime time_steps(nn::Module& model, const Tensor& x, const Tensor& target, int warmup, int steps) {
+  optim::SGD opt(model.parameters(), optim::SGDOptions(0.01));
+  Tensor loss;
+  auto step = [&] {
+    opt.zero_grad();
+    loss = mse_loss(model.forward(x), target);
+    loss.backward();
+    opt.step();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  double last = 0;
+  auto sync = [&] {
+    last = loss.item();
+    x.backend().synchronize();  // the last step's update too, queued after the loss
+  };
+  const double seconds = seconds_per_call(steps, step, sync);
+  return {seconds, last};
+}
+
+void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
+  set_allow_tf32(true);
+  const Device device = group->device();
+  const int n = group->size();
+  const std::string name = device_name(*group);
+  auto model = make_model(c.width, c.layers);
+  model->to(device);
+  int64_t parameters = 0;
+  for (const Tensor& p : model->parameters()) parameters += p.numel();
+  // Each rank its own batch (seeded by rank) and one fixed target.
+  std::vector<std::pair<Tensor, Tensor>> data;
+  for (int64_t batch : c.batches) {
+    Generator gen(1000 + static_cast<uint64_t>(group->rank()));
+    Tensor x = normal({batch, c.width}, 0, 1, device, &gen);
+    data.emplace_back(x, normal({batch, c.width}, 0, 1, device, &gen));
+  }
+  if (group->rank() == 0) {
+    std::printf("dist-bench ddp: %d x (Linear %lld->%lld, ReLU), %.1fM parameters (%.0f MB of f32 gradients), "
+                "MSE, SGD lr 0.01, TF32; %d rank%s on %s (%s), bucket_cap_mb %g; %d warmup + %d timed steps\n",
+                c.layers, static_cast<long long>(c.width), static_cast<long long>(c.width),
+                static_cast<double>(parameters) / 1e6, static_cast<double>(parameters) * 4 / 1e6, n, n == 1 ? "" : "s",
+                name.c_str(), std::string(group->name()).c_str(), c.bucket_mb, c.warmup, c.steps);
+    std::printf("alone: every rank trains its own copy without DDP, all at once; times: the slowest rank's\n");
+    std::fflush(stdout);
+  }
+  // (a) every rank alone, before any DDP
+  std::vector<StepTime> alone;
+  for (const auto& [x, target] : data) alone.push_back(time_steps(*model, x, target, c.warmup, c.steps));
+  model->zero_grad();
+  // (b) the same model under DDP (which starts every rank from rank 0's parameters)
+  auto ddp = std::make_shared<nn::DistributedDataParallel>(
+      model, group, nn::DistributedDataParallelOptions().bucket_cap_mb(c.bucket_mb));
+  std::vector<StepTime> together;
+  for (const auto& [x, target] : data) together.push_back(time_steps(*ddp, x, target, c.warmup, c.steps));
+  if (group->rank() != 0) return;
+  std::printf("%10s | %10s %10s | %10s %10s | %10s %14s\n", "batch/rank", "alone ms", "loss", "DDP ms", "loss",
+              "efficiency", "samples/s, all");
+  for (size_t i = 0; i < c.batches.size(); ++i) {
+    const double efficiency = alone[i].seconds / together[i].seconds;
+    const double samples_s = static_cast<double>(c.batches[i] * n) / together[i].seconds;
+    std::printf("%10lld | %10.3f %10.4g | %10.3f %10.4g | %9.1f%% %14.0f\n", static_cast<long long>(c.batches[i]),
+                alone[i].seconds * 1e3, alone[i].loss, together[i].seconds * 1e3, together[i].loss,
+                100 * efficiency, samples_s);
+    if (c.json.empty()) continue;
+    for (const auto& [mode, t] : {std::pair{"alone", alone[i]}, std::pair{"ddp", together[i]}}) {
+      JsonLine line = json_line("ddp", "kiln", *group, name);
+      line.add("mode", mode).add("batch", c.batches[i]).add("width", c.width).add("layers", int64_t{c.layers});
+      line.add("step_ms", t.seconds * 1e3).add("loss", t.loss).add("steps", int64_t{c.steps});
+      if (std::string(mode) == "ddp") line.add("bucket_cap_mb", c.bucket_mb).add("efficiency", efficiency);
+      line.append_to(c.json);
+    }
+  }
+  std::fflush(stdout);
+}
+
+DeviceType device_type(const std::string& device) { return device == "cpu" ? DeviceType::cpu : DeviceType::cuda; }
+
+}  // namespace
+}  // namespace kiln::bench
+
+int main(int argc, char** argv) {
+  using namespace kiln::bench;
+  CLI::App app{"dist-bench: kiln's all-reduce and DDP step across the ranks of an mpirun job"};
+  app.require_subcommand(1);
+  AllReduceConfig ar;
+  DdpConfig dc;
+  auto* allreduce = app.add_subcommand("allreduce", "f32 sum all-reduce, 4K to 1G bytes: kiln against NCCL (MPI)");
+  allreduce->add_option("--device", ar.device, "cuda (NCCL, one rank per GPU) or cpu (MPI)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
+  allreduce->add_option("--max-bytes", ar.max_bytes, "the largest message, e.g. 16M")
+      ->transform(CLI::AsSizeValue(false))->default_str("1G");
+  allreduce->add_option("--iters", ar.iters, "timed calls per size (0: as many as take about 0.2 s)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  allreduce->add_option("--warmup", ar.warmup, "untimed calls per size first")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  allreduce->add_option("--json", ar.json, "append JSON lines of the results to this file (rank 0)");
+  auto* ddp = app.add_subcommand("ddp", "training step of 8 x (Linear 4096->4096, ReLU) alone and under DDP");
+  ddp->add_option("--device", dc.device, "cuda (NCCL, one rank per GPU) or cpu (MPI)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
+  ddp->add_option("--batch", dc.batches, "per-rank batch sizes (repeat the flag)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  ddp->add_option("--bucket-mb", dc.bucket_mb, "DDP's bucket_cap_mb")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  ddp->add_option("--width", dc.width, "features of every Linear (smaller for a CPU run)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  ddp->add_option("--layers", dc.layers, "Linear+ReLU pairs")->check(CLI::PositiveNumber)->capture_default_str();
+  ddp->add_option("--warmup", dc.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  ddp->add_option("--steps", dc.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  ddp->add_option("--json", dc.json, "append JSON lines of the results to this file (rank 0)");
+  CLI11_PARSE(app, argc, argv);
+
+  // The program owns MPI (kiln's groups then leave it alone): started here, ended after the groups.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    const bool is_ddp = ddp->parsed();
+    auto group = kiln::init_process_group(device_type(is_ddp ? dc.device : ar.device));
+    if (is_ddp) run_ddp(group, dc);
+    else run_allreduce(*group, ar);
+  } catch (const std::exception& e) {
+    // Another rank may wait in a collective for this one: end them all.
+    std::cerr << "dist-bench: rank " << rank << ": " << e.what() << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return 0;
+}
