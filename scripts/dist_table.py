@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""Markdown tables of a data-parallel run, from the JSON lines that `scripts/device-run dist` writes
+to $OUT/dist.jsonl (dist-bench allreduce and ddp, scripts/bench_ddp_torch.py):
+
+    python3 scripts/dist_table.py out/dist.jsonl
+
+All-reduce: kiln's ProcessGroup against NCCL called directly in the same program and against
+torch.distributed; DDP: the step of 8 x Linear(4096, 4096) alone and data-parallel, with the
+efficiency (alone / data-parallel) of kiln and of PyTorch's DDP, default and tuned.
+"""
+import json
+import sys
+
+
+def size(b):
+    for unit, name in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if b >= unit:
+            return f"{b // unit}{name}"
+    return str(b)
+
+
+def main(path):
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    allreduce, ddp = {}, {}
+    for r in rows:
+        if r.get("bench") == "allreduce":
+            allreduce.setdefault(r["bytes"], {})[r["impl"]] = r
+        elif r.get("bench") == "ddp":
+            ddp.setdefault(r["batch"], {})[(r["impl"], r["mode"])] = r
+    first = rows[0]
+    print(f"All-reduce, f32 sum in place, {first['ranks']} × {first['device']}, {first['date']}:\n")
+    print("| bytes | kiln µs | NCCL µs | PyTorch µs | kiln / NCCL time | kiln busbw GB/s | NCCL busbw | PyTorch busbw |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for b in sorted(allreduce):
+        d = allreduce[b]
+        k, n, t = d.get("kiln", {}), d.get("nccl", {}), d.get("torch", {})
+        ratio = k["us"] / n["us"] if k and n else float("nan")
+        print(f"| {size(b)} | {k.get('us', 0):.1f} | {n.get('us', 0):.1f} | {t.get('us', 0):.1f} | {ratio:.2f} "
+              f"| {k.get('busbw_gbs', 0):.1f} | {n.get('busbw_gbs', 0):.1f} | {t.get('busbw_gbs', 0):.1f} |")
+    print("\nDDP step, 8 × (Linear 4096→4096, ReLU), MSE, SGD, TF32, batch per GPU; efficiency = step "
+          "alone ÷ step data-parallel:\n")
+    print("| batch | kiln alone ms | kiln DDP ms | kiln efficiency | PyTorch alone ms | DDP ms | efficiency "
+          "| tuned DDP ms | tuned efficiency |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for batch in sorted(ddp):
+        d = ddp[batch]
+        cells = [str(batch)]
+        for key in (("kiln", "alone"), ("kiln", "ddp"), ("torch", "alone"), ("torch", "ddp"), ("torch", "ddp_tuned")):
+            r = d.get(key, {})
+            cells.append(f"{r.get('step_ms', 0):.2f}")
+            if key[1] != "alone":
+                cells.append(f"{r.get('efficiency', 0):.2f}")
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "out/dist.jsonl")
