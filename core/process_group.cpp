@@ -10,6 +10,8 @@ namespace kiln {
 ProcessGroup::ProcessGroup(int rank, int size, int local_rank, int local_size, std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size), timeout_(timeout) {}
 
+void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }
+
 void ProcessGroup::check_tensor(std::string_view collective, const Tensor& t) const {
   KILN_CHECK(t.defined(), ValueError, name(), " ", collective, ": the tensor is undefined");
   KILN_CHECK(t.device() == device(), DeviceError, name(), " ", collective, ": the tensor is on ", t.device(),

@@ -12,8 +12,9 @@
 //
 // Ordering. A collective is queued after the work already queued on its tensors' device and
 // before the work queued after it, as a kernel is: on CUDA nothing waits on the host (the NCCL
-// call runs on a stream of the group's that waits for kiln's stream, and kiln's stream waits for
-// it in turn). On the CPU a collective returns when it is done.
+// call is queued on kiln's stream, or for all_reduce_async on a stream of the group's that waits
+// for kiln's, and kiln's stream waits for it in turn). On the CPU a collective returns when it is
+// done.
 //
 // Every rank must call the same collectives, in the same order, with tensors of the same shape
 // and dtype: that is the MPI and NCCL contract. A rank that does not come (it died, or hangs)
@@ -73,7 +74,9 @@ class ProcessGroup {
   // In place, t = op over the ranks of t. op is sum, mean, max or min; mean (the sum divided by
   // size(), in t's dtype) takes floating-point tensors only.
   virtual std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) = 0;
-  void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) { all_reduce_async(t, op)->wait(); }
+  // all_reduce_async(t, op)->wait(); a group may do it more directly.
+  virtual void all_reduce(const Tensor& t, ReduceOp op);
+  void all_reduce(const Tensor& t) { all_reduce(t, ReduceOp::sum); }
   // In place: every rank's t becomes root's.
   virtual void broadcast(const Tensor& t, int root = 0) = 0;
   // out: [size(), ...t's shape], out[r] = t of rank r.

@@ -39,6 +39,19 @@ ncclDataType_t nccl_type(DType dtype) {
   KILN_FAIL(DTypeError, "nccl: no NCCL type for dtype ", dtype);
 }
 
+ncclRedOp_t nccl_reduction(ReduceOp op, const Tensor& t) {
+  KILN_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), DTypeError, "nccl all_reduce: the mean of a ",
+             t.dtype(), " tensor: a mean over ranks takes floating-point tensors (reduce the sum and divide)");
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::mean: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+    default: break;
+  }
+  KILN_FAIL(ValueError, "nccl all_reduce: ", reduce_op_name(op), " is not a reduction over ranks (sum, mean, max or min)");
+}
+
 class NcclGroup;
 
 // A CUDA event recorded on the group's stream after a collective; returned to the group's pool
@@ -97,6 +110,7 @@ class NcclGroup final : public ProcessGroup {
     KILN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     KILN_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
     KILN_CUDA_CHECK(cudaEventCreateWithFlags(&kiln_ready_, cudaEventDisableTiming));
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&group_done_, cudaEventDisableTiming));
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -112,37 +126,28 @@ class NcclGroup final : public ProcessGroup {
     ncclCommDestroy(comm_);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     cudaEventDestroy(kiln_ready_);
+    cudaEventDestroy(group_done_);
     cudaStreamDestroy(stream_);
   }
 
+  using ProcessGroup::all_reduce;
   std::string_view name() const override { return "nccl"; }
   Device device() const override { return Device::cuda(device_); }
 
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
-    ncclRedOp_t nccl_op = ncclSum;
-    switch (op) {
-      case ReduceOp::sum: nccl_op = ncclSum; break;
-      case ReduceOp::mean: nccl_op = ncclAvg; break;
-      case ReduceOp::max: nccl_op = ncclMax; break;
-      case ReduceOp::min: nccl_op = ncclMin; break;
-      default: KILN_FAIL(ValueError, "nccl all_reduce: ", reduce_op_name(op), " is not a reduction over ranks "
-                         "(sum, mean, max or min)");
-    }
-    KILN_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), DTypeError, "nccl all_reduce: the mean of a ",
-               t.dtype(), " tensor: a mean over ranks takes floating-point tensors (reduce the sum and divide)");
-    return launch("all_reduce", t, [&](cudaStream_t s) {
-      void* p = t.ref().address();
-      return ncclAllReduce(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), nccl_op, comm_, s);
-    });
+    return reduce(t, op, Stream::group);
   }
+  // The blocking form runs on kiln's stream itself: nothing overlaps it, so the events that
+  // order the group's stream would only add their latency (3-5 us a call below 1 MB).
+  void all_reduce(const Tensor& t, ReduceOp op) override { reduce(t, op, Stream::kiln); }
 
   void broadcast(const Tensor& t, int root) override {
     KILN_CHECK(root >= 0 && root < size(), ValueError, "nccl broadcast: root ", root,
                " is not a rank of this group of ", size());
-    launch("broadcast", t, [&](cudaStream_t s) {
+    launch("broadcast", t, Stream::kiln, [&](cudaStream_t s) {
       void* p = t.ref().address();
       return ncclBroadcast(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root, comm_, s);
-    })->wait();
+    });
   }
 
   void all_gather(const Tensor& t, const Tensor& out) override {
@@ -152,10 +157,10 @@ class NcclGroup final : public ProcessGroup {
     KILN_CHECK(out.shape() == expected && out.dtype() == t.dtype(), ShapeError, "nccl all_gather: out has shape ",
                out.shape(), " and dtype ", out.dtype(), "; a group of ", size(), " gathering ", t.shape(), " ",
                t.dtype(), " needs ", expected, " ", t.dtype());
-    launch("all_gather", t, [&](cudaStream_t s) {
+    launch("all_gather", t, Stream::kiln, [&](cudaStream_t s) {
       return ncclAllGather(t.ref().address(), out.ref().address(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                            comm_, s);
-    })->wait();  // out is freed, if at all, on kiln's stream: after the wait
+    });
   }
 
   void barrier() override {
@@ -173,22 +178,44 @@ class NcclGroup final : public ProcessGroup {
   }
 
  private:
-  // Queues `call` on the group's stream behind the work queued so far on kiln's, and hands its
-  // completion to the watchdog.
+  // Where a collective runs: on the group's stream, behind an event of kiln's (so that it can
+  // overlap the kernels queued after it: all_reduce_async), or on kiln's stream itself (the
+  // blocking forms). Either way the collectives of the group run on the GPU in the order they
+  // were called: one on kiln's stream first waits for those still queued on the group's.
+  enum class Stream { group, kiln };
+
+  std::unique_ptr<Work> reduce(const Tensor& t, ReduceOp op, Stream where) {
+    ncclRedOp_t nccl_op = nccl_reduction(op, t);
+    return launch("all_reduce", t, where, [&](cudaStream_t s) {
+      void* p = t.ref().address();
+      return ncclAllReduce(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), nccl_op, comm_, s);
+    });
+  }
+
+  // Queues `call` on `where`, after the work queued so far on kiln's stream, and hands its
+  // completion to the watchdog. The Work of Stream::kiln has nothing left to wait for.
   template <class Call>
-  std::unique_ptr<Work> launch(std::string_view collective, const Tensor& t, Call call) {
+  std::unique_ptr<Work> launch(std::string_view collective, const Tensor& t, Stream where, Call call) {
     check_tensor(collective, t);
     const uint64_t sequence = ++sequence_;
     cudaStream_t kiln_stream = backend_->stream();
     if (t.numel() == 0) return std::make_unique<NcclWork>(kiln_stream, nullptr, Tensor());
     KILN_CUDA_CHECK(cudaSetDevice(device_));
-    KILN_CUDA_CHECK(cudaEventRecord(kiln_ready_, kiln_stream));
-    KILN_CUDA_CHECK(cudaStreamWaitEvent(stream_, kiln_ready_, 0));
-    ncclResult_t rc = call(stream_);
+    cudaStream_t s = kiln_stream;
+    if (where == Stream::group) {
+      KILN_CUDA_CHECK(cudaEventRecord(kiln_ready_, kiln_stream));
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(stream_, kiln_ready_, 0));
+      s = stream_;
+    } else if (group_stream_used_) {
+      KILN_CUDA_CHECK(cudaEventRecord(group_done_, stream_));
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(kiln_stream, group_done_, 0));
+      group_stream_used_ = false;
+    }
+    ncclResult_t rc = call(s);
     KILN_CHECK(rc == ncclSuccess, DistributedError, describe(collective, sequence, t), " failed: ",
                ncclGetErrorString(rc), " (", ncclGetLastError(comm_), ")");
     auto done = std::make_shared<DoneEvent>(*this, take_event());
-    KILN_CUDA_CHECK(cudaEventRecord(done->event, stream_));
+    KILN_CUDA_CHECK(cudaEventRecord(done->event, s));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       in_flight_.push_back({done, std::chrono::steady_clock::now() + timeout(), collective, sequence, t.numel(),
@@ -196,6 +223,8 @@ class NcclGroup final : public ProcessGroup {
     }
     // The watchdog is not woken: it looks within half a second, and timeouts are counted from
     // the deadline set here; a wake-up (a futex call) would cost small collectives microseconds.
+    if (where == Stream::kiln) return std::make_unique<NcclWork>(kiln_stream, nullptr, Tensor());
+    group_stream_used_ = true;
     return std::make_unique<NcclWork>(kiln_stream, std::move(done), t);
   }
 
@@ -277,7 +306,9 @@ class NcclGroup final : public ProcessGroup {
   CudaBackend* backend_ = nullptr;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t kiln_ready_ = nullptr;
+  cudaEvent_t kiln_ready_ = nullptr;   // kiln's stream, before a collective on the group's
+  cudaEvent_t group_done_ = nullptr;   // the group's stream, before a collective on kiln's
+  bool group_stream_used_ = false;     // since the last collective on kiln's stream
   uint64_t sequence_ = 0;
 
   std::mutex mutex_;

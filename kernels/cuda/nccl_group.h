@@ -2,10 +2,12 @@
 //
 // Each rank works on cuda:<local rank>. Rank 0 draws NCCL's unique id and sends it to the others
 // through `bootstrap`, the MPI group of the same job, which also serves barriers and the checks
-// that ranks agree. Collectives run on a stream of the group's own that first waits for kiln's
-// stream (so they see every kernel queued before them); Work::wait() makes kiln's stream wait
-// for them in turn. Nothing blocks the host, so backward keeps queueing kernels while gradients
-// travel, and communication overlaps computation on the GPU.
+// that ranks agree. all_reduce_async runs on a stream of the group's own that first waits for
+// kiln's stream (so it sees every kernel queued before it); Work::wait() makes kiln's stream wait
+// for it in turn. Nothing blocks the host, so backward keeps queueing kernels while gradients
+// travel, and communication overlaps computation on the GPU. The blocking collectives (all_reduce,
+// broadcast, all_gather) run on kiln's stream itself, where they overlap nothing anyway and the
+// events between the streams would only add to their latency.
 //
 // A watchdog thread follows every collective in flight. One that has not completed within the
 // group's timeout, or an asynchronous NCCL error, ends the process: it prints what failed (the
