@@ -115,13 +115,16 @@ class NcclGroup final : public ProcessGroup {
   }
 
   ~NcclGroup() override {
+    // The collectives still queued finish first, with the watchdog still watching: a rank that
+    // never comes must not hang this one at exit.
+    cudaStreamSynchronize(backend_->stream());
+    cudaStreamSynchronize(stream_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
     wake_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
-    cudaStreamSynchronize(stream_);
     in_flight_.clear();  // done now; their events go back to the pool before it is emptied
     ncclCommDestroy(comm_);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
@@ -294,10 +297,12 @@ class NcclGroup final : public ProcessGroup {
     }
   }
 
+  // Ends the process at once. Not ncclCommAbort first: it would release the host thread blocked
+  // behind the stuck collective, which would go on with the tensor the collective never filled
+  // (print it, or save it) before the exit; the driver stops the kernels when the process ends.
   [[noreturn]] void die(const std::string& message) {
-    std::fprintf(stderr, "kiln: error: %s; aborting this rank\n", message.c_str());
+    std::fprintf(stderr, "kiln: error: %s; ending this rank\n", message.c_str());
     std::fflush(stderr);
-    ncclCommAbort(comm_);
     std::_Exit(1);
   }
 

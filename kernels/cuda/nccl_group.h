@@ -11,9 +11,9 @@
 //
 // A watchdog thread follows every collective in flight. One that has not completed within the
 // group's timeout, or an asynchronous NCCL error, ends the process: it prints what failed (the
-// collective, its sequence number, this rank), aborts the communicator (so that NCCL's kernels
-// stop spinning) and exits with status 1, upon which mpirun ends the other ranks. A host thread
-// blocked on the GPU could not be woken otherwise.
+// collective, its sequence number, this rank) and exits with status 1 at once, upon which mpirun
+// ends the other ranks. A host thread blocked on the GPU could not be woken otherwise, and one
+// woken by aborting the communicator would go on with data the collective never delivered.
 #pragma once
 
 #include <memory>
