@@ -27,6 +27,14 @@ void ProcessGroup::check_same(std::string_view what, const std::string& value) {
                ", rank ", r, " has ", values[r], " (every rank must run the same program with the same settings)");
 }
 
+std::string ProcessGroup::timed_out(const std::string& what) const {
+  std::string seconds = std::to_string(static_cast<double>(timeout_.count()) / 1000.0);
+  seconds.erase(seconds.find_last_not_of('0') + 1);
+  if (seconds.back() == '.') seconds.pop_back();
+  return what + " did not complete within " + seconds + " s (KILN_DIST_TIMEOUT): another rank died, hangs, or " +
+         "called a different collective";
+}
+
 bool launched_with_several_ranks() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
     if (const char* v = std::getenv(name)) return std::atoi(v) > 1;

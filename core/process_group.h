@@ -97,6 +97,9 @@ class ProcessGroup {
   // Checks that t can take part in `collective`: defined, contiguous, on device(), a dtype the
   // collectives take; the error names the collective and this group.
   void check_tensor(std::string_view collective, const Tensor& t) const;
+  // "<what> did not complete within 5 s (KILN_DIST_TIMEOUT): ...", the error of a collective
+  // that timed out, `what` naming it ("nccl all_reduce #2 (1000 f32 elements) on rank 0 of 2").
+  std::string timed_out(const std::string& what) const;
 
  private:
   int rank_, size_, local_rank_, local_size_;

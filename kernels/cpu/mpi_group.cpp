@@ -214,8 +214,7 @@ class MpiGroup final : public ProcessGroup {
       if (rc != MPI_SUCCESS) fail(what + " failed: " + mpi_error_text(rc));
       if (done) return;
       if (std::chrono::steady_clock::now() > deadline)
-        fail(what + " did not complete within " + seconds(timeout()) +
-             " (KILN_DIST_TIMEOUT): another rank died, hangs, or called a different collective");
+        fail(timed_out(what));
       // Open MPI moves a nonblocking collective forward only inside MPI calls, so polling without
       // pause keeps a large all-reduce as fast as MPI_Allreduce (sleeping 50 us between polls made
       // 1 MB 17x slower); past the first polls, yield the core to ranks that share it
@@ -241,13 +240,6 @@ class MpiGroup final : public ProcessGroup {
     broken_reason_ = message;
     MpiEnvironment::get().mark_broken();
     KILN_FAIL(DistributedError, message);
-  }
-
-  static std::string seconds(std::chrono::milliseconds ms) {
-    std::string s = std::to_string(static_cast<double>(ms.count()) / 1000.0);
-    s.erase(s.find_last_not_of('0') + 1);
-    if (s.back() == '.') s.pop_back();
-    return s + " s";
   }
 
   MPI_Comm comm_;

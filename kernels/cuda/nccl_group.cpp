@@ -285,9 +285,7 @@ class NcclGroup final : public ProcessGroup {
           die(describe(oldest.collective, oldest.sequence, oldest.numel, oldest.dtype) + " failed on the GPU: " +
               cudaGetErrorString(state));
         if (std::chrono::steady_clock::now() > oldest.deadline)
-          die(describe(oldest.collective, oldest.sequence, oldest.numel, oldest.dtype) + " did not complete within " +
-              std::to_string(static_cast<double>(timeout().count()) / 1000.0) + " s (KILN_DIST_TIMEOUT): another rank died, hangs, or "
-              "called a different collective");
+          die(timed_out(describe(oldest.collective, oldest.sequence, oldest.numel, oldest.dtype)));
         break;
       }
       ncclResult_t async = ncclSuccess;
