@@ -11,7 +11,9 @@
 //   ddp        the training step of 8 x (Linear 4096->4096, ReLU) (nn::Sequential), MSE against a
 //              fixed random target, SGD lr 0.01, TF32 on: (a) every rank trains its own copy alone,
 //              all ranks at once, each on its own GPU, then (b) the same model wrapped in
-//              nn::DistributedDataParallel; efficiency = (a) / (b), at each per-rank batch.
+//              nn::DistributedDataParallel; efficiency = (a) / (b), at each per-rank batch; and
+//              (c) the DDP step inside no_sync(), the wrapper without its reduction (what the
+//              reduction costs beyond the wire: (b) - (c); what the wrapper costs: (c) - (a)).
 //
 //   mpirun -np GPUS dist-bench allreduce [--max-bytes 1G] [--iters N] [--warmup 5] [--json FILE]
 //   mpirun -np GPUS dist-bench ddp [--batch 512 --batch 2048] [--bucket-mb 25] [--json FILE]
@@ -51,6 +53,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -343,12 +346,16 @@ struct StepTime {
 };
 
 // Trains `model` for warmup + timed steps on x against target; the host waits once, at the end,
-// reading the loss.
-StepTime time_steps(nn::Module& model, const Tensor& x, const Tensor& target, int warmup, int steps) {
+// reading the loss. With `no_sync`, every step runs inside its no_sync() guard: DDP's wrapper
+// without its reduction, which tells the cost of the communication from that of the rest.
+StepTime time_steps(nn::Module& model, const Tensor& x, const Tensor& target, int warmup, int steps,
+                    nn::DistributedDataParallel* no_sync = nullptr) {
   optim::SGD opt(model.parameters(), optim::SGDOptions(0.01));
   Tensor loss;
   auto step = [&] {
     opt.zero_grad();
+    std::optional<nn::DistributedDataParallel::NoSync> guard;
+    if (no_sync) guard.emplace(*no_sync);
     loss = mse_loss(model.forward(x), target);
     loss.backward();
     opt.step();
@@ -395,19 +402,23 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
   // (b) the same model under DDP (which starts every rank from rank 0's parameters)
   auto ddp = std::make_shared<nn::DistributedDataParallel>(
       model, group, nn::DistributedDataParallelOptions().bucket_cap_mb(c.bucket_mb));
-  std::vector<StepTime> together;
-  for (const auto& [x, target] : data) together.push_back(time_steps(*ddp, x, target, c.warmup, c.steps));
+  std::vector<StepTime> together, unsynced;
+  for (const auto& [x, target] : data) {
+    together.push_back(time_steps(*ddp, x, target, c.warmup, c.steps));
+    unsynced.push_back(time_steps(*ddp, x, target, c.warmup, c.steps, ddp.get()));
+  }
   if (group->rank() != 0) return;
-  std::printf("%10s | %10s %10s | %10s %10s | %10s %14s\n", "batch/rank", "alone ms", "loss", "DDP ms", "loss",
-              "efficiency", "samples/s, all");
+  std::printf("%10s | %10s %10s | %10s %10s | %10s %14s | %12s\n", "batch/rank", "alone ms", "loss", "DDP ms", "loss",
+              "efficiency", "samples/s, all", "no_sync ms");
   for (size_t i = 0; i < c.batches.size(); ++i) {
     const double efficiency = alone[i].seconds / together[i].seconds;
     const double samples_s = static_cast<double>(c.batches[i] * n) / together[i].seconds;
-    std::printf("%10lld | %10.3f %10.4g | %10.3f %10.4g | %9.1f%% %14.0f\n", static_cast<long long>(c.batches[i]),
-                alone[i].seconds * 1e3, alone[i].loss, together[i].seconds * 1e3, together[i].loss,
-                100 * efficiency, samples_s);
+    std::printf("%10lld | %10.3f %10.4g | %10.3f %10.4g | %9.1f%% %14.0f | %12.3f\n",
+                static_cast<long long>(c.batches[i]), alone[i].seconds * 1e3, alone[i].loss, together[i].seconds * 1e3,
+                together[i].loss, 100 * efficiency, samples_s, unsynced[i].seconds * 1e3);
     if (c.json.empty()) continue;
-    for (const auto& [mode, t] : {std::pair{"alone", alone[i]}, std::pair{"ddp", together[i]}}) {
+    for (const auto& [mode, t] : {std::pair{"alone", alone[i]}, std::pair{"ddp", together[i]},
+                                  std::pair{"ddp_no_sync", unsynced[i]}}) {
       JsonLine line = json_line("ddp", "kiln", *group, name);
       line.add("mode", mode).add("batch", c.batches[i]).add("width", c.width).add("layers", int64_t{c.layers});
       line.add("step_ms", t.seconds * 1e3).add("loss", t.loss).add("steps", int64_t{c.steps});
