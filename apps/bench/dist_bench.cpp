@@ -41,6 +41,7 @@
 #include <nccl.h>
 
 #include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/cuda_backend.h"
 #endif
 
 #include <algorithm>
@@ -343,6 +344,57 @@ std::shared_ptr<nn::Sequential> make_model(int64_t width, int layers) {
 struct StepTime {
   double seconds;  // per step, the slowest rank's
   double loss;     // rank 0's, after the last step
+  // On CUDA, this rank's GPU time per step between the ends of its phases (events on kiln's
+  // stream): forward and loss; backward, with DDP's waits for its buckets; the optimizer.
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+};
+
+// GPU time of each phase of a step, from events recorded on kiln's stream after each (CUDA only).
+class PhaseClock {
+ public:
+  explicit PhaseClock(const Device& device) {
+#if KILN_WITH_NCCL
+    if (device.type == DeviceType::cuda) stream_ = cuda::backend(device.index).stream();
+#else
+    (void)device;
+#endif
+  }
+  void mark(int phase) {  // 0: step start, 1: forward done, 2: backward done, 3: optimizer done
+#if KILN_WITH_NCCL
+    if (!stream_) return;
+    cudaEvent_t e;
+    KILN_CUDA_CHECK(cudaEventCreate(&e));
+    KILN_CUDA_CHECK(cudaEventRecord(e, stream_));
+    events_[phase].push_back(e);
+#else
+    (void)phase;
+#endif
+  }
+  // Milliseconds per step of phase 1..3, after the device finished; frees the events.
+  void read(StepTime& t) {
+#if KILN_WITH_NCCL
+    if (!stream_ || events_[0].empty()) return;
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    double* out[3] = {&t.forward_ms, &t.backward_ms, &t.optimizer_ms};
+    const size_t steps = events_[0].size();
+    for (int p = 1; p <= 3; ++p)
+      for (size_t i = 0; i < steps; ++i) {
+        float ms = 0;
+        KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[p - 1][i], events_[p][i]));
+        *out[p - 1] += ms / static_cast<double>(steps);
+      }
+    for (auto& list : events_)
+      for (cudaEvent_t e : list) cudaEventDestroy(e);
+#else
+    (void)t;
+#endif
+  }
+
+ private:
+#if KILN_WITH_NCCL
+  cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> events_[4];
+#endif
 };
 
 // Trains `model` for warmup + timed steps on x against target; the host waits once, at the end,
@@ -352,13 +404,19 @@ StepTime time_steps(nn::Module& model, const Tensor& x, const Tensor& target, in
                     nn::DistributedDataParallel* no_sync = nullptr) {
   optim::SGD opt(model.parameters(), optim::SGDOptions(0.01));
   Tensor loss;
+  PhaseClock clock(x.device());
+  bool timed = false;
   auto step = [&] {
     opt.zero_grad();
     std::optional<nn::DistributedDataParallel::NoSync> guard;
     if (no_sync) guard.emplace(*no_sync);
+    if (timed) clock.mark(0);
     loss = mse_loss(model.forward(x), target);
+    if (timed) clock.mark(1);
     loss.backward();
+    if (timed) clock.mark(2);
     opt.step();
+    if (timed) clock.mark(3);
   };
   for (int i = 0; i < warmup; ++i) step();
   double last = 0;
@@ -367,7 +425,12 @@ StepTime time_steps(nn::Module& model, const Tensor& x, const Tensor& target, in
     x.backend().synchronize();  // the last step's update too, queued after the loss
   };
   const double seconds = seconds_per_call(steps, step, sync);
-  return {seconds, last};
+  // The phases, from steps of their own: the events cost a little, which the timing above keeps out.
+  timed = true;
+  for (int i = 0; i < steps; ++i) step();
+  StepTime t{seconds, last};
+  clock.read(t);
+  return t;
 }
 
 void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
@@ -416,6 +479,11 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
     std::printf("%10lld | %10.3f %10.4g | %10.3f %10.4g | %9.1f%% %14.0f | %12.3f\n",
                 static_cast<long long>(c.batches[i]), alone[i].seconds * 1e3, alone[i].loss, together[i].seconds * 1e3,
                 together[i].loss, 100 * efficiency, samples_s, unsynced[i].seconds * 1e3);
+    if (alone[i].backward_ms > 0)
+      std::printf("%10s   GPU ms, forward / backward / optimizer: alone %.3f / %.3f / %.3f, DDP %.3f / %.3f / %.3f, "
+                  "no_sync %.3f / %.3f / %.3f\n", "", alone[i].forward_ms, alone[i].backward_ms, alone[i].optimizer_ms,
+                  together[i].forward_ms, together[i].backward_ms, together[i].optimizer_ms, unsynced[i].forward_ms,
+                  unsynced[i].backward_ms, unsynced[i].optimizer_ms);
     if (c.json.empty()) continue;
     for (const auto& [mode, t] : {std::pair{"alone", alone[i]}, std::pair{"ddp", together[i]},
                                   std::pair{"ddp_no_sync", unsynced[i]}}) {
