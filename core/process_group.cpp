@@ -20,6 +20,30 @@ void ProcessGroup::check_tensor(std::string_view collective, const Tensor& t) co
              " is not contiguous (call contiguous() first)");
 }
 
+void ProcessGroup::check_reduction(ReduceOp op, const Tensor& t) const {
+  check_tensor("all_reduce", t);
+  KILN_CHECK(op == ReduceOp::sum || op == ReduceOp::mean || op == ReduceOp::max || op == ReduceOp::min, ValueError,
+             name(), " all_reduce: ", reduce_op_name(op), " is not a reduction over ranks (sum, mean, max or min)");
+  KILN_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), DTypeError, name(), " all_reduce: the mean of a ",
+             t.dtype(), " tensor: a mean over ranks takes floating-point tensors (reduce the sum and divide)");
+}
+
+void ProcessGroup::check_broadcast(const Tensor& t, int root) const {
+  check_tensor("broadcast", t);
+  KILN_CHECK(root >= 0 && root < size(), ValueError, name(), " broadcast: root ", root,
+             " is not a rank of this group of ", size());
+}
+
+void ProcessGroup::check_all_gather(const Tensor& t, const Tensor& out) const {
+  check_tensor("all_gather", t);
+  check_tensor("all_gather", out);
+  Shape expected = t.shape();
+  expected.insert(0, size());
+  KILN_CHECK(out.shape() == expected && out.dtype() == t.dtype(), ShapeError, name(), " all_gather: out has shape ",
+             out.shape(), " and dtype ", out.dtype(), "; a group of ", size(), " gathering ", t.shape(), " ",
+             t.dtype(), " needs ", expected, " ", t.dtype());
+}
+
 void ProcessGroup::check_same(std::string_view what, const std::string& value) {
   std::vector<std::string> values = all_gather_string(value);
   for (size_t r = 1; r < values.size(); ++r)

@@ -40,10 +40,6 @@ struct ProcessGroupOptions {
   // How long a collective may wait for the other ranks before the group gives up. The
   // environment variable KILN_DIST_TIMEOUT (seconds) overrides it.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
-  ProcessGroupOptions& timeout_seconds(double s) {
-    timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-    return *this;
-  }
 };
 
 // A collective under way. wait() orders it before the work queued after the call: on CUDA it
@@ -94,9 +90,16 @@ class ProcessGroup {
 
  protected:
   ProcessGroup(int rank, int size, int local_rank, int local_size, std::chrono::milliseconds timeout);
-  // Checks that t can take part in `collective`: defined, contiguous, on device(), a dtype the
-  // collectives take; the error names the collective and this group.
+  // The checks every group makes before it communicates, so that a bad call throws the same error
+  // on every rank instead of leaving the others waiting. Errors name the group and the collective.
+  // t defined, contiguous and on device():
   void check_tensor(std::string_view collective, const Tensor& t) const;
+  // all_reduce: t as above, op one of sum, mean, max, min; mean only of floating-point tensors:
+  void check_reduction(ReduceOp op, const Tensor& t) const;
+  // broadcast: t as above, root a rank of this group:
+  void check_broadcast(const Tensor& t, int root) const;
+  // all_gather: t and out as above, out [size(), ...t's shape] of t's dtype:
+  void check_all_gather(const Tensor& t, const Tensor& out) const;
   // "<what> did not complete within 5 s (KILN_DIST_TIMEOUT): ...", the error of a collective
   // that timed out, `what` naming it ("nccl all_reduce #2 (1000 f32 elements) on rank 0 of 2").
   std::string timed_out(const std::string& what) const;

@@ -18,6 +18,7 @@ struct DistributedDataParallel::Reducer {
     Tensor param;
     size_t bucket = 0;
     int64_t offset = 0;  // in the bucket's buffer, in elements
+    Tensor view;         // the parameter's place in its bucket (its grad() after a reduction)
     bool ready = false;
   };
   struct Bucket {
@@ -42,11 +43,9 @@ struct DistributedDataParallel::Reducer {
     if (!in_backward) start_backward(self);
     Slot& s = slots[index];
     Bucket& b = buckets[s.bucket];
-    Tensor slice = bucket_view(s);
-    const Tensor& grad = leaf.grad();
-    // After a synchronised step the gradient is a view of the bucket (accumulated into in place):
-    // nothing to copy then.
-    if (!(grad.storage() == b.buffer.storage() && grad.offset() == s.offset)) slice.copy_(grad);
+    // After a synchronised step without zero_grad the gradient is still the bucket's view
+    // (accumulated into in place): nothing to copy then.
+    if (leaf.grad().impl() != s.view.impl()) s.view.copy_(leaf.grad());
     s.ready = true;
     if (--b.pending == 0) launch_ready_buckets();
   }
@@ -90,7 +89,7 @@ struct DistributedDataParallel::Reducer {
     }
     for (size_t i : missing) {
       Slot& s = slots[i];
-      bucket_view(s).zero_();  // this rank's share of the average: nothing
+      s.view.zero_();  // this rank's share of the average: nothing
       s.ready = true;
       --buckets[s.bucket].pending;
     }
@@ -107,13 +106,8 @@ struct DistributedDataParallel::Reducer {
     for (size_t i = 0; i < slots.size(); ++i) {
       Slot& s = slots[i];
       bool keep = !find_unused || used_anywhere[i] != 0;
-      s.param.set_grad(keep ? bucket_view(s) : Tensor());
+      s.param.set_grad(keep ? s.view : Tensor());
     }
-  }
-
-  Tensor bucket_view(const Slot& s) const {
-    const Tensor& buffer = buckets[s.bucket].buffer;
-    return make_view(buffer, s.param.shape(), contiguous_strides(s.param.shape()), buffer.offset() + s.offset);
   }
 };
 
@@ -196,7 +190,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
       r.buckets.emplace_back();
       sizes.push_back(0);
     }
-    r.slots.push_back({name, p, r.buckets.size() - 1, sizes.back(), false});
+    r.slots.push_back({name, p, r.buckets.size() - 1, sizes.back(), Tensor(), false});
     r.buckets.back().slots.push_back(r.slots.size() - 1);
     sizes.back() += p.numel();
   }
@@ -204,6 +198,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
     DType dtype = r.slots[r.buckets[b].slots.front()].param.dtype();
     r.buckets[b].buffer = zeros({sizes[b]}, TensorOptions(dtype).device(group_->device()));
   }
+  for (Reducer::Slot& s : r.slots)
+    s.view = make_view(r.buckets[s.bucket].buffer, s.param.shape(), contiguous_strides(s.param.shape()), s.offset);
   std::weak_ptr<Reducer> weak = reducer_;
   for (size_t i = 0; i < r.slots.size(); ++i)
     r.hooks.push_back(r.slots[i].param.register_post_accumulate_grad_hook(

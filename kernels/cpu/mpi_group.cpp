@@ -132,17 +132,9 @@ class MpiGroup final : public ProcessGroup {
   Device device() const override { return Device::cpu(); }
 
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
+    check_reduction(op, t);
     std::string what = start("all_reduce", t);
-    MPI_Op mpi_op = MPI_SUM;
-    switch (op) {
-      case ReduceOp::sum: case ReduceOp::mean: mpi_op = MPI_SUM; break;
-      case ReduceOp::max: mpi_op = MPI_MAX; break;
-      case ReduceOp::min: mpi_op = MPI_MIN; break;
-      default: KILN_FAIL(ValueError, "mpi all_reduce: ", reduce_op_name(op), " is not a reduction over ranks "
-                         "(sum, mean, max or min)");
-    }
-    KILN_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), DTypeError, "mpi all_reduce: the mean of a ",
-               t.dtype(), " tensor: a mean over ranks takes floating-point tensors (reduce the sum and divide)");
+    const MPI_Op mpi_op = op == ReduceOp::max ? MPI_MAX : op == ReduceOp::min ? MPI_MIN : MPI_SUM;
     MPI_Request request;
     KILN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.ref().address(), mpi_count("all_reduce", t), mpi_type(t.dtype()),
                                   mpi_op, comm_, &request));
@@ -150,22 +142,16 @@ class MpiGroup final : public ProcessGroup {
   }
 
   void broadcast(const Tensor& t, int root) override {
+    check_broadcast(t, root);
     std::string what = start("broadcast", t);
-    KILN_CHECK(root >= 0 && root < size(), ValueError, "mpi broadcast: root ", root, " is not a rank of this group of ",
-               size());
     MPI_Request request;
     KILN_MPI_CHECK(MPI_Ibcast(t.ref().address(), mpi_count("broadcast", t), mpi_type(t.dtype()), root, comm_, &request));
     wait(request, what);
   }
 
   void all_gather(const Tensor& t, const Tensor& out) override {
+    check_all_gather(t, out);
     std::string what = start("all_gather", t);
-    check_tensor("all_gather", out);
-    Shape expected = t.shape();
-    expected.insert(0, size());
-    KILN_CHECK(out.shape() == expected && out.dtype() == t.dtype(), ShapeError, "mpi all_gather: out has shape ",
-               out.shape(), " and dtype ", out.dtype(), "; a group of ", size(), " gathering ", t.shape(), " ",
-               t.dtype(), " needs ", expected, " ", t.dtype());
     MPI_Request request;
     int n = mpi_count("all_gather", t);
     KILN_MPI_CHECK(MPI_Iallgather(t.ref().address(), n, mpi_type(t.dtype()), out.ref().address(), n, mpi_type(t.dtype()),
@@ -227,7 +213,6 @@ class MpiGroup final : public ProcessGroup {
   // Names the collective for errors ("mpi all_reduce #12 (4096 f32 elements) on rank 1 of 3")
   // and refuses a broken group.
   std::string start(std::string_view collective, const Tensor& t) {
-    if (t.defined()) check_tensor(collective, t);
     std::string what = "mpi " + std::string(collective) + " #" + std::to_string(++sequence_);
     if (t.defined()) what += " (" + std::to_string(t.numel()) + " " + std::string(dtype_name(t.dtype())) + " elements)";
     what += " on rank " + std::to_string(rank()) + " of " + std::to_string(size());

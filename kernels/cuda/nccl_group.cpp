@@ -39,17 +39,9 @@ ncclDataType_t nccl_type(DType dtype) {
   KILN_FAIL(DTypeError, "nccl: no NCCL type for dtype ", dtype);
 }
 
-ncclRedOp_t nccl_reduction(ReduceOp op, const Tensor& t) {
-  KILN_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), DTypeError, "nccl all_reduce: the mean of a ",
-             t.dtype(), " tensor: a mean over ranks takes floating-point tensors (reduce the sum and divide)");
-  switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::mean: return ncclAvg;
-    case ReduceOp::max: return ncclMax;
-    case ReduceOp::min: return ncclMin;
-    default: break;
-  }
-  KILN_FAIL(ValueError, "nccl all_reduce: ", reduce_op_name(op), " is not a reduction over ranks (sum, mean, max or min)");
+// After ProcessGroup::check_reduction.
+ncclRedOp_t nccl_reduction(ReduceOp op) {
+  return op == ReduceOp::mean ? ncclAvg : op == ReduceOp::max ? ncclMax : op == ReduceOp::min ? ncclMin : ncclSum;
 }
 
 class NcclGroup;
@@ -138,15 +130,16 @@ class NcclGroup final : public ProcessGroup {
   Device device() const override { return Device::cuda(device_); }
 
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
-    return reduce(t, op, Stream::group);
+    std::shared_ptr<DoneEvent> done = reduce(t, op, Stream::group);
+    Tensor kept = done ? t : Tensor();
+    return std::make_unique<NcclWork>(backend_->stream(), std::move(done), std::move(kept));
   }
   // The blocking form runs on kiln's stream itself: nothing overlaps it, so the events that
   // order the group's stream would only add their latency (3-5 us a call below 1 MB).
   void all_reduce(const Tensor& t, ReduceOp op) override { reduce(t, op, Stream::kiln); }
 
   void broadcast(const Tensor& t, int root) override {
-    KILN_CHECK(root >= 0 && root < size(), ValueError, "nccl broadcast: root ", root,
-               " is not a rank of this group of ", size());
+    check_broadcast(t, root);
     launch("broadcast", t, Stream::kiln, [&](cudaStream_t s) {
       void* p = t.ref().address();
       return ncclBroadcast(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root, comm_, s);
@@ -154,12 +147,7 @@ class NcclGroup final : public ProcessGroup {
   }
 
   void all_gather(const Tensor& t, const Tensor& out) override {
-    check_tensor("all_gather", out);
-    Shape expected = t.shape();
-    expected.insert(0, size());
-    KILN_CHECK(out.shape() == expected && out.dtype() == t.dtype(), ShapeError, "nccl all_gather: out has shape ",
-               out.shape(), " and dtype ", out.dtype(), "; a group of ", size(), " gathering ", t.shape(), " ",
-               t.dtype(), " needs ", expected, " ", t.dtype());
+    check_all_gather(t, out);
     launch("all_gather", t, Stream::kiln, [&](cudaStream_t s) {
       return ncclAllGather(t.ref().address(), out.ref().address(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                            comm_, s);
@@ -187,8 +175,9 @@ class NcclGroup final : public ProcessGroup {
   // were called: one on kiln's stream first waits for those still queued on the group's.
   enum class Stream { group, kiln };
 
-  std::unique_ptr<Work> reduce(const Tensor& t, ReduceOp op, Stream where) {
-    ncclRedOp_t nccl_op = nccl_reduction(op, t);
+  std::shared_ptr<DoneEvent> reduce(const Tensor& t, ReduceOp op, Stream where) {
+    check_reduction(op, t);
+    const ncclRedOp_t nccl_op = nccl_reduction(op);
     return launch("all_reduce", t, where, [&](cudaStream_t s) {
       void* p = t.ref().address();
       return ncclAllReduce(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), nccl_op, comm_, s);
@@ -196,13 +185,13 @@ class NcclGroup final : public ProcessGroup {
   }
 
   // Queues `call` on `where`, after the work queued so far on kiln's stream, and hands its
-  // completion to the watchdog. The Work of Stream::kiln has nothing left to wait for.
+  // completion to the watchdog; returns the event of that completion (none for an empty tensor),
+  // which kiln's stream waits for when the collective ran on the group's. The caller checked t.
   template <class Call>
-  std::unique_ptr<Work> launch(std::string_view collective, const Tensor& t, Stream where, Call call) {
-    check_tensor(collective, t);
+  std::shared_ptr<DoneEvent> launch(std::string_view collective, const Tensor& t, Stream where, Call call) {
     const uint64_t sequence = ++sequence_;
     cudaStream_t kiln_stream = backend_->stream();
-    if (t.numel() == 0) return std::make_unique<NcclWork>(kiln_stream, nullptr, Tensor());
+    if (t.numel() == 0) return nullptr;
     KILN_CUDA_CHECK(cudaSetDevice(device_));
     cudaStream_t s = kiln_stream;
     if (where == Stream::group) {
@@ -226,9 +215,8 @@ class NcclGroup final : public ProcessGroup {
     }
     // The watchdog is not woken: it looks within half a second, and timeouts are counted from
     // the deadline set here; a wake-up (a futex call) would cost small collectives microseconds.
-    if (where == Stream::kiln) return std::make_unique<NcclWork>(kiln_stream, nullptr, Tensor());
-    group_stream_used_ = true;
-    return std::make_unique<NcclWork>(kiln_stream, std::move(done), t);
+    if (where == Stream::group) group_stream_used_ = true;
+    return done;
   }
 
   std::string describe(std::string_view collective, uint64_t sequence, int64_t numel, DType dtype) const {
