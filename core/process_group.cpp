@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/core/error.h"
 
@@ -11,6 +13,31 @@ ProcessGroup::ProcessGroup(int rank, int size, int local_rank, int local_size, s
     : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size), timeout_(timeout) {}
 
 void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }
+
+void ProcessGroup::all_reduce(std::span<const Tensor> tensors, ReduceOp op) { all_reduce_async(tensors, op)->wait(); }
+
+namespace {
+
+// The collectives of several tensors, waited for together.
+class Works final : public Work {
+ public:
+  explicit Works(std::vector<std::unique_ptr<Work>> works) : works_(std::move(works)) {}
+  void wait() override {
+    for (auto& w : works_) w->wait();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Work>> works_;
+};
+
+}  // namespace
+
+std::unique_ptr<Work> ProcessGroup::all_reduce_async(std::span<const Tensor> tensors, ReduceOp op) {
+  for (const Tensor& t : tensors) check_reduction(op, t);  // all checked before any goes
+  std::vector<std::unique_ptr<Work>> works;
+  for (const Tensor& t : tensors) works.push_back(all_reduce_async(t, op));
+  return std::make_unique<Works>(std::move(works));
+}
 
 void ProcessGroup::check_tensor(std::string_view collective, const Tensor& t) const {
   KILN_CHECK(t.defined(), ValueError, name(), " ", collective, ": the tensor is undefined");

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,9 +71,17 @@ class ProcessGroup {
   // In place, t = op over the ranks of t. op is sum, mean, max or min; mean (the sum divided by
   // size(), in t's dtype) takes floating-point tensors only.
   virtual std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) = 0;
-  // all_reduce_async(t, op)->wait(); a group may do it more directly.
+  // Several tensors at once, each in place as above (each its own reduction; they may differ in
+  // shape and dtype), finished by one Work. NCCL runs them as one group: one launch on the GPU,
+  // which is how DistributedDataParallel reduces gradients where they lie instead of copying
+  // them into one buffer. The default calls all_reduce_async for each.
+  virtual std::unique_ptr<Work> all_reduce_async(std::span<const Tensor> tensors, ReduceOp op);
+  // all_reduce_async(t, op)->wait(); a group may do it more directly (NCCL: on kiln's stream,
+  // without the events that order a stream of its own).
   virtual void all_reduce(const Tensor& t, ReduceOp op);
   void all_reduce(const Tensor& t) { all_reduce(t, ReduceOp::sum); }
+  // all_reduce_async(tensors, op)->wait(), as directly.
+  virtual void all_reduce(std::span<const Tensor> tensors, ReduceOp op);
   // In place: every rank's t becomes root's.
   virtual void broadcast(const Tensor& t, int root = 0) = 0;
   // out: [size(), ...t's shape], out[r] = t of rank r.

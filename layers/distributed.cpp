@@ -17,15 +17,11 @@ struct DistributedDataParallel::Reducer {
     std::string name;
     Tensor param;
     size_t bucket = 0;
-    int64_t offset = 0;  // in the bucket's buffer, in elements
-    Tensor view;         // the parameter's place in its bucket (its grad() after a reduction)
     bool ready = false;
   };
   struct Bucket {
-    Tensor buffer;              // flat, the parameters' dtype, on the group's device
     std::vector<size_t> slots;  // its parameters, in the order they were placed
     size_t pending = 0;         // not yet ready in this backward
-    std::unique_ptr<Work> work;
   };
 
   std::shared_ptr<ProcessGroup> group;
@@ -36,18 +32,16 @@ struct DistributedDataParallel::Reducer {
   bool sync = true;             // false inside no_sync()
   bool in_backward = false;     // a hook fired and the end-of-backward callback is queued
   size_t next_launch = 0;       // buckets launch in order: the next one to go
+  std::vector<std::unique_ptr<Work>> works;  // this backward's, one per launch
 
-  // A parameter's gradient is final: into its bucket, and the bucket off when it is full.
+  // A parameter's gradient is final: its bucket, and any after it, go once they are complete.
   void ready(size_t index, const Tensor& leaf, const std::weak_ptr<Reducer>& self) {
     if (!sync) return;
     if (!in_backward) start_backward(self);
+    if (!leaf.grad().is_contiguous()) leaf.set_grad(leaf.grad().contiguous());  // one the user set
     Slot& s = slots[index];
-    Bucket& b = buckets[s.bucket];
-    // After a synchronised step without zero_grad the gradient is still the bucket's view
-    // (accumulated into in place): nothing to copy then.
-    if (leaf.grad().impl() != s.view.impl()) s.view.copy_(leaf.grad());
     s.ready = true;
-    if (--b.pending == 0) launch_ready_buckets();
+    if (--buckets[s.bucket].pending == 0) launch_ready_buckets();
   }
 
   void start_backward(const std::weak_ptr<Reducer>& self) {
@@ -60,14 +54,22 @@ struct DistributedDataParallel::Reducer {
     });
   }
 
-  void launch_ready_buckets() {
-    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
-      Bucket& b = buckets[next_launch++];
-      b.work = group->all_reduce_async(b.buffer, ReduceOp::mean);
+  // The complete buckets from the next in order, each averaged in place as one collective (one
+  // NCCL group, one launch): the same collectives on every rank, whichever order their gradients
+  // came in. During backward a bucket overlaps the kernels queued after it (all_reduce_async);
+  // at the end of backward nothing is left to overlap, and the blocking form queues it on kiln's
+  // stream itself, without the events between streams.
+  void launch_ready_buckets(bool last = false) {
+    for (; next_launch < buckets.size() && buckets[next_launch].pending == 0; ++next_launch) {
+      std::vector<Tensor> grads;
+      for (size_t i : buckets[next_launch].slots) grads.push_back(slots[i].param.grad());
+      if (last) group->all_reduce(grads, ReduceOp::mean);
+      else works.push_back(group->all_reduce_async(grads, ReduceOp::mean));
     }
   }
 
-  // The end of backward: the last buckets go, and every gradient becomes its bucket's average.
+  // The end of backward: the last buckets go, and the host moves on; the optimizer's kernels,
+  // queued next, wait on the GPU for the reductions.
   void finish_backward() {
     in_backward = false;
     std::vector<size_t> missing;
@@ -81,33 +83,31 @@ struct DistributedDataParallel::Reducer {
                 group->rank(), "; every parameter must take part in the loss, or construct with "
                 "DistributedDataParallelOptions().find_unused_parameters(true)");
     }
-    Tensor used;
-    if (find_unused) {
-      std::vector<int32_t> mask;
-      for (const Slot& s : slots) mask.push_back(s.ready ? 1 : 0);
-      used = from_vector(mask, {static_cast<int64_t>(mask.size())}, TensorOptions(DType::i32).device(group->device()));
-    }
+    // A parameter this backward did not reach still brings the gradient it holds (from backward
+    // passes under no_sync()), or zeros: this rank's share of the average.
+    std::vector<int32_t> mask;  // used here: reached, or holding a gradient
+    if (find_unused)
+      for (const Slot& s : slots) mask.push_back(s.ready || s.param.grad().defined() ? 1 : 0);
     for (size_t i : missing) {
       Slot& s = slots[i];
-      s.view.zero_();  // this rank's share of the average: nothing
+      Tensor grad = s.param.grad();
+      s.param.set_grad(!grad.defined() ? zeros_like(s.param) : grad.is_contiguous() ? grad : grad.contiguous());
       s.ready = true;
       --buckets[s.bucket].pending;
     }
-    launch_ready_buckets();
+    launch_ready_buckets(/*last=*/true);
     std::vector<int32_t> used_anywhere;
     if (find_unused) {
+      Tensor used = from_vector(mask, {static_cast<int64_t>(mask.size())},
+                                TensorOptions(DType::i32).device(group->device()));
       group->all_reduce(used, ReduceOp::max);
       used_anywhere = used.to_vector<int32_t>();
     }
-    for (Bucket& b : buckets) {
-      b.work->wait();
-      b.work.reset();
-    }
-    for (size_t i = 0; i < slots.size(); ++i) {
-      Slot& s = slots[i];
-      bool keep = !find_unused || used_anywhere[i] != 0;
-      s.param.set_grad(keep ? s.view : Tensor());
-    }
+    for (auto& w : works) w->wait();
+    works.clear();
+    if (find_unused)
+      for (size_t i = 0; i < slots.size(); ++i)
+        if (used_anywhere[i] == 0) slots[i].param.set_grad(Tensor());  // as one process: no gradient
   }
 };
 
@@ -173,33 +173,24 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   for (const Tensor& t : module_->parameters()) group_->broadcast(t.detach(), 0);
   for (const Tensor& t : module_->buffers()) group_->broadcast(t, 0);
 
-  // Buckets of about bucket_cap_mb, parameters in reverse order (backward reaches the last layers
-  // first), one dtype per bucket.
+  // Buckets in reverse parameter order (backward reaches the last layers first), each closed
+  // once it holds bucket_cap_mb or more (as PyTorch's): a layer's bias joins its weight.
   reducer_ = std::make_shared<Reducer>();
   Reducer& r = *reducer_;
   r.group = group_;
   r.find_unused = options_.find_unused_parameters();
   const auto cap = static_cast<int64_t>(options_.bucket_cap_mb() * 1024 * 1024);
-  std::vector<int64_t> sizes;  // elements per bucket
+  int64_t filled = cap;  // bytes in the last bucket (none yet: a new one first)
   for (size_t k = params.size(); k-- > 0;) {
     const auto& [name, p] = params[k];
-    const int64_t bytes = p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
-    bool fresh = r.buckets.empty() || r.slots[r.buckets.back().slots.front()].param.dtype() != p.dtype() ||
-                 (sizes.back() * static_cast<int64_t>(dtype_size(p.dtype())) + bytes > cap);
-    if (fresh) {
+    if (filled >= cap) {
       r.buckets.emplace_back();
-      sizes.push_back(0);
+      filled = 0;
     }
-    r.slots.push_back({name, p, r.buckets.size() - 1, sizes.back(), Tensor(), false});
+    r.slots.push_back({name, p, r.buckets.size() - 1, false});
     r.buckets.back().slots.push_back(r.slots.size() - 1);
-    sizes.back() += p.numel();
+    filled += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
   }
-  for (size_t b = 0; b < r.buckets.size(); ++b) {
-    DType dtype = r.slots[r.buckets[b].slots.front()].param.dtype();
-    r.buckets[b].buffer = zeros({sizes[b]}, TensorOptions(dtype).device(group_->device()));
-  }
-  for (Reducer::Slot& s : r.slots)
-    s.view = make_view(r.buckets[s.bucket].buffer, s.param.shape(), contiguous_strides(s.param.shape()), s.offset);
   std::weak_ptr<Reducer> weak = reducer_;
   for (size_t i = 0; i < r.slots.size(); ++i)
     r.hooks.push_back(r.slots[i].param.register_post_accumulate_grad_hook(
@@ -228,8 +219,14 @@ std::string DistributedDataParallel::extra_repr() const {
 
 std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::buckets() const {
   std::vector<BucketInfo> out;
-  for (const auto& b : reducer_->buckets)
-    out.push_back({b.slots.size(), b.buffer.numel() * static_cast<int64_t>(dtype_size(b.buffer.dtype()))});
+  for (const auto& b : reducer_->buckets) {
+    int64_t bytes = 0;
+    for (size_t i : b.slots) {
+      const Tensor& p = reducer_->slots[i].param;
+      bytes += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
+    }
+    out.push_back({b.slots.size(), bytes});
+  }
   return out;
 }
 

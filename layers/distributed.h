@@ -20,14 +20,21 @@
 // rank 0's parameters and buffers are broadcast to all, so every rank starts from the same model.
 //
 // During backward the autograd engine calls a hook as soon as a parameter's gradient is final
-// (Tensor::register_post_accumulate_grad_hook). The gradient is copied into its bucket, a flat
-// buffer of about bucket_cap_mb holding several parameters; when a bucket is full it is
-// all-reduced (mean) at once, while backward goes on computing the gradients of earlier layers.
-// Buckets hold parameters in reverse registration order (roughly the order backward finishes
-// them) and are launched strictly in bucket order, so every rank issues the same collectives in
-// the same order. At the end of backward (autograd::queue_callback) the remaining buckets go, and
-// each parameter's grad() becomes a view of its bucket (PyTorch's gradient_as_bucket_view): the
-// averaged gradients are never copied back. On CUDA nothing of this blocks the host.
+// (Tensor::register_post_accumulate_grad_hook). Parameters sit in buckets in reverse registration
+// order (roughly the order backward finishes them), a bucket closed once it holds bucket_cap_mb;
+// when a bucket's gradients are all final they are averaged over the ranks where they lie
+// (all_reduce mean, in place, as one NCCL group: one launch), on the group's stream, while
+// backward goes on computing the gradients of earlier layers. Nothing is copied: PyTorch copies
+// each gradient into a flat bucket buffer first, and for a small model the copies cost more than
+// the wire (mnist-train's CNN at batch 64 on 2 x H200: 0.481 ms a step with copies, 0.451
+// without). Buckets are launched strictly in bucket order, one collective each, so every rank
+// issues the same collectives in the same order, whatever the order its gradients came in. At the
+// end of backward (autograd::queue_callback) the remaining buckets go, and kiln's stream waits for
+// them: on CUDA nothing of this blocks the host.
+//
+// The reductions read and write the gradients while backward goes on. A gradient hook that must
+// change gradients before they are averaged (clipping, say) is registered before the model is
+// wrapped, so that it runs first; one registered after runs once its gradient is handed over.
 //
 // The result equals one process training on the union of the ranks' batches (the global batch)
 // up to the order of float sums, provided that the loss is a mean over the batch and that every

@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Markdown tables of a data-parallel run, from the JSON lines that `scripts/device-run dist` writes
-to $OUT/dist.jsonl (dist-bench allreduce and ddp, scripts/bench_ddp_torch.py):
+to $OUT (dist.jsonl: dist-bench allreduce and ddp, scripts/bench_ddp_torch.py; dist_train.jsonl and
+train_1gpu.jsonl: mnist-train on every GPU and on one):
 
-    python3 scripts/dist_table.py out/dist.jsonl
+    python3 scripts/dist_table.py out/dist.jsonl [out/dist_train.jsonl out/train_1gpu.jsonl]
 
 All-reduce: kiln's ProcessGroup against NCCL called directly in the same program and against
 torch.distributed; DDP: the step of 8 x Linear(4096, 4096) alone and data-parallel, with the
-efficiency (alone / data-parallel) of kiln and of PyTorch's DDP, default and tuned.
+efficiency (alone / data-parallel) of kiln and of PyTorch's DDP, default and tuned; the same for
+mnist-train's CNN (kiln); mnist-train's epochs on every GPU against one.
 """
 import json
 import sys
@@ -21,12 +23,14 @@ def size(b):
 
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    allreduce, ddp = {}, {}
+    allreduce, ddp, cnn = {}, {}, {}
     for r in rows:
         if r.get("bench") == "allreduce":
             allreduce.setdefault(r["bytes"], {})[r["impl"]] = r
-        elif r.get("bench") == "ddp":
+        elif r.get("bench") == "ddp" and r.get("model", "linear") == "linear":
             ddp.setdefault(r["batch"], {})[(r["impl"], r["mode"])] = r
+        elif r.get("bench") == "ddp":
+            cnn.setdefault(r["batch"], {})[r["mode"]] = r
     first = rows[0]
     print(f"All-reduce, f32 sum in place, {first['ranks']} × {first['device']}, {first['date']}:\n")
     print("| bytes | kiln µs | NCCL µs | PyTorch µs | kiln / NCCL time | kiln busbw GB/s | NCCL busbw | PyTorch busbw |")
@@ -51,7 +55,33 @@ def main(path):
             if key[1] != "alone":
                 cells.append(f"{r.get('efficiency', 0):.2f}")
         print("| " + " | ".join(cells) + " |")
+    if cnn:
+        print("\nDDP step, mnist-train's CNN, random images, MSE, SGD, TF32 (kiln; `dist-bench ddp --model cnn`):\n")
+        print("| batch | alone ms | DDP ms | efficiency | inside no_sync ms |")
+        print("| --- | --- | --- | --- | --- |")
+        for batch in sorted(cnn):
+            d = cnn[batch]
+            a, p, u = (d.get(m, {}).get("step_ms", 0) for m in ("alone", "ddp", "ddp_no_sync"))
+            print(f"| {batch} | {a:.3f} | {p:.3f} | {d.get('ddp', {}).get('efficiency', 0):.3f} | {u:.3f} |")
+
+
+def epochs(path):
+    return [r for r in map(json.loads, open(path)) if r.get("type") == "epoch"]
+
+
+def mnist(all_gpus, one_gpu):
+    """mnist-train's epochs on every GPU (each rank batch 64) against one GPU's, side by side."""
+    many, one = epochs(all_gpus), epochs(one_gpu)
+    print("\nmnist-train, default CNN, batch 64 per GPU: epoch seconds and test accuracy, every GPU against one:\n")
+    print("| epoch | 1 GPU s | 1 GPU img/s | all GPUs s | all GPUs img/s | speed-up | 1 GPU test acc | all GPUs test acc |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for a, b in zip(one, many):
+        print(f"| {a['epoch']} | {a['seconds']:.3f} | {a['images_per_s']:.0f} | {b['seconds']:.3f} | "
+              f"{b['images_per_s']:.0f} | {b['images_per_s'] / a['images_per_s']:.2f} | "
+              f"{100 * a['test_accuracy']:.2f}% | {100 * b['test_accuracy']:.2f}% |")
 
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "out/dist.jsonl")
+    if len(sys.argv) > 3:
+        mnist(sys.argv[2], sys.argv[3])

@@ -14,9 +14,13 @@
 //              nn::DistributedDataParallel; efficiency = (a) / (b), at each per-rank batch; and
 //              (c) the DDP step inside no_sync(), the wrapper without its reduction (what the
 //              reduction costs beyond the wire: (b) - (c); what the wrapper costs: (c) - (a)).
+//              --model cnn times mnist-train's CNN (PyTorch's examples/mnist Net) instead, on
+//              random 28 x 28 images, MSE against random logits: a small model whose step the
+//              host's launches can bound.
 //
 //   mpirun -np GPUS dist-bench allreduce [--max-bytes 1G] [--iters N] [--warmup 5] [--json FILE]
 //   mpirun -np GPUS dist-bench ddp [--batch 512 --batch 2048] [--bucket-mb 25] [--json FILE]
+//   mpirun -np GPUS dist-bench ddp --model cnn --batch 64
 //   mpirun --oversubscribe -np 2 dist-bench allreduce --device cpu --max-bytes 16M
 //   mpirun --oversubscribe -np 2 dist-bench ddp --device cpu --width 512 --batch 64
 //
@@ -58,6 +62,8 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+
+#include "apps/mnist/models.h"
 #include <utility>
 #include <vector>
 
@@ -322,6 +328,7 @@ void run_allreduce(ProcessGroup& group, const AllReduceConfig& c) {
 
 struct DdpConfig {
   std::string device = "cuda";
+  std::string model = "linear";  // or "cnn"
   std::vector<int64_t> batches = {512, 2048};
   int64_t width = 4096;
   int layers = 8;
@@ -347,6 +354,9 @@ struct StepTime {
   // On CUDA, this rank's GPU time per step between the ends of its phases (events on kiln's
   // stream): forward and loss; backward, with DDP's waits for its buckets; the optimizer.
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  // The host's time to issue each phase, from steps that each start with the device idle (so that
+  // no launch waits for room in the queue): what bounds a step whose kernels are short.
+  double host_forward_ms = 0, host_backward_ms = 0, host_optimizer_ms = 0;
 };
 
 // GPU time of each phase of a step, from events recorded on kiln's stream after each (CUDA only).
@@ -405,30 +415,40 @@ StepTime time_steps(nn::Module& model, const Tensor& x, const Tensor& target, in
   optim::SGD opt(model.parameters(), optim::SGDOptions(0.01));
   Tensor loss;
   PhaseClock clock(x.device());
-  bool timed = false;
-  auto step = [&] {
+  // One step; mark(p) after each phase p: 0 the start, 1 forward and loss, 2 backward, 3 the optimizer.
+  auto step = [&](auto&& mark) {
     opt.zero_grad();
     std::optional<nn::DistributedDataParallel::NoSync> guard;
     if (no_sync) guard.emplace(*no_sync);
-    if (timed) clock.mark(0);
+    mark(0);
     loss = mse_loss(model.forward(x), target);
-    if (timed) clock.mark(1);
+    mark(1);
     loss.backward();
-    if (timed) clock.mark(2);
+    mark(2);
     opt.step();
-    if (timed) clock.mark(3);
+    mark(3);
   };
-  for (int i = 0; i < warmup; ++i) step();
+  auto unmarked = [](int) {};
+  for (int i = 0; i < warmup; ++i) step(unmarked);
   double last = 0;
   auto sync = [&] {
     last = loss.item();
     x.backend().synchronize();  // the last step's update too, queued after the loss
   };
-  const double seconds = seconds_per_call(steps, step, sync);
-  // The phases, from steps of their own: the events cost a little, which the timing above keeps out.
-  timed = true;
-  for (int i = 0; i < steps; ++i) step();
+  const double seconds = seconds_per_call(steps, [&] { step(unmarked); }, sync);
   StepTime t{seconds, last};
+  // The phases, from steps of their own: the events cost a little, which the timing above keeps out.
+  for (int i = 0; i < steps; ++i) step([&](int phase) { clock.mark(phase); });
+  // The host's share: each step from an idle device, its clock read after each phase.
+  using Clock = std::chrono::steady_clock;
+  double* host[3] = {&t.host_forward_ms, &t.host_backward_ms, &t.host_optimizer_ms};
+  for (int i = 0; i < steps; ++i) {
+    x.backend().synchronize();
+    Clock::time_point stamps[4];
+    step([&](int phase) { stamps[phase] = Clock::now(); });
+    for (int p = 0; p < 3; ++p)
+      *host[p] += std::chrono::duration<double, std::milli>(stamps[p + 1] - stamps[p]).count() / steps;
+  }
   clock.read(t);
   return t;
 }
@@ -438,7 +458,9 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
   const Device device = group->device();
   const int n = group->size();
   const std::string name = device_name(*group);
-  auto model = make_model(c.width, c.layers);
+  const bool cnn = c.model == "cnn";
+  std::shared_ptr<nn::Module> model =
+      cnn ? apps::make_model("cnn") : std::static_pointer_cast<nn::Module>(make_model(c.width, c.layers));
   model->to(device);
   int64_t parameters = 0;
   for (const Tensor& p : model->parameters()) parameters += p.numel();
@@ -446,15 +468,18 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
   std::vector<std::pair<Tensor, Tensor>> data;
   for (int64_t batch : c.batches) {
     Generator gen(1000 + static_cast<uint64_t>(group->rank()));
-    Tensor x = normal({batch, c.width}, 0, 1, device, &gen);
-    data.emplace_back(x, normal({batch, c.width}, 0, 1, device, &gen));
+    Tensor x = cnn ? normal({batch, 1, 28, 28}, 0, 1, device, &gen) : normal({batch, c.width}, 0, 1, device, &gen);
+    data.emplace_back(x, normal({batch, cnn ? 10 : c.width}, 0, 1, device, &gen));
   }
   if (group->rank() == 0) {
-    std::printf("dist-bench ddp: %d x (Linear %lld->%lld, ReLU), %.1fM parameters (%.0f MB of f32 gradients), "
-                "MSE, SGD lr 0.01, TF32; %d rank%s on %s (%s), bucket_cap_mb %g; %d warmup + %d timed steps\n",
-                c.layers, static_cast<long long>(c.width), static_cast<long long>(c.width),
-                static_cast<double>(parameters) / 1e6, static_cast<double>(parameters) * 4 / 1e6, n, n == 1 ? "" : "s",
-                name.c_str(), std::string(group->name()).c_str(), c.bucket_mb, c.warmup, c.steps);
+    std::string what = cnn ? std::string("mnist-train's CNN") : std::to_string(c.layers) + " x (Linear " +
+                                                                 std::to_string(c.width) + "->" +
+                                                                 std::to_string(c.width) + ", ReLU)";
+    std::printf("dist-bench ddp: %s, %.1fM parameters (%.1f MB of f32 gradients), MSE, SGD lr 0.01, TF32; %d rank%s "
+                "on %s (%s), bucket_cap_mb %g; %d warmup + %d timed steps\n",
+                what.c_str(), static_cast<double>(parameters) / 1e6, static_cast<double>(parameters) * 4 / 1e6, n,
+                n == 1 ? "" : "s", name.c_str(), std::string(group->name()).c_str(), c.bucket_mb, c.warmup,
+                c.steps);
     std::printf("alone: every rank trains its own copy without DDP, all at once; times: the slowest rank's\n");
     std::fflush(stdout);
   }
@@ -484,11 +509,18 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
                   "no_sync %.3f / %.3f / %.3f\n", "", alone[i].forward_ms, alone[i].backward_ms, alone[i].optimizer_ms,
                   together[i].forward_ms, together[i].backward_ms, together[i].optimizer_ms, unsynced[i].forward_ms,
                   unsynced[i].backward_ms, unsynced[i].optimizer_ms);
+    std::printf("%10s   host ms to issue them:                     alone %.3f / %.3f / %.3f, DDP %.3f / %.3f / %.3f, "
+                "no_sync %.3f / %.3f / %.3f\n", "", alone[i].host_forward_ms, alone[i].host_backward_ms,
+                alone[i].host_optimizer_ms, together[i].host_forward_ms, together[i].host_backward_ms,
+                together[i].host_optimizer_ms, unsynced[i].host_forward_ms, unsynced[i].host_backward_ms,
+                unsynced[i].host_optimizer_ms);
     if (c.json.empty()) continue;
     for (const auto& [mode, t] : {std::pair{"alone", alone[i]}, std::pair{"ddp", together[i]},
                                   std::pair{"ddp_no_sync", unsynced[i]}}) {
       JsonLine line = json_line("ddp", "kiln", *group, name);
-      line.add("mode", mode).add("batch", c.batches[i]).add("width", c.width).add("layers", int64_t{c.layers});
+      line.add("mode", mode).add("batch", c.batches[i]);
+      if (cnn) line.add("model", "cnn");
+      else line.add("width", c.width).add("layers", int64_t{c.layers});
       line.add("step_ms", t.seconds * 1e3).add("loss", t.loss).add("steps", int64_t{c.steps});
       if (std::string(mode) == "ddp") line.add("bucket_cap_mb", c.bucket_mb).add("efficiency", efficiency);
       line.append_to(c.json);
@@ -521,6 +553,8 @@ int main(int argc, char** argv) {
   auto* ddp = app.add_subcommand("ddp", "training step of 8 x (Linear 4096->4096, ReLU) alone and under DDP");
   ddp->add_option("--device", dc.device, "cuda (NCCL, one rank per GPU) or cpu (MPI)")
       ->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
+  ddp->add_option("--model", dc.model, "linear: layers x (Linear width->width, ReLU); cnn: mnist-train's CNN")
+      ->check(CLI::IsMember({"linear", "cnn"}))->capture_default_str();
   ddp->add_option("--batch", dc.batches, "per-rank batch sizes (repeat the flag)")->check(CLI::PositiveNumber)
       ->capture_default_str();
   ddp->add_option("--bucket-mb", dc.bucket_mb, "DDP's bucket_cap_mb")->check(CLI::PositiveNumber)

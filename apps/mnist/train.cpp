@@ -351,14 +351,18 @@ void log_progress(const Config& c, const apps::RunState& s, int64_t batches, dou
 }
 
 // Whether Ctrl-C asked to stop. Data-parallel, the ranks decide together (any rank asked), at
-// the progress updates, where the host reads the loss anyway: a rank that stopped alone would
-// leave the others waiting in the next all-reduce.
-bool stop_requested(const Parallel& par) {
-  if (!par.group) return g_interrupts.load() > 0;
-  Tensor flag = full({1}, g_interrupts.load() > 0 ? 1.0 : 0.0, TensorOptions(DType::i32).device(par.group->device()));
-  par.group->all_reduce(flag, ReduceOp::max);
-  return flag.item() > 0;
-}
+// the progress updates: a rank that stopped alone would leave the others waiting in the next
+// all-reduce. ask() queues the all-reduce of this rank's flag before the host reads the loss,
+// so that one wait on the device serves both; answer() reads it.
+struct StopVote {
+  Tensor flag;  // data-parallel: the ranks' flags, reduced
+  void ask(const Parallel& par) {
+    if (!par.group) return;
+    flag = full({1}, g_interrupts.load() > 0 ? 1.0 : 0.0, TensorOptions(DType::i32).device(par.group->device()));
+    par.group->all_reduce(flag, ReduceOp::max);
+  }
+  bool answer() const { return flag.defined() ? flag.item() > 0 : g_interrupts.load() > 0; }
+};
 
 struct TrainResult {
   double loss = 0, accuracy = 0;  // over the images of the epoch, each as the model was at its step
@@ -399,8 +403,10 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
     seen += b.targets.numel();
     progress.window_images += b.targets.numel() * par.size();
     if ((i + 1) % c.log_interval == 0 || i + 1 == batches) {
+      StopVote stop;
+      stop.ask(par);
       log_progress(c, t.state, batches, loss.item(), progress, metrics);
-      if (stop_requested(par)) return std::nullopt;
+      if (stop.answer()) return std::nullopt;
     }
   }
   if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch

@@ -131,6 +131,7 @@ class MpiGroup final : public ProcessGroup {
   std::string_view name() const override { return "mpi"; }
   Device device() const override { return Device::cpu(); }
 
+  using ProcessGroup::all_reduce_async;  // several tensors: one MPI_Iallreduce each, all under way at once
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
     check_reduction(op, t);
     std::string what = start("all_reduce", t);

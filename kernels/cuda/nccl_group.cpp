@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -59,22 +60,22 @@ struct DoneEvent {
 
 class NcclWork final : public Work {
  public:
-  NcclWork(cudaStream_t kiln_stream, std::shared_ptr<DoneEvent> done, Tensor tensor)
-      : kiln_stream_(kiln_stream), done_(std::move(done)), tensor_(std::move(tensor)) {}
+  NcclWork(cudaStream_t kiln_stream, std::shared_ptr<DoneEvent> done, std::vector<Tensor> tensors)
+      : kiln_stream_(kiln_stream), done_(std::move(done)), tensors_(std::move(tensors)) {}
   ~NcclWork() override {
-    if (done_) cudaStreamWaitEvent(kiln_stream_, done_->event, 0);  // tensor_ may be freed after this
+    if (done_) cudaStreamWaitEvent(kiln_stream_, done_->event, 0);  // tensors_ may be freed after this
   }
   void wait() override {
     if (!done_) return;
     KILN_CUDA_CHECK(cudaStreamWaitEvent(kiln_stream_, done_->event, 0));
     done_.reset();
-    tensor_ = Tensor();  // freed (if last) on kiln's stream, after the wait
+    tensors_.clear();  // freed (if last) on kiln's stream, after the wait
   }
 
  private:
   cudaStream_t kiln_stream_;
   std::shared_ptr<DoneEvent> done_;
-  Tensor tensor_;
+  std::vector<Tensor> tensors_;
 };
 
 class NcclGroup final : public ProcessGroup {
@@ -130,17 +131,24 @@ class NcclGroup final : public ProcessGroup {
   Device device() const override { return Device::cuda(device_); }
 
   std::unique_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
-    std::shared_ptr<DoneEvent> done = reduce(t, op, Stream::group);
-    Tensor kept = done ? t : Tensor();
+    return all_reduce_async(std::span<const Tensor>(&t, 1), op);
+  }
+  // Several tensors: one NCCL group (ncclGroupStart .. ncclGroupEnd), so one kernel launch.
+  std::unique_ptr<Work> all_reduce_async(std::span<const Tensor> tensors, ReduceOp op) override {
+    std::shared_ptr<DoneEvent> done = reduce(tensors, op, Stream::group);
+    std::vector<Tensor> kept;
+    if (done) kept.assign(tensors.begin(), tensors.end());
     return std::make_unique<NcclWork>(backend_->stream(), std::move(done), std::move(kept));
   }
   // The blocking form runs on kiln's stream itself: nothing overlaps it, so the events that
   // order the group's stream would only add their latency (3-5 us a call below 1 MB).
-  void all_reduce(const Tensor& t, ReduceOp op) override { reduce(t, op, Stream::kiln); }
+  void all_reduce(const Tensor& t, ReduceOp op) override { reduce(std::span<const Tensor>(&t, 1), op, Stream::kiln); }
+  void all_reduce(std::span<const Tensor> tensors, ReduceOp op) override { reduce(tensors, op, Stream::kiln); }
 
   void broadcast(const Tensor& t, int root) override {
     check_broadcast(t, root);
-    launch("broadcast", t, Stream::kiln, [&](cudaStream_t s) {
+    if (size() == 1) return;  // t is already root's
+    launch("broadcast", std::span<const Tensor>(&t, 1), Stream::kiln, [&](cudaStream_t s) {
       void* p = t.ref().address();
       return ncclBroadcast(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root, comm_, s);
     });
@@ -148,7 +156,7 @@ class NcclGroup final : public ProcessGroup {
 
   void all_gather(const Tensor& t, const Tensor& out) override {
     check_all_gather(t, out);
-    launch("all_gather", t, Stream::kiln, [&](cudaStream_t s) {
+    launch("all_gather", std::span<const Tensor>(&t, 1), Stream::kiln, [&](cudaStream_t s) {
       return ncclAllGather(t.ref().address(), out.ref().address(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                            comm_, s);
     });
@@ -175,23 +183,35 @@ class NcclGroup final : public ProcessGroup {
   // were called: one on kiln's stream first waits for those still queued on the group's.
   enum class Stream { group, kiln };
 
-  std::shared_ptr<DoneEvent> reduce(const Tensor& t, ReduceOp op, Stream where) {
-    check_reduction(op, t);
+  std::shared_ptr<DoneEvent> reduce(std::span<const Tensor> tensors, ReduceOp op, Stream where) {
+    for (const Tensor& t : tensors) check_reduction(op, t);
+    // One rank: every reduction is t itself. NCCL would still pass over the data (0.6 ms of an
+    // H200's backward for 537 MB of gradients).
+    if (size() == 1) return nullptr;
     const ncclRedOp_t nccl_op = nccl_reduction(op);
-    return launch("all_reduce", t, where, [&](cudaStream_t s) {
-      void* p = t.ref().address();
-      return ncclAllReduce(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), nccl_op, comm_, s);
+    return launch("all_reduce", tensors, where, [&](cudaStream_t s) {
+      for (const Tensor& t : tensors) {
+        void* p = t.ref().address();
+        ncclResult_t rc = ncclAllReduce(p, p, static_cast<size_t>(t.numel()), nccl_type(t.dtype()), nccl_op, comm_, s);
+        if (rc != ncclSuccess) return rc;
+      }
+      return ncclSuccess;
     });
   }
 
-  // Queues `call` on `where`, after the work queued so far on kiln's stream, and hands its
-  // completion to the watchdog; returns the event of that completion (none for an empty tensor),
-  // which kiln's stream waits for when the collective ran on the group's. The caller checked t.
+  // Queues `call` (the NCCL calls of one collective over `tensors`; several calls go as one NCCL
+  // group) on `where`, after the work queued so far on kiln's stream, and hands its completion to
+  // the watchdog; returns the event of that completion (none when there are no elements), which
+  // kiln's stream waits for when the collective ran on the group's. The caller checked the tensors.
   template <class Call>
-  std::shared_ptr<DoneEvent> launch(std::string_view collective, const Tensor& t, Stream where, Call call) {
+  std::shared_ptr<DoneEvent> launch(std::string_view collective, std::span<const Tensor> tensors, Stream where,
+                                    Call call) {
     const uint64_t sequence = ++sequence_;
     cudaStream_t kiln_stream = backend_->stream();
-    if (t.numel() == 0) return nullptr;
+    int64_t numel = 0;
+    for (const Tensor& t : tensors) numel += t.numel();
+    if (numel == 0) return nullptr;
+    const Described what{tensors.size(), numel, tensors.front().dtype()};
     KILN_CUDA_CHECK(cudaSetDevice(device_));
     cudaStream_t s = kiln_stream;
     if (where == Stream::group) {
@@ -203,15 +223,22 @@ class NcclGroup final : public ProcessGroup {
       KILN_CUDA_CHECK(cudaStreamWaitEvent(kiln_stream, group_done_, 0));
       group_stream_used_ = false;
     }
-    ncclResult_t rc = call(s);
-    KILN_CHECK(rc == ncclSuccess, DistributedError, describe(collective, sequence, t), " failed: ",
+    ncclResult_t rc = ncclSuccess;
+    if (tensors.size() == 1) {
+      rc = call(s);
+    } else {
+      KILN_NCCL_CHECK(ncclGroupStart());
+      rc = call(s);
+      ncclResult_t end = ncclGroupEnd();  // ended even after a failed call
+      if (rc == ncclSuccess) rc = end;
+    }
+    KILN_CHECK(rc == ncclSuccess, DistributedError, describe(collective, sequence, what), " failed: ",
                ncclGetErrorString(rc), " (", ncclGetLastError(comm_), ")");
     auto done = std::make_shared<DoneEvent>(*this, take_event());
     KILN_CUDA_CHECK(cudaEventRecord(done->event, s));
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      in_flight_.push_back({done, std::chrono::steady_clock::now() + timeout(), collective, sequence, t.numel(),
-                            t.dtype()});
+      in_flight_.push_back({done, std::chrono::steady_clock::now() + timeout(), collective, sequence, what});
     }
     // The watchdog is not woken: it looks within half a second, and timeouts are counted from
     // the deadline set here; a wake-up (a futex call) would cost small collectives microseconds.
@@ -219,13 +246,18 @@ class NcclGroup final : public ProcessGroup {
     return done;
   }
 
-  std::string describe(std::string_view collective, uint64_t sequence, int64_t numel, DType dtype) const {
-    return "nccl " + std::string(collective) + " #" + std::to_string(sequence) + " (" + std::to_string(numel) + " " +
-           std::string(dtype_name(dtype)) + " elements) on rank " + std::to_string(rank()) + " of " +
-           std::to_string(size());
-  }
-  std::string describe(std::string_view collective, uint64_t sequence, const Tensor& t) const {
-    return describe(collective, sequence, t.numel(), t.dtype());
+  // What a collective moved, for its errors: built only when one fails.
+  struct Described {
+    size_t tensors;
+    int64_t numel;
+    DType dtype;  // the first tensor's
+  };
+  // "nccl all_reduce #7 (1000 f32 elements) on rank 0 of 2", or "(3 tensors, 1000 elements)".
+  std::string describe(std::string_view collective, uint64_t sequence, const Described& d) const {
+    std::string what = d.tensors == 1 ? std::to_string(d.numel) + " " + std::string(dtype_name(d.dtype)) + " elements"
+                                      : std::to_string(d.tensors) + " tensors, " + std::to_string(d.numel) + " elements";
+    return "nccl " + std::string(collective) + " #" + std::to_string(sequence) + " (" + what + ") on rank " +
+           std::to_string(rank()) + " of " + std::to_string(size());
   }
 
   cudaEvent_t take_event() {
@@ -247,8 +279,7 @@ class NcclGroup final : public ProcessGroup {
     std::chrono::steady_clock::time_point deadline;
     std::string_view collective;
     uint64_t sequence;
-    int64_t numel;
-    DType dtype;
+    Described what;
   };
 
   // The watchdog: collectives complete in the order they were queued (one stream), so only the
@@ -270,10 +301,10 @@ class NcclGroup final : public ProcessGroup {
           continue;
         }
         if (state != cudaErrorNotReady)
-          die(describe(oldest.collective, oldest.sequence, oldest.numel, oldest.dtype) + " failed on the GPU: " +
+          die(describe(oldest.collective, oldest.sequence, oldest.what) + " failed on the GPU: " +
               cudaGetErrorString(state));
         if (std::chrono::steady_clock::now() > oldest.deadline)
-          die(timed_out(describe(oldest.collective, oldest.sequence, oldest.numel, oldest.dtype)));
+          die(timed_out(describe(oldest.collective, oldest.sequence, oldest.what)));
         break;
       }
       ncclResult_t async = ncclSuccess;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/process_group.h"
@@ -98,6 +99,30 @@ TEST_CASE("all_reduce: several in flight at once, waited in any order") {
       if (got[i] != static_cast<float>(expected(ReduceOp::sum, static_cast<int64_t>(i), DType::f32)))
         FAIL("element ", i, " of a tensor of ", got.size(), " is ", got[i]);
   }
+}
+
+TEST_CASE("all_reduce of several tensors at once: each its own reduction, whatever its dtype and size") {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+    CAPTURE(reduce_op_name(op));
+    const std::vector<std::pair<int64_t, DType>> specs = {
+        {300, DType::f32}, {0, DType::f32}, {70007, DType::i32}, {1, DType::u8}, {4099, DType::f64}};
+    std::vector<Tensor> ts;
+    for (auto [n, dtype] : specs) ts.push_back(rank_tensor(n, dtype));
+    ts[2] = ts[2].reshape({7, 10001});  // any shape, contiguous
+    group().all_reduce_async(ts, op)->wait();
+    for (size_t k = 0; k < ts.size(); ++k) {
+      std::vector<double> got = ts[k].to_vector<double>();
+      REQUIRE(got.size() == static_cast<size_t>(specs[k].first));
+      for (size_t i = 0; i < got.size(); ++i)
+        if (got[i] != expected(op, static_cast<int64_t>(i), specs[k].second))
+          FAIL("tensor ", k, ": element ", i, " is ", got[i]);
+    }
+  }
+  // one bad tensor: refused before any of them goes, on every rank alike
+  std::vector<Tensor> mixed = {rank_tensor(5, DType::f32), rank_tensor(5, DType::i32)};
+  CHECK_THROWS_AS(group().all_reduce_async(mixed, ReduceOp::mean), DTypeError);
+  std::vector<Tensor> none;
+  group().all_reduce_async(none, ReduceOp::sum)->wait();
 }
 
 TEST_CASE("broadcast: every rank gets the root's tensor, from every root") {

@@ -77,14 +77,22 @@ TEST_CASE("DistributedDataParallel: rank 0's weights everywhere at construction"
 }
 
 TEST_CASE("DistributedDataParallel: weights after several SGD steps equal one process on the global batch") {
-  for (double bucket_mb : {25.0, 0.0001}) {  // one bucket; one bucket per parameter
-    CAPTURE(bucket_mb);
+  struct Layout {
+    double bucket_mb;
+    size_t buckets;
+  };
+  // Parameters in reverse order, bytes in f32 (f64: twice): 3 x 4, 48 x 4, 16 x 4, 256 x 4, 16 x 4, 96 x 4.
+  for (Layout layout : {Layout{25, 1},       // one bucket
+                        Layout{1e-9, 6},     // a bucket for each parameter
+                        Layout{0.0009, 2}}) { // 943 bytes: closed by the 16 x 16 weight, then the first layer
+    CAPTURE(layout.bucket_mb);
     manual_seed(3);
     auto net = make_net();
     auto reference = make_net();
     reference->load_state_dict(net->state_dict());
-    nn::DistributedDataParallel ddp(net, group_ptr(), nn::DistributedDataParallelOptions().bucket_cap_mb(bucket_mb));
-    CHECK(ddp.buckets().size() == (bucket_mb > 1 ? 1u : net->parameters().size()));
+    nn::DistributedDataParallel ddp(net, group_ptr(),
+                                    nn::DistributedDataParallelOptions().bucket_cap_mb(layout.bucket_mb));
+    CHECK(ddp.buckets().size() == layout.buckets);
     optim::SGD opt(ddp.parameters(), optim::SGDOptions(0.05).momentum(0.9));
     optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.05).momentum(0.9));
     const int64_t per_rank = 5;
@@ -102,26 +110,37 @@ TEST_CASE("DistributedDataParallel: weights after several SGD steps equal one pr
 }
 
 TEST_CASE("DistributedDataParallel: no_sync accumulates locally, the next backward averages the sum") {
-  manual_seed(5);
-  auto net = make_net();
-  auto reference = make_net();
-  reference->load_state_dict(net->state_dict());
-  nn::DistributedDataParallel ddp(net, group_ptr());
-  const int64_t per_rank = 4;
-  auto [x1, y1] = global_batch(per_rank * group().size(), 1);
-  auto [x2, y2] = global_batch(per_rank * group().size(), 2);
-  {
-    auto guard = ddp.no_sync();
-    mse_loss(ddp.forward(my_rows(x1)), my_rows(y1)).backward();
-  }
-  // inside no_sync nothing was averaged: the gradient is this rank's own
-  mse_loss(ddp.forward(my_rows(x2)), my_rows(y2)).backward();
-  mse_loss(reference->forward(x1), y1).backward();
-  mse_loss(reference->forward(x2), y2).backward();
-  NamedTensors got = net->named_parameters(), want = reference->named_parameters();
-  for (size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(got[i].first);
-    CHECK(max_rel_diff(got[i].second.grad(), want[i].second.grad()) <= tolerance());
+  for (double bucket_mb : {25.0, 1e-9}) {  // one bucket; one for each parameter
+    CAPTURE(bucket_mb);
+    manual_seed(5);
+    auto net = make_net();
+    auto reference = make_net();
+    reference->load_state_dict(net->state_dict());
+    nn::DistributedDataParallel ddp(net, group_ptr(), nn::DistributedDataParallelOptions().bucket_cap_mb(bucket_mb));
+    const int64_t per_rank = 4;
+    auto [x1, y1] = global_batch(per_rank * group().size(), 1);
+    auto [x2, y2] = global_batch(per_rank * group().size(), 2);
+    auto [x3, y3] = global_batch(per_rank * group().size(), 3);
+    auto check_grads = [&] {
+      NamedTensors got = net->named_parameters(), want = reference->named_parameters();
+      for (size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(got[i].first);
+        CHECK(max_rel_diff(got[i].second.grad(), want[i].second.grad()) <= tolerance());
+      }
+    };
+    {
+      auto guard = ddp.no_sync();
+      mse_loss(ddp.forward(my_rows(x1)), my_rows(y1)).backward();
+    }
+    // inside no_sync nothing was averaged: the gradient is this rank's own
+    mse_loss(ddp.forward(my_rows(x2)), my_rows(y2)).backward();
+    mse_loss(reference->forward(x1), y1).backward();
+    mse_loss(reference->forward(x2), y2).backward();
+    check_grads();
+    // without zero_grad, the next synchronised backward adds to the averaged gradients
+    mse_loss(ddp.forward(my_rows(x3)), my_rows(y3)).backward();
+    mse_loss(reference->forward(x3), y3).backward();
+    check_grads();
   }
 }
 
@@ -170,22 +189,48 @@ TEST_CASE("DistributedDataParallel: parameters outside the loss") {
                          doctest::Contains("no gradient reached extra.weight, extra.bias"), AutogradError);
   }
   SUBCASE("unused on every rank: no gradient, as in one process; used on rank 0 only: averaged with zeros") {
-    auto net = std::make_shared<Branchy>();
-    nn::DistributedDataParallel ddp(net, group_ptr(), nn::DistributedDataParallelOptions().find_unused_parameters(true));
-    mse_loss(ddp.forward(my_rows(x)), my_rows(y)).backward();
-    CHECK_FALSE(net->extra->weight.grad().defined());
-    CHECK(net->a->weight.grad().defined());
-    net->zero_grad();
-    net->use_extra = group().rank() == 0;
-    mse_loss(ddp.forward(my_rows(x)), my_rows(y)).backward();
-    REQUIRE(net->extra->weight.grad().defined());
-    // rank 0's own gradient of extra, computed alone, divided by the number of ranks
-    auto alone = std::make_shared<Branchy>();
-    alone->load_state_dict(net->state_dict());
-    alone->use_extra = true;
-    auto rows0 = x.slice(0, 0, 2);
-    mse_loss(alone->forward(rows0), y.slice(0, 0, 2)).backward();
-    Tensor want = alone->extra->weight.grad() * (1.0 / group().size());
-    CHECK(max_rel_diff(net->extra->weight.grad(), want) <= tolerance());
+    for (double bucket_mb : {25.0, 1e-9}) {  // one bucket; one for each parameter
+      CAPTURE(bucket_mb);
+      auto net = std::make_shared<Branchy>();
+      nn::DistributedDataParallel ddp(
+          net, group_ptr(), nn::DistributedDataParallelOptions().find_unused_parameters(true).bucket_cap_mb(bucket_mb));
+      mse_loss(ddp.forward(my_rows(x)), my_rows(y)).backward();
+      CHECK_FALSE(net->extra->weight.grad().defined());
+      CHECK(net->a->weight.grad().defined());
+      net->zero_grad();
+      net->use_extra = group().rank() == 0;
+      mse_loss(ddp.forward(my_rows(x)), my_rows(y)).backward();
+      REQUIRE(net->extra->weight.grad().defined());
+      // rank 0's own gradient of extra, computed alone, divided by the number of ranks
+      auto alone = std::make_shared<Branchy>();
+      alone->load_state_dict(net->state_dict());
+      alone->use_extra = true;
+      auto rows0 = x.slice(0, 0, 2);
+      mse_loss(alone->forward(rows0), y.slice(0, 0, 2)).backward();
+      Tensor want = alone->extra->weight.grad() * (1.0 / group().size());
+      CHECK(max_rel_diff(net->extra->weight.grad(), want) <= tolerance());
+    }
+  }
+  SUBCASE("unused in the synchronised backward, used under no_sync: the accumulated gradient is averaged") {
+    for (double bucket_mb : {25.0, 1e-9}) {
+      CAPTURE(bucket_mb);
+      auto net = std::make_shared<Branchy>();
+      nn::DistributedDataParallel ddp(
+          net, group_ptr(), nn::DistributedDataParallelOptions().find_unused_parameters(true).bucket_cap_mb(bucket_mb));
+      auto alone = std::make_shared<Branchy>();
+      alone->load_state_dict(net->state_dict());
+      {
+        auto guard = ddp.no_sync();
+        net->use_extra = true;
+        mse_loss(ddp.forward(my_rows(x)), my_rows(y)).backward();
+      }
+      net->use_extra = false;
+      mse_loss(ddp.forward(my_rows(x)), my_rows(y)).backward();
+      REQUIRE(net->extra->weight.grad().defined());
+      // every rank's own gradient of extra from the first backward, averaged: one process on the global batch
+      alone->use_extra = true;
+      mse_loss(alone->forward(x), y).backward();
+      CHECK(max_rel_diff(net->extra->weight.grad(), alone->extra->weight.grad()) <= tolerance());
+    }
   }
 }
