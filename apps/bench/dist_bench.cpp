@@ -103,6 +103,18 @@ double seconds_per_call(int calls, const std::function<void()>& call, const std:
   return slowest(elapsed.count()) / calls;
 }
 
+// The host's time to issue one call, from an idle device (the slowest rank's): below a few
+// hundred KB a collective's time is its issue time when that is longer than the GPU's part.
+double issue_seconds_per_call(int calls, const std::function<void()>& call, const std::function<void()>& synchronize) {
+  synchronize();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) call();
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  synchronize();
+  return slowest(elapsed.count()) / calls;
+}
+
 std::string device_name(const ProcessGroup& group) {
 #if KILN_WITH_NCCL
   if (group.device().type == DeviceType::cuda) {
@@ -263,10 +275,12 @@ void run_allreduce(ProcessGroup& group, const AllReduceConfig& c) {
                 reference.call.c_str());
     std::printf("time: the slowest rank's, per call; algbw = bytes / time; busbw = algbw x 2(n-1)/n%s\n",
                 n == 1 ? " (0 with one rank: nothing crosses a link)" : "");
-    std::printf("%6s %6s | %10s %9s %9s | %10s %9s %9s | %9s\n", "size", "iters", "kiln us", "algbw", "busbw",
-                (reference.name + " us").c_str(), "algbw", "busbw", ("kiln/" + reference.name).c_str());
-    std::printf("%6s %6s | %10s %9s %9s | %10s %9s %9s | %9s\n", "", "", "", "GB/s", "GB/s", "", "GB/s", "GB/s",
-                "time");
+    std::printf("issue: the host's time to issue one call (32 in a row from an idle device)\n");
+    std::printf("%6s %6s | %10s %9s %9s %9s | %10s %9s %9s %9s | %9s\n", "size", "iters", "kiln us", "algbw",
+                "busbw", "issue us", (reference.name + " us").c_str(), "algbw", "busbw", "issue us",
+                ("kiln/" + reference.name).c_str());
+    std::printf("%6s %6s | %10s %9s %9s %9s | %10s %9s %9s %9s | %9s\n", "", "", "", "GB/s", "GB/s", "", "", "GB/s",
+                "GB/s", "", "time");
     std::fflush(stdout);
   }
   const std::vector<uint64_t> sizes = {uint64_t{4} << 10,  uint64_t{16} << 10, uint64_t{64} << 10,
@@ -305,18 +319,21 @@ void run_allreduce(ProcessGroup& group, const AllReduceConfig& c) {
     }
     const double kiln_s = seconds_per_call(iters, kiln_call, sync);
     const double ref_s = seconds_per_call(iters, ref_call, ref_sync);
+    const double kiln_issue = issue_seconds_per_call(32, kiln_call, sync);
+    const double ref_issue = issue_seconds_per_call(32, ref_call, ref_sync);
     const double kiln_algbw = static_cast<double>(bytes) / kiln_s / 1e9;
     const double ref_algbw = static_cast<double>(bytes) / ref_s / 1e9;
     if (group.rank() != 0) continue;
-    std::printf("%6s %6d | %10.1f %9.2f %9.2f | %10.1f %9.2f %9.2f | %9.3f\n", size_label(bytes).c_str(), iters,
-                kiln_s * 1e6, kiln_algbw, kiln_algbw * bus_factor, ref_s * 1e6, ref_algbw, ref_algbw * bus_factor,
-                kiln_s / ref_s);
+    std::printf("%6s %6d | %10.1f %9.2f %9.2f %9.1f | %10.1f %9.2f %9.2f %9.1f | %9.3f\n", size_label(bytes).c_str(),
+                iters, kiln_s * 1e6, kiln_algbw, kiln_algbw * bus_factor, kiln_issue * 1e6, ref_s * 1e6, ref_algbw,
+                ref_algbw * bus_factor, ref_issue * 1e6, kiln_s / ref_s);
     std::fflush(stdout);
     if (c.json.empty()) continue;
-    for (const auto& [impl, seconds, algbw] : {std::tuple{std::string("kiln"), kiln_s, kiln_algbw},
-                                                std::tuple{reference.name, ref_s, ref_algbw}}) {
+    for (const auto& [impl, seconds, algbw, issue] : {std::tuple{std::string("kiln"), kiln_s, kiln_algbw, kiln_issue},
+                                                       std::tuple{reference.name, ref_s, ref_algbw, ref_issue}}) {
       JsonLine line = json_line("allreduce", impl, group, name);
       line.add("bytes", static_cast<int64_t>(bytes)).add("iters", int64_t{iters}).add("us", seconds * 1e6);
+      line.add("issue_us", issue * 1e6);
       line.add("algbw_gbs", algbw).add("busbw_gbs", algbw * bus_factor);
       if (impl == "kiln") line.add("vs", reference.name).add("time_ratio", kiln_s / ref_s);
       line.append_to(c.json);

@@ -282,22 +282,25 @@ class NcclGroup final : public ProcessGroup {
     Described what;
   };
 
-  // The watchdog: collectives complete in the order they were queued (one stream), so only the
-  // oldest one in flight needs watching.
+  // The watchdog. Collectives complete in the order they were queued (the group's stream and
+  // kiln's wait on each other), so when the newest is done all are: one query per wake-up after a
+  // run of them. Otherwise the oldest not done is the one to watch.
   void watch() {
     cudaSetDevice(device_);
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       wake_.wait_for(lock, std::chrono::milliseconds(in_flight_.empty() ? 500 : 5));
+      std::vector<std::shared_ptr<DoneEvent>> finished;  // released below, without the lock
+      if (!in_flight_.empty() && cudaEventQuery(in_flight_.back().done->event) == cudaSuccess) {
+        for (InFlight& f : in_flight_) finished.push_back(std::move(f.done));
+        in_flight_.clear();
+      }
       while (!in_flight_.empty()) {
         InFlight& oldest = in_flight_.front();
         cudaError_t state = cudaEventQuery(oldest.done->event);
         if (state == cudaSuccess) {
-          std::shared_ptr<DoneEvent> done = std::move(oldest.done);
+          finished.push_back(std::move(oldest.done));
           in_flight_.pop_front();
-          lock.unlock();
-          done.reset();  // may return the event to the pool, which takes the lock
-          lock.lock();
           continue;
         }
         if (state != cudaErrorNotReady)
@@ -307,10 +310,13 @@ class NcclGroup final : public ProcessGroup {
           die(timed_out(describe(oldest.collective, oldest.sequence, oldest.what)));
         break;
       }
+      lock.unlock();
+      finished.clear();  // may return events to the pool, which takes the lock
       ncclResult_t async = ncclSuccess;
       if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
         die(std::string("nccl: rank ") + std::to_string(rank()) + ": asynchronous NCCL error: " +
             ncclGetErrorString(async) + " (" + ncclGetLastError(comm_) + ")");
+      lock.lock();
     }
   }
 
