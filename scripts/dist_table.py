@@ -33,14 +33,16 @@ def main(path):
             cnn.setdefault(r["batch"], {})[r["mode"]] = r
     first = rows[0]
     print(f"All-reduce, f32 sum in place, {first['ranks']} × {first['device']}, {first['date']}:\n")
-    print("| bytes | kiln µs | NCCL µs | PyTorch µs | kiln / NCCL time | kiln busbw GB/s | NCCL busbw | PyTorch busbw |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| bytes | kiln µs | NCCL µs | PyTorch µs | kiln / NCCL time | kiln busbw GB/s | NCCL busbw | PyTorch busbw "
+          "| kiln issue µs | NCCL issue µs |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for b in sorted(allreduce):
         d = allreduce[b]
         k, n, t = d.get("kiln", {}), d.get("nccl", {}), d.get("torch", {})
         ratio = k["us"] / n["us"] if k and n else float("nan")
         print(f"| {size(b)} | {k.get('us', 0):.1f} | {n.get('us', 0):.1f} | {t.get('us', 0):.1f} | {ratio:.2f} "
-              f"| {k.get('busbw_gbs', 0):.1f} | {n.get('busbw_gbs', 0):.1f} | {t.get('busbw_gbs', 0):.1f} |")
+              f"| {k.get('busbw_gbs', 0):.1f} | {n.get('busbw_gbs', 0):.1f} | {t.get('busbw_gbs', 0):.1f} "
+              f"| {k.get('issue_us', 0):.1f} | {n.get('issue_us', 0):.1f} |")
     print("\nDDP step, 8 × (Linear 4096→4096, ReLU), MSE, SGD, TF32, batch per GPU; efficiency = step "
           "alone ÷ step data-parallel:\n")
     print("| batch | kiln alone ms | kiln DDP ms | kiln efficiency | PyTorch alone ms | DDP ms | efficiency "
