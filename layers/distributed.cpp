@@ -9,6 +9,12 @@
 
 namespace kiln::nn {
 
+namespace {
+
+int64_t bytes_of(const Tensor& p) { return p.numel() * static_cast<int64_t>(dtype_size(p.dtype())); }
+
+}  // namespace
+
 // The gradient buckets and the state of one backward: which parameters are ready, which buckets
 // are launched. The hooks hold it weakly, so that a hook outliving its DistributedDataParallel
 // (it cannot: the destructor removes them) would do nothing.
@@ -91,7 +97,7 @@ struct DistributedDataParallel::Reducer {
     for (size_t i : missing) {
       Slot& s = slots[i];
       Tensor grad = s.param.grad();
-      s.param.set_grad(!grad.defined() ? zeros_like(s.param) : grad.is_contiguous() ? grad : grad.contiguous());
+      s.param.set_grad(grad.defined() ? grad.contiguous() : zeros_like(s.param));
       s.ready = true;
       --buckets[s.bucket].pending;
     }
@@ -189,7 +195,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
     }
     r.slots.push_back({name, p, r.buckets.size() - 1, false});
     r.buckets.back().slots.push_back(r.slots.size() - 1);
-    filled += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
+    filled += bytes_of(p);
   }
   std::weak_ptr<Reducer> weak = reducer_;
   for (size_t i = 0; i < r.slots.size(); ++i)
@@ -213,7 +219,7 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
 std::string DistributedDataParallel::extra_repr() const {
   std::ostringstream o;
   o << group_->name() << ", rank " << group_->rank() << " of " << group_->size() << ", " << reducer_->buckets.size()
-    << " bucket" << (reducer_->buckets.size() == 1 ? "" : "s") << " of at most " << options_.bucket_cap_mb() << " MB";
+    << " bucket" << (reducer_->buckets.size() == 1 ? "" : "s") << " closed at " << options_.bucket_cap_mb() << " MB";
   return o.str();
 }
 
@@ -221,10 +227,7 @@ std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::bucket
   std::vector<BucketInfo> out;
   for (const auto& b : reducer_->buckets) {
     int64_t bytes = 0;
-    for (size_t i : b.slots) {
-      const Tensor& p = reducer_->slots[i].param;
-      bytes += p.numel() * static_cast<int64_t>(dtype_size(p.dtype()));
-    }
+    for (size_t i : b.slots) bytes += bytes_of(reducer_->slots[i].param);
     out.push_back({b.slots.size(), bytes});
   }
   return out;

@@ -92,24 +92,17 @@ double slowest(double value) {
 
 // Seconds per call of `call`, made `calls` times: the ranks start together, with nothing queued
 // (`synchronize` waits for the device), and each stops its clock once its device is done; the
-// slowest rank's time.
-double seconds_per_call(int calls, const std::function<void()>& call, const std::function<void()>& synchronize) {
+// slowest rank's time. With `Until::issued`, each stops its clock once the host has issued the
+// calls instead: below a few hundred KB a collective takes its issue time when that is longer
+// than the GPU's part.
+enum class Until { done, issued };
+double seconds_per_call(int calls, const std::function<void()>& call, const std::function<void()>& synchronize,
+                        Until until = Until::done) {
   synchronize();
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < calls; ++i) call();
-  synchronize();
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  return slowest(elapsed.count()) / calls;
-}
-
-// The host's time to issue one call, from an idle device (the slowest rank's): below a few
-// hundred KB a collective's time is its issue time when that is longer than the GPU's part.
-double issue_seconds_per_call(int calls, const std::function<void()>& call, const std::function<void()>& synchronize) {
-  synchronize();
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < calls; ++i) call();
+  if (until == Until::done) synchronize();
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
   synchronize();
   return slowest(elapsed.count()) / calls;
@@ -319,8 +312,8 @@ void run_allreduce(ProcessGroup& group, const AllReduceConfig& c) {
     }
     const double kiln_s = seconds_per_call(iters, kiln_call, sync);
     const double ref_s = seconds_per_call(iters, ref_call, ref_sync);
-    const double kiln_issue = issue_seconds_per_call(32, kiln_call, sync);
-    const double ref_issue = issue_seconds_per_call(32, ref_call, ref_sync);
+    const double kiln_issue = seconds_per_call(32, kiln_call, sync, Until::issued);
+    const double ref_issue = seconds_per_call(32, ref_call, ref_sync, Until::issued);
     const double kiln_algbw = static_cast<double>(bytes) / kiln_s / 1e9;
     const double ref_algbw = static_cast<double>(bytes) / ref_s / 1e9;
     if (group.rank() != 0) continue;

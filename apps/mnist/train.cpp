@@ -402,12 +402,14 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
     }
     seen += b.targets.numel();
     progress.window_images += b.targets.numel() * par.size();
-    if ((i + 1) % c.log_interval == 0 || i + 1 == batches) {
-      StopVote stop;
+    // One process looks at Ctrl-C every step; data-parallel ranks vote at the progress updates.
+    const bool update = (i + 1) % c.log_interval == 0 || i + 1 == batches;
+    StopVote stop;
+    if (update) {
       stop.ask(par);
       log_progress(c, t.state, batches, loss.item(), progress, metrics);
-      if (stop.answer()) return std::nullopt;
     }
+    if ((update || !par.group) && stop.answer()) return std::nullopt;
   }
   if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch
   TrainResult r;

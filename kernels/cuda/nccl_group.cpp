@@ -47,7 +47,7 @@ ncclRedOp_t nccl_reduction(ReduceOp op) {
 
 class NcclGroup;
 
-// A CUDA event recorded on the group's stream after a collective; returned to the group's pool
+// A CUDA event recorded after a collective, on the stream it ran on; returned to the group's pool
 // once both the Work and the watchdog are done with it.
 struct DoneEvent {
   DoneEvent(NcclGroup& g, cudaEvent_t e) : group(g), event(e) {}
