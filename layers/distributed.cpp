@@ -62,20 +62,20 @@ struct DistributedDataParallel::Reducer {
 
   // The complete buckets from the next in order, each averaged in place as one collective (one
   // NCCL group, one launch): the same collectives on every rank, whichever order their gradients
-  // came in. During backward a bucket overlaps the kernels queued after it (all_reduce_async);
-  // at the end of backward nothing is left to overlap, and the blocking form queues it on kiln's
-  // stream itself, without the events between streams.
-  void launch_ready_buckets(bool last = false) {
+  // came in. A bucket overlaps the backward kernels queued after it (all_reduce_async, on the
+  // group's stream); the last has nothing left to overlap, and the blocking form queues it on
+  // kiln's stream itself, without the events between streams.
+  void launch_ready_buckets() {
     for (; next_launch < buckets.size() && buckets[next_launch].pending == 0; ++next_launch) {
       std::vector<Tensor> grads;
       for (size_t i : buckets[next_launch].slots) grads.push_back(slots[i].param.grad());
-      if (last) group->all_reduce(grads, ReduceOp::mean);
+      if (next_launch + 1 == buckets.size()) group->all_reduce(grads, ReduceOp::mean);
       else works.push_back(group->all_reduce_async(grads, ReduceOp::mean));
     }
   }
 
-  // The end of backward: the last buckets go, and the host moves on; the optimizer's kernels,
-  // queued next, wait on the GPU for the reductions.
+  // The end of backward: the buckets of parameters it did not reach go, and the host moves on;
+  // the optimizer's kernels, queued next, wait on the GPU for the reductions.
   void finish_backward() {
     in_backward = false;
     std::vector<size_t> missing;
@@ -101,7 +101,7 @@ struct DistributedDataParallel::Reducer {
       s.ready = true;
       --buckets[s.bucket].pending;
     }
-    launch_ready_buckets(/*last=*/true);
+    launch_ready_buckets();
     std::vector<int32_t> used_anywhere;
     if (find_unused) {
       Tensor used = from_vector(mask, {static_cast<int64_t>(mask.size())},

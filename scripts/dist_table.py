@@ -59,12 +59,13 @@ def main(path):
         print("| " + " | ".join(cells) + " |")
     if cnn:
         print("\nDDP step, mnist-train's CNN, random images, MSE, SGD, TF32 (kiln; `dist-bench ddp --model cnn`):\n")
-        print("| batch | alone ms | DDP ms | efficiency | inside no_sync ms |")
-        print("| --- | --- | --- | --- | --- |")
+        print("| batch | alone ms | DDP ms | efficiency | inside no_sync ms | gradients' all-reduce alone µs |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for batch in sorted(cnn):
             d = cnn[batch]
             a, p, u = (d.get(m, {}).get("step_ms", 0) for m in ("alone", "ddp", "ddp_no_sync"))
-            print(f"| {batch} | {a:.3f} | {p:.3f} | {d.get('ddp', {}).get('efficiency', 0):.3f} | {u:.3f} |")
+            g = d.get("ddp", {}).get("grads_allreduce_us", 0)
+            print(f"| {batch} | {a:.3f} | {p:.3f} | {d.get('ddp', {}).get('efficiency', 0):.3f} | {u:.3f} | {g:.1f} |")
 
 
 def epochs(path):

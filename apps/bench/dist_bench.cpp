@@ -505,7 +505,20 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
     together.push_back(time_steps(*ddp, x, target, c.warmup, c.steps));
     unsynced.push_back(time_steps(*ddp, x, target, c.warmup, c.steps, ddp.get()));
   }
+  // The reduction of one step's gradients alone, on an idle device: as DDP queues it (the
+  // parameters' shapes, one NCCL group) and as one flat tensor of as many elements.
+  std::vector<Tensor> grads;
+  for (const Tensor& p : model->parameters()) grads.push_back(zeros_like(p));
+  Tensor flat = zeros({parameters}, device);
+  auto sync = [&] { flat.backend().synchronize(); };
+  auto grouped_call = [&] { group->all_reduce(grads, ReduceOp::mean); };
+  auto flat_call = [&] { group->all_reduce(flat, ReduceOp::mean); };
+  for (int i = 0; i < 20; ++i) grouped_call(), flat_call();
+  const double grouped_us = seconds_per_call(200, grouped_call, sync) * 1e6;
+  const double flat_us = seconds_per_call(200, flat_call, sync) * 1e6;
   if (group->rank() != 0) return;
+  std::printf("the gradients' all-reduce alone: %.1f us as %zu tensors in one group, %.1f us as one flat tensor\n",
+              grouped_us, grads.size(), flat_us);
   std::printf("%10s | %10s %10s | %10s %10s | %10s %14s | %12s\n", "batch/rank", "alone ms", "loss", "DDP ms", "loss",
               "efficiency", "samples/s, all", "no_sync ms");
   for (size_t i = 0; i < c.batches.size(); ++i) {
@@ -532,7 +545,10 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
       if (cnn) line.add("model", "cnn");
       else line.add("width", c.width).add("layers", int64_t{c.layers});
       line.add("step_ms", t.seconds * 1e3).add("loss", t.loss).add("steps", int64_t{c.steps});
-      if (std::string(mode) == "ddp") line.add("bucket_cap_mb", c.bucket_mb).add("efficiency", efficiency);
+      if (std::string(mode) == "ddp") {
+        line.add("bucket_cap_mb", c.bucket_mb).add("efficiency", efficiency);
+        line.add("grads_allreduce_us", grouped_us).add("flat_allreduce_us", flat_us);
+      }
       line.append_to(c.json);
     }
   }
