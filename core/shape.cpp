@@ -6,9 +6,22 @@
 
 namespace kiln {
 
+namespace {
+
+// A shape's sizes must multiply within int64, zeros counted as ones: then its element count, its
+// contiguous strides and every offset into it can be counted (a shape [2^40, 2^40] would wrap to 0).
+[[noreturn]] void too_large(const Shape& shape) {
+  KILN_FAIL(ShapeError, "shape ", shape, " is too large: its sizes multiply past 2^63 - 1, more elements than a "
+            "tensor can count");
+}
+
+}  // namespace
+
 int64_t Shape::numel() const {
-  int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
+  int64_t n = 1, extent = 1;
+  for (int64_t d : dims_)
+    if (__builtin_mul_overflow(n, d, &n) || __builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent))
+      too_large(*this);
   return n;
 }
 
@@ -26,7 +39,7 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t step = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = step;
-    step *= std::max<int64_t>(shape[i], 1);
+    if (__builtin_mul_overflow(step, std::max<int64_t>(shape[i], 1), &step)) too_large(shape);
   }
   return strides;
 }

@@ -30,7 +30,7 @@ class Shape {
   void erase(size_t at) { dims_.erase(dims_.begin() + static_cast<std::ptrdiff_t>(at)); }
   const std::vector<int64_t>& dims() const { return dims_; }
 
-  int64_t numel() const;  // 1 for a scalar (rank 0)
+  int64_t numel() const;  // 1 for a scalar (rank 0); ShapeError when the sizes multiply past int64
   std::string str() const;  // "[2, 3]"
   friend bool operator==(const Shape&, const Shape&) = default;
 

@@ -226,9 +226,11 @@ Tensor& Tensor::fill_(double value) {
 Tensor empty(const Shape& shape, const TensorOptions& options) {
   for (int64_t d : shape)
     KILN_CHECK(d >= 0, ShapeError, "empty: shape ", shape, " has a negative dimension");
+  int64_t bytes = 0;
+  KILN_CHECK(!__builtin_mul_overflow(shape.numel(), static_cast<int64_t>(dtype_size(options.dtype_)), &bytes),
+             ShapeError, "empty: shape ", shape, " of ", options.dtype_, " is too large: its bytes pass 2^63 - 1");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(options.device_,
-                                            static_cast<size_t>(shape.numel()) * dtype_size(options.dtype_));
+  impl->storage = std::make_shared<Storage>(options.device_, static_cast<size_t>(bytes));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = options.dtype_;
@@ -296,6 +298,9 @@ TensorRef broadcast_ref(const Tensor& x, const Shape& shape) {
 }
 
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
+  for (int64_t d : shape)
+    KILN_CHECK(d >= 0, ShapeError, "view: shape ", shape, " has a negative dimension");
+  shape.numel();  // its sizes multiply within int64
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->shape = std::move(shape);

@@ -120,6 +120,42 @@ TEST_CASE("errors name the op and the rule") {
   }
 }
 
+namespace {
+// The message of the ShapeError that `f` throws (fails the case when it throws nothing or another).
+template <class F>
+std::string shape_error(F&& f) {
+  try {
+    f();
+  } catch (const ShapeError& e) {
+    return e.what();
+  }
+  FAIL("expected a ShapeError");
+  return "";
+}
+}  // namespace
+
+TEST_CASE("shapes whose sizes or bytes pass int64 are refused, in factories, views, reshapes and results") {
+  constexpr int64_t big = int64_t{1} << 40;
+  // [2^40, 2^40] wrapped to 0 elements, 3037000500^2 to a negative count
+  CHECK(shape_error([&] { (void)zeros({big, big}); }).find("[1099511627776, 1099511627776] is too large") !=
+        std::string::npos);
+  CHECK(!shape_error([&] { (void)zeros({3037000500, 3037000500}); }).empty());
+  CHECK(!shape_error([&] { (void)Shape({big, big, 0}).numel(); }).empty());  // strides would still wrap
+  CHECK(Shape({big, 0}).numel() == 0);
+  // elements that fit, bytes that do not: 2^62 f32
+  CHECK(shape_error([&] { (void)empty({int64_t{1} << 62}); }).find("bytes pass 2^63 - 1") != std::string::npos);
+  // views of a small tensor onto huge shapes: the size is checked before any stride is computed
+  Tensor x = zeros({4});
+  CHECK(!shape_error([&] { (void)x.reshape({-1, int64_t{1} << 62, 4}); }).empty());
+  CHECK(!shape_error([&] { (void)x.expand({big, big, 4}); }).empty());
+  CHECK(!shape_error([&] { (void)x.expand({-5, 4}); }).empty());
+  Tensor row = zeros({1}).expand({big}).unsqueeze(0), column = zeros({1}).expand({big}).unsqueeze(1);
+  CHECK(row.shape() == Shape({1, big}));  // a view of 4 bytes is fine
+  CHECK(!shape_error([&] { (void)(row + column); }).empty());  // the result, [2^40, 2^40], is not
+  // a size that is countable but more than the machine has: OutOfMemory, not a crash
+  CHECK_THROWS_AS(zeros({int64_t{1} << 60}), OutOfMemory);
+}
+
 TEST_CASE("printing shows values, shape and dtype") {
   CHECK(iota({2, 2}).str() == "tensor([[0.0000, 1.0000],\n        [2.0000, 3.0000]], shape=[2, 2], dtype=f32)");
   CHECK(from_vector<int32_t>({1, 2}, {2}).str() == "tensor([1, 2], shape=[2], dtype=i32)");

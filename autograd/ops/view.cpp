@@ -38,7 +38,8 @@ Shape resolve_shape(const Shape& x_shape, const Shape& requested, const char* op
       infer = static_cast<int64_t>(i);
     } else {
       KILN_CHECK(shape[i] >= 0, ShapeError, op, ": ", requested, " has a negative dimension");
-      known *= shape[i];
+      KILN_CHECK(!__builtin_mul_overflow(known, shape[i], &known), ShapeError, op, ": cannot reshape ", x_shape,
+                 " into ", requested, " (its sizes multiply past 2^63 - 1)");
     }
   }
   if (infer >= 0) {
@@ -170,6 +171,9 @@ Tensor expand(const Tensor& x, const Shape& shape) {
              " to fewer dimensions ", shape);
   size_t lead = shape.size() - x.shape().size();
   Shape out = shape;
+  for (size_t i = 0; i < lead; ++i)
+    KILN_CHECK(shape[i] >= 0, ShapeError, "expand: cannot expand ", x.shape(), " to ", shape, " (new dimension ", i,
+               ": size ", shape[i], "; -1 keeps an existing size only)");
   for (size_t i = 0; i < x.shape().size(); ++i) {
     int64_t have = x.shape()[i];
     int64_t& want = out[lead + i];
