@@ -95,6 +95,7 @@ std::string_view unary_op_name(UnaryOp op) {
     case UnaryOp::pow: return "pow";
     case UnaryOp::add_scalar: return "add";
     case UnaryOp::mul_scalar: return "mul";
+    case UnaryOp::isfinite: return "isfinite";
   }
   return "?";
 }

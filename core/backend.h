@@ -49,6 +49,7 @@ enum class UnaryOp : uint8_t {
   pow,               // x ** alpha
   add_scalar,        // x + alpha
   mul_scalar,        // x * alpha
+  isfinite,          // 1 where x is finite, 0 where NaN or +-inf, in x's dtype (i32: all ones)
 };
 
 enum class BinaryOp : uint8_t {

@@ -1,17 +1,22 @@
 // The cases of test_backend_ops's memory and elementwise rows: transfers, fills, arange, copies
 // through views, dtype conversions, unary and binary ops (random shapes, non-contiguous views,
 // broadcasting, both operand orders, i32 wrapping, NaN, infinities, signed zeros; gradients through
-// autograd), Philox draws and dropout, and bad indices reported at the next read.
+// autograd), isfinite on every class of float, Philox draws and dropout, and bad indices reported
+// at the next read.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -276,6 +281,84 @@ inline void pow_scalar_cases(const Run& r) {
     for (double p : {2.0, 3.0, -1.0, 0.5, -2.0, 0.0})
       r.check(pow(base.to(r.device), p), pow(base, p), {std::min(r.tol(t).rtol, 2e-6), 0},
               named("pow special", t) + " " + std::to_string(p));
+  }
+}
+
+// Floats of every class by their bits, each with whether it is finite: NaNs (quiet, signalling,
+// the smallest payload, all bits set), both infinities, both zeros, the smallest and largest
+// denormals of both signs, the smallest normal, the largest finite values of both signs and the
+// ones beside them, ordinary values.
+template <class F>
+std::vector<std::pair<F, bool>> float_classes() {
+  using L = std::numeric_limits<F>;
+  using Bits = std::conditional_t<sizeof(F) == 4, uint32_t, uint64_t>;
+  const Bits exponent = std::bit_cast<Bits>(L::infinity());  // all ones, a zero mantissa
+  const F largest_denormal = std::bit_cast<F>(static_cast<Bits>(std::bit_cast<Bits>(L::min()) - 1));
+  return {{L::quiet_NaN(), false},
+          {L::signaling_NaN(), false},
+          {std::bit_cast<F>(static_cast<Bits>(exponent | 1)), false},
+          {std::bit_cast<F>(static_cast<Bits>(~Bits{0})), false},
+          {L::infinity(), false},
+          {-L::infinity(), false},
+          {F(0), true},
+          {-F(0), true},
+          {L::denorm_min(), true},
+          {-L::denorm_min(), true},
+          {largest_denormal, true},
+          {-largest_denormal, true},
+          {L::min(), true},
+          {L::max(), true},
+          {L::lowest(), true},
+          {std::nextafter(L::max(), F(0)), true},
+          {F(1), true},
+          {F(-2.5), true},
+          {F(1e-3), true},
+          {F(12345.678), true}};
+}
+
+// isfinite: unary_cases' random shapes, views and special values (u8 aside); then float_classes
+// against the values isfinite must give (not only the CPU's), contiguous, as a transposed and an
+// expanded view, and repeated past a parallel chunk of the CPU from an odd offset; i32 (including
+// the bits of an infinity and a NaN, which an integer does not have) and u8: all ones.
+template <class F>
+void isfinite_floats(const Run& r, DType t) {
+  const auto classes = float_classes<F>();
+  const int64_t n = static_cast<int64_t>(classes.size());
+  std::vector<F> x;
+  std::vector<double> want;
+  for (int64_t i = 0; i < 100003; ++i) {
+    x.push_back(classes[static_cast<size_t>(i % n)].first);
+    want.push_back(classes[static_cast<size_t>(i % n)].second ? 1 : 0);
+  }
+  const auto check = [&](const Tensor& cpu, const Tensor& expected, const std::string& what) {
+    Tensor got = isfinite(cpu.to(r.device));
+    CHECK_MESSAGE(got.dtype() == t, what);
+    r.check(got, isfinite(cpu), {}, named(what.c_str(), t) + " against the cpu");
+    r.check(got, expected, {}, named(what.c_str(), t) + " against the expected values");
+  };
+  const Tensor all = from_vector<F>(x, {100003}), all_want = from_vector<double>(want, {100003}).to(t);
+  const Tensor one = all.slice(0, 0, n), one_want = all_want.slice(0, 0, n);
+  check(one, one_want, "float classes");
+  const Tensor two = all.slice(0, 0, 2 * n).reshape({2, n}), two_want = all_want.slice(0, 0, 2 * n).reshape({2, n});
+  check(two.t(), two_want.t(), "float classes transposed");
+  check(one.reshape({1, n}).expand({3, n}), one_want.reshape({1, n}).expand({3, n}), "float classes expanded");
+  check(all.slice(0, 1, 100003), all_want.slice(0, 1, 100003), "float classes repeated, from element 1");
+}
+
+inline void isfinite_cases(const Run& r) {
+  Run no_u8 = r;
+  std::erase_if(no_u8.takes, [](const Take& k) { return k.dtype == DType::u8; });
+  unary_cases(no_u8, [](const Tensor& x) { return isfinite(x); }, false, true);
+  if (r.has(DType::f32)) isfinite_floats<float>(r, DType::f32);
+  if (r.has(DType::f64)) isfinite_floats<double>(r, DType::f64);
+  const std::vector<int32_t> ints{-2147483647 - 1, 2147483647, -1, 0, 1, 0x7f800000, 0x7fc00000, -8388608};
+  const int64_t n = static_cast<int64_t>(ints.size());
+  for (DType t : {DType::i32, DType::u8}) {
+    if (!r.has(t)) continue;
+    Tensor x = from_vector<int32_t>(ints, {n}).to(t), got = isfinite(x.to(r.device));
+    CHECK(got.dtype() == t);
+    r.check(got, isfinite(x), {}, named("isfinite", t) + " against the cpu");
+    r.check(got, ones({n}, TensorOptions(t)), {}, named("isfinite", t) + ": all ones");
   }
 }
 

@@ -93,6 +93,7 @@ const std::vector<Row>& table() {
       {"tanh", cuda_math, {{f32, 2e-6}}, unary([](const Tensor& x) { return tanh(x); })},
       {"sigmoid", cuda_math, {{f32, 2e-6}}, unary([](const Tensor& x) { return sigmoid(x); })},
       {"pow scalar", cuda_math, {{f32, 4e-6}}, pow_scalar_cases},
+      {"isfinite", cuda_exact, vulkan_exact, isfinite_cases},
       {"scalars", cuda_math_i32, {{f32, 0}, {i32, 0}}, unary([](const Tensor& x) { return x * 3.0 + 7.0; })},
       {"relu_backward", cuda_math, {{f32, 0}},
        unary([](const Tensor& x) { return relu_backward(x, x * 0.5); }, {.gradient = false})},

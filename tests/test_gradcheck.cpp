@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -928,6 +929,41 @@ TEST_CASE("forward values gradcheck cannot judge") {
     }
     Tensor x = from_vector<double>({1, 2}, {2}, TensorOptions(DType::f64).requires_grad());
     CHECK_FALSE(gt(x, 1.5).requires_grad());  // not differentiable
+  }
+  SUBCASE("isfinite: 1 on finite values, 0 on NaN and infinities, in x's dtype; no gradient") {
+    // NaN, +inf, -inf, 0, -0, the smallest and a larger denormal, the largest finite values, ordinary values
+    using F = std::numeric_limits<float>;
+    using D = std::numeric_limits<double>;
+    const std::vector<double> want{0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    const Tensor f32 = from_vector<float>({F::quiet_NaN(), F::infinity(), -F::infinity(), 0.0f, -0.0f, F::denorm_min(),
+                                           -1e-40f, F::max(), F::lowest(), 1.5f, -3.0f, 1e-30f},
+                                          {3, 4});
+    const Tensor f64 = from_vector<double>({-D::quiet_NaN(), -D::infinity(), D::infinity(), -0.0, 0.0, -D::denorm_min(),
+                                            1e-310, D::max(), D::lowest(), 3.4028234663852886e38, -7.0, 1e-300},
+                                           {3, 4});
+    for (const Tensor& x : {f32, f64}) {
+      CAPTURE(x.dtype());
+      Tensor y = isfinite(x);
+      CHECK(y.dtype() == x.dtype());
+      CHECK(y.shape() == Shape{3, 4});
+      CHECK(values(y) == want);
+      CHECK(values(isfinite(x.t())) == values(from_vector<double>(want, {3, 4}).t()));  // a view
+    }
+    // integers hold no NaN or infinity, even with an infinity's or a NaN's bits
+    Tensor ints = from_vector<int32_t>({-2147483647 - 1, 2147483647, 0, 0x7f800000, 0x7fc00000, -8388608}, {6});
+    CHECK(isfinite(ints).dtype() == DType::i32);
+    CHECK(values(isfinite(ints)) == std::vector<double>(6, 1));
+    CHECK(isfinite(ints.to(DType::u8)).dtype() == DType::u8);
+    CHECK(values(isfinite(ints.to(DType::u8))) == std::vector<double>(6, 1));
+    // not differentiable: no node, even where x requires grad, and a mask made of it is a constant
+    Tensor leaf = from_vector<double>({1, D::infinity(), 2}, {3}, TensorOptions(DType::f64).requires_grad());
+    for (const Tensor& x : {leaf, leaf * 2.0}) {
+      REQUIRE(x.requires_grad());
+      CHECK_FALSE(isfinite(x).requires_grad());
+      CHECK(isfinite(x).grad_fn() == nullptr);
+    }
+    (leaf * isfinite(leaf)).sum().backward();
+    CHECK(values(leaf.grad()) == std::vector<double>{1, 0, 1});
   }
   SUBCASE("one_hot") {
     Tensor h = one_hot(labels({2, 0, 3}), 4);

@@ -29,7 +29,8 @@ Tensor run_binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor run_unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
   bool integer_ok = op == UnaryOp::neg || op == UnaryOp::abs || op == UnaryOp::sign ||
-                    op == UnaryOp::relu || op == UnaryOp::add_scalar || op == UnaryOp::mul_scalar;
+                    op == UnaryOp::relu || op == UnaryOp::add_scalar || op == UnaryOp::mul_scalar ||
+                    op == UnaryOp::isfinite;
   KILN_CHECK(is_floating(x.dtype()) || (integer_ok && x.dtype() == DType::i32), DTypeError,
              name_of(op), ": takes ", integer_ok ? "f32, f64 or i32" : "f32 or f64",
              " tensors, got ", x.dtype(), " of shape ", x.shape());
@@ -195,6 +196,13 @@ Tensor abs(const Tensor& x) {
 }
 
 Tensor sign(const Tensor& x) { return run_unary(UnaryOp::sign, x); }
+
+// Not differentiable, as the comparisons. u8, which no backend's unary kernel takes, holds no
+// NaN or infinity: all ones, without a kernel.
+Tensor isfinite(const Tensor& x) {
+  if (x.dtype() == DType::u8) return ones_like(x);
+  return run_unary(UnaryOp::isfinite, x);
+}
 
 // The activations' gradients are fused kernels (relu_backward, ... below).
 Tensor relu(const Tensor& x) {

@@ -14,6 +14,8 @@
 //   division by zero and negative integer powers throw ValueError.
 // - The scalar alpha of unary ops is first converted to the tensor's dtype (truncated for i32).
 // - NaN: maximum/minimum propagate it (as PyTorch); sign(NaN) is 0 (as PyTorch).
+// - isfinite writes 1 or 0 in x's dtype, through std::isfinite: kiln is built without -ffast-math
+//   (whose finite-math assumption would let the compiler fold it to 1). Integers are all finite.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -200,6 +202,7 @@ void unary_floating(UnaryOp op, const TensorRef& x, const TensorRef& out, T alph
     case UnaryOp::pow: return run([alpha](T v) { return std::pow(v, alpha); });
     case UnaryOp::add_scalar: return run([alpha](T v) { return v + alpha; });
     case UnaryOp::mul_scalar: return run([alpha](T v) { return v * alpha; });
+    case UnaryOp::isfinite: return run([](T v) { return static_cast<T>(std::isfinite(v)); });
   }
 }
 
@@ -215,6 +218,7 @@ void unary_i32(UnaryOp op, const TensorRef& x, const TensorRef& out, int32_t alp
     case UnaryOp::relu: return run([](int32_t v) { return v < 0 ? 0 : v; });
     case UnaryOp::add_scalar: return run([&](int32_t v) { return wrap(W{v} + alpha); });
     case UnaryOp::mul_scalar: return run([&](int32_t v) { return wrap(W{v} * alpha); });
+    case UnaryOp::isfinite: return run([](int32_t) { return 1; });
     default: unsupported("unary", unary_op_name(op), DType::i32);
   }
 }

@@ -57,6 +57,14 @@ __device__ T normal_cdf(T v) { return T(0.5) * (T(1) + erf(v * T(0.7071067811865
 template <class T>
 __device__ T normal_pdf(T v) { return T(0.39894228040143267794) * exp(T(-0.5) * v * v); }
 
+// Whether v is finite: its exponent bits are not all ones (NaN and the infinities have them all
+// set). A test of the bits rather than isfinite(v) or v - v == 0, which a compiler allowed to
+// assume finite math (-use_fast_math, say) may fold to true.
+__device__ bool finite_bits(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
+__device__ bool finite_bits(double v) {
+  return (static_cast<unsigned long long>(__double_as_longlong(v)) & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
+}
+
 template <class T>
 __device__ T apply_unary(UnaryOp op, T v, T alpha) {
   switch (op) {
@@ -74,6 +82,7 @@ __device__ T apply_unary(UnaryOp op, T v, T alpha) {
     case UnaryOp::pow: return pow(v, alpha);
     case UnaryOp::add_scalar: return v + alpha;
     case UnaryOp::mul_scalar: return v * alpha;
+    case UnaryOp::isfinite: return finite_bits(v) ? T(1) : T(0);
   }
   return v;
 }
@@ -87,6 +96,7 @@ __device__ int32_t apply_unary_int(UnaryOp op, int32_t v, int64_t alpha) {
     case UnaryOp::relu: return v < 0 ? 0 : v;
     case UnaryOp::add_scalar: return static_cast<int32_t>(int64_t{v} + alpha);
     case UnaryOp::mul_scalar: return static_cast<int32_t>(int64_t{v} * alpha);
+    case UnaryOp::isfinite: return 1;  // every integer is finite
     default: return v;
   }
 }

@@ -125,7 +125,7 @@ void VulkanBackend::unary(UnaryOp op, const TensorRef& x, const TensorRef& out, 
   KILN_CHECK(out.dtype == x.dtype, DTypeError, "vulkan ", unary_op_name(op), ": out is ", out.dtype, ", x ", x.dtype);
   const bool i32 = x.dtype == DType::i32;
   KILN_CHECK(!i32 || op == UnaryOp::neg || op == UnaryOp::abs || op == UnaryOp::sign || op == UnaryOp::relu ||
-                 op == UnaryOp::add_scalar || op == UnaryOp::mul_scalar,
+                 op == UnaryOp::add_scalar || op == UnaryOp::mul_scalar || op == UnaryOp::isfinite,
              DTypeError, "vulkan unary ", unary_op_name(op), " does not take i32 (only the ops that stay integers)");
   Params p;
   p.numel = index32(out.numel(), unary_op_name(op));

@@ -108,7 +108,7 @@ void store_u8(int o, uint byte) {
 
 // core/backend.h's UnaryOp and BinaryOp, in its order.
 const int NEG = 0, EXP = 1, LOG = 2, SQRT = 3, ABS = 4, SIGN = 5, RELU = 6, LEAKY_RELU = 7, GELU = 8,
-          TANH = 9, SIGMOID = 10, POW = 11, ADD_SCALAR = 12, MUL_SCALAR = 13;
+          TANH = 9, SIGMOID = 10, POW = 11, ADD_SCALAR = 12, MUL_SCALAR = 13, ISFINITE = 14;
 const int ADD = 0, SUB = 1, MUL = 2, DIV = 3, BPOW = 4, MAXIMUM = 5, MINIMUM = 6, EQ = 7, NE = 8,
           GT = 9, GE = 10, LT = 11, LE = 12;
 
@@ -146,6 +146,10 @@ float unary_op(float v, float alpha) {
   if (OP == SIGMOID) return 1.0 / (1.0 + exp_of(-v));
   if (OP == POW) return pow_of(v, alpha);
   if (OP == ADD_SCALAR) return v + alpha;
+  // finite: the exponent bits are not all ones (as in NaN and +-inf). The bits, not a comparison
+  // such as v - v == 0.0, which a driver may fold to true: Vulkan lets it assume that floats are
+  // neither NaN nor infinite. A denormal, flushed to zero or not, is finite all the same.
+  if (OP == ISFINITE) return (floatBitsToUint(v) & 0x7f800000u) != 0x7f800000u ? 1.0 : 0.0;
   return v * alpha;  // MUL_SCALAR
 }
 
@@ -190,6 +194,7 @@ int unary_op_i(int v, int alpha) {
   if (OP == SIGN) return v > 0 ? 1 : (v < 0 ? -1 : 0);
   if (OP == RELU) return v < 0 ? 0 : v;
   if (OP == ADD_SCALAR) return v + alpha;
+  if (OP == ISFINITE) return 1;  // every integer is finite
   return v * alpha;  // MUL_SCALAR (the host refuses the others)
 }
 
