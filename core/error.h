@@ -37,6 +37,9 @@ class AutogradError : public Error {  // backward() asked of something that has 
 class DistributedError : public Error {  // ranks that disagree, a collective that timed out or failed
   using Error::Error;
 };
+class NonFiniteError : public Error {  // a NaN or an infinity where finite numbers are needed
+  using Error::Error;
+};
 
 namespace detail {
 template <class... Args>

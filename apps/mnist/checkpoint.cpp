@@ -69,6 +69,13 @@ T number(const std::map<std::string, std::string>& meta, const std::string& key,
   return v;
 }
 
+// Refuses what a diverged run would have saved.
+void check_finite(const NamedTensors& tensors, const std::string& path, const char* part) {
+  const std::string bad = first_nonfinite(tensors);
+  KILN_CHECK(bad.empty(), NonFiniteError, "checkpoint '", path, "': ", part, " ", bad,
+             " (saved by a run whose numbers went bad?); it is not loaded");
+}
+
 LoadedCheckpoint read(const std::string& path, bool everything) {
   SafetensorsFile file = load_safetensors(path);
   const auto& meta = file.metadata;
@@ -76,6 +83,7 @@ LoadedCheckpoint read(const std::string& path, bool everything) {
              "': format '", meta.at("kiln.format"), "', this mnist-train reads ", kFormat);
   LoadedCheckpoint c;
   c.model = std::move(file.tensors);
+  check_finite(c.model, path, "the weight");
   c.state.model = entry(meta, "kiln.model", path);
   if (!everything) return c;
   c.state.config = entry(meta, "kiln.config", path);
@@ -92,6 +100,7 @@ LoadedCheckpoint read(const std::string& path, bool everything) {
   c.state.rng_offset = number<uint64_t>(parts, "offset", path);
   c.optimizer = decode_safetensors(base64_decode(entry(meta, "kiln.optimizer", path), path, "kiln.optimizer"),
                                    path + " (kiln.optimizer)").tensors;
+  check_finite(c.optimizer, path, "the optimizer's state");
   if (meta.count("kiln.scheduler"))
     c.scheduler = decode_safetensors(base64_decode(meta.at("kiln.scheduler"), path, "kiln.scheduler"),
                                      path + " (kiln.scheduler)").tensors;
@@ -100,8 +109,25 @@ LoadedCheckpoint read(const std::string& path, bool everything) {
 
 }  // namespace
 
+std::string first_nonfinite(const NamedTensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    if (!is_floating(t.dtype()) || t.numel() == 0) continue;
+    const auto finite = static_cast<int64_t>(isfinite(t.detach()).to(DType::i32).sum().item());
+    if (finite != t.numel())
+      return "'" + name + "' holds " + std::to_string(t.numel() - finite) + " NaN or infinite value" +
+             (t.numel() - finite == 1 ? "" : "s") + " of " + std::to_string(t.numel());
+  }
+  return "";
+}
+
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& optimizer,
                      const optim::LRScheduler* scheduler, const RunState& state) {
+  NamedTensors weights = model.state_dict(), optimizer_state = optimizer.state_dict();
+  for (const auto& [part, tensors] : {std::pair{"the weight", &weights}, std::pair{"the optimizer's state", &optimizer_state}}) {
+    const std::string bad = first_nonfinite(*tensors);
+    KILN_CHECK(bad.empty(), NonFiniteError, "not saving '", path, "': ", part, " ", bad,
+               "; the checkpoint there, if any, is left as it was");
+  }
   std::map<std::string, std::string> meta{
       {"kiln.format", kFormat},
       {"kiln.model", state.model},
@@ -114,7 +140,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       {"kiln.optimizer", base64_encode(encode_safetensors(optimizer.state_dict()))},
   };
   if (scheduler) meta["kiln.scheduler"] = base64_encode(encode_safetensors(scheduler->state_dict()));
-  save_safetensors(path, model.state_dict(), meta);
+  save_safetensors(path, weights, meta);
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path) { return read(path, true); }

@@ -37,7 +37,13 @@ struct RunState {
   uint64_t rng_seed = 0, rng_offset = 0;
 };
 
-// Written atomically: an interrupted save leaves the previous checkpoint in place.
+// The first of `tensors` that holds NaN or infinite values, described ("'fc1.weight' holds 3 NaN or
+// infinite values of 4608"), or "" when every value is finite.
+std::string first_nonfinite(const NamedTensors& tensors);
+
+// Written atomically: an interrupted save leaves the previous checkpoint in place. Weights or
+// optimizer state that are not finite are not saved (NonFiniteError): a diverged run never
+// replaces a good checkpoint.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& optimizer,
                      const optim::LRScheduler* scheduler, const RunState& state);
 
@@ -48,7 +54,8 @@ struct LoadedCheckpoint {
   NamedTensors scheduler;  // empty without one
 };
 
-// Throws SerializationError naming the file and the missing or malformed entry.
+// Throws SerializationError naming the file and the missing or malformed entry, NonFiniteError
+// naming a tensor that holds NaN or infinite values.
 LoadedCheckpoint load_checkpoint(const std::string& path);
 
 // Only the model's weights and name: what mnist-predict needs.

@@ -17,6 +17,12 @@ std::string fmt(const char* format, auto... args) {
   return buf;
 }
 
+// Checks of numeric flags that state the rule in words ("a finite number > 0, got nan") and refuse
+// NaN and infinities, which CLI11's own range checks let through (NaN compares false both ways).
+CLI::Validator positive_number();      // finite, > 0
+CLI::Validator non_negative_number();  // finite, >= 0 (also keeps "-1" from wrapping into an unsigned flag)
+CLI::Validator number_in(double lo, double hi);  // finite, lo <= x <= hi
+
 // Parses argv into `app`'s options. When the program should stop there, returns its exit code once
 // CLI11 has printed what it has to say: 0 after --help or --version, 2 for a usage error. `validate`
 // runs after a successful parse and throws CLI::ValidationError for what CLI11's checks cannot see.

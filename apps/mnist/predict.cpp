@@ -71,7 +71,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
       ->check(apps::check_device_spec)
       ->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "images per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "images per forward pass")->check(apps::positive_number())->capture_default_str();
   app.add_flag("--json", c.json, "one JSON object per line instead of text");
   app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
   app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "nothing on stderr but errors");

@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -78,21 +79,24 @@ struct Config {
 // The flags, in the order --help lists them; each writes into `c`, whose values are the defaults.
 void add_options(CLI::App& app, Config& c) {
   app.set_config("--config", "", "read options from a TOML/INI file (flags on the command line win)");
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a key that is no option is a mistake, not noise
   app.add_option("--data", c.data, "folder with the IDX files (env KILN_DATA)")->capture_default_str();
   app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast")
       ->check(CLI::IsMember({"cnn", "mlp", "fast"}))->capture_default_str();
-  app.add_option("--epochs", c.epochs, "epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "training batch size (per process when data-parallel)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--test-batch-size", c.test_batch_size, "test batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--epochs", c.epochs, "epochs to train")->check(apps::positive_number())->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "training batch size (per process when data-parallel)")->check(apps::positive_number())->capture_default_str();
+  app.add_option("--test-batch-size", c.test_batch_size, "test batch size")->check(apps::positive_number())->capture_default_str();
   app.add_option("--optimizer", c.optimizer, "sgd, adam, adamw, adadelta or rmsprop")
       ->check(CLI::IsMember({"sgd", "adam", "adamw", "adadelta", "rmsprop"}))->capture_default_str();
-  app.add_option("--lr", c.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--momentum", c.momentum, "momentum (sgd, rmsprop)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--lr", c.lr, "learning rate")->check(apps::positive_number())->capture_default_str();
+  app.add_option("--momentum", c.momentum, "momentum (sgd, rmsprop)")->check(apps::number_in(0, 1))->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(apps::non_negative_number())->capture_default_str();
   app.add_option("--scheduler", c.scheduler, "step (x gamma each epoch), cosine, onecycle or none")
       ->check(CLI::IsMember({"step", "cosine", "onecycle", "none"}))->capture_default_str();
-  app.add_option("--gamma", c.gamma, "learning-rate decay per epoch of the step scheduler")->capture_default_str();
-  app.add_option("--seed", c.seed, "random seed (init, dropout, shuffling)")->capture_default_str();
+  app.add_option("--gamma", c.gamma, "learning-rate decay per epoch of the step scheduler")
+      ->check(apps::positive_number())->capture_default_str();
+  app.add_option("--seed", c.seed, "random seed (init, dropout, shuffling)")
+      ->check(apps::non_negative_number())->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
       ->check(apps::check_device_spec)
       ->capture_default_str();
@@ -100,11 +104,13 @@ void add_options(CLI::App& app, Config& c) {
                "(on by itself under mpirun -np N > 1; NCCL on cuda, MPI on cpu)");
   app.add_flag("--tf32", c.tf32, "CUDA matmul and conv2d may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
   app.add_option("--log-interval", c.log_interval, "batches between progress updates")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--limit-train", c.limit_train, "train on the first N images only (0: all)")->capture_default_str();
-  app.add_option("--limit-test", c.limit_test, "test on the first N images only (0: all)")->capture_default_str();
+      ->check(apps::positive_number())->capture_default_str();
+  app.add_option("--limit-train", c.limit_train, "train on the first N images only (0: all)")
+      ->check(apps::non_negative_number())->capture_default_str();
+  app.add_option("--limit-test", c.limit_test, "test on the first N images only (0: all)")
+      ->check(apps::non_negative_number())->capture_default_str();
   app.add_option("--augment", c.augment, "shift training images randomly by up to N pixels (0: off)")
-      ->check(CLI::Range(0, 8))->capture_default_str();
+      ->check(apps::number_in(0, 8))->capture_default_str();
   app.add_option("--save", c.save, "write a checkpoint here after every epoch and on Ctrl-C");
   app.add_option("--resume", c.resume, "continue the run saved in this checkpoint");
   app.add_option("--metrics-out", c.metrics_out, "append JSON lines of metrics to this file");
@@ -350,19 +356,41 @@ void log_progress(const Config& c, const apps::RunState& s, int64_t batches, dou
   p.window_images = 0;
 }
 
-// Whether Ctrl-C asked to stop. Data-parallel, the ranks decide together (any rank asked), at
-// the progress updates: a rank that stopped alone would leave the others waiting in the next
-// all-reduce. ask() queues the all-reduce of this rank's flag before the host reads the loss,
-// so that one wait on the device serves both; answer() reads it.
+// Whether to stop: Ctrl-C asked to, or a training loss was not finite. Data-parallel, the ranks
+// decide together, at the progress updates: a rank that stopped alone would leave the others
+// waiting in the next all-reduce. ask() queues the all-reduce of this rank's votes before the host
+// reads the losses, so that one wait on the device serves both; the answers read it.
 struct StopVote {
-  Tensor flag;  // data-parallel: the ranks' flags, reduced
-  void ask(const Parallel& par) {
+  Tensor votes;  // data-parallel: [some rank was interrupted, some rank's losses were not finite]
+  void ask(const Parallel& par, const Tensor& losses) {
     if (!par.group) return;
-    flag = full({1}, g_interrupts.load() > 0 ? 1.0 : 0.0, TensorOptions(DType::i32).device(par.group->device()));
-    par.group->all_reduce(flag, ReduceOp::max);
+    Tensor interrupted = scalar(g_interrupts.load() > 0 ? 1.0 : 0.0, losses.device());
+    votes = stack({interrupted, 1.0 - kiln::min(isfinite(losses))});
+    par.group->all_reduce(votes, ReduceOp::max);
   }
-  bool answer() const { return flag.defined() ? flag.item() > 0 : g_interrupts.load() > 0; }
+  bool interrupted() const { return votes.defined() ? votes.slice(0, 0, 1).item() > 0 : g_interrupts.load() > 0; }
+  bool nonfinite() const { return votes.defined() && votes.slice(0, 1, 2).item() > 0; }
 };
+
+// The losses of the steps since the last progress update, read there (`first` the 0-based batch of
+// the first of them): a loss that is not finite stops the run with an error naming its step. What
+// was saved stays as it was: nothing of this epoch is.
+void check_losses(const std::vector<float>& losses, int64_t first, int64_t batches, const apps::RunState& s,
+                  const StopVote& vote, const Parallel& par) {
+  const std::string stopped = "; training stopped, and --save's checkpoint, if any, is left as the last epoch's "
+                              "end saved it (a smaller --lr may help)";
+  for (size_t j = 0; j < losses.size(); ++j) {
+    if (std::isfinite(losses[j])) continue;
+    const int64_t steps_ago = static_cast<int64_t>(losses.size() - 1 - j);
+    KILN_FAIL(NonFiniteError, "the training loss is ", std::isnan(losses[j]) ? "NaN" : losses[j] > 0 ? "+inf" : "-inf",
+              " at epoch ", s.epoch + 1, ", batch ",
+              first + static_cast<int64_t>(j) + 1, " of ", batches, " (step ", s.step - steps_ago, ")",
+              par.group ? " on rank " + std::to_string(par.rank()) : std::string(), stopped);
+  }
+  KILN_CHECK(!vote.nonfinite(), NonFiniteError, "another rank's training loss is not finite at epoch ", s.epoch + 1,
+             ", between batches ", first + 1, " and ", first + static_cast<int64_t>(losses.size()),
+             " (that rank's error names the step)", stopped);
+}
 
 struct TrainResult {
   double loss = 0, accuracy = 0;  // over the images of the epoch, each as the model was at its step
@@ -380,6 +408,7 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
   Progress progress{.first_batch = t.state.batch};
   const int64_t batches = loader.num_batches();
   Tensor loss_sum, correct;
+  std::vector<Tensor> window;  // the losses since the last progress update, detached
   int64_t seen = 0;
   for (int64_t i = t.state.batch; i < batches; ++i) {
     data::Batch b = loader.batch(i);
@@ -402,14 +431,19 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
     }
     seen += b.targets.numel();
     progress.window_images += b.targets.numel() * par.size();
+    window.push_back(loss.detach());
     // One process looks at Ctrl-C every step; data-parallel ranks vote at the progress updates.
     const bool update = (i + 1) % c.log_interval == 0 || i + 1 == batches;
     StopVote stop;
     if (update) {
-      stop.ask(par);
-      log_progress(c, t.state, batches, loss.item(), progress, metrics);
+      Tensor losses = stack(window);
+      stop.ask(par, losses);
+      const std::vector<float> values = losses.to_vector<float>();
+      check_losses(values, i + 1 - static_cast<int64_t>(window.size()), batches, t.state, stop, par);
+      log_progress(c, t.state, batches, values.back(), progress, metrics);
+      window.clear();
     }
-    if ((update || !par.group) && stop.answer()) return std::nullopt;
+    if ((update || !par.group) && stop.interrupted()) return std::nullopt;
   }
   if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch
   TrainResult r;
@@ -559,6 +593,10 @@ int run(const Config& c) {
     std::optional<TrainResult> train = train_epoch(t, data.train, c, metrics, par);
     if (!train) return stop_interrupted(c, t, par);
     TestResult r = test(*t.model, data.test, device, &confusion, par);
+    KILN_CHECK(std::isfinite(train->loss) && std::isfinite(r.loss), NonFiniteError, "after epoch ",
+               t.state.epoch + 1, " the training loss is ", train->loss, " and the test loss ", r.loss,
+               ": the weights are no longer finite; training stopped, and --save's checkpoint, if any, is left as "
+               "the last epoch's end saved it");
     best = std::max(best, r.accuracy);
     log_epoch(t, *train, r, metrics);
     history.add(t.state.epoch + 1, *train, r);

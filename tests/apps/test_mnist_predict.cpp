@@ -4,6 +4,8 @@
 // without them, as scripts/setup fetches them).
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -216,7 +218,7 @@ TEST_CASE("bad checkpoints: exit code 1 and a message naming the file") {
   std::ofstream(dir.file("garbage")) << "not a checkpoint";
   struct Case {
     std::string path;
-    const char* message;
+    std::string message;
   };
   std::vector<Case> cases{
       {dir.file("absent"), "cannot open"},
@@ -225,6 +227,13 @@ TEST_CASE("bad checkpoints: exit code 1 and a message naming the file") {
       {variant("other-model", [](SafetensorsFile& c) { c.metadata["kiln.model"] = "cnn"; }), "conv1.weight"},
       {variant("unknown-model", [](SafetensorsFile& c) { c.metadata["kiln.model"] = "resnet"; }), "'resnet'"},
       {variant("missing-weight", [](SafetensorsFile& c) { c.tensors.pop_back(); }), "fc2.bias"},
+      {variant("nan-weight",
+               [](SafetensorsFile& c) {
+                 std::vector<float> v = c.tensors[1].second.to_vector<float>();
+                 v[3] = std::nanf("");
+                 c.tensors[1].second = from_vector(v, c.tensors[1].second.shape());
+               }),
+       "'" + f.tensors[1].first + "' holds 1 NaN or infinite value of"},
   };
   for (const Case& c : cases) {
     Result r = predict("--model " + in_quotes(c.path) + " " + one);

@@ -117,6 +117,35 @@ TEST_CASE("--help, --version and a bad flag give exit codes 0, 0 and 2") {
   CHECK(missing.out.find("scripts/setup") != std::string::npos);
 }
 
+TEST_CASE("numeric flags refuse NaN, infinities and values out of range before any work: exit code 2, the rule in words") {
+  struct Case {
+    const char* args;
+    const char* rule;
+  };
+  for (const Case& c : {Case{"--lr nan", "a finite number > 0, got nan"}, Case{"--lr inf", "a finite number > 0"},
+                        Case{"--lr -0.1", "a finite number > 0, got -0.1"}, Case{"--momentum nan", "[0, 1]"},
+                        Case{"--momentum 1.5", "a number in [0, 1], got 1.5"}, Case{"--weight-decay nan", ">= 0"},
+                        Case{"--gamma nan", "> 0"}, Case{"--gamma -1", "> 0, got -1"}, Case{"--seed -1", ">= 0"},
+                        Case{"--limit-train -5", ">= 0, got -5"}, Case{"--limit-test -1", ">= 0"},
+                        Case{"--epochs 0", "> 0, got 0"}, Case{"--batch-size -64", "> 0"},
+                        Case{"--log-interval 0", "> 0"}, Case{"--augment 9", "[0, 8], got 9"},
+                        Case{"--lr 1e", "expected a finite number > 0, got '1e'"}}) {
+    // --data that does not exist: a flag that passed would fail later, with exit code 1
+    Result r = run(std::string(c.args) + " --data /nonexistent-kiln-data");
+    CHECK_MESSAGE(r.code == 2, c.args, ": ", r.out);
+    CHECK_MESSAGE(r.out.find(c.rule) != std::string::npos, c.args, ": ", r.out);
+    CHECK_MESSAGE(r.out.find("1.79769") == std::string::npos, c.args, ": ", r.out);  // no 309-digit bounds
+  }
+  TempDir dir;
+  std::ofstream(dir.file("extra.toml")) << "epochs = 1\nlearning-rate = 0.5\n";  // --lr is the flag
+  Result extra = run("--config '" + dir.file("extra.toml") + "' --data /nonexistent-kiln-data");
+  CHECK_MESSAGE(extra.code == 2, extra.out);
+  CHECK_MESSAGE(extra.out.find("learning-rate") != std::string::npos, extra.out);
+  std::ofstream(dir.file("garbage.toml")) << "this is not a config file\n\x01\x02 = [\n";
+  Result garbage = run("--config '" + dir.file("garbage.toml") + "' --data /nonexistent-kiln-data");
+  CHECK_MESSAGE(garbage.code == 2, garbage.out);
+}
+
 TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CPU") {
   if (!have_data()) {
     MESSAGE("skipped: no MNIST in ", data_dir(), " (run scripts/setup)");
@@ -244,6 +273,13 @@ TEST_CASE("malformed checkpoints are refused with exit code 1 and a message nami
       {variant("missing-weight", [](SafetensorsFile& f) { f.tensors.pop_back(); }), "fc2.bias"},
       {variant("wrong-shape", [](SafetensorsFile& f) { f.tensors[0].second = zeros({3, 3}); }), "conv1.weight"},
       {variant("extra-weight", [](SafetensorsFile& f) { f.tensors.emplace_back("fc3.weight", zeros({2})); }), "fc3.weight"},
+      {variant("inf-weight",
+               [](SafetensorsFile& f) {
+                 std::vector<float> v = f.tensors[2].second.to_vector<float>();
+                 v[0] = v[5] = INFINITY;
+                 f.tensors[2].second = from_vector(v, f.tensors[2].second.shape());
+               }),
+       "holds 2 NaN or infinite values of"},
   };
   std::ofstream(dir.file("truncated"), std::ios::binary) << std::string(5, 'x');
   cases.push_back({dir.file("truncated"), "fewer than the 8"});
@@ -253,6 +289,51 @@ TEST_CASE("malformed checkpoints are refused with exit code 1 and a message nami
     CHECK_MESSAGE(r.code == 1, c.path, ": ", r.out);
     CHECK_MESSAGE(r.out.find(c.message) != std::string::npos, c.path, ": ", r.out);
   }
+}
+
+TEST_CASE("a diverging run stops at its first non-finite loss, naming the step; the metrics stay JSON, no checkpoint is written") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  TempDir dir;
+  Result r = run(kQuick + "--epochs 2 --lr 1e20 --log-interval 4 --save '" + dir.file("ckpt") + "' --metrics-out '" +
+                 dir.file("m.jsonl") + "'");
+  CHECK_MESSAGE(r.code == 1, r.out);
+  CHECK_MESSAGE(r.out.find("the training loss is ") != std::string::npos, r.out);
+  CHECK_MESSAGE(r.out.find(" at epoch 1, batch ") != std::string::npos, r.out);
+  CHECK_MESSAGE(r.out.find(" of 10 (step ") != std::string::npos, r.out);
+  CHECK(!fs::exists(dir.file("ckpt")));
+  std::ifstream metrics(dir.file("m.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    CHECK_MESSAGE(line.find("nan") == std::string::npos, line);
+    CHECK_MESSAGE(line.find("inf") == std::string::npos, line);
+  }
+}
+
+TEST_CASE("a model or optimizer state that is not finite is not saved, and the checkpoint there stays") {
+  TempDir dir;
+  std::shared_ptr<nn::Module> model = apps::make_model("mlp");
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  apps::save_checkpoint(dir.file("ckpt"), *model, opt, nullptr, {"mlp", "{}"});
+  const auto saved = fs::file_size(dir.file("ckpt"));
+  Tensor w = model->named_parameters()[0].second;
+  {
+    NoGradGuard no_grad;
+    w.fill_(std::nan(""));
+  }
+  try {
+    apps::save_checkpoint(dir.file("ckpt"), *model, opt, nullptr, {"mlp", "{}"});
+    FAIL("expected a NonFiniteError");
+  } catch (const NonFiniteError& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("'" + model->named_parameters()[0].first + "' holds " + std::to_string(w.numel()) +
+                            " NaN or infinite values") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("left as it was") != std::string::npos, what);
+  }
+  CHECK(fs::file_size(dir.file("ckpt")) == saved);
+  apps::LoadedCheckpoint c = apps::load_checkpoint(dir.file("ckpt"));  // the good one, still whole
+  CHECK(c.state.model == "mlp");
 }
 
 TEST_CASE("--config reads options from a TOML file; flags on the command line win") {

@@ -141,3 +141,17 @@ TEST_CASE("mnist-train refuses ranks whose settings differ, and data-parallel ru
   CHECK(gpu.code != 0);
   CHECK_MESSAGE(gpu.out.find("names one GPU") != std::string::npos, gpu.out);
 }
+
+TEST_CASE("a diverging data-parallel run stops every rank at the same update, each naming why, nothing saved") {
+  if (!have_data()) return;
+  TempDir dir;
+  Result r = run(2, kBase + "--device cpu --epochs 2 --lr 1e20 --batch-size 32 --log-interval 5 --save '" +
+                        dir.file("ckpt") + "'");
+  CHECK_MESSAGE(r.code == 1, r.out);
+  // every rank stops on the vote, not on a collective that times out because another rank left
+  CHECK_MESSAGE(count(r.out, "mnist-train: error:") == 2, r.out);
+  CHECK_MESSAGE(count(r.out, "training loss is ") == 2, r.out);
+  CHECK_MESSAGE(r.out.find(" at epoch 1, batch ") != std::string::npos, r.out);
+  CHECK(r.out.find("did not complete") == std::string::npos);
+  CHECK(!fs::exists(dir.file("ckpt")));
+}
