@@ -142,6 +142,7 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
     if (!retain_graph) node->backward = nullptr;
     KILN_CHECK(grads.size() == node->inputs.size(), AutogradError, "backward of '", node->op,
                "' returned ", grads.size(), " gradients for ", node->inputs.size(), " inputs");
+    if (is_anomaly_enabled()) check_backward_anomaly(*node, grad, grads);
 
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& edge = node->inputs[i];

@@ -1,9 +1,40 @@
 #include "kiln/autograd/node.h"
 
+#include <atomic>
+#include <string>
+
+#include "kiln/autograd/ops.h"
+
 namespace kiln::autograd {
 
 namespace {
 thread_local bool grad_enabled = true;
+std::atomic<bool> anomaly_enabled{false};  // for every thread, as PyTorch's
+
+// "[2, 3] f32" and, when t holds values that are not finite, how many.
+std::string describe(const Tensor& t, int64_t nonfinite) {
+  std::string s = t.shape().str() + " " + std::string(dtype_name(t.dtype()));
+  if (nonfinite > 0) s += " holding " + std::to_string(nonfinite) + " NaN or infinite";
+  return s;
+}
+std::string describe(const Tensor& t) { return t.defined() ? describe(t, count_nonfinite(t)) : "none"; }
+
+}  // namespace
+
+bool is_anomaly_enabled() { return anomaly_enabled.load(std::memory_order_relaxed); }
+void set_detect_anomaly(bool on) { anomaly_enabled.store(on, std::memory_order_relaxed); }
+
+DetectAnomalyGuard::DetectAnomalyGuard() : previous_(is_anomaly_enabled()) { set_detect_anomaly(true); }
+DetectAnomalyGuard::~DetectAnomalyGuard() { set_detect_anomaly(previous_); }
+
+void check_backward_anomaly(const Node& node, const Tensor& grad_output, const Grads& grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() || !node.inputs[i].needed()) continue;
+    const int64_t bad = count_nonfinite(grads[i]);
+    KILN_CHECK(bad == 0, NonFiniteError, "anomaly mode: the backward of '", node.op, "' gave ", bad, " NaN or infinite ",
+               "value", bad == 1 ? "" : "s", " of ", grads[i].numel(), " in the gradient of its input ", i, " (",
+               describe(grads[i], 0), "), from a gradient of its output ", describe(grad_output));
+  }
 }
 
 Node::~Node() {
@@ -50,6 +81,15 @@ void record(Tensor& output, std::string_view op, std::span<const Tensor> inputs,
   node->backward = std::move(backward);
   output.impl()->requires_grad = true;
   output.impl()->grad_fn = std::move(node);
+  if (is_anomaly_enabled()) {
+    NoGradGuard no_grad;
+    const int64_t bad = count_nonfinite(output);
+    if (bad == 0) return;
+    std::string ins;
+    for (const Tensor& t : inputs) ins += (ins.empty() ? "" : ", ") + describe(t);
+    KILN_FAIL(NonFiniteError, "anomaly mode: the forward of '", op, "' gave ", bad, " NaN or infinite value",
+              bad == 1 ? "" : "s", " of ", output.numel(), " in its output (", describe(output, 0), ") from inputs ", ins);
+  }
 }
 
 }  // namespace kiln::autograd

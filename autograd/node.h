@@ -60,6 +60,28 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Anomaly mode (PyTorch's detect_anomaly), for finding where a NaN is born: while on, every op
+// that records a node checks its output, and backward every gradient a formula returns; the first
+// that holds NaN or an infinity throws NonFiniteError naming the op and the shapes, and whether
+// what came in was finite. Each check waits for the device: a debugging mode, not a training one.
+// Ops that record nothing (under NoGradGuard, or on inputs that need no gradient) are not checked.
+bool is_anomaly_enabled();
+void set_detect_anomaly(bool on);
+
+class DetectAnomalyGuard {
+ public:
+  DetectAnomalyGuard();
+  ~DetectAnomalyGuard();
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Anomaly mode's check of a gradient formula's results (autograd/engine.cpp).
+void check_backward_anomaly(const Node& node, const Tensor& grad_output, const Grads& grads);
+
 // True when grad mode is on and some input requires grad: then the op must record a node.
 bool is_recording(std::span<const Tensor> inputs);
 inline bool is_recording(std::initializer_list<Tensor> inputs) {
@@ -76,5 +98,6 @@ inline void record(Tensor& output, std::string_view op, std::initializer_list<Te
 }  // namespace kiln::autograd
 
 namespace kiln {
+using autograd::DetectAnomalyGuard;
 using autograd::NoGradGuard;
 }

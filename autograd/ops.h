@@ -71,6 +71,9 @@ Tensor lt(const Tensor& a, double b);
 // 1 where x is finite, 0 where it is NaN, +inf or -inf, in x's dtype (i32 and u8: all ones), as
 // torch.isfinite gives in bool. Not differentiable.
 Tensor isfinite(const Tensor& x);
+// How many of x's values are NaN or infinite (0 for integer dtypes): one value read from the
+// device when there are none, a copy to the host when there are.
+int64_t count_nonfinite(const Tensor& x);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

@@ -442,4 +442,20 @@ inline void bad_index_cases(const Run& r) {
   }
 }
 
+// Anomaly mode on the device: the first op whose output, or whose formula's gradient, is not
+// finite is named, with its shapes (the check reads the device).
+inline void anomaly_cases(const Run& r) {
+  DetectAnomalyGuard anomaly;
+  Tensor x = from_vector<float>({1, 4, 9}, {3}).to(r.device).requires_grad_();
+  CHECK_THROWS_WITH_AS(log(x - 2.0), doctest::Contains("the forward of 'log' gave 1 NaN or infinite value of 3"),
+                       NonFiniteError);
+  Tensor z = from_vector<float>({0, 1, 4}, {3}).to(r.device).requires_grad_();
+  Tensor s = sqrt(z).sum();
+  CHECK_THROWS_WITH_AS(s.backward(), doctest::Contains("the backward of 'sqrt' gave 1 NaN or infinite value of 3"),
+                       NonFiniteError);
+  Tensor w = from_vector<float>({1, 2, 3}, {3}).to(r.device).requires_grad_();
+  (w * w).sum().backward();
+  r.check(w.grad(), from_vector<float>({2, 4, 6}, {3}), {}, "a finite backward under anomaly mode");
+}
+
 }  // namespace kiln::test

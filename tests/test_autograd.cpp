@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -294,4 +295,40 @@ TEST_CASE("hook bookkeeping stays linear in a deep graph") {
   for (int i = 0; i < 20000; ++i) y = y + w;  // 20000 edges into w
   y.sum().backward();
   CHECK(calls == 1);
+}
+
+TEST_CASE("anomaly mode names the first op whose output or gradient is not finite, with the shapes") {
+  Tensor x = leaf({1, 4, 9}, {3});
+  CHECK(std::isnan((log(x - 2.0)).to_vector<double>()[0]));  // off: NaN goes on, as in PyTorch
+  {
+    DetectAnomalyGuard anomaly;
+    CHECK(autograd::is_anomaly_enabled());
+    CHECK_THROWS_WITH_AS(log(x - 2.0),
+                         doctest::Contains("anomaly mode: the forward of 'log' gave 1 NaN or infinite value of 3 in "
+                                           "its output ([3] f64) from inputs [3] f64"),
+                         NonFiniteError);
+    // the input's own NaN is named: the op is where it was first seen, not where it was born
+    Tensor nan_in = leaf({1, std::nan(""), 2}, {3});
+    CHECK_THROWS_WITH_AS(nan_in * 2.0, doctest::Contains("from inputs [3] f64 holding 1 NaN or infinite"),
+                         NonFiniteError);
+    // sqrt(0) = 0 is finite; its derivative 1 / (2 sqrt(0)) is not
+    Tensor z = leaf({0, 1, 4}, {3});
+    Tensor s = sqrt(z).sum();
+    CHECK_THROWS_WITH_AS(s.backward(),
+                         doctest::Contains("anomaly mode: the backward of 'sqrt' gave 1 NaN or infinite value of 3 in "
+                                           "the gradient of its input 0 ([3] f64), from a gradient of its output [3] f64"),
+                         NonFiniteError);
+    // finite work passes untouched
+    Tensor w = leaf({1, 2, 3}, {3});
+    (w * w).sum().backward();
+    CHECK(grad_of(w) == std::vector<double>{2, 4, 6});
+    {
+      NoGradGuard no_grad;  // nothing recorded, nothing checked
+      CHECK(std::isnan(log(x - 2.0).to_vector<double>()[0]));
+    }
+  }
+  CHECK_FALSE(autograd::is_anomaly_enabled());
+  Tensor z = leaf({0, 1}, {2});
+  sqrt(z).sum().backward();  // off again: the infinite gradient is stored, unchecked
+  CHECK(std::isinf(grad_of(z)[0]));
 }

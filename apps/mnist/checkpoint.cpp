@@ -111,11 +111,10 @@ LoadedCheckpoint read(const std::string& path, bool everything) {
 
 std::string first_nonfinite(const NamedTensors& tensors) {
   for (const auto& [name, t] : tensors) {
-    if (!is_floating(t.dtype()) || t.numel() == 0) continue;
-    const auto finite = static_cast<int64_t>(isfinite(t.detach()).to(DType::i32).sum().item());
-    if (finite != t.numel())
-      return "'" + name + "' holds " + std::to_string(t.numel() - finite) + " NaN or infinite value" +
-             (t.numel() - finite == 1 ? "" : "s") + " of " + std::to_string(t.numel());
+    const int64_t bad = count_nonfinite(t.detach());
+    if (bad > 0)
+      return "'" + name + "' holds " + std::to_string(bad) + " NaN or infinite value" + (bad == 1 ? "" : "s") +
+             " of " + std::to_string(t.numel());
   }
   return "";
 }

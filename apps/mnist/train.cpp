@@ -57,6 +57,7 @@ struct Config {
   uint64_t seed = 1;
   std::string device = "auto";
   bool tf32 = false;  // let CUDA matmul and conv2d use TF32 tensor cores
+  bool detect_anomaly = false;  // check every op's output and gradient (slow; not a setting of the run)
   int64_t log_interval = 10;
   int64_t limit_train = 0;
   int64_t limit_test = 0;
@@ -103,6 +104,8 @@ void add_options(CLI::App& app, Config& c) {
   app.add_flag("--distributed", c.distributed, "train data-parallel over the processes of an mpirun job "
                "(on by itself under mpirun -np N > 1; NCCL on cuda, MPI on cpu)");
   app.add_flag("--tf32", c.tf32, "CUDA matmul and conv2d may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
+  app.add_flag("--detect-anomaly", c.detect_anomaly, "name the first op whose output or gradient is NaN or "
+               "infinite, with its shapes (slow: the host waits for every op)");
   app.add_option("--log-interval", c.log_interval, "batches between progress updates")
       ->check(apps::positive_number())->capture_default_str();
   app.add_option("--limit-train", c.limit_train, "train on the first N images only (0: all)")
@@ -378,7 +381,7 @@ struct StopVote {
 void check_losses(const std::vector<float>& losses, int64_t first, int64_t batches, const apps::RunState& s,
                   const StopVote& vote, const Parallel& par) {
   const std::string stopped = "; training stopped, and --save's checkpoint, if any, is left as the last epoch's "
-                              "end saved it (a smaller --lr may help)";
+                              "end saved it (a smaller --lr may help; --detect-anomaly names the op where it began)";
   for (size_t j = 0; j < losses.size(); ++j) {
     if (std::isfinite(losses[j])) continue;
     const int64_t steps_ago = static_cast<int64_t>(losses.size() - 1 - j);
@@ -578,6 +581,8 @@ int stop_interrupted(const Config& c, const Training& t, const Parallel& par) {
 int run(const Config& c) {
   auto [device, par] = pick_device_and_group(c);
   set_allow_tf32(c.tf32);
+  std::optional<DetectAnomalyGuard> anomaly;
+  if (c.detect_anomaly) anomaly.emplace();
   std::optional<apps::LoadedCheckpoint> resumed = load_resumed(c);
   info("config: " + c.json());
   Loaders data = load_data(c, device, par);

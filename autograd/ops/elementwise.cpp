@@ -204,6 +204,14 @@ Tensor isfinite(const Tensor& x) {
   return run_unary(UnaryOp::isfinite, x);
 }
 
+int64_t count_nonfinite(const Tensor& x) {
+  if (!is_floating(x.dtype()) || x.numel() == 0) return 0;
+  NoGradGuard no_grad;
+  if (kiln::min(isfinite(x)).item() == 1) return 0;
+  Tensor finite = isfinite(x.to(Device::cpu())).to(DType::i32).sum();  // exact, however many
+  return x.numel() - static_cast<int64_t>(finite.item());
+}
+
 // The activations' gradients are fused kernels (relu_backward, ... below).
 Tensor relu(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::relu, x);

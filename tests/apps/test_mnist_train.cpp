@@ -311,6 +311,18 @@ TEST_CASE("a diverging run stops at its first non-finite loss, naming the step; 
   }
 }
 
+TEST_CASE("--detect-anomaly names the op where the diverging run's numbers first stop being finite") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  Result r = run(kQuick + "--epochs 1 --lr 1e20 --detect-anomaly");
+  CHECK_MESSAGE(r.code == 1, r.out);
+  CHECK_MESSAGE(r.out.find("anomaly mode: the ") != std::string::npos, r.out);
+  CHECK_MESSAGE(r.out.find("NaN or infinite value") != std::string::npos, r.out);
+  CHECK_MESSAGE(r.out.find("the training loss is") == std::string::npos, r.out);  // caught before the loss
+}
+
 TEST_CASE("a model or optimizer state that is not finite is not saved, and the checkpoint there stays") {
   TempDir dir;
   std::shared_ptr<nn::Module> model = apps::make_model("mlp");
