@@ -1,9 +1,11 @@
 #include "kiln/core/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -261,6 +263,41 @@ std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::
   return out;
 }
 
+namespace {
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
+  std::string s = name;
+  std::replace(s.begin(), s.end(), '.', '_');  // the temporary's name splits at dots
+  return s;
+}
+
+// The temporaries that saves of `target` left behind when they were killed: ".NAME.tmp.HOST.PID"
+// (".NAME.tmp.PID" before the host was named) whose process, on this host, is gone. A live
+// process's, or another host's on a shared folder, are left alone.
+void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& target_name) {
+  namespace fs = std::filesystem;
+  const std::string prefix = "." + target_name + ".tmp.";
+  const std::string host = host_name();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    std::string rest = name.substr(prefix.size());  // "HOST.PID" or "PID"
+    if (size_t dot = rest.rfind('.'); dot != std::string::npos) {
+      if (rest.substr(0, dot) != host) continue;
+      rest = rest.substr(dot + 1);
+    }
+    if (rest.empty() || rest.size() > 9 || !std::all_of(rest.begin(), rest.end(), ::isdigit)) continue;
+    const auto pid = static_cast<pid_t>(std::stol(rest));
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    fs::remove(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   std::string bytes = encode_safetensors(tensors, metadata, path);
@@ -268,8 +305,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  remove_stale_temporaries(dir, target.filename().string());
   std::string temp_name = ".";
-  temp_name.append(target.filename().string()).append(".tmp.").append(std::to_string(::getpid()));
+  temp_name.append(target.filename().string()).append(".tmp.").append(host_name()).append(".");
+  temp_name.append(std::to_string(::getpid()));
   std::string temp = (dir / temp_name).string();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   KILN_CHECK(fd >= 0, SerializationError, "cannot write '", path, "': creating '", temp, "' failed: ",

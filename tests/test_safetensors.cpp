@@ -1,6 +1,10 @@
-// safetensors: round trips, atomic replacement, and malformed files rejected with the rule named.
+// safetensors: round trips, atomic replacement (and the temporaries of killed saves cleaned), and
+// malformed files rejected with the rule named.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -99,6 +103,31 @@ TEST_CASE("saving replaces a file atomically and a failed save leaves the old fi
   CHECK(load_safetensors(path).tensors[0].first == "b");
   for (const auto& entry : fs::directory_iterator(dir.path()))  // no temporary left behind
     CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("a save removes the temporaries that killed saves of the same file left, and no one else's") {
+  TempDir dir;
+  // a process that has ended: its PID names no live process (until the system reuses it)
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+  std::string here = host;
+  std::replace(here.begin(), here.end(), '.', '_');
+  const std::string dead = std::to_string(child), alive = std::to_string(::getppid());
+  const std::vector<std::string> stale = {".ckpt.st.tmp." + here + "." + dead, ".ckpt.st.tmp." + dead},
+                                 kept = {".ckpt.st.tmp." + here + "." + alive,       // a live process's
+                                         ".ckpt.st.tmp.other-host." + dead,          // another machine's
+                                         ".other.st.tmp." + here + "." + dead,       // another file's
+                                         ".ckpt.st.tmp.notapid"};
+  for (const auto& name : stale) std::ofstream(dir.file(name)) << "half a checkpoint";
+  for (const auto& name : kept) std::ofstream(dir.file(name)) << "half a checkpoint";
+  save_safetensors(dir.file("ckpt.st"), {{"a", ones({2})}});
+  for (const auto& name : stale) CHECK_MESSAGE(!fs::exists(dir.file(name)), name);
+  for (const auto& name : kept) CHECK_MESSAGE(fs::exists(dir.file(name)), name);
+  CHECK(load_safetensors(dir.file("ckpt.st")).tensors.size() == 1);
 }
 
 TEST_CASE("malformed safetensors files are rejected with the file, the offset and the rule") {

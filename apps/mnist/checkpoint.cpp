@@ -87,10 +87,19 @@ LoadedCheckpoint read(const std::string& path, bool everything) {
   c.state.model = entry(meta, "kiln.model", path);
   if (!everything) return c;
   c.state.config = entry(meta, "kiln.config", path);
-  c.state.epoch = number<int64_t>(meta, "kiln.epoch", path);
-  c.state.batch = number<int64_t>(meta, "kiln.batch", path);
-  c.state.step = number<int64_t>(meta, "kiln.step", path);
-  if (meta.count("kiln.images")) c.state.epoch_images = number<int64_t>(meta, "kiln.images", path);
+  // Counts in their ranges (the data they must fit is checked by the run that resumes): far
+  // below where adding an epoch's steps or images could overflow.
+  constexpr int64_t kMaxCount = int64_t{1} << 53;
+  auto count = [&](const char* key, int64_t lowest) {
+    const auto v = number<int64_t>(meta, key, path);
+    KILN_CHECK(v >= lowest && v <= kMaxCount, SerializationError, "checkpoint '", path, "': '", key, "' is ", v,
+               ", outside [", lowest, ", 2^53]");
+    return v;
+  };
+  c.state.epoch = count("kiln.epoch", 0);
+  c.state.batch = count("kiln.batch", 0);
+  c.state.step = count("kiln.step", 0);
+  if (meta.count("kiln.images")) c.state.epoch_images = count("kiln.images", -1);
   const std::string& rng = entry(meta, "kiln.rng", path);
   size_t colon = rng.find(':');
   KILN_CHECK(colon != std::string::npos, SerializationError, "checkpoint '", path,

@@ -309,6 +309,9 @@ Training build_training(const Config& c, const Device& device, int64_t steps_per
     t.state = resumed->state;
     t.state.config = c.json();  // this run's settings (--epochs may have grown)
     t.state.batch = resume_batch(c, resumed->state, par);
+    KILN_CHECK(t.state.batch <= steps_per_epoch && t.state.step >= t.state.batch, ValueError, "--resume: the checkpoint "
+               "stands at batch ", t.state.batch, " of epoch ", t.state.epoch + 1, " after ", t.state.step,
+               " steps, but this run's epoch has ", steps_per_epoch, " batches (a checkpoint of other data, or damaged)");
     default_generator().set_state(t.state.rng_seed, t.state.rng_offset);
   }
   t.net = t.model;

@@ -269,6 +269,18 @@ TEST_CASE("malformed checkpoints are refused with exit code 1 and a message nami
       {variant("bad-nested", [](SafetensorsFile& f) { f.metadata["kiln.optimizer"] = "AAAA"; }), "fewer than the 8"},
       {variant("bad-epoch", [](SafetensorsFile& f) { f.metadata["kiln.epoch"] = "two"; }), "whole number"},
       {variant("bad-rng", [](SafetensorsFile& f) { f.metadata["kiln.rng"] = "17"; }), "seed:offset"},
+      {variant("negative-epoch", [](SafetensorsFile& f) { f.metadata["kiln.epoch"] = "-5"; }),
+       "'kiln.epoch' is -5, outside [0, 2^53]"},
+      {variant("huge-epoch", [](SafetensorsFile& f) { f.metadata["kiln.epoch"] = "9223372036854775807"; }),
+       "'kiln.epoch' is 9223372036854775807, outside"},
+      {variant("negative-step", [](SafetensorsFile& f) { f.metadata["kiln.step"] = "-7"; }), "'kiln.step' is -7"},
+      {variant("past-the-data", [](SafetensorsFile& f) { f.metadata["kiln.images"] = "6400000"; }),
+       "this run's epoch has 10 batches"},
+      {variant("fewer-steps", [](SafetensorsFile& f) {
+         f.metadata["kiln.batch"] = "5";
+         f.metadata["kiln.images"] = "320";
+         f.metadata["kiln.step"] = "2";
+       }), "after 2 steps"},
       {variant("other-model", [](SafetensorsFile& f) { f.metadata["kiln.model"] = "mlp"; }), "'mlp' model"},
       {variant("missing-weight", [](SafetensorsFile& f) { f.tensors.pop_back(); }), "fc2.bias"},
       {variant("wrong-shape", [](SafetensorsFile& f) { f.tensors[0].second = zeros({3, 3}); }), "conv1.weight"},
