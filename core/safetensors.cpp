@@ -335,6 +335,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // ---- reading ----
 
 SafetensorsFile load_safetensors(const std::string& path) {
+  // A FIFO or a device would block the read or never end it: regular files only.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  KILN_CHECK(std::filesystem::exists(status), SerializationError, "cannot open safetensors file '", path,
+             "': no such file");
+  KILN_CHECK(std::filesystem::is_regular_file(status), SerializationError, "cannot open safetensors file '", path,
+             "': not a regular file (a directory, a FIFO or a device)");
   std::ifstream in(path, std::ios::binary);
   KILN_CHECK(in.good(), SerializationError, "cannot open safetensors file '", path, "': ",
              std::strerror(errno));

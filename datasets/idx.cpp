@@ -40,7 +40,7 @@ class ByteReader {
     fs::file_status status = fs::status(path, ec);
     KILN_CHECK(fs::exists(status), DataError, name_, ": cannot open: no such file");
     KILN_CHECK(fs::is_regular_file(status), DataError, name_,
-               ": cannot open: not a regular file (a directory?)");
+               ": cannot open: not a regular file (a directory, a FIFO or a device)");
     file_size_ = fs::file_size(path, ec);
     file_.reset(std::fopen(name_.c_str(), "rb"));
     KILN_CHECK(file_ != nullptr, DataError, name_, ": cannot open for reading: ",

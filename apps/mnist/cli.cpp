@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
 namespace kiln::apps {
 
@@ -44,6 +45,19 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv, cons
     return code == 0 ? 0 : 2;
   }
   return std::nullopt;
+}
+
+CLI::Validator regular_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        std::error_code ec;
+        const std::filesystem::file_status status = std::filesystem::status(path, ec);
+        if (!std::filesystem::exists(status)) return "no such file: " + path;
+        if (!std::filesystem::is_regular_file(status))
+          return "not a regular file (a directory, a FIFO or a device): " + path;
+        return "";
+      },
+      "FILE");
 }
 
 }  // namespace kiln::apps

@@ -22,6 +22,8 @@ std::string fmt(const char* format, auto... args) {
 CLI::Validator positive_number();      // finite, > 0
 CLI::Validator non_negative_number();  // finite, >= 0 (also keeps "-1" from wrapping into an unsigned flag)
 CLI::Validator number_in(double lo, double hi);  // finite, lo <= x <= hi
+// A path to a regular file (a FIFO would block its reading forever; a directory is no file).
+CLI::Validator regular_file();
 
 // Parses argv into `app`'s options. When the program should stop there, returns its exit code once
 // CLI11 has printed what it has to say: 0 after --help or --version, 2 for a usage error. `validate`

@@ -257,7 +257,7 @@ Tensor load_digit_image(const std::string& path) {
   const fs::file_status status = fs::status(path, ec);
   KILN_CHECK(fs::exists(status), data::DataError, path, ": cannot open: no such file");
   KILN_CHECK(fs::is_regular_file(status), data::DataError, path,
-             ": cannot open: not a regular file (a directory?)");
+             ": cannot open: not a regular file (a directory, a FIFO or a device)");
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   KILN_CHECK(file != nullptr, data::DataError, path, ": cannot open for reading: ", std::strerror(errno));
 

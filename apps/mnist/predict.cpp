@@ -174,6 +174,8 @@ int64_t predict_pictures(nn::Module& model, const std::vector<std::string>& path
 // IDX files start 00 00 <type> <rank>; the classic mirrors ship them gzip-compressed (1f 8b).
 // No picture format starts either way.
 bool looks_like_idx(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;  // a FIFO would block the read; the loader says why
   std::array<unsigned char, 4> head{};
   std::ifstream in(path, std::ios::binary);
   if (!in.read(reinterpret_cast<char*>(head.data()), head.size())) return false;

@@ -79,7 +79,8 @@ struct Config {
 
 // The flags, in the order --help lists them; each writes into `c`, whose values are the defaults.
 void add_options(CLI::App& app, Config& c) {
-  app.set_config("--config", "", "read options from a TOML/INI file (flags on the command line win)");
+  app.set_config("--config", "", "read options from a TOML/INI file (flags on the command line win)")
+      ->check(apps::regular_file());
   app.allow_config_extras(CLI::config_extras_mode::error);  // a key that is no option is a mistake, not noise
   app.add_option("--data", c.data, "folder with the IDX files (env KILN_DATA)")->capture_default_str();
   app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast")

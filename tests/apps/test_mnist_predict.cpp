@@ -3,6 +3,7 @@
 // cases train an MLP with mnist-train for one quick epoch and need the MNIST files (they skip
 // without them, as scripts/setup fetches them).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 
@@ -216,6 +217,7 @@ TEST_CASE("bad checkpoints: exit code 1 and a message naming the file") {
     return dir.file(name);
   };
   std::ofstream(dir.file("garbage")) << "not a checkpoint";
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);  // reading it would block forever
   struct Case {
     std::string path;
     std::string message;
@@ -223,6 +225,8 @@ TEST_CASE("bad checkpoints: exit code 1 and a message naming the file") {
   std::vector<Case> cases{
       {dir.file("absent"), "cannot open"},
       {dir.file("garbage"), "safetensors"},
+      {dir.file("fifo"), "not a regular file (a directory, a FIFO or a device)"},
+      {dir.path(), "not a regular file"},
       {variant("no-format", [](SafetensorsFile& c) { c.metadata.erase("kiln.format"); }), "kiln.format"},
       {variant("other-model", [](SafetensorsFile& c) { c.metadata["kiln.model"] = "cnn"; }), "conv1.weight"},
       {variant("unknown-model", [](SafetensorsFile& c) { c.metadata["kiln.model"] = "resnet"; }), "'resnet'"},
@@ -235,6 +239,9 @@ TEST_CASE("bad checkpoints: exit code 1 and a message naming the file") {
                }),
        "'" + f.tensors[1].first + "' holds 1 NaN or infinite value of"},
   };
+  Result picture = predict("--model " + in_quotes(good) + " " + in_quotes(dir.file("fifo")));
+  CHECK_MESSAGE(picture.code == 1, picture.err);
+  CHECK_MESSAGE(picture.err.find("fifo: cannot open: not a regular file") != std::string::npos, picture.err);
   for (const Case& c : cases) {
     Result r = predict("--model " + in_quotes(c.path) + " " + one);
     CHECK_MESSAGE(r.code == 1, c.path, ": ", r.err);

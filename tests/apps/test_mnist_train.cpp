@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -358,6 +359,29 @@ TEST_CASE("a model or optimizer state that is not finite is not saved, and the c
   CHECK(fs::file_size(dir.file("ckpt")) == saved);
   apps::LoadedCheckpoint c = apps::load_checkpoint(dir.file("ckpt"));  // the good one, still whole
   CHECK(c.state.model == "mlp");
+}
+
+TEST_CASE("a FIFO, a directory or a device given as a file is refused at once, naming it") {
+  TempDir dir;
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  fs::create_directory(dir.file("folder"));
+  struct Case {
+    std::string args;
+    int code;
+    std::string message;
+  };
+  const std::vector<Case> cases{
+      {"--resume '" + dir.file("fifo") + "'", 1, "not a regular file"},
+      {"--resume '" + dir.file("folder") + "'", 1, "not a regular file"},
+      {"--resume /dev/zero", 1, "not a regular file"},
+      {"--config '" + dir.file("fifo") + "'", 2, "not a regular file"},
+      {"--config '" + dir.file("folder") + "'", 2, "not a regular file"},
+  };
+  for (const Case& c : cases) {
+    Result r = run(kQuick + c.args, "timeout 20 ");  // a read of the FIFO would block: 124
+    CHECK_MESSAGE(r.code == c.code, c.args, ": ", r.out);
+    CHECK_MESSAGE(r.out.find(c.message) != std::string::npos, c.args, ": ", r.out);
+  }
 }
 
 TEST_CASE("--config reads options from a TOML file; flags on the command line win") {
