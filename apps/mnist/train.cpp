@@ -154,11 +154,18 @@ Metrics open_metrics(const Config& c, bool resumed) {
 
 // ---- Ctrl-C: the first asks to stop at the next step boundary, the second exits at once ----
 
+// Ctrl-C (SIGINT) or SIGTERM: the first asks to stop at the next step boundary (or after the
+// epoch's test, when it comes during one), saving with --save; a second ends the process at once.
+// The exit code is 128 + the first signal's number: 130 or 143.
 std::atomic<int> g_interrupts{0};
+std::atomic<int> g_stop_signal{SIGINT};
 
-extern "C" void on_sigint(int) {
-  if (g_interrupts.fetch_add(1) >= 1) _exit(130);
+extern "C" void on_stop_signal(int signal) {
+  if (g_interrupts.fetch_add(1) >= 1) _exit(128 + signal);
+  g_stop_signal.store(signal);
 }
+
+int interrupted_exit_code() { return 128 + g_stop_signal.load(); }
 
 // ---- data-parallel: the job's process group, when there is one ----
 
@@ -577,7 +584,16 @@ int stop_interrupted(const Config& c, const Training& t, const Parallel& par) {
   info("interrupted: stopping at a step boundary");
   save_run(c, t, t.state, par);
   if (c.save.empty()) info("nothing saved (no --save given)");
-  return 130;
+  return interrupted_exit_code();
+}
+
+// Whether a stop was asked during the epoch's test (or its save): data-parallel, by any rank, the
+// ranks deciding together as at the progress updates.
+bool interrupted_between_epochs(const Parallel& par) {
+  if (!par.group) return g_interrupts.load() > 0;
+  Tensor flag = scalar(g_interrupts.load() > 0 ? 1.0 : 0.0, par.group->device());
+  par.group->all_reduce(flag, ReduceOp::max);
+  return flag.item() > 0;
 }
 
 // ---- the run ----
@@ -592,7 +608,8 @@ int run(const Config& c) {
   Loaders data = load_data(c, device, par);
   Training t = build_training(c, device, data.train.num_batches(), resumed, par);
   Metrics metrics = open_metrics(c, resumed.has_value());
-  std::signal(SIGINT, on_sigint);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
 
   History history;
   std::vector<int64_t> confusion;  // of the latest test
@@ -611,6 +628,11 @@ int run(const Config& c) {
     history.add(t.state.epoch + 1, *train, r);
     save_epoch_end(c, t, par);
     if (!c.plot.empty() && g_rank0) plot_history(c.plot, history);
+    if (interrupted_between_epochs(par)) {
+      info(fmt("interrupted: stopped after epoch %lld%s", static_cast<long long>(t.state.epoch + 1),
+               c.save.empty() ? " (nothing saved: no --save given)" : ", whose end is saved"));
+      return interrupted_exit_code();
+    }
   }
 
   double total = std::chrono::duration<double>(Clock::now() - run_start).count();

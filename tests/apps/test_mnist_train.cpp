@@ -49,7 +49,7 @@ Result run(const std::string& args, const std::string& prefix = "") {
 // Starts mnist-train, waits until its metrics file shows a finished training step (so the Ctrl-C
 // handler is in place and there is something to save), then sends SIGINT as Ctrl-C would. A fixed
 // delay instead would race the data loading on a slow or busy machine.
-Result run_until_trained_then_interrupt(const std::string& args, const std::string& metrics) {
+Result run_until_trained_then_interrupt(const std::string& args, const std::string& metrics, int signal = SIGINT) {
   std::string log = (fs::temp_directory_path() / ("kiln-run-" + std::to_string(::getpid()) + ".log")).string();
   std::string cmd = "exec '" + std::string(KILN_MNIST_TRAIN) + "' --data '" + data_dir() + "' " + args + " > '" +
                     log + "' 2>&1";
@@ -72,7 +72,7 @@ Result run_until_trained_then_interrupt(const std::string& args, const std::stri
     ::usleep(20000);
   }
   if (!exited) {
-    ::kill(pid, SIGINT);
+    ::kill(pid, signal);
     ::waitpid(pid, &status, 0);
   }
   std::ifstream in(log);
@@ -242,6 +242,33 @@ TEST_CASE("Ctrl-C saves at the next step boundary; the run then resumes to the s
   REQUIRE_MESSAGE(resumed.code == 0, resumed.out);
   REQUIRE(run(args + "--save '" + dir.file("straight") + "'").code == 0);
   check_same_weights(dir.file("straight"), dir.file("ckpt"));
+}
+
+TEST_CASE("SIGTERM stops as Ctrl-C does, with exit code 143; a signal during the last test pass saves and says so") {
+  if (!have_data()) {
+    MESSAGE("skipped: no MNIST in ", data_dir());
+    return;
+  }
+  TempDir dir;
+  const std::string args = "--model cnn --limit-train 6400 --limit-test 500 --test-batch-size 500 -q --epochs 1 ";
+  Result term = run_until_trained_then_interrupt(
+      args + "--save '" + dir.file("t") + "' --log-interval 1 --metrics-out '" + dir.file("t.jsonl") + "'",
+      dir.file("t.jsonl"), SIGTERM);
+  REQUIRE_MESSAGE(term.code == 143, term.out);
+  apps::LoadedCheckpoint c = apps::load_checkpoint(dir.file("t"));
+  CHECK(c.state.epoch == 0);
+  CHECK(c.state.batch > 0);
+  // One training step, then a test pass of 10,000 images: the signal, sent once the step's
+  // metrics line is written, arrives during the test. Before, it was lost and the run exited 0.
+  Result late = run_until_trained_then_interrupt(
+      "--model cnn --limit-train 64 --limit-test 10000 --epochs 1 --log-interval 1 --save '" + dir.file("late") +
+          "' --metrics-out '" + dir.file("late.jsonl") + "'",
+      dir.file("late.jsonl"));
+  CHECK_MESSAGE(late.code == 130, late.out);
+  CHECK_MESSAGE(late.out.find("interrupted: stopped after epoch 1, whose end is saved") != std::string::npos, late.out);
+  apps::LoadedCheckpoint end = apps::load_checkpoint(dir.file("late"));
+  CHECK(end.state.epoch == 1);
+  CHECK(end.state.batch == 0);
 }
 
 TEST_CASE("malformed checkpoints are refused with exit code 1 and a message naming the problem") {
