@@ -276,10 +276,10 @@ std::string host_name() {
 // The temporaries that saves of `target` left behind when they were killed: ".NAME.tmp.HOST.PID"
 // (".NAME.tmp.PID" before the host was named) whose process, on this host, is gone. A live
 // process's, or another host's on a shared folder, are left alone.
-void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& target_name) {
+void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& target_name,
+                              const std::string& host) {
   namespace fs = std::filesystem;
   const std::string prefix = "." + target_name + ".tmp.";
-  const std::string host = host_name();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -289,7 +289,9 @@ void remove_stale_temporaries(const std::filesystem::path& dir, const std::strin
       if (rest.substr(0, dot) != host) continue;
       rest = rest.substr(dot + 1);
     }
-    if (rest.empty() || rest.size() > 9 || !std::all_of(rest.begin(), rest.end(), ::isdigit)) continue;
+    if (rest.empty() || rest.size() > 9 ||
+        !std::all_of(rest.begin(), rest.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; }))
+      continue;
     const auto pid = static_cast<pid_t>(std::stol(rest));
     if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
     fs::remove(entry.path(), ec);
@@ -305,9 +307,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  remove_stale_temporaries(dir, target.filename().string());
+  const std::string host = host_name();
+  remove_stale_temporaries(dir, target.filename().string(), host);
   std::string temp_name = ".";
-  temp_name.append(target.filename().string()).append(".tmp.").append(host_name()).append(".");
+  temp_name.append(target.filename().string()).append(".tmp.").append(host).append(".");
   temp_name.append(std::to_string(::getpid()));
   std::string temp = (dir / temp_name).string();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -167,6 +167,9 @@ extern "C" void on_stop_signal(int signal) {
 
 int interrupted_exit_code() { return 128 + g_stop_signal.load(); }
 
+// This rank's "a stop was asked" as a number on `device`, for the ranks' votes.
+Tensor interrupted_flag(const Device& device) { return scalar(g_interrupts.load() > 0 ? 1.0 : 0.0, device); }
+
 // ---- data-parallel: the job's process group, when there is one ----
 
 struct Parallel {
@@ -378,8 +381,7 @@ struct StopVote {
   Tensor votes;  // data-parallel: [some rank was interrupted, some rank's losses were not finite]
   void ask(const Parallel& par, const Tensor& losses) {
     if (!par.group) return;
-    Tensor interrupted = scalar(g_interrupts.load() > 0 ? 1.0 : 0.0, losses.device());
-    votes = stack({interrupted, 1.0 - kiln::min(isfinite(losses))});
+    votes = stack({interrupted_flag(losses.device()), 1.0 - kiln::min(isfinite(losses))});
     par.group->all_reduce(votes, ReduceOp::max);
   }
   bool interrupted() const { return votes.defined() ? votes.slice(0, 0, 1).item() > 0 : g_interrupts.load() > 0; }
@@ -591,7 +593,7 @@ int stop_interrupted(const Config& c, const Training& t, const Parallel& par) {
 // ranks deciding together as at the progress updates.
 bool interrupted_between_epochs(const Parallel& par) {
   if (!par.group) return g_interrupts.load() > 0;
-  Tensor flag = scalar(g_interrupts.load() > 0 ? 1.0 : 0.0, par.group->device());
+  Tensor flag = interrupted_flag(par.group->device());
   par.group->all_reduce(flag, ReduceOp::max);
   return flag.item() > 0;
 }
