@@ -23,7 +23,6 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,97 +31,15 @@
 #include "apps/mnist/device.h"
 #include "apps/mnist/models.h"
 #include "apps/mnist/plot.h"
+#include "apps/mnist/train_config.h"
 #include "kiln/kiln.h"
 
 namespace {
 
 using namespace kiln;
 using apps::fmt;
+using apps::Config;
 using Clock = std::chrono::steady_clock;
-
-// ---- options ----
-
-struct Config {
-  std::string data = "data/mnist";
-  std::string model = "cnn";
-  int64_t epochs = 14;
-  int64_t batch_size = 64;
-  int64_t test_batch_size = 1000;
-  std::string optimizer = "adadelta";
-  double lr = 1.0;
-  double momentum = 0.0;
-  double weight_decay = 0.0;
-  std::string scheduler = "step";
-  double gamma = 0.7;
-  uint64_t seed = 1;
-  std::string device = "auto";
-  bool tf32 = false;  // let CUDA matmul and conv2d use TF32 tensor cores
-  bool detect_anomaly = false;  // check every op's output and gradient (slow; not a setting of the run)
-  int64_t log_interval = 10;
-  int64_t limit_train = 0;
-  int64_t limit_test = 0;
-  int64_t augment = 0;  // random translations of up to this many pixels (0: none)
-  std::string save, resume, metrics_out, plot;
-  int verbosity = 1;  // 0 quiet, 1 normal, 2 verbose
-  bool distributed = false;  // also on by itself under mpirun -np N > 1
-
-  // The settings that define a run (and must match when resuming), as one JSON line.
-  std::string json() const {
-    std::ostringstream o;
-    o << "{\"model\":\"" << model << "\",\"epochs\":" << epochs << ",\"batch_size\":" << batch_size
-      << ",\"optimizer\":\"" << optimizer << "\",\"lr\":" << lr << ",\"momentum\":" << momentum
-      << ",\"weight_decay\":" << weight_decay << ",\"scheduler\":\"" << scheduler << "\",\"gamma\":" << gamma
-      << ",\"seed\":" << seed << ",\"limit_train\":" << limit_train << ",\"augment\":" << augment << "}";
-    return o.str();
-  }
-};
-
-// The flags, in the order --help lists them; each writes into `c`, whose values are the defaults.
-void add_options(CLI::App& app, Config& c) {
-  app.set_config("--config", "", "read options from a TOML/INI file (flags on the command line win)")
-      ->check(apps::regular_file());
-  app.allow_config_extras(CLI::config_extras_mode::error);  // a key that is no option is a mistake, not noise
-  app.add_option("--data", c.data, "folder with the IDX files (env KILN_DATA)")->capture_default_str();
-  app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast")
-      ->check(CLI::IsMember({"cnn", "mlp", "fast"}))->capture_default_str();
-  app.add_option("--epochs", c.epochs, "epochs to train")->check(apps::positive_number())->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "training batch size (per process when data-parallel)")->check(apps::positive_number())->capture_default_str();
-  app.add_option("--test-batch-size", c.test_batch_size, "test batch size")->check(apps::positive_number())->capture_default_str();
-  app.add_option("--optimizer", c.optimizer, "sgd, adam, adamw, adadelta or rmsprop")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adadelta", "rmsprop"}))->capture_default_str();
-  app.add_option("--lr", c.lr, "learning rate")->check(apps::positive_number())->capture_default_str();
-  app.add_option("--momentum", c.momentum, "momentum (sgd, rmsprop)")->check(apps::number_in(0, 1))->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(apps::non_negative_number())->capture_default_str();
-  app.add_option("--scheduler", c.scheduler, "step (x gamma each epoch), cosine, onecycle or none")
-      ->check(CLI::IsMember({"step", "cosine", "onecycle", "none"}))->capture_default_str();
-  app.add_option("--gamma", c.gamma, "learning-rate decay per epoch of the step scheduler")
-      ->check(apps::positive_number())->capture_default_str();
-  app.add_option("--seed", c.seed, "random seed (init, dropout, shuffling)")
-      ->check(apps::non_negative_number())->capture_default_str();
-  app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
-      ->check(apps::check_device_spec)
-      ->capture_default_str();
-  app.add_flag("--distributed", c.distributed, "train data-parallel over the processes of an mpirun job "
-               "(on by itself under mpirun -np N > 1; NCCL on cuda, MPI on cpu)");
-  app.add_flag("--tf32", c.tf32, "CUDA matmul and conv2d may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
-  app.add_flag("--detect-anomaly", c.detect_anomaly, "name the first op whose output or gradient is NaN or "
-               "infinite, with its shapes (slow: the host waits for every op)");
-  app.add_option("--log-interval", c.log_interval, "batches between progress updates")
-      ->check(apps::positive_number())->capture_default_str();
-  app.add_option("--limit-train", c.limit_train, "train on the first N images only (0: all)")
-      ->check(apps::non_negative_number())->capture_default_str();
-  app.add_option("--limit-test", c.limit_test, "test on the first N images only (0: all)")
-      ->check(apps::non_negative_number())->capture_default_str();
-  app.add_option("--augment", c.augment, "shift training images randomly by up to N pixels (0: off)")
-      ->check(apps::number_in(0, 8))->capture_default_str();
-  app.add_option("--save", c.save, "write a checkpoint here after every epoch and on Ctrl-C");
-  app.add_option("--resume", c.resume, "continue the run saved in this checkpoint");
-  app.add_option("--metrics-out", c.metrics_out, "append JSON lines of metrics to this file");
-  app.add_option("--plot", c.plot, "write loss and accuracy curves to this PNG after every epoch");
-  app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
-  app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "no progress on stderr");
-  app.set_version_flag("--version", std::string("mnist-train (kiln) ") + KILN_VERSION);
-}
 
 // ---- logging: results on stdout, everything else on stderr ----
 

@@ -1,0 +1,66 @@
+#include "apps/mnist/train_config.h"
+
+#include <sstream>
+
+#include "apps/mnist/cli.h"
+#include "apps/mnist/device.h"
+#include "kiln/kiln.h"
+
+namespace kiln::apps {
+
+std::string Config::json() const {
+  std::ostringstream o;
+  o << "{\"model\":\"" << model << "\",\"epochs\":" << epochs << ",\"batch_size\":" << batch_size
+    << ",\"optimizer\":\"" << optimizer << "\",\"lr\":" << lr << ",\"momentum\":" << momentum
+    << ",\"weight_decay\":" << weight_decay << ",\"scheduler\":\"" << scheduler << "\",\"gamma\":" << gamma
+    << ",\"seed\":" << seed << ",\"limit_train\":" << limit_train << ",\"augment\":" << augment << "}";
+  return o.str();
+}
+
+void add_options(CLI::App& app, Config& c) {
+  app.set_config("--config", "", "read options from a TOML/INI file (flags on the command line win)")
+      ->check(regular_file());
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a key that is no option is a mistake, not noise
+  app.add_option("--data", c.data, "folder with the IDX files (env KILN_DATA)")->capture_default_str();
+  app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast")
+      ->check(CLI::IsMember({"cnn", "mlp", "fast"}))->capture_default_str();
+  app.add_option("--epochs", c.epochs, "epochs to train")->check(positive_number())->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "training batch size (per process when data-parallel)")->check(positive_number())->capture_default_str();
+  app.add_option("--test-batch-size", c.test_batch_size, "test batch size")->check(positive_number())->capture_default_str();
+  app.add_option("--optimizer", c.optimizer, "sgd, adam, adamw, adadelta or rmsprop")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adadelta", "rmsprop"}))->capture_default_str();
+  app.add_option("--lr", c.lr, "learning rate")->check(positive_number())->capture_default_str();
+  app.add_option("--momentum", c.momentum, "momentum (sgd, rmsprop)")->check(number_in(0, 1))->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(non_negative_number())->capture_default_str();
+  app.add_option("--scheduler", c.scheduler, "step (x gamma each epoch), cosine, onecycle or none")
+      ->check(CLI::IsMember({"step", "cosine", "onecycle", "none"}))->capture_default_str();
+  app.add_option("--gamma", c.gamma, "learning-rate decay per epoch of the step scheduler")
+      ->check(positive_number())->capture_default_str();
+  app.add_option("--seed", c.seed, "random seed (init, dropout, shuffling)")
+      ->check(non_negative_number())->capture_default_str();
+  app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
+      ->check(check_device_spec)
+      ->capture_default_str();
+  app.add_flag("--distributed", c.distributed, "train data-parallel over the processes of an mpirun job "
+               "(on by itself under mpirun -np N > 1; NCCL on cuda, MPI on cpu)");
+  app.add_flag("--tf32", c.tf32, "CUDA matmul and conv2d may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
+  app.add_flag("--detect-anomaly", c.detect_anomaly, "name the first op whose output or gradient is NaN or "
+               "infinite, with its shapes (slow: the host waits for every op)");
+  app.add_option("--log-interval", c.log_interval, "batches between progress updates")
+      ->check(positive_number())->capture_default_str();
+  app.add_option("--limit-train", c.limit_train, "train on the first N images only (0: all)")
+      ->check(non_negative_number())->capture_default_str();
+  app.add_option("--limit-test", c.limit_test, "test on the first N images only (0: all)")
+      ->check(non_negative_number())->capture_default_str();
+  app.add_option("--augment", c.augment, "shift training images randomly by up to N pixels (0: off)")
+      ->check(number_in(0, 8))->capture_default_str();
+  app.add_option("--save", c.save, "write a checkpoint here after every epoch and on Ctrl-C");
+  app.add_option("--resume", c.resume, "continue the run saved in this checkpoint");
+  app.add_option("--metrics-out", c.metrics_out, "append JSON lines of metrics to this file");
+  app.add_option("--plot", c.plot, "write loss and accuracy curves to this PNG after every epoch");
+  app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
+  app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "no progress on stderr");
+  app.set_version_flag("--version", std::string("mnist-train (kiln) ") + KILN_VERSION);
+}
+
+}  // namespace kiln::apps

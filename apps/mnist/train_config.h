@@ -1,0 +1,43 @@
+// mnist-train's settings: the Config its flags fill, and the flags themselves (add_options), in
+// a file of their own so that other programs (tests, fuzzing) can parse mnist-train's command line
+// and --config files exactly as it does.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace kiln::apps {
+
+struct Config {
+  std::string data = "data/mnist";
+  std::string model = "cnn";
+  int64_t epochs = 14;
+  int64_t batch_size = 64;
+  int64_t test_batch_size = 1000;
+  std::string optimizer = "adadelta";
+  double lr = 1.0;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  std::string scheduler = "step";
+  double gamma = 0.7;
+  uint64_t seed = 1;
+  std::string device = "auto";
+  bool tf32 = false;  // let CUDA matmul and conv2d use TF32 tensor cores
+  bool detect_anomaly = false;  // check every op's output and gradient (slow; not a setting of the run)
+  int64_t log_interval = 10;
+  int64_t limit_train = 0;
+  int64_t limit_test = 0;
+  int64_t augment = 0;  // random translations of up to this many pixels (0: none)
+  std::string save, resume, metrics_out, plot;
+  int verbosity = 1;  // 0 quiet, 1 normal, 2 verbose
+  bool distributed = false;  // also on by itself under mpirun -np N > 1
+
+  // The settings that define a run (and must match when resuming), as one JSON line.
+  std::string json() const;
+};
+
+// The flags, in the order --help lists them; each writes into `c`, whose values are the defaults.
+void add_options(CLI::App& app, Config& c);
+
+}  // namespace kiln::apps
