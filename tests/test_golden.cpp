@@ -3,8 +3,6 @@
 // (tests/data/golden.txt, written by tests/golden/make_golden.py; format in tests/golden_file.h).
 #include <doctest/doctest.h>
 
-#include <exception>
-#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,44 +14,17 @@ using namespace kiln;
 
 namespace {
 
-using Args = std::vector<Tensor>;
-
+using golden::Args;
+using golden::Context;
 using golden::GoldenFile;
+using golden::OpCase;
 using golden::Tolerance;
-using golden::compare;
 
 GoldenFile load_fixtures() { return GoldenFile(KILN_TEST_DATA_DIR "/golden.txt"); }
 
-// What a case sees besides its inputs: the file's constants, converted to the dtype under test,
-// and a way to name extra results to compare after the forward pass.
-class Context {
- public:
-  Context(const GoldenFile& fixtures, std::string name, DType dtype)
-      : fixtures_(fixtures), name_(std::move(name)), dtype_(dtype) {}
-
-  bool has(const std::string& role) const { return fixtures_.has(name_ + "." + role); }
-
-  // A fresh tensor holding the fixture: i32 stays i32, floating values take the tested dtype.
-  Tensor constant(const std::string& role) const { return fixtures_.at(name_ + "." + role).tensor(dtype_); }
-
-  void expect(const std::string& role, const Tensor& t) { expected_.emplace_back(role, t); }
-  const std::vector<std::pair<std::string, Tensor>>& expected() const { return expected_; }
-
- private:
-  const GoldenFile& fixtures_;
-  std::string name_;
-  DType dtype_;
-  std::vector<std::pair<std::string, Tensor>> expected_;
-};
-
-struct GoldenCase {
-  std::string name;
-  std::function<Tensor(const Args&, Context&)> f;
-};
-
 Tensor unary_input(const Args& x) { return x.at(0); }
 
-std::vector<GoldenCase> golden_cases() {
+std::vector<OpCase> golden_cases() {
   auto unary = [](Tensor (*op)(const Tensor&)) {
     return [op](const Args& x, Context&) { return op(unary_input(x)); };
   };
@@ -114,43 +85,15 @@ std::vector<GoldenCase> golden_cases() {
   };
 }
 
-void run_case(const GoldenCase& gc, const GoldenFile& fixtures, DType dtype,
-              const Tolerance& tol) {
-  std::string tag = gc.name + " (" + std::string(dtype_name(dtype)) + ")";
-  Context ctx(fixtures, gc.name, dtype);
-  Args inputs;
-  for (int i = 0; ctx.has("in" + std::to_string(i)); ++i)
-    inputs.push_back(ctx.constant("in" + std::to_string(i)).requires_grad_());
-  REQUIRE_MESSAGE(!inputs.empty(), tag << ": no inputs in golden.txt");
-  Tensor y = gc.f(inputs, ctx);
-  compare(tag + " forward", y, fixtures.at(gc.name + ".out"), tol);
-  y.backward(ctx.constant("gout"));
-  for (size_t i = 0; i < inputs.size(); ++i)
-    compare(tag + " gradient of input " + std::to_string(i), inputs[i].grad(),
-            fixtures.at(gc.name + ".grad" + std::to_string(i)), tol);
-  for (const auto& [role, t] : ctx.expected())
-    compare(tag + " " + role, t, fixtures.at(gc.name + "." + role), tol);
-}
-
 void run_all(DType dtype, const Tolerance& tol) {
-  GoldenFile fixtures = load_fixtures();
-  for (const GoldenCase& gc : golden_cases()) {
-    try {
-      run_case(gc, fixtures, dtype, tol);
-    } catch (const std::exception& e) {
-      FAIL_CHECK(gc.name << " (" << dtype << ") threw: " << e.what());
-    }
-  }
+  golden::run_cases(golden_cases(), load_fixtures(), dtype, tol);
 }
 
 }  // namespace
 
 TEST_CASE("every case in golden.txt has a kiln counterpart") {
-  std::set<std::string> in_file, in_table;
-  GoldenFile fixtures = load_fixtures();
-  for (const auto& [name, f] : fixtures.entries()) in_file.insert(name.substr(0, name.find('.')));
-  for (const GoldenCase& gc : golden_cases()) in_table.insert(gc.name);
-  CHECK(in_file == in_table);
+  std::set<std::string> in_file = golden::case_names(load_fixtures());
+  CHECK(in_file == golden::case_names(golden_cases()));
   CHECK(in_file.size() >= 30);
 }
 

@@ -9,6 +9,10 @@
 // pass over the row gives everything. lse subtracts the row's max first (no overflow) and sums in
 // double. one_hot builds [N, C] from i32 indices.
 //
+// Special values, as PyTorch: a -inf logit off the target has probability 0 and leaves the loss
+// finite (with smoothing, its -log p is +inf, and so is the loss); the target at -inf gives +inf;
+// a row holding +inf or NaN, or only -inf, gives NaN, loss and gradient.
+//
 // A target outside [0, C) would read past the row; the CPU checks every target before any work
 // and throws ValueError naming the sample, its value and C. (ignore_index is not supported.)
 #include <algorithm>
@@ -67,7 +71,9 @@ void cross_entropy_kernel(const TensorRef& logits, const TensorRef& targets,
       for (int64_t c = 0; c < classes; ++c) total += row[c];
       const double nll = lse - row[t[i]];                                 // -log p[i, t_i]
       const double smooth = lse - total / static_cast<double>(classes);  // mean_c(-log p[i, c])
-      loss[i] = static_cast<T>((1.0 - s) * nll + s * smooth);
+      // Without smoothing the term is left out, not multiplied by 0: a -inf logit off the target
+      // makes it +inf, and 0 * inf would turn a finite loss into NaN (PyTorch adds it only for s > 0).
+      loss[i] = static_cast<T>(s > 0 ? (1.0 - s) * nll + s * smooth : nll);
     }
   });
 }

@@ -2,7 +2,8 @@
 //
 //   max_pool2d   y = max over the window; indices (i32, same shape as y) hold the winner's
 //                position h * W + w in its input plane. Padding never wins (PyTorch pads with
-//                -inf); a NaN does, the first one seen in row-major window order.
+//                -inf); a NaN does: the last one in row-major window order, as in PyTorch, whose
+//                CPU and CUDA kernels take v when v > max or v is NaN. Ties: the first.
 //   avg_pool2d   y = mean over the window. count_include_pad: divide by KH * KW, padding
 //                included; otherwise by the number of real input elements in the window.
 //   backward     grad_x is zeroed here, then each grad_y element is added to the input
@@ -88,8 +89,8 @@ void max_pool_kernel(const TensorRef& x, const TensorRef& y, const TensorRef& in
           for (int64_t h = win.h0; h < win.h1; ++h)
             for (int64_t w = win.w0; w < win.w1; ++w) {
               const T v = xp[h * g.w + w];
-              // v > NaN is false, so once best is NaN it stays: the first NaN wins.
-              if (v > best || (std::isnan(v) && !std::isnan(best))) {
+              // v > NaN is false, so only a later NaN replaces a NaN: the last NaN wins.
+              if (v > best || std::isnan(v)) {
                 best = v;
                 best_at = h * g.w + w;
               }

@@ -57,8 +57,12 @@ def case_nll_loss():
 
 
 def case_batch_norm_train():
-    x, w, b = randn(4, 3, 3, 2), positive(3), randn(3)
-    running_mean, running_var = randn(3), positive(3)
+    return batch_norm_train(randn(4, 3, 3, 2), positive(3), randn(3), randn(3), positive(3))
+
+
+# batch_norm in training from the given x, weight, bias and running statistics: the running
+# statistics before and after the step are extras.
+def batch_norm_train(x, w, b, running_mean, running_var):
     extras = {"running_mean": running_mean.clone(), "running_var": running_var.clone()}
 
     def fn(x, w, b):
@@ -131,6 +135,20 @@ def write_tensor(out, name, t):
     out.write(" ".join(values) + "\n")
 
 
+def write_case(out, name, inputs, y, gout, extras):
+    """One case: its inputs, output, upstream gradient and the inputs' gradients (these two left
+    out where gout is None: an op without a gradient), then its extra tensors."""
+    for i, x in enumerate(inputs):
+        write_tensor(out, "%s.in%d" % (name, i), x)
+    write_tensor(out, name + ".out", y)
+    if gout is not None:
+        write_tensor(out, name + ".gout", gout)
+        for i, x in enumerate(inputs):
+            write_tensor(out, "%s.grad%d" % (name, i), x.grad)
+    for key, t in extras.items():
+        write_tensor(out, "%s.%s" % (name, key), t)
+
+
 def main():
     with open(OUT, "w") as out:
         out.write("# PyTorch %s golden values; regenerate with /usr/bin/python3 tests/golden/make_golden.py\n"
@@ -142,14 +160,7 @@ def main():
             y = fn(*inputs)
             gout = randn(*y.shape)
             y.backward(gout)
-            for i, x in enumerate(inputs):
-                write_tensor(out, "%s.in%d" % (name, i), x)
-            write_tensor(out, name + ".out", y)
-            write_tensor(out, name + ".gout", gout)
-            for i, x in enumerate(inputs):
-                write_tensor(out, "%s.grad%d" % (name, i), x.grad)
-            for key, t in extras.items():
-                write_tensor(out, "%s.%s" % (name, key), t)
+            write_case(out, name, inputs, y, gout, extras)
     print("wrote", os.path.normpath(OUT), os.path.getsize(OUT), "bytes")
 
 
