@@ -18,14 +18,17 @@
 # dropped (set to None) before each step. Written: <config>.step3.p<k> and <config>.step5.p<k>
 # (the parameters after 3 and 5 steps) and <config>.state.<i>.<name> (every state tensor after 5
 # steps, "step" included, as in optimizer.state_dict()). The C++ tests build the same
-# configurations from a table that mirrors OPTIMIZERS.
+# configurations from a table that mirrors OPTIMIZERS. One more configuration, sgd_momentum_later,
+# is SGD(lr=0.02) given momentum 0.9 after step 1, as OneCycleLR's cycle does: PyTorch starts each
+# momentum buffer from the gradient of its parameter's next step (p2's at step 3).
 #
 # Schedulers. <name>.lr: the learning rate of the optimizer's only group at epochs 0..N-1 (after
 # construction, then after each scheduler.step()); <name>.momentum: the momentum (or beta1) that
 # OneCycleLR sets alongside.
 #
 # clip_grad_norm_. Two gradients clip.g0 [3, 4] and clip.g1 [5]; per case <case>.total (the norm
-# returned) and <case>.g0, <case>.g1 (the gradients after clipping).
+# returned) and <case>.g0, <case>.g1 (the gradients after clipping). In the cases of NONFINITE,
+# clip.g1[1] is an inf or a NaN (error_if_nonfinite off): PyTorch scales by the non-finite norm.
 import math
 import os
 import warnings
@@ -59,6 +62,8 @@ OPTIMIZERS = [
     ("rmsprop_centered", lambda p: O.RMSprop(p, lr=0.01, alpha=0.9, eps=1e-6, momentum=0.5, centered=True)),
 ]
 
+MOMENTUM_LATER = "sgd_momentum_later"  # not in OPTIMIZERS: the C++ tests train it apart
+
 LS = O.lr_scheduler
 SCHEDULERS = [
     # name, optimizer, scheduler, epochs recorded, momentum key (None: lr only)
@@ -80,6 +85,11 @@ CLIPS = [  # name, max_norm, norm_type
     ("clip_l3", 2.0, 3.0),
     ("clip_none", 100.0, 2.0),  # below max_norm: the gradients stay as they are (coefficient 1)
 ]
+NONFINITE = [  # name, max_norm, norm_type, the value that replaces clip.g1[1]
+    ("clip_l2_inf_grad", 1.0, 2.0, math.inf),  # the norm is inf: every gradient times 0 (inf * 0: NaN)
+    ("clip_l2_nan_grad", 1.0, 2.0, math.nan),  # the norm is NaN, and so is every gradient
+    ("clip_inf_nan_grad", 0.5, math.inf, math.nan),
+]
 
 
 def write_tensor(out, name, t):
@@ -96,7 +106,7 @@ def optimizer_cases(out):
     for k, (p, c) in enumerate(zip(init, coef)):
         write_tensor(out, "init.p%d" % k, p)
         write_tensor(out, "loss.c%d" % k, c)
-    for name, make in OPTIMIZERS:
+    for name, make in OPTIMIZERS + [(MOMENTUM_LATER, lambda p: O.SGD(p, lr=0.02))]:
         params = [p.clone().requires_grad_() for p in init]
         opt = make(params)
         for t in range(1, STEPS + 1):
@@ -106,6 +116,8 @@ def optimizer_cases(out):
                 loss = loss + (coef[2] * params[2] ** 3).sum()
             loss.backward()
             opt.step()
+            if name == MOMENTUM_LATER and t == 1:
+                opt.param_groups[0]["momentum"] = 0.9
             if t in (3, STEPS):
                 for k, p in enumerate(params):
                     write_tensor(out, "%s.step%d.p%d" % (name, t, k), p)
@@ -140,10 +152,12 @@ def clip_cases(out):
     grads = [torch.randn(3, 4), torch.randn(5)]
     write_tensor(out, "clip.g0", grads[0])
     write_tensor(out, "clip.g1", grads[1])
-    for name, max_norm, norm_type in CLIPS:
+    for name, max_norm, norm_type, bad in [c + (None,) for c in CLIPS] + NONFINITE:
         params = [torch.zeros_like(g, requires_grad=True) for g in grads]
         for p, g in zip(params, grads):
             p.grad = g.clone()
+        if bad is not None:
+            params[1].grad[1] = bad
         total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
         write_tensor(out, name + ".total", total)
         write_tensor(out, name + ".g0", params[0].grad)

@@ -5,7 +5,6 @@
 
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -31,8 +30,9 @@ inline kiln::Tensor tensor(const std::string& name, kiln::DType dtype) {
   return kiln::from_vector<double>(f.values, f.shape).to(dtype);
 }
 
-// Every element of `actual` within atol + rtol * |expected| of the fixture, and the same shape;
-// or, with tiles > 1, `actual` is [tiles, fixture's shape...] and each tile must match.
+// Every element of `actual` within atol + rtol * |expected| of the fixture (NaN where it holds
+// NaN, its infinities exactly), and the same shape; or, with tiles > 1, `actual` is
+// [tiles, fixture's shape...] and each tile must match.
 inline void check_close(const std::string& name, const kiln::Tensor& actual, double rtol, double atol,
                         int64_t tiles = 1) {
   const Fixture& f = fixture(name);
@@ -43,9 +43,7 @@ inline void check_close(const std::string& name, const kiln::Tensor& actual, dou
   double worst = 0.0;
   size_t at = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double want = f.values[i % f.values.size()];
-    double excess = std::abs(got[i] - want) - (atol + rtol * std::abs(want));
-    if (std::isnan(excess)) excess = INFINITY;
+    const double excess = kiln::golden::excess_error(got[i], f.values[i % f.values.size()], {rtol, atol});
     if (i == 0 || excess > worst) {
       worst = excess;
       at = i;

@@ -54,12 +54,6 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-const Case& find_case(const std::string& name) {
-  auto it = std::find_if(cases().begin(), cases().end(), [&](const Case& c) { return c.name == name; });
-  REQUIRE_MESSAGE(it != cases().end(), "no case " << name);
-  return *it;
-}
-
 // The script's model: three parameters and the loss's coefficients. With tiles > 1, each
 // tensor is repeated along a new leading axis: every element follows the same path as in the
 // script (the loss is a sum of per-element terms), and the kernels split the large parameters
@@ -104,28 +98,45 @@ struct Tolerance {
   double rtol, atol;
 };
 
-void check_against_pytorch(const Case& c, DType dtype, Tolerance tol, int64_t tiles = 1) {
-  Model m(dtype, tiles);
-  auto opt = c.make(m.params);
-  m.train(*opt, 1, 3);
+// Steps 1..5 of the script on m with opt (after_step1, if given, runs between steps 1 and 2),
+// comparing the parameters after steps 3 and 5 and the state after step 5 with the fixtures of
+// the configuration `name`.
+void check_steps(const std::string& name, optim::Optimizer& opt, const Model& m, DType dtype, Tolerance tol,
+                 const std::function<void()>& after_step1 = {}) {
+  m.train(opt, 1, 1);
+  if (after_step1) after_step1();
+  m.train(opt, 2, 3);
   for (int k = 0; k < 3; ++k)
-    check_close(c.name + ".step3.p" + std::to_string(k), m.params[k], tol.rtol, tol.atol, tiles);
-  m.train(*opt, 4, 5);
+    check_close(name + ".step3.p" + std::to_string(k), m.params[k], tol.rtol, tol.atol, m.tiles);
+  m.train(opt, 4, 5);
   for (int k = 0; k < 3; ++k)
-    check_close(c.name + ".step5.p" + std::to_string(k), m.params[k], tol.rtol, tol.atol, tiles);
+    check_close(name + ".step5.p" + std::to_string(k), m.params[k], tol.rtol, tol.atol, m.tiles);
 
   // The state: the same entries as PyTorch's, with the same values.
   std::set<std::string> ours;
-  for (const auto& [key, t] : opt->state_dict()) {
+  for (const auto& [key, t] : opt.state_dict()) {
     if (key.rfind("state.", 0) != 0) continue;
     ours.insert(key);
     if (!key.ends_with(".step")) CHECK(t.dtype() == dtype);
-    check_close(c.name + "." + key, t, tol.rtol, tol.atol, key.ends_with(".step") ? 1 : tiles);
+    check_close(name + "." + key, t, tol.rtol, tol.atol, key.ends_with(".step") ? 1 : m.tiles);
   }
   std::set<std::string> theirs;
-  for (const auto& [name, f] : optim_test::fixtures().entries())
-    if (name.rfind(c.name + ".state.", 0) == 0) theirs.insert(name.substr(c.name.size() + 1));
+  for (const auto& [fixture_name, f] : optim_test::fixtures().entries())
+    if (fixture_name.rfind(name + ".state.", 0) == 0) theirs.insert(fixture_name.substr(name.size() + 1));
   CHECK(ours == theirs);
+}
+
+void check_against_pytorch(const Case& c, DType dtype, Tolerance tol, int64_t tiles = 1) {
+  Model m(dtype, tiles);
+  auto opt = c.make(m.params);
+  check_steps(c.name, *opt, m, dtype, tol);
+}
+
+// Every entry's key and values, copied: what a later step must leave as it is.
+std::vector<std::pair<std::string, std::vector<double>>> snapshot(const optim::StateDict& dict) {
+  std::vector<std::pair<std::string, std::vector<double>>> values;
+  for (const auto& [key, t] : dict) values.emplace_back(key, t.to_vector<double>());
+  return values;
 }
 
 bool same_values(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
@@ -145,11 +156,13 @@ optim::StateDict with(optim::StateDict dict, const std::string& key, const Tenso
   return dict;
 }
 
-double lookup(const optim::StateDict& dict, const std::string& key) {
-  auto it = std::find_if(dict.begin(), dict.end(), [&](const auto& entry) { return entry.first == key; });
+const Tensor& entry(const optim::StateDict& dict, const std::string& key) {
+  auto it = std::find_if(dict.begin(), dict.end(), [&](const auto& e) { return e.first == key; });
   REQUIRE_MESSAGE(it != dict.end(), "no key " << key);
-  return it->second.item();
+  return it->second;
 }
+
+double lookup(const optim::StateDict& dict, const std::string& key) { return entry(dict, key).item(); }
 
 }  // namespace
 
@@ -217,6 +230,10 @@ TEST_CASE("state_dict names hyperparameters as PyTorch's param_groups") {
       "param_groups.0.weight_decay", "param_groups.0.amsgrad"};
   CHECK(keys == expected);
   CHECK(lookup(dict, "state.0.step") == 1.0);
+  CHECK(lookup(dict, "param_groups.0.lr") == 0.01);
+  CHECK(entry(dict, "param_groups.0.betas").to_vector<double>() == std::vector<double>{0.8, 0.9});
+  CHECK(lookup(dict, "param_groups.0.eps") == 1e-8);  // PyTorch's default
+  CHECK(lookup(dict, "param_groups.0.weight_decay") == 0.0);
   CHECK(lookup(dict, "param_groups.0.amsgrad") == 1.0);
   for (const auto& [key, t] : dict)
     if (key.rfind("param_groups", 0) == 0 || key.ends_with(".step")) CHECK(t.dtype() == DType::f64);
@@ -230,6 +247,7 @@ TEST_CASE("load_state_dict rejects bad keys, shapes and values, naming the key")
   const optim::StateDict good = adam.state_dict();
   Model fresh_model = m.clone();
   optim::Adam fresh(fresh_model.params, optim::AdamOptions(0.01).amsgrad());
+  const auto as_built = snapshot(fresh.state_dict());
 
   auto fails_with = [&](const optim::StateDict& dict, const std::string& text) {
     CAPTURE(text);
@@ -264,17 +282,19 @@ TEST_CASE("load_state_dict rejects bad keys, shapes and values, naming the key")
   fails_with(with(good, "param_groups.0.amsgrad", scalar(0, DType::f64)),
              "unexpected key 'state.0.max_exp_avg_sq'");
 
-  // Nothing changed: the failed loads left the fresh optimizer as it was built.
-  CHECK(fresh.state_dict().size() == 5);  // no state, only the hyperparameters
-  CHECK(lookup(fresh.state_dict(), "param_groups.0.amsgrad") == 1.0);
+  // Nothing changed: the failed loads left the fresh optimizer as it was built (no state, only
+  // the hyperparameters, with their values).
+  CHECK(as_built.size() == 5);
+  CHECK(snapshot(fresh.state_dict()) == as_built);
   CHECK(fresh.momentum() == 0.9);
 
-  // And the good dict loads, in another dtype too (f32 state becomes the parameters' f64).
+  // And the good dict loads, in another dtype too (f32 state becomes the parameters' f64), with
+  // its values.
   optim::StateDict as_f32;
   for (const auto& [key, t] : good) as_f32.emplace_back(key, t.to(DType::f32));
   fresh.load_state_dict(as_f32);
   const optim::StateDict loaded = fresh.state_dict();
-  CHECK(loaded.size() == good.size());
+  CHECK(snapshot(loaded) == snapshot(as_f32));
   for (const auto& [key, t] : loaded) CHECK(t.dtype() == DType::f64);
 }
 
@@ -330,7 +350,14 @@ TEST_CASE("step skips parameters without a gradient and runs without recording")
   CHECK(autograd::is_grad_enabled());
   adam.zero_grad();
   for (const Tensor& p : m.params) CHECK_FALSE(p.grad().defined());
-  adam.step();  // no gradients at all: nothing moves
+  // No gradients at all: nothing moves, neither the parameters nor the state (Adam's averages
+  // would decay, and the parameters follow them, if a missing gradient counted as zero).
+  std::vector<std::vector<double>> params_before;
+  for (const Tensor& p : m.params) params_before.push_back(p.to_vector<double>());
+  const auto state_before = snapshot(adam.state_dict());
+  adam.step();
+  for (size_t k = 0; k < m.params.size(); ++k) CHECK(m.params[k].to_vector<double>() == params_before[k]);
+  CHECK(snapshot(adam.state_dict()) == state_before);
   CHECK(adam.step_count() == 3);
 }
 
@@ -361,16 +388,17 @@ TEST_CASE("set_lr takes effect at the next step") {
 }
 
 TEST_CASE("momentum turned on later (as OneCycleLR does) starts its buffers as PyTorch would") {
-  // SGD built without momentum, then given some: its buffers start at the next step, from the
-  // gradient itself. Same as an SGD built with that momentum from step 2 on.
-  const Case& c = find_case("sgd_plain");
+  // SGD built without momentum, given 0.9 after step 1: each buffer starts at its parameter's
+  // next step, from the gradient itself (p2's at step 3). The parameters after steps 3 and 5 and
+  // the buffers after step 5 against PyTorch's (sgd_momentum_later in the script).
+  for (DType dtype : {DType::f64, DType::f32}) {
+    CAPTURE(dtype);
+    Model m(dtype);
+    optim::SGD sgd(m.params, optim::SGDOptions(0.02));
+    check_steps("sgd_momentum_later", sgd, m, dtype, dtype == DType::f64 ? Tolerance{1e-12, 1e-14} : Tolerance{2e-5, 1e-7},
+                [&] { sgd.set_momentum(0.9); });
+    CHECK(lookup(sgd.state_dict(), "param_groups.0.momentum") == 0.9);
+  }
   Model m(DType::f64);
-  auto opt = c.make(m.params);
-  m.train(*opt, 1, 1);
-  opt->set_momentum(0.9);
-  m.train(*opt, 2, 3);
-  for (const auto& [key, t] : opt->state_dict())
-    if (key.rfind("state.", 0) == 0) CHECK(key.ends_with(".momentum_buffer"));
-  CHECK(lookup(opt->state_dict(), "param_groups.0.momentum") == 0.9);
   CHECK_THROWS_AS(optim::Adadelta(m.params).set_momentum(0.9), ValueError);
 }
