@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <system_error>
 
@@ -66,6 +67,11 @@ class ByteReader {
   bool gzip() const { return gzip_; }
   const std::string& name() const { return name_; }
   uint64_t offset() const { return offset_; }
+  uint64_t file_size() const { return file_size_; }
+
+  // How many bytes the data should hold in all, once the header has said so: a truncated gzip
+  // stream then reports how far it got against it.
+  void declare(uint64_t total) { declared_ = total; }
 
   // "name: at byte offset 12" (+ " of the decompressed data"): how every IDX-level error starts.
   std::string at(uint64_t offset) const {
@@ -107,7 +113,11 @@ class ByteReader {
       if (z_.avail_in == 0)
         KILN_CHECK(refill(), DataError, name_,
                    ": truncated gzip stream: the compressed data ends at byte offset ", file_pos_,
-                   " before the stream does (an interrupted download?)");
+                   " before the stream does, after ", offset_ + (n - z_.avail_out),
+                   " decompressed bytes",
+                   declared_ ? detail::concat(" of the ", declared_, " that the IDX header declares")
+                             : "",
+                   " (an interrupted download?)");
       int rc = inflate(&z_, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) {
         end_of_member();
@@ -147,6 +157,7 @@ class ByteReader {
   uint64_t file_size_ = 0;
   uint64_t file_pos_ = 0;  // bytes read from the file so far
   uint64_t offset_ = 0;    // bytes handed out so far
+  uint64_t declared_ = 0;  // bytes the data should hold in all; 0 until the header is read
   bool gzip_ = false;
   z_stream z_{};
   std::vector<uint8_t> in_;  // the compressed chunk being inflated
@@ -251,33 +262,52 @@ IdxFile read_idx(const fs::path& path) {
     elements *= d;
   }
 
-  // Grow the buffer as data arrives: a header that lies about the size costs no memory.
   const uint64_t payload_start = in.offset();
   const auto expected = static_cast<size_t>(elements) * type->size;
-  std::vector<uint8_t> payload;
-  payload.reserve(std::min(expected, size_t{64} << 20));
-  while (payload.size() < expected) {
-    size_t old = payload.size();
-    size_t want = std::min(kPayloadChunk, expected - old);
-    payload.resize(old + want);
-    got = in.read(payload.data() + old, want);
-    payload.resize(old + got);
-    KILN_CHECK(got == want, DataError, in.at(in.offset()), ": truncated payload: the dimensions ",
-               dims_str(idx.dims), " of ", type->name, " need ", expected,
-               " bytes after the header (from byte offset ", payload_start, "), the data holds ",
-               payload.size());
+  const std::string layout = detail::concat("the dimensions ", dims_str(idx.dims), " of ", type->name);
+  in.declare(payload_start + expected);
+
+  // Grow the buffer as data arrives, never past `expected`: a header that lies about the size
+  // costs no memory, and a file that holds what it declares costs what it holds. Memory running
+  // out on the way (a large file, or a small gzip file that inflates to gigabytes) is reported
+  // as such, not as std::bad_alloc.
+  uint64_t held = 0;
+  try {
+    std::vector<uint8_t> payload;
+    payload.reserve(std::min(expected, size_t{64} << 20));
+    while (payload.size() < expected) {
+      size_t old = payload.size();
+      size_t want = std::min(kPayloadChunk, expected - old);
+      if (payload.capacity() < old + want)
+        payload.reserve(std::min(expected, std::max(old + want, 2 * payload.capacity())));
+      payload.resize(old + want);
+      got = in.read(payload.data() + old, want);
+      payload.resize(old + got);
+      held = payload.size();
+      KILN_CHECK(got == want, DataError, in.at(in.offset()), ": truncated payload: ", layout, " need ",
+                 expected, " bytes after the header (from byte offset ", payload_start,
+                 "), the data holds ", payload.size());
+    }
+    idx.bytes = to_host(type->code, std::move(payload));
+  } catch (const std::bad_alloc&) {
+    KILN_FAIL(OutOfMemory, in.name(), ": out of memory holding the payload: ", layout, " make ",
+              expected, " bytes, and an allocation failed after ", held, " of them were read");
   }
 
-  // Read to the end: that runs gzip's CRC check, and finds any bytes after the payload.
-  uint64_t extra = 0;
-  std::vector<uint8_t> scratch(kPayloadChunk);
-  while ((got = in.read(scratch.data(), scratch.size())) > 0) extra += got;
-  KILN_CHECK(extra == 0, DataError, in.at(payload_start + expected), ": over-long: ",
-             bytes_str(extra), " after the end of the payload (the dimensions ", dims_str(idx.dims),
-             " of ", type->name, " make ", expected, " bytes from byte offset ", payload_start, ")");
+  // Nothing may follow the payload. One more byte is asked for, not the rest, so that data after
+  // the payload is refused at once however much of it there is (further gzip members may
+  // inflate to gigabytes). The request also runs gzip's CRC check of the last member and its
+  // look for bytes after the stream.
+  uint8_t next = 0;
+  if (in.read(&next, 1) > 0) {
+    const uint64_t end = payload_start + expected;
+    KILN_FAIL(DataError, in.at(end), ": over-long: ",
+              in.gzip() ? "the decompressed data goes on" : bytes_str(in.file_size() - end),
+              " after the end of the payload (", layout, " make ", expected, " bytes from byte offset ",
+              payload_start, ")");
+  }
 
   idx.type = type->dtype;
-  idx.bytes = to_host(type->code, std::move(payload));
   return idx;
 }
 

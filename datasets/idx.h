@@ -20,8 +20,13 @@
 //   - no dimension is 0: no published IDX dataset is empty, and a 0 is what a writer that died
 //     before filling in its header leaves behind.
 //   - the payload is at most kMaxIdxPayloadBytes, so a corrupt header fails with a clear message
-//     instead of an allocation failure.
-//   - nothing may follow the payload, and nothing may follow the gzip stream.
+//     instead of an allocation failure. Below that, memory is taken as the data arrives: a header
+//     that declares more than the file holds costs no more than the file, and memory that runs
+//     out on the way (a gzip bomb) is an OutOfMemory naming the file, never std::bad_alloc.
+//   - nothing may follow the payload, and nothing may follow the gzip stream. Reading stops where
+//     the header says the payload ends: a byte after it (in the file, or inflated from the same
+//     or a further gzip member) is refused at once, however much more would follow.
+//   - a file that ends early says how many bytes its header declares and how many it holds.
 #pragma once
 
 #include <cstdint>

@@ -57,9 +57,9 @@ inline Bytes valid_u8(const std::vector<uint32_t>& dims) {
 }
 
 // One gzip member (10-byte header, deflate data, CRC-32 and length), as gzip(1) writes it.
-inline Bytes gzip(const Bytes& data) {
+inline Bytes gzip(const Bytes& data, int level = Z_BEST_SPEED) {
   z_stream z{};
-  if (deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+  if (deflateInit2(&z, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
     throw std::runtime_error("gzip: deflateInit2 failed");
   Bytes out(deflateBound(&z, static_cast<uLong>(data.size())));
   z.next_in = const_cast<Bytef*>(data.data());
@@ -76,6 +76,16 @@ inline Bytes gzip(const Bytes& data) {
 inline Bytes concat(Bytes a, const Bytes& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// `members` gzip members of `bytes` zeros each, one after another: deflate's best level shrinks
+// zeros about 1000 times, so a few KB of file inflate to megabytes (a small gzip bomb).
+inline Bytes gzip_zeros(size_t members, size_t bytes) {
+  const Bytes member = gzip(Bytes(bytes), Z_BEST_COMPRESSION);
+  Bytes out;
+  out.reserve(members * member.size());
+  for (size_t i = 0; i < members; ++i) out.insert(out.end(), member.begin(), member.end());
+  return out;
 }
 
 }  // namespace kiln::test

@@ -1,8 +1,14 @@
 // The IDX reader: round trips of every type, raw and gzip, and one case per rule a file can break.
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <new>
 
 #include "kiln/datasets/idx.h"
 #include "idx_writer.h"
@@ -59,6 +65,56 @@ void check_round_trip(const TempDir& dir, const std::string& name, uint8_t code,
     });
   }
 }
+
+// Runs read_idx(file) in a child process whose address space may grow by only `headroom` bytes,
+// and returns what it threw: "OutOfMemory: <message>", "DataError: <message>", "std::bad_alloc",
+// "another exception" or "nothing".
+std::string read_idx_with_memory_limit(const TempDir& dir, const std::filesystem::path& file,
+                                       size_t headroom) {
+  const std::string result = dir.file("result");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::string what = "nothing";
+    size_t pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;  // the address space's size, in pages
+    const rlim_t limit = pages * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + headroom;
+    const rlimit bound = {limit, limit};
+    if (pages == 0 || ::setrlimit(RLIMIT_AS, &bound) != 0) ::_exit(2);
+    try {
+      read_idx(file);
+    } catch (const OutOfMemory& e) {
+      what = std::string("OutOfMemory: ") + e.what();
+    } catch (const DataError& e) {
+      what = std::string("DataError: ") + e.what();
+    } catch (const std::bad_alloc&) {
+      what = "std::bad_alloc";
+    } catch (...) {
+      what = "another exception";
+    }
+    std::ofstream(result) << what;
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child could not limit its memory");
+  std::ifstream in(result);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// ASan reserves its shadow memory up front and aborts when an allocation fails past RLIMIT_AS,
+// so the memory-limit case cannot run under it.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 
 }  // namespace
 
@@ -183,4 +239,44 @@ TEST_CASE("IDX: broken headers and payloads, raw and gzip") {
   check_rejected(dir.write("length.gz", length),
                  {"corrupt gzip", "length mismatch", "compressed byte offset"});
   check_rejected(dir.write("flipped_data.gz", data), {"corrupt gzip", "compressed byte offset"});
+}
+
+TEST_CASE("IDX: reading stops at the size the header declares; data after it is refused at once") {
+  TempDir dir;
+  const Bytes good = valid_u8({2, 3});  // the payload ends at byte offset 18
+  // 4 MiB of zeros in further gzip members (4 KB of file), then bytes that are not gzip: a reader
+  // that went on to the end would inflate it all, then report the garbage at the end.
+  const Bytes members = concat(concat(gzip(good), gzip_zeros(4, size_t{1} << 20)), {'j', 'u', 'n', 'k'});
+  check_rejected(dir.write("members.gz", members),
+                 {"over-long", "the decompressed data goes on after the end of the payload",
+                  "offset 18 of the decompressed data"});
+  // The same 4 MiB inside the payload's own member, whose CRC-32 (checked at its end) is broken.
+  Bytes same = gzip(concat(good, Bytes(size_t{4} << 20)), Z_BEST_COMPRESSION);
+  same[same.size() - 8] ^= 0x01;
+  check_rejected(dir.write("same_member.gz", same), {"over-long", "offset 18 of the decompressed data"});
+}
+
+TEST_CASE("IDX: truncated and lying files say how many bytes the header declares and how many are there") {
+  TempDir dir;
+  const Bytes whole = gzip(valid_u8({64, 64}));  // 12 + 4096 bytes once inflated
+  check_rejected(dir.write("half.gz", Bytes(whole.begin(), whole.begin() + std::ssize(whole) / 2)),
+                 {"truncated gzip stream", "decompressed bytes of the 4108 that the IDX header declares"});
+  // A header declaring almost 16 GiB over 1000 bytes of data: refused when the data ends, having
+  // held no more than the data.
+  check_rejected(dir.write("liar.gz", gzip(concat(idx_header(0x08, {65535, 256, 1024}), Bytes(1000)))),
+                 {"truncated payload", "need 17179607040 bytes", "holds 1000"});
+}
+
+TEST_CASE("IDX: a gzip bomb that inflates past the memory there is gives OutOfMemory, not std::bad_alloc" *
+          doctest::skip(kAddressSanitizer)) {
+  TempDir dir;
+  // Declares 128 MiB and inflates to them from 128 KB of gzip members; the reader may take 96 MiB
+  // more, so the first 64 MiB fit and the buffer that would hold them all does not.
+  const Bytes bomb = concat(gzip(idx_header(0x08, {128, 1024, 1024})), gzip_zeros(128, size_t{1} << 20));
+  const std::string what = read_idx_with_memory_limit(dir, dir.write("bomb.gz", bomb), size_t{96} << 20);
+  INFO(what);
+  CHECK(what.starts_with("OutOfMemory: "));
+  CHECK(what.find("bomb.gz: out of memory holding the payload") != std::string::npos);
+  CHECK(what.find("make 134217728 bytes") != std::string::npos);
+  CHECK(what.find("after 67108864 of them were read") != std::string::npos);
 }
