@@ -71,6 +71,10 @@ MnistData load_mnist(const fs::path& dir, Split split, int num_classes) {
   KILN_CHECK(images.type == DType::u8 && images.dims.size() == 3, DataError, files.images.string(),
              ": MNIST images must be u8 (IDX type 0x08) of rank 3 [N, rows, cols]; this file holds ",
              images.type, " ", Shape(images.dims));
+  KILN_CHECK(images.dims[1] == kMnistSide && images.dims[2] == kMnistSide, DataError,
+             files.images.string(), ": MNIST images must be ", kMnistSide, "x", kMnistSide,
+             " pixels; this file holds ", images.dims[0], " images of ", images.dims[1], "x",
+             images.dims[2]);
   IdxFile labels = read_idx(files.labels);
   KILN_CHECK(labels.type == DType::u8 && labels.dims.size() == 1, DataError, files.labels.string(),
              ": MNIST labels must be u8 (IDX type 0x08) of rank 1 [N]; this file holds ",

@@ -9,6 +9,7 @@
 // Both files of a split come from the same folder; the uncompressed file wins over the .gz.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 
 #include "kiln/core/tensor.h"
@@ -23,8 +24,12 @@ struct MnistFiles {
   std::filesystem::path labels;
 };
 
+// The side of an MNIST image; its look-alikes (Fashion-MNIST, KMNIST, EMNIST) share it, and the
+// models built for them take 28x28 inputs.
+inline constexpr int64_t kMnistSide = 28;
+
 struct MnistData {
-  Tensor images;  // u8 [N, rows, cols] (28x28 for MNIST and its look-alikes), on the CPU
+  Tensor images;  // u8 [N, 28, 28], on the CPU
   Tensor labels;  // i32 [N], each in [0, num_classes): kiln's class targets are i32
 };
 
@@ -32,8 +37,9 @@ struct MnistData {
 // and says how to get the data.
 MnistFiles find_mnist(const std::filesystem::path& dir, Split split);
 
-// Reads and checks the split: images u8 of rank 3, labels u8 of rank 1, as many labels as images,
-// every label below num_classes (1 to 256).
+// Reads and checks the split: images u8 [N, 28, 28], labels u8 [N] (as many as images), every
+// label below num_classes (1 to 256). A file that breaks a rule is refused by name as soon as it
+// is read (images of another size, say, rather than a shape error in the model's first layer).
 MnistData load_mnist(const std::filesystem::path& dir, Split split, int num_classes = 10);
 
 }  // namespace kiln::data

@@ -14,7 +14,7 @@ using namespace kiln::test;
 namespace {
 
 // N images of rows x cols (pixel values from valid_u8) and their labels.
-Bytes images_file(uint32_t n, uint32_t rows = 4, uint32_t cols = 3) { return valid_u8({n, rows, cols}); }
+Bytes images_file(uint32_t n, uint32_t rows = 28, uint32_t cols = 28) { return valid_u8({n, rows, cols}); }
 Bytes labels_file(const Bytes& labels) {
   return idx_file(0x08, {static_cast<uint32_t>(labels.size())}, labels);
 }
@@ -68,7 +68,7 @@ TEST_CASE("MNIST: both naming styles, .gz, and torchvision's MNIST/raw") {
     CHECK(files.images == dir.path() / (layout.folder + layout.images));
     CHECK(files.labels == dir.path() / (layout.folder + layout.labels));
     MnistData data = load_mnist(dir.path(), Split::train);
-    CHECK(data.images.shape() == Shape{5, 4, 3});
+    CHECK(data.images.shape() == Shape{5, 28, 28});
     CHECK(data.images.dtype() == DType::u8);
     CHECK(data.images.to_vector<uint8_t>()[1] == 7);
     CHECK(data.labels.dtype() == DType::i32);
@@ -80,13 +80,13 @@ TEST_CASE("MNIST: train and test are told apart; a raw file wins over its .gz") 
   TempDir dir;
   write_split(dir, "", "train-images-idx3-ubyte", "train-labels-idx1-ubyte", images_file(4),
               labels_file({0, 1, 2, 3}));
-  write_split(dir, "", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", images_file(2, 2, 2),
+  write_split(dir, "", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", images_file(2),
               labels_file({9, 8}));
   dir.write("t10k-labels-idx1-ubyte.gz", {0x1f, 0x8b, 0});  // broken, and never read
   CHECK(load_mnist(dir.path(), Split::train).labels.to_vector<int32_t>() ==
         std::vector<int32_t>{0, 1, 2, 3});
   MnistData test = load_mnist(dir.path(), Split::test);
-  CHECK(test.images.shape() == Shape{2, 2, 2});
+  CHECK(test.images.shape() == Shape{2, 28, 28});
   CHECK(test.labels.to_vector<int32_t>() == std::vector<int32_t>{9, 8});
 }
 
@@ -148,6 +148,19 @@ TEST_CASE("MNIST: images must be u8 [N, rows, cols], labels u8 [N]") {
   message = error_of(dir.path(), Split::train);
   CHECK_MESSAGE(contains(message, "train-labels-idx1-ubyte: MNIST labels must be u8"), message);
   CHECK_MESSAGE(contains(message, "holds i32 [4]"), message);
+}
+
+TEST_CASE("MNIST: images that are not 28x28 are refused, naming the file and the size expected") {
+  TempDir dir;
+  const uint32_t sizes[][2] = {{20, 20}, {28, 32}, {32, 28}, {1, 784}};
+  for (const auto& size : sizes) {
+    write_split(dir, "", "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                images_file(3, size[0], size[1]), labels_file({1, 2, 3}));
+    const std::string message = error_of(dir.path(), Split::train);
+    const std::string found = std::to_string(size[0]) + "x" + std::to_string(size[1]);
+    for (const std::string& word : {std::string("train-images-idx3-ubyte: MNIST images must be 28x28"), found})
+      CHECK_MESSAGE(contains(message, word), message);
+  }
 }
 
 TEST_CASE("MNIST: the real data, when present") {
