@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -239,6 +240,66 @@ struct StbFree {
   void operator()(stbi_uc* pixels) const { stbi_image_free(pixels); }
 };
 
+// stb_image reads the file through these callbacks (as its own stbi_load_from_file does), which
+// also notice when the decoder wants bytes that the file does not hold. stb reads through a
+// buffer of kStbBuffer (128) bytes, whose refills may get fewer at the end of the file, and reads
+// blocks of pixels directly, asking for exactly what it needs: a refill that gets nothing, or a
+// direct read that gets less than it asked for, means the file ends before the picture does.
+// stb itself decodes zeros for what is missing (BMP, TGA, PNM) or fails for another reason.
+class StbReader {
+ public:
+  StbReader(std::FILE* file, std::uintmax_t size) : file_(file), size_(size) {}
+
+  const stbi_io_callbacks* callbacks() const { return &kCallbacks; }
+  bool ran_out() const { return ran_out_; }
+  bool failed() const { return std::ferror(file_) != 0; }
+  // Back to the first byte, for the next call into stb.
+  void restart() {
+    std::rewind(file_);
+    ran_out_ = false;
+  }
+
+ private:
+  static constexpr int kStbBuffer = sizeof(stbi__context::buffer_start);
+
+  static int read(void* user, char* data, int size) {
+    auto* self = static_cast<StbReader*>(user);
+    const size_t got = std::fread(data, 1, static_cast<size_t>(size), self->file_);
+    if (got == 0 || (size != kStbBuffer && got < static_cast<size_t>(size))) self->ran_out_ = true;
+    return static_cast<int>(got);
+  }
+  static void skip(void* user, int n) {
+    auto* self = static_cast<StbReader*>(user);
+    std::fseek(self->file_, n, SEEK_CUR);
+    const long at = std::ftell(self->file_);
+    if (at < 0 || static_cast<std::uintmax_t>(at) > self->size_) self->ran_out_ = true;
+  }
+  static int eof(void* user) {
+    auto* self = static_cast<StbReader*>(user);
+    const long at = std::ftell(self->file_);
+    return at < 0 || static_cast<std::uintmax_t>(at) >= self->size_ || std::ferror(self->file_);
+  }
+  static constexpr stbi_io_callbacks kCallbacks = {&StbReader::read, &StbReader::skip, &StbReader::eof};
+
+  std::FILE* file_;
+  std::uintmax_t size_;
+  bool ran_out_ = false;
+};
+
+// stb keeps the reason for its last failure in a global that only failures write, and its probes
+// for each format write it too while ruling formats out: a JPEG's decoder may fail silently after
+// the PNG probe has said "Not a PNG". So the global is cleared before each call into stb, and an
+// empty reason, or a probe's, is reported as no reason at all.
+void clear_stb_reason() { stbi__g_failure_reason = nullptr; }  // stb has no call for it
+
+std::string stb_reason() {
+  const char* reason = stbi_failure_reason();
+  const std::string_view text = reason ? reason : "";
+  if (text.empty() || text == "Not a PNG")
+    return "stb_image gives no reason (corrupt data, or a feature it does not support)";
+  return std::string(text);
+}
+
 }  // namespace
 
 Tensor to_mnist_digit(const uint8_t* grey, int width, int height) {
@@ -258,21 +319,35 @@ Tensor load_digit_image(const std::string& path) {
   KILN_CHECK(fs::exists(status), data::DataError, path, ": cannot open: no such file");
   KILN_CHECK(fs::is_regular_file(status), data::DataError, path,
              ": cannot open: not a regular file (a directory, a FIFO or a device)");
+  const std::uintmax_t size = fs::file_size(path, ec);
+  KILN_CHECK(!ec, data::DataError, path, ": cannot read its size: ", ec.message());
+  KILN_CHECK(size > 0, data::DataError, path, ": an empty file (0 bytes), not a picture");
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   KILN_CHECK(file != nullptr, data::DataError, path, ": cannot open for reading: ", std::strerror(errno));
+  StbReader reader(file.get(), size);
 
   // The header first, so a huge (or corrupt) size is refused before anything is allocated.
   int width = 0, height = 0, channels = 0;
-  KILN_CHECK(stbi_info_from_file(file.get(), &width, &height, &channels), data::DataError, path,
-             ": not an image stb_image can read: ", stbi_failure_reason());
-  KILN_CHECK(width <= kMaxImageSide && height <= kMaxImageSide, data::DataError, path, ": ", width, "x",
-             height, " pixels; images of a digit may be at most ", kMaxImageSide, " on a side");
-  std::unique_ptr<stbi_uc, StbFree> pixels(
-      stbi_load_from_file(file.get(), &width, &height, &channels, 0));
-  KILN_CHECK(pixels != nullptr, data::DataError, path, ": cannot decode: ", stbi_failure_reason());
+  clear_stb_reason();
+  KILN_CHECK(stbi_info_from_callbacks(reader.callbacks(), &reader, &width, &height, &channels),
+             data::DataError, path, ": not an image stb_image can read: ", stb_reason());
+  const int64_t pixels = int64_t{width} * height;
+  KILN_CHECK(width <= kMaxImageSide && height <= kMaxImageSide && pixels <= kMaxImagePixels,
+             data::DataError, path, ": ", width, "x", height,
+             " pixels in its header; a digit's picture may have at most ", kMaxImageSide,
+             " on a side and ", kMaxImagePixels, " pixels in all (scale it down)");
 
-  std::vector<uint8_t> grey = to_grey(pixels.get(), width, height, channels);
-  pixels.reset();
+  reader.restart();
+  clear_stb_reason();
+  std::unique_ptr<stbi_uc, StbFree> decoded(
+      stbi_load_from_callbacks(reader.callbacks(), &reader, &width, &height, &channels, 0));
+  KILN_CHECK(!reader.failed(), data::DataError, path, ": read error: ", std::strerror(errno));
+  KILN_CHECK(!reader.ran_out(), data::DataError, path, ": truncated: its ", size,
+             " bytes end before the picture does (an interrupted download or copy?)");
+  KILN_CHECK(decoded != nullptr, data::DataError, path, ": cannot decode: ", stb_reason());
+
+  std::vector<uint8_t> grey = to_grey(decoded.get(), width, height, channels);
+  decoded.reset();
   InkLevels levels = ink_levels(grey.data(), width, height);
   KILN_CHECK(levels.contrast >= kMinInkContrast, data::DataError, path, ": the image ", no_ink(levels));
   return field_tensor(mnist_digit(grey.data(), width, height, levels));

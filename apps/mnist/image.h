@@ -27,14 +27,19 @@
 
 namespace kiln::apps {
 
-// Images larger than this on either side are refused: no digit needs it, and a decoded
-// 16384 x 16384 RGBA image is already 1 GiB.
+// Pictures larger than this on either side, or with more pixels than kMaxImagePixels, are
+// refused from their header, before anything is decoded: no digit needs them. 32 Mi pixels take a
+// 24-megapixel photo (6000 x 4000) and keep the decoder's buffers under about half a GiB in the
+// worst case (a 16-bit RGBA PNG: 256 MiB of samples and the 128 MiB of 8-bit ones made from them);
+// a 16000 x 16000 picture would need gigabytes.
 inline constexpr int kMaxImageSide = 16384;
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 25;
 
-// Reads a PNG, JPEG, BMP, GIF (first frame), TGA, PSD, HDR, PIC or PNM file, any size up to
-// kMaxImageSide, any channel count, 8 or 16 bits, and preprocesses it as above. data::DataError
-// naming the file when it cannot be read or decoded (with the decoder's reason), is too large, or
-// holds no ink (a blank or nearly uniform picture).
+// Reads a PNG, JPEG, BMP, GIF (first frame), TGA, PSD, HDR, PIC or PNM file, any size within
+// kMaxImageSide and kMaxImagePixels, any channel count, 8 or 16 bits, and preprocesses it as
+// above. data::DataError naming the file when it is empty, cannot be read or decoded (with the
+// decoder's reason), is truncated (the decoder wanted bytes past its end), is too large, or holds
+// no ink (a blank or nearly uniform picture).
 Tensor load_digit_image(const std::string& path);
 
 // The preprocessing alone, on a grey image (row-major, width * height bytes, 0 black, 255 white,

@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/mnist/image.h"
@@ -448,7 +451,7 @@ TEST_CASE("image: unreadable files are refused with the file's name and the reas
   CHECK_MESSAGE(contains(message, "not an image stb_image can read"), message);
   CHECK_THROWS_AS(load_digit_image(garbage), DataError);
 
-  // A real PNG cut short: the header reads, the pixels do not.
+  // A real PNG cut short: the header reads, the pixels are not all there.
   const Picture picture = draw(kOne, 64, 64);
   const std::string whole = write_image(dir, "whole", Format::png, 64, 64, 1,
                                         encode(picture, Layout::grey, Polarity::dark_on_light));
@@ -458,7 +461,7 @@ TEST_CASE("image: unreadable files are refused with the file's name and the reas
   const std::string cut = (dir.path() / "cut.png").string();
   message = error_of([&] { load_digit_image(cut); });
   CHECK_MESSAGE(contains(message, cut), message);
-  CHECK_MESSAGE(contains(message, "cannot decode"), message);
+  CHECK_MESSAGE(contains(message, "truncated"), message);
   CHECK_THROWS_AS(load_digit_image(cut), DataError);
 }
 
@@ -536,4 +539,160 @@ TEST_CASE("image: MNIST digits enlarged 10x, dark on grainy paper, JPEG, come ba
   MESSAGE("MNIST digits enlarged 10x, inverted, grainy, JPEG: mean abs diff ", total / kDigits,
           " (after the best whole-pixel shift)");
   CHECK(total / kDigits < 0.035);
+}
+
+// ---- hostile files: huge headers, truncated and garbled pictures ----
+
+namespace {
+
+using kiln::test::Bytes;
+using kiln::test::concat;
+
+Bytes read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void put_le(Bytes& bytes, size_t at, uint32_t value, size_t size) {
+  for (size_t i = 0; i < size; ++i) bytes[at + i] = static_cast<uint8_t>(value >> (8 * i));
+}
+void put_be(Bytes& bytes, size_t at, uint32_t value, size_t size) {
+  for (size_t i = 0; i < size; ++i) bytes[at + i] = static_cast<uint8_t>(value >> (8 * (size - 1 - i)));
+}
+Bytes text_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+
+// Where `marker` first occurs in `bytes` (a PNG chunk type, a JPEG marker).
+size_t find(const Bytes& bytes, const Bytes& marker) {
+  const auto at = std::search(bytes.begin(), bytes.end(), marker.begin(), marker.end());
+  REQUIRE(at != bytes.end());
+  return static_cast<size_t>(at - bytes.begin());
+}
+
+// The CRC-32 that ends each PNG chunk (over its type and data), bit by bit.
+uint32_t crc32_of(const uint8_t* data, size_t size) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < size; ++i) {
+    crc ^= data[i];
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+// A small picture of a "1", dark on light, written by stb_image_write (and by hand for PNM).
+std::string small_picture(const TempDir& dir, const std::string& stem, Format format) {
+  return write_image(dir, stem, format, 64, 64, 1,
+                     encode(draw(kOne, 64, 64), Layout::grey, Polarity::dark_on_light));
+}
+std::string small_pnm(const TempDir& dir, const std::string& stem) {
+  return dir.write(stem + ".pgm", concat(text_bytes("P5\n64 64\n255\n"),
+                                         encode(draw(kOne, 64, 64), Layout::grey, Polarity::dark_on_light)))
+      .string();
+}
+
+// Headers that declare a picture of width x height, over no pixels or a few: each format's own
+// header, or a real small picture's with its size fields changed.
+std::vector<std::pair<std::string, Bytes>> huge_headers(const TempDir& dir, uint32_t width, uint32_t height) {
+  Bytes png = read_file(small_picture(dir, "small", Format::png));
+  put_be(png, 16, width, 4);  // IHDR data: width, height, ... after the 8-byte signature and the chunk's
+  put_be(png, 20, height, 4); // length and type
+  put_be(png, 29, crc32_of(&png[12], 17), 4);
+  Bytes jpeg = read_file(small_picture(dir, "small", Format::jpeg));
+  const size_t sof = find(jpeg, {0xFF, 0xC0});  // baseline frame: length, precision, height, width
+  put_be(jpeg, sof + 5, height, 2);
+  put_be(jpeg, sof + 7, width, 2);
+  Bytes bmp = read_file(small_picture(dir, "small", Format::bmp));
+  put_le(bmp, 18, width, 4);
+  put_le(bmp, 22, height, 4);
+  Bytes tga = read_file(small_picture(dir, "small", Format::tga));
+  put_le(tga, 12, width, 2);
+  put_le(tga, 14, height, 2);
+  Bytes psd = concat(text_bytes("8BPS"), Bytes(22 + 14, 0));  // version, 6 reserved, channels, sizes, ...
+  put_be(psd, 4, 1, 2);                                        // version 1
+  put_be(psd, 12, 3, 2);                                       // 3 channels
+  put_be(psd, 14, height, 4);
+  put_be(psd, 18, width, 4);
+  put_be(psd, 22, 8, 2);  // 8 bits
+  put_be(psd, 24, 3, 2);  // RGB
+  Bytes gif = concat(text_bytes("GIF89a"), Bytes(7, 0));
+  put_le(gif, 6, width, 2);
+  put_le(gif, 8, height, 2);
+  const std::string size = std::to_string(width) + " " + std::to_string(height);
+  const std::string hdr_size = "-Y " + std::to_string(height) + " +X " + std::to_string(width);
+  return {{"huge.png", png},
+          {"huge.jpg", jpeg},
+          {"huge.bmp", bmp},
+          {"huge.tga", tga},
+          {"huge.psd", psd},
+          {"huge.gif", gif},
+          {"huge.pgm", text_bytes("P5\n" + size + "\n255\n")},
+          {"huge.hdr", text_bytes("#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n" + hdr_size + "\n")}};
+}
+
+}  // namespace
+
+TEST_CASE("image: headers that declare a huge picture are refused before it is decoded") {
+  TempDir dir;
+  for (const auto& [name, bytes] : huge_headers(dir, 16000, 16000)) {
+    const std::string path = dir.write(name, bytes).string();
+    const std::string message = error_of([&] { load_digit_image(path); });
+    CAPTURE(message);
+    CHECK(contains(message, path));
+    CHECK(contains(message, "16000x16000 pixels"));
+    CHECK(contains(message, std::to_string(kMaxImagePixels) + " pixels in all"));
+  }
+}
+
+TEST_CASE("image: truncated pictures are refused as truncated, whatever the format") {
+  TempDir dir;
+  const std::vector<std::string> pictures = {
+      small_picture(dir, "digit", Format::png), small_picture(dir, "digit", Format::jpeg),
+      small_picture(dir, "digit", Format::bmp), small_picture(dir, "digit", Format::tga), small_pnm(dir, "digit")};
+  for (const std::string& whole : pictures) {
+    CAPTURE(whole);
+    CHECK(load_digit_image(whole).shape() == Shape{28, 28});
+    const std::filesystem::path cut = std::filesystem::path(whole).replace_filename(
+        "cut-" + std::filesystem::path(whole).filename().string());
+    const Bytes bytes = read_file(whole);
+    dir.write(cut.filename().string(), Bytes(bytes.begin(), bytes.begin() + std::ssize(bytes) / 2));
+    const std::string message = error_of([&] { load_digit_image(cut.string()); });
+    CHECK_MESSAGE(contains(message, cut.string()), message);
+    CHECK_MESSAGE(contains(message, "truncated"), message);
+    CHECK_MESSAGE(contains(message, std::to_string(bytes.size() / 2) + " bytes"), message);
+  }
+}
+
+TEST_CASE("image: an empty file, and a valid header over garbage, are refused by name") {
+  TempDir dir;
+  const std::string empty = dir.write("empty.png", {}).string();
+  std::string message = error_of([&] { load_digit_image(empty); });
+  CHECK_MESSAGE(contains(message, empty), message);
+  CHECK_MESSAGE(contains(message, "empty file (0 bytes)"), message);
+
+  // A PNG whose compressed pixels are replaced by bytes that are not zlib data.
+  Bytes png = read_file(small_picture(dir, "digit", Format::png));
+  const size_t idat = find(png, text_bytes("IDAT"));
+  for (size_t i = idat + 4; i < png.size() - 16; ++i) png[i] = static_cast<uint8_t>(i * 131 + 17);
+  const std::string garbled = dir.write("garbled.png", png).string();
+  message = error_of([&] { load_digit_image(garbled); });
+  CHECK_MESSAGE(contains(message, garbled + ": cannot decode: Corrupt PNG"), message);
+}
+
+TEST_CASE("image: the reason given is the picture's own, not one an earlier picture or format left behind") {
+  TempDir dir;
+  // A PNG whose pixel chunk's length has its top bit set: stb_image fails on it without a reason.
+  Bytes png = read_file(small_picture(dir, "digit", Format::png));
+  png[find(png, text_bytes("IDAT")) - 4] |= 0x80;
+  const std::string bad_length = dir.write("bad-length.png", png).string();
+  // A JPEG whose scan names a component (0x10) that its frame does not have: stb_image fails on it
+  // without a reason, after ruling PNG out ("Not a PNG").
+  Bytes jpeg = read_file(small_picture(dir, "digit", Format::jpeg));
+  jpeg[find(jpeg, {0xFF, 0xDA}) + 5] = 0x10;  // the marker, its length, the count, the first component
+  const std::string bad_scan = dir.write("bad-scan.jpg", jpeg).string();
+
+  for (const std::string& path : {bad_length, bad_scan, bad_length}) {
+    const std::string message = error_of([&] { load_digit_image(path); });
+    CAPTURE(message);
+    CHECK(contains(message, path + ": cannot decode: stb_image gives no reason"));
+    CHECK(!contains(message, path.ends_with(".png") ? "JPEG" : "PNG"));
+  }
 }

@@ -346,3 +346,38 @@ TEST_CASE("20 MNIST test digits saved as pictures, some inverted, some enlarged,
   MESSAGE(right, " of 20 pictures read as their labels");
   CHECK(right >= 17);
 }
+
+TEST_CASE("hostile pictures are refused one by one, naming the file, and the others still predicted") {
+  TempDir dir;
+  const std::string model = "--model " + in_quotes(untrained_checkpoint(dir)) + " -q ";
+  const std::string one = drawn_one(dir);
+  std::ofstream(dir.file("empty.png"), std::ios::binary).flush();
+  // A PGM that declares 16000x16000 pixels and holds none of them.
+  std::ofstream(dir.file("huge.pgm"), std::ios::binary) << "P5\n16000 16000\n255\n";
+  // A PGM of a 28x28 "1" cut off after its first rows.
+  std::ofstream(dir.file("cut.pgm"), std::ios::binary) << "P5\n28 28\n255\n" << std::string(100, '\xff');
+  Result r = predict(model + in_quotes(dir.file("empty.png")) + " " + in_quotes(dir.file("huge.pgm")) + " " +
+                     in_quotes(dir.file("cut.pgm")) + " " + in_quotes(one));
+  CHECK(r.code == 1);
+  CHECK(lines(r.out).size() == 1);
+  CHECK(r.out.find("one.png") != std::string::npos);
+  for (const char* expected :
+       {"empty.png: an empty file (0 bytes)", "huge.pgm: 16000x16000 pixels", "cut.pgm: truncated"})
+    CHECK_MESSAGE(r.err.find(expected) != std::string::npos, expected, "\n", r.err);
+}
+
+TEST_CASE("IDX images that are not 28x28 are refused, naming the file and the size the models take") {
+  TempDir dir;
+  const std::string model = "--model " + in_quotes(untrained_checkpoint(dir)) + " -q ";
+  const std::string images = dir.file("small-images-idx3-ubyte");
+  write_idx(images, {3, 20, 20}, std::vector<uint8_t>(3 * 20 * 20, 100));
+  const std::string labels = dir.file("small-labels-idx1-ubyte");  // beside the images, as MNIST names them
+  write_idx(labels, {3}, {1, 2, 3});
+  for (const std::string& args : {in_quotes(images), "--idx " + in_quotes(images) + " " + in_quotes(labels)}) {
+    Result r = predict(model + args);
+    CHECK(r.code == 1);
+    CHECK(r.out.empty());
+    CHECK_MESSAGE(r.err.find(images + ": expected u8 images [N, 28, 28]") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("holds u8 [3, 20, 20]") != std::string::npos, r.err);
+  }
+}
