@@ -274,24 +274,25 @@ inline void pool_gradient_cases(const Run& r, Tensor (*pool)(const Tensor&, cons
   }
 }
 
-// max_pool2d's values and indices exactly (ties: the first; NaN wins), on 60 random poolings and
-// on windows that tile the input exactly (CUDA: the backward's thread-per-window version); its
-// backward with the row's tolerance (overlapping windows add in some order); and the gradient
-// through autograd.
+// max_pool2d's values and indices exactly (ties: the first; NaN wins, the last NaN of a window, as
+// in PyTorch's kernels), on 60 random poolings, on windows that tile the input exactly (CUDA: the
+// backward's thread-per-window version) and on windows holding several NaNs; its backward with
+// the row's tolerance (overlapping windows add in some order); and the gradient through autograd.
 inline void max_pool2d_cases(const Run& r) {
   std::mt19937 rng(15);
+  // x (in t's dtype) pooled on the device against the CPU; `view`: x goes there as a transposed view
+  auto compare = [&](const PoolCase& c, const Tensor& x, const Take& t, bool view, const std::string& note) {
+    Tensor on_dev = view ? x.transpose(2, 3).contiguous().to(r.device).transpose(2, 3) : x.to(r.device);
+    const std::string what = c.str() + " " + std::string(dtype_name(t.dtype)) + note;
+    PoolResult want = max_pool2d_with_indices(x, c.config), got = max_pool2d_with_indices(on_dev, c.config);
+    r.check(got.values, want.values, {}, "max_pool2d " + what);
+    r.check(got.indices, want.indices, {}, "max_pool2d indices " + what);
+    Tensor gy = uniform(want.values.shape(), -1, 1, t.dtype);
+    r.check(max_pool2d_backward(gy.to(r.device), got.indices, c.x, c.config),
+            max_pool2d_backward(gy, want.indices, c.x, c.config), t.tol, "max_pool2d_backward " + what);
+  };
   auto check = [&](const PoolCase& c, int trial) {
-    for (const Take& t : r.takes) {
-      Tensor x = pool_input(rng, c.x, trial, t.dtype);
-      Tensor on_dev = trial % 2 ? x.transpose(2, 3).contiguous().to(r.device).transpose(2, 3) : x.to(r.device);
-      const std::string what = c.str() + " " + std::string(dtype_name(t.dtype));
-      PoolResult want = max_pool2d_with_indices(x, c.config), got = max_pool2d_with_indices(on_dev, c.config);
-      r.check(got.values, want.values, {}, "max_pool2d " + what);
-      r.check(got.indices, want.indices, {}, "max_pool2d indices " + what);
-      Tensor gy = uniform(want.values.shape(), -1, 1, t.dtype);
-      r.check(max_pool2d_backward(gy.to(r.device), got.indices, c.x, c.config),
-              max_pool2d_backward(gy, want.indices, c.x, c.config), t.tol, "max_pool2d_backward " + what);
-    }
+    for (const Take& t : r.takes) compare(c, pool_input(rng, c.x, trial, t.dtype), t, trial % 2 == 1, "");
   };
   for (int trial = 0; trial < 60; ++trial) check(random_pool(rng), trial);
   int trial = 0;
@@ -302,6 +303,24 @@ inline void max_pool2d_cases(const Run& r) {
     c.config.kernel[0] = c.config.stride[0] = k0;
     c.config.kernel[1] = c.config.stride[1] = k1;
     check(c, trial++);
+  }
+  // Windows of two and three NaNs beside -inf and ties: the last NaN wins, its value, its index and
+  // so the gradient (the first would give 0, 8 and 10 for three of the 2x2 windows, not 5, 13 and
+  // 14). 2x2 at stride 2 tiles the input (CUDA: thread per window), 3x3 at stride 3 does not
+  // overlap (one window per element), 3x3 at stride 1 overlaps.
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  const Tensor nans = from_vector<double>({nan,  1,   7,   2,    //
+                                           -inf, nan, 7,   3,    //
+                                           nan,  0,   nan, nan,  //
+                                           5,    nan, nan, 5},
+                                          {1, 1, 4, 4});
+  for (const auto& [k, s, p] : {std::tuple{2, 2, 0}, std::tuple{3, 3, 1}, std::tuple{3, 1, 1}}) {
+    PoolCase c;
+    c.x = nans.shape();
+    c.config.kernel = {k, k};
+    c.config.stride = {s, s};
+    c.config.padding = {p, p};
+    for (const Take& t : r.takes) compare(c, nans.to(t.dtype), t, false, " (windows of several NaNs)");
   }
   pool_gradient_cases(r, [](const Tensor& x, const Pool2dConfig& c) { return max_pool2d(x, c); });
 }

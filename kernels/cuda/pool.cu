@@ -2,7 +2,8 @@
 // passes, f32 and f64, matching kernels/cpu/pool.cpp bit for bit:
 //   max_pool2d   y = max over the window (clipped to the input: padding never wins); indices (i32,
 //                same shape as y) hold the winner's position h * W + w in its plane. Ties go to
-//                the first element in row-major window order; a NaN wins, the first one seen.
+//                the first element in row-major window order; a NaN wins, the last one in that
+//                order (as PyTorch's kernels, which take v when v > max or v is NaN).
 //   avg_pool2d   y = mean over the window, summed in double; divided by KH * KW when
 //                count_include_pad, else by the number of real input elements in the window.
 //   backward     grad_x is overwritten: each input element gets the sum of the grad_y elements
@@ -109,7 +110,7 @@ __global__ void max_pool_kernel(const T* x, T* y, int32_t* indices, Geom<I> d, I
     for (I h = win.h0; h < win.h1; ++h)
       for (I w = win.w0; w < win.w1; ++w) {
         const T v = xp[h * d.w + w];
-        if (v > best || (v != v && best == best)) {  // v > NaN is false: the first NaN stays
+        if (v > best || v != v) {  // v != v: v is NaN; v > NaN is false, so the last NaN wins
           best = v;
           best_at = h * d.w + w;
         }

@@ -4,7 +4,8 @@
 // backward passes (kernels/cpu/pool.cpp states the rules), one invocation per output element of
 // the pass; variants (-D):
 //   MAX_FORWARD      y = the window's max, indices (i32) its position h W + w in the plane;
-//                    padding never wins; a NaN does, the first one in row-major window order.
+//                    padding never wins; a NaN does, the last one in row-major window order (as
+//                    PyTorch's kernels, which take v when v > max or v is NaN).
 //   MAX_BACKWARD     an invocation per x element, summing grad_y over the windows that cover it
 //                    and chose it (their index names it): each element written once, no atomics.
 //   AVG_FORWARD      y = the window's mean: divided by KH KW (count_include_pad) or by its real
@@ -62,7 +63,7 @@ void main() {
     for (int hh = max(h0, 0); hh < min(h0 + P.kh, P.h); ++hh)
       for (int ww = max(w0, 0); ww < min(w0 + P.kw, P.w); ++ww) {
         const float v = x[base + hh * P.w + ww];
-        if (v > best || (isnan(v) && !isnan(best))) {  // once best is NaN nothing beats it
+        if (v > best || isnan(v)) {  // v > NaN is false, so the last NaN wins
           best = v;
           best_at = hh * P.w + ww;
         }
