@@ -171,7 +171,8 @@ inline void cross_entropy_cases(const Run& r) {
 
 // cross-entropy's special values (cross_entropy_special_rows), at class counts that take each
 // kernel (CUDA: 3000 and 20000 the forward's unrolled block version, 20000 the backward's split
-// version), with and without smoothing.
+// version), with and without smoothing: without, the -inf logit beside row 0's target leaves its
+// loss finite, as PyTorch's (the smoothing term, +inf there, must be left out, not times 0).
 inline void cross_entropy_special_cases(const Run& r) {
   const Tensor targets = cross_entropy_special_targets();
   for (int64_t classes : {5, 10, 3000, 20000})

@@ -40,7 +40,9 @@
 // A target outside [0, C) cannot throw from a kernel: its loss (its row of gradient) is NaN,
 // and the kernel records the fault, which the host throws as a ValueError at the next
 // synchronisation (fault.cuh), where the CPU throws at once. Non-finite logits give what the CPU
-// gives: a NaN or +inf in the row, or a row of -inf, makes its loss and gradient NaN.
+// (and PyTorch) gives: a NaN or +inf in the row, or a row of -inf, makes its loss and gradient NaN;
+// a -inf logit off the target has probability 0 and leaves the loss finite without smoothing
+// (+inf with it, as its -log p is +inf); the target at -inf gives +inf.
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -67,7 +69,9 @@ __device__ inline T row_loss(const MaxSum<T>& a, T target_logit, double total, i
   const double m = a.m, log_s = log_of(static_cast<double>(a.s));
   const double nll = (m - static_cast<double>(target_logit)) + log_s;       // -log p[i, t_i]
   const double smooth = (m - total / static_cast<double>(classes)) + log_s;  // mean_c(-log p[i, c])
-  return static_cast<T>((1.0 - s) * nll + s * smooth);
+  // Without smoothing the term is left out, not multiplied by 0: a -inf logit off the target makes
+  // it +inf, and 0 * inf would turn a finite loss into NaN (PyTorch adds it only for s > 0).
+  return static_cast<T>(s > 0 ? (1.0 - s) * nll + s * smooth : nll);
 }
 
 // grad_losses[i] * (p[i, c] - target[c]) for one element.

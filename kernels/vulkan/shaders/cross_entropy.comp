@@ -8,6 +8,9 @@
 // plain sum, the 256 of each meet in shared memory, then invocation 0 writes the loss (forward)
 // or every invocation writes its elements' gradients (backward). A target outside [0, C) gives a
 // NaN loss (a NaN gradient row) and is recorded in the fault slot, which the host throws.
+// Special values, as on the CPU (and PyTorch): a NaN or +inf in the row, or a row of -inf, makes
+// its loss and gradient NaN; a -inf logit off the target has probability 0 and leaves the loss
+// finite without smoothing (+inf with it); the target at -inf gives +inf.
 //
 // Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
 // 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
@@ -74,12 +77,19 @@ void main() {
     if (!valid && t == 0) report_fault(target, row, P.classes);
 #if defined(FORWARD)
     if (t == 0) {
-      // lse - v as (m - v) + log s: lse and v are both near m when the logits are large (1e3), and
-      // their difference in float would keep only its last bits; m - v is exact there
-      const float log_s = log_of(a.y);
-      losses[P.out_offset + row] = valid ? (1.0 - P.smoothing) * ((a.x - x[base + target]) + log_s) +
-                                               P.smoothing * ((a.x - totals[0] / float(P.classes)) + log_s)
-                                         : nan;
+      float loss = nan;
+      if (valid) {
+        // lse - v as (m - v) + log s: lse and v are both near m when the logits are large (1e3),
+        // and their difference in float would keep only its last bits; m - v is exact there
+        const float log_s = log_of(a.y);
+        const float nll = (a.x - x[base + target]) + log_s;                   // -log p[row, target]
+        const float mean_nll = (a.x - totals[0] / float(P.classes)) + log_s;  // mean_c(-log p[row, c])
+        // Without smoothing mean_nll is left out, not multiplied by 0: a -inf logit off the
+        // target makes it +inf, and 0 * inf would turn a finite loss into NaN (PyTorch adds it
+        // only for s > 0).
+        loss = P.smoothing > 0.0 ? (1.0 - P.smoothing) * nll + P.smoothing * mean_nll : nll;
+      }
+      losses[P.out_offset + row] = loss;
     }
 #else
     const float gr = g[P.g_offset + row], off = P.smoothing / float(P.classes);
