@@ -26,11 +26,16 @@ constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the reference implementatio
 
 struct Json {
   enum class Kind { object, array, string, integer } kind = Kind::object;
-  std::vector<std::pair<std::string, Json>> members;  // object, in file order
+  struct Member;  // a key and its value (a std::pair would need Json complete here: clang refuses it)
+  std::vector<Member> members;                         // object, in file order
   std::vector<Json> items;                             // array
   std::string text;                                    // string
   uint64_t number = 0;                                 // integer
   size_t at = 0;                                       // where it starts, in bytes from the file start
+};
+struct Json::Member {
+  std::string key;
+  Json value;
 };
 
 class JsonReader {
@@ -79,7 +84,7 @@ class JsonReader {
         std::string key = string();
         if (!seen.insert(key).second) fail("the key '" + key + "' appears twice");
         expect(':');
-        v.members.emplace_back(std::move(key), value(depth + 1));
+        v.members.push_back({std::move(key), value(depth + 1)});
         skip_space();
         if (peek() == ',') { ++pos_; continue; }
         expect('}');
