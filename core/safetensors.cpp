@@ -393,6 +393,7 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
       }
       continue;
     }
+    if (name.empty()) fail(v.at, "a tensor has an empty name (kiln writes none: names must be non-empty)");
     if (v.kind != Json::Kind::object) fail(v.at, "tensor '" + name + "' must be described by an object");
     const Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
     for (const auto& [k, f] : v.members) {
@@ -413,11 +414,15 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
     else if (dtype->text == "I64") e.dtype = DType::i32, e.from_i64 = true, element = 8;
     else fail(dtype->at, "tensor '" + name + "' has dtype " + dtype->text + ", which kiln does not load (F32, F64, I32, I64, U8)");
     if (shape->kind != Json::Kind::array) fail(shape->at, "shape of '" + name + "' must be an array");
-    uint64_t numel = 1;
+    // The sizes are bounded as kiln's Shape counts them, zeros as ones, so that [0, 2^40, 2^40]
+    // (no elements, strides past int64) is refused here and not by the tensor made from it.
+    uint64_t numel = 1, sizes = 1;
     for (const Json& d : shape->items) {
       if (d.kind != Json::Kind::integer) fail(d.at, "shape of '" + name + "' must hold whole numbers");
-      if (d.number > (uint64_t{1} << 40) || (d.number && numel > (uint64_t{1} << 50) / d.number))
+      const uint64_t counted = std::max<uint64_t>(d.number, 1);
+      if (d.number > (uint64_t{1} << 40) || sizes > (uint64_t{1} << 50) / counted)
         fail(d.at, "shape of '" + name + "' is too large");
+      sizes *= counted;
       numel *= d.number;
       e.shape.push_back(static_cast<int64_t>(d.number));
     }

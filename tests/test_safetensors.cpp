@@ -182,3 +182,25 @@ TEST_CASE("malformed safetensors files are rejected with the file, the offset an
   }
   CHECK_THROWS_WITH_AS(load_safetensors(dir.file("nope")), doctest::Contains("cannot open"), SerializationError);
 }
+
+TEST_CASE("names and shapes that kiln cannot hold are refused as malformed, not by what is made of them") {
+  // Each file is in tests/fuzz/corpus/fuzz_safetensors too: an empty name (found by fuzz_safetensors:
+  // it was read, and writing it back threw ValueError) and sizes that multiply past int64 beside a
+  // zero (read as no data, then the tensor made of it threw ShapeError).
+  struct Case {
+    const char* name;
+    std::string bytes;
+    const char* rule;
+  };
+  const std::vector<Case> cases{
+      {"empty name", make_file(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", floats({1})), "empty name"},
+      {"sizes past int64", make_file(R"({"w":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}})", ""),
+       "is too large"},
+  };
+  for (const Case& c : cases)
+    CHECK_THROWS_WITH_AS(decode_safetensors(c.bytes, c.name), doctest::Contains(c.rule), SerializationError);
+  // A zero beside sizes that fit is an empty tensor.
+  SafetensorsFile f =
+      decode_safetensors(make_file(R"({"w":{"dtype":"F32","shape":[0,1099511627776],"data_offsets":[0,0]}})", ""));
+  CHECK(f.tensors.at(0).second.shape() == Shape{0, int64_t{1} << 40});
+}
