@@ -40,6 +40,9 @@ class DistributedError : public Error {  // ranks that disagree, a collective th
 class NonFiniteError : public Error {  // a NaN or an infinity where finite numbers are needed
   using Error::Error;
 };
+class IoError : public Error {  // a file that cannot be written or read: no space, no permission, not a file
+  using Error::Error;
+};
 
 namespace detail {
 template <class... Args>

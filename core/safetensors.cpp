@@ -1,8 +1,5 @@
 #include "kiln/core/safetensors.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -15,6 +12,7 @@
 #include <set>
 
 #include "kiln/core/backend.h"
+#include "kiln/core/file.h"
 
 namespace kiln {
 
@@ -204,20 +202,9 @@ const char* safetensors_dtype(DType t) {
   return "?";
 }
 
-// ---- writing ----
-
-void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
-  auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    KILN_CHECK(n > 0, SerializationError, "writing '", path, "': ", std::strerror(errno));
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
+
+// ---- writing ----
 
 std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata,
                                const std::string& path) {
@@ -268,76 +255,9 @@ std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::
   return out;
 }
 
-namespace {
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
-  std::string s = name;
-  std::replace(s.begin(), s.end(), '.', '_');  // the temporary's name splits at dots
-  return s;
-}
-
-// The temporaries that saves of `target` left behind when they were killed: ".NAME.tmp.HOST.PID"
-// (".NAME.tmp.PID" before the host was named) whose process, on this host, is gone. A live
-// process's, or another host's on a shared folder, are left alone.
-void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& target_name,
-                              const std::string& host) {
-  namespace fs = std::filesystem;
-  const std::string prefix = "." + target_name + ".tmp.";
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    std::string rest = name.substr(prefix.size());  // "HOST.PID" or "PID"
-    if (size_t dot = rest.rfind('.'); dot != std::string::npos) {
-      if (rest.substr(0, dot) != host) continue;
-      rest = rest.substr(dot + 1);
-    }
-    if (rest.empty() || rest.size() > 9 ||
-        !std::all_of(rest.begin(), rest.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; }))
-      continue;
-    const auto pid = static_cast<pid_t>(std::stol(rest));
-    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
-    fs::remove(entry.path(), ec);
-  }
-}
-
-}  // namespace
-
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  std::string bytes = encode_safetensors(tensors, metadata, path);
-
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string host = host_name();
-  remove_stale_temporaries(dir, target.filename().string(), host);
-  std::string temp_name = ".";
-  temp_name.append(target.filename().string()).append(".tmp.").append(host).append(".");
-  temp_name.append(std::to_string(::getpid()));
-  std::string temp = (dir / temp_name).string();
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  KILN_CHECK(fd >= 0, SerializationError, "cannot write '", path, "': creating '", temp, "' failed: ",
-             std::strerror(errno));
-  try {
-    write_all(fd, bytes.data(), bytes.size(), path);
-    KILN_CHECK(::fsync(fd) == 0, SerializationError, "writing '", path, "': fsync failed: ", std::strerror(errno));
-    KILN_CHECK(::close(fd) == 0, SerializationError, "writing '", path, "': close failed: ", std::strerror(errno));
-    fd = -1;
-    KILN_CHECK(::rename(temp.c_str(), path.c_str()) == 0, SerializationError, "writing '", path,
-               "': renaming the finished temporary file into place failed: ", std::strerror(errno));
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(temp.c_str());
-    throw;
-  }
-  // Make the rename itself durable.
-  if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  write_file_atomically(path, encode_safetensors(tensors, metadata, path));
 }
 
 // ---- reading ----

@@ -21,10 +21,10 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;  // "__metadata__"
 };
 
-// Writes atomically: a temporary file beside `path` (".NAME.tmp.HOST.PID"), fsync, rename over
-// `path`, fsync of the folder. A failure at any point leaves an existing file at `path` untouched.
-// Temporaries of earlier saves of `path` that were killed (their process gone from this host) are
-// removed first. Tensors may be on any device; names must be unique and non-empty.
+// Writes atomically (write_file_atomically, core/file.h): a failure at any point, a full disk say,
+// is an IoError and leaves an existing file at `path` untouched; a directory, FIFO or device at
+// `path` is refused, a symbolic link followed. Tensors may be on any device; names must be unique
+// and non-empty.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

@@ -5,14 +5,15 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <utility>
 
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
 
 #include "apps/mnist/stb.h"
 
@@ -571,12 +572,14 @@ void write_plot_png(const std::string& path, const std::vector<Chart>& charts, i
   for (int i = 0; i < n; ++i)
     draw_chart(canvas, charts[static_cast<size_t>(i)], Rect{i * width / n, 0, (i + 1) * width / n, height});
 
-  errno = 0;
-  if (!stbi_write_png(path.c_str(), width, height, 3, canvas.data(), width * 3)) {
-    const int reason = errno;
-    KILN_FAIL(Error, "write_plot_png: cannot write '", path, "'",
-              reason ? std::string(": ") + std::strerror(reason) : std::string());
-  }
+  // Encoded in memory, then written whole: a full disk leaves the last plot, not half of a new one.
+  std::string png;
+  auto append = [](void* context, void* data, int size) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+  };
+  KILN_CHECK(stbi_write_png_to_func(append, &png, width, height, 3, canvas.data(), width * 3) != 0, Error,
+             "write_plot_png: encoding the ", width, " x ", height, " PNG for '", path, "' failed");
+  write_file_atomically(path, png);
 }
 
 }  // namespace kiln::apps

@@ -35,7 +35,8 @@ inline constexpr uint32_t plot_red = 0xD62728;
 // Renders the charts side by side (e.g. loss on the left, accuracy on the right), each in a
 // width / charts.size() x height panel, into one RGB PNG at `path`.
 // ValueError: no charts, a panel smaller than 320 x 240, or a series whose x and y differ in length.
-// Error: the file cannot be written (its folder is missing or not writable).
+// IoError: the file cannot be written (a full disk, a missing folder, not a regular file); it is
+// written whole (core/file.h), so the plot there before stays until the new one is complete.
 void write_plot_png(const std::string& path, const std::vector<Chart>& charts, int width = 1200,
                     int height = 450);
 

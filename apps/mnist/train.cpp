@@ -14,12 +14,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -51,22 +52,38 @@ void info(const std::string& line) {
   if (g_verbosity >= 1) std::cerr << (g_tty ? "\r\033[K" : "") << line << "\n";
 }
 
-// --metrics-out: one JSON object a line, flushed at once, so a run that dies keeps what it logged.
-struct Metrics {
-  std::ofstream out;
-  void write(const std::string& json) {
-    if (out.is_open()) out << json << "\n" << std::flush;
-  }
-};
+// What the user must see even with -q (rank 0 alone speaks).
+void warn(const std::string& line) {
+  if (g_rank0) std::cerr << (g_tty ? "\r\033[K" : "") << "mnist-train: warning: " << line << "\n";
+}
 
-// A resumed run appends to its metrics; a new one starts the file afresh.
+// --metrics-out: one JSON object a line, each written whole at once, so a run that dies keeps what
+// it logged and the file is valid JSON Lines at every moment (a write that fails, on a full disk,
+// stops the run with IoError naming the file). A resumed run appends; a new one starts afresh.
+using Metrics = LineFile;
+
 Metrics open_metrics(const Config& c, bool resumed) {
-  Metrics metrics;
-  if (!c.metrics_out.empty() && g_rank0) {
-    metrics.out.open(c.metrics_out, resumed ? std::ios::app : std::ios::trunc);
-    KILN_CHECK(metrics.out.is_open(), Error, "--metrics-out: cannot write '", c.metrics_out, "'");
+  if (c.metrics_out.empty() || !g_rank0) return {};
+  return LineFile(c.metrics_out, resumed);
+}
+
+// The folders that --save, --metrics-out and --plot name are made when missing (a fresh checkout has
+// no out/), and a --save or --plot that names a directory, a FIFO or a device is refused before any
+// work: those files are replaced whole, which would replace the device.
+void prepare_outputs(const Config& c) {
+  if (!g_rank0) return;
+  for (const auto& [flag, path] : {std::pair{"--save", c.save}, {"--metrics-out", c.metrics_out}, {"--plot", c.plot}}) {
+    if (path.empty()) continue;
+    const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!folder.empty()) std::filesystem::create_directories(folder, ec);
+    KILN_CHECK(!ec, IoError, flag, ": cannot make the folder '", folder.string(), "': ", ec.message());
+    const std::filesystem::file_status status = std::filesystem::status(path, ec);
+    const bool stream_ok = std::string_view(flag) == "--metrics-out" && !std::filesystem::is_directory(status);
+    KILN_CHECK(!std::filesystem::exists(status) || std::filesystem::is_regular_file(status) || stream_ok, IoError,
+               flag, " '", path, "' is not a regular file (a directory, a FIFO or a device): it would be replaced "
+               "whole; give a file's path");
   }
-  return metrics;
 }
 
 // ---- Ctrl-C: the first asks to stop at the next step boundary, the second exits at once ----
@@ -78,7 +95,10 @@ std::atomic<int> g_interrupts{0};
 std::atomic<int> g_stop_signal{SIGINT};
 
 extern "C" void on_stop_signal(int signal) {
-  if (g_interrupts.fetch_add(1) >= 1) _exit(128 + signal);
+  if (g_interrupts.fetch_add(1) >= 1) {
+    remove_temporary_in_progress();  // a save cut short leaves nothing behind
+    _exit(128 + signal);
+  }
   g_stop_signal.store(signal);
 }
 
@@ -112,7 +132,7 @@ std::pair<Device, Parallel> pick_device_and_group(const Config& c) {
   Parallel par{init_process_group(wanted.type)};
   g_rank0 = par.rank() == 0;
   if (!g_rank0) g_verbosity = 0;
-  par.group->check_same("the settings", c.json() + " device " + std::string(device_type_name(wanted.type)) +
+  par.group->check_same("the settings", c.settings(par.size()).dump() + " device " + std::string(device_type_name(wanted.type)) +
                                             (c.tf32 ? " tf32" : "") + " data " + c.data);
   info(fmt("data-parallel: %d processes (%s), device %s on rank 0, batch %lld per process (%lld a step in all)",
            par.size(), std::string(par.group->name()).c_str(), par.group->device().str().c_str(),
@@ -185,19 +205,77 @@ std::unique_ptr<optim::LRScheduler> make_scheduler(const Config& c, optim::Optim
   if (c.scheduler == "step") return std::make_unique<optim::StepLR>(opt, 1, c.gamma);
   if (c.scheduler == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, c.epochs);
   if (c.scheduler == "onecycle")
-    return std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleLROptions(c.lr, c.epochs * steps_per_epoch));
+    return std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleLROptions(c.lr, c.epochs * steps_per_epoch)
+                                                        .cycle_momentum(opt.momentum().has_value()));  // not Adadelta's
   return nullptr;  // "none"
 }
 
-// --resume's checkpoint, read and checked against --model before any data is.
-std::optional<apps::LoadedCheckpoint> load_resumed(const Config& c) {
+// --resume's checkpoint and how this run's settings differ from those it was saved with.
+struct Resumed {
+  apps::LoadedCheckpoint checkpoint;
+  std::vector<apps::SettingChange> changes;  // accepted with --allow-setting-changes; else none
+  int64_t saved_epochs = 0;                  // the --epochs of the run that saved it
+};
+
+// Reads --resume's checkpoint and compares its settings with this run's before any data is read: a
+// difference is refused with the list, unless --allow-setting-changes; --model never changes.
+std::optional<Resumed> load_resumed(const Config& c, const Parallel& par) {
   if (c.resume.empty()) return std::nullopt;
-  apps::LoadedCheckpoint resumed = apps::load_checkpoint(c.resume);
-  info("resuming " + c.resume + ": epoch " + std::to_string(resumed.state.epoch + 1) + ", batch " +
-       std::to_string(resumed.state.batch) + ", settings " + resumed.state.config);
-  KILN_CHECK(resumed.state.model == c.model, ValueError, "--resume: the checkpoint holds a '", resumed.state.model,
-             "' model, but --model is '", c.model, "'");
-  return resumed;
+  Resumed r;
+  r.checkpoint = apps::load_checkpoint(c.resume);
+  const apps::RunState& s = r.checkpoint.state;
+  info("resuming " + c.resume + ": epoch " + std::to_string(s.epoch + 1) + ", batch " + std::to_string(s.batch) +
+       ", settings " + s.config);
+  KILN_CHECK(s.model == c.model, ValueError, "--resume: the checkpoint holds a '", s.model, "' model, but --model is '",
+             c.model, "'");
+  const nlohmann::ordered_json saved = apps::parse_settings(s.config, c.resume);
+  r.saved_epochs = saved.contains("epochs") && saved["epochs"].is_number_integer() ? saved["epochs"].get<int64_t>()
+                                                                                  : c.epochs;
+  r.changes = apps::changed_settings(saved, c.settings(par.size()));
+  std::string list;
+  for (const apps::SettingChange& d : r.changes) list += "\n  " + d.flag + ": " + d.saved + " in the checkpoint, " + d.now + " now";
+  KILN_CHECK(r.changes.empty() || c.allow_setting_changes, ValueError, "--resume: this command's settings differ from "
+             "those the checkpoint was saved with:", list, "\npass them as they were to continue the run exactly, or "
+             "add --allow-setting-changes to go on with this command's");
+  if (!r.changes.empty()) warn("--allow-setting-changes: going on with this command's settings:" + list);
+  KILN_CHECK(s.epoch <= c.epochs, ValueError, "--resume: the checkpoint has trained ", s.epoch, " epochs, more than "
+             "--epochs ", c.epochs, " asks for");
+  return r;
+}
+
+// A resumed run's optimizer and schedule. With the settings it was saved with, exactly as saved:
+// the run goes on as if never stopped. Otherwise, this command's hyperparameters over the saved
+// optimizer state (a new --optimizer starts afresh), and the schedule rebuilt as this command would
+// have it at the checkpoint's step: replayed from the start (host arithmetic, no device work). A
+// grown or shrunk --epochs rebuilds the schedules whose shape depends on it (cosine, onecycle), so
+// the lr never falls off the end of the old schedule; step and none go on as saved.
+void restore_optimizer_and_schedule(Training& t, const Config& c, const Resumed& r, int64_t steps_per_epoch) {
+  const auto changed = [&](const std::string& flag) {
+    return std::any_of(r.changes.begin(), r.changes.end(), [&](const apps::SettingChange& d) { return d.flag == flag; });
+  };
+  if (!changed("--optimizer")) {
+    optim::StateDict state = r.checkpoint.optimizer;
+    if (!r.changes.empty()) {  // this command's hyperparameters, the saved per-parameter state
+      const optim::StateDict now = t.optimizer->state_dict();
+      for (auto& [key, value] : state)
+        if (key.rfind("param_groups.", 0) == 0)
+          for (const auto& [now_key, now_value] : now)
+            if (now_key == key) value = now_value;
+    }
+    t.optimizer->load_state_dict(state);
+  }
+  const bool spans_run = c.scheduler == "cosine" || c.scheduler == "onecycle";
+  if (!t.scheduler || (r.changes.empty() && !(spans_run && r.saved_epochs != c.epochs))) {
+    if (t.scheduler) t.scheduler->load_state_dict(r.checkpoint.scheduler);
+    return;
+  }
+  t.optimizer->set_lr(c.lr);  // where the schedule starts
+  t.scheduler = make_scheduler(c, *t.optimizer, steps_per_epoch);
+  const int64_t steps = c.scheduler == "onecycle" ? t.state.epoch * steps_per_epoch + t.state.batch : t.state.epoch;
+  for (int64_t i = 0; i < steps; ++i) t.scheduler->step();
+  warn(fmt("the %s schedule is rebuilt for this command's settings (--epochs %lld): lr %.6g at step %lld",
+           c.scheduler.c_str(), static_cast<long long>(c.epochs), t.optimizer->lr(),
+           static_cast<long long>(t.state.step)));
 }
 
 // Data-parallel ranks draw dropout and augmentation from streams this far apart (in Philox blocks),
@@ -221,7 +299,7 @@ int64_t resume_batch(const Config& c, const apps::RunState& s, const Parallel& p
 // with the weights, optimizer and scheduler state and random stream where the checkpoint left them.
 // Data-parallel, the model is wrapped in DistributedDataParallel, which starts every rank from rank 0's weights.
 Training build_training(const Config& c, const Device& device, int64_t steps_per_epoch,
-                        const std::optional<apps::LoadedCheckpoint>& resumed, const Parallel& par) {
+                        const std::optional<Resumed>& resumed, const Parallel& par) {
   manual_seed(c.seed);
   Training t;
   t.model = apps::make_model(c.model);
@@ -229,17 +307,16 @@ Training build_training(const Config& c, const Device& device, int64_t steps_per
   if (g_verbosity >= 2) std::cerr << *t.model;
   t.optimizer = make_optimizer(c, t.model->parameters());
   t.scheduler = make_scheduler(c, *t.optimizer, steps_per_epoch);
-  t.state = {c.model, c.json()};
+  t.state = {c.model, c.settings(par.size()).dump()};
   if (resumed) {
-    t.model->load_state_dict(resumed->model);
-    t.optimizer->load_state_dict(resumed->optimizer);
-    if (t.scheduler) t.scheduler->load_state_dict(resumed->scheduler);
-    t.state = resumed->state;
-    t.state.config = c.json();  // this run's settings (--epochs may have grown)
-    t.state.batch = resume_batch(c, resumed->state, par);
+    t.model->load_state_dict(resumed->checkpoint.model);
+    t.state = resumed->checkpoint.state;
+    t.state.config = c.settings(par.size()).dump();  // this run's settings (--epochs may have grown)
+    t.state.batch = resume_batch(c, resumed->checkpoint.state, par);
     KILN_CHECK(t.state.batch <= steps_per_epoch && t.state.step >= t.state.batch, ValueError, "--resume: the checkpoint "
                "stands at batch ", t.state.batch, " of epoch ", t.state.epoch + 1, " after ", t.state.step,
                " steps, but this run's epoch has ", steps_per_epoch, " batches (a checkpoint of other data, or damaged)");
+    restore_optimizer_and_schedule(t, c, *resumed, steps_per_epoch);
     default_generator().set_state(t.state.rng_seed, t.state.rng_offset);
   }
   t.net = t.model;
@@ -269,7 +346,7 @@ void log_progress(const Config& c, const apps::RunState& s, int64_t batches, dou
   double done = static_cast<double>(s.batch) / static_cast<double>(batches);
   double elapsed = std::chrono::duration<double>(Clock::now() - p.epoch_start).count();
   double eta = static_cast<double>(batches - s.batch) * elapsed / static_cast<double>(s.batch - p.first_batch);
-  metrics.write(fmt("{\"type\":\"train\",\"epoch\":%lld,\"batch\":%lld,\"step\":%lld,\"loss\":%.6f,\"images_per_s\":%.1f}",
+  metrics.write_line(fmt("{\"type\":\"train\",\"epoch\":%lld,\"batch\":%lld,\"step\":%lld,\"loss\":%.6f,\"images_per_s\":%.1f}",
                     static_cast<long long>(s.epoch + 1), static_cast<long long>(s.batch),
                     static_cast<long long>(s.step), loss, rate));
   if (g_verbosity >= 1) {
@@ -440,7 +517,7 @@ void log_epoch(const Training& t, const TrainResult& train, const TestResult& te
                    epoch, train.loss, 100 * train.accuracy, test.loss, 100 * test.accuracy, train.seconds,
                    images_per_s, t.optimizer->lr())
             << std::endl;
-  metrics.write(fmt("{\"type\":\"epoch\",\"epoch\":%lld,\"train_loss\":%.6f,\"train_accuracy\":%.6f,\"test_loss\":%.6f,"
+  metrics.write_line(fmt("{\"type\":\"epoch\",\"epoch\":%lld,\"train_loss\":%.6f,\"train_accuracy\":%.6f,\"test_loss\":%.6f,"
                     "\"test_accuracy\":%.6f,\"seconds\":%.3f,\"images_per_s\":%.1f,\"lr\":%.8g}",
                     epoch, train.loss, train.accuracy, test.loss, test.accuracy, train.seconds, images_per_s,
                     t.optimizer->lr()));
@@ -522,8 +599,16 @@ int run(const Config& c) {
   set_allow_tf32(c.tf32);
   std::optional<DetectAnomalyGuard> anomaly;
   if (c.detect_anomaly) anomaly.emplace();
-  std::optional<apps::LoadedCheckpoint> resumed = load_resumed(c);
-  info("config: " + c.json());
+  std::optional<Resumed> resumed = load_resumed(c, par);
+  info("config: " + c.settings(par.size()).dump());
+  if (resumed && resumed->checkpoint.state.epoch == c.epochs) {
+    if (g_rank0)
+      std::cout << fmt("the checkpoint has finished its %lld epochs: nothing left to train (a larger --epochs goes on)",
+                       static_cast<long long>(c.epochs))
+                << std::endl;
+    return 0;
+  }
+  prepare_outputs(c);
   Loaders data = load_data(c, device, par);
   Training t = build_training(c, device, data.train.num_batches(), resumed, par);
   Metrics metrics = open_metrics(c, resumed.has_value());
@@ -574,7 +659,10 @@ int main(int argc, char** argv) {
   g_verbosity = c.verbosity;
   g_tty = ::isatty(STDERR_FILENO) != 0;
   try {
-    return run(c);
+    const int code = run(c);
+    // The results printed on stdout are output too: a full disk or a closed pipe there is an error.
+    KILN_CHECK(std::cout.flush(), IoError, "writing the results to standard output failed");
+    return code;
   } catch (const std::exception& e) {
     std::cerr << "mnist-train: error: " << e.what() << "\n";
     return 1;

@@ -1,6 +1,7 @@
 #include "apps/mnist/train_config.h"
 
-#include <sstream>
+#include <algorithm>
+#include <utility>
 
 #include "apps/mnist/cli.h"
 #include "apps/mnist/device.h"
@@ -8,13 +9,51 @@
 
 namespace kiln::apps {
 
-std::string Config::json() const {
-  std::ostringstream o;
-  o << "{\"model\":\"" << model << "\",\"epochs\":" << epochs << ",\"batch_size\":" << batch_size
-    << ",\"optimizer\":\"" << optimizer << "\",\"lr\":" << lr << ",\"momentum\":" << momentum
-    << ",\"weight_decay\":" << weight_decay << ",\"scheduler\":\"" << scheduler << "\",\"gamma\":" << gamma
-    << ",\"seed\":" << seed << ",\"limit_train\":" << limit_train << ",\"augment\":" << augment << "}";
-  return o.str();
+nlohmann::ordered_json Config::settings(int processes) const {
+  return {{"model", model},         {"epochs", epochs},   {"batch_size", batch_size}, {"processes", processes},
+          {"optimizer", optimizer}, {"lr", lr},           {"momentum", momentum},     {"weight_decay", weight_decay},
+          {"scheduler", scheduler}, {"gamma", gamma},     {"seed", seed},             {"limit_train", limit_train},
+          {"augment", augment}};
+}
+
+nlohmann::ordered_json parse_settings(const std::string& text, const std::string& checkpoint) {
+  nlohmann::ordered_json saved = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  KILN_CHECK(saved.is_object(), ValueError, "--resume: checkpoint '", checkpoint,
+             "': its settings (kiln.config) are not a JSON object: ", text);
+  return saved;
+}
+
+namespace {
+
+std::vector<SettingChange> compare_settings(const nlohmann::ordered_json& saved, const nlohmann::ordered_json& now) {
+  std::vector<SettingChange> changes;
+  for (const auto& [key, value] : now.items()) {
+    if (key == "epochs" || key == "batch_size" || key == "processes" || !saved.contains(key)) continue;
+    if (saved[key] != value) {
+      std::string flag = "--" + key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      changes.push_back({flag, saved[key].dump(), value.dump()});
+    }
+  }
+  // The images of a step: what the schedule and the epoch's batches are counted in.
+  auto images = [](const nlohmann::ordered_json& s) {
+    const auto batch = s.at("batch_size").get<int64_t>(), processes = s.value("processes", int64_t{1});
+    return std::pair{batch * processes, std::to_string(batch) + " x " + std::to_string(processes)};
+  };
+  if (saved.contains("batch_size") && images(saved).first != images(now).first)
+    changes.push_back({"--batch-size x processes", images(saved).second, images(now).second});
+  return changes;
+}
+
+}  // namespace
+
+std::vector<SettingChange> changed_settings(const nlohmann::ordered_json& saved, const nlohmann::ordered_json& now) {
+  try {
+    return compare_settings(saved, now);
+  } catch (const nlohmann::json::exception& e) {  // a value of the wrong type in a damaged checkpoint
+    KILN_FAIL(ValueError, "--resume: the checkpoint's settings (kiln.config) hold a value of the wrong type: ",
+              e.what());
+  }
 }
 
 void add_options(CLI::App& app, Config& c) {
@@ -24,7 +63,8 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--data", c.data, "folder with the IDX files (env KILN_DATA)")->capture_default_str();
   app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast")
       ->check(CLI::IsMember({"cnn", "mlp", "fast"}))->capture_default_str();
-  app.add_option("--epochs", c.epochs, "epochs to train")->check(positive_number())->capture_default_str();
+  app.add_option("--epochs", c.epochs, "epochs to train (on --resume it may differ from the checkpoint's: "
+                 "cosine and onecycle schedules are then rebuilt for the new total)")->check(positive_number())->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "training batch size (per process when data-parallel)")->check(positive_number())->capture_default_str();
   app.add_option("--test-batch-size", c.test_batch_size, "test batch size")->check(positive_number())->capture_default_str();
   app.add_option("--optimizer", c.optimizer, "sgd, adam, adamw, adadelta or rmsprop")
@@ -55,7 +95,12 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--augment", c.augment, "shift training images randomly by up to N pixels (0: off)")
       ->check(number_in(0, 8))->capture_default_str();
   app.add_option("--save", c.save, "write a checkpoint here after every epoch and on Ctrl-C");
-  app.add_option("--resume", c.resume, "continue the run saved in this checkpoint");
+  app.add_option("--resume", c.resume, "continue the run saved in this checkpoint, with the same settings (a "
+                 "difference is refused and listed); the flags that do not define a run may change (--epochs, "
+                 "--device, --data, --test-batch-size, --limit-test, --log-interval, the output files)");
+  app.add_flag("--allow-setting-changes", c.allow_setting_changes, "on --resume, go on with this command's settings "
+               "where they differ from the checkpoint's (listed as it starts): its hyperparameters with the saved "
+               "optimizer state (a new --optimizer starts afresh), the schedule rebuilt; --model cannot change");
   app.add_option("--metrics-out", c.metrics_out, "append JSON lines of metrics to this file");
   app.add_option("--plot", c.plot, "write loss and accuracy curves to this PNG after every epoch");
   app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");

@@ -5,7 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace kiln::apps {
 
@@ -32,10 +34,28 @@ struct Config {
   std::string save, resume, metrics_out, plot;
   int verbosity = 1;  // 0 quiet, 1 normal, 2 verbose
   bool distributed = false;  // also on by itself under mpirun -np N > 1
+  bool allow_setting_changes = false;  // --resume goes on with this command's settings where they differ
 
-  // The settings that define a run (and must match when resuming), as one JSON line.
-  std::string json() const;
+  // The settings that define a run on `processes` processes: what its checkpoints record
+  // (kiln.config), what --resume compares, and what data-parallel ranks must agree on.
+  nlohmann::ordered_json settings(int processes) const;
 };
+
+// A setting in which a checkpoint and this run differ.
+struct SettingChange {
+  std::string flag;        // "--lr"; "--batch-size x processes" for the images of a step
+  std::string saved, now;  // the values, as text
+};
+
+// A checkpoint's settings (kiln.config), as settings() wrote them; ValueError naming `checkpoint`
+// when the text is not a JSON object.
+nlohmann::ordered_json parse_settings(const std::string& text, const std::string& checkpoint);
+
+// Where `saved` and `now` differ, --epochs aside (a resume may change it: mnist-train rebuilds
+// the schedules that span the run). The batch compared is the images of a step, --batch-size x
+// processes, so that a run resumes on another number of processes with the same steps. A setting
+// that an older checkpoint did not record is not compared.
+std::vector<SettingChange> changed_settings(const nlohmann::ordered_json& saved, const nlohmann::ordered_json& now);
 
 // The flags, in the order --help lists them; each writes into `c`, whose values are the defaults.
 void add_options(CLI::App& app, Config& c);
