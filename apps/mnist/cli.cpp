@@ -1,7 +1,9 @@
 #include "apps/mnist/cli.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 
 namespace kiln::apps {
@@ -21,6 +23,24 @@ CLI::Validator number_check(std::string rule, std::function<bool(double)> ok) {
       rule);
 }
 
+// CLI11 2.1 adds up the values given to a flag (-v, --verbose=2, "verbose = 3" in a config file)
+// with std::stoll into an int64, unchecked: a value that std::stoll refuses escaped app.parse as
+// std::invalid_argument or std::out_of_range, so `--quiet=abc` ended mnist-train in
+// std::terminate, and two huge values overflowed. This check runs on each value first.
+CLI::Validator countable_flag_value() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        constexpr int64_t kLargest = int64_t{1} << 32;  // no command line holds 2^31 of them
+        try {
+          const int64_t count = CLI::detail::to_flag_value(value);
+          if (count >= -kLargest && count <= kLargest) return "";
+        } catch (const std::exception&) {  // std::invalid_argument, std::out_of_range
+        }
+        return "expected true or false, on or off, yes or no, or a count up to 2^32, got '" + value + "'";
+      },
+      "");
+}
+
 }  // namespace
 
 CLI::Validator positive_number() {
@@ -37,6 +57,8 @@ CLI::Validator number_in(double lo, double hi) {
 }
 
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv, const std::function<void()>& validate) {
+  for (CLI::Option* option : app.get_options())
+    if (option->get_items_expected_max() == 0) option->check(countable_flag_value());  // the flags
   try {
     app.parse(argc, argv);
     if (validate) validate();

@@ -28,6 +28,8 @@ CLI::Validator regular_file();
 // Parses argv into `app`'s options. When the program should stop there, returns its exit code once
 // CLI11 has printed what it has to say: 0 after --help or --version, 2 for a usage error. `validate`
 // runs after a successful parse and throws CLI::ValidationError for what CLI11's checks cannot see.
+// Every flag's values are checked first: true or false, on or off, yes or no, or a count up to 2^32
+// (CLI11 2.1 crashed on others, cli.cpp says how).
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv,
                                       const std::function<void()>& validate = {});
 

@@ -147,6 +147,23 @@ TEST_CASE("numeric flags refuse NaN, infinities and values out of range before a
   CHECK_MESSAGE(garbage.code == 2, garbage.out);
 }
 
+TEST_CASE("a flag given a value that is no count is a usage error naming it, not a crash") {
+  // CLI11 2.1 counts a flag's values with std::stoll and let its exceptions through: --quiet=abc
+  // and a config file's "verbose = loud" ended in std::terminate (found by fuzz_train_argv and
+  // fuzz_train_config; the inputs are in tests/fuzz/corpus), and huge counts overflowed.
+  TempDir dir;
+  std::ofstream(dir.file("loud.toml")) << "verbose = loud\n";
+  for (const std::string& args : {std::string("--quiet=abc"), std::string("--verbose=99999999999999999999"),
+                                  std::string("-v --verbose=4294967297"), "--config '" + dir.file("loud.toml") + "'"}) {
+    Result r = run(args + " --data /nonexistent-kiln-data");
+    CHECK_MESSAGE(r.code == 2, args, ": ", r.out);
+    CHECK_MESSAGE(r.out.find("or a count up to 2^32, got '") != std::string::npos, args, ": ", r.out);
+  }
+  // What CLI11 counts still works: the run goes on to find no data (exit 1).
+  Result counted = run("--verbose=2 --quiet=true --tf32=on --data /nonexistent-kiln-data");
+  CHECK_MESSAGE(counted.code == 1, counted.out);
+}
+
 TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CPU") {
   if (!have_data()) {
     MESSAGE("skipped: no MNIST in ", data_dir(), " (run scripts/setup)");
