@@ -120,7 +120,9 @@ void checkpoint_seeds() {
     seed.optimizer->step();  // so that the optimizer has state to save
     std::unique_ptr<optim::StepLR> scheduler;
     if (seed.scheduler) scheduler = std::make_unique<optim::StepLR>(*seed.optimizer, 1, 0.7);
-    apps::RunState state{"mlp", R"({"model":"mlp","epochs":2})", 1, 3, 7, 192, 1, 42};
+    apps::Config config;  // the settings a run records, as mnist-train writes them
+    config.model = "mlp";
+    apps::RunState state{"mlp", config.settings(1).dump(), 1, 3, 7, 192, 1, 42};
     const std::string path = dir.file(seed.name);
     apps::save_checkpoint(path, model, *seed.optimizer, scheduler.get(), state);
     write("fuzz_checkpoint", seed.name, read(path));
