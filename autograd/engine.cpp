@@ -55,6 +55,7 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
     return;
   }
   grad.backend().binary(BinaryOp::add, grad.ref(), g.ref(), grad.ref());
+  grad.storage()->bump_version();  // a graph that saved this gradient must not read the sum
 }
 
 // The callback queues of the backward() calls running on this thread, innermost last: a hook
@@ -136,10 +137,14 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
 
     KILN_CHECK(node->backward, AutogradError, "backward through '", node->op, "': its graph was "
                "freed by an earlier backward(); pass retain_graph = true to run backward twice");
+    check_saved(*node);
     std::vector<bool> needed;
     for (const Edge& e : node->inputs) needed.push_back(e.needed());
     Grads grads = node->backward(grad, needed);
-    if (!retain_graph) node->backward = nullptr;
+    if (!retain_graph) {
+      node->backward = nullptr;
+      node->saved.clear();
+    }
     KILN_CHECK(grads.size() == node->inputs.size(), AutogradError, "backward of '", node->op,
                "' returned ", grads.size(), " gradients for ", node->inputs.size(), " inputs");
     if (is_anomaly_enabled()) check_backward_anomaly(*node, grad, grads);

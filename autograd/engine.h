@@ -12,8 +12,10 @@
 namespace kiln::autograd {
 
 // grad_output must have root's shape; when undefined, root must hold one element and the
-// gradient is 1. Formulas run with grad mode off. Unless retain_graph, each visited node drops
-// its closure (and the tensors it saved) once it has run.
+// gradient is 1. Formulas run with grad mode off. A node whose saved tensors were written in
+// place since its op ran is refused (AutogradError, autograd/node.h: check_saved) before its
+// formula runs. Unless retain_graph, each visited node drops its closure (and the tensors it
+// saved) once it has run.
 // Each leaf's post-accumulate-grad hooks (Tensor::register_post_accumulate_grad_hook) run, in
 // registration order, as soon as the walk has sent that leaf its last gradient of this call, and
 // only if it sent it one. Then the callbacks queued during the call run (queue_callback).

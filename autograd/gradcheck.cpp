@@ -32,6 +32,7 @@ void write_element(const Tensor& x, int64_t i, double value) {
     auto v = static_cast<decltype(tag)>(value);
     x.backend().write(x.storage()->data(), static_cast<size_t>(x.offset() + i) * sizeof(v), &v, sizeof(v));
   });
+  x.storage()->bump_version();
 }
 
 // Runs backward of L and returns each input's gradient (undefined where none is wanted).

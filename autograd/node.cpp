@@ -8,7 +8,6 @@
 namespace kiln::autograd {
 
 namespace {
-thread_local bool grad_enabled = true;
 std::atomic<bool> anomaly_enabled{false};  // for every thread, as PyTorch's
 
 // "[2, 3] f32" and, when t holds values that are not finite, how many.
@@ -19,7 +18,41 @@ std::string describe(const Tensor& t, int64_t nonfinite) {
 }
 std::string describe(const Tensor& t) { return t.defined() ? describe(t, count_nonfinite(t)) : "none"; }
 
+// Whether a and b are the same view of the same storage (a saved tensor is a detached handle of
+// the op's input or output, not the same TensorImpl).
+bool same_view(const Tensor& a, const Tensor& b) {
+  return b.defined() && a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape() &&
+         a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
 }  // namespace
+
+std::string SavedTensor::role() const {
+  if (input >= 0) return "its input " + std::to_string(input);
+  if (output) return "its output";
+  if (!name.empty()) return "its " + std::string(name);
+  return "a tensor it computed";
+}
+
+Tensor Saves::operator()(const Tensor& t, std::string_view name) {
+  if (!t.defined()) return t;
+  SavedTensor s;
+  s.tensor = t.detach();
+  s.version = t.version();
+  s.name = name;
+  tensors_.push_back(s);
+  return s.tensor;
+}
+
+void check_saved(const Node& node) {
+  for (const SavedTensor& s : node.saved) {
+    const uint64_t now = s.tensor.version();
+    KILN_CHECK(now == s.version, AutogradError, "one of the tensors saved by '", node.op, "' for its backward (",
+               s.role(), ", ", s.tensor.shape(), " ", s.tensor.dtype(), ") was modified in place: version ", now,
+               ", expected ", s.version, "; an in-place write (copy_, fill_, an optimizer's step) changed it "
+               "after the forward: write before the forward, or into a clone()");
+  }
+}
 
 bool is_anomaly_enabled() { return anomaly_enabled.load(std::memory_order_relaxed); }
 void set_detect_anomaly(bool on) { anomaly_enabled.store(on, std::memory_order_relaxed); }
@@ -53,21 +86,28 @@ Node::~Node() {
   }  // `node` dies here with no sole-owned inputs left, so its destructor does not recurse
 }
 
-bool is_grad_enabled() { return grad_enabled; }
+bool is_grad_enabled() { return detail::grad_mode(); }
 
-NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+NoGradGuard::NoGradGuard() : previous_(detail::grad_mode()) { detail::set_grad_mode(false); }
+NoGradGuard::~NoGradGuard() { detail::set_grad_mode(previous_); }
 
 bool is_recording(std::span<const Tensor> inputs) {
-  if (!grad_enabled) return false;
+  if (!detail::grad_mode()) return false;
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
   return false;
 }
 
-void record(Tensor& output, std::string_view op, std::span<const Tensor> inputs, BackwardFn backward) {
+void record(Tensor& output, std::string_view op, std::span<const Tensor> inputs, BackwardFn backward,
+            const Saves& saved) {
   auto node = std::make_shared<Node>();
   node->op = op;
+  node->saved = saved.tensors();
+  for (SavedTensor& s : node->saved) {
+    for (size_t i = 0; i < inputs.size() && s.input < 0; ++i)
+      if (same_view(s.tensor, inputs[i])) s.input = static_cast<int64_t>(i);
+    s.output = s.input < 0 && same_view(s.tensor, output);
+  }
   for (const Tensor& t : inputs) {
     Edge edge;
     if (t.defined() && t.requires_grad()) {

@@ -1,12 +1,15 @@
 // The autograd graph. Each op output that needs a gradient points at a Node: the op's name,
-// one edge per input, and a backward closure that maps the output's gradient to the inputs'
-// gradients and holds only what it needs (each op writes its own beside it: autograd/ops/).
+// one edge per input, the tensors its formula reads (saved, with their versions), and a backward
+// closure that maps the output's gradient to the inputs' gradients and holds only what it needs
+// (each op writes its own beside it: autograd/ops/).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -30,11 +33,44 @@ struct Edge {
   bool needed() const { return node || leaf; }
 };
 
+// A tensor that a node's formula reads, as the op saved it: the version its storage had then
+// (core/tensor.h, Storage::version) and what it was to the op, for the error that names it.
+struct SavedTensor {
+  Tensor tensor;     // detached: the same storage, without a hold on the graph
+  uint64_t version = 0;
+  int64_t input = -1;     // its position among the op's inputs, or -1
+  bool output = false;    // the op's output
+  std::string_view name;  // otherwise, what it is to the op ("targets"); empty: a tensor the op computed
+  std::string role() const;  // "its input 1", "its output", "its targets", ...
+};
+
+// The tensors an op's gradient formula reads, saved as its closure is built. Each is captured
+// through a Saves, so that the capture list says what the formula reads and the node knows it:
+//
+//   autograd::Saves saved;
+//   auto gradient = [a = saved(a), b = saved(b)](const Tensor& g, const Needed& need) -> Grads {...};
+//   autograd::record(y, "matmul", {a, b}, gradient, saved);
+//
+// record() works out what each one is to the op (an input, the output) and hands them to the
+// node; backward() refuses to run the formula when one was written in place since (check_saved).
+// A closure must capture no tensor in any other way.
+class Saves {
+ public:
+  // t detached, noted with its storage's version; `name` says what it is to the op when it is
+  // neither an input nor the output. An undefined t is returned as it is and not noted.
+  Tensor operator()(const Tensor& t, std::string_view name = {});
+  const std::vector<SavedTensor>& tensors() const { return tensors_; }
+
+ private:
+  std::vector<SavedTensor> tensors_;
+};
+
 // GradFn (core/tensor.h) holds the op's name: what core shows of a node.
 struct Node : GradFn {
   std::vector<Edge> inputs;
   std::vector<Shape> input_shapes;  // to check each formula's result
   std::vector<DType> input_dtypes;
+  std::vector<SavedTensor> saved;   // what the formula reads; emptied with it
   BackwardFn backward;              // emptied by backward() unless the graph is retained
 
   Node() = default;
@@ -82,17 +118,25 @@ class DetectAnomalyGuard {
 // Anomaly mode's check of a gradient formula's results (autograd/engine.cpp).
 void check_backward_anomaly(const Node& node, const Tensor& grad_output, const Grads& grads);
 
+// Before a formula runs: every tensor its node saved still has the version it was saved at, or
+// AutogradError names the op, the tensor (its role, shape and dtype) and both versions. A write
+// after the save (copy_, fill_, an optimizer's step, through any view of the same storage) would
+// otherwise give a wrong gradient without a word.
+void check_saved(const Node& node);
+
 // True when grad mode is on and some input requires grad: then the op must record a node.
 bool is_recording(std::span<const Tensor> inputs);
 inline bool is_recording(std::initializer_list<Tensor> inputs) {
   return is_recording(std::span<const Tensor>(inputs.begin(), inputs.size()));
 }
 
-// Makes `output` the result of a recorded op: it requires grad and points at a new node.
-void record(Tensor& output, std::string_view op, std::span<const Tensor> inputs, BackwardFn backward);
+// Makes `output` the result of a recorded op: it requires grad and points at a new node, which
+// keeps `saved`, the tensors that `backward` captured.
+void record(Tensor& output, std::string_view op, std::span<const Tensor> inputs, BackwardFn backward,
+            const Saves& saved = {});
 inline void record(Tensor& output, std::string_view op, std::initializer_list<Tensor> inputs,
-                   BackwardFn backward) {
-  record(output, op, std::span<const Tensor>(inputs.begin(), inputs.size()), std::move(backward));
+                   BackwardFn backward, const Saves& saved = {}) {
+  record(output, op, std::span<const Tensor>(inputs.begin(), inputs.size()), std::move(backward), saved);
 }
 
 }  // namespace kiln::autograd

@@ -18,6 +18,15 @@ Storage::Storage(Device device, size_t bytes)
 
 Storage::~Storage() { backend_->deallocate(data_); }
 
+// ---- grad mode ----
+
+namespace {
+thread_local bool grad_enabled = true;
+}  // namespace
+
+bool detail::grad_mode() { return grad_enabled; }
+void detail::set_grad_mode(bool on) { grad_enabled = on; }
+
 // ---- metadata ----
 
 namespace {
@@ -193,12 +202,27 @@ std::ostream& operator<<(std::ostream& out, const Tensor& t) { return out << t.s
 
 // ---- in place ----
 
+namespace {
+// The rule of copy_ and fill_: no in-place write that the autograd graph would have to follow.
+void check_writable(const Tensor& t, const char* op) {
+  if (!detail::grad_mode() || !t.requires_grad()) return;
+  KILN_CHECK(!t.is_leaf(), AutogradError, op, ": a leaf tensor that requires grad (", t.shape(), " ", t.dtype(),
+             ") cannot be written in place while grad mode is on; write it under NoGradGuard (as optimizers "
+             "and init do)");
+  KILN_FAIL(AutogradError, op, ": the result of '", t.grad_fn()->op, "' (", t.shape(), " ", t.dtype(), ") requires "
+            "grad, and kiln records no autograd node for an in-place write, so backward could not follow it; "
+            "compute a new tensor instead, or write under NoGradGuard if the graph must not see the write");
+}
+}  // namespace
+
 Tensor& Tensor::copy_(const Tensor& src) {
   KILN_CHECK(src.device() == device(), DeviceError, "copy_: source on ", src.device(),
              ", destination on ", device(), "; move it first with .to(device)");
   KILN_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(), ShapeError, "copy_: a source of shape ",
              src.shape(), " does not broadcast to the destination's shape ", shape());
+  check_writable(*this, "copy_");
   backend().copy(broadcast_ref(src, shape()), ref());
+  storage()->bump_version();
   return *this;
 }
 
@@ -217,7 +241,9 @@ void Tensor::set_data(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(double value) {
+  check_writable(*this, "fill_");
   backend().fill(ref(), value);
+  storage()->bump_version();
   return *this;
 }
 

@@ -9,6 +9,7 @@
 // has tensors, storage, factories and host access, but not those methods.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +36,13 @@ struct GradFn {
   virtual ~GradFn() = default;
 };
 
+namespace detail {
+// Grad mode, per thread: whether ops record autograd nodes. autograd owns it (is_grad_enabled and
+// NoGradGuard, autograd/node.h); it lives here because copy_ and fill_ read it.
+bool grad_mode();
+void set_grad_mode(bool on);
+}  // namespace detail
+
 // Device memory owned through a shared pointer; freed by its backend when the last view goes.
 class Storage {
  public:
@@ -48,11 +56,19 @@ class Storage {
   const Device& device() const { return device_; }
   Backend& backend() const { return *backend_; }
 
+  // How many in-place writes its contents have had: copy_, fill_, an optimizer's step, a gradient
+  // added into grad(), ... each add one. Every view of the storage sees the same count. autograd
+  // notes it when an op saves a tensor for backward, and backward refuses when it moved on
+  // (autograd/node.h). A host counter: reading or bumping it never waits for the device.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   Device device_;
   Backend* backend_;
   size_t bytes_;
   void* data_;
+  std::atomic<uint64_t> version_{0};
 };
 
 struct TensorOptions {
@@ -101,6 +117,7 @@ class Tensor {
   // element. The graph is freed afterwards unless retain_graph. (autograd/engine.cpp)
   void backward(const Tensor& grad = {}, bool retain_graph = false) const;
   Tensor detach() const;  // same data, cut from the graph (and without this tensor's hooks)
+  uint64_t version() const { return storage()->version(); }  // its storage's in-place writes
   // Calls hook(leaf) in every backward() that reaches this leaf, once its gradient for that
   // backward is final: after the last gradient the walk sends it has been added to grad().
   // How data-parallel training learns, during backward, that a parameter's gradient can be
@@ -127,12 +144,17 @@ class Tensor {
   Tensor contiguous() const;  // itself when already contiguous
   Tensor clone() const;       // a contiguous copy
   // ---- in place, no autograd node ----
-  Tensor& copy_(const Tensor& src);  // in place, broadcasting src; no autograd node
-  Tensor& fill_(double value);       // in place; no autograd node
+  // Each write bumps the storage's version, so a backward that needs the old values refuses.
+  // While grad mode is on, a tensor that requires grad is refused (AutogradError): a leaf, as
+  // PyTorch refuses, and an op's result too, since kiln records no node for the write and the
+  // graph could not follow it. Write parameters under NoGradGuard, as optimizers and init do.
+  Tensor& copy_(const Tensor& src);  // broadcasting src
+  Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
   // Makes this tensor (every handle to it) refer to src's data, shape and dtype; keeps its
   // autograd identity (requires_grad, grad). How Module::to moves parameters without breaking
-  // the handles layers and optimizers hold. No autograd node.
+  // the handles layers and optimizers hold. No autograd node, and no write: the old storage is
+  // left as it was, so a graph that saved this tensor still holds the values its forward used.
   void set_data(const Tensor& src);
 
   // ---- views (ops; they share storage; see autograd/ops.h) ----

@@ -44,6 +44,7 @@ Tensor normal_(Tensor tensor, double mean, double stddev, Generator* generator) 
 }
 
 Tensor constant_(Tensor tensor, double value) {
+  NoGradGuard no_grad;
   tensor.fill_(value);
   return tensor;
 }

@@ -58,6 +58,7 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
     if (c.dtype() != g.dtype()) c = c.to(g.dtype());
     c = c.expand(g.shape());  // stride 0: one value for every element
     g.backend().binary(BinaryOp::mul, g.ref(), c.ref(), g.ref());
+    g.storage()->bump_version();
   }
   return total;
 }

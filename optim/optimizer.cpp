@@ -96,6 +96,13 @@ void Optimizer::step() {
     active.push_back(i);
   }
   ++step_count_;
+  // The update writes the parameters and their state in place: a graph that saved one of them
+  // must refuse its backward from now on (autograd/node.h, check_saved).
+  for (size_t i : active) {
+    params_[i].storage()->bump_version();
+    for (const Tensor& s : state_[i].buffers)
+      if (s.defined()) s.storage()->bump_version();
+  }
   if (!active.empty()) update(active);
 }
 

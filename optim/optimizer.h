@@ -43,7 +43,8 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Updates every parameter whose grad() is defined; the others (and their state) stay as they
-  // are, as in PyTorch.
+  // are, as in PyTorch. Each update is an in-place write: it bumps the parameter's version, so a
+  // graph recorded before the step, which saved the old values, refuses its backward.
   void step();
   // Drops every parameter's gradient, so the next backward starts from nothing.
   void zero_grad();

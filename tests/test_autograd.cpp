@@ -1,9 +1,11 @@
 // The autograd engine: accumulation, graph lifetime, grad mode, detach, leaf hooks, queued
-// callbacks and its errors.
+// callbacks, the version counters that catch saved tensors written in place, and its errors.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -331,4 +333,282 @@ TEST_CASE("anomaly mode names the first op whose output or gradient is not finit
   Tensor z = leaf({0, 1}, {2});
   sqrt(z).sum().backward();  // off again: the infinite gradient is stored, unchecked
   CHECK(std::isinf(grad_of(z)[0]));
+}
+
+// ---- version counters: a tensor saved for backward and then written in place ----
+
+namespace {
+// A message with the parts PyTorch's carries: the op, what the tensor was to it, its shape and dtype,
+// and both versions.
+doctest::Contains modified(const std::string& op, const std::string& role, const std::string& tensor, int now,
+                          int expected) {
+  const std::string message = "one of the tensors saved by '" + op + "' for its backward (" + role + ", " + tensor +
+                              ") was modified in place: version " + std::to_string(now) + ", expected " +
+                              std::to_string(expected);
+  return doctest::Contains(message.c_str());
+}
+}  // namespace
+
+TEST_CASE("a tensor saved for backward and then written in place makes backward refuse, naming it") {
+  Tensor a = leaf({0.5, 1, 2}, {3});
+  Tensor b = exp(a);  // exp's backward reads its output
+  {
+    NoGradGuard no_grad;
+    b.copy_(b * 2.0);
+  }
+  CHECK_THROWS_WITH_AS(b.sum().backward(), modified("exp", "its output", "[3] f64", 1, 0),
+                       AutogradError);
+  CHECK_FALSE(a.grad().defined());  // refused before anything reached the leaf
+}
+
+TEST_CASE("every kind of in-place write after the save is caught") {
+  // Each write reaches the saved output of exp, through some handle of its storage.
+  const std::vector<std::pair<std::string, std::function<void(const Tensor&)>>> writes = {
+      {"copy_", [](const Tensor& b) { Tensor(b).copy_(zeros({4}, DType::f64)); }},
+      {"copy_ broadcasting", [](const Tensor& b) { Tensor(b).copy_(scalar(3.0, DType::f64)); }},
+      {"fill_", [](const Tensor& b) { Tensor(b).fill_(1.0); }},
+      {"zero_", [](const Tensor& b) { Tensor(b).zero_(); }},
+      {"fill_ through a slice", [](const Tensor& b) { b.slice(0, 1, 2).fill_(7.0); }},
+      {"copy_ through a reshaped view", [](const Tensor& b) { b.reshape({2, 2}).t().copy_(ones({2, 2}, DType::f64)); }},
+      {"a write that leaves the values as they were", [](const Tensor& b) { Tensor(b).copy_(b.clone()); }},
+  };
+  for (const auto& [name, write] : writes) {
+    CAPTURE(name);
+    Tensor a = leaf({0, 1, 2, 3}, {4});
+    Tensor b = exp(a);
+    {
+      NoGradGuard no_grad;  // the in-place methods' place: kiln records no node for them
+      write(b);
+    }
+    CHECK_THROWS_WITH_AS(b.sum().backward(), modified("exp", "its output", "[4] f64", 1, 0),
+                         AutogradError);
+    // Under grad mode, a detached handle (PyTorch's .data) writes the same storage: caught too.
+    Tensor c = exp(a);
+    write(c.detach());
+    CHECK_THROWS_WITH_AS(c.sum().backward(), doctest::Contains("saved by 'exp'"), AutogradError);
+  }
+}
+
+TEST_CASE("a saved input that needs no gradient, written in place, is caught too") {
+  Tensor w = leaf({1, 2, 3}, {3});
+  Tensor x = from_vector<double>({4, 5, 6}, {3}, DType::f64);  // data: w's gradient reads it
+  Tensor loss = (w * x).sum();
+  x.fill_(0.0);  // no gradient of its own, so grad mode lets it be written
+  CHECK_THROWS_WITH_AS(loss.backward(), modified("mul", "its input 1", "[3] f64", 1, 0),
+                       AutogradError);
+
+  Tensor batch = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}, DType::f64);
+  Tensor m = leaf({1, 0, 0, 1, 1, 1}, {3, 2});
+  Tensor out = matmul(batch.slice(0, 0, 1), m).sum();  // saves a view of the first row
+  batch.slice(0, 1, 2).fill_(0.0);  // another row of the same storage: one counter for all views
+  CHECK_THROWS_WITH_AS(out.backward(), modified("matmul", "its input 0", "[1, 3] f64", 1, 0),
+                       AutogradError);
+}
+
+TEST_CASE("saved tensors that are not inputs or outputs are named by what they are to the op") {
+  Tensor logits = leaf({1, 2, 3, 3, 2, 1}, {2, 3});
+  Tensor targets = from_vector<int32_t>({0, 2}, {2});
+  Tensor loss = cross_entropy(logits, targets);
+  targets.fill_(1);
+  CHECK_THROWS_WITH_AS(loss.backward(), modified("cross_entropy", "its targets", "[2] i32", 1, 0),
+                       AutogradError);
+
+  Tensor table = leaf({1, 2, 3, 4, 5, 6}, {3, 2});
+  Tensor rows = from_vector<int32_t>({2, 0}, {2});
+  Tensor picked = index_select(table, 0, rows).sum();
+  rows.copy_(from_vector<int32_t>({1, 1}, {2}));
+  CHECK_THROWS_WITH_AS(picked.backward(), modified("index_select", "its indices", "[2] i32", 1, 0),
+                       AutogradError);
+
+  Tensor image = leaf({1, 5, 2, 0, 3, 4, 7, 1, 0, 2, 6, 8, 9, 1, 3, 2}, {1, 1, 4, 4});
+  PoolResult pooled = max_pool2d_with_indices(image);
+  pooled.indices.zero_();
+  CHECK_THROWS_WITH_AS(pooled.values.sum().backward(),
+                       modified("max_pool2d", "its indices", "[1, 1, 2, 2] i32", 1, 0),
+                       AutogradError);
+
+  Tensor x = leaf({1, -2, 3, -4}, {2, 2});
+  Tensor w = leaf({1, 0, 0, 1}, {2, 2});
+  Tensor h = matmul(x, w, Tensor(), Activation::relu);  // relu's gradient reads the output
+  {
+    NoGradGuard no_grad;
+    h.fill_(1.0);
+  }
+  CHECK_THROWS_WITH_AS(h.sum().backward(), modified("matmul_epilogue", "its output", "[2, 2] f64", 1, 0),
+                       AutogradError);
+}
+
+TEST_CASE("writes before the save, and writes to tensors no formula reads, are fine") {
+  Tensor w = leaf({1, 2, 3}, {3});
+  Tensor x = from_vector<double>({4, 5, 6}, {3}, DType::f64);
+  x.fill_(2.0);  // before the op that saves it
+  (w * x).sum().backward();
+  CHECK(grad_of(w) == std::vector<double>{2, 2, 2});
+
+  Tensor a = leaf({1, 2}, {2});
+  Tensor y = (a * 3.0 + 1.0).sum();  // scalar products and sums read no values
+  {
+    NoGradGuard no_grad;
+    a.fill_(10.0);
+  }
+  y.backward();
+  CHECK(grad_of(a) == std::vector<double>{3, 3});
+
+  // mul reads w only for x's gradient, which x does not want: w is not saved (as in PyTorch)
+  Tensor v = leaf({1, 2, 3}, {3});
+  Tensor data = from_vector<double>({4, 5, 6}, {3}, DType::f64);
+  Tensor loss = (v * data).sum();
+  {
+    NoGradGuard no_grad;
+    v.fill_(0.0);
+  }
+  loss.backward();
+  CHECK(grad_of(v) == std::vector<double>{4, 5, 6});
+}
+
+TEST_CASE("views share their storage's version; copies have their own") {
+  Tensor t = zeros({2, 3}, DType::f64);
+  Tensor slice = t.slice(1, 0, 2);
+  Tensor flat = t.reshape({6});
+  Tensor copy = t.clone();
+  CHECK(t.version() == 0);
+  slice.fill_(1.0);
+  flat.slice(0, 0, 1).copy_(ones({1}, DType::f64));
+  CHECK(t.version() == 2);
+  CHECK(slice.version() == 2);
+  CHECK(flat.version() == 2);
+  CHECK(t.detach().version() == 2);
+  CHECK(copy.version() == 0);
+  Tensor sum = t + 1.0;  // reading writes nothing
+  CHECK(t.version() == 2);
+  CHECK(sum.version() == 0);
+}
+
+TEST_CASE("in-place writes to a tensor that requires grad are refused while grad mode is on") {
+  Tensor a = leaf({1, 2, 3}, {3});
+  CHECK_THROWS_WITH_AS(a.fill_(0.0), doctest::Contains("fill_: a leaf tensor that requires grad ([3] f64) cannot be "
+                                                       "written in place while grad mode is on"),
+                       AutogradError);
+  CHECK_THROWS_WITH_AS(a.copy_(zeros({3}, DType::f64)), doctest::Contains("copy_: a leaf tensor"), AutogradError);
+  CHECK_THROWS_AS(a.zero_(), AutogradError);
+  CHECK_THROWS_WITH_AS(a.slice(0, 0, 1).fill_(0.0), doctest::Contains("the result of 'slice' ([1] f64) requires grad"),
+                       AutogradError);
+  Tensor b = exp(a);
+  CHECK_THROWS_WITH_AS(b.fill_(1.0), doctest::Contains("fill_: the result of 'exp' ([3] f64) requires grad"),
+                       AutogradError);
+  CHECK(a.to_vector<double>() == std::vector<double>{1, 2, 3});  // refused before writing
+  CHECK(a.version() == 0);
+  {
+    NoGradGuard no_grad;
+    a.fill_(0.5);
+  }
+  CHECK(a.to_vector<double>() == std::vector<double>{0.5, 0.5, 0.5});
+  CHECK(a.version() == 1);
+}
+
+TEST_CASE("an optimizer's step bumps its parameters' versions; training as usual is unaffected") {
+  auto make = [](const std::string& name, const std::vector<Tensor>& params) -> std::unique_ptr<optim::Optimizer> {
+    if (name == "SGD") return std::make_unique<optim::SGD>(params, optim::SGDOptions(0.1).momentum(0.9));
+    if (name == "Adam") return std::make_unique<optim::Adam>(params);
+    if (name == "AdamW") return std::make_unique<optim::AdamW>(params);
+    if (name == "RMSprop") return std::make_unique<optim::RMSprop>(params);
+    return std::make_unique<optim::Adadelta>(params);
+  };
+  for (const std::string name : {"SGD", "Adam", "AdamW", "RMSprop", "Adadelta"}) {
+    CAPTURE(name);
+    Tensor w = leaf({1, -2, 3}, {3});
+    Tensor x = from_vector<double>({0.5, 1, 2}, {3}, DType::f64);
+    std::unique_ptr<optim::Optimizer> opt = make(name, {w});
+    for (int step = 0; step < 3; ++step) {  // zero_grad, forward, backward, step
+      opt->zero_grad();
+      (w * w * x).sum().backward();
+      opt->step();
+      CHECK(w.version() == static_cast<uint64_t>(step + 1));
+    }
+    Tensor pending = (w * w).sum();  // saves w, then the step writes it
+    (w * x).sum().backward();
+    opt->step();
+    CHECK_THROWS_WITH_AS(pending.backward(), modified("mul", "its input 0", "[3] f64", 4, 3),
+                         AutogradError);
+
+    // The state a step updates in place (momentum, running averages) is written too.
+    Tensor state;
+    for (const auto& [key, t] : opt->state_dict())
+      if (key.rfind("state.0.", 0) == 0 && key != "state.0.step") state = t;  // the optimizer's own tensor
+    REQUIRE(state.defined());
+    Tensor z = leaf({1, 1, 1}, {3});
+    Tensor uses_state = (z * state).sum();
+    opt->step();
+    CHECK_THROWS_WITH_AS(uses_state.backward(), doctest::Contains("saved by 'mul' for its backward (its input 1, [3] f64)"),
+                         AutogradError);
+  }
+}
+
+TEST_CASE("gradients written in place (accumulation, clipping) are caught where a graph saved them") {
+  Tensor w = leaf({1, 2}, {2});
+  Tensor z = leaf({3, 4}, {2});
+  (w * 2.0).sum().backward();
+  Tensor uses_grad = (z * w.grad()).sum();  // saves w's gradient (for z's)
+  (w * 3.0).sum().backward();               // adds into it in place
+  CHECK(grad_of(w) == std::vector<double>{5, 5});
+  CHECK_THROWS_WITH_AS(uses_grad.backward(), modified("mul", "its input 1", "[2] f64", 1, 0),
+                       AutogradError);
+
+  Tensor uses_clipped = (z * w.grad()).sum();
+  optim::clip_grad_norm({w}, 1.0);
+  CHECK_THROWS_WITH_AS(uses_clipped.backward(), modified("mul", "its input 1", "[2] f64", 2, 1),
+                       AutogradError);
+}
+
+TEST_CASE("a retained graph is checked at each backward; a freed one lets go of what it saved") {
+  Tensor a = leaf({0, 1}, {2});
+  Tensor y = exp(a).sum();
+  y.backward({}, true);
+  y.backward({}, true);  // nothing written between: both run
+  CHECK(grad_of(a)[1] == doctest::Approx(2 * std::exp(1.0)));
+  {
+    NoGradGuard no_grad;
+    a.fill_(5.0);  // exp saved its output, not a: no matter
+  }
+  y.backward({}, true);
+  CHECK(grad_of(a)[1] == doctest::Approx(3 * std::exp(1.0)));
+
+  Tensor b = leaf({0, 1}, {2});
+  Tensor e = sigmoid(b);
+  Tensor z = e.sum();
+  z.backward({}, true);
+  e.detach().fill_(0.5);
+  CHECK_THROWS_WITH_AS(z.backward(), modified("sigmoid", "its output", "[2] f64", 1, 0),
+                       AutogradError);
+
+  std::weak_ptr<Storage> saved;
+  Tensor loss;
+  {
+    Tensor out = tanh(b);
+    saved = out.storage();
+    loss = out.sum();
+  }
+  CHECK_FALSE(saved.expired());  // tanh's node keeps its output for the gradient
+  loss.backward();
+  CHECK(saved.expired());
+}
+
+TEST_CASE("set_data writes no storage: a graph that saved the old data still holds the forward's values") {
+  Tensor w = leaf({1, 2}, {2});
+  Tensor y = (w * w).sum();
+  w.set_data(from_vector<double>({10, 20}, {2}, DType::f64));
+  y.backward();
+  CHECK(grad_of(w) == std::vector<double>{2, 4});  // 2 w at the values the forward used
+  CHECK(w.version() == 0);
+}
+
+TEST_CASE("gradcheck's perturbations of its inputs count as in-place writes") {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = (x * x).sum();
+  const autograd::GradcheckResult check =
+      autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[0]; }, {x});
+  CHECK(check.ok);
+  CHECK(x.to_vector<double>() == std::vector<double>{1, 2});  // put back as it was, but written
+  CHECK_THROWS_WITH_AS(y.backward(), doctest::Contains("saved by 'mul' for its backward (its input 0, [2] f64)"),
+                       AutogradError);
 }

@@ -70,6 +70,60 @@ const Takes vulkan_softmax = {{f32, {1e-5, 1e-6}}};
 const Takes cuda_conv = {{f32, {1e-4, 1e-6}}, {f64, {1e-12, 1e-14}}};
 const Takes vulkan_conv = {{f32, {1e-4, 1e-6}}};
 
+// In-place writes after autograd saved a tensor, on the device: each kind is caught (versions are
+// counted on the host, whatever the device), and training steps as usual run and match the CPU's.
+void inplace_after_save_cases(const Run& r) {
+  auto leaf = [&](const std::vector<float>& v) {
+    return from_vector<float>(v, {static_cast<int64_t>(v.size())}).to(r.device).requires_grad_();
+  };
+  const std::vector<std::pair<std::string, std::function<void(const Tensor&)>>> writes = {
+      {"copy_", [&](const Tensor& b) { Tensor(b).copy_(zeros({4}, TensorOptions(f32).device(r.device))); }},
+      {"fill_", [](const Tensor& b) { Tensor(b).fill_(1.0); }},
+      {"fill_ through a slice", [](const Tensor& b) { b.slice(0, 1, 3).fill_(2.0); }},
+      {"through a detached handle", [](const Tensor& b) { b.detach().zero_(); }},
+  };
+  for (const auto& [name, write] : writes) {
+    CAPTURE(name);
+    Tensor a = leaf({0, 1, 2, 3});
+    Tensor b = exp(a);
+    {
+      NoGradGuard no_grad;
+      write(b);
+    }
+    CHECK_THROWS_WITH_AS(b.sum().backward(),
+                         doctest::Contains("one of the tensors saved by 'exp' for its backward (its output, [4] f32) "
+                                           "was modified in place: version 1, expected 0"),
+                         AutogradError);
+  }
+
+  // SGD with momentum on the device and on the CPU: the same steps, then a graph recorded before a
+  // step refuses its backward.
+  std::vector<Tensor> ws;
+  for (const Device& d : {r.device, Device::cpu()}) {
+    Tensor w = from_vector<float>({1, -2, 3}, {3}).to(d).requires_grad_();
+    Tensor x = from_vector<float>({0.5, 1, 2}, {3}).to(d);
+    optim::SGD opt({w}, optim::SGDOptions(0.125).momentum(0.5));
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      (w * w * x).sum().backward();
+      opt.step();
+    }
+    CHECK(w.version() == 3);
+    Tensor pending = (w * x).sum();  // saves x, for w's gradient
+    {
+      NoGradGuard no_grad;
+      x.fill_(0.0);
+    }
+    CHECK_THROWS_WITH_AS(pending.backward(), doctest::Contains("saved by 'mul' for its backward (its input 1, [3] f32)"),
+                         AutogradError);
+    Tensor uses_w = (w * w).sum();
+    opt.step();
+    CHECK_THROWS_WITH_AS(uses_w.backward(), doctest::Contains("version 4, expected 3"), AutogradError);
+    ws.push_back(w);
+  }
+  r.check(ws[0], ws[1], r.tol(f32), "SGD's steps, versions counted");
+}
+
 // Vulkan lacks f64 (many devices have none); its GLSL math (exp, log, sqrt, tanh, pow, division)
 // carries the driver's precision, and the rest it computes as the CPU does, exactly.
 const std::vector<Row>& table() {
@@ -167,6 +221,7 @@ const std::vector<Row>& table() {
        [](const Run& r) { optimizer_cases(r, {{70000}, {0}, {1}, {3, 7}, {16385}, {100, 31}}); }},
       {"gradcheck", {{f32, 1e-2}}, {{f32, 1e-2}}, gradcheck_cases},
       {"training steps", {{f32, {2e-3, 2e-4}}}, {{f32, {2e-3, 2e-4}}}, training_steps_cases},
+      {"in-place writes after a save", {{f32, 1e-6}}, {{f32, 1e-6}}, inplace_after_save_cases},
   };
   return rows;
 }

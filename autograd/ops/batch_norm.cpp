@@ -9,9 +9,10 @@ namespace {
 // y = batch_norm(x) with x seen as [N, C, S] = nc_s; x (contiguous), mean and invstd the values the
 // forward used. Training: the fused backward (the statistics depend on x); evaluation: the
 // statistics are constants, so grad_x = g * weight * invstd.
-BackwardFn batch_norm_gradient(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                               bool has_bias, bool training, const Shape& nc_s) {
-  return [=](const Tensor& g, const Needed& need) -> Grads {
+BackwardFn batch_norm_gradient(Saves& saved, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                               const Tensor& weight, bool has_bias, bool training, const Shape& nc_s) {
+  return [x = saved(x), mean = saved(mean), invstd = saved(invstd), weight = saved(weight), has_bias, training,
+          nc_s](const Tensor& g, const Needed& need) -> Grads {
     const bool has_weight = weight.defined();
     if (training) {
       std::vector<Tensor> grads = batch_norm_backward(x, g, mean, invstd, weight, nc_s);
@@ -83,9 +84,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   y3.strides = x3.strides;
   x.backend().batch_norm_apply(x3, mu.ref(), invstd.ref(), wc.defined() ? wc.ref() : TensorRef{},
                                bc.defined() ? bc.ref() : TensorRef{}, y3);
-  if (autograd::is_recording({x, weight, bias}))
-    autograd::record(y, "batch_norm", {x, weight, bias},
-                     batch_norm_gradient(xc, mu, invstd, wc, bias.defined(), training, nc_s));
+  if (autograd::is_recording({x, weight, bias})) {
+    Saves saved;
+    BackwardFn backward = batch_norm_gradient(saved, xc, mu, invstd, wc, bias.defined(), training, nc_s);
+    autograd::record(y, "batch_norm", {x, weight, bias}, std::move(backward), saved);
+  }
   return y;
 }
 

@@ -12,10 +12,20 @@
 namespace kiln {
 
 // A gradient formula: the closure an op records, mapping the output's gradient to one gradient
-// per input (autograd/node.h). `need` says which inputs want one.
+// per input (autograd/node.h). `need` says which inputs want one. Every tensor it reads is
+// captured through a Saves (autograd/node.h), so that backward can tell when one was written in
+// place after the op ran.
 using autograd::BackwardFn;
 using autograd::Grads;
+using autograd::Saves;
 using Needed = std::vector<bool>;
+
+// t when `other` requires grad, else undefined (nothing to save): what a formula saves of a tensor
+// it reads only for other's gradient (mul reads a for b's), so that, as in PyTorch, writing to t
+// before a backward that does not need it is no error.
+inline Tensor for_grad_of(const Tensor& other, const Tensor& t) {
+  return other.defined() && other.requires_grad() ? t : Tensor();
+}
 
 namespace detail {
 

@@ -63,16 +63,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                      Epilogue{bc.defined() ? bc.ref() : TensorRef{}, activation});
   if (autograd::is_recording({x, weight, bias})) {
     // the gradient before the activation (read from y, kept only then), then the two backward
-    // kernels and the bias's sum
-    Tensor saved = activation == Activation::none ? Tensor() : y.detach();
-    auto gradient = [x = xc.detach(), w = wc.detach(), has_bias = bias.defined(), config, activation, saved](
-                        const Tensor& g, const Needed& need) -> Grads {
-      const Tensor gz = detail::before_activation(activation, saved, g);
-      return {need[0] ? conv2d_backward_input(gz, w, x.shape(), config) : Tensor(),
-              need[1] ? conv2d_backward_weight(x, gz, w.shape(), config) : Tensor(),
+    // kernels (x read for the weight's gradient, the weight for x's) and the bias's sum
+    Saves saved;
+    auto gradient = [x = saved(for_grad_of(weight, xc)), w = saved(for_grad_of(x, wc)), x_shape = x.shape(),
+                     w_shape = weight.shape(), has_bias = bias.defined(), config, activation,
+                     y = saved(activation == Activation::none ? Tensor() : y)](const Tensor& g,
+                                                                               const Needed& need) -> Grads {
+      const Tensor gz = detail::before_activation(activation, y, g);
+      return {need[0] ? conv2d_backward_input(gz, w, x_shape, config) : Tensor(),
+              need[1] ? conv2d_backward_weight(x, gz, w_shape, config) : Tensor(),
               has_bias && need[2] ? sum(gz, {0, 2, 3}) : Tensor()};
     };
-    autograd::record(y, "conv2d", {x, weight, bias}, gradient);
+    autograd::record(y, "conv2d", {x, weight, bias}, gradient, saved);
   }
   return y;
 }

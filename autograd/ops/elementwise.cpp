@@ -41,75 +41,84 @@ Tensor run_unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
   return y;
 }
 
-// The gradient of y = op(a, b), given a, b and y (detached).
-using BinaryGradient = BackwardFn (*)(const Tensor& a, const Tensor& b, const Tensor& y);
+// The gradient of y = op(a, b), given a, b and y; what it reads of them goes through `saved`.
+using BinaryGradient = BackwardFn (*)(Saves& saved, const Tensor& a, const Tensor& b, const Tensor& y);
 
 // Binary ops that have a gradient.
 Tensor arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, BinaryGradient gradient) {
   Tensor y = run_binary(op, a, b);
-  if (autograd::is_recording({a, b})) autograd::record(y, name_of(op), {a, b}, gradient(a, b, y.detach()));
+  if (autograd::is_recording({a, b})) {
+    Saves saved;
+    BackwardFn backward = gradient(saved, a, b, y);
+    autograd::record(y, name_of(op), {a, b}, std::move(backward), saved);
+  }
   return y;
 }
 
-BackwardFn add_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
+BackwardFn add_gradient(Saves&, const Tensor& a, const Tensor& b, const Tensor&) {
   return [as = a.shape(), bs = b.shape()](const Tensor& g, const Needed& need) -> Grads {
     return {need[0] ? sum_to(g, as) : Tensor(), need[1] ? sum_to(g, bs) : Tensor()};
   };
 }
 
-BackwardFn sub_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
+BackwardFn sub_gradient(Saves&, const Tensor& a, const Tensor& b, const Tensor&) {
   return [as = a.shape(), bs = b.shape()](const Tensor& g, const Needed& need) -> Grads {
     return {need[0] ? sum_to(g, as) : Tensor(), need[1] ? sum_to(neg(g), bs) : Tensor()};
   };
 }
 
-BackwardFn mul_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
-  return [a = a.detach(), b = b.detach()](const Tensor& g, const Needed& need) -> Grads {
-    return {need[0] ? sum_to(g * b, a.shape()) : Tensor(), need[1] ? sum_to(g * a, b.shape()) : Tensor()};
+BackwardFn mul_gradient(Saves& saved, const Tensor& a, const Tensor& b, const Tensor&) {
+  // a is read for b's gradient only, and b for a's
+  return [a = saved(for_grad_of(b, a)), b = saved(for_grad_of(a, b)), a_shape = a.shape(),
+          b_shape = b.shape()](const Tensor& g, const Needed& need) -> Grads {
+    return {need[0] ? sum_to(g * b, a_shape) : Tensor(), need[1] ? sum_to(g * a, b_shape) : Tensor()};
   };
 }
 
-BackwardFn div_gradient(const Tensor& a, const Tensor& b, const Tensor& y) {
+BackwardFn div_gradient(Saves& saved, const Tensor& a, const Tensor& b, const Tensor& y) {
   // y = a / b: dy/da = 1 / b, dy/db = -a / b^2 = -y / b
-  return [a_shape = a.shape(), b = b.detach(), y](const Tensor& g, const Needed& need) -> Grads {
+  return [a_shape = a.shape(), b = saved(b), y = saved(for_grad_of(b, y))](const Tensor& g,
+                                                                           const Needed& need) -> Grads {
     Tensor g_over_b = g / b;
     return {need[0] ? sum_to(g_over_b, a_shape) : Tensor(),
             need[1] ? sum_to(-(g_over_b * y), b.shape()) : Tensor()};
   };
 }
 
-BackwardFn pow_gradient(const Tensor& a, const Tensor& b, const Tensor& y) {
+BackwardFn pow_gradient(Saves& saved, const Tensor& a, const Tensor& b, const Tensor& y) {
   // y = a^b: dy/da = b a^(b-1), dy/db = y ln a
-  return [a = a.detach(), b = b.detach(), y](const Tensor& g, const Needed& need) -> Grads {
+  return [a = saved(a), b = saved(for_grad_of(a, b)), y = saved(for_grad_of(b, y)), b_shape = b.shape()](
+             const Tensor& g, const Needed& need) -> Grads {
     return {need[0] ? sum_to(g * b * pow(a, b - 1.0), a.shape()) : Tensor(),
-            need[1] ? sum_to(g * y * log(a), b.shape()) : Tensor()};
+            need[1] ? sum_to(g * y * log(a), b_shape) : Tensor()};
   };
 }
 
 // maximum/minimum: the gradient goes to the operand that won; ties split it evenly (as PyTorch).
-BackwardFn extremum_gradient(const Tensor& a, const Tensor& b, bool largest) {
-  return [a = a.detach(), b = b.detach(), largest](const Tensor& g, const Needed& need) -> Grads {
+BackwardFn extremum_gradient(Saves& saved, const Tensor& a, const Tensor& b, bool largest) {
+  return [a = saved(a), b = saved(b), largest](const Tensor& g, const Needed& need) -> Grads {
     Tensor share_a = (largest ? gt(a, b) : lt(a, b)) + eq(a, b) * 0.5;
     return {need[0] ? sum_to(g * share_a, a.shape()) : Tensor(),
             need[1] ? sum_to(g * (1.0 - share_a), b.shape()) : Tensor()};
   };
 }
-BackwardFn maximum_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
-  return extremum_gradient(a, b, true);
+BackwardFn maximum_gradient(Saves& saved, const Tensor& a, const Tensor& b, const Tensor&) {
+  return extremum_gradient(saved, a, b, true);
 }
-BackwardFn minimum_gradient(const Tensor& a, const Tensor& b, const Tensor&) {
-  return extremum_gradient(a, b, false);
+BackwardFn minimum_gradient(Saves& saved, const Tensor& a, const Tensor& b, const Tensor&) {
+  return extremum_gradient(saved, a, b, false);
 }
 
-// Records y = op(x) when x needs a gradient, the gradient being formula(g, saved): `saved` is x or
-// y, whichever the formula is written with (kept detached: a closure that held y itself would keep
-// the graph alive through a cycle).
+// Records y = op(x) when x needs a gradient, the gradient being formula(g, read): `read` is x or y,
+// whichever the formula is written with, saved (detached: a closure that held y itself would keep
+// the graph alive through a cycle); undefined, and nothing saved, when the formula reads neither.
 template <class F>
-void record_unary(Tensor& y, std::string_view op, const Tensor& x, const Tensor& saved, F formula) {
+void record_unary(Tensor& y, std::string_view op, const Tensor& x, const Tensor& read, F formula) {
   if (!autograd::is_recording({x})) return;
-  autograd::record(y, op, {x}, [saved = saved.detach(), formula](const Tensor& g, const Needed&) -> Grads {
-    return {formula(g, saved)};
-  });
+  Saves saved;
+  autograd::record(y, op, {x}, [read = saved(read), formula](const Tensor& g, const Needed&) -> Grads {
+    return {formula(g, read)};
+  }, saved);
 }
 
 }  // namespace
@@ -145,13 +154,13 @@ Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(b, a)); }
 
 Tensor add(const Tensor& a, double b) {
   Tensor y = run_unary(UnaryOp::add_scalar, a, b);
-  record_unary(y, "add", a, a, [](const Tensor& g, const Tensor&) { return g; });
+  record_unary(y, "add", a, Tensor(), [](const Tensor& g, const Tensor&) { return g; });
   return y;
 }
 
 Tensor mul(const Tensor& a, double b) {
   Tensor y = run_unary(UnaryOp::mul_scalar, a, b);
-  record_unary(y, "mul", a, a, [b](const Tensor& g, const Tensor&) { return g * b; });
+  record_unary(y, "mul", a, Tensor(), [b](const Tensor& g, const Tensor&) { return g * b; });
   return y;
 }
 
@@ -167,7 +176,7 @@ Tensor pow(const Tensor& a, double exponent) {
 
 Tensor neg(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::neg, x);
-  record_unary(y, "neg", x, x, [](const Tensor& g, const Tensor&) { return -g; });
+  record_unary(y, "neg", x, Tensor(), [](const Tensor& g, const Tensor&) { return -g; });
   return y;
 }
 

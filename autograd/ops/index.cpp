@@ -37,9 +37,11 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& indices) {
   x.backend().gather(around_axis(xc, a), idx.ref(), around_axis(y, a));
   if (autograd::is_recording({x})) {
     // each selected slice's gradient added back at its index (repeated indices add up)
-    autograd::record(y, "index_select", {x}, [x_shape = x.shape(), a, idx](const Tensor& g, const Needed&) -> Grads {
+    Saves saved;
+    auto gradient = [x_shape = x.shape(), a, idx = saved(idx, "indices")](const Tensor& g, const Needed&) -> Grads {
       return {index_select_backward(g, a, idx, x_shape)};
-    });
+    };
+    autograd::record(y, "index_select", {x}, gradient, saved);
   }
   return y;
 }

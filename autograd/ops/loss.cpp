@@ -38,10 +38,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
   x.backend().cross_entropy(x.ref(), t.ref(), losses.ref(), label_smoothing);
   if (autograd::is_recording({logits})) {
     // the fused backward kernel: softmax(x) - the (smoothed) one-hot target, times each loss's gradient
-    auto gradient = [x = x.detach(), t, label_smoothing](const Tensor& g, const Needed&) -> Grads {
+    Saves saved;
+    auto gradient = [x = saved(x), t = saved(t, "targets"), label_smoothing](const Tensor& g, const Needed&) -> Grads {
       return {cross_entropy_backward(x, t, g, label_smoothing)};
     };
-    autograd::record(losses, "cross_entropy", {logits}, gradient);
+    autograd::record(losses, "cross_entropy", {logits}, gradient, saved);
   }
   return apply_reduction(losses, reduction);
 }

@@ -98,11 +98,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor y = matmul_kernel(a, b, Epilogue{});
   if (autograd::is_recording({a, b})) {
     // y = a b: da = g b^T, db = a^T g, each summed over the batch axes its operand was broadcast on
-    auto gradient = [a = a.detach(), b = b.detach()](const Tensor& g, const Needed& need) -> Grads {
-      return {need[0] ? sum_to(matmul(g, transpose(b, -1, -2)), a.shape()) : Tensor(),
-              need[1] ? sum_to(matmul(transpose(a, -1, -2), g), b.shape()) : Tensor()};
+    Saves saved;
+    auto gradient = [a = saved(for_grad_of(b, a)), b = saved(for_grad_of(a, b)), a_shape = a.shape(),
+                     b_shape = b.shape()](const Tensor& g, const Needed& need) -> Grads {
+      return {need[0] ? sum_to(matmul(g, transpose(b, -1, -2)), a_shape) : Tensor(),
+              need[1] ? sum_to(matmul(transpose(a, -1, -2), g), b_shape) : Tensor()};
     };
-    autograd::record(y, "matmul", {a, b}, gradient);
+    autograd::record(y, "matmul", {a, b}, gradient, saved);
   }
   return y;
 }
@@ -122,14 +124,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Activation a
   Tensor y = matmul_kernel(a, b, Epilogue{bc.defined() ? bc.ref() : TensorRef{}, activation});
   if (autograd::is_recording({a, b, bias})) {
     // the gradient before the activation, then matmul's and the bias's; only the activation reads y
-    Tensor saved = activation == Activation::none ? Tensor() : y.detach();
-    auto gradient = [a = a.detach(), b = b.detach(), has_bias = bias.defined(), activation, saved](
+    Saves saved;
+    auto gradient = [a = saved(for_grad_of(b, a)), b = saved(for_grad_of(a, b)), has_bias = bias.defined(),
+                     activation, y = saved(activation == Activation::none ? Tensor() : y)](
                         const Tensor& g, const Needed& need) -> Grads {
-      const Tensor gz = detail::before_activation(activation, saved, g);
+      const Tensor gz = detail::before_activation(activation, y, g);
       return {need[0] ? matmul(gz, b.t()) : Tensor(), need[1] ? matmul(a.t(), gz) : Tensor(),
               has_bias && need[2] ? sum(gz, {0}) : Tensor()};
     };
-    autograd::record(y, "matmul_epilogue", {a, b, bias}, gradient);
+    autograd::record(y, "matmul_epilogue", {a, b, bias}, gradient, saved);
   }
   return y;
 }

@@ -42,10 +42,12 @@ PoolResult max_pool2d_with_indices(const Tensor& x, const Pool2dConfig& config) 
   x.backend().max_pool2d(xc.ref(), y.ref(), indices.ref(), p);
   if (autograd::is_recording({x})) {
     // each window's gradient goes to the position of its maximum
-    auto gradient = [indices, x_shape = x.shape(), config](const Tensor& g, const Needed&) -> Grads {
+    Saves saved;
+    auto gradient = [indices = saved(indices, "indices"), x_shape = x.shape(), config](const Tensor& g,
+                                                                                       const Needed&) -> Grads {
       return {max_pool2d_backward(g, indices, x_shape, config)};
     };
-    autograd::record(y, "max_pool2d", {x}, gradient);
+    autograd::record(y, "max_pool2d", {x}, gradient, saved);
   }
   return {y, indices};
 }

@@ -85,8 +85,9 @@ BackwardFn sum_gradient(const Shape& x_shape, const std::vector<int64_t>& axes, 
 }
 
 // max and min: every element equal to the extremum shares the gradient evenly.
-BackwardFn extremum_gradient(const Tensor& x, const Tensor& y, const std::vector<int64_t>& axes, bool keepdim) {
-  return [x = x.detach(), y, axes, keepdim](const Tensor& g, const Needed&) -> Grads {
+BackwardFn extremum_gradient(Saves& saved, const Tensor& x, const Tensor& y, const std::vector<int64_t>& axes,
+                             bool keepdim) {
+  return [x = saved(x), y = saved(y), axes, keepdim](const Tensor& g, const Needed&) -> Grads {
     Tensor winners = eq(x, keep_axes(y, x.shape(), axes, keepdim));
     Tensor count = sum(winners, axes, true);
     return {keep_axes(g, x.shape(), axes, keepdim) * winners / count};
@@ -114,7 +115,12 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes_in,
       break;
     }
     case ReduceOp::max:
-    case ReduceOp::min: autograd::record(y, name, {x}, extremum_gradient(x, y.detach(), axes, keepdim)); break;
+    case ReduceOp::min: {
+      Saves saved;
+      BackwardFn backward = extremum_gradient(saved, x, y, axes, keepdim);
+      autograd::record(y, name, {x}, std::move(backward), saved);
+      break;
+    }
     default: break;  // argmax, argmin: not differentiable
   }
   return y;

@@ -5,16 +5,16 @@ namespace kiln {
 
 namespace {
 
-BackwardFn softmax_gradient(const Tensor& y, int64_t axis) {
+BackwardFn softmax_gradient(Saves& saved, const Tensor& y, int64_t axis) {
   // dx = y * (g - sum(g * y)) along the axis
-  return [y = y.detach(), axis](const Tensor& g, const Needed&) -> Grads {
+  return [y = saved(y), axis](const Tensor& g, const Needed&) -> Grads {
     return {y * (g - sum(g * y, {axis}, true))};
   };
 }
 
-BackwardFn log_softmax_gradient(const Tensor& y, int64_t axis) {
+BackwardFn log_softmax_gradient(Saves& saved, const Tensor& y, int64_t axis) {
   // dx = g - softmax(x) * sum(g) along the axis, with softmax(x) = exp(y)
-  return [y = y.detach(), axis](const Tensor& g, const Needed&) -> Grads {
+  return [y = saved(y), axis](const Tensor& g, const Needed&) -> Grads {
     return {g - exp(y) * sum(g, {axis}, true)};
   };
 }
@@ -34,8 +34,11 @@ Tensor softmax_impl(const Tensor& x, int64_t axis, bool log) {
   in.shape = out.shape = {outer, n, inner};
   in.strides = out.strides = contiguous_strides(in.shape);
   x.backend().softmax(in, out, log);
-  if (autograd::is_recording({x}))
-    autograd::record(y, name, {x}, log ? log_softmax_gradient(y, a) : softmax_gradient(y, a));
+  if (autograd::is_recording({x})) {
+    Saves saved;
+    BackwardFn backward = log ? log_softmax_gradient(saved, y, a) : softmax_gradient(saved, y, a);
+    autograd::record(y, name, {x}, std::move(backward), saved);
+  }
   return y;
 }
 }  // namespace
