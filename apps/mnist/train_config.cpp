@@ -35,10 +35,19 @@ std::vector<SettingChange> compare_settings(const nlohmann::ordered_json& saved,
       changes.push_back({flag, saved[key].dump(), value.dump()});
     }
   }
-  // The images of a step: what the schedule and the epoch's batches are counted in.
+  // The images of a step: what the schedule and the epoch's batches are counted in. A damaged
+  // checkpoint's counts (1e300, 2^62 x 4) are refused rather than converted or multiplied past int64.
   auto images = [](const nlohmann::ordered_json& s) {
-    const auto batch = s.at("batch_size").get<int64_t>(), processes = s.value("processes", int64_t{1});
-    return std::pair{batch * processes, std::to_string(batch) + " x " + std::to_string(processes)};
+    const nlohmann::ordered_json& b = s.at("batch_size");
+    const nlohmann::ordered_json& p = s.contains("processes") ? s.at("processes") : nlohmann::ordered_json(1);
+    KILN_CHECK(b.is_number_integer() && p.is_number_integer() && b.get<int64_t>() > 0 && p.get<int64_t>() > 0,
+               ValueError, "--resume: the checkpoint's batch_size ", b.dump(), " and processes ", p.dump(),
+               " must be whole numbers > 0");
+    const int64_t batch = b.get<int64_t>(), processes = p.get<int64_t>();
+    int64_t product = 0;
+    KILN_CHECK(!__builtin_mul_overflow(batch, processes, &product), ValueError, "--resume: the checkpoint's ",
+               batch, " images x ", processes, " processes a step overflow int64");
+    return std::pair{product, std::to_string(batch) + " x " + std::to_string(processes)};
   };
   if (saved.contains("batch_size") && images(saved).first != images(now).first)
     changes.push_back({"--batch-size x processes", images(saved).second, images(now).second});

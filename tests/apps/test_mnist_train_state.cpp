@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "apps/mnist/checkpoint.h"
+#include "apps/mnist/train_config.h"
 #include "kiln/core/safetensors.h"
 #include "tests/datasets/idx_writer.h"
 #include "tests/temp_dir.h"
@@ -293,4 +294,23 @@ TEST_CASE("output files: a full disk stops the run naming the file and loses not
   REQUIRE(run(args + "--save " + quoted(dir.file("out/run/ckpt")) + " --plot " + quoted(dir.file("out/p.png"))).code == 0);
   CHECK(fs::exists(dir.path() / "out/run/ckpt"));
   CHECK(fs::exists(dir.path() / "out/p.png"));
+}
+
+TEST_CASE("a damaged checkpoint's settings are refused, never converted or multiplied past int64") {
+  const nlohmann::ordered_json now = apps::Config{}.settings(1);
+  auto saved = [&](const char* key, const nlohmann::ordered_json& value) {
+    nlohmann::ordered_json s = now;
+    s[key] = value;
+    return s;
+  };
+  // found by fuzz_checkpoint: 1e300 as batch_size (undefined in the conversion), 2^62 x 4 processes
+  CHECK_THROWS_AS(apps::changed_settings(saved("batch_size", 1e300), now), ValueError);
+  CHECK_THROWS_AS(apps::changed_settings(saved("processes", int64_t{1} << 62), now), ValueError);
+  CHECK_THROWS_AS(apps::changed_settings(saved("batch_size", "64"), now), ValueError);
+  CHECK_THROWS_AS(apps::changed_settings(saved("batch_size", -64), now), ValueError);
+  CHECK_THROWS_AS(apps::parse_settings("[1, 2]", "ckpt"), ValueError);
+  CHECK(apps::changed_settings(now, now).empty());
+  const std::vector<apps::SettingChange> lr = apps::changed_settings(saved("lr", 0.5), now);
+  REQUIRE(lr.size() == 1);
+  CHECK(lr[0].flag == "--lr");
 }
