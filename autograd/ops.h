@@ -68,6 +68,9 @@ Tensor le(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, double b);
 Tensor gt(const Tensor& a, double b);
 Tensor lt(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
 // 1 where x is finite, 0 where it is NaN, +inf or -inf, in x's dtype (i32 and u8: all ones), as
 // torch.isfinite gives in bool. Not differentiable.
 Tensor isfinite(const Tensor& x);

@@ -440,6 +440,13 @@ inline void bad_index_cases(const Run& r) {
         cross_entropy(logits, from_vector<int32_t>({0, 1, 2, 3}, {4}).to(r.device), Reduction::none).to_vector<float>();
     CHECK(std::isfinite(losses[0]));
   }
+  // nll_loss gathers from the flattened scores: a target past its row is a fault, not the next row
+  Tensor log_probs = log_softmax(uniform({3, 4}, -1, 1, r.device), 1);
+  CHECK_THROWS_WITH_AS(nll_loss(log_probs, from_vector<int32_t>({0, 4, 1}, {3}).to(r.device)).to(Device::cpu()),
+                       doctest::Contains("gather: index 4 at position 1 is outside [0, 4)"), ValueError);
+  Tensor targets = from_vector<int32_t>({0, 3, 1}, {3});
+  r.check(nll_loss(log_probs, targets.to(r.device), Reduction::none),
+          nll_loss(log_probs.to(Device::cpu()), targets, Reduction::none), {}, "nll_loss after the fault");
 }
 
 // Anomaly mode on the device: the first op whose output, or whose formula's gradient, is not

@@ -155,11 +155,10 @@ struct OpCase {
 };
 
 // Runs one case in `dtype` on the CPU: the inputs <name>.in0, in1, ... (requiring grad), the
-// output against <name>.out; where the file has <name>.gout (PyTorch differentiated the op) and
-// `gradients` is on, backward from it and each input's gradient against <name>.grad<i>; last the
+// output against <name>.out; where the file has <name>.gout (PyTorch differentiated the op),
+// backward from it and each input's gradient against <name>.grad<i>; last the
 // results the case named with Context::expect.
-inline void run_case(const OpCase& oc, const GoldenFile& fixtures, DType dtype, const Tolerance& tol,
-                     bool gradients = true) {
+inline void run_case(const OpCase& oc, const GoldenFile& fixtures, DType dtype, const Tolerance& tol) {
   std::string tag = oc.name + " (" + std::string(dtype_name(dtype)) + ")";
   Context ctx(fixtures, oc.name, dtype);
   Args inputs;
@@ -168,7 +167,7 @@ inline void run_case(const OpCase& oc, const GoldenFile& fixtures, DType dtype, 
   REQUIRE_MESSAGE(!inputs.empty(), tag << ": no inputs in the fixture file");
   Tensor y = oc.f(inputs, ctx);
   compare(tag + " forward", y, fixtures.at(oc.name + ".out"), tol);
-  if (gradients && ctx.has("gout")) {
+  if (ctx.has("gout")) {
     y.backward(ctx.constant("gout"));
     for (size_t i = 0; i < inputs.size(); ++i)
       compare(tag + " gradient of input " + std::to_string(i), inputs[i].grad(),
@@ -177,13 +176,11 @@ inline void run_case(const OpCase& oc, const GoldenFile& fixtures, DType dtype, 
   for (const auto& [role, t] : ctx.expected()) compare(tag + " " + role, t, fixtures.at(oc.name + "." + role), tol);
 }
 
-// Every case in `dtype`, those named in `forward_only` without their gradients; an exception
-// fails its case only.
-inline void run_cases(const std::vector<OpCase>& cases, const GoldenFile& fixtures, DType dtype, const Tolerance& tol,
-                      const std::set<std::string>& forward_only = {}) {
+// Every case in `dtype`; an exception fails its case only.
+inline void run_cases(const std::vector<OpCase>& cases, const GoldenFile& fixtures, DType dtype, const Tolerance& tol) {
   for (const OpCase& oc : cases) {
     try {
-      run_case(oc, fixtures, dtype, tol, forward_only.count(oc.name) == 0);
+      run_case(oc, fixtures, dtype, tol);
     } catch (const std::exception& e) {
       FAIL_CHECK(oc.name << " (" << dtype << ") threw: " << e.what());
     }

@@ -9,12 +9,9 @@
 // point at the first NaN, else at the first of tied extremes; max_pool2d takes the last NaN of a
 // window (PyTorch's CPU and CUDA kernels test `v > best || isnan(v)`), which then receives the
 // window's gradient, and the first of ties; softmax of a row with +inf, or all -inf, is NaN; a
-// -inf logit beside the target leaves cross-entropy finite.
-//
-// A few values differ from PyTorch's because of how autograd/ composes an op or writes its
-// gradient (not in the CPU backend): those parts are left out of the main run, and each has a
-// test of its own, marked should_fail, that compares them in full. Once the op is mended that
-// test passes, which doctest reports as a failure: then drop it and its entry in the sets below.
+// -inf logit beside the target leaves cross-entropy (and nll_loss) finite; pow's gradients are 0
+// at exponent 0 and, for the exponent, at base 0; maximum and minimum give the whole gradient to
+// both operands where one is NaN.
 #include <doctest/doctest.h>
 
 #include <set>
@@ -143,24 +140,6 @@ std::vector<OpCase> special_cases() {
   };
 }
 
-// Cases whose gradient differs from PyTorch's (their forward values agree), and cases whose
-// forward values differ; the tests at the end say where and why.
-const std::set<std::string> kGradientDiffers = {"pow", "pow_0", "maximum", "minimum"};
-const std::set<std::string> kForwardDiffers = {"nll_loss"};
-
-std::vector<OpCase> agreed_cases() {
-  std::vector<OpCase> cases = special_cases();
-  std::erase_if(cases, [](const OpCase& oc) { return kForwardDiffers.count(oc.name) != 0; });
-  return cases;
-}
-
-// One case in full (forward and gradients), in f64.
-void run_in_full(const std::string& name) {
-  for (const OpCase& oc : special_cases())
-    if (oc.name == name) return golden::run_case(oc, load_fixtures(), DType::f64, {1e-12, 1e-12});
-  FAIL("no case " << name);
-}
-
 }  // namespace
 
 TEST_CASE("every case in special_golden.txt has a kiln counterpart") {
@@ -170,38 +149,11 @@ TEST_CASE("every case in special_golden.txt has a kiln counterpart") {
 }
 
 TEST_CASE("special values: f64 matches PyTorch (NaN where it gives NaN, infinities exactly)") {
-  golden::run_cases(agreed_cases(), load_fixtures(), DType::f64, {1e-12, 1e-12}, kGradientDiffers);
+  golden::run_cases(special_cases(), load_fixtures(), DType::f64, {1e-12, 1e-12});
 }
 
 // Every input is exact in f32 (and the finite results are short sums of them), so f32 keeps the
 // same special values; its finite values carry f32 rounding.
 TEST_CASE("special values: f32 matches PyTorch (NaN where it gives NaN, infinities exactly)") {
-  golden::run_cases(agreed_cases(), load_fixtures(), DType::f32, {1e-5, 1e-6}, kGradientDiffers);
-}
-
-// autograd/ops/loss.cpp computes nll_loss as -sum(log_probs * one_hot(targets)): a -inf
-// log-probability off the target makes -inf * 0 = NaN, where PyTorch picks log_probs[i, t_i].
-TEST_CASE("known difference: nll_loss is NaN for a -inf log-probability off the target" * doctest::should_fail()) {
-  run_in_full("nll_loss");
-}
-
-// autograd/ops/elementwise.cpp: d(a^b)/da = b a^(b-1) gives 0 * inf = NaN at b = 0, a = 0 (and
-// NaN at a = NaN), and d(a^b)/db = a^b ln a gives -inf or NaN at a = 0; PyTorch masks both to 0
-// (derivatives.yaml: pow_backward_self where exponent == 0, pow_backward_exponent where
-// base == 0 and exponent >= 0).
-TEST_CASE("known difference: pow's gradients at exponent 0 and base 0" * doctest::should_fail()) {
-  run_in_full("pow");
-}
-TEST_CASE("known difference: pow(x, 0)'s gradient at x = 0 and NaN" * doctest::should_fail()) {
-  run_in_full("pow_0");
-}
-
-// autograd/ops/elementwise.cpp gives a the share gt(a, b) + eq(a, b) / 2, which is 0 for both
-// operands where either is NaN; PyTorch gives each operand the whole gradient unless it lost
-// (its share is 1 - lt(a, b) - eq(a, b) / 2 for maximum), so both receive it at a NaN.
-TEST_CASE("known difference: maximum's gradient where an operand is NaN" * doctest::should_fail()) {
-  run_in_full("maximum");
-}
-TEST_CASE("known difference: minimum's gradient where an operand is NaN" * doctest::should_fail()) {
-  run_in_full("minimum");
+  golden::run_cases(special_cases(), load_fixtures(), DType::f32, {1e-5, 1e-6});
 }

@@ -111,6 +111,10 @@ TEST_CASE("errors name the op and the rule") {
   CHECK_THROWS_AS(conv2d(zeros({1, 3, 8, 8}), zeros({4, 2, 3, 3})), ShapeError);
   CHECK_THROWS_AS(cross_entropy(zeros({2, 3}), zeros({2})), DTypeError);
   CHECK_THROWS_AS(cross_entropy(zeros({2, 3}), from_vector<int32_t>({0, 3}, {2})), ValueError);
+  // a target past its row's classes is refused, not read from the next row of the flattened scores
+  CHECK_THROWS_AS(nll_loss(zeros({2, 3}), from_vector<int32_t>({3, 0}, {2})), ValueError);
+  CHECK_THROWS_AS(nll_loss(zeros({2, 3}), from_vector<int32_t>({0, -1}, {2})), ValueError);
+  CHECK(nll_loss(zeros({0, 3}), zeros({0}, DType::i32), Reduction::sum).item<float>() == 0.0f);
   CHECK_THROWS_AS(Tensor().shape(), ValueError);
   try {
     (void)zeros({2}).to(Device::cuda(63));  // no machine here has 64 GPUs (nor, without CUDA, one)

@@ -86,20 +86,25 @@ BackwardFn div_gradient(Saves& saved, const Tensor& a, const Tensor& b, const Te
 }
 
 BackwardFn pow_gradient(Saves& saved, const Tensor& a, const Tensor& b, const Tensor& y) {
-  // y = a^b: dy/da = b a^(b-1), dy/db = y ln a
-  return [a = saved(a), b = saved(for_grad_of(a, b)), y = saved(for_grad_of(b, y)), b_shape = b.shape()](
-             const Tensor& g, const Needed& need) -> Grads {
-    return {need[0] ? sum_to(g * b * pow(a, b - 1.0), a.shape()) : Tensor(),
-            need[1] ? sum_to(g * y * log(a), b_shape) : Tensor()};
+  // y = a^b: dy/da = b a^(b-1), dy/db = y ln a. PyTorch makes the first 0 where b = 0 (else
+  // 0 * a^-1 is NaN at a = 0 or NaN) and the second 0 where a = 0 and b >= 0 (else y ln 0 is NaN or
+  // -inf). Without a select op, the masks go into the arguments: a^0 = 1 and ln 1 = 0 for any a.
+  return [a = saved(a), b = saved(b), y = saved(for_grad_of(b, y))](const Tensor& g, const Needed& need) -> Grads {
+    Tensor grad_a, grad_b;
+    if (need[0]) grad_a = sum_to(g * b * pow(a, b - 1.0 + eq(b, 0.0)), a.shape());
+    if (need[1]) grad_b = sum_to(g * y * log(a + eq(a, 0.0) * ge(b, 0.0)), b.shape());
+    return {grad_a, grad_b};
   };
 }
 
-// maximum/minimum: the gradient goes to the operand that won; ties split it evenly (as PyTorch).
+// maximum/minimum: the gradient goes to the operand that won; ties split it evenly; where either
+// is NaN (no winner), each gets all of it, as in PyTorch (the gradient masked out of the loser only).
 BackwardFn extremum_gradient(Saves& saved, const Tensor& a, const Tensor& b, bool largest) {
   return [a = saved(a), b = saved(b), largest](const Tensor& g, const Needed& need) -> Grads {
-    Tensor share_a = (largest ? gt(a, b) : lt(a, b)) + eq(a, b) * 0.5;
-    return {need[0] ? sum_to(g * share_a, a.shape()) : Tensor(),
-            need[1] ? sum_to(g * (1.0 - share_a), b.shape()) : Tensor()};
+    Tensor half_tie = eq(a, b) * 0.5;
+    Tensor a_lost = largest ? lt(a, b) : gt(a, b), b_lost = largest ? gt(a, b) : lt(a, b);
+    return {need[0] ? sum_to(g * (1.0 - a_lost - half_tie), a.shape()) : Tensor(),
+            need[1] ? sum_to(g * (1.0 - b_lost - half_tie), b.shape()) : Tensor()};
   };
 }
 BackwardFn maximum_gradient(Saves& saved, const Tensor& a, const Tensor& b, const Tensor&) {
@@ -149,6 +154,9 @@ Tensor scalar_like(double value, const Tensor& like) {
 Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(b, a)); }
 Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(b, a)); }
 Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(b, a)); }
+Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(b, a)); }
+Tensor ge(const Tensor& a, double b) { return ge(a, scalar_like(b, a)); }
+Tensor le(const Tensor& a, double b) { return le(a, scalar_like(b, a)); }
 
 // ---- with a scalar ----
 
@@ -166,6 +174,11 @@ Tensor mul(const Tensor& a, double b) {
 
 Tensor pow(const Tensor& a, double exponent) {
   Tensor y = run_unary(UnaryOp::pow, a, exponent);
+  // d(x^0)/dx is 0 for every x, as in PyTorch (the formula's 0 * x^-1 would be NaN at 0 and NaN)
+  if (exponent == 0.0) {
+    record_unary(y, "pow", a, Tensor(), [](const Tensor& g, const Tensor&) { return zeros_like(g); });
+    return y;
+  }
   record_unary(y, "pow", a, a, [exponent](const Tensor& g, const Tensor& in) {
     return g * pow(in, exponent - 1.0) * exponent;
   });

@@ -1,5 +1,8 @@
 // Losses: cross-entropy (log-softmax and NLL in one kernel, with its fused backward), NLL and mean
 // squared error (written with other ops, so their gradients come with them).
+#include <cstdint>
+#include <limits>
+
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
@@ -60,8 +63,16 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction) {
   check_class_targets("nll_loss", log_probs, targets);
-  Tensor mask = one_hot(targets, log_probs.size(1), log_probs.dtype());
-  return apply_reduction(neg(sum(mul(log_probs, mask), {1})), reduction);
+  // -log_probs[i, targets[i]], gathered from the flattened scores (a product with a one-hot mask
+  // would make a -inf score off the target -inf * 0 = NaN, where PyTorch's loss is finite)
+  const int64_t n = log_probs.size(0), classes = log_probs.size(1);
+  KILN_CHECK(n * classes <= std::numeric_limits<int32_t>::max(), ShapeError, "nll_loss: scores of shape ",
+             log_probs.shape(), " have more than 2^31 - 1 elements, past the i32 indices of a gather");
+  if (n > 0)  // a target outside [0, C) is a device fault, named with its sample, as any gather's index
+    index_select(log_probs.slice(0, 0, 1).detach(), 1, targets);
+  const TensorOptions i32 = TensorOptions(DType::i32).device(log_probs.device());
+  Tensor flat_index = arange(0, static_cast<double>(n * classes), static_cast<double>(classes), i32) + targets;
+  return apply_reduction(neg(index_select(log_probs.reshape({n * classes}), 0, flat_index)), reduction);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
