@@ -53,12 +53,14 @@ void ProcessGroup::check_reduction(ReduceOp op, const Tensor& t) const {
              name(), " all_reduce: ", reduce_op_name(op), " is not a reduction over ranks (sum, mean, max or min)");
   KILN_CHECK(op != ReduceOp::mean || is_floating(t.dtype()), DTypeError, name(), " all_reduce: the mean of a ",
              t.dtype(), " tensor: a mean over ranks takes floating-point tensors (reduce the sum and divide)");
+  t.storage()->bump_version();  // written in place
 }
 
 void ProcessGroup::check_broadcast(const Tensor& t, int root) const {
   check_tensor("broadcast", t);
   KILN_CHECK(root >= 0 && root < size(), ValueError, name(), " broadcast: root ", root,
              " is not a rank of this group of ", size());
+  t.storage()->bump_version();  // written in place (but on the root)
 }
 
 void ProcessGroup::check_all_gather(const Tensor& t, const Tensor& out) const {
@@ -69,6 +71,7 @@ void ProcessGroup::check_all_gather(const Tensor& t, const Tensor& out) const {
   KILN_CHECK(out.shape() == expected && out.dtype() == t.dtype(), ShapeError, name(), " all_gather: out has shape ",
              out.shape(), " and dtype ", out.dtype(), "; a group of ", size(), " gathering ", t.shape(), " ",
              t.dtype(), " needs ", expected, " ", t.dtype());
+  out.storage()->bump_version();  // written in place
 }
 
 void ProcessGroup::check_same(std::string_view what, const std::string& value) {

@@ -101,6 +101,8 @@ class ProcessGroup {
   ProcessGroup(int rank, int size, int local_rank, int local_size, std::chrono::milliseconds timeout);
   // The checks every group makes before it communicates, so that a bad call throws the same error
   // on every rank instead of leaving the others waiting. Errors name the group and the collective.
+  // A tensor that passes and that the collective writes has its write counted (Tensor::version),
+  // so that autograd refuses a graph that saved it before (autograd/node.h).
   // t defined, contiguous and on device():
   void check_tensor(std::string_view collective, const Tensor& t) const;
   // all_reduce: t as above, op one of sum, mean, max, min; mean only of floating-point tensors:

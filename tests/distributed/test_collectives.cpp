@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kiln/core/process_group.h"
-#include "kiln/core/tensor.h"
+#include "kiln/kiln.h"
 #include "tests/distributed/distributed.h"
 
 namespace {
@@ -149,6 +149,24 @@ TEST_CASE("all_gather: out[r] is rank r's tensor") {
     for (int64_t i = 0; i < n; ++i) REQUIRE(got[static_cast<size_t>(r * n + i)] == value(r, i, DType::f64));
   Tensor wrong = zeros({group().size() + 1, 1, n}, TensorOptions(DType::f64).device(group().device()));
   CHECK_THROWS_AS(group().all_gather(t, wrong), ShapeError);
+}
+
+TEST_CASE("a collective's write is counted: a graph that saved the tensor refuses its backward") {
+  const TensorOptions f32 = TensorOptions(DType::f32).device(group().device());
+  Tensor w = ones({4}, f32).requires_grad_();
+  Tensor x = rank_tensor(4, DType::f32);
+  Tensor y = (w * x).sum();  // saves x, for w's gradient
+  const uint64_t before = x.version();
+  group().all_reduce(x, ReduceOp::sum);
+  CHECK(x.version() > before);
+  CHECK_THROWS_AS(y.backward(), AutogradError);
+  Tensor z = (w * x).sum();
+  group().broadcast(x, 0);
+  CHECK_THROWS_AS(z.backward(), AutogradError);
+  Tensor out = zeros({group().size(), 4}, f32);
+  const uint64_t gathered = out.version();
+  group().all_gather(x, out);
+  CHECK(out.version() > gathered);
 }
 
 TEST_CASE("barrier and check_same") {
