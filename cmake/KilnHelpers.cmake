@@ -106,15 +106,28 @@ function(kiln_check_layer_links)
 endfunction()
 
 # kiln_add_test(NAME LABEL src...): a doctest executable registered with CTest under LABEL
-# (cpu, vulkan or cuda), so CI runs what its machine can and the device runs the rest.
+# (cpu, vulkan or cuda), so CI runs what its machine can and the device runs the rest. The test
+# runs every case but those of the suites "needs-*" (kiln_add_needs_test runs them) and "slow" (a
+# test of its own, labelled slow, that the sanitizer build leaves out); a case that skips itself
+# (tests/skip.h) makes the binary exit with 77, which CTest reports as skipped.
 function(kiln_add_test name label)
   add_executable(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE kiln::kiln kiln_doctest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})  # "tests/..." and "apps/..."
   target_compile_definitions(${name} PRIVATE KILN_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
   kiln_set_warnings(${name})
-  add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES LABELS ${label})
+  add_test(NAME ${name} COMMAND ${name} --test-suite-exclude=needs-*,slow)
+  set_tests_properties(${name} PROPERTIES LABELS ${label} SKIP_RETURN_CODE 77)
+endfunction()
+
+# kiln_add_needs_test(BINARY NEED LABEL): the test BINARY_NEED runs the cases of BINARY that need
+# what a machine may lack, those of the doctest suite "needs-NEED" (mnist: the MNIST files;
+# mnist-torch: those and PyTorch; ...). Without it they skip themselves, and CTest reports this test
+# skipped while BINARY's own test, the other cases, still passes or fails on its merits.
+function(kiln_add_needs_test binary need label)
+  string(REPLACE "-" "_" suffix ${need})
+  add_test(NAME ${binary}_${suffix} COMMAND ${binary} --test-suite=needs-${need})
+  set_tests_properties(${binary}_${suffix} PROPERTIES LABELS ${label} SKIP_RETURN_CODE 77)
 endfunction()
 
 # kiln_add_device_test(NAME src...): a test binary of the device backends. Its main,
@@ -122,16 +135,23 @@ endfunction()
 # machine without a GPU), which CTest reports as skipped (SKIP_RETURN_CODE); under CI=true a
 # missing Vulkan device fails (CI installs lavapipe).
 function(kiln_add_device_test name)
-  add_executable(${name} ${PROJECT_SOURCE_DIR}/tests/device_main.cpp ${ARGN})
+  add_executable(${name} ${PROJECT_SOURCE_DIR}/tests/device_main.cpp ${PROJECT_SOURCE_DIR}/tests/skip.cpp ${ARGN})
   target_link_libraries(${name} PRIVATE kiln::kiln doctest::doctest)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})  # "tests/..."
   kiln_set_warnings(${name})
 endfunction()
-# kiln_add_device_run(TEST BINARY BACKEND): TEST runs BINARY on BACKEND under the label BACKEND;
-# Vulkan's with the validation layer on, its synchronization checks too (a missing barrier is a
-# message, and a message fails the case).
+# kiln_add_device_run(TEST BINARY BACKEND [NEEDS NEED]): TEST runs BINARY on BACKEND under the
+# label BACKEND: the cases of the doctest suite "needs-NEED" (a feature some devices lack, see
+# kiln_add_needs_test), or without NEEDS every case but those of the suites "needs-*". Vulkan's
+# with the validation layer on, its synchronization checks too (a missing barrier is a message, and
+# a message fails the case).
 function(kiln_add_device_run test binary backend)
-  add_test(NAME ${test} COMMAND ${binary} --backend=${backend})
+  cmake_parse_arguments(PARSE_ARGV 3 arg "" "NEEDS" "")
+  set(suites --test-suite-exclude=needs-*)
+  if(arg_NEEDS)
+    set(suites --test-suite=needs-${arg_NEEDS})
+  endif()
+  add_test(NAME ${test} COMMAND ${binary} --backend=${backend} ${suites})
   set_tests_properties(${test} PROPERTIES LABELS ${backend} SKIP_RETURN_CODE 77)
   if(backend STREQUAL "vulkan")
     set_tests_properties(${test} PROPERTIES ENVIRONMENT

@@ -16,14 +16,12 @@
 
 #include "kiln/core/backend.h"
 #include "kiln/kiln.h"
+#include "tests/skip.h"  // kSkipped: the exit code of a binary whose backend has no device
 #ifdef KILN_WITH_VULKAN
 #include "kiln/kernels/vulkan/vulkan_backend.h"
 #endif
 
 namespace kiln::test {
-
-// The exit code of a test binary whose backend has no device: CTest reports the test skipped.
-inline constexpr int kSkipped = 77;
 
 struct DeviceBackend {
   std::string_view name;  // "cuda", "vulkan"

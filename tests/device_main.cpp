@@ -2,7 +2,8 @@
 // doctest's: it runs the cases of the backends this binary tests that have a device here, and
 // exits with kSkipped (77, the tests' SKIP_RETURN_CODE in CTest) where none has, so that a machine
 // without a GPU reports the tests skipped, not passed. Under CI=true a backend that must be there
-// (Vulkan: CI installs lavapipe) fails instead.
+// (Vulkan: CI installs lavapipe) fails instead. A case that cannot run on the device here (a
+// feature it lacks) skips itself, which gives the same exit code (tests/skip.h).
 //
 //   --backend=NAME   only NAME's cases ("cuda", "vulkan"): in test_backend_ops the other
 //                    backends' suites are left out; every doctest option works as usual
@@ -13,13 +14,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tests/device_backends.h"
+#include "tests/skip.h"
 
 namespace {
 
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
   doctest::Context context(static_cast<int>(args.size()), args.data());
 
   int ready = 0, known = 0;
-  const bool ci = std::getenv("CI") && std::string_view(std::getenv("CI")) == "true";
+  const bool ci = kiln::test::in_ci();
   for (const DeviceBackend& b : kiln::test::compiled_backends()) {
     const bool asked = wanted.empty() || b.name == wanted;
     known += asked;
@@ -85,5 +86,5 @@ int main(int argc, char** argv) {
     return query ? context.run() : kiln::test::kSkipped;
   }
   if (ready == 0 && !query) return kiln::test::kSkipped;
-  return context.run();
+  return kiln::test::exit_code(context.run());  // 77 too where a case was skipped (tests/skip.h)
 }

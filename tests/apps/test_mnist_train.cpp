@@ -1,12 +1,11 @@
 // mnist-train end to end: exit codes, a real (small) training run, resume equivalence, Ctrl-C,
-// and checkpoints that are malformed. Runs the built binary; needs the MNIST files (skips
-// without them, as scripts/setup fetches them).
+// and checkpoints that are malformed. Runs the built binary; the cases that train need the MNIST
+// files (the doctest suites needs-mnist*: skipped without them, failed under CI=true, where
+// scripts/setup fetches them).
 #include <doctest/doctest.h>
 
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -19,9 +18,11 @@
 #include "kiln/kiln.h"
 #include "kiln/core/safetensors.h"
 #include "tests/apps/app_test.h"
+#include "tests/apps/run_app.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
+using kiln::test::Result;
 using kiln::test::TempDir;
 
 namespace {
@@ -29,57 +30,27 @@ namespace {
 std::string data_dir() { return test::mnist_dir(); }
 bool have_data() { return test::have_mnist("train-images-idx3-ubyte"); }
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+// Whether this build has the Vulkan backend, which the cases of --device vulkan need.
+#ifdef KILN_WITH_VULKAN
+constexpr bool kVulkanBuilt = true;
+#else
+constexpr bool kVulkanBuilt = false;
+#endif
+const std::string kNoVulkanBackend = "this build of kiln has no Vulkan backend (KILN_VULKAN=OFF, or no Vulkan SDK)";
 
+// Runs mnist-train with ARGS (and the MNIST folder, unless ARGS name one), after `prefix`: shell
+// words such as an environment variable.
 Result run(const std::string& args, const std::string& prefix = "") {
-  std::string log = (fs::temp_directory_path() / ("kiln-run-" + std::to_string(::getpid()) + ".log")).string();
   std::string data = args.find("--data") == std::string::npos ? "--data '" + data_dir() + "' " : "";
-  std::string cmd = prefix + "'" + std::string(KILN_MNIST_TRAIN) + "' " + data + args + " > '" + log + "' 2>&1";
-  int status = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  fs::remove(log);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+  return test::run_shell(prefix + "'" + std::string(KILN_MNIST_TRAIN) + "' " + data + args);
 }
 
 // Starts mnist-train, waits until its metrics file shows a finished training step (so the Ctrl-C
-// handler is in place and there is something to save), then sends SIGINT as Ctrl-C would. A fixed
-// delay instead would race the data loading on a slow or busy machine.
+// handler is in place and there is something to save), then sends SIGINT as Ctrl-C would.
 Result run_until_trained_then_interrupt(const std::string& args, const std::string& metrics, int signal = SIGINT) {
-  std::string log = (fs::temp_directory_path() / ("kiln-run-" + std::to_string(::getpid()) + ".log")).string();
-  std::string cmd = "exec '" + std::string(KILN_MNIST_TRAIN) + "' --data '" + data_dir() + "' " + args + " > '" +
-                    log + "' 2>&1";
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  bool exited = false;
-  for (int waited_ms = 0; waited_ms < 120000; waited_ms += 20) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      exited = true;  // finished (or failed) before its first step: the checks below say which
-      break;
-    }
-    std::ifstream in(metrics);
-    std::string line;
-    if (std::getline(in, line) && line.find("\"type\":\"train\"") != std::string::npos) break;
-    ::usleep(20000);
-  }
-  if (!exited) {
-    ::kill(pid, signal);
-    ::waitpid(pid, &status, 0);
-  }
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  fs::remove(log);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+  return test::run_and_signal(
+      "'" + std::string(KILN_MNIST_TRAIN) + "' --data '" + data_dir() + "' " + args,
+      [&] { return test::read_file(metrics).find("\"type\":\"train\"") != std::string::npos; }, signal);
 }
 
 double best_accuracy(const std::string& out) {
@@ -164,11 +135,9 @@ TEST_CASE("a flag given a value that is no count is a usage error naming it, not
   CHECK_MESSAGE(counted.code == 1, counted.out);
 }
 
-TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CPU") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir(), " (run scripts/setup)");
-    return;
-  }
+TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CPU" *
+          doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
   TempDir dir;
   Result r = run("--model mlp --epochs 1 --limit-train 5000 --batch-size 16 --scheduler none --device cpu -q "
                  "--metrics-out '" + dir.file("m.jsonl") + "' --plot '" + dir.file("m.png") + "'");
@@ -182,21 +151,16 @@ TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CP
   CHECK(fs::file_size(dir.file("m.png")) > 1000);
 }
 
-TEST_CASE("--device vulkan trains the MLP and the CNN on a subset to the CPU's accuracy") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("--device vulkan trains the MLP and the CNN on a subset to the CPU's accuracy" *
+          doctest::test_suite("needs-mnist-vulkan")) {
+  if (!have_data()) return test::skip_without_mnist();
+  if (!kVulkanBuilt) return test::skip(kNoVulkanBackend);
   // lavapipe in CI (the CNN's direct conv kernels run there at a few images a second: a subset)
   for (const char* args : {"--model mlp --epochs 1 --limit-train 1280 --limit-test 500 --batch-size 32 -q",
                            "--model cnn --epochs 1 --limit-train 128 --limit-test 200 --test-batch-size 100 -q"}) {
     Result vk = run(std::string(args) + " --device vulkan");
-    if (vk.code != 0 && vk.out.find("no Vulkan driver") != std::string::npos) {
-      const char* ci = std::getenv("CI");
-      if (ci && std::string(ci) == "true") FAIL("no Vulkan device in CI: " << vk.out);
-      MESSAGE("skipped: " << vk.out);
-      return;
-    }
+    if (vk.code != 0 && vk.out.find("no Vulkan driver") != std::string::npos)
+      return test::skip("no Vulkan device: " + vk.out, test::InCi::fail);  // CI installs lavapipe
     REQUIRE_MESSAGE(vk.code == 0, vk.out);
     CHECK(vk.out.find("device vulkan:0") != std::string::npos);
     Result cpu = run(std::string(args) + " --device cpu");
@@ -206,11 +170,10 @@ TEST_CASE("--device vulkan trains the MLP and the CNN on a subset to the CPU's a
   }
 }
 
-TEST_CASE("without a Vulkan loader, --device vulkan is an error naming it and --device auto goes on without") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("without a Vulkan loader, --device vulkan is an error naming it and --device auto goes on without" *
+          doctest::test_suite("needs-mnist-vulkan")) {
+  if (!have_data()) return test::skip_without_mnist();
+  if (!kVulkanBuilt) return test::skip(kNoVulkanBackend);
   // kiln opens the loader at run time: a machine without libvulkan.so.1 still runs the CPU path
   const std::string no_loader = "KILN_VULKAN_LOADER=libkiln-no-such-loader.so.1 ";
   Result vk = run("--model mlp --epochs 1 --limit-train 64 --limit-test 64 -q --device vulkan", no_loader);
@@ -222,11 +185,8 @@ TEST_CASE("without a Vulkan loader, --device vulkan is an error naming it and --
   CHECK(autod.out.find("device vulkan") == std::string::npos);
 }
 
-TEST_CASE("2 epochs straight equal 1 epoch, save, resume, 1 more: bit for bit") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("2 epochs straight equal 1 epoch, save, resume, 1 more: bit for bit" * doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
   TempDir dir;
   REQUIRE(run(kQuick + "--epochs 2 --save '" + dir.file("straight") + "'").code == 0);
   REQUIRE(run(kQuick + "--epochs 1 --save '" + dir.file("split") + "'").code == 0);
@@ -239,11 +199,9 @@ TEST_CASE("2 epochs straight equal 1 epoch, save, resume, 1 more: bit for bit") 
   CHECK(c.state.model == "cnn");
 }
 
-TEST_CASE("Ctrl-C saves at the next step boundary; the run then resumes to the same weights") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("Ctrl-C saves at the next step boundary; the run then resumes to the same weights" *
+          doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
   TempDir dir;
   const std::string args = "--model cnn --limit-train 6400 --limit-test 500 --test-batch-size 500 -q --epochs 1 ";
   Result stopped = run_until_trained_then_interrupt(
@@ -261,11 +219,9 @@ TEST_CASE("Ctrl-C saves at the next step boundary; the run then resumes to the s
   check_same_weights(dir.file("straight"), dir.file("ckpt"));
 }
 
-TEST_CASE("SIGTERM stops as Ctrl-C does, with exit code 143; a signal during the last test pass saves and says so") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("SIGTERM stops as Ctrl-C does, with exit code 143; a signal during the last test pass saves and says so" *
+          doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
   TempDir dir;
   const std::string args = "--model cnn --limit-train 6400 --limit-test 500 --test-batch-size 500 -q --epochs 1 ";
   Result term = run_until_trained_then_interrupt(
@@ -288,11 +244,9 @@ TEST_CASE("SIGTERM stops as Ctrl-C does, with exit code 143; a signal during the
   CHECK(end.state.batch == 0);
 }
 
-TEST_CASE("malformed checkpoints are refused with exit code 1 and a message naming the problem") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("malformed checkpoints are refused with exit code 1 and a message naming the problem" *
+          doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
   TempDir dir;
   REQUIRE(run(kQuick + "--epochs 1 --save '" + dir.file("good") + "'").code == 0);
   SafetensorsFile good = load_safetensors(dir.file("good"));
@@ -348,11 +302,9 @@ TEST_CASE("malformed checkpoints are refused with exit code 1 and a message nami
   }
 }
 
-TEST_CASE("a diverging run stops at its first non-finite loss, naming the step; the metrics stay JSON, no checkpoint is written") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("a diverging run stops at its first non-finite loss, naming the step; the metrics stay JSON, no checkpoint is written" *
+          doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
   TempDir dir;
   Result r = run(kQuick + "--epochs 2 --lr 1e20 --log-interval 4 --save '" + dir.file("ckpt") + "' --metrics-out '" +
                  dir.file("m.jsonl") + "'");
@@ -368,11 +320,9 @@ TEST_CASE("a diverging run stops at its first non-finite loss, naming the step; 
   }
 }
 
-TEST_CASE("--detect-anomaly names the op where the diverging run's numbers first stop being finite") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("--detect-anomaly names the op where the diverging run's numbers first stop being finite" *
+          doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
   Result r = run(kQuick + "--epochs 1 --lr 1e20 --detect-anomaly");
   CHECK_MESSAGE(r.code == 1, r.out);
   CHECK_MESSAGE(r.out.find("anomaly mode: the ") != std::string::npos, r.out);
@@ -428,11 +378,9 @@ TEST_CASE("a FIFO, a directory or a device given as a file is refused at once, n
   }
 }
 
-TEST_CASE("--config reads options from a TOML file; flags on the command line win") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("--config reads options from a TOML file; flags on the command line win" *
+          doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
   TempDir dir;
   std::ofstream(dir.file("run.toml")) << "model = \"mlp\"\nepochs = 1\nlimit-train = 640\nlimit-test = 500\nbatch-size = 16\n";
   Result r = run("--config '" + dir.file("run.toml") + "' --batch-size 32");
@@ -444,29 +392,19 @@ TEST_CASE("--config reads options from a TOML file; flags on the command line wi
   CHECK(run("--config '" + dir.file("absent.toml") + "'").code == 2);
 }
 
-TEST_CASE("PyTorch loads a checkpoint as its model's state dict and computes the same logits") {
-  if (!have_data()) {
-    MESSAGE("skipped: no MNIST in ", data_dir());
-    return;
-  }
+TEST_CASE("PyTorch loads a checkpoint as its model's state dict and computes the same logits" *
+          doctest::test_suite("needs-mnist-torch")) {
+  if (!have_data()) return test::skip_without_mnist();
+  if (std::system("/usr/bin/python3 -c 'import numpy, torch' > /dev/null 2>&1") != 0)
+    return test::skip("no PyTorch for /usr/bin/python3 (scripts/setup --dev installs it)");
   TempDir dir;
   for (const char* model : {"cnn", "mlp", "fast"}) {
     std::string ckpt = dir.file(std::string(model) + ".safetensors");
     REQUIRE(run(std::string("--model ") + model + " --epochs 1 --limit-train 256 --limit-test 100 -q --save '" +
                 ckpt + "'").code == 0);
-    std::string log = dir.file("torch.log");
-    int status = std::system(("/usr/bin/python3 '" + std::string(KILN_TORCH_LOAD_SCRIPT) + "' '" + ckpt + "' > '" +
-                              log + "' 2>&1").c_str());
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (code == 77 || code == 127) {
-      MESSAGE("skipped: no PyTorch for /usr/bin/python3 (scripts/setup --dev installs it)");
-      return;
-    }
-    REQUIRE_MESSAGE(code == 0, text.str());
-    std::string out = text.str();
+    Result torch = test::run_shell("/usr/bin/python3 '" + std::string(KILN_TORCH_LOAD_SCRIPT) + "' '" + ckpt + "'");
+    REQUIRE_MESSAGE(torch.code == 0, torch.out);
+    const std::string& out = torch.out;
     std::istringstream logits(out.substr(out.find("logits ") + 7));
     std::vector<double> theirs;
     for (double v; logits >> v;) theirs.push_back(v);

@@ -6,8 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -20,60 +18,33 @@
 #include "apps/mnist/checkpoint.h"
 #include "apps/mnist/train_config.h"
 #include "kiln/core/safetensors.h"
+#include "tests/apps/run_app.h"
 #include "tests/datasets/idx_writer.h"
 #include "tests/temp_dir.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
+using kiln::test::Result;
 using kiln::test::TempDir;
 
 namespace {
-
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
 
 std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
 // Runs `mnist-train ARGS` under /bin/sh (after `prefix`, shell commands such as a ulimit) and
 // returns its exit code and output.
 Result run(const std::string& args, const std::string& prefix = "") {
-  const std::string log = (fs::temp_directory_path() / ("kiln-state-" + std::to_string(::getpid()) + ".log")).string();
-  const std::string cmd = prefix + quoted(KILN_MNIST_TRAIN) + " " + args + " > " + quoted(log) + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, test::read_file(log)};
-  fs::remove(log);
-  return r;
+  return test::run_shell(prefix + quoted(KILN_MNIST_TRAIN) + " " + args);
 }
 
 // Starts `mnist-train ARGS`, waits until `ready` (a file) exists, or, with `line`, holds a line
 // containing it, then sends `signal`; returns how the process ended. A run that ends first is
 // returned as it ended.
 Result run_and_signal(const std::string& args, const std::string& ready, const std::string& line, int signal) {
-  const std::string log = (fs::temp_directory_path() / ("kiln-state-" + std::to_string(::getpid()) + ".log")).string();
-  const std::string cmd = "exec " + quoted(KILN_MNIST_TRAIN) + " " + args + " > " + quoted(log) + " 2>&1";
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  bool exited = false;
-  for (int waited_ms = 0; waited_ms < 120000 && !exited; waited_ms += 2) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) exited = true;
-    else if (fs::exists(ready) && (line.empty() || test::read_file(ready).find(line) != std::string::npos)) break;
-    else ::usleep(2000);
-  }
-  if (!exited) {
-    ::kill(pid, signal);
-    ::waitpid(pid, &status, 0);
-  }
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1,
-           test::read_file(log)};
-  fs::remove(log);
-  return r;
+  return test::run_and_signal(
+      quoted(KILN_MNIST_TRAIN) + " " + args,
+      [&] { return fs::exists(ready) && (line.empty() || test::read_file(ready).find(line) != std::string::npos); },
+      signal);
 }
 
 // An MNIST-shaped data set in dir/mnist: `train` and `test` images of random pixels, each label's
@@ -130,7 +101,8 @@ std::string optimizer_flags(const std::string& optimizer) {
 
 }  // namespace
 
-TEST_CASE("every optimizer x scheduler resumes to the same bits, stopped by a signal mid-run or killed after a checkpoint") {
+TEST_CASE("every optimizer x scheduler resumes to the same bits, stopped by a signal mid-run or killed after a checkpoint" *
+          doctest::test_suite("slow")) {
   TempDir dir;
   // The CNN (with dropout, and random shifts: both draw random numbers that must resume too), 8
   // steps an epoch, 2 epochs: slow enough on the CPU for a signal to land inside the run.
