@@ -9,10 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <vector>
 
+#include "apps/mnist/picture_check.h"
 #include "apps/mnist/stb.h"
 
 namespace kiln::apps {
@@ -240,22 +242,21 @@ struct StbFree {
   void operator()(stbi_uc* pixels) const { stbi_image_free(pixels); }
 };
 
-// stb_image reads the file through these callbacks (as its own stbi_load_from_file does), which
-// also notice when the decoder wants bytes that the file does not hold. stb reads through a
-// buffer of kStbBuffer (128) bytes, whose refills may get fewer at the end of the file, and reads
-// blocks of pixels directly, asking for exactly what it needs: a refill that gets nothing, or a
-// direct read that gets less than it asked for, means the file ends before the picture does.
-// stb itself decodes zeros for what is missing (BMP, TGA, PNM) or fails for another reason.
+// stb_image reads the file's bytes through these callbacks (as from a file), which also notice
+// when the decoder wants bytes that the file does not hold. stb reads through a buffer of
+// kStbBuffer (128) bytes, whose refills may get fewer at the end of the file, and reads blocks of
+// pixels directly, asking for exactly what it needs: a refill that gets nothing, or a direct read
+// that gets less than it asked for, means the file ends before the picture does. stb itself
+// decodes zeros for what is missing (BMP, TGA, PNM) or fails for another reason.
 class StbReader {
  public:
-  StbReader(std::FILE* file, std::uintmax_t size) : file_(file), size_(size) {}
+  explicit StbReader(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
 
   const stbi_io_callbacks* callbacks() const { return &kCallbacks; }
   bool ran_out() const { return ran_out_; }
-  bool failed() const { return std::ferror(file_) != 0; }
   // Back to the first byte, for the next call into stb.
   void restart() {
-    std::rewind(file_);
+    at_ = 0;
     ran_out_ = false;
   }
 
@@ -264,27 +265,49 @@ class StbReader {
 
   static int read(void* user, char* data, int size) {
     auto* self = static_cast<StbReader*>(user);
-    const size_t got = std::fread(data, 1, static_cast<size_t>(size), self->file_);
+    const size_t got = std::min(static_cast<size_t>(size), self->bytes_.size() - self->at_);
+    std::memcpy(data, self->bytes_.data() + self->at_, got);
+    self->at_ += got;
     if (got == 0 || (size != kStbBuffer && got < static_cast<size_t>(size))) self->ran_out_ = true;
     return static_cast<int>(got);
   }
-  static void skip(void* user, int n) {
+  static void skip(void* user, int n) {  // n < 0 steps back (stb's GIF reader does)
     auto* self = static_cast<StbReader*>(user);
-    std::fseek(self->file_, n, SEEK_CUR);
-    const long at = std::ftell(self->file_);
-    if (at < 0 || static_cast<std::uintmax_t>(at) > self->size_) self->ran_out_ = true;
+    const int64_t to = static_cast<int64_t>(self->at_) + n;
+    if (to > static_cast<int64_t>(self->bytes_.size())) self->ran_out_ = true;
+    self->at_ = static_cast<size_t>(std::clamp<int64_t>(to, 0, static_cast<int64_t>(self->bytes_.size())));
   }
   static int eof(void* user) {
     auto* self = static_cast<StbReader*>(user);
-    const long at = std::ftell(self->file_);
-    return at < 0 || static_cast<std::uintmax_t>(at) >= self->size_ || std::ferror(self->file_);
+    return self->at_ >= self->bytes_.size();
   }
   static constexpr stbi_io_callbacks kCallbacks = {&StbReader::read, &StbReader::skip, &StbReader::eof};
 
-  std::FILE* file_;
-  std::uintmax_t size_;
+  const std::vector<uint8_t>& bytes_;
+  size_t at_ = 0;
   bool ran_out_ = false;
 };
+
+// The whole of the picture file at `path` (a regular file of 1 to kMaxPictureBytes bytes).
+std::vector<uint8_t> read_picture(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  KILN_CHECK(fs::exists(status), data::DataError, path, ": cannot open: no such file");
+  KILN_CHECK(fs::is_regular_file(status), data::DataError, path,
+             ": cannot open: not a regular file (a directory, a FIFO or a device)");
+  const std::uintmax_t size = fs::file_size(path, ec);
+  KILN_CHECK(!ec, data::DataError, path, ": cannot read its size: ", ec.message());
+  KILN_CHECK(size > 0, data::DataError, path, ": an empty file (0 bytes), not a picture");
+  KILN_CHECK(size <= kMaxPictureBytes, data::DataError, path, ": ", size, " bytes; a digit's picture may have at most ",
+             kMaxPictureBytes, " (more than any picture within the pixel limits needs)");
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  KILN_CHECK(file != nullptr, data::DataError, path, ": cannot open for reading: ", std::strerror(errno));
+  std::vector<uint8_t> bytes(size);
+  const size_t got = std::fread(bytes.data(), 1, bytes.size(), file.get());
+  KILN_CHECK(!std::ferror(file.get()), data::DataError, path, ": read error: ", std::strerror(errno));
+  KILN_CHECK(got == size, data::DataError, path, ": changed while being read (", size, " bytes, then ", got, ")");
+  return bytes;
+}
 
 // stb keeps the reason for its last failure in a global that only failures write, and its probes
 // for each format write it too while ruling formats out: a JPEG's decoder may fail silently after
@@ -314,23 +337,19 @@ Tensor to_mnist_digit(const uint8_t* grey, int width, int height) {
 }
 
 Tensor load_digit_image(const std::string& path) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  KILN_CHECK(fs::exists(status), data::DataError, path, ": cannot open: no such file");
-  KILN_CHECK(fs::is_regular_file(status), data::DataError, path,
-             ": cannot open: not a regular file (a directory, a FIFO or a device)");
-  const std::uintmax_t size = fs::file_size(path, ec);
-  KILN_CHECK(!ec, data::DataError, path, ": cannot read its size: ", ec.message());
-  KILN_CHECK(size > 0, data::DataError, path, ": an empty file (0 bytes), not a picture");
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  KILN_CHECK(file != nullptr, data::DataError, path, ": cannot open for reading: ", std::strerror(errno));
-  StbReader reader(file.get(), size);
+  const std::vector<uint8_t> bytes = read_picture(path);
+  if (std::optional<PictureFlaw> flaw = picture_flaw(bytes)) {
+    KILN_CHECK(!flaw->truncated, data::DataError, path, ": truncated: its ", bytes.size(),
+               " bytes end before the picture does (", flaw->what, ")");
+    KILN_FAIL(data::DataError, path, ": not a picture kiln reads: ", flaw->what);
+  }
+  StbReader reader(bytes);
 
   // The header first, so a huge (or corrupt) size is refused before anything is allocated.
   int width = 0, height = 0, channels = 0;
   clear_stb_reason();
   KILN_CHECK(stbi_info_from_callbacks(reader.callbacks(), &reader, &width, &height, &channels),
-             data::DataError, path, ": not an image stb_image can read: ", stb_reason());
+             data::DataError, path, ": not a picture kiln reads (", kPictureFormats, "): ", stb_reason());
   const int64_t pixels = int64_t{width} * height;
   KILN_CHECK(width <= kMaxImageSide && height <= kMaxImageSide && pixels <= kMaxImagePixels,
              data::DataError, path, ": ", width, "x", height,
@@ -341,8 +360,7 @@ Tensor load_digit_image(const std::string& path) {
   clear_stb_reason();
   std::unique_ptr<stbi_uc, StbFree> decoded(
       stbi_load_from_callbacks(reader.callbacks(), &reader, &width, &height, &channels, 0));
-  KILN_CHECK(!reader.failed(), data::DataError, path, ": read error: ", std::strerror(errno));
-  KILN_CHECK(!reader.ran_out(), data::DataError, path, ": truncated: its ", size,
+  KILN_CHECK(!reader.ran_out(), data::DataError, path, ": truncated: its ", bytes.size(),
              " bytes end before the picture does (an interrupted download or copy?)");
   KILN_CHECK(decoded != nullptr, data::DataError, path, ": cannot decode: ", stb_reason());
 

@@ -35,11 +35,17 @@ namespace kiln::apps {
 inline constexpr int kMaxImageSide = 16384;
 inline constexpr int64_t kMaxImagePixels = int64_t{1} << 25;
 
-// Reads a PNG, JPEG, BMP, GIF (first frame), TGA, PSD, HDR, PIC or PNM file, any size within
-// kMaxImageSide and kMaxImagePixels, any channel count, 8 or 16 bits, and preprocesses it as
-// above. data::DataError naming the file when it is empty, cannot be read or decoded (with the
-// decoder's reason), is truncated (the decoder wanted bytes past its end), is too large, or holds
-// no ink (a blank or nearly uniform picture).
+// A picture file larger than this is refused before it is read: a picture within the pixel
+// limits needs less (2^25 pixels of 16-bit RGBA, uncompressed, are 256 MiB).
+inline constexpr uint64_t kMaxPictureBytes = uint64_t{512} << 20;
+
+// Reads a PNG, JPEG, BMP, GIF (first frame), TGA or binary PNM (P5/P6) file, any size within
+// kMaxImageSide, kMaxImagePixels and kMaxPictureBytes, any channel count, 8 or 16 bits, and
+// preprocesses it as above. stb_image decodes it, once picture_check.h has found its container
+// sound (stb's Radiance HDR, Photoshop and Softimage PIC decoders are not compiled in).
+// data::DataError naming the file when it is empty, cannot be read or decoded (with the decoder's
+// reason), is malformed (picture_check.h), is truncated (a part or the decoder wanted bytes past
+// its end), is too large, or holds no ink (a blank or nearly uniform picture).
 Tensor load_digit_image(const std::string& path);
 
 // The preprocessing alone, on a grey image (row-major, width * height bytes, 0 black, 255 white,

@@ -1,0 +1,143 @@
+// The container checks of picture_check.h: PNG chunks, JPEG segments and Huffman tables, PNM
+// header numbers, and the signatures of the formats kiln leaves out.
+#include "apps/mnist/picture_check.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <string_view>
+
+#include "kiln/core/error.h"
+
+namespace kiln::apps {
+
+namespace {
+
+using Bytes = std::span<const uint8_t>;
+using detail::concat;
+
+bool starts_with(Bytes bytes, std::string_view prefix) {
+  return bytes.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), bytes.begin(),
+                                                      [](char c, uint8_t b) { return static_cast<uint8_t>(c) == b; });
+}
+
+uint32_t big_endian(Bytes bytes, size_t at, size_t size) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < size; ++i) v = v << 8 | bytes[at + i];
+  return v;
+}
+
+std::string hex(uint32_t v, int digits) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%0*X", digits, v);
+  return text;
+}
+
+// A PNG chunk's type as text: its four letters, or its bytes in hex where they are not letters.
+std::string chunk_name(Bytes bytes, size_t at) {
+  std::string name;
+  for (size_t i = at; i < at + 4; ++i)
+    if (!std::isalpha(bytes[i])) return hex(big_endian(bytes, at, 4), 8);
+    else name += static_cast<char>(bytes[i]);
+  return "'" + name + "'";
+}
+
+// A part that claims more bytes than the `remaining` ones from its start.
+PictureFlaw past_end(const std::string& part, size_t at, uint64_t claimed, size_t remaining) {
+  return {concat("its ", part, " at byte ", at, " claims ", claimed, " bytes, and ", remaining, " remain from there"),
+          true};
+}
+
+// PNG: 8 signature bytes, then chunks of a 4-byte length, a 4-byte type, the data and a CRC.
+std::optional<PictureFlaw> png_flaw(Bytes bytes) {
+  for (size_t at = 8; at + 8 <= bytes.size();) {
+    const uint32_t length = big_endian(bytes, at, 4);
+    const std::string name = "PNG chunk " + chunk_name(bytes, at + 4);
+    if (length > 0x7FFFFFFFu)
+      return PictureFlaw{concat("its ", name, " at byte ", at, " claims ", length, " bytes, past PNG's 2^31 - 1")};
+    if (uint64_t{length} + 12 > bytes.size() - at) return past_end(name, at, uint64_t{length} + 12, bytes.size() - at);
+    if (starts_with(bytes.subspan(at + 4), "IEND")) break;
+    at += size_t{length} + 12;
+  }
+  return std::nullopt;
+}
+
+// A JPEG DHT segment's tables: a class/id byte, 16 counts of codes by length, then the symbols.
+std::optional<PictureFlaw> huffman_flaw(Bytes bytes, size_t begin, size_t end) {
+  for (size_t at = begin; at < end;) {
+    if (end - at < 17) return PictureFlaw{concat("its JPEG Huffman table at byte ", at, " is cut short by its segment")};
+    unsigned codes = 0;
+    for (size_t i = 1; i <= 16; ++i) codes += bytes[at + i];
+    if (codes > 256)
+      return PictureFlaw{concat("its JPEG Huffman table (DHT) at byte ", at, " declares ", codes,
+                                " codes; a table holds at most 256")};
+    if (codes > end - at - 17)
+      return PictureFlaw{concat("its JPEG Huffman table at byte ", at, " is cut short by its segment")};
+    at += 17 + codes;
+  }
+  return std::nullopt;
+}
+
+// JPEG: markers (0xFF, a code), most followed by a 2-byte length that counts itself; after a start
+// of scan (SOS), entropy-coded data in which 0xFF is followed by 0 or a restart marker.
+std::optional<PictureFlaw> jpeg_flaw(Bytes bytes) {
+  const size_t n = bytes.size();
+  for (size_t at = 2; at < n;) {
+    if (bytes[at] != 0xFF) return std::nullopt;  // not a marker: stb_image refuses the file itself
+    const size_t marker_at = at;
+    while (at < n && bytes[at] == 0xFF) ++at;  // fill bytes
+    if (at == n) return std::nullopt;
+    const uint8_t code = bytes[at++];
+    if (code == 0xD9) return std::nullopt;  // end of image
+    if ((code >= 0xD0 && code <= 0xD7) || code == 0x01) continue;  // no length
+    const std::string name = "JPEG segment " + hex(0xFF00u | code, 4);
+    if (n - at < 2) return past_end(name, marker_at, 2, n - at);
+    const uint32_t length = big_endian(bytes, at, 2);
+    if (length < 2) return PictureFlaw{concat("its ", name, " at byte ", marker_at, " has a length of ", length)};
+    if (length > n - at) return past_end(name, marker_at, length, n - at);
+    if (code == 0xC4)
+      if (auto flaw = huffman_flaw(bytes, at + 2, at + length)) return flaw;
+    at += length;
+    if (code == 0xDA)  // the scan's data, up to the next marker
+      while (at < n && !(bytes[at] == 0xFF && at + 1 < n && bytes[at + 1] != 0 &&
+                         !(bytes[at + 1] >= 0xD0 && bytes[at + 1] <= 0xD7)))
+        ++at;
+  }
+  return std::nullopt;
+}
+
+// Binary PNM (P5 grey, P6 colour): the header's width, height and maximum value, in decimal,
+// between whitespace and '#' comments.
+std::optional<PictureFlaw> pnm_flaw(Bytes bytes) {
+  size_t at = 2;
+  for (const char* field : {"width", "height", "maximum value"}) {
+    while (at < bytes.size() && (std::isspace(bytes[at]) || bytes[at] == '#'))
+      if (bytes[at] == '#')
+        while (at < bytes.size() && bytes[at] != '\n' && bytes[at] != '\r') ++at;
+      else ++at;
+    uint32_t value = 0;
+    for (; at < bytes.size() && std::isdigit(bytes[at]); ++at) {
+      value = value * 10 + (bytes[at] - '0');
+      if (value > 65535) return PictureFlaw{concat("its PNM header's ", field, " is more than 65535")};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<PictureFlaw> picture_flaw(std::span<const uint8_t> bytes) {
+  auto left_out = [](const char* format) {
+    return PictureFlaw{concat("a ", format, " picture (kiln reads ", kPictureFormats, ")")};
+  };
+  if (starts_with(bytes, "\x89PNG\r\n\x1a\n")) return png_flaw(bytes);
+  if (starts_with(bytes, "\xFF\xD8")) return jpeg_flaw(bytes);
+  if (starts_with(bytes, "P5") || starts_with(bytes, "P6")) return pnm_flaw(bytes);
+  if (starts_with(bytes, "#?RADIANCE\n") || starts_with(bytes, "#?RGBE\n")) return left_out("Radiance HDR");
+  if (starts_with(bytes, "8BPS")) return left_out("Photoshop (PSD)");
+  if (starts_with(bytes, "\x53\x80\xF6\x34") && bytes.size() >= 92 && starts_with(bytes.subspan(88), "PICT"))
+    return left_out("Softimage PIC");
+  return std::nullopt;
+}
+
+}  // namespace kiln::apps

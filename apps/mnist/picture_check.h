@@ -1,0 +1,35 @@
+// What stb_image 2.27 (Debian 12's) trusts in a picture file and should not, checked before it
+// decodes the file, so that a hostile picture is refused instead of corrupting memory, hanging or
+// allocating gigabytes. Each rule answers an input that fuzzing found (tests/fuzz/README.md):
+//
+//   PNG   every chunk lies within the file (stb allocates what an IDAT chunk claims, 1.4 GB for a
+//         96-byte file, before it finds the end)
+//   JPEG  every segment lies within the file, and every Huffman table holds at most 256 codes, as
+//         the standard says (stb writes past its 257-entry table of code sizes otherwise)
+//   PNM   width, height and maximum value are at most 65535 (stb's header reader overflows int)
+//
+// and the formats that stb can decode but kiln does not compile in (Radiance HDR, whose decoder
+// hangs on a truncated run; Photoshop PSD; Softimage PIC) are named, so the error says what the
+// file is. The checks read the container only (chunks, segments, header numbers), never pixels.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace kiln::apps {
+
+// The formats load_digit_image reads, as a user would name them.
+inline constexpr const char* kPictureFormats = "PNG, JPEG, BMP, GIF, TGA or PNM (P5/P6)";
+
+struct PictureFlaw {
+  std::string what;        // "its PNG chunk 'IDAT' at byte 33 claims 1400000000 bytes", ...
+  bool truncated = false;  // a part runs past the end of the file (a cut file reads the same)
+};
+
+// The first flaw of a picture file's bytes, or nothing. A format the checks do not know is left
+// to stb_image (which then reads it, or says it cannot).
+std::optional<PictureFlaw> picture_flaw(std::span<const uint8_t> bytes);
+
+}  // namespace kiln::apps
