@@ -78,18 +78,27 @@ std::optional<PictureFlaw> huffman_flaw(Bytes bytes, size_t begin, size_t end) {
   return std::nullopt;
 }
 
-// JPEG: markers (0xFF, a code), most followed by a 2-byte length that counts itself; after a start
-// of scan (SOS), entropy-coded data in which 0xFF is followed by 0 or a restart marker.
-std::optional<PictureFlaw> jpeg_flaw(Bytes bytes) {
+// JPEG: markers (0xFF, any number of fill 0xFFs, a code), most followed by a 2-byte length that
+// counts itself; after a start of scan (SOS), entropy-coded data, in which 0xFF is followed by 0
+// (a data byte) or by a marker. The walk goes as stb_image's does, so that it sees every segment
+// stb will: stb skips any bytes between segments up to the next 0xFF (a segment shorter than its
+// data is no error to it), and stops at a marker it does not know, as the walk does.
+std::optional<PictureFlaw> jpeg_flaw(Bytes bytes, size_t after_soi) {
   const size_t n = bytes.size();
-  for (size_t at = 2; at < n;) {
-    if (bytes[at] != 0xFF) return std::nullopt;  // not a marker: stb_image refuses the file itself
+  bool in_scan = false;  // in entropy-coded data
+  for (size_t at = after_soi; at < n;) {
+    while (at < n && bytes[at] != 0xFF) ++at;
     const size_t marker_at = at;
     while (at < n && bytes[at] == 0xFF) ++at;  // fill bytes
     if (at == n) return std::nullopt;
     const uint8_t code = bytes[at++];
-    if (code == 0xD9) return std::nullopt;  // end of image
-    if ((code >= 0xD0 && code <= 0xD7) || code == 0x01) continue;  // no length
+    if (code == 0x00) {
+      if (in_scan) continue;  // a data byte 0xFF
+      return std::nullopt;    // stb_image refuses the file: "unknown marker"
+    }
+    if (code >= 0xD0 && code <= 0xD7) continue;  // a restart marker: the scan goes on after it
+    if (code == 0xD9) return std::nullopt;       // end of image
+    if (code == 0x01 || code == 0xD8) return std::nullopt;  // not a segment stb_image takes: it stops
     const std::string name = "JPEG segment " + hex(0xFF00u | code, 4);
     if (n - at < 2) return past_end(name, marker_at, 2, n - at);
     const uint32_t length = big_endian(bytes, at, 2);
@@ -98,10 +107,7 @@ std::optional<PictureFlaw> jpeg_flaw(Bytes bytes) {
     if (code == 0xC4)
       if (auto flaw = huffman_flaw(bytes, at + 2, at + length)) return flaw;
     at += length;
-    if (code == 0xDA)  // the scan's data, up to the next marker
-      while (at < n && !(bytes[at] == 0xFF && at + 1 < n && bytes[at + 1] != 0 &&
-                         !(bytes[at + 1] >= 0xD0 && bytes[at + 1] <= 0xD7)))
-        ++at;
+    in_scan = code == 0xDA;
   }
   return std::nullopt;
 }
@@ -131,7 +137,10 @@ std::optional<PictureFlaw> picture_flaw(std::span<const uint8_t> bytes) {
     return PictureFlaw{concat("a ", format, " picture (kiln reads ", kPictureFormats, ")")};
   };
   if (starts_with(bytes, "\x89PNG\r\n\x1a\n")) return png_flaw(bytes);
-  if (starts_with(bytes, "\xFF\xD8")) return jpeg_flaw(bytes);
+  // a JPEG starts with its start-of-image marker, after any number of fill bytes (as stb_image reads it)
+  const size_t fill = static_cast<size_t>(std::find_if(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0xFF; }) -
+                                          bytes.begin());
+  if (fill > 0 && fill < bytes.size() && bytes[fill] == 0xD8) return jpeg_flaw(bytes, fill + 1);
   if (starts_with(bytes, "P5") || starts_with(bytes, "P6")) return pnm_flaw(bytes);
   if (starts_with(bytes, "#?RADIANCE\n") || starts_with(bytes, "#?RGBE\n")) return left_out("Radiance HDR");
   if (starts_with(bytes, "8BPS")) return left_out("Photoshop (PSD)");

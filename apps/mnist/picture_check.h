@@ -5,7 +5,9 @@
 //   PNG   every chunk lies within the file (stb allocates what an IDAT chunk claims, 1.4 GB for a
 //         96-byte file, before it finds the end)
 //   JPEG  every segment lies within the file, and every Huffman table holds at most 256 codes, as
-//         the standard says (stb writes past its 257-entry table of code sizes otherwise)
+//         the standard says (stb writes past its 257-entry table of code sizes otherwise); the
+//         segments are found as stb reads them (fill bytes before a marker, any bytes skipped
+//         between segments), so that the check sees every table stb will build
 //   PNM   width, height and maximum value are at most 65535 (stb's header reader overflows int)
 //
 // and the formats that stb can decode but kiln does not compile in (Radiance HDR, whose decoder
