@@ -372,7 +372,9 @@ TEST_CASE("every kind of in-place write after the save is caught") {
       {"copy_ through a reshaped view", [](const Tensor& b) { b.reshape({2, 2}).t().copy_(ones({2, 2}, DType::f64)); }},
       {"a write that leaves the values as they were", [](const Tensor& b) { Tensor(b).copy_(b.clone()); }},
   };
-  for (const auto& [name, write] : writes) {
+  for (const auto& entry : writes) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14's lambdas (CAPTURE) cannot capture one
+    const auto& write = entry.second;
     CAPTURE(name);
     Tensor a = leaf({0, 1, 2, 3}, {4});
     Tensor b = exp(a);

@@ -82,7 +82,9 @@ void inplace_after_save_cases(const Run& r) {
       {"fill_ through a slice", [](const Tensor& b) { b.slice(0, 1, 3).fill_(2.0); }},
       {"through a detached handle", [](const Tensor& b) { b.detach().zero_(); }},
   };
-  for (const auto& [name, write] : writes) {
+  for (const auto& entry : writes) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14's lambdas (CAPTURE) cannot capture one
+    const auto& write = entry.second;
     CAPTURE(name);
     Tensor a = leaf({0, 1, 2, 3});
     Tensor b = exp(a);
