@@ -79,7 +79,7 @@ CLI::Validator regular_file() {
           return "not a regular file (a directory, a FIFO or a device): " + path;
         return "";
       },
-      "FILE");
+      "");  // the option's type name says FILE
 }
 
 }  // namespace kiln::apps

@@ -61,7 +61,7 @@ struct Config {
 // The arguments and flags, in the order --help lists them; each writes into `c`.
 void add_options(CLI::App& app, Config& c) {
   app.add_option("IMAGE", c.inputs,
-                 "pictures of digits (PNG, JPEG, BMP, GIF, ...), or IDX images files to score against the labels "
+                 "pictures of digits (PNG, JPEG, BMP, GIF, TGA or PNM), or IDX images files to score against the labels "
                  "beside them")
       ->type_name("");
   app.add_option("--model", c.model, "checkpoint written by mnist-train --save")->type_name("PATH")->required();
@@ -69,6 +69,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--idx", c.idx, "score IDX images (the first file) against IDX labels (the second)")
       ->type_name("FILE")->expected(2);
   app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
+      ->type_name("DEVICE")
       ->check(apps::check_device_spec)
       ->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "images per forward pass")->check(apps::positive_number())->capture_default_str();

@@ -67,27 +67,32 @@ std::vector<SettingChange> changed_settings(const nlohmann::ordered_json& saved,
 
 void add_options(CLI::App& app, Config& c) {
   app.set_config("--config", "", "read options from a TOML/INI file (flags on the command line win)")
-      ->check(regular_file());
+      ->check(regular_file())
+      ->type_name("FILE");
   app.allow_config_extras(CLI::config_extras_mode::error);  // a key that is no option is a mistake, not noise
-  app.add_option("--data", c.data, "folder with the IDX files (env KILN_DATA)")->capture_default_str();
-  app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast")
+  app.add_option("--data", c.data, "folder with the IDX files (env KILN_DATA)")->type_name("DIR")->capture_default_str();
+  app.add_option("--model", c.model, "cnn (PyTorch examples/mnist), mlp (784-128-10) or fast (a smaller CNN)")
+      ->type_name("MODEL")
       ->check(CLI::IsMember({"cnn", "mlp", "fast"}))->capture_default_str();
   app.add_option("--epochs", c.epochs, "epochs to train (on --resume it may differ from the checkpoint's: "
                  "cosine and onecycle schedules are then rebuilt for the new total)")->check(positive_number())->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "training batch size (per process when data-parallel)")->check(positive_number())->capture_default_str();
   app.add_option("--test-batch-size", c.test_batch_size, "test batch size")->check(positive_number())->capture_default_str();
   app.add_option("--optimizer", c.optimizer, "sgd, adam, adamw, adadelta or rmsprop")
+      ->type_name("NAME")
       ->check(CLI::IsMember({"sgd", "adam", "adamw", "adadelta", "rmsprop"}))->capture_default_str();
   app.add_option("--lr", c.lr, "learning rate")->check(positive_number())->capture_default_str();
   app.add_option("--momentum", c.momentum, "momentum (sgd, rmsprop)")->check(number_in(0, 1))->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "weight decay")->check(non_negative_number())->capture_default_str();
   app.add_option("--scheduler", c.scheduler, "step (x gamma each epoch), cosine, onecycle or none")
+      ->type_name("NAME")
       ->check(CLI::IsMember({"step", "cosine", "onecycle", "none"}))->capture_default_str();
   app.add_option("--gamma", c.gamma, "learning-rate decay per epoch of the step scheduler")
       ->check(positive_number())->capture_default_str();
   app.add_option("--seed", c.seed, "random seed (init, dropout, shuffling)")
       ->check(non_negative_number())->capture_default_str();
   app.add_option("--device", c.device, "auto, cpu, cuda[:N] or vulkan[:N]")
+      ->type_name("DEVICE")
       ->check(check_device_spec)
       ->capture_default_str();
   app.add_flag("--distributed", c.distributed, "train data-parallel over the processes of an mpirun job "
@@ -103,15 +108,16 @@ void add_options(CLI::App& app, Config& c) {
       ->check(non_negative_number())->capture_default_str();
   app.add_option("--augment", c.augment, "shift training images randomly by up to N pixels (0: off)")
       ->check(number_in(0, 8))->capture_default_str();
-  app.add_option("--save", c.save, "write a checkpoint here after every epoch and on Ctrl-C");
+  app.add_option("--save", c.save, "write a checkpoint here after every epoch and on Ctrl-C")->type_name("PATH");
   app.add_option("--resume", c.resume, "continue the run saved in this checkpoint, with the same settings (a "
                  "difference is refused and listed); the flags that do not define a run may change (--epochs, "
-                 "--device, --data, --test-batch-size, --limit-test, --log-interval, the output files)");
+                 "--device, --data, --test-batch-size, --limit-test, --log-interval, the output files)")
+      ->type_name("PATH");
   app.add_flag("--allow-setting-changes", c.allow_setting_changes, "on --resume, go on with this command's settings "
                "where they differ from the checkpoint's (listed as it starts): its hyperparameters with the saved "
                "optimizer state (a new --optimizer starts afresh), the schedule rebuilt; --model cannot change");
-  app.add_option("--metrics-out", c.metrics_out, "append JSON lines of metrics to this file");
-  app.add_option("--plot", c.plot, "write loss and accuracy curves to this PNG after every epoch");
+  app.add_option("--metrics-out", c.metrics_out, "append JSON lines of metrics to this file")->type_name("PATH");
+  app.add_option("--plot", c.plot, "write loss and accuracy curves to this PNG after every epoch")->type_name("PATH");
   app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
   app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "no progress on stderr");
   app.set_version_flag("--version", std::string("mnist-train (kiln) ") + KILN_VERSION);

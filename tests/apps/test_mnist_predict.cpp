@@ -151,6 +151,8 @@ TEST_CASE("--help, --version, bad flags and nothing to read give exit codes 0, 0
   Result help = predict("--help");
   CHECK(help.code == 0);
   CHECK(help.out.find("--model PATH REQUIRED") != std::string::npos);
+  CHECK(help.out.find("--device DEVICE") != std::string::npos);
+  CHECK_MESSAGE(help.out.find(" TEXT") == std::string::npos, help.out);
   Result version = predict("--version");
   CHECK(version.code == 0);
   CHECK(version.out.find("mnist-predict (kiln)") != std::string::npos);

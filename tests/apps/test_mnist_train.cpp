@@ -77,6 +77,11 @@ TEST_CASE("--help, --version and a bad flag give exit codes 0, 0 and 2") {
   Result help = run("--help");
   CHECK(help.code == 0);
   CHECK(help.out.find("--batch-size") != std::string::npos);
+  // files and folders are named as such, not TEXT
+  for (const char* option : {"--config FILE", "--data DIR", "--save PATH", "--resume PATH", "--metrics-out PATH",
+                             "--plot PATH", "--device DEVICE"})
+    CHECK_MESSAGE(help.out.find(option) != std::string::npos, option, "\n", help.out);
+  CHECK_MESSAGE(help.out.find(" TEXT") == std::string::npos, help.out);
   Result version = run("--version");
   CHECK(version.code == 0);
   CHECK(version.out.find("mnist-train (kiln)") != std::string::npos);
