@@ -5,7 +5,7 @@
 namespace kiln::detail {
 
 void throw_with_location(const char* file, int line, const std::string& message,
-                         void (*raise)(const std::string&)) {
+                         void (*raise)(const std::string&, const std::string&)) {
   // Keep the path from the repository's top folder on: "core/ops.cpp:120" reads better than an
   // absolute path of the machine that built the library.
   std::string_view path(file);
@@ -16,7 +16,7 @@ void throw_with_location(const char* file, int line, const std::string& message,
       break;
     }
   }
-  raise(concat(message, " (", path, ":", line, ")"));
+  raise(message, concat(path, ":", line));
   __builtin_unreachable();
 }
 

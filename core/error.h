@@ -5,12 +5,23 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kiln {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message) : Error(message, "") {}
+  // `message`, and `where`: the check that threw, "core/tensor.cpp:120" (KILN_CHECK fills it in).
+  // what() holds both, "message (where)".
+  Error(const std::string& message, const std::string& where)
+      : std::runtime_error(where.empty() ? message : message + " (" + where + ")"), message_size_(message.size()) {}
+
+  // what() without where: the words for a user (mnist-train prints these, and where with -v).
+  std::string_view message() const { return std::string_view(what(), message_size_); }
+
+ private:
+  size_t message_size_;
 };
 
 class ShapeError : public Error {  // shapes that an op cannot combine
@@ -52,10 +63,10 @@ std::string concat(const Args&... args) {
   return out.str();
 }
 [[noreturn]] void throw_with_location(const char* file, int line, const std::string& message,
-                                      void (*raise)(const std::string&));
+                                      void (*raise)(const std::string&, const std::string&));
 template <class E>
-void raise(const std::string& what) {
-  throw E(what);
+void raise(const std::string& message, const std::string& where) {
+  throw E(message, where);
 }
 }  // namespace detail
 

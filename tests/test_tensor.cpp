@@ -116,6 +116,18 @@ TEST_CASE("errors name the op and the rule") {
   CHECK_THROWS_AS(nll_loss(zeros({2, 3}), from_vector<int32_t>({0, -1}, {2})), ValueError);
   CHECK(nll_loss(zeros({0, 3}), zeros({0}, DType::i32), Reduction::sum).item<float>() == 0.0f);
   CHECK_THROWS_AS(Tensor().shape(), ValueError);
+  // what() says where the check is; message() is the words alone
+  try {
+    (void)matmul(zeros({2, 3}), zeros({4, 5}));
+    FAIL("expected ShapeError");
+  } catch (const Error& e) {
+    const std::string what = e.what(), message(e.message());
+    CHECK(what.starts_with(message + " (autograd/"));
+    CHECK(what.ends_with(")"));
+    CHECK(message.find(".cpp:") == std::string::npos);
+    CHECK(message.find("[2, 3]") != std::string::npos);
+  }
+  CHECK(std::string_view(ValueError("plain").message()) == "plain");
   try {
     (void)zeros({2}).to(Device::cuda(63));  // no machine here has 64 GPUs (nor, without CUDA, one)
     FAIL("expected BackendUnavailable");

@@ -6,6 +6,8 @@
 #include <exception>
 #include <filesystem>
 
+#include "kiln/core/error.h"
+
 namespace kiln::apps {
 
 namespace {
@@ -80,6 +82,11 @@ CLI::Validator regular_file() {
         return "";
       },
       "");  // the option's type name says FILE
+}
+
+std::string error_text(const std::exception& e, bool verbose) {
+  const auto* error = dynamic_cast<const Error*>(&e);
+  return error && !verbose ? std::string(error->message()) : std::string(e.what());
 }
 
 }  // namespace kiln::apps

@@ -1,9 +1,10 @@
 // What mnist-train and mnist-predict share on the command line: printf-style formatting of the
-// lines they print, and CLI11's parse with their exit codes.
+// lines they print, their error text, and CLI11's parse with their exit codes.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -24,6 +25,10 @@ CLI::Validator non_negative_number();  // finite, >= 0 (also keeps "-1" from wra
 CLI::Validator number_in(double lo, double hi);  // finite, lo <= x <= hi
 // A path to a regular file (a FIFO would block its reading forever; a directory is no file).
 CLI::Validator regular_file();
+
+// What a failure says to the user: a kiln error's message, followed with `verbose` (-v) by where
+// the check that threw it is ("(core/tensor.cpp:120)"); any other exception's what().
+std::string error_text(const std::exception& e, bool verbose);
 
 // Parses argv into `app`'s options. When the program should stop there, returns its exit code once
 // CLI11 has printed what it has to say: 0 after --help or --version, 2 for a usage error. `validate`

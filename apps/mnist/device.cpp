@@ -25,7 +25,7 @@ Device pick_device(const std::string& spec, const std::function<void(const std::
       log("device: " + d.str() + " (auto: the first available of cuda, a vulkan GPU, cpu)");
       return d;
     } catch (const BackendUnavailable& e) {
-      if (verbose) log("device: skipping " + d.str() + ": " + e.what());
+      if (verbose) log("device: skipping " + d.str() + ": " + std::string(e.message()));
     }
   }
   log("device: cpu (auto: no CUDA device or Vulkan GPU)");
@@ -38,7 +38,7 @@ std::string check_device_spec(const std::string& spec) {
     (void)Device(spec);
     return {};
   } catch (const Error& e) {
-    return e.what();
+    return std::string(e.message());
   }
 }
 

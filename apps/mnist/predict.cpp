@@ -88,7 +88,9 @@ void info(const std::string& line) {
 }
 
 // Failures are reported whatever the verbosity: they decide the exit code.
-void report_error(const std::string& what) { std::cerr << "mnist-predict: error: " << what << "\n"; }
+void report_error(const std::exception& e) {
+  std::cerr << "mnist-predict: error: " << apps::error_text(e, g_verbosity >= 2) << "\n";
+}
 
 // A JSON string literal: file names may hold quotes, backslashes and control characters.
 std::string json_string(const std::string& s) {
@@ -116,7 +118,7 @@ std::shared_ptr<nn::Module> load_model(const std::string& path, const Device& de
     model = apps::make_model(checkpoint.state.model);
     model->load_state_dict(checkpoint.model);
   } catch (const Error& e) {
-    KILN_FAIL(SerializationError, "checkpoint '", path, "': ", e.what());
+    KILN_FAIL(SerializationError, "checkpoint '", path, "': ", e.message());
   }
   model->to(device);
   model->eval();
@@ -156,7 +158,7 @@ int64_t predict_pictures(nn::Module& model, const std::vector<std::string>& path
       pixels.push_back(apps::load_digit_image(path));
       read.push_back(path);
     } catch (const std::exception& e) {
-      report_error(e.what());
+      report_error(e);
     }
   }
   const auto failed = static_cast<int64_t>(paths.size() - read.size());
@@ -281,7 +283,7 @@ int run(const Config& c) {
     try {
       step();
     } catch (const std::exception& e) {
-      report_error(e.what());
+      report_error(e);
       ++failures;
     }
   };
@@ -326,7 +328,7 @@ int main(int argc, char** argv) {
   try {
     return run(c);
   } catch (const std::exception& e) {
-    report_error(e.what());
+    report_error(e);
     return 1;
   }
 }

@@ -664,7 +664,7 @@ int main(int argc, char** argv) {
     KILN_CHECK(std::cout.flush(), IoError, "writing the results to standard output failed");
     return code;
   } catch (const std::exception& e) {
-    std::cerr << "mnist-train: error: " << e.what() << "\n";
+    std::cerr << "mnist-train: error: " << apps::error_text(e, c.verbosity >= 2) << "\n";
     return 1;
   }
 }

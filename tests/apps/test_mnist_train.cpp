@@ -92,6 +92,10 @@ TEST_CASE("--help, --version and a bad flag give exit codes 0, 0 and 2") {
   Result missing = run("--data /nonexistent-kiln-data --epochs 1");
   CHECK(missing.code == 1);
   CHECK(missing.out.find("scripts/setup") != std::string::npos);
+  // the error in words; where the check is in kiln's source only with -v
+  CHECK_MESSAGE(missing.out.find(".cpp:") == std::string::npos, missing.out);
+  Result verbose = run("--data /nonexistent-kiln-data --epochs 1 -v");
+  CHECK_MESSAGE(verbose.out.find(".cpp:") != std::string::npos, verbose.out);
 }
 
 TEST_CASE("numeric flags refuse NaN, infinities and values out of range before any work: exit code 2, the rule in words") {
