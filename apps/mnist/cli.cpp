@@ -84,6 +84,15 @@ CLI::Validator regular_file() {
       "");  // the option's type name says FILE
 }
 
+std::string json_line(const nlohmann::ordered_json& value) {
+  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+double rounded(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::isfinite(v) ? std::round(v * scale) / scale : v;
+}
+
 std::string error_text(const std::exception& e, bool verbose) {
   const auto* error = dynamic_cast<const Error*>(&e);
   return error && !verbose ? std::string(error->message()) : std::string(e.what());

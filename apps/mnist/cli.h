@@ -1,8 +1,9 @@
 // What mnist-train and mnist-predict share on the command line: printf-style formatting of the
-// lines they print, their error text, and CLI11's parse with their exit codes.
+// lines they print, their JSON lines and error text, and CLI11's parse with their exit codes.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -25,6 +26,12 @@ CLI::Validator non_negative_number();  // finite, >= 0 (also keeps "-1" from wra
 CLI::Validator number_in(double lo, double hi);  // finite, lo <= x <= hi
 // A path to a regular file (a FIFO would block its reading forever; a directory is no file).
 CLI::Validator regular_file();
+
+// One line of JSON (metrics, --json): nlohmann-json writes it, so strings are escaped, a NaN or an
+// infinity is null, and the bytes of a file name that are not UTF-8 become U+FFFD.
+std::string json_line(const nlohmann::ordered_json& value);
+// `v` rounded to `decimals` places: shorter numbers in the JSON lines, as printed before.
+double rounded(double v, int decimals);
 
 // What a failure says to the user: a kiln error's message, followed with `verbose` (-v) by where
 // the check that threw it is ("(core/tensor.cpp:120)"); any other exception's what().

@@ -92,22 +92,6 @@ void report_error(const std::exception& e) {
   std::cerr << "mnist-predict: error: " << apps::error_text(e, g_verbosity >= 2) << "\n";
 }
 
-// A JSON string literal: file names may hold quotes, backslashes and control characters.
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      out += fmt("\\u%04x", static_cast<unsigned>(ch));
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 // ---- the model ----
 
 // The net that the checkpoint names, with its weights, in evaluation mode on `device`.
@@ -136,10 +120,10 @@ std::string prediction_line(const std::string& file, const float* probs, bool js
     if (probs[k] > probs[digit]) digit = k;
   std::string line;
   if (json) {
-    line = "{\"file\":" + json_string(file) + fmt(",\"digit\":%lld,\"probability\":%.6f,\"probabilities\":[",
-                                                  static_cast<long long>(digit), probs[digit]);
-    for (int64_t k = 0; k < kClasses; ++k) line += fmt(k ? ",%.6f" : "%.6f", probs[k]);
-    line += "]}";
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    for (int64_t k = 0; k < kClasses; ++k) all.push_back(apps::rounded(probs[k], 6));
+    line = apps::json_line(
+        {{"file", file}, {"digit", digit}, {"probability", apps::rounded(probs[digit], 6)}, {"probabilities", all}});
   } else {
     line = file + fmt(": %lld (%.3f) ", static_cast<long long>(digit), probs[digit]);
     for (int64_t k = 0; k < kClasses; ++k) line += fmt(" %lld:%.3f", static_cast<long long>(k), probs[k]);
@@ -256,10 +240,11 @@ void evaluate(nn::Module& model, const fs::path& images_path, const fs::path& la
   const double accuracy = static_cast<double>(right) / static_cast<double>(n);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (c.json) {
-    std::cout << "{\"images\":" << json_string(images_path.string()) << ",\"labels\":"
-              << json_string(labels_path.string())
-              << fmt(",\"count\":%lld,\"correct\":%lld,\"accuracy\":%.6f}", static_cast<long long>(n),
-                     static_cast<long long>(right), accuracy)
+    std::cout << apps::json_line({{"images", images_path.string()},
+                                  {"labels", labels_path.string()},
+                                  {"count", n},
+                                  {"correct", right},
+                                  {"accuracy", apps::rounded(accuracy, 6)}})
               << std::endl;
   } else {
     std::cout << images_path.string()

@@ -60,6 +60,8 @@ void warn(const std::string& line) {
 // --metrics-out: one JSON object a line, each written whole at once, so a run that dies keeps what
 // it logged and the file is valid JSON Lines at every moment (a write that fails, on a full disk,
 // stops the run with IoError naming the file). A resumed run appends; a new one starts afresh.
+// Lines: "run" (kiln's version, the device, the settings) first, then "train" every log interval
+// and "epoch" after each epoch; a number that is not finite is written null.
 using Metrics = LineFile;
 
 Metrics open_metrics(const Config& c, bool resumed) {
@@ -346,9 +348,12 @@ void log_progress(const Config& c, const apps::RunState& s, int64_t batches, dou
   double done = static_cast<double>(s.batch) / static_cast<double>(batches);
   double elapsed = std::chrono::duration<double>(Clock::now() - p.epoch_start).count();
   double eta = static_cast<double>(batches - s.batch) * elapsed / static_cast<double>(s.batch - p.first_batch);
-  metrics.write_line(fmt("{\"type\":\"train\",\"epoch\":%lld,\"batch\":%lld,\"step\":%lld,\"loss\":%.6f,\"images_per_s\":%.1f}",
-                    static_cast<long long>(s.epoch + 1), static_cast<long long>(s.batch),
-                    static_cast<long long>(s.step), loss, rate));
+  metrics.write_line(apps::json_line({{"type", "train"},
+                                      {"epoch", s.epoch + 1},
+                                      {"batch", s.batch},
+                                      {"step", s.step},
+                                      {"loss", apps::rounded(loss, 6)},
+                                      {"images_per_s", apps::rounded(rate, 1)}}));
   if (g_verbosity >= 1) {
     if (g_tty) {
       int filled = static_cast<int>(done * 30);
@@ -517,10 +522,15 @@ void log_epoch(const Training& t, const TrainResult& train, const TestResult& te
                    epoch, train.loss, 100 * train.accuracy, test.loss, 100 * test.accuracy, train.seconds,
                    images_per_s, t.optimizer->lr())
             << std::endl;
-  metrics.write_line(fmt("{\"type\":\"epoch\",\"epoch\":%lld,\"train_loss\":%.6f,\"train_accuracy\":%.6f,\"test_loss\":%.6f,"
-                    "\"test_accuracy\":%.6f,\"seconds\":%.3f,\"images_per_s\":%.1f,\"lr\":%.8g}",
-                    epoch, train.loss, train.accuracy, test.loss, test.accuracy, train.seconds, images_per_s,
-                    t.optimizer->lr()));
+  metrics.write_line(apps::json_line({{"type", "epoch"},
+                                      {"epoch", epoch},
+                                      {"train_loss", apps::rounded(train.loss, 6)},
+                                      {"train_accuracy", apps::rounded(train.accuracy, 6)},
+                                      {"test_loss", apps::rounded(test.loss, 6)},
+                                      {"test_accuracy", apps::rounded(test.accuracy, 6)},
+                                      {"seconds", apps::rounded(train.seconds, 3)},
+                                      {"images_per_s", apps::rounded(images_per_s, 1)},
+                                      {"lr", t.optimizer->lr()}}));
 }
 
 // The curves of --plot, a point per epoch of this run.
@@ -612,6 +622,14 @@ int run(const Config& c) {
   Loaders data = load_data(c, device, par);
   Training t = build_training(c, device, data.train.num_batches(), resumed, par);
   Metrics metrics = open_metrics(c, resumed.has_value());
+  // the first line of the run, and of each resumed part of it: what ran, where, with which settings
+  metrics.write_line(apps::json_line({{"type", "run"},
+                                      {"program", "mnist-train"},
+                                      {"kiln", KILN_VERSION},
+                                      {"device", device.str()},
+                                      {"processes", par.size()},
+                                      {"resumed", resumed.has_value()},
+                                      {"settings", c.settings(par.size())}}));
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 

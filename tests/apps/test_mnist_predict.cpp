@@ -3,6 +3,7 @@
 // cases train an MLP with mnist-train for one quick epoch and need the MNIST files (the doctest
 // suite needs-mnist: skipped without them, failed under CI=true, where scripts/setup fetches them).
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -107,18 +108,11 @@ struct Prediction {
   std::vector<double> probabilities;
 };
 
+// A --json line, parsed by nlohmann-json (so it must be JSON).
 Prediction parse_prediction(const std::string& line) {
-  Prediction p;
-  const std::string file_key = "{\"file\":\"";
-  REQUIRE_MESSAGE(line.rfind(file_key, 0) == 0, line);
-  p.file = line.substr(file_key.size(), line.find('"', file_key.size()) - file_key.size());
-  p.digit = std::stoi(line.substr(line.find("\"digit\":") + 8));
-  std::istringstream in(line.substr(line.find("\"probabilities\":[") + 17));
-  for (double v; in >> v;) {
-    p.probabilities.push_back(v);
-    if (in.get() != ',') break;
-  }
-  return p;
+  REQUIRE_MESSAGE(nlohmann::json::accept(line), line);
+  const nlohmann::json j = nlohmann::json::parse(line);
+  return {j.at("file").get<std::string>(), j.at("digit").get<int>(), j.at("probabilities").get<std::vector<double>>()};
 }
 
 double accuracy_percent(const std::string& out) {
@@ -190,6 +184,18 @@ TEST_CASE("a picture gets one line: the digit, its probability and the 10 probab
   CHECK(sum == doctest::Approx(1.0).epsilon(1e-4));
   CHECK(p.probabilities[static_cast<size_t>(p.digit)] ==
         *std::max_element(p.probabilities.begin(), p.probabilities.end()));
+
+  // a file name with a quote, a backslash, a tab and a control character is escaped; bytes that
+  // are not UTF-8 become U+FFFD (the line stays JSON)
+  const std::string odd = dir.file("o\"d\\d\t\x01.png"), not_utf8 = dir.file("bad\xff.png");
+  fs::copy_file(one, odd);
+  fs::copy_file(one, not_utf8);
+  Result escaped = predict(model + "--json " + in_quotes(odd) + " " + in_quotes(not_utf8));
+  REQUIRE_MESSAGE(escaped.code == 0, escaped.err);
+  std::vector<std::string> json_lines = lines(escaped.out);
+  REQUIRE(json_lines.size() == 2);
+  CHECK(parse_prediction(json_lines[0]).file == odd);
+  CHECK(parse_prediction(json_lines[1]).file == dir.file("bad\xEF\xBF\xBD.png"));
 }
 
 TEST_CASE("an unreadable picture is reported and the others still predicted: exit code 1") {
