@@ -100,10 +100,12 @@ std::optional<PictureFlaw> jpeg_flaw(Bytes bytes, size_t after_soi) {
     if (code == 0xD9) return std::nullopt;       // end of image
     if (code == 0x01 || code == 0xD8) return std::nullopt;  // not a segment stb_image takes: it stops
     const std::string name = "JPEG segment " + hex(0xFF00u | code, 4);
-    if (n - at < 2) return past_end(name, marker_at, 2, n - at);
+    // counted from the marker (its fill bytes and code, then the length, which counts itself)
+    const size_t head = at - marker_at;
+    if (n - at < 2) return past_end(name, marker_at, head + 2, n - marker_at);
     const uint32_t length = big_endian(bytes, at, 2);
     if (length < 2) return PictureFlaw{concat("its ", name, " at byte ", marker_at, " has a length of ", length)};
-    if (length > n - at) return past_end(name, marker_at, length, n - at);
+    if (length > n - at) return past_end(name, marker_at, head + length, n - marker_at);
     if (code == 0xC4)
       if (auto flaw = huffman_flaw(bytes, at + 2, at + length)) return flaw;
     at += length;
