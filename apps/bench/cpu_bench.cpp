@@ -7,21 +7,25 @@
 //       conv2 x [64, 32, 26, 26] w [64, 32, 3, 3] -> y [64, 64, 24, 24]
 // Each figure is the median of several runs after warm-up runs.
 //
-//   cpu-bench [--threads N] [--json FILE]
+//   cpu-bench [--threads N] [--json FILE] [--quick]
 //
 // scripts/bench_cpu_torch.py times the same operations with PyTorch and prints the same table.
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "apps/mnist/cli.h"
 #include "kiln/core/backend.h"
+#include "kiln/core/file.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/parallel.h"
 
@@ -69,14 +73,17 @@ class Buffer {
   void* data_ = nullptr;
 };
 
+bool g_quick = false;  // --quick: a smoke run, 1 warm-up and 3 timed runs a figure
+
 // Median wall time of fn in milliseconds: 3 warm-up runs, then at least 7 timed runs and at
 // least ~1 s in total.
 double median_ms(const std::function<void()>& fn) {
   using clock = std::chrono::steady_clock;
-  for (int i = 0; i < 3; ++i) fn();
+  for (int i = 0; i < (g_quick ? 1 : 3); ++i) fn();
   std::vector<double> times;
   auto start = clock::now();
-  while (times.size() < 7 || (clock::now() - start < std::chrono::seconds(1) && times.size() < 1000)) {
+  while (g_quick ? times.size() < 3
+                 : times.size() < 7 || (clock::now() - start < std::chrono::seconds(1) && times.size() < 1000)) {
     auto t0 = clock::now();
     fn();
     kiln::cpu::backend().synchronize();
@@ -121,33 +128,30 @@ void bench_conv(const std::string& layer, int64_t n, int64_t c, int64_t hw, int6
   add("backward-weight", [&] { be.conv2d_backward_weight(x.ref(), gy.ref(), gw.ref(), p); });
 }
 
+// --json: {"program", "kiln", "revision", "backend", "threads", "results": [{name, shape, ms, gflops}]}.
 void write_json(const std::string& path, int threads, const std::vector<Result>& results) {
-  std::ofstream out(path);
-  out << "{\n  \"backend\": \"kiln-cpu\",\n  \"threads\": " << threads << ",\n  \"results\": [\n";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Result& r = results[i];
-    out << "    {\"name\": \"" << r.name << "\", \"shape\": \"" << r.shape << "\", \"ms\": " << r.ms
-        << ", \"gflops\": " << r.gflops << "}" << (i + 1 < results.size() ? "," : "") << "\n";
-  }
-  out << "  ]\n}\n";
+  nlohmann::ordered_json out = kiln::apps::build_info("cpu-bench");
+  out["backend"] = "kiln-cpu";
+  out["threads"] = threads;
+  out["results"] = nlohmann::ordered_json::array();
+  for (const Result& r : results)
+    out["results"].push_back({{"name", r.name}, {"shape", r.shape}, {"ms", r.ms}, {"gflops", r.gflops}});
+  kiln::write_file_atomically(path, out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"cpu-bench: kiln's CPU matmul and conv2d kernels, timed through the Backend interface"};
   std::string json_path;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (arg == "--threads" && i + 1 < argc) {
-      kiln::cpu::set_num_threads(std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--json FILE]\n", argv[0]);
-      return 2;
-    }
-  }
-  const int threads = kiln::cpu::num_threads();
+  int threads = 0;
+  app.add_option("--threads", threads, "threads of the CPU backend (default: KILN_NUM_THREADS or the machine's)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--json", json_path, "write the results to this JSON file")->type_name("FILE");
+  app.add_flag("--quick", g_quick, "3 timed runs a figure, not a second's worth (a smoke run)");
+  if (std::optional<int> code = kiln::apps::parse_command_line(app, argc, argv)) return *code;
+  if (threads > 0) kiln::cpu::set_num_threads(threads);
+  threads = kiln::cpu::num_threads();
 
   std::vector<Result> results;
   results.push_back(bench_matmul("matmul", 1024, false, false));
@@ -160,6 +164,11 @@ int main(int argc, char** argv) {
   std::printf("%-24s %-26s %10s %10s\n", "op", "shape", "ms", "GFLOP/s");
   for (const Result& r : results)
     std::printf("%-24s %-26s %10.3f %10.1f\n", r.name.c_str(), r.shape.c_str(), r.ms, r.gflops);
-  if (!json_path.empty()) write_json(json_path, threads, results);
+  try {
+    if (!json_path.empty()) write_json(json_path, threads, results);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu-bench: error: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -54,22 +54,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <tuple>
-
-#include "apps/mnist/models.h"
 #include <utility>
 #include <vector>
+
+#include "apps/mnist/cli.h"
+#include "apps/mnist/models.h"
 
 #include "kiln/autograd/ops.h"
 #include "kiln/core/backend.h"
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
 #include "kiln/core/precision.h"
 #include "kiln/core/process_group.h"
 #include "kiln/core/random.h"
@@ -126,42 +126,18 @@ std::string today() {
   return date;
 }
 
-// One JSON object on one line, appended to a file: {"bench": "allreduce", "impl": "kiln", ...}.
-class JsonLine {
- public:
-  JsonLine& add(const std::string& key, const std::string& text) {
-    std::string quoted = "\"";
-    for (char c : text) quoted += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
-    return raw(key, quoted + "\"");
-  }
-  JsonLine& add(const std::string& key, const char* text) { return add(key, std::string(text)); }
-  JsonLine& add(const std::string& key, double value) {
-    std::ostringstream s;
-    s.precision(6);
-    s << value;
-    return raw(key, std::isfinite(value) ? s.str() : "null");
-  }
-  JsonLine& add(const std::string& key, int64_t value) { return raw(key, std::to_string(value)); }
-  void append_to(const std::string& path) const {
-    std::ofstream f(path, std::ios::app);
-    KILN_CHECK(f.good(), Error, "dist-bench: cannot write ", path);
-    f << "{" << body_ << "}\n";
-  }
-
- private:
-  JsonLine& raw(const std::string& key, const std::string& value) {
-    body_ += (body_.empty() ? "\"" : ", \"") + key + "\": " + value;
-    return *this;
-  }
-  std::string body_;
-};
-
-// What every line of a run shares.
-JsonLine json_line(const char* bench, const std::string& impl, const ProcessGroup& group, const std::string& device) {
-  JsonLine line;
-  line.add("bench", bench).add("impl", impl).add("group", std::string(group.name())).add("device", device);
-  line.add("ranks", int64_t{group.size()}).add("date", today());
+// --json: one JSON object a line, appended (rank 0): what every line of a run shares, then the
+// measure's figures; a figure that is not a finite number is null (it was not measured).
+nlohmann::ordered_json json_line(const char* bench, const std::string& impl, const ProcessGroup& group,
+                                 const std::string& device) {
+  nlohmann::ordered_json line = apps::build_info("dist-bench");
+  line.update({{"bench", bench}, {"impl", impl}, {"group", std::string(group.name())}, {"device", device}, {"ranks", group.size()},
+               {"date", today()}});
   return line;
+}
+
+void append_line(const std::string& path, const nlohmann::ordered_json& line) {
+  LineFile(path, true).write_line(apps::json_line(line));
 }
 
 // ---- allreduce ----
@@ -324,12 +300,12 @@ void run_allreduce(ProcessGroup& group, const AllReduceConfig& c) {
     if (c.json.empty()) continue;
     for (const auto& [impl, seconds, algbw, issue] : {std::tuple{std::string("kiln"), kiln_s, kiln_algbw, kiln_issue},
                                                        std::tuple{reference.name, ref_s, ref_algbw, ref_issue}}) {
-      JsonLine line = json_line("allreduce", impl, group, name);
-      line.add("bytes", static_cast<int64_t>(bytes)).add("iters", int64_t{iters}).add("us", seconds * 1e6);
-      line.add("issue_us", issue * 1e6);
-      line.add("algbw_gbs", algbw).add("busbw_gbs", algbw * bus_factor);
-      if (impl == "kiln") line.add("vs", reference.name).add("time_ratio", kiln_s / ref_s);
-      line.append_to(c.json);
+      nlohmann::ordered_json line = json_line("allreduce", impl, group, name);
+      line.update({{"bytes", bytes}, {"iters", iters}, {"us", apps::rounded(seconds * 1e6, 3)},
+                   {"issue_us", apps::rounded(issue * 1e6, 3)}, {"algbw_gbs", apps::rounded(algbw, 4)},
+                   {"busbw_gbs", apps::rounded(algbw * bus_factor, 4)}});
+      if (impl == "kiln") line.update({{"vs", reference.name}, {"time_ratio", apps::rounded(kiln_s / ref_s, 4)}});
+      append_line(c.json, line);
     }
   }
 }
@@ -540,16 +516,15 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
     if (c.json.empty()) continue;
     for (const auto& [mode, t] : {std::pair{"alone", alone[i]}, std::pair{"ddp", together[i]},
                                   std::pair{"ddp_no_sync", unsynced[i]}}) {
-      JsonLine line = json_line("ddp", "kiln", *group, name);
-      line.add("mode", mode).add("batch", c.batches[i]);
-      if (cnn) line.add("model", "cnn");
-      else line.add("width", c.width).add("layers", int64_t{c.layers});
-      line.add("step_ms", t.seconds * 1e3).add("loss", t.loss).add("steps", int64_t{c.steps});
-      if (std::string(mode) == "ddp") {
-        line.add("bucket_cap_mb", c.bucket_mb).add("efficiency", efficiency);
-        line.add("grads_allreduce_us", grouped_us).add("flat_allreduce_us", flat_us);
-      }
-      line.append_to(c.json);
+      nlohmann::ordered_json line = json_line("ddp", "kiln", *group, name);
+      line.update({{"mode", mode}, {"batch", c.batches[i]}});
+      if (cnn) line["model"] = "cnn";
+      else line.update({{"width", c.width}, {"layers", c.layers}});
+      line.update({{"step_ms", apps::rounded(t.seconds * 1e3, 4)}, {"loss", t.loss}, {"steps", c.steps}});
+      if (std::string(mode) == "ddp")
+        line.update({{"bucket_cap_mb", c.bucket_mb}, {"efficiency", apps::rounded(efficiency, 4)},
+                     {"grads_allreduce_us", apps::rounded(grouped_us, 3)}, {"flat_allreduce_us", apps::rounded(flat_us, 3)}});
+      append_line(c.json, line);
     }
   }
   std::fflush(stdout);

@@ -14,13 +14,14 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "apps/bench/kernel_bench.h"
+#include "apps/mnist/cli.h"
 #include "kiln/core/backend.h"
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 
@@ -125,30 +126,21 @@ std::string rel_err_note(double err) {
 
 namespace {
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
+// --json: {"program", "kiln", "revision", "device", "date", "results": [{family, version, shape,
+// ms, value, unit, reference, note}]}. ms and value are null where a version's time is not a finite
+// number (it was not measured).
 void write_json(const std::string& path, const std::string& device, const std::vector<Result>& results) {
-  std::ofstream f(path);
-  KILN_CHECK(f.good(), Error, "kernel-bench: cannot write ", path);
   std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  f << "{\n  \"device\": \"" << json_escape(device) << "\",\n  \"date\": \"" << date << "\",\n  \"results\": [\n";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Result& r = results[i];
-    f << "    {\"family\": \"" << json_escape(r.family) << "\", \"version\": \"" << json_escape(r.version)
-      << "\", \"shape\": \"" << json_escape(r.shape) << "\", \"ms\": " << r.ms << ", \"value\": " << r.value
-      << ", \"unit\": \"" << r.unit << "\", \"reference\": " << (r.reference ? "true" : "false")
-      << ", \"note\": \"" << json_escape(r.note) << "\"}" << (i + 1 < results.size() ? "," : "") << "\n";
-  }
-  f << "  ]\n}\n";
+  nlohmann::ordered_json out = apps::build_info("kernel-bench");
+  out["device"] = device;
+  out["date"] = date;
+  out["results"] = nlohmann::ordered_json::array();
+  for (const Result& r : results)
+    out["results"].push_back({{"family", r.family}, {"version", r.version}, {"shape", r.shape}, {"ms", r.ms},
+                              {"value", r.value}, {"unit", r.unit}, {"reference", r.reference}, {"note", r.note}});
+  write_file_atomically(path, out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace

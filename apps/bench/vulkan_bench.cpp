@@ -6,11 +6,15 @@
 //   vulkan-bench            (KILN_VULKAN_VALIDATION unset: the layer would slow every call)
 //
 // The figures quoted in kernels/vulkan/shaders/*.comp come from it.
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <utility>
 
+#include "apps/mnist/cli.h"
 #include "apps/mnist/models.h"
 #include "kiln/kiln.h"
 #include "kiln/kernels/vulkan/vulkan_backend.h"
@@ -24,9 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 
-}  // namespace
-
-int main() {
+// The whole bench: the kernels, then the steps.
+int run() {
   const Device v = Device::vulkan(0);
   Backend& b = backend_for(v);
   vulkan::VulkanBackend& vk = vulkan::backend(0);
@@ -174,5 +177,20 @@ int main() {
     std::printf("CNN training step, batch 64 (%d steps): device %.4f ms, host %.4f ms per step "
                 "(the host's loop alone %.4f ms)\n",
                 kSteps, vk.elapsed_ms(from, to) / kSteps, wall / kSteps, recorded / kSteps);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"vulkan-bench: the Vulkan kernels of a MNIST CNN step, and whole steps, timed on the device "
+               "(about 10 minutes on lavapipe, seconds on a GPU)"};
+  if (std::optional<int> code = apps::parse_command_line(app, argc, argv)) return *code;
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vulkan-bench: error: %s\n", e.what());
+    return 1;
   }
 }

@@ -1,12 +1,16 @@
 #include "apps/mnist/cli.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 
+#include "git_revision.h"  // made at build time (apps/CMakeLists.txt)
 #include "kiln/core/error.h"
+#include "kiln/kiln.h"
 
 namespace kiln::apps {
 
@@ -54,7 +58,7 @@ CLI::Validator non_negative_number() {
 }
 
 CLI::Validator number_in(double lo, double hi) {
-  return number_check(fmt("a number in [%g, %g]", lo, hi),
+  return number_check(fmt::format("a number in [{:g}, {:g}]", lo, hi),
                       [lo, hi](double v) { return v >= lo && v <= hi; });
 }
 
@@ -82,6 +86,18 @@ CLI::Validator regular_file() {
         return "";
       },
       "");  // the option's type name says FILE
+}
+
+std::string git_revision() { return KILN_GIT_REVISION; }
+
+std::string version_line(const std::string& program) {
+  const std::string revision = git_revision();
+  return program + " (kiln) " + KILN_VERSION + (revision.empty() ? "" : " (git " + revision + ")");
+}
+
+nlohmann::ordered_json build_info(const std::string& program) {
+  const std::string revision = git_revision();
+  return {{"program", program}, {"kiln", KILN_VERSION}, {"revision", revision.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(revision)}};
 }
 
 std::string json_line(const nlohmann::ordered_json& value) {

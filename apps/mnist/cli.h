@@ -1,23 +1,15 @@
-// What mnist-train and mnist-predict share on the command line: printf-style formatting of the
-// lines they print, their JSON lines and error text, and CLI11's parse with their exit codes.
+// What mnist-train and mnist-predict share on the command line: their JSON lines and error text,
+// and CLI11's parse with their exit codes.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <cstdio>
 #include <exception>
 #include <functional>
 #include <optional>
 #include <string>
 
 namespace kiln::apps {
-
-// printf into a std::string (lines longer than 511 characters are cut).
-std::string fmt(const char* format, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, format, args...);
-  return buf;
-}
 
 // Checks of numeric flags that state the rule in words ("a finite number > 0, got nan") and refuse
 // NaN and infinities, which CLI11's own range checks let through (NaN compares false both ways).
@@ -26,6 +18,16 @@ CLI::Validator non_negative_number();  // finite, >= 0 (also keeps "-1" from wra
 CLI::Validator number_in(double lo, double hi);  // finite, lo <= x <= hi
 // A path to a regular file (a FIFO would block its reading forever; a directory is no file).
 CLI::Validator regular_file();
+
+// What --version prints: "mnist-train (kiln) 0.1.0", and "(git 0ba4961d2c3e)" after it when built
+// from a git checkout.
+std::string version_line(const std::string& program);
+// The git revision kiln was built from ("0ba4961d2c3e", with "-dirty" for uncommitted changes), or
+// "" when unknown (built from a tarball).
+std::string git_revision();
+// What a JSON output records of the program that wrote it, first: {"program", "kiln" (the
+// version), "revision" (git_revision(), null when unknown)}.
+nlohmann::ordered_json build_info(const std::string& program);
 
 // One line of JSON (metrics, --json): nlohmann-json writes it, so strings are escaped, a NaN or an
 // infinity is null, and the bytes of a file name that are not UTF-8 become U+FFFD.

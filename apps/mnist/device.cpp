@@ -1,5 +1,7 @@
 #include "apps/mnist/device.h"
 
+#include <spdlog/spdlog.h>
+
 #include "kiln/core/backend.h"
 #include "kiln/core/error.h"
 #ifdef KILN_WITH_VULKAN
@@ -8,27 +10,27 @@
 
 namespace kiln::apps {
 
-Device pick_device(const std::string& spec, const std::function<void(const std::string&)>& log, bool verbose) {
+Device pick_device(const std::string& spec, bool log) {
   if (spec != "auto") return Device(spec);
   for (Device d : {Device::cuda(0), Device::vulkan(0)}) {
     try {
       Backend& b = backend_for(d);
 #ifdef KILN_WITH_VULKAN
       if (d.type == DeviceType::vulkan && static_cast<vulkan::VulkanBackend&>(b).software()) {
-        if (verbose)
-          log("device: skipping " + d.str() + ": " + static_cast<vulkan::VulkanBackend&>(b).description() +
-              " runs on the CPU, where kiln's CPU backend is faster");
+        if (log)
+          spdlog::debug("device: skipping {}: {} runs on the CPU, where kiln's CPU backend is faster", d.str(),
+                        static_cast<vulkan::VulkanBackend&>(b).description());
         continue;
       }
 #endif
       (void)b;
-      log("device: " + d.str() + " (auto: the first available of cuda, a vulkan GPU, cpu)");
+      if (log) spdlog::info("device: {} (auto: the first available of cuda, a vulkan GPU, cpu)", d.str());
       return d;
     } catch (const BackendUnavailable& e) {
-      if (verbose) log("device: skipping " + d.str() + ": " + std::string(e.message()));
+      if (log) spdlog::debug("device: skipping {}: {}", d.str(), e.message());
     }
   }
-  log("device: cpu (auto: no CUDA device or Vulkan GPU)");
+  if (log) spdlog::info("device: cpu (auto: no CUDA device or Vulkan GPU)");
   return Device::cpu();
 }
 

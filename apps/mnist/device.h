@@ -1,7 +1,6 @@
 // The --device option that mnist-train and mnist-predict share.
 #pragma once
 
-#include <functional>
 #include <string>
 
 #include "kiln/core/device.h"
@@ -9,9 +8,9 @@
 namespace kiln::apps {
 
 // "auto" takes CUDA, then a Vulkan GPU (not a CPU implementation such as lavapipe, where kiln's
-// CPU backend is faster), then the CPU, and says which and why through `log` (and, when `verbose`,
-// why each one it skipped was passed by); anything else is parsed as a device.
-Device pick_device(const std::string& spec, const std::function<void(const std::string&)>& log, bool verbose);
+// CPU backend is faster), then the CPU, and logs which and why (at info level, with `log`), and why
+// each one it skipped was passed by (debug); anything else is parsed as a device.
+Device pick_device(const std::string& spec, bool log = true);
 
 // For CLI11's check(): empty when `spec` is "auto" or a device, else the reason it is not.
 std::string check_device_spec(const std::string& spec);

@@ -15,6 +15,7 @@
 // reported on stderr, the other inputs are still read); 2 usage error (unknown flag, bad value,
 // nothing to read).
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,13 +32,13 @@
 #include "apps/mnist/cli.h"
 #include "apps/mnist/device.h"
 #include "apps/mnist/image.h"
+#include "apps/mnist/log.h"
 #include "apps/mnist/models.h"
 #include "kiln/kiln.h"
 
 namespace {
 
 using namespace kiln;
-using apps::fmt;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -75,22 +77,16 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--batch-size", c.batch_size, "images per forward pass")->check(apps::positive_number())->capture_default_str();
   app.add_flag("--json", c.json, "one JSON object per line instead of text");
   app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
-  app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "nothing on stderr but errors");
-  app.set_version_flag("--version", std::string("mnist-predict (kiln) ") + KILN_VERSION);
+  app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "nothing on stderr but warnings and errors");
+  app.set_version_flag("--version", apps::version_line("mnist-predict"));
 }
 
-// ---- logging: results on stdout, everything else on stderr ----
+// ---- output: results on stdout, the rest logged on stderr (apps/mnist/log.h) ----
 
-int g_verbosity = 1;
-
-void info(const std::string& line) {
-  if (g_verbosity >= 1) std::cerr << line << "\n";
-}
+bool g_verbose = false;  // -v: errors name where kiln's check is
 
 // Failures are reported whatever the verbosity: they decide the exit code.
-void report_error(const std::exception& e) {
-  std::cerr << "mnist-predict: error: " << apps::error_text(e, g_verbosity >= 2) << "\n";
-}
+void report_error(const std::exception& e) { spdlog::error("{}", apps::error_text(e, g_verbose)); }
 
 // ---- the model ----
 
@@ -106,8 +102,8 @@ std::shared_ptr<nn::Module> load_model(const std::string& path, const Device& de
   }
   model->to(device);
   model->eval();
-  info("model: " + checkpoint.state.model + " from " + path);
-  if (g_verbosity >= 2) std::cerr << *model;
+  spdlog::info("model: {} from {}", checkpoint.state.model, path);
+  if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("{}", (std::ostringstream() << *model).str());
   return model;
 }
 
@@ -125,8 +121,8 @@ std::string prediction_line(const std::string& file, const float* probs, bool js
     line = apps::json_line(
         {{"file", file}, {"digit", digit}, {"probability", apps::rounded(probs[digit], 6)}, {"probabilities", all}});
   } else {
-    line = file + fmt(": %lld (%.3f) ", static_cast<long long>(digit), probs[digit]);
-    for (int64_t k = 0; k < kClasses; ++k) line += fmt(" %lld:%.3f", static_cast<long long>(k), probs[k]);
+    line = fmt::format("{}: {} ({:.3f}) ", file, digit, probs[digit]);
+    for (int64_t k = 0; k < kClasses; ++k) line += fmt::format(" {}:{:.3f}", k, probs[k]);
   }
   return line;
 }
@@ -247,20 +243,17 @@ void evaluate(nn::Module& model, const fs::path& images_path, const fs::path& la
                                   {"accuracy", apps::rounded(accuracy, 6)}})
               << std::endl;
   } else {
-    std::cout << images_path.string()
-              << fmt(": accuracy %.2f%% (%lld of %lld correct)", 100 * accuracy, static_cast<long long>(right),
-                     static_cast<long long>(n))
+    std::cout << fmt::format("{}: accuracy {:.2f}% ({} of {} correct)", images_path.string(), 100 * accuracy, right, n)
               << std::endl;
   }
-  if (g_verbosity >= 2)
-    info(fmt("%s: %lld images in %.2f s (%.0f img/s)", images_path.string().c_str(), static_cast<long long>(n), secs,
-             static_cast<double>(n) / std::max(secs, 1e-9)));
+  spdlog::debug("{}: {} images in {:.2f} s ({:.0f} img/s)", images_path.string(), n, secs,
+                static_cast<double>(n) / std::max(secs, 1e-9));
 }
 
 // ---- the run ----
 
 int run(const Config& c) {
-  Device device = apps::pick_device(c.device, info, g_verbosity >= 2);
+  Device device = apps::pick_device(c.device);
   std::shared_ptr<nn::Module> model = load_model(c.model, device);
   NoGradGuard no_grad;
   int64_t failures = 0;
@@ -309,7 +302,8 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("nothing to read: give pictures, IDX files, --data DIR or --idx IMAGES LABELS");
   };
   if (std::optional<int> code = apps::parse_command_line(app, argc, argv, something_to_read)) return *code;
-  g_verbosity = c.verbosity;
+  g_verbose = c.verbosity >= 2;
+  apps::start_logging("mnist-predict", c.verbosity);
   try {
     return run(c);
   } catch (const std::exception& e) {

@@ -11,9 +11,8 @@
 //
 // Exit codes: 0 done; 1 runtime error (bad data, bad checkpoint, out of memory, a rank that
 // failed, ...); 2 usage error (unknown flag, bad value); 130 stopped by Ctrl-C (after saving, with --save).
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,12 +23,14 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/mnist/checkpoint.h"
 #include "apps/mnist/cli.h"
 #include "apps/mnist/device.h"
+#include "apps/mnist/log.h"
 #include "apps/mnist/models.h"
 #include "apps/mnist/plot.h"
 #include "apps/mnist/train_config.h"
@@ -38,29 +39,19 @@
 namespace {
 
 using namespace kiln;
-using apps::fmt;
 using apps::Config;
 using Clock = std::chrono::steady_clock;
 
-// ---- logging: results on stdout, everything else on stderr ----
+// ---- output: results on stdout, the rest logged on stderr (apps/mnist/log.h) ----
 
-bool g_tty = false;  // stderr is a terminal: progress is a live bar, which other lines clear first
-int g_verbosity = 1;
-bool g_rank0 = true;  // data-parallel: only rank 0 prints results, writes files and checkpoints
-
-void info(const std::string& line) {
-  if (g_verbosity >= 1) std::cerr << (g_tty ? "\r\033[K" : "") << line << "\n";
-}
-
-// What the user must see even with -q (rank 0 alone speaks).
-void warn(const std::string& line) {
-  if (g_rank0) std::cerr << (g_tty ? "\r\033[K" : "") << "mnist-train: warning: " << line << "\n";
-}
+bool g_tty = false;  // stderr is a terminal: progress is a live bar, which logged lines clear first
+int g_verbosity = 1;  // 0 (-q): no progress; 2 (-v): a progress line every --log-interval without a terminal
+bool g_rank0 = true;  // data-parallel: only rank 0 prints results, writes files and checkpoints, and logs
 
 // --metrics-out: one JSON object a line, each written whole at once, so a run that dies keeps what
 // it logged and the file is valid JSON Lines at every moment (a write that fails, on a full disk,
 // stops the run with IoError naming the file). A resumed run appends; a new one starts afresh.
-// Lines: "run" (kiln's version, the device, the settings) first, then "train" every log interval
+// Lines: "run" (kiln's version and git revision, the device, the settings) first, then "train" every log interval
 // and "epoch" after each epoch; a number that is not finite is written null.
 using Metrics = LineFile;
 
@@ -126,19 +117,21 @@ struct Parallel {
 // here, naming the difference, rather than train different things.
 std::pair<Device, Parallel> pick_device_and_group(const Config& c) {
   if (!c.distributed && !launched_with_several_ranks())
-    return {apps::pick_device(c.device, info, g_verbosity >= 2), Parallel{}};
-  Device wanted = apps::pick_device(c.device, [](const std::string&) {}, false);  // every rank would log it
+    return {apps::pick_device(c.device), Parallel{}};
+  Device wanted = apps::pick_device(c.device, false);  // every rank would log it
   KILN_CHECK(wanted.is_cpu() || c.device.find(':') == std::string::npos, ValueError, "--device ", c.device,
              " names one GPU, but a data-parallel rank takes the GPU of its local rank: pass --device ",
              device_type_name(wanted.type));
   Parallel par{init_process_group(wanted.type)};
   g_rank0 = par.rank() == 0;
-  if (!g_rank0) g_verbosity = 0;
+  if (!g_rank0) {
+    g_verbosity = 0;
+    spdlog::set_level(spdlog::level::err);  // the program's logger; kiln's still speaks on every rank
+  }
   par.group->check_same("the settings", c.settings(par.size()).dump() + " device " + std::string(device_type_name(wanted.type)) +
                                             (c.tf32 ? " tf32" : "") + " data " + c.data);
-  info(fmt("data-parallel: %d processes (%s), device %s on rank 0, batch %lld per process (%lld a step in all)",
-           par.size(), std::string(par.group->name()).c_str(), par.group->device().str().c_str(),
-           static_cast<long long>(c.batch_size), static_cast<long long>(c.batch_size * par.size())));
+  spdlog::info("data-parallel: {} processes ({}), device {} on rank 0, batch {} per process ({} a step in all)",
+               par.size(), par.group->name(), par.group->device().str(), c.batch_size, c.batch_size * par.size());
   return {par.group->device(), par};
 }
 
@@ -171,10 +164,8 @@ Loaders load_data(const Config& c, const Device& device, const Parallel& par) {
                   data::DataLoader(data::normalize_images(test_set.images, device), test_set.labels.to(device),
                                    data::DataLoaderOptions().batch_size(c.test_batch_size).shuffle(false)
                                        .shard(par.rank(), par.size()).shard_tail(data::ShardTail::uneven))};
-  info(fmt("data: %lld training and %lld test images from %s (%.2f s)",
-           static_cast<long long>(loaders.train.dataset_size()), static_cast<long long>(loaders.test.dataset_size()),
-           c.data.c_str(),
-           std::chrono::duration<double>(Clock::now() - t0).count()));
+  spdlog::info("data: {} training and {} test images from {} ({:.2f} s)", loaders.train.dataset_size(),
+               loaders.test.dataset_size(), c.data, std::chrono::duration<double>(Clock::now() - t0).count());
   return loaders;
 }
 
@@ -226,8 +217,7 @@ std::optional<Resumed> load_resumed(const Config& c, const Parallel& par) {
   Resumed r;
   r.checkpoint = apps::load_checkpoint(c.resume);
   const apps::RunState& s = r.checkpoint.state;
-  info("resuming " + c.resume + ": epoch " + std::to_string(s.epoch + 1) + ", batch " + std::to_string(s.batch) +
-       ", settings " + s.config);
+  spdlog::info("resuming {}: epoch {}, batch {}, settings {}", c.resume, s.epoch + 1, s.batch, s.config);
   KILN_CHECK(s.model == c.model, ValueError, "--resume: the checkpoint holds a '", s.model, "' model, but --model is '",
              c.model, "'");
   const nlohmann::ordered_json saved = apps::parse_settings(s.config, c.resume);
@@ -239,7 +229,7 @@ std::optional<Resumed> load_resumed(const Config& c, const Parallel& par) {
   KILN_CHECK(r.changes.empty() || c.allow_setting_changes, ValueError, "--resume: this command's settings differ from "
              "those the checkpoint was saved with:", list, "\npass them as they were to continue the run exactly, or "
              "add --allow-setting-changes to go on with this command's");
-  if (!r.changes.empty()) warn("--allow-setting-changes: going on with this command's settings:" + list);
+  if (!r.changes.empty()) spdlog::warn("--allow-setting-changes: going on with this command's settings:{}", list);
   KILN_CHECK(s.epoch <= c.epochs, ValueError, "--resume: the checkpoint has trained ", s.epoch, " epochs, more than "
              "--epochs ", c.epochs, " asks for");
   return r;
@@ -275,9 +265,8 @@ void restore_optimizer_and_schedule(Training& t, const Config& c, const Resumed&
   t.scheduler = make_scheduler(c, *t.optimizer, steps_per_epoch);
   const int64_t steps = c.scheduler == "onecycle" ? t.state.epoch * steps_per_epoch + t.state.batch : t.state.epoch;
   for (int64_t i = 0; i < steps; ++i) t.scheduler->step();
-  warn(fmt("the %s schedule is rebuilt for this command's settings (--epochs %lld): lr %.6g at step %lld",
-           c.scheduler.c_str(), static_cast<long long>(c.epochs), t.optimizer->lr(),
-           static_cast<long long>(t.state.step)));
+  spdlog::warn("the {} schedule is rebuilt for this command's settings (--epochs {}): lr {:.6g} at step {}", c.scheduler,
+               c.epochs, t.optimizer->lr(), t.state.step);
 }
 
 // Data-parallel ranks draw dropout and augmentation from streams this far apart (in Philox blocks),
@@ -306,7 +295,7 @@ Training build_training(const Config& c, const Device& device, int64_t steps_per
   Training t;
   t.model = apps::make_model(c.model);
   t.model->to(device);
-  if (g_verbosity >= 2) std::cerr << *t.model;
+  if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("{}", (std::ostringstream() << *t.model).str());
   t.optimizer = make_optimizer(c, t.model->parameters());
   t.scheduler = make_scheduler(c, *t.optimizer, steps_per_epoch);
   t.state = {c.model, c.settings(par.size()).dump()};
@@ -357,15 +346,12 @@ void log_progress(const Config& c, const apps::RunState& s, int64_t batches, dou
   if (g_verbosity >= 1) {
     if (g_tty) {
       int filled = static_cast<int>(done * 30);
-      std::cerr << fmt("\r\033[Kepoch %lld/%lld [%s%s] %lld/%lld loss %.4f  %.0f img/s  ETA %.0fs",
-                       static_cast<long long>(s.epoch + 1), static_cast<long long>(c.epochs),
-                       std::string(static_cast<size_t>(filled), '#').c_str(),
-                       std::string(static_cast<size_t>(30 - filled), '.').c_str(), static_cast<long long>(s.batch),
-                       static_cast<long long>(batches), loss, rate, eta)
+      std::cerr << fmt::format("\r\033[Kepoch {}/{} [{}{}] {}/{} loss {:.4f}  {:.0f} img/s  ETA {:.0f}s", s.epoch + 1,
+                               c.epochs, std::string(static_cast<size_t>(filled), '#'),
+                               std::string(static_cast<size_t>(30 - filled), '.'), s.batch, batches, loss, rate, eta)
                 << std::flush;
     } else if (g_verbosity >= 2 || s.batch % (c.log_interval * 10) == 0 || s.batch == batches) {
-      info(fmt("epoch %lld batch %lld/%lld loss %.4f %.0f img/s", static_cast<long long>(s.epoch + 1),
-               static_cast<long long>(s.batch), static_cast<long long>(batches), loss, rate));
+      spdlog::info("epoch {} batch {}/{} loss {:.4f} {:.0f} img/s", s.epoch + 1, s.batch, batches, loss, rate);
     }
   }
   p.window_start = Clock::now();
@@ -518,9 +504,9 @@ void log_epoch(const Training& t, const TrainResult& train, const TestResult& te
   const long long epoch = t.state.epoch + 1;
   double images_per_s = static_cast<double>(train.images) / std::max(train.seconds, 1e-9);
   if (g_tty && g_verbosity >= 1) std::cerr << "\r\033[K" << std::flush;
-  std::cout << fmt("epoch %2lld  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  %.1f s  %.0f img/s  lr %.4g",
-                   epoch, train.loss, 100 * train.accuracy, test.loss, 100 * test.accuracy, train.seconds,
-                   images_per_s, t.optimizer->lr())
+  std::cout << fmt::format("epoch {:2}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  {:.1f} s  {:.0f} img/s  lr {:.4g}",
+                           epoch, train.loss, 100 * train.accuracy, test.loss, 100 * test.accuracy, train.seconds,
+                           images_per_s, t.optimizer->lr())
             << std::endl;
   metrics.write_line(apps::json_line({{"type", "epoch"},
                                       {"epoch", epoch},
@@ -555,11 +541,11 @@ void plot_history(const std::string& path, const History& h) {
 
 void print_confusion(const std::vector<int64_t>& m) {
   std::cout << "confusion matrix (rows: true digit, columns: predicted)\n      ";
-  for (int p = 0; p < 10; ++p) std::cout << fmt("%6d", p);
+  for (int p = 0; p < 10; ++p) std::cout << fmt::format("{:6}", p);
   std::cout << "\n";
   for (int t = 0; t < 10; ++t) {
-    std::cout << fmt("%6d", t);
-    for (int p = 0; p < 10; ++p) std::cout << fmt("%6lld", static_cast<long long>(m[static_cast<size_t>(t * 10 + p)]));
+    std::cout << fmt::format("{:6}", t);
+    for (int p = 0; p < 10; ++p) std::cout << fmt::format("{:6}", m[static_cast<size_t>(t * 10 + p)]);
     std::cout << "\n";
   }
 }
@@ -574,7 +560,7 @@ void save_run(const Config& c, const Training& t, apps::RunState state, const Pa
   state.rng_seed = default_generator().seed();
   state.rng_offset = default_generator().offset();
   apps::save_checkpoint(c.save, *t.model, *t.optimizer, t.scheduler.get(), state);
-  info("saved " + c.save);
+  spdlog::info("saved {}", c.save);
 }
 
 // After an epoch's test: saved as "epoch done", so that a resume starts the next one.
@@ -587,9 +573,9 @@ void save_epoch_end(const Config& c, const Training& t, const Parallel& par) {
 
 // Ctrl-C: saved where it stopped, inside the epoch; a resume goes on from the next batch.
 int stop_interrupted(const Config& c, const Training& t, const Parallel& par) {
-  info("interrupted: stopping at a step boundary");
+  spdlog::info("interrupted: stopping at a step boundary");
   save_run(c, t, t.state, par);
-  if (c.save.empty()) info("nothing saved (no --save given)");
+  if (c.save.empty()) spdlog::info("nothing saved (no --save given)");
   return interrupted_exit_code();
 }
 
@@ -610,12 +596,11 @@ int run(const Config& c) {
   std::optional<DetectAnomalyGuard> anomaly;
   if (c.detect_anomaly) anomaly.emplace();
   std::optional<Resumed> resumed = load_resumed(c, par);
-  info("config: " + c.settings(par.size()).dump());
+  spdlog::info("config: {}", c.settings(par.size()).dump());
   if (resumed && resumed->checkpoint.state.epoch == c.epochs) {
     if (g_rank0)
-      std::cout << fmt("the checkpoint has finished its %lld epochs: nothing left to train (a larger --epochs goes on)",
-                       static_cast<long long>(c.epochs))
-                << std::endl;
+      std::cout << "the checkpoint has finished its " << c.epochs
+                << " epochs: nothing left to train (a larger --epochs goes on)" << std::endl;
     return 0;
   }
   prepare_outputs(c);
@@ -623,13 +608,13 @@ int run(const Config& c) {
   Training t = build_training(c, device, data.train.num_batches(), resumed, par);
   Metrics metrics = open_metrics(c, resumed.has_value());
   // the first line of the run, and of each resumed part of it: what ran, where, with which settings
-  metrics.write_line(apps::json_line({{"type", "run"},
-                                      {"program", "mnist-train"},
-                                      {"kiln", KILN_VERSION},
-                                      {"device", device.str()},
-                                      {"processes", par.size()},
-                                      {"resumed", resumed.has_value()},
-                                      {"settings", c.settings(par.size())}}));
+  nlohmann::ordered_json run_line = {{"type", "run"}};
+  run_line.update(apps::build_info("mnist-train"));
+  run_line.update({{"device", device.str()},
+                   {"processes", par.size()},
+                   {"resumed", resumed.has_value()},
+                   {"settings", c.settings(par.size())}});
+  metrics.write_line(apps::json_line(run_line));
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
@@ -651,8 +636,8 @@ int run(const Config& c) {
     save_epoch_end(c, t, par);
     if (!c.plot.empty() && g_rank0) plot_history(c.plot, history);
     if (interrupted_between_epochs(par)) {
-      info(fmt("interrupted: stopped after epoch %lld%s", static_cast<long long>(t.state.epoch + 1),
-               c.save.empty() ? " (nothing saved: no --save given)" : ", whose end is saved"));
+      spdlog::info("interrupted: stopped after epoch {}{}", t.state.epoch + 1,
+                   c.save.empty() ? " (nothing saved: no --save given)" : ", whose end is saved");
       return interrupted_exit_code();
     }
   }
@@ -661,8 +646,8 @@ int run(const Config& c) {
   if (!g_rank0) return 0;
   if (!confusion.empty()) print_confusion(confusion);
   std::string where = device.str();
-  if (par.size() > 1) where += fmt(" (rank 0 of %d, %s)", par.size(), std::string(par.group->name()).c_str());
-  std::cout << fmt("best test accuracy %.2f%%  total %.1f s  device %s", 100 * best, total, where.c_str()) << std::endl;
+  if (par.size() > 1) where += fmt::format(" (rank 0 of {}, {})", par.size(), par.group->name());
+  std::cout << fmt::format("best test accuracy {:.2f}%  total {:.1f} s  device {}", 100 * best, total, where) << std::endl;
   return 0;
 }
 
@@ -675,14 +660,15 @@ int main(int argc, char** argv) {
   add_options(app, c);
   if (std::optional<int> code = apps::parse_command_line(app, argc, argv)) return *code;
   g_verbosity = c.verbosity;
-  g_tty = ::isatty(STDERR_FILENO) != 0;
+  g_tty = apps::stderr_is_terminal();
+  apps::start_logging("mnist-train", c.verbosity);
   try {
     const int code = run(c);
     // The results printed on stdout are output too: a full disk or a closed pipe there is an error.
     KILN_CHECK(std::cout.flush(), IoError, "writing the results to standard output failed");
     return code;
   } catch (const std::exception& e) {
-    std::cerr << "mnist-train: error: " << apps::error_text(e, c.verbosity >= 2) << "\n";
+    spdlog::error("{}", apps::error_text(e, c.verbosity >= 2));
     return 1;
   }
 }

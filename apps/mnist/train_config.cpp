@@ -120,7 +120,7 @@ void add_options(CLI::App& app, Config& c) {
   app.add_option("--plot", c.plot, "write loss and accuracy curves to this PNG after every epoch")->type_name("PATH");
   app.add_flag("-v,--verbose", [&](int64_t) { c.verbosity = 2; }, "more detail on stderr");
   app.add_flag("-q,--quiet", [&](int64_t) { c.verbosity = 0; }, "no progress on stderr");
-  app.set_version_flag("--version", std::string("mnist-train (kiln) ") + KILN_VERSION);
+  app.set_version_flag("--version", apps::version_line("mnist-train"));
 }
 
 }  // namespace kiln::apps

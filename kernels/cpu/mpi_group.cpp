@@ -9,12 +9,12 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
-#include <iostream>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "kiln/core/error.h"
+#include "kiln/core/log.h"
 
 namespace kiln::cpu {
 
@@ -52,7 +52,8 @@ class MpiEnvironment {
     MPI_Finalized(&finalized);
     if (finalized) return;
     if (broken_) {
-      std::cerr << "kiln: a collective failed earlier: aborting the MPI job\n";
+      logging::error("a collective failed earlier: aborting the MPI job");
+      logging::flush();
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     MPI_Finalize();
@@ -239,7 +240,7 @@ MpiWork::~MpiWork() {
   try {
     wait();
   } catch (const std::exception& e) {
-    std::cerr << "kiln: " << e.what() << "\n";  // destructors log, never throw
+    logging::error(e.what());  // destructors log, never throw
   }
 }
 

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/log.h"
 
 namespace kiln::cpu {
 namespace {
@@ -70,14 +71,18 @@ bool spin_until(Done done) {
 thread_local bool t_inside_parallel_region = false;
 
 int default_num_threads() {
-  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
+  const char* env = std::getenv("KILN_NUM_THREADS");
+  if (env) {
     char* end = nullptr;
     long n = std::strtol(env, &end, 10);
-    // A malformed value falls back to the machine's count instead of failing every kernel.
     if (end != env && *end == '\0' && n >= 1 && n <= 1024) return static_cast<int>(n);
   }
   unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  const int machine = hw == 0 ? 1 : static_cast<int>(hw);
+  // A malformed value falls back to the machine's count instead of failing every kernel.
+  if (env) logging::warn(detail::concat("KILN_NUM_THREADS='", env, "' is not a whole number in [1, 1024]: using the machine's ",
+                                    machine, " threads"));
+  return machine;
 }
 
 // 0 until first read; then the thread count every later parallel_for uses.
@@ -216,7 +221,8 @@ int num_threads() {
   int n = g_num_threads.load(std::memory_order_relaxed);
   if (n == 0) {
     int expected = 0;
-    g_num_threads.compare_exchange_strong(expected, default_num_threads());
+    if (g_num_threads.compare_exchange_strong(expected, default_num_threads()))
+      logging::debug(detail::concat("cpu: ", g_num_threads.load(), " threads"));
     n = g_num_threads.load(std::memory_order_relaxed);
   }
   return n;

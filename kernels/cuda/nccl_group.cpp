@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/log.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 
@@ -324,8 +324,8 @@ class NcclGroup final : public ProcessGroup {
   // behind the stuck collective, which would go on with the tensor the collective never filled
   // (print it, or save it) before the exit; the driver stops the kernels when the process ends.
   [[noreturn]] void die(const std::string& message) {
-    std::fprintf(stderr, "kiln: error: %s; ending this rank\n", message.c_str());
-    std::fflush(stderr);
+    logging::error(message + "; ending this rank");
+    logging::flush();
     std::_Exit(1);
   }
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/log.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 
@@ -37,6 +38,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   KILN_CUDA_CHECK(cudaMalloc(&fault_, sizeof(DeviceFault)));
   KILN_CUDA_CHECK(cudaMemset(fault_, 0, sizeof(DeviceFault)));
   KILN_CUDA_CHECK(cudaMallocHost(&fault_host_, sizeof(DeviceFault)));
+  cudaDeviceProp prop{};
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  logging::debug(detail::concat("cuda:", device_, ": ", prop.name, ", compute capability ", prop.major, ".", prop.minor, ", ",
+                            prop.multiProcessorCount, " SMs, ", prop.totalGlobalMem >> 20, " MiB"));
 }
 
 CudaBackend::~CudaBackend() {

@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/log.h"
 #include "kiln/kernels/vulkan/shaders.h"
 #include "kiln/kernels/vulkan/vulkan_backend.h"
 
@@ -123,9 +123,9 @@ std::vector<std::string> g_messages;
 VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
                                           VkDebugUtilsMessageTypeFlagsEXT, const VkDebugUtilsMessengerCallbackDataEXT* data,
                                           void*) {
-  const char* level = severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? "error" : "warning";
-  std::string text = detail::concat("vulkan validation ", level, ": ", data->pMessage ? data->pMessage : "");
-  std::fprintf(stderr, "%s\n", text.c_str());
+  const bool error = severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  std::string text = detail::concat("vulkan validation ", error ? "error" : "warning", ": ", data->pMessage ? data->pMessage : "");
+  error ? logging::error(text) : logging::warn(text);
   std::lock_guard<std::mutex> lock(g_messages_mutex);
   g_messages.push_back(std::move(text));
   return VK_FALSE;
@@ -633,6 +633,9 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   dinfo.ppEnabledExtensionNames = device_extensions.data();
   KILN_VK_CHECK(vkCreateDevice(r.physical, &dinfo, nullptr, &r.device));
   cooperative_matrix_ = coop;
+  logging::debug(detail::concat(r.where(), ": ", description_, software_ ? ", on the CPU" : "", "; subgroup shaders ",
+                            subgroups_ ? "on" : "off (the device lacks basic and shuffle operations)",
+                            "; cooperative-matrix f16 matmul ", coop ? "available" : "unavailable"));
   vkGetDeviceQueue(r.device, r.queue_family, 0, &r.queue);
   r.push_descriptor =
       reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(r.device, "vkCmdPushDescriptorSetKHR"));
@@ -683,7 +686,7 @@ VulkanBackend::~VulkanBackend() {
     if (r.instance) vkDestroyInstance(r.instance, nullptr);
     return;
   }
-  if (vkDeviceWaitIdle(r.device) != VK_SUCCESS) std::fprintf(stderr, "kiln: %s: vkDeviceWaitIdle failed at exit\n", r.where().c_str());
+  if (vkDeviceWaitIdle(r.device) != VK_SUCCESS) logging::error(r.where() + ": vkDeviceWaitIdle failed at exit");
   for (auto& [key, p] : r.pipelines) {
     vkDestroyPipeline(r.device, p.pipeline, nullptr);
     vkDestroyPipelineLayout(r.device, p.layout, nullptr);

@@ -321,6 +321,42 @@ TEST_CASE("malformed checkpoints are refused with exit code 1 and a message nami
   }
 }
 
+TEST_CASE("stderr is spdlog's: -q and -v set the levels of mnist-train's and kiln's loggers, SPDLOG_LEVEL too" *
+          doctest::test_suite("needs-mnist")) {
+  if (!have_data()) return test::skip_without_mnist();
+  const std::string args = "--model mlp --epochs 1 --limit-train 256 --limit-test 100 --device cpu ";
+  const std::string bad_threads = "KILN_NUM_THREADS=two ";
+  const std::string kiln_warning = "kiln: warning: KILN_NUM_THREADS='two' is not a whole number";
+  auto has = [](const Result& r, const std::string& text) { return r.out.find(text) != std::string::npos; };
+
+  Result plain = run(args, bad_threads);
+  REQUIRE_MESSAGE(plain.code == 0, plain.out);
+  CHECK(has(plain, "\ndata: 256 training and 100 test images from "));  // the program's info: no prefix
+  CHECK(has(plain, kiln_warning));                                       // the library's warning
+  CHECK_FALSE(has(plain, "kiln: cpu: "));                                 // the library's debug: not by default
+  CHECK(has(plain, "best test accuracy "));
+
+  Result quiet = run(args + "-q", bad_threads);
+  CHECK(quiet.code == 0);
+  CHECK_FALSE(has(quiet, "data: "));
+  CHECK(has(quiet, kiln_warning));
+
+  Result verbose = run(args + "-v", bad_threads);
+  CHECK(verbose.code == 0);
+  CHECK(has(verbose, "kiln: cpu: "));
+  CHECK(has(verbose, "Linear("));  // the model, at debug level
+
+  Result kiln_debug = run(args, bad_threads + "SPDLOG_LEVEL=off,kiln=debug ");
+  CHECK(kiln_debug.code == 0);
+  CHECK_FALSE(has(kiln_debug, "data: "));
+  CHECK(has(kiln_debug, "kiln: cpu: "));
+  CHECK(has(kiln_debug, "best test accuracy "));  // results are stdout, not the log
+
+  Result off = run(args + "--data /nonexistent", "SPDLOG_LEVEL=off ");
+  CHECK(off.code == 1);
+  CHECK_MESSAGE(has(off, "mnist-train: error: "), off.out);  // errors show at every level
+}
+
 TEST_CASE("a diverging run stops at its first non-finite loss, naming the step; the metrics stay JSON, no checkpoint is written" *
           doctest::test_suite("needs-mnist")) {
   if (!have_data()) return test::skip_without_mnist();
