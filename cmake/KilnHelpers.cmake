@@ -159,26 +159,27 @@ function(kiln_add_device_run test binary backend)
   endif()
 endfunction()
 
-# `cmake --install` puts the library, its headers (include/kiln/kiln.h and include/kiln/<layer>/...;
+# `cmake --install` puts the library (component runtime for libkiln.so, dev for libkiln.a), its headers (include/kiln/kiln.h and include/kiln/<layer>/...;
 # the kernels' headers and autograd/ops/, which are the library's own, stay out) and a CMake
 # package, so that an outside project's find_package(kiln CONFIG REQUIRED) and
-# target_link_libraries(app PRIVATE kiln::kiln) work, with only include/ on its include path.
+# target_link_libraries(app PRIVATE kiln::kiln) work, with only include/ on its include path (all
+# component dev; cmake/KilnPackage.cmake adds kiln.pc and the Debian packages).
 function(kiln_install_package)
   include(CMakePackageConfigHelpers)
   install(TARGETS kiln EXPORT kilnTargets
-    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
   foreach(layer core autograd layers optim datasets)
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln/${layer}
-      FILES_MATCHING PATTERN "*.h" PATTERN "ops" EXCLUDE)
+      COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "ops" EXCLUDE)
   endforeach()
-  install(FILES ${PROJECT_BINARY_DIR}/include/kiln/kiln.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln)
+  install(FILES ${PROJECT_BINARY_DIR}/include/kiln/kiln.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln COMPONENT dev)
   set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/kiln)
-  install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${config_dir})
+  install(EXPORT kilnTargets NAMESPACE kiln:: DESTINATION ${config_dir} COMPONENT dev)
   configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/kilnConfig.cmake.in
     ${PROJECT_BINARY_DIR}/kilnConfig.cmake INSTALL_DESTINATION ${config_dir})
   write_basic_package_version_file(${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
     COMPATIBILITY SameMinorVersion)
   install(FILES ${PROJECT_BINARY_DIR}/kilnConfig.cmake ${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
-    DESTINATION ${config_dir})
+    DESTINATION ${config_dir} COMPONENT dev)
 endfunction()

@@ -1,0 +1,75 @@
+# What `cmake --install` and `cpack` make of a build, in three components:
+#   runtime  libkiln.so.MAJOR.MINOR (BUILD_SHARED_LIBS=ON), mnist-train, mnist-predict, their man pages
+#   dev      the headers, libkiln.so or libkiln.a, the CMake package (find_package(kiln)) and kiln.pc
+#   bench    kernel-bench (CUDA builds), cpu-bench, vulkan-bench, dist-bench
+# `cpack -G DEB` (scripts/package) turns them into the Debian packages kiln, kiln-dev and kiln-bench,
+# whose dependencies dpkg-shlibdeps reads from the binaries: the Debian packages they load.
+
+# ---- pkg-config ----
+file(RELATIVE_PATH KILN_PC_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
+set(KILN_PC_REQUIRES_PRIVATE "spdlog zlib")
+# What a static libkiln.a needs besides (pkg-config --static): the backends' libraries
+set(KILN_PC_LIBS_PRIVATE "${CMAKE_DL_LIBS}")
+list(TRANSFORM KILN_PC_LIBS_PRIVATE PREPEND "-l")
+if(KILN_HAVE_CUDA)
+  list(APPEND KILN_PC_LIBS_PRIVATE "-L${CUDAToolkit_LIBRARY_DIR}" -lcudart_static -lrt)
+endif()
+if(KILN_HAVE_MPI)
+  list(APPEND KILN_PC_LIBS_PRIVATE ${KILN_MPI_LIBRARIES})
+endif()
+if(KILN_HAVE_NCCL)
+  list(APPEND KILN_PC_LIBS_PRIVATE ${KILN_NCCL_LIBRARY})
+endif()
+list(JOIN KILN_PC_LIBS_PRIVATE " " KILN_PC_LIBS_PRIVATE)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/kiln.pc.in ${PROJECT_BINARY_DIR}/kiln.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/kiln.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+
+# ---- Debian packages ----
+set(CPACK_PACKAGE_NAME kiln)
+set(CPACK_PACKAGE_VENDOR "the kiln authors")
+set(CPACK_PACKAGE_CONTACT "the kiln authors <kiln@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "neural-network training framework in C++20")
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL runtime dev bench)
+if(KILN_HAVE_CUDA)
+  # kernel-bench loads cuBLAS and cuDNN, which come with NVIDIA's CUDA toolkit and are not Debian
+  # packages that a .deb could depend on: it is installed by `cmake --install` only.
+  list(REMOVE_ITEM CPACK_COMPONENTS_ALL bench)
+endif()
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# where dpkg-shlibdeps finds libkiln.so for the programs of kiln-bench and kiln-dev, which load it from
+# the kiln package (their dependency on it is the components' below)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR})
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME kiln)
+set(CPACK_DEBIAN_RUNTIME_DESCRIPTION
+  "neural-network training framework in C++20 (library and MNIST programs)
+ kiln trains neural networks on CUDA GPUs, Vulkan devices or the CPU: tensors, reverse-mode
+ autograd, layers and optimizers. This package holds the shared library and mnist-train and
+ mnist-predict.")
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libvulkan1, mesa-vulkan-drivers")  # the Vulkan backend opens the loader at run time
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME kiln-dev)
+set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+set(CPACK_DEBIAN_DEV_DESCRIPTION
+  "neural-network training framework in C++20 (headers, CMake and pkg-config files)
+ What a C++ program needs to build against kiln: find_package(kiln) with kiln::kiln, or
+ pkg-config --cflags --libs kiln.")
+# find_package(kiln) finds these too (cmake/kilnConfig.cmake.in), and kiln.pc requires spdlog and zlib
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libspdlog-dev, zlib1g-dev")
+if(KILN_HAVE_VULKAN)
+  string(APPEND CPACK_DEBIAN_DEV_PACKAGE_DEPENDS ", libvulkan-dev")  # find_dependency(Vulkan): its headers
+endif()
+set(CPACK_DEBIAN_BENCH_PACKAGE_NAME kiln-bench)
+set(CPACK_DEBIAN_BENCH_DESCRIPTION
+  "neural-network training framework in C++20 (benchmarks)
+ cpu-bench, vulkan-bench and dist-bench: kiln's kernels and collectives timed.")
+# the packages' dependencies on one another, versioned
+set(CPACK_COMPONENT_DEV_DEPENDS runtime)
+set(CPACK_COMPONENT_BENCH_DEPENDS runtime)
+set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
+include(CPack)
