@@ -40,6 +40,48 @@ function(kiln_detect_backends)
   set(KILN_HAVE_NCCL ${have_nccl} PARENT_SCOPE)
 endfunction()
 
+# kiln_cuda_architectures(): CMAKE_CUDA_ARCHITECTURES when unset. That is the GPUs of this
+# machine (the compute capabilities nvidia-smi reports: 90 for an H100) or, with no GPU here,
+# Ampere and Hopper: 80-real and 90. sm_80 code runs on every 8.x GPU (A100, A10, RTX 30 and 40), and
+# "90" holds sm_90 code for H100 and H200 plus PTX that newer GPUs compile when they load kiln. The
+# kernels need 8.0 or newer (TF32 mma.sync, cp.async): an older architecture is refused.
+# KILN_CUDA_HOPPER says whether the list has Hopper, for which the wgmma kernel is also built as
+# sm_90a (kernels/cuda/CMakeLists.txt).
+function(kiln_cuda_architectures)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    execute_process(COMMAND nvidia-smi --query-gpu=compute_cap --format=csv,noheader
+                    OUTPUT_VARIABLE caps RESULT_VARIABLE rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+    set(archs "")
+    if(rc EQUAL 0 AND caps MATCHES "^[0-9]")
+      string(REPLACE "\n" ";" caps "${caps}")
+      foreach(cap IN LISTS caps)
+        string(STRIP "${cap}" cap)
+        string(REPLACE "." "" cap "${cap}")
+        list(APPEND archs ${cap})
+      endforeach()
+      list(REMOVE_DUPLICATES archs)
+      set(why "this machine's GPUs")
+    else()
+      set(archs 80-real 90)
+      set(why "no GPU here: Ampere and Hopper")
+    endif()
+    message(STATUS "CUDA architectures: ${archs} (${why}; -DCMAKE_CUDA_ARCHITECTURES=... for others)")
+    set(CMAKE_CUDA_ARCHITECTURES ${archs} PARENT_SCOPE)
+  else()
+    set(archs ${CMAKE_CUDA_ARCHITECTURES})
+  endif()
+  set(hopper OFF)
+  foreach(arch IN LISTS archs)
+    if(arch MATCHES "^(native|all|all-major)$" OR arch MATCHES "^9")
+      set(hopper ON)
+    elseif(arch MATCHES "^([0-9]+)" AND CMAKE_MATCH_1 LESS 80)
+      message(FATAL_ERROR "CMAKE_CUDA_ARCHITECTURES has ${arch}, but kiln's CUDA kernels need compute capability "
+                          "8.0 or newer (TF32 tensor cores, cp.async): build for 80 or later, or with -DKILN_CUDA=OFF")
+    endif()
+  endforeach()
+  set(KILN_CUDA_HOPPER ${hopper} PARENT_SCOPE)
+endfunction()
+
 function(kiln_set_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE

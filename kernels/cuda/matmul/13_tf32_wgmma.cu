@@ -375,10 +375,15 @@ void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float
 }
 
 bool tf32_wgmma_applies(const MatmulParams& p, int device) {
+#ifdef KILN_NO_SM90A
+  (void)p, (void)device;
+  return false;  // built without sm_90a code (CMAKE_CUDA_ARCHITECTURES has no Hopper)
+#else
   const bool sm90 = device_attribute(cudaDevAttrComputeCapabilityMajor, device) == 9 &&
                     device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
   // Tensor-map coordinates are 32-bit.
   return sm90 && std::max({p.m, p.n, p.k}) < (int64_t{1} << 31) - 256;
+#endif
 }
 
 size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b) {
