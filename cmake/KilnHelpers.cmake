@@ -147,29 +147,29 @@ function(kiln_check_layer_links)
   endforeach()
 endfunction()
 
-# kiln_add_test(NAME LABEL src...): a doctest executable registered with CTest under LABEL
-# (cpu, vulkan or cuda), so CI runs what its machine can and the device runs the rest. The test
-# runs every case but those of the suites "needs-*" (kiln_add_needs_test runs them) and "slow" (a
-# test of its own, labelled slow, that the sanitizer build leaves out); a case that skips itself
-# (tests/skip.h) makes the binary exit with 77, which CTest reports as skipped.
+# kiln_add_test(NAME LABEL src...): a doctest executable whose every case is a CTest test of its
+# own, "NAME: case name", under LABEL (cpu, vulkan or cuda), so that CI runs what its machine can,
+# the device runs the rest, and a failure names its case. cmake/kiln_list_tests.py lists the cases
+# after each build. A case that skips itself (tests/skip.h: a GPU, the MNIST files or PyTorch
+# missing) exits with 77, which CTest reports as skipped. The cases of the doctest suite "slow" are
+# also labelled slow, and the sanitizer build leaves them out; the target property
+# KILN_SUITE_LABELS ("SUITE=LABEL;...") labels other suites' cases likewise.
 function(kiln_add_test name label)
   add_executable(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE kiln::kiln kiln_doctest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})  # "tests/..." and "apps/..."
   target_compile_definitions(${name} PRIVATE KILN_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
   kiln_set_warnings(${name})
-  add_test(NAME ${name} COMMAND ${name} --test-suite-exclude=needs-*,slow)
-  set_tests_properties(${name} PROPERTIES LABELS ${label} SKIP_RETURN_CODE 77)
-endfunction()
-
-# kiln_add_needs_test(BINARY NEED LABEL): the test BINARY_NEED runs the cases of BINARY that need
-# what a machine may lack, those of the doctest suite "needs-NEED" (mnist: the MNIST files;
-# mnist-torch: those and PyTorch; ...). Without it they skip themselves, and CTest reports this test
-# skipped while BINARY's own test, the other cases, still passes or fails on its merits.
-function(kiln_add_needs_test binary need label)
-  string(REPLACE "-" "_" suffix ${need})
-  add_test(NAME ${binary}_${suffix} COMMAND ${binary} --test-suite=needs-${need})
-  set_tests_properties(${binary}_${suffix} PROPERTIES LABELS ${label} SKIP_RETURN_CODE 77)
+  set(listed ${CMAKE_CURRENT_BINARY_DIR}/${name}_cases.cmake)
+  add_custom_command(TARGET ${name} POST_BUILD
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/cmake/kiln_list_tests.py $<TARGET_FILE:${name}> ${name}
+            ${label} ${listed} "$<TARGET_PROPERTY:${name},KILN_SUITE_LABELS>"
+    BYPRODUCTS ${listed} VERBATIM COMMAND_EXPAND_LISTS)
+  # what CTest reads: the list once the binary is built, else a test that says it is not
+  set(include ${CMAKE_CURRENT_BINARY_DIR}/${name}_include.cmake)
+  file(WRITE ${include} "if(EXISTS [[${listed}]])\n  include([[${listed}]])\nelse()\n"
+                        "  add_test(${name}_NOT_BUILT ${name}_NOT_BUILT)\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${include})
 endfunction()
 
 # kiln_add_device_test(NAME src...): a test binary of the device backends. Its main,
@@ -183,8 +183,8 @@ function(kiln_add_device_test name)
   kiln_set_warnings(${name})
 endfunction()
 # kiln_add_device_run(TEST BINARY BACKEND [NEEDS NEED]): TEST runs BINARY on BACKEND under the
-# label BACKEND: the cases of the doctest suite "needs-NEED" (a feature some devices lack, see
-# kiln_add_needs_test), or without NEEDS every case but those of the suites "needs-*". Vulkan's
+# label BACKEND: the cases of the doctest suite "needs-NEED" (a feature some devices lack: they
+# skip themselves without it), or without NEEDS every case but those of the suites "needs-*". Vulkan's
 # with the validation layer on, its synchronization checks too (a missing barrier is a message, and
 # a message fails the case).
 function(kiln_add_device_run test binary backend)
