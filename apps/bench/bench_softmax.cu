@@ -1,4 +1,5 @@
-// kernel-bench --only softmax: the memory-bound kernels against the device's copy bandwidth.
+// kernel-bench --only softmax (cross_entropy, reduce, dropout, batch_norm): the memory-bound kernels
+// against the device's copy bandwidth, a family at a time or all of them.
 //   softmax forward (f32): every version of kernels/cuda/softmax.cuh and the production path, on
 //     [4096, 32768] (long rows), [8192, 1024] (the warp/block boundary), [32768, 256] (rows a
 //     warp holds), [65536, 10] (MNIST's logits: many short rows), and over the middle axis
@@ -395,20 +396,30 @@ void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
 
 void bench_softmax(Bench& bench) {
   const bool quick = bench.quick();
-  bench_softmax_shape(bench, quick ? 1024 : 4096, 32768, 1);
-  bench_softmax_shape(bench, 8192, 1024, 1);
-  bench_softmax_shape(bench, 32768, 256, 1);
-  bench_softmax_shape(bench, 65536, 10, 1);
-  bench_softmax_shape(bench, quick ? 16 : 64, 1024, 256);
-  bench_softmax_shape(bench, quick ? 8 : 32, 21, 16384);
-  bench_cross_entropy_shape(bench, 65536, 10);
-  bench_cross_entropy_shape(bench, quick ? 1024 : 8192, 32000);
-  bench_reduce_shape(bench, quick ? 2048 : 8192, 8192, 1);
-  bench_reduce_shape(bench, quick ? 16 : 64, 4096, 256);
-  bench_dropout_shape(bench, 64, 9216);  // the MNIST CNN's first dropout, after the pool
-  bench_dropout_shape(bench, quick ? 1024 : 8192, 8192);
-  bench_batch_norm_shape(bench, 64, 32, 26);  // after the MNIST CNN's first convolution
-  bench_batch_norm_shape(bench, quick ? 16 : 128, 64, 56);
+  if (bench.runs("softmax")) {
+    bench_softmax_shape(bench, quick ? 1024 : 4096, 32768, 1);
+    bench_softmax_shape(bench, 8192, 1024, 1);
+    bench_softmax_shape(bench, 32768, 256, 1);
+    bench_softmax_shape(bench, 65536, 10, 1);
+    bench_softmax_shape(bench, quick ? 16 : 64, 1024, 256);
+    bench_softmax_shape(bench, quick ? 8 : 32, 21, 16384);
+  }
+  if (bench.runs("cross_entropy")) {
+    bench_cross_entropy_shape(bench, 65536, 10);
+    bench_cross_entropy_shape(bench, quick ? 1024 : 8192, 32000);
+  }
+  if (bench.runs("reduce")) {
+    bench_reduce_shape(bench, quick ? 2048 : 8192, 8192, 1);
+    bench_reduce_shape(bench, quick ? 16 : 64, 4096, 256);
+  }
+  if (bench.runs("dropout")) {
+    bench_dropout_shape(bench, 64, 9216);  // the MNIST CNN's first dropout, after the pool
+    bench_dropout_shape(bench, quick ? 1024 : 8192, 8192);
+  }
+  if (bench.runs("batch_norm")) {
+    bench_batch_norm_shape(bench, 64, 32, 26);  // after the MNIST CNN's first convolution
+    bench_batch_norm_shape(bench, quick ? 16 : 128, 64, 56);
+  }
 }
 
 }  // namespace kiln::bench

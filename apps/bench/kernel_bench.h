@@ -32,12 +32,17 @@ struct Result {
 
 class Bench {
  public:
-  explicit Bench(bool quick, std::string shape_filter = {}) : quick_(quick), shape_filter_(std::move(shape_filter)) {}
+  // `only`: one family (--only matmul, conv, softmax, cross_entropy, reduce, dropout or batch_norm),
+  // or every family when empty.
+  Bench(bool quick, std::string shape_filter, std::string only)
+      : quick_(quick), shape_filter_(std::move(shape_filter)), only_(std::move(only)) {}
 
   cudaStream_t stream() const { return stream_; }
   bool quick() const { return quick_; }  // fewer shapes and repetitions: a smoke run
   // Whether to run a shape: its label contains the --shape text (every shape when none was given).
   bool wants(const std::string& shape) const { return shape.find(shape_filter_) != std::string::npos; }
+  // Whether to run `family` (a name --only takes).
+  bool runs(const std::string& family) const { return only_.empty() || only_ == family; }
 
   // Runs fn (which queues kernels on stream()) a few times to warm up, then times it with CUDA
   // events until about 0.2 s (0.02 s when quick) have passed; returns the median ms per call.
@@ -63,6 +68,7 @@ class Bench {
  private:
   bool quick_;
   std::string shape_filter_;
+  std::string only_;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> buffers_;
   std::vector<Result> results_;
@@ -87,6 +93,6 @@ std::string rel_err_note(double err);
 
 void bench_matmul(Bench& bench);
 void bench_conv(Bench& bench);
-void bench_softmax(Bench& bench);
+void bench_softmax(Bench& bench);  // softmax, cross_entropy, reduce, dropout, batch_norm: each as runs() says
 
 }  // namespace kiln::bench

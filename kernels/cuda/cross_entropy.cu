@@ -8,7 +8,7 @@
 // state of softmax.cuh, plus the plain sum of the logits for the smoothing term) gives the loss.
 // The passes over a row are softmax.cu's, from softmax.cuh; the versions add the target's terms.
 //
-// Bench: `kernel-bench --only softmax` (GB/s against the copy bandwidth). How the versions came to
+// Bench: `kernel-bench --only cross_entropy` (GB/s against the copy bandwidth). How the versions came to
 // be: kernels/cuda/NOTES.md. Figures below: ms and share of the copy bandwidth, f32 (H100 80GB
 // HBM3, 2026-11-22, `kernel-bench` by `scripts/device-run bench`: kernels/README.md).
 //

@@ -46,7 +46,7 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, uin
 
 // A thread per Philox block: its four elements move as 16-byte loads and stores (one float4, or
 // two double2) when x and out are 16-byte aligned, which at 4-byte loads ran at 48% of the copy
-// bandwidth on [8192, 8192] f32 (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax).
+// bandwidth on [8192, 8192] f32 (H100 80GB HBM3, 2026-11-22, kernel-bench --only dropout).
 template <class T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, T threshold, T scale, uint64_t seed, uint64_t offset,
                                bool vec) {

@@ -3,7 +3,7 @@
 // argmax/argmin return the first index of the extreme (a NaN counts as the extreme, the first
 // NaN wins), as the CPU does.
 //
-// Bench: `kernel-bench --only softmax` (the reduce rows: GB/s against the copy bandwidth).
+// Bench: `kernel-bench --only reduce` (GB/s against the copy bandwidth).
 // reduce.cuh exposes versions 3 and 4 on raw pointers for the bench and the tests.
 //
 // Five versions, picked by the op and the layout:
@@ -12,13 +12,13 @@
 //     coalesced. But there are only outer * inner threads: a sum over the middle axis of
 //     [64, 4096, 256] runs 16384 threads, an eighth of what an H100 holds, each walking 4096
 //     elements; it moved 407 GB/s, 13% of the copy bandwidth (H100 80GB HBM3, 2026-11-22,
-//     kernel-bench --only softmax).
+//     kernel-bench --only reduce).
 //   version 3 (inner >= 16 and n >= 16): a block of 32 x 8 threads owns 32 neighbouring outputs;
 //     its 8 rows of threads split the reduced axis (row r takes k = r, r + 8, ...), so each warp
 //     still reads 32 neighbouring elements and there are 8 times more threads. The 8 partial
 //     results are combined in shared memory in a fixed order: deterministic. On [64, 4096, 256]
 //     it moved 2120 GB/s, 70% of the copy bandwidth (H100 80GB HBM3, 2026-11-22, kernel-bench
-//     --only softmax): each thread has one 4-byte load in flight, and only 512 blocks of 256
+//     --only reduce): each thread has one 4-byte load in flight, and only 512 blocks of 256
 //     threads run.
 //   version 4 (sum and mean, inner > 1 and n >= 16): version 3's tile, with each thread owning a
 //     16-byte pack of neighbouring outputs (4 f32, 2 f64, 4 i32) and issuing kPackUnroll loads of
@@ -32,7 +32,7 @@
 //     view) take 1-element packs. max, min, argmax and argmin stay on version 3.
 //     On [64, 4096, 256] (S = 4) it moved 2729 GB/s, 91% of the copy bandwidth, and the
 //     production path 2700 GB/s (90%), where version 3 moved 2136 GB/s (71%) in the same run
-//     (H100 80GB HBM3, 2026-11-22, kernel-bench --only softmax). Its tiles are 32 packs wide:
+//     (H100 80GB HBM3, 2026-11-22, kernel-bench --only reduce). Its tiles are 32 packs wide:
 //     an inner size just over a multiple of that (160 f32: tiles of 128 and 32 columns) leaves
 //     lanes idle, and version 3's 32-column tiles can then be faster.
 //   version 2 (inner == 1, a row per output, e.g. a sum over the last axis or over everything):
@@ -157,7 +157,7 @@ constexpr int kPackThreads = 256, kPackUnroll = 4;
 // (rounded down: up to kPackFillBlocks blocks), of at least kPackMinChunk rows. An H100 holds about
 // 660 of these blocks at once (5 per SM at 48 registers a thread): up to 512 all run in one wave,
 // where 1024 leave a second wave half empty. On [64, 4096, 256] (128 tiles), S = 8 moved
-// 2677 GB/s and S = 4 2729 GB/s (kernel-bench --only softmax, two runs of 2026-11-22, H100).
+// 2677 GB/s and S = 4 2729 GB/s (kernel-bench --only reduce, two runs of 2026-11-22, H100).
 constexpr int64_t kPackFillBlocks = 512, kPackMinChunk = 128;
 
 template <class T, int V>
