@@ -31,8 +31,7 @@ std::string_view trimmed(std::string_view s) {
 std::shared_ptr<spdlog::logger> make_logger() {
   auto made = spdlog::stderr_color_mt(kName);  // registers it
   made->set_pattern("%n: %^%l%$: %v");
-  const char* env = std::getenv("SPDLOG_LEVEL");
-  if (std::optional<Level> level = level_from_spec(env ? env : "", kName))
+  if (std::optional<Level> level = level_from_environment(kName))
     made->set_level(static_cast<spdlog::level::level_enum>(*level));
   return made;
 }
@@ -91,6 +90,11 @@ std::optional<Level> level_from_spec(std::string_view spec, std::string_view nam
     else if (key == name) named = static_cast<Level>(level);
   }
   return named ? named : bare;
+}
+
+std::optional<Level> level_from_environment(std::string_view name) {
+  const char* env = std::getenv("SPDLOG_LEVEL");
+  return level_from_spec(env ? env : "", name);
 }
 
 }  // namespace kiln::logging

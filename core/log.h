@@ -50,7 +50,10 @@ void flush();
 
 // What a SPDLOG_LEVEL value says of the logger `name`: its own "name=level" entry, else the bare
 // level that applies to every logger, else nothing (also for a malformed value, which spdlog ignores
-// too). Read from the environment by logger(); public for tests.
+// too).
 std::optional<Level> level_from_spec(std::string_view spec, std::string_view name);
+// The same of the environment's SPDLOG_LEVEL (nothing when it is unset): what logger() applies to a
+// logger it makes, and what a program applies to its own loggers.
+std::optional<Level> level_from_environment(std::string_view name);
 
 }  // namespace kiln::logging

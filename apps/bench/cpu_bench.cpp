@@ -25,7 +25,6 @@
 
 #include "apps/mnist/cli.h"
 #include "kiln/core/backend.h"
-#include "kiln/core/file.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
 #include "kiln/kernels/cpu/parallel.h"
 
@@ -136,7 +135,7 @@ void write_json(const std::string& path, int threads, const std::vector<Result>&
   out["results"] = nlohmann::ordered_json::array();
   for (const Result& r : results)
     out["results"].push_back({{"name", r.name}, {"shape", r.shape}, {"ms", r.ms}, {"gflops", r.gflops}});
-  kiln::write_file_atomically(path, out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+  kiln::apps::write_json_file(path, out);
 }
 
 }  // namespace

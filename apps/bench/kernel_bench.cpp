@@ -22,7 +22,6 @@
 #include "apps/mnist/cli.h"
 #include "kiln/core/backend.h"
 #include "kiln/core/error.h"
-#include "kiln/core/file.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 
@@ -128,8 +127,8 @@ std::string rel_err_note(double err) {
 namespace {
 
 // --json: {"program", "kiln", "revision", "device", "date", "results": [{family, version, shape,
-// ms, value, unit, reference, note}]}. ms and value are null where a version's time is not a finite
-// number (it was not measured).
+// ms, value, unit, reference, note}]}. A wrong version has ms and value 0 and its reason in note; a
+// figure that is not a finite number would be written null.
 void write_json(const std::string& path, const std::string& device, const std::vector<Result>& results) {
   std::time_t now = std::time(nullptr);
   char date[32];
@@ -141,7 +140,7 @@ void write_json(const std::string& path, const std::string& device, const std::v
   for (const Result& r : results)
     out["results"].push_back({{"family", r.family}, {"version", r.version}, {"shape", r.shape}, {"ms", r.ms},
                               {"value", r.value}, {"unit", r.unit}, {"reference", r.reference}, {"note", r.note}});
-  write_file_atomically(path, out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+  apps::write_json_file(path, out);
 }
 
 }  // namespace

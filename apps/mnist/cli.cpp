@@ -10,6 +10,7 @@
 
 #include "git_revision.h"  // made at build time (apps/CMakeLists.txt)
 #include "kiln/core/error.h"
+#include "kiln/core/file.h"
 #include "kiln/kiln.h"
 
 namespace kiln::apps {
@@ -102,6 +103,10 @@ nlohmann::ordered_json build_info(const std::string& program) {
 
 std::string json_line(const nlohmann::ordered_json& value) {
   return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+void write_json_file(const std::string& path, const nlohmann::ordered_json& value) {
+  write_file_atomically(path, value.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
 }
 
 double rounded(double v, int decimals) {

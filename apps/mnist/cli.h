@@ -32,6 +32,8 @@ nlohmann::ordered_json build_info(const std::string& program);
 // One line of JSON (metrics, --json): nlohmann-json writes it, so strings are escaped, a NaN or an
 // infinity is null, and the bytes of a file name that are not UTF-8 become U+FFFD.
 std::string json_line(const nlohmann::ordered_json& value);
+// Writes `value` to `path` as indented JSON, whole or not at all (write_file_atomically).
+void write_json_file(const std::string& path, const nlohmann::ordered_json& value);
 // `v` rounded to `decimals` places: shorter numbers in the JSON lines, as printed before.
 double rounded(double v, int decimals);
 

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,8 +47,7 @@ class StderrSink final : public spdlog::sinks::base_sink<std::mutex> {
 spdlog::level::level_enum level_for(int verbosity, const std::string& name) {
   if (verbosity == 0) return spdlog::level::warn;
   if (verbosity >= 2) return spdlog::level::debug;
-  const char* env = std::getenv("SPDLOG_LEVEL");
-  const std::optional<logging::Level> level = logging::level_from_spec(env ? env : "", name);
+  const std::optional<logging::Level> level = logging::level_from_environment(name);
   return level ? static_cast<spdlog::level::level_enum>(*level) : spdlog::level::info;
 }
 

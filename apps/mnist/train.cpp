@@ -126,7 +126,9 @@ std::pair<Device, Parallel> pick_device_and_group(const Config& c) {
   g_rank0 = par.rank() == 0;
   if (!g_rank0) {
     g_verbosity = 0;
-    spdlog::set_level(spdlog::level::err);  // the program's logger; kiln's still speaks on every rank
+    // the program's logger alone (spdlog::set_level would set every registered logger, kiln's too):
+    // kiln's warnings still come from every rank
+    spdlog::default_logger()->set_level(spdlog::level::err);
   }
   par.group->check_same("the settings", c.settings(par.size()).dump() + " device " + std::string(device_type_name(wanted.type)) +
                                             (c.tf32 ? " tf32" : "") + " data " + c.data);

@@ -96,6 +96,18 @@ TEST_CASE("mnist-train under mpirun -np 2 trains as one process on the global ba
   CHECK(fs::exists(dir.file("two.png")));
 }
 
+TEST_CASE("under mpirun, rank 0 alone logs the program's lines, and kiln's warnings come from every rank") {
+  if (!have_data()) return kiln::test::skip_without_mnist();
+  // not quiet (kRun has -q), and a KILN_NUM_THREADS that both ranks inherit from mpirun
+  Result r = kiln::test::run_shell(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 KILN_NUM_THREADS=two timeout 300 " +
+      std::string(KILN_MPIEXEC) + " --oversubscribe -np 2 '" + KILN_MNIST_TRAIN + "' --data '" +
+      kiln::test::mnist_dir() + "' --model mlp --limit-train 1280 --limit-test 500 --device cpu --epochs 1");
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  CHECK_MESSAGE(count(r.out, "\ndata: ") == 1, r.out);
+  CHECK_MESSAGE(count(r.out, "kiln: warning: KILN_NUM_THREADS='two'") == 2, r.out);
+}
+
 TEST_CASE("mnist-train checkpoints resume across process counts") {
   if (!have_data()) return kiln::test::skip_without_mnist();
   TempDir dir;
