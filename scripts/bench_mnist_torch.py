@@ -3,16 +3,20 @@
 mnist-train: the same models (cnn: examples/mnist's Net; mlp: 784-128-10), batch size, optimizer
 (Adadelta, lr 1.0) and data held in memory as tensors on the training device, normalised once (as
 kiln does), with a seeded shuffle drawn on that device per epoch. Prints the seconds of each
-training epoch (on CUDA the clock stops after a synchronisation) and the test accuracy.
+training epoch (on CUDA the clock stops after a synchronisation) and the test accuracy; with
+--json FILE, also appends one JSON line an epoch there (the settings, PyTorch's version and TF32
+switches, train_s, test_accuracy in %).
 
     /usr/bin/python3 scripts/bench_mnist_torch.py --model cnn [--device cpu|cuda] [--epochs 1]
-        [--threads 2] [--batch-size 64] [--data data/mnist]
+        [--threads 2] [--batch-size 64] [--data data/mnist] [--json FILE]
 
 Compare with:  mnist-train --model cnn --epochs 1 --device cpu   (its "epoch 1 ... s" figure)
 The IDX files may be raw or gzip'd (name.gz).
 """
 import argparse
+import datetime
 import gzip
+import json
 import os
 import time
 
@@ -76,6 +80,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--data", default=os.environ.get("KILN_DATA", "data/mnist"))
+    parser.add_argument("--json", metavar="FILE", help="append one JSON line an epoch to FILE")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -109,9 +114,19 @@ def main():
             for i in range(0, len(test_x), 1000):
                 correct += (model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
         where = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+        accuracy = 100 * correct / len(test_x)
         print(f"pytorch {torch.__version__} {where}, model {args.model}, batch {args.batch_size}: "
-              f"epoch {epoch} train {train_seconds:.2f} s, test accuracy {100 * correct / len(test_x):.2f}%",
+              f"epoch {epoch} train {train_seconds:.2f} s, test accuracy {accuracy:.2f}%",
               flush=True)
+        if args.json:
+            line = {"program": "bench_mnist_torch.py", "torch": torch.__version__,
+                    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                    "device": where, "model": args.model, "batch_size": args.batch_size,
+                    "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+                    "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                    "epoch": epoch, "train_s": round(train_seconds, 4), "test_accuracy": accuracy}
+            with open(args.json, "a") as f:
+                f.write(json.dumps(line) + "\n")
 
 
 if __name__ == "__main__":

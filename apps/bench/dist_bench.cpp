@@ -53,7 +53,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <ctime>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -119,20 +118,12 @@ std::string device_name(const ProcessGroup& group) {
   return group.device().str();
 }
 
-std::string today() {
-  std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  return date;
-}
-
 // --json: one JSON object a line, appended (rank 0): what every line of a run shares, then the
 // measure's figures; a figure that is not a finite number is null (it was not measured).
 nlohmann::ordered_json json_line(const char* bench, const std::string& impl, const ProcessGroup& group,
                                  const std::string& device) {
   nlohmann::ordered_json line = apps::build_info("dist-bench");
-  line.update({{"bench", bench}, {"impl", impl}, {"group", std::string(group.name())}, {"device", device}, {"ranks", group.size()},
-               {"date", today()}});
+  line.update({{"bench", bench}, {"impl", impl}, {"group", std::string(group.name())}, {"device", device}, {"ranks", group.size()}});
   return line;
 }
 

@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <iostream>
 #include <optional>
 
@@ -130,12 +129,8 @@ namespace {
 // ms, value, unit, reference, note}]}. A wrong version has ms and value 0 and its reason in note; a
 // figure that is not a finite number would be written null.
 void write_json(const std::string& path, const std::string& device, const std::vector<Result>& results) {
-  std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  nlohmann::ordered_json out = apps::build_info("kernel-bench");
+  nlohmann::ordered_json out = apps::build_info("kernel-bench");  // program, kiln, revision, date
   out["device"] = device;
-  out["date"] = date;
   out["results"] = nlohmann::ordered_json::array();
   for (const Result& r : results)
     out["results"].push_back({{"family", r.family}, {"version", r.version}, {"shape", r.shape}, {"ms", r.ms},

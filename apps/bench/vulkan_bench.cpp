@@ -3,9 +3,13 @@
 // same 20 calls (recording and submission included); then whole training steps of the CNN
 // (mnist-train's Net and Adadelta on random images), the device's time beside the host's.
 //
-//   vulkan-bench            (KILN_VULKAN_VALIDATION unset: the layer would slow every call)
+//   vulkan-bench [--json FILE]   (KILN_VULKAN_VALIDATION unset: the layer would slow every call)
 //
-// The figures quoted in kernels/vulkan/shaders/*.comp come from it.
+// --json writes {program, kiln, revision, date, device, results: [{section, name, ms (the device's
+// time per call or step), host_ms (null where not taken), value, unit}]}: sections "kernel" (unit
+// "ms"), "bandwidth" ("GB/s"), "matmul" ("TFLOP/s") and "step" ("ms"; "first" is the step that built
+// the pipelines, host time only). The figures quoted in kernels/vulkan/shaders/*.comp come from it,
+// through the recorded runs of docs/runs/.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -13,6 +17,8 @@
 #include <functional>
 #include <optional>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "apps/mnist/cli.h"
 #include "apps/mnist/models.h"
@@ -28,12 +34,21 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 
-// The whole bench: the kernels, then the steps.
-int run() {
+// One figure of --json's results; host_ms < 0: not taken (null).
+void add(nlohmann::ordered_json& results, const char* section, const std::string& name, double ms, double host_ms,
+         double value, const char* unit) {
+  results.push_back({{"section", section}, {"name", name}, {"ms", ms},
+                     {"host_ms", host_ms < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(host_ms)},
+                     {"value", value}, {"unit", unit}});
+}
+
+// The whole bench: the kernels, then the steps; with json_path, its figures written there too.
+int run(const std::string& json_path) {
   const Device v = Device::vulkan(0);
   Backend& b = backend_for(v);
   vulkan::VulkanBackend& vk = vulkan::backend(0);
   std::printf("device: %s\n", vk.description().c_str());
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
   // {device ms, host ms} per call of fn over 20 calls, after one (pipelines built, memory cached)
   auto per_call = [&](const std::function<Tensor()>& fn) {
     Tensor t = fn();
@@ -50,6 +65,7 @@ int run() {
   auto time = [&](const char* name, const std::function<Tensor()>& fn) {
     const auto [device, host] = per_call(fn);
     std::printf("%-44s %10.4f %10.4f\n", name, device, host);
+    add(results, "kernel", name, device, host, device, "ms");
   };
   Tensor x1 = uniform({64, 1, 28, 28}, -1, 1).to(v), w1 = uniform({32, 1, 3, 3}, -1, 1).to(v);
   Tensor x2 = uniform({64, 32, 26, 26}, -1, 1).to(v), w2 = uniform({64, 32, 3, 3}, -1, 1).to(v);
@@ -80,6 +96,7 @@ int run() {
   auto bandwidth = [&](const char* name, double bytes, const std::function<Tensor()>& fn) {
     const double ms = per_call(fn).first;
     std::printf("%-44s %10.4f %10.1f\n", name, ms, bytes / (ms * 1e-3) / 1e9);
+    add(results, "bandwidth", name, ms, -1, bytes / (ms * 1e-3) / 1e9, "GB/s");
   };
   const double mb64 = 4096.0 * 4096.0 * 4.0;
   bandwidth("copy", 2 * mb64, [&] { return big.clone(); });
@@ -121,6 +138,7 @@ int run() {
   auto flops = [&](const char* name, double count, const std::function<Tensor()>& fn) {
     const double ms = per_call(fn).first;
     std::printf("%-44s %10.4f %10.2f\n", name, ms, count / (ms * 1e-3) / 1e12);
+    add(results, "matmul", name, ms, -1, count / (ms * 1e-3) / 1e12, "TFLOP/s");
   };
   Tensor ma = uniform({4096, 4096}, -1, 1).to(v), mb = uniform({4096, 4096}, -1, 1).to(v);
   const double big_flops = 2.0 * 4096 * 4096 * 4096, fc1_flops = 2.0 * 64 * 128 * 9216;
@@ -159,7 +177,9 @@ int run() {
   auto start = Clock::now();
   step();
   b.synchronize();
-  std::printf("CNN training step, batch 64: the first %.1f ms (pipelines built)\n", ms_since(start));
+  const double first = ms_since(start);
+  std::printf("CNN training step, batch 64: the first %.1f ms (pipelines built)\n", first);
+  add(results, "step", "first", -1, first, first, "ms");
   for (int i = 0; i < 20; ++i) step();
   b.synchronize();
   constexpr int kSteps = 100;
@@ -177,6 +197,14 @@ int run() {
     std::printf("CNN training step, batch 64 (%d steps): device %.4f ms, host %.4f ms per step "
                 "(the host's loop alone %.4f ms)\n",
                 kSteps, vk.elapsed_ms(from, to) / kSteps, wall / kSteps, recorded / kSteps);
+    add(results, "step", "window " + std::to_string(window + 1), vk.elapsed_ms(from, to) / kSteps, wall / kSteps,
+        vk.elapsed_ms(from, to) / kSteps, "ms");
+  }
+  if (!json_path.empty()) {
+    nlohmann::ordered_json out = apps::build_info("vulkan-bench");
+    out["device"] = vk.description();
+    out["results"] = std::move(results);
+    apps::write_json_file(json_path, out);
   }
   return 0;
 }
@@ -186,9 +214,11 @@ int run() {
 int main(int argc, char** argv) {
   CLI::App app{"vulkan-bench: the Vulkan kernels of a MNIST CNN step, and whole steps, timed on the device "
                "(about 10 minutes on lavapipe, seconds on a GPU)"};
+  std::string json_path;
+  app.add_option("--json", json_path, "also write the figures to FILE as JSON")->type_name("FILE");
   if (std::optional<int> code = apps::parse_command_line(app, argc, argv)) return *code;
   try {
-    return run();
+    return run(json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vulkan-bench: error: %s\n", e.what());
     return 1;

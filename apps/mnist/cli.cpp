@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <exception>
 #include <filesystem>
 
@@ -98,7 +99,13 @@ std::string version_line(const std::string& program) {
 
 nlohmann::ordered_json build_info(const std::string& program) {
   const std::string revision = git_revision();
-  return {{"program", program}, {"kiln", KILN_VERSION}, {"revision", revision.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(revision)}};
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  return {{"program", program},
+          {"kiln", KILN_VERSION},
+          {"revision", revision.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(revision)},
+          {"date", date}};
 }
 
 std::string json_line(const nlohmann::ordered_json& value) {

@@ -26,7 +26,7 @@ std::string version_line(const std::string& program);
 // "" when unknown (built from a tarball).
 std::string git_revision();
 // What a JSON output records of the program that wrote it, first: {"program", "kiln" (the
-// version), "revision" (git_revision(), null when unknown)}.
+// version), "revision" (git_revision(), null when unknown), "date" (today, UTC: YYYY-MM-DD)}.
 nlohmann::ordered_json build_info(const std::string& program);
 
 // One line of JSON (metrics, --json): nlohmann-json writes it, so strings are escaped, a NaN or an
