@@ -1,30 +1,29 @@
 #!/usr/bin/python3
-"""Runs kiln's cpu-bench and scripts/bench_cpu_torch.py on this machine and rewrites the results
-table in docs/benchmarks.md (between the BEGIN/END markers), with the machine, thread count and
-date. The table is never edited by hand.
+"""Runs kiln's cpu-bench and scripts/bench_cpu_torch.py on this machine, alternating, and keeps
+every process's JSON as one line of OUT/cpu_bench.jsonl and OUT/cpu_torch.jsonl; `table(folder)`
+makes the comparison table of docs/benchmarks.md from such a folder (scripts/figures.py writes it
+from the recorded run named in docs/figures/tables.py). The table is never edited by hand.
 
     cmake --preset release && cmake --build --preset release --target cpu-bench
-    /usr/bin/python3 scripts/bench_cpu_report.py [--build build/release] [--threads 2] [--rounds 5]
+    /usr/bin/python3 scripts/bench_cpu_report.py OUT [--build build/release] [--threads 2] [--rounds 5]
 
-Each side runs --rounds times in fresh processes, alternating, and keeps its best median per op:
-on a shared machine a single process can land on a slow moment (seen here: one process timing
-PyTorch's conv1 forward at 4.4 ms, the next at 0.39 ms).
+Each side runs --rounds times in fresh processes, alternating, and the table keeps each side's best
+median per op: on a shared machine a single process can land on a slow moment (seen here: one
+process timing PyTorch's conv1 forward at 4.4 ms, the next at 0.39 ms). scripts/cpu-run bench runs
+it into its folder, with the machine's description, and with glibc told to keep freed memory mapped
+(see there): the comparison is of the kernels, not of the page faults of fresh buffers.
 
 PyTorch's matmul runs on the system BLAS: `scripts/setup --dev` installs python3-torch and
 OpenBLAS (libopenblas0-pthread), which Debian then selects as libblas.so.3.
 """
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC = os.path.join(ROOT, "docs", "benchmarks.md")
-BEGIN, END = "<!-- BEGIN cpu-bench -->", "<!-- END cpu-bench -->"
 
 
 def run_json(cmd, env=None):
@@ -43,50 +42,59 @@ def best_of(runs):
     return best
 
 
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
+def read_lines(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    env = dict(os.environ, KILN_NUM_THREADS=str(args.threads))
-    kiln_runs, torch_runs = [], []
-    for _ in range(args.rounds):
-        kiln_runs.append(run_json([os.path.join(args.build, "apps", "bench", "cpu-bench")], env))
-        torch_runs.append(run_json([sys.executable, os.path.join(ROOT, "scripts", "bench_cpu_torch.py"),
-                                    "--threads", str(args.threads)]))
-    kiln, torch = best_of(kiln_runs), best_of(torch_runs)
+def best(folder):
+    """(kiln, PyTorch): each side's best process result per op, from a folder that main() wrote."""
+    return (best_of(read_lines(os.path.join(folder, "cpu_bench.jsonl"))),
+            best_of(read_lines(os.path.join(folder, "cpu_torch.jsonl"))))
+
+
+def table(folder, meta):
+    """The Markdown table of a folder that main() wrote; meta: its run.json."""
+    kiln, torch = best(folder)
+    rounds = len(read_lines(os.path.join(folder, "cpu_bench.jsonl")))
     theirs = {(r["name"], r["shape"]): r for r in torch["results"]}
-
     lines = [
-        f"Measured {datetime.date.today().isoformat()} on {cpu_model()}, {os.cpu_count()} cores, "
-        f"{args.threads} threads; PyTorch {torch.get('torch', '?')} with BLAS "
-        f"`{os.path.basename(torch.get('blas', '?'))}`. Each figure: the best of {args.rounds} "
-        f"processes' medians of repeated runs after warm-up.",
+        f"Measured {meta['date']} on {meta['machine']}, {kiln.get('threads', '?')} threads (recorded run "
+        f"docs/runs/{meta['name']}, `{meta['command']}`); PyTorch {torch.get('torch', '?')} with BLAS "
+        f"`{os.path.basename(torch.get('blas', '?'))}`. Each figure: the best of {rounds} processes' medians of "
+        f"repeated runs after warm-up.",
         "",
         "| op | shape | kiln ms | kiln GFLOP/s | PyTorch ms | PyTorch GFLOP/s | kiln / PyTorch speed |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in kiln["results"]:
         t = theirs.get((r["name"], r["shape"]))
-        ratio = f"{t['ms'] / r['ms']:.2f}x" if t else "-"
         lines.append(f"| {r['name']} | `{r['shape']}` | {r['ms']:.3f} | {r['gflops']:.1f} | "
-                     f"{t['ms']:.3f} | {t['gflops']:.1f} | {ratio} |" if t else
+                     f"{t['ms']:.3f} | {t['gflops']:.1f} | {t['ms'] / r['ms']:.2f}x |" if t else
                      f"| {r['name']} | `{r['shape']}` | {r['ms']:.3f} | {r['gflops']:.1f} | - | - | - |")
-    table = "\n".join(lines)
+    return "\n".join(lines)
 
-    doc = open(DOC).read()
-    start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-    open(DOC, "w").write(doc[:start] + "\n" + table + "\n" + doc[end:])
-    print(table)
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", help="folder for cpu_bench.jsonl and cpu_torch.jsonl (appended)")
+    parser.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    env = dict(os.environ, KILN_NUM_THREADS=str(args.threads))
+    for _ in range(args.rounds):
+        for name, cmd, e in (
+                ("cpu_bench", [os.path.join(args.build, "apps", "bench", "cpu-bench")], env),
+                ("cpu_torch", [sys.executable, os.path.join(ROOT, "scripts", "bench_cpu_torch.py"), "--threads",
+                               str(args.threads)], None)):
+            with open(os.path.join(args.out, name + ".jsonl"), "a") as f:
+                f.write(json.dumps(run_json(cmd, e)) + "\n")
+    kiln, torch = best(args.out)
+    for r in kiln["results"]:
+        t = next((x for x in torch["results"] if (x["name"], x["shape"]) == (r["name"], r["shape"])), None)
+        print(f"{r['name']:24s} {r['shape']:28s} kiln {r['ms']:8.3f} ms" + (f"  PyTorch {t['ms']:8.3f} ms" if t else ""))
 
 
 if __name__ == "__main__":

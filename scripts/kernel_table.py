@@ -1,24 +1,14 @@
 #!/usr/bin/python3
-"""Regenerates the kernel-bench tables in kernels/README.md from the JSON of a device run.
+"""The kernel-bench tables of kernels/README.md, from the JSON of a recorded device run.
 
-    scripts/kernel_table.py out/kernels.json [--readme kernels/README.md]
-
-kernel-bench --json writes the file (scripts/device-run does, on the GPU machine). The tables
-sit between the markers <!-- kernel-bench: begin --> and <!-- kernel-bench: end -->; everything
-between them is replaced, nothing else is touched. One table per family, rows in the order the
-bench ran them. The last column compares each row with its yardstick: GB/s rows with the
-device's copy bandwidth; TFLOP/s rows with the reference of the same family and shape (cuBLAS,
-cuDNN; for conv2d the reference of the same pass), TF32 versions with the TF32 reference where there
-is one.
+kernel-bench --json writes the file (scripts/device-run bench, on the GPU machine); `scripts/figures.py
+record` keeps it in docs/runs/, and `scripts/figures.py update` writes the tables between the markers
+<!-- kernel-bench: begin --> and <!-- kernel-bench: end --> (docs/figures/tables.py names the run).
+One table per family, rows in the order the bench ran them. The last column compares each row with
+its yardstick: GB/s rows with the device's copy bandwidth; TFLOP/s rows with the reference of the same
+family and shape (cuBLAS, cuDNN; for conv2d the reference of the same pass), TF32 versions with the
+TF32 reference where there is one.
 """
-import argparse
-import json
-import re
-import sys
-
-BEGIN = "<!-- kernel-bench: begin -->"
-END = "<!-- kernel-bench: end -->"
-
 
 def yardstick(row, rows, copy_gbs):
     if row["unit"] == "GB/s":
@@ -39,12 +29,14 @@ def yardstick(row, rows, copy_gbs):
     return refs[0]["value"], refs[0]["version"]
 
 
-def tables(run):
+def tables(run, meta):
+    """run: kernel-bench's JSON; meta: the recorded run's run.json."""
     rows = run["results"]
     copy = next((r for r in rows if r["family"] == "copy"), None)
     copy_gbs = copy["value"] if copy else None
-    out = [f"Measured {run['date']} on {run['device']} with `kernel-bench` (`scripts/device-run bench`);"
-           f" regenerate with `scripts/kernel_table.py`."]
+    out = [f"Measured {run['date']} on {run['device']} with `kernel-bench` (build {run['revision']}), in the"
+           f" call `{meta['command']}` recorded in docs/runs/{meta['name']}; `scripts/figures.py update`"
+           f" writes these tables."]
     if copy:
         out.append(f"Device-to-device copy: {copy['value']:.0f} GB/s (bytes read + written).")
     families = []
@@ -61,24 +53,3 @@ def tables(run):
             out.append(f"| {version} | {r['shape']} | {r['ms']:.4f} | {r['value']:.2f} {r['unit']} | {ratio} |"
                        f" {r['note']} |")
     return "\n".join(out)
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("json")
-    parser.add_argument("--readme", default="kernels/README.md")
-    args = parser.parse_args()
-    with open(args.json) as f:
-        run = json.load(f)
-    with open(args.readme) as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        sys.exit(f"{args.readme}: no {BEGIN} ... {END} markers")
-    text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: f"{BEGIN}\n{tables(run)}\n{END}", text,
-                  flags=re.S)
-    with open(args.readme, "w") as f:
-        f.write(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -74,8 +74,8 @@ class Buffer {
 
 bool g_quick = false;  // --quick: a smoke run, 1 warm-up and 3 timed runs a figure
 
-// Median wall time of fn in milliseconds: 3 warm-up runs, then at least 7 timed runs and at
-// least ~1 s in total.
+// Median wall time of fn in milliseconds: 3 warm-up runs, then at least 7 timed runs, more until
+// a second has passed (at most 1000).
 double median_ms(const std::function<void()>& fn) {
   using clock = std::chrono::steady_clock;
   for (int i = 0; i < (g_quick ? 1 : 3); ++i) fn();

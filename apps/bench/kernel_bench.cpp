@@ -1,7 +1,8 @@
 // kernel-bench: every version of every CUDA kernel family against the library it is measured
-// by: matmul against cuBLAS (FP32 and TF32), conv2d against cuDNN, softmax, cross-entropy and
-// reductions against the device's copy bandwidth. Prints a table and writes JSON, from which
-// scripts/kernel_table.py regenerates the tables in kernels/README.md.
+// by: matmul against cuBLAS (FP32 and TF32), conv2d against cuDNN, softmax, cross-entropy,
+// reductions, dropout and batch norm against the device's copy bandwidth. Prints a table and writes
+// JSON; once a run's JSON is recorded in docs/runs/ (scripts/figures.py record), scripts/figures.py
+// update writes the tables of kernels/README.md from it (through scripts/kernel_table.py).
 //
 //   kernel-bench [--only matmul|conv|softmax|cross_entropy|reduce|dropout|batch_norm] [--shape TEXT]
 //                [--quick] [--json FILE]

@@ -45,7 +45,8 @@ class Bench {
   bool runs(const std::string& family) const { return only_.empty() || only_ == family; }
 
   // Runs fn (which queues kernels on stream()) a few times to warm up, then times it with CUDA
-  // events until about 0.2 s (0.02 s when quick) have passed; returns the median ms per call.
+  // events until about 0.2 s [nofig] (0.02 s [nofig] when quick) have passed; returns the median
+  // ms per call.
   double time_ms(const std::function<void()>& fn);
 
   // Prints the result as a table row and keeps it for the JSON file.

@@ -8,8 +8,8 @@
 // --json writes {program, kiln, revision, date, device, results: [{section, name, ms (the device's
 // time per call or step), host_ms (null where not taken), value, unit}]}: sections "kernel" (unit
 // "ms"), "bandwidth" ("GB/s"), "matmul" ("TFLOP/s") and "step" ("ms"; "first" is the step that built
-// the pipelines, host time only). The figures quoted in kernels/vulkan/shaders/*.comp come from it,
-// through the recorded runs of docs/runs/.
+// the pipelines: its ms null, the host's time alone). The figures quoted in kernels/vulkan/shaders/*.comp
+// and in kernels/README.md's Vulkan table come from it, through the recorded runs of docs/runs/.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -34,11 +34,11 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 
-// One figure of --json's results; host_ms < 0: not taken (null).
+// One figure of --json's results; ms or host_ms < 0: not taken (null).
 void add(nlohmann::ordered_json& results, const char* section, const std::string& name, double ms, double host_ms,
          double value, const char* unit) {
-  results.push_back({{"section", section}, {"name", name}, {"ms", ms},
-                     {"host_ms", host_ms < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(host_ms)},
+  auto taken = [](double v) { return v < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(v); };
+  results.push_back({{"section", section}, {"name", name}, {"ms", taken(ms)}, {"host_ms", taken(host_ms)},
                      {"value", value}, {"unit", unit}});
 }
 

@@ -15,26 +15,21 @@
 // A 1x1 convolution with stride 1 and no padding needs no im2col: x itself is col.
 //
 // Threads: the batch is spread over the pool, each thread with its own col buffer, and each gemm
-// runs single-threaded inside it. For MNIST's conv2 at batch 64 that measured 10.6 ms forward
-// against 13.0 ms for the images in turn with a threaded gemm (2 threads): no synchronisation per
-// image, and im2col and col2im (memory-bound) run in parallel too. With a batch smaller than the
-// thread count the images run in turn and the gemm uses the pool instead. The weight gradient
-// sums over the batch: each of S slots (S = threads) sums a fixed, contiguous range of images
-// into its own buffer and the slots are added in order afterwards, so there are no races and the
-// result does not depend on scheduling.
+// runs single-threaded inside it. For MNIST's conv2 at batch 64 that beat the images in turn with a
+// threaded gemm: no synchronisation per image, and im2col and col2im (memory-bound) run in parallel
+// too (measurements: NOTES.md). With a batch smaller than the thread count the images run in turn
+// and the gemm uses the pool instead. The weight gradient sums over the batch: each of S slots
+// (S = threads) sums a fixed, contiguous range of images into its own buffer and the slots are
+// added in order afterwards, so there are no races and the result does not depend on scheduling.
 //
 // im2col + gemm also serves the first MNIST layer (C*KH*KW = 9), where a direct loop might be
-// expected to win: on one thread conv1's forward at batch 64 took 0.68 ms this way against
-// 1.03 ms for a direct loop vectorised by the compiler (g++ 12 -O3). Accumulation is in T (float
-// for f32), as in gemm.
+// expected to win: on one thread conv1's forward at batch 64 ran faster this way than a direct loop
+// vectorised by the compiler (measurements: NOTES.md). Accumulation is in T (float for f32), as in gemm.
 //
-// Measured, batch 64, 2 threads, ms (cpu-bench; PyTorch 1.13 with oneDNN from
-// scripts/bench_cpu_torch.py; 2-core AMD EPYC Zen 3 VM, medians on an otherwise idle machine):
-//                       forward   backward-input   backward-weight
-//   conv1 kiln            0.35         0.38             0.74
-//   conv1 PyTorch         0.40         1.65             1.73
-//   conv2 kiln           10.1          9.7             10.9      (120-140 GFLOP/s)
-//   conv2 PyTorch        17.5          8.4             11.2
+// Today's figures, batch 64, 2 threads, against PyTorch: docs/benchmarks.md's cpu-bench table (the
+// recorded run docs/runs/2026-11-26-cpu). conv2 runs at 148-165 GFLOP/s [fig cpu.conv2.gflops] in the
+// three passes, 0.47-0.55x [fig cpu.conv2.speed-vs-torch] PyTorch's speed; conv1's weight gradient
+// at 0.38x [fig cpu.conv1.bwd-weight.speed-vs-torch]. An earlier table, which put kiln ahead: NOTES.md.
 #include <algorithm>
 #include <cstring>
 #include <vector>

@@ -36,10 +36,10 @@
 // multiply-adds skip packing for a direct loop. f32 accumulates in float, as BLAS does: over k
 // terms the error grows like sqrt(k) * 6e-8, well inside what float training tolerates.
 //
-// Measured 2026-11-22: f32 1024^3 at 180-184 GFLOP/s on 2 threads for A.B, A^T.B and A.B^T, PyTorch 1.13 on
-// OpenBLAS 0.3.21 181-185 on the same machine; 90 GFLOP/s on one thread, 88% of the 102 GFLOP/s
-// that a loop of independent FMAs reaches on one core. (cpu-bench and scripts/bench_cpu_torch.py,
-// 2-core AMD EPYC Zen 3 VM, g++ 12 -O3, medians on an otherwise idle machine.)
+// Today's figures, f32 1024^3 on 2 threads: kiln 190-192 GFLOP/s [fig cpu.matmul.gflops] for A.B, A^T.B and
+// A.B^T, PyTorch on OpenBLAS 192-193 GFLOP/s [fig cpu.matmul.torch-gflops] on the same machine (cpu-bench
+// and scripts/bench_cpu_torch.py, the recorded run docs/runs/2026-11-26-cpu; docs/benchmarks.md). One
+// thread against the peak of a loop of FMAs: NOTES.md.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -61,12 +61,11 @@
 namespace kiln::cpu {
 namespace {
 
-// Below this many multiply-adds a direct loop beats packing. The packed path wins early: 8x8x8
-// takes 0.28 us packed vs 0.33 us direct, 32x32x32 1.4 us vs 5.5 us (one thread, scratch timing
-// loop around gemm<float>, EPYC Zen 3, g++ 12 -O3).
+// Below this many multiply-adds a direct loop beats packing. The packed path wins from small sizes
+// on: 8x8x8 already, and by far at 32x32x32 (measurements: NOTES.md).
 constexpr int64_t kSmallWork = 512;
-// From this many multiply-adds on, the pool helps: 48x48x48 takes 3.4 us on 2 threads vs 4.2 us
-// on one, 128^3 32 us vs 50 us (same timing loop, idle machine). Below it, one thread.
+// From this many multiply-adds on, the pool helps: 48x48x48 already runs faster on 2 threads than
+// on one (measurements: NOTES.md). Below it, one thread.
 constexpr int64_t kParallelWork = int64_t{1} << 16;
 
 template <class T> struct Blocking;
@@ -238,9 +237,9 @@ __attribute__((target("avx2,fma"))) void micro_kernel_avx2(int64_t kc, const T* 
   }
 }
 // The transposed B sliver for f32, 8 x 8 blocks at a time: load 8 rows of 8 values, transpose
-// them in registers (3 rounds of shuffles), store 8 rows of 8. About 4x faster than the scalar
-// copy, which matters for A.B^T and conv2d's weight gradient, where this packing is a quarter of
-// the work otherwise.
+// them in registers (3 rounds of shuffles), store 8 rows of 8. Several times faster than the
+// scalar copy (measurement: NOTES.md), which matters for A.B^T and conv2d's weight gradient, where
+// this packing is a quarter of the work otherwise.
 __attribute__((target("avx2,fma"))) void pack_b_sliver_transposed_f32_avx2(const float* src,
                                                                             int64_t ldb, int64_t kc,
                                                                             float* dst) {
@@ -373,7 +372,7 @@ void macro_kernel(MicroKernel<T> kernel, int64_t mc, int64_t j_begin, int64_t j_
 
 // How the threads split one B panel's product: a tm x tn grid over (row tiles, column slivers).
 // Minimises the tiles per thread; splitting columns costs a little more (every thread in a row
-// of the grid packs the same A blocks), hence the 3% handicap.
+// of the grid packs the same A blocks), hence the 3% [nofig] handicap.
 void thread_grid(int threads, int64_t row_tiles, int64_t col_slivers, int& tm, int& tn) {
   double best = -1;
   for (int rows = 1; rows <= threads; ++rows) {

@@ -204,8 +204,8 @@ class MpiGroup final : public ProcessGroup {
       if (std::chrono::steady_clock::now() > deadline)
         fail(timed_out(what));
       // Open MPI moves a nonblocking collective forward only inside MPI calls, so polling without
-      // pause keeps a large all-reduce as fast as MPI_Allreduce (sleeping 50 us between polls made
-      // 1 MB 17x slower); past the first polls, yield the core to ranks that share it
+      // pause keeps a large all-reduce as fast as MPI_Allreduce (sleeping between polls made it many
+      // times slower: NOTES.md); past the first polls, yield the core to ranks that share it
       // (mpirun --oversubscribe).
       if (polls > 1000) std::this_thread::yield();
     }

@@ -6,12 +6,12 @@
 //   so the num_threads() - 1 workers are started once, on the first parallel_for that needs them,
 //   and sleep on a condition variable between jobs. The calling thread works too: with 2 threads
 //   there is 1 worker.
-// - Short spins before sleeping. Waking a sleeping thread costs 10-25 us here (a VM: the idle
-//   vCPU has to be woken too), longer than a gemm's pack-then-compute phases. So a worker that
-//   finishes a job polls for the next one for up to kSpin before it sleeps, and the caller polls
-//   for the workers to finish for as long before it sleeps: back-to-back jobs (a gemm posts two
-//   per block of k) then start within a microsecond. The bound keeps the waste small when no job
-//   follows.
+// - Short spins before sleeping. Waking a sleeping thread is slow here (a VM: the idle vCPU has
+//   to be woken too; measurements: NOTES.md), slower than a gemm's pack-then-compute phases. So a
+//   worker that finishes a job polls for the next one for up to kSpin before it sleeps, and the
+//   caller polls for the workers to finish for as long before it sleeps: back-to-back jobs (a gemm
+//   posts two per block of k) then start within a microsecond. The bound keeps the waste small
+//   when no job follows.
 // - One job at a time. A job is (fn, n, chunk size); every thread that joins it claims chunks from
 //   one atomic counter until none are left, so a slow or descheduled thread (common on a shared
 //   VM) leaves its share to the others instead of holding everyone up.

@@ -17,10 +17,15 @@
 // The backward sums g and g * xhat the same way, then an elementwise kernel writes grad_x; apply
 // is elementwise too, one channel lookup per plane. Two passes over x forward, two over x and the
 // gradient backward, where the composed ops batch_norm used to run took about a dozen.
-// Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, 2026-11-22,
-// kernel-bench, f32 training): [64, 32, 26, 26] forward 0.019 ms, backward
-// 0.022 ms; [128, 64, 56, 56] forward 0.192 ms, backward 0.263 ms, 35% and 39% of the copy
-// bandwidth in the bench's bytes (x and y; x, g and grad_x), which leave out the second read of x.
+// Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, kernel-bench,
+// docs/runs/2026-11-26-h100, f32 training): [64, 32, 26, 26] forward
+// 0.019 ms [fig cuda.batch_norm.fwd.64x32x26x26.ms], backward
+// 0.022 ms [fig cuda.batch_norm.bwd.64x32x26x26.ms]; [128, 64, 56, 56] forward
+// 0.193 ms [fig cuda.batch_norm.fwd.128x64x56x56.ms], backward
+// 0.264 ms [fig cuda.batch_norm.bwd.128x64x56x56.ms],
+// 35% [fig cuda.batch_norm.fwd.128x64x56x56.pct-copy] and
+// 39% [fig cuda.batch_norm.bwd.128x64x56x56.pct-copy] of the copy bandwidth in the bench's bytes (x
+// and y; x, g and grad_x), which leave out the second read of x.
 #include <algorithm>
 #include <cstdint>
 

@@ -19,40 +19,58 @@
 // the CUDA cores, tensor_cores.cuh, patch.cuh); how each came to be, with the attempts dropped on
 // the way: kernels/cuda/NOTES.md. Figures below: ms on MNIST's conv2, x[64,32,26,26] w[64,32,3,3]
 // (conv1: x[64,1,28,28] w[32,1,3,3]), "a / b" = 3xTF32 / TF32, beside cuDNN's FP32 in the same run
-// (H100 80GB HBM3, 2026-11-22, `kernel-bench` by `scripts/device-run bench`: kernels/README.md).
+// (H100 80GB HBM3, kernel-bench, docs/runs/2026-11-26-h100; every row: kernels/README.md).
 //
-// Forward (cuDNN 0.0715):
-//   1 direct: a thread per output element loops over its C/G*KH*KW taps. The baseline. 1.1930.
+// Forward (cuDNN 0.0829 [fig cuda.conv2d.fwd.cudnn.conv2.ms]):
+//   1 direct: a thread per output element loops over its C/G*KH*KW taps. The baseline.
+//     1.1845 [fig cuda.conv2d.fwd.v1.conv2.ms].
 //   2 implicit GEMM: 128 x 64 block tiles (128 x 32, 128 x 16 for small O/G), K in slices of 16
-//     gathered from x straight into shared memory (im2col never materialised), 8 x 4 register
-//     tiles per thread; the epilogue applied as the tile is stored. 0.1058.
-//   3 2 with slice k+1's loads issued into registers before slice k's FMAs. 0.1037.
-//   4 3 with 8 x 8 thread tiles (128 threads) where O/G > 32: half the shared reads per FMA. 0.1342.
+//     gathered from x straight into shared memory (im2col never materialised), 8 x 4 register tiles
+//     per thread; the epilogue applied as the tile is stored.
+//     0.1051 [fig cuda.conv2d.fwd.v2.conv2.ms].
+//   3 2 with slice k+1's loads issued into registers before slice k's FMAs.
+//     0.1029 [fig cuda.conv2d.fwd.v3.conv2.ms].
+//   4 3 with 8 x 8 thread tiles (128 threads) where O/G > 32: half the shared reads per FMA.
+//     0.1345 [fig cuda.conv2d.fwd.v4.conv2.ms].
 //   5 the GEMM on matmul's tensor cores (mma.sync m16n8k8, 3-stage cp.async pipeline), the im2col
 //     tile gathered by 4-byte cp.async from per-block tap tables; TensorMath::tf32x3 (three TF32
-//     products each: f32 accuracy) or tf32 (allow_tf32). 0.0698 / 0.0399.
-//   6 direct for O/G <= 16: a thread per output pixel computes all O/G outputs, the group's
-//     weights in shared memory. Timed as backward input 6.
+//     products each: f32 accuracy) or tf32 (allow_tf32).
+//     0.0703 [fig cuda.conv2d.fwd.v5-3xtf32.conv2.ms] /
+//     0.0398 [fig cuda.conv2d.fwd.v5-tf32.conv2.ms].
+//   6 direct for O/G <= 16: a thread per output pixel computes all O/G outputs, the group's weights
+//     in shared memory. Timed as backward input 6.
 //   7 5 with the input patch in shared memory: the input rows of 8 channels a stage copied once,
-//     the mma fragments reading im2col out of it, the weights packed beforehand. 0.0535 / 0.0312.
+//     the mma fragments reading im2col out of it, the weights packed beforehand.
+//     0.0533 [fig cuda.conv2d.fwd.v7-3xtf32.conv2.ms] /
+//     0.0309 [fig cuda.conv2d.fwd.v7-tf32.conv2.ms].
 //   8 6 at stride 1 with the input rows of a band of output rows in shared memory. Timed as
 //     backward input 8.
-// Backward input (cuDNN 0.0791; conv1 0.0372):
-//   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes. 3.6134.
+// Backward input (cuDNN 0.0738 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms]; conv1
+//   0.0246 [fig cuda.conv2d.bwd-input.cudnn.conv1.ms]):
+//   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes.
+//     3.6108 [fig cuda.conv2d.bwd-input.v1.conv2.ms].
 //   2 implicit GEMM in gather form (forward 2's kernel): taps the stride does not divide are
-//     skipped, so no atomics and no zeroed output. 0.4476.
+//     skipped, so no atomics and no zeroed output. 0.4469 [fig cuda.conv2d.bwd-input.v2.conv2.ms].
 //   3 as a forward convolution: at stride 1 grad_x = conv2d(grad_y, w') with w' the flipped,
 //     channel-swapped weights (written to a workspace) and padding dh*(KH-1) - ph, on forward 3;
-//     needs padding <= dilation*(kernel-1). 0.1267.
-//   4, 5, 6, 7, 8: 3's forward form on forward 4, 5, 6, 7, 8. 4: 0.1267; 5: 0.0822 / 0.0652;
-//     7: 0.0571 / 0.0454; conv1: 6: 0.0482; 8: 0.0251.
-// Backward weight (cuDNN 0.0943):
+//     needs padding <= dilation*(kernel-1). 0.1263 [fig cuda.conv2d.bwd-input.v3.conv2.ms].
+//   4, 5, 6, 7, 8: 3's forward form on forward 4, 5, 6, 7, 8.
+//     4: 0.1263 [fig cuda.conv2d.bwd-input.v4.conv2.ms];
+//     5: 0.0820 [fig cuda.conv2d.bwd-input.v5-3xtf32.conv2.ms] /
+//     0.0651 [fig cuda.conv2d.bwd-input.v5-tf32.conv2.ms];
+//     7: 0.0567 [fig cuda.conv2d.bwd-input.v7-3xtf32.conv2.ms] /
+//     0.0453 [fig cuda.conv2d.bwd-input.v7-tf32.conv2.ms];
+//     conv1: 6: 0.0482 [fig cuda.conv2d.bwd-input.v6.conv1.ms];
+//     8: 0.0247 [fig cuda.conv2d.bwd-input.v8.conv1.ms].
+// Backward weight (cuDNN 0.0941 [fig cuda.conv2d.bwd-weight.cudnn.conv2.ms]):
 //   1 implicit GEMM, split-K: K = N_img*OH*OW cut into S ranges so that the launch is one full wave
 //     at the kernel's occupancy, partial tiles in a workspace [S, O, C/G*KH*KW], then a second
-//     kernel sums them in split order (deterministic, no atomics); 64 x 64 tiles, 32 x 32 for
-//     small layers. 0.1204.
-//   2 1 with 64 x 128 tiles of 8 x 8 thread tiles (128 threads). 0.1196.
-//   3 1 on the tensor cores, as forward 5. 0.0675 / 0.0460.
+//     kernel sums them in split order (deterministic, no atomics); 64 x 64 tiles, 32 x 32 for small
+//     layers. 0.1198 [fig cuda.conv2d.bwd-weight.v1.conv2.ms].
+//   2 1 with 64 x 128 tiles of 8 x 8 thread tiles (128 threads).
+//     0.1190 [fig cuda.conv2d.bwd-weight.v2.conv2.ms].
+//   3 1 on the tensor cores, as forward 5. 0.0679 [fig cuda.conv2d.bwd-weight.v3-3xtf32.conv2.ms] /
+//     0.0458 [fig cuda.conv2d.bwd-weight.v3-tf32.conv2.ms].
 //
 // Production (CudaBackend::conv2d*): the forward runs 3 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty), else 7 in f32 at stride 1 where its patch fits
@@ -285,7 +303,7 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
 
 // Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i].
 // Unrolled so that eight loads are in flight before their adds (the adds stay in split order): at
-// MNIST's batch 512 the two of a step took 103 us with one load at a time (ncu, H100, 2026-11-22).
+// MNIST's batch 512 the two of a step were slow with one load at a time (history: NOTES.md).
 template <class T>
 __global__ void sum_splits_kernel(const T* ws, T* gw, int64_t count, int64_t splits) {
   KILN_GRID_STRIDE(i, count) {
@@ -885,8 +903,13 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
     using T = decltype(tag);
     const DeviceEpilogue<T> b = device_epilogue<T>(epilogue);
     // A reduction this short (the first MNIST layer: C*KH*KW = 9) leaves most of each 16-long
-    // tensor-core slice, and of version 7's 8-channel stages, empty: version 3 is faster there
-    // (kernels/README.md). Elsewhere version 7 where it runs (stride 1), else version 5.
+    // tensor-core slice, and of version 7's 8-channel stages, empty: version 3 beats the 3xTF32
+    // versions there (conv1: 0.0097 ms [fig cuda.conv2d.fwd.v3.conv1.ms] against 5's
+    // 0.0114 [fig cuda.conv2d.fwd.v5-3xtf32.conv1.ms] and 7's
+    // 0.0167 [fig cuda.conv2d.fwd.v7-3xtf32.conv1.ms]; H100, kernel-bench,
+    // docs/runs/2026-11-26-h100). TF32's version 5 ran faster still
+    // (0.0080 ms [fig cuda.conv2d.fwd.v5-tf32.conv1.ms]), but this rule takes version 3 under
+    // either math. Elsewhere version 7 where it runs (stride 1), else version 5.
     if (g.c / g.groups * g.kh * g.kw < 32) {
       conv2d::forward_implicit_gemm_prefetch<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
     } else if (const int64_t packed = std::is_same_v<T, float> ? conv2d::forward_patch_workspace(g) : 0; packed > 0) {

@@ -8,29 +8,44 @@
 // state of softmax.cuh, plus the plain sum of the logits for the smoothing term) gives the loss.
 // The passes over a row are softmax.cu's, from softmax.cuh; the versions add the target's terms.
 //
-// Bench: `kernel-bench --only cross_entropy` (GB/s against the copy bandwidth). How the versions came to
-// be: kernels/cuda/NOTES.md. Figures below: ms and share of the copy bandwidth, f32 (H100 80GB
-// HBM3, 2026-11-22, `kernel-bench` by `scripts/device-run bench`: kernels/README.md).
+// Bench: `kernel-bench --only cross_entropy` (GB/s against the copy bandwidth). How the versions
+// came to be: kernels/cuda/NOTES.md. Figures below: ms and share of the copy bandwidth, f32 (H100
+// 80GB HBM3, kernel-bench, docs/runs/2026-11-26-h100; every row: kernels/README.md).
 //
 // warp per row (forward and backward): softmax.cu's version 2; lane 0 writes the loss, or every
-//   lane its elements' p - target times the incoming gradient. [65536, 10] forward 0.0309 ms, 3%;
-//   backward 0.0259 ms, 7%.
-// block per row (forward and backward): version 3, 512 threads per row, 16-byte loads where the
-//   row allows. [8192, 32000] forward 0.4111 ms, 85%; backward 1.0924 ms, 64%.
+//   lane its elements' p - target times the incoming gradient. [65536, 10] forward
+//   0.0311 ms [fig cuda.cross_entropy.fwd-warp.65536x10.ms],
+//   3% [fig cuda.cross_entropy.fwd-warp.65536x10.pct-copy]; backward
+//   0.0258 ms [fig cuda.cross_entropy.bwd-warp.65536x10.ms],
+//   7% [fig cuda.cross_entropy.bwd-warp.65536x10.pct-copy].
+// block per row (forward and backward): version 3, 512 threads per row, 16-byte loads where the row
+//   allows. [8192, 32000] forward 0.4124 ms [fig cuda.cross_entropy.fwd-block.8192x32000.ms],
+//   85% [fig cuda.cross_entropy.fwd-block.8192x32000.pct-copy]; backward
+//   1.0943 ms [fig cuda.cross_entropy.bwd-block.8192x32000.ms],
+//   64% [fig cuda.cross_entropy.bwd-block.8192x32000.pct-copy].
 // rows per warp (forward and backward, C <= 32): version 5, a group of 1 to 8 lanes per row.
-//   [65536, 10] forward 0.0063 ms, 17%; backward 0.0068 ms, 28%.
-// backward, row in registers (C >= 512, up to 32768 f32, 8192 f64): version 6, the logits read
-//   once and the gradient written once. [8192, 32000] 0.7135 ms, 98%.
-// forward, block per row, unrolled (C > 1024): kUnrolledThreads (256) threads per row, each
-//   loading kUnroll packs of 16 bytes before it uses any; a step's max rescales the running sum
-//   once, then one exp and no branch per element; one barrier per row. [8192, 32000] 0.3412 ms, 102%.
-// backward, row split between registers and shared memory (C >= kSplitRowMin): 512 threads hold
-//   8 packs each in registers (4 in f64) and the rest of the row in shared memory (cp.async), so
-//   two rows share an SM: one row's loads run while the other reduces and writes. [8192, 32000]
-//   0.7192 ms, 97%.
-// Production picks by C: rows per warp up to 32, then warp per row; the forward uses the
-//   unrolled block version above 1024; the backward the registers version from 512 and the split
-//   version from kSplitRowMin, 2048, where the two tie on an H100 (block where it does not fit).
+//   [65536, 10] forward 0.0061 ms [fig cuda.cross_entropy.fwd-lanes.65536x10.ms],
+//   17% [fig cuda.cross_entropy.fwd-lanes.65536x10.pct-copy]; backward
+//   0.0066 ms [fig cuda.cross_entropy.bwd-lanes.65536x10.ms],
+//   29% [fig cuda.cross_entropy.bwd-lanes.65536x10.pct-copy].
+// backward, row in registers (C >= 512, up to 32768 f32, 8192 f64): version 6, the logits read once
+//   and the gradient written once. [8192, 32000]
+//   0.7151 ms [fig cuda.cross_entropy.bwd-registers.8192x32000.ms],
+//   98% [fig cuda.cross_entropy.bwd-registers.8192x32000.pct-copy].
+// forward, block per row, unrolled (C > 1024): kUnrolledThreads (256) threads per row, each loading
+//   kUnroll packs of 16 bytes before it uses any; a step's max rescales the running sum once, then
+//   one exp and no branch per element; one barrier per row. [8192, 32000]
+//   0.3417 ms [fig cuda.cross_entropy.fwd-unrolled.8192x32000.ms],
+//   102% [fig cuda.cross_entropy.fwd-unrolled.8192x32000.pct-copy].
+// backward, row split between registers and shared memory (C >= kSplitRowMin): 512 threads hold 8
+//   packs each in registers (4 in f64) and the rest of the row in shared memory (cp.async), so two
+//   rows share an SM: one row's loads run while the other reduces and writes. [8192, 32000]
+//   0.7205 ms [fig cuda.cross_entropy.bwd-split.8192x32000.ms],
+//   97% [fig cuda.cross_entropy.bwd-split.8192x32000.pct-copy].
+// Production picks by C: rows per warp up to 32, then warp per row; the forward uses the unrolled
+//   block version above 1024; the backward the registers version from 512 and the split version
+//   from kSplitRowMin, 2048, where the two tied on an H100 (history: NOTES.md; block where it does
+//   not fit).
 //
 // Precision: the (max, sum) state accumulates in the working type (float for f32, as softmax.cu
 // explains); the loss itself is assembled in double from m, the target's logit and log S, and

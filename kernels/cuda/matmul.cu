@@ -40,18 +40,27 @@
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
-//     16-byte aligned for cp.async and k >= 256, else 07. At 4096^3 12 ran 1.41x faster than 07
-//     (2.56 ms against 3.60), at 1024^3 1.49x; at k = 64 or 128 the two are even (H100, kernel-
-//     bench, 2026-11-22), so short products keep the exact-order f32 of 07.
-//   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13 when its 128 x 256 tiles number
-//     at least SMs / 2 (2048^2 outputs and up): at 4096^3 it took 0.607 ms where 11 took 0.817
-//     and 11_128x128 0.780, at 2048^3 B^T 0.074 where they took 0.112 and 0.118, and its 4-stage
-//     first form already led at 2048^3 (0.098 against 0.111 and 0.103), but not at 1024^3 (32
-//     tiles: 0.040 against 11_128x128's 0.035) (H100, standalone timings of the kernels,
-//     2026-11-22; 13's header). Elsewhere 11 on 128 x 256 tiles when they fill the GPU twice
-//     (2 x SMs tiles), else 11 on 128 x 128 tiles; 08 when the operands are not aligned for
-//     cp.async. (1024^3 has 64 tiles on 132 SMs and the big tiles still ran 3x faster than 03,
-//     so they pay well before they fill every SM.)
+//     16-byte aligned for cp.async and k >= 256, else 07. At 4096^3 12 ran
+//     1.40x [fig cuda.matmul.12-over-07.4096] faster than 07 (2.52 ms [fig cuda.matmul.12.4096.ms]
+//     against 3.52 [fig cuda.matmul.07.4096.ms]), at 1024^3
+//     1.51x [fig cuda.matmul.12-over-07.1024]; at k = 64 or 128 07 is the faster
+//     (1.45x [fig cuda.matmul.07-over-12.9216x128x64At] at 9216 x 128 x 64 A^T,
+//     1.20x [fig cuda.matmul.07-over-12.64x9216x128] at 64 x 9216 x 128) (H100, kernel-bench,
+//     docs/runs/2026-11-26-h100), so short products keep the exact-order f32 of 07.
+//   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13 when its 128 x 256 tiles number at
+//     least SMs / 2 (2048^2 outputs and up): at 4096^3 it took
+//     0.480 ms [fig cuda.matmul.13.4096.ms] where 11 took 0.850 [fig cuda.matmul.11.4096.ms] and
+//     11_128x128 0.877 [fig cuda.matmul.11-128x128.4096.ms], at 2048^3
+//     0.077 [fig cuda.matmul.13.2048.ms] where they took 0.110 [fig cuda.matmul.11.2048.ms] and
+//     0.111 [fig cuda.matmul.11-128x128.2048.ms]. At 1024^3 (32 tiles) 13 led too,
+//     0.033 [fig cuda.matmul.13.1024.ms] against 11_128x128's
+//     0.035 [fig cuda.matmul.11-128x128.1024.ms] (H100, kernel-bench, docs/runs/2026-11-26-h100),
+//     though the threshold hands it to 11: it came from earlier standalone timings in which 13
+//     trailed there (history: NOTES.md). Elsewhere 11 on 128 x 256 tiles when they fill the GPU
+//     twice (2 x SMs tiles), else 11 on 128 x 128 tiles; 08 when the operands are not aligned for
+//     cp.async. (1024^3 has 64 tiles of 128 x 128 on 132 SMs and 07 on them still ran
+//     3x [fig cuda.matmul.07-over-03.1024] faster than 03, so they pay well before they fill every
+//     SM.)
 //   - else, one batch entry and a split into S >= 4 chunks (split_k_splits: about two blocks per
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
@@ -61,11 +70,14 @@
 // The epilogue (core/backend.h): every version stores each element of C through it, so a Linear
 // layer's bias and ReLU cost no pass of their own: 03-05 and 01-02 as they store an element,
 // 06-07 in store4, 08 and 10-13 in store_mma_tiles (after 12's NaN recompute), 09 in its reduce
-// kernel (or its one chunk's store). Measured (H100 80GB HBM3, 2026-11-22, kernel-bench --only
-// matmul, production f32 path): bias + ReLU in the epilogue add 0-5% to the product's time (15%
-// at 9216 x 128 x 64 A^T), while the same two as passes of their own after it take 5-107% longer
-// than the fused product (784 x 128 x 64: 0.0063 ms fused, 0.0129 ms with passes). Earlier
-// measurements and open questions: kernels/cuda/NOTES.md.
+// kernel (or its one chunk's store). Measured (H100 80GB HBM3, kernel-bench,
+// docs/runs/2026-11-26-h100, production f32 path): bias + ReLU in the epilogue add at most
+// 4% [fig cuda.matmul.epilogue.max-pct] to the product's time
+// (16% [fig cuda.matmul.epilogue.9216x128x64At.pct] at 9216 x 128 x 64 A^T), while the same two as
+// passes of their own after it take 8-111% [fig cuda.matmul.passes.pct-range] longer than the fused
+// product (784 x 128 x 64: 0.0061 ms [fig cuda.matmul.epilogue.784x128x64.ms] fused,
+// 0.0128 ms [fig cuda.matmul.passes.784x128x64.ms] with passes). Earlier measurements and open
+// questions: kernels/cuda/NOTES.md.
 #include <algorithm>
 
 #include "kiln/core/precision.h"

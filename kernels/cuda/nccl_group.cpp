@@ -141,7 +141,7 @@ class NcclGroup final : public ProcessGroup {
     return std::make_unique<NcclWork>(backend_->stream(), std::move(done), std::move(kept));
   }
   // The blocking form runs on kiln's stream itself: nothing overlaps it, so the events that
-  // order the group's stream would only add their latency (3-5 us a call below 1 MB).
+  // order the group's stream would only add their latency, which counts for small tensors (NOTES.md).
   void all_reduce(const Tensor& t, ReduceOp op) override { reduce(std::span<const Tensor>(&t, 1), op, Stream::kiln); }
   void all_reduce(std::span<const Tensor> tensors, ReduceOp op) override { reduce(tensors, op, Stream::kiln); }
 
@@ -185,8 +185,8 @@ class NcclGroup final : public ProcessGroup {
 
   std::shared_ptr<DoneEvent> reduce(std::span<const Tensor> tensors, ReduceOp op, Stream where) {
     for (const Tensor& t : tensors) check_reduction(op, t);
-    // One rank: every reduction is t itself. NCCL would still pass over the data (0.6 ms of an
-    // H200's backward for 537 MB of gradients).
+    // One rank: every reduction is t itself. NCCL would still pass over the data, a visible part of
+    // a backward pass (measurement: NOTES.md).
     if (size() == 1) return nullptr;
     const ncclRedOp_t nccl_op = nccl_reduction(op);
     return launch("all_reduce", tensors, where, [&](cudaStream_t s) {

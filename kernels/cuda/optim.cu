@@ -33,9 +33,8 @@ namespace kiln::cuda {
 namespace {
 
 // Chunks of 16 elements a thread: a thread's elements run one after another (their loads wait for
-// the stores before them, which may alias), so the block count, not the bandwidth, set the pace
-// at 64 a thread: MNIST's 1.2M parameters made 73 blocks, and an Adadelta step took 85 us (ncu,
-// H100 80GB HBM3, 2026-11-22).
+// the stores before them, which may alias), so the block count, not the bandwidth, set the pace at
+// 64 a thread: MNIST's 1.2M parameters made only 73 blocks (history: NOTES.md).
 constexpr int kMaxTensors = 24;     // per launch
 constexpr int kMaxBlocks = 1024;    // per launch
 constexpr int64_t kChunk = 4096;    // elements per block: 16 per thread at 256 threads

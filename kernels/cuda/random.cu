@@ -44,9 +44,11 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, uin
   }
 }
 
-// A thread per Philox block: its four elements move as 16-byte loads and stores (one float4, or
-// two double2) when x and out are 16-byte aligned, which at 4-byte loads ran at 48% of the copy
-// bandwidth on [8192, 8192] f32 (H100 80GB HBM3, 2026-11-22, kernel-bench --only dropout).
+// A thread per Philox block: its four elements move as 16-byte loads and stores (one float4, or two
+// double2) when x and out are 16-byte aligned; 4-byte loads left much of the bandwidth unused
+// (history: NOTES.md). On [8192, 8192] f32 it moves
+// 99% [fig cuda.dropout.kernel.8192x8192.pct-copy] of the copy bandwidth (H100 80GB HBM3,
+// kernel-bench, docs/runs/2026-11-26-h100).
 template <class T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, T threshold, T scale, uint64_t seed, uint64_t offset,
                                bool vec) {

@@ -11,15 +11,15 @@
 //     neighbouring outputs, so at every step k of the loop a warp reads 32 neighbouring elements:
 //     coalesced. But there are only outer * inner threads: a sum over the middle axis of
 //     [64, 4096, 256] runs 16384 threads, an eighth of what an H100 holds, each walking 4096
-//     elements; it moved 407 GB/s, 13% of the copy bandwidth (H100 80GB HBM3, 2026-11-22,
-//     kernel-bench --only reduce).
+//     elements: too few to keep the memory busy (history: NOTES.md).
 //   version 3 (inner >= 16 and n >= 16): a block of 32 x 8 threads owns 32 neighbouring outputs;
 //     its 8 rows of threads split the reduced axis (row r takes k = r, r + 8, ...), so each warp
 //     still reads 32 neighbouring elements and there are 8 times more threads. The 8 partial
-//     results are combined in shared memory in a fixed order: deterministic. On [64, 4096, 256]
-//     it moved 2120 GB/s, 70% of the copy bandwidth (H100 80GB HBM3, 2026-11-22, kernel-bench
-//     --only reduce): each thread has one 4-byte load in flight, and only 512 blocks of 256
-//     threads run.
+//     results are combined in shared memory in a fixed order: deterministic. On [64, 4096, 256] it
+//     moves 2128 GB/s [fig cuda.reduce.v3.64x4096x256.gbs],
+//     71% [fig cuda.reduce.v3.64x4096x256.pct-copy] of the copy bandwidth (H100 80GB HBM3,
+//     kernel-bench, docs/runs/2026-11-26-h100): each thread has one 4-byte load in flight, and only
+//     512 blocks of 256 threads run.
 //   version 4 (sum and mean, inner > 1 and n >= 16): version 3's tile, with each thread owning a
 //     16-byte pack of neighbouring outputs (4 f32, 2 f64, 4 i32) and issuing kPackUnroll loads of
 //     it before adding any: a warp reads 512 contiguous bytes per row, and every thread keeps
@@ -30,9 +30,11 @@
 //     depends only on the shape and on whether the rows are 16-byte aligned: deterministic, and
 //     the same bits on any GPU. Rows that are not (inner not a multiple of the pack, or an offset
 //     view) take 1-element packs. max, min, argmax and argmin stay on version 3.
-//     On [64, 4096, 256] (S = 4) it moved 2729 GB/s, 91% of the copy bandwidth, and the
-//     production path 2700 GB/s (90%), where version 3 moved 2136 GB/s (71%) in the same run
-//     (H100 80GB HBM3, 2026-11-22, kernel-bench --only reduce). Its tiles are 32 packs wide:
+//     On [64, 4096, 256] (S = 4) it moves 2724 GB/s [fig cuda.reduce.v4.64x4096x256.gbs],
+//     91% [fig cuda.reduce.v4.64x4096x256.pct-copy] of the copy bandwidth, and the production path
+//     2694 GB/s [fig cuda.reduce.production.64x4096x256.gbs]
+//     (90% [fig cuda.reduce.production.64x4096x256.pct-copy]), against version 3's
+//     71% [fig cuda.reduce.v3.64x4096x256.pct-copy] in the same run. Its tiles are 32 packs wide:
 //     an inner size just over a multiple of that (160 f32: tiles of 128 and 32 columns) leaves
 //     lanes idle, and version 3's 32-column tiles can then be faster.
 //   version 2 (inner == 1, a row per output, e.g. a sum over the last axis or over everything):
@@ -41,9 +43,8 @@
 //     the additions depends only on n and the block size, so results are deterministic.
 //   version 5 (inner == 1, n <= 2048): version 2 with one warp per row instead of a block, the
 //     lanes combined by shuffles: a conv layer's bias gradient sums rows of H*W (576 at MNIST's
-//     conv2), where version 2's block spent more on its eight barrier rounds than on the row. At
-//     MNIST's batch 512 the four such sums of a step took 170 us in version 2 (ncu, H100 80GB
-//     HBM3, 2026-11-22).
+//     conv2), where version 2's block spent more on its eight barrier rounds than on the row
+//     (history: NOTES.md).
 // Long rows with few outputs (a full reduction) still run on one block; a multi-block split is
 // still to come.
 #include <algorithm>
@@ -156,8 +157,8 @@ constexpr int kPackThreads = 256, kPackUnroll = 4;
 // Fewer tiles than kPackFillBlocks cut the reduced axis into S = kPackFillBlocks / tiles chunks
 // (rounded down: up to kPackFillBlocks blocks), of at least kPackMinChunk rows. An H100 holds about
 // 660 of these blocks at once (5 per SM at 48 registers a thread): up to 512 all run in one wave,
-// where 1024 leave a second wave half empty. On [64, 4096, 256] (128 tiles), S = 8 moved
-// 2677 GB/s and S = 4 2729 GB/s (kernel-bench --only reduce, two runs of 2026-11-22, H100).
+// where 1024 leave a second wave half empty. On [64, 4096, 256] (128 tiles), S = 4 moved more than
+// S = 8 (history: NOTES.md).
 constexpr int64_t kPackFillBlocks = 512, kPackMinChunk = 128;
 
 template <class T, int V>

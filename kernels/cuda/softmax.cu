@@ -9,34 +9,51 @@
 // device's copy bandwidth). The row passes the versions share (and cross_entropy.cu with them) are
 // in softmax.cuh; how the versions came to be, with the attempts dropped on the way:
 // kernels/cuda/NOTES.md. Figures below: ms and share of the copy bandwidth, f32 (H100 80GB HBM3,
-// 2026-11-22, `kernel-bench` by `scripts/device-run bench`: kernels/README.md).
+// kernel-bench, docs/runs/2026-11-26-h100; every row: kernels/README.md).
 //
 // Rows (inner == 1):
 // version 1 (naive): a thread per row, three passes (max; sum of exp; write). Neighbouring threads
-//   walk rows n elements apart, so no load coalesces: the baseline. [65536, 10] 0.0110 ms, 16%.
+//   walk rows n elements apart, so no load coalesces: the baseline. [65536, 10]
+//   0.0107 ms [fig cuda.softmax.v1.65536x10.ms], 16% [fig cuda.softmax.v1.65536x10.pct-copy].
 // version 2 (warp per row): the 32 lanes stride through the row together (coalesced), each keeping
 //   an online (max, sum) state (softmax.cuh: an element above the max rescales the sum by
 //   exp(old - new)), so one pass gives both; five shuffles combine the lanes, and a second pass
-//   writes the row from L1. [32768, 256] 0.0455 ms, 49%.
+//   writes the row from L1. [32768, 256] 0.0453 ms [fig cuda.softmax.v2.32768x256.ms],
+//   49% [fig cuda.softmax.v2.32768x256.pct-copy].
 // version 3 (block per row): 512 threads per row with the same state, 16-byte loads where the row
-//   allows, the warps' states combined through shared memory. [4096, 32768] 0.5484 ms, 65%.
+//   allows, the warps' states combined through shared memory. [4096, 32768]
+//   0.5481 ms [fig cuda.softmax.v3.4096x32768.ms], 65% [fig cuda.softmax.v3.4096x32768.pct-copy].
 // version 5 (rows per warp, n <= 32): version 2 with a group of 1, 2, 4 or 8 lanes per row and
-//   32 / G neighbouring rows per warp, the elements in registers. [65536, 10] 0.0060 ms, 29%.
-// version 6 (row in registers): version 3 reading the row once into registers (up to 1024
-//   threads of 8 packs: n <= 32768 f32, 8192 f64), the thread's max, its exps kept, one block
-//   combine as a tree of shuffles, then one multiply per element. [4096, 32768] 0.3657 ms, 98%.
+//   32 / G neighbouring rows per warp, the elements in registers. [65536, 10]
+//   0.0058 ms [fig cuda.softmax.v5.65536x10.ms], 30% [fig cuda.softmax.v5.65536x10.pct-copy].
+// version 6 (row in registers): version 3 reading the row once into registers (up to 1024 threads
+//   of 8 packs: n <= 32768 f32, 8192 f64), the thread's max, its exps kept, one block combine as a
+//   tree of shuffles, then one multiply per element. [4096, 32768]
+//   0.3654 ms [fig cuda.softmax.v6.4096x32768.ms], 98% [fig cuda.softmax.v6.4096x32768.pct-copy].
 // version 7 (warps per row, 32 < n <= 4096 f32): version 6's arithmetic with G = 1, 2 or 4 warps
 //   per row and 8 / G rows per block of 256, every lane's packs loaded before any is used. One
-//   warp: [8192, 1024] 0.0263 ms, 85%; [32768, 256] 0.0265 ms, 84% (2 warps 74%, 4 warps 43%).
+//   warp: [8192, 1024] 0.0261 ms [fig cuda.softmax.v7.8192x1024.ms],
+//   86% [fig cuda.softmax.v7.8192x1024.pct-copy]; [32768, 256]
+//   0.0264 ms [fig cuda.softmax.v7.32768x256.ms], 85% [fig cuda.softmax.v7.32768x256.pct-copy]
+//   (2 warps 74% [fig cuda.softmax.v7-2warps.32768x256.pct-copy], 4 warps
+//   43% [fig cuda.softmax.v7-4warps.32768x256.pct-copy]).
 // Columns (inner > 1):
 // version 4 (columns): a thread per (outer, inner) column, neighbouring threads on neighbouring
-//   columns (coalesced without a transpose). [32, 21, 16384] 0.0529 ms, 55%; [64, 1024, 256] 5%.
+//   columns (coalesced without a transpose). [32, 21, 16384]
+//   0.0532 ms [fig cuda.softmax.v4.32x21x16384.ms], 55% [fig cuda.softmax.v4.32x21x16384.pct-copy];
+//   [64, 1024, 256] 5% [fig cuda.softmax.v4.64x1024x256.pct-copy].
 // version 8 (column packs): tiles of 8 lanes x 16 bytes of neighbouring columns per block of 256,
 //   its rows of threads splitting n, 4 packs in flight per thread; a second pass reads the tile
-//   again and writes it. [64, 1024, 256] 0.0912 ms, 49%.
+//   again and writes it. [64, 1024, 256] 0.0912 ms [fig cuda.softmax.v8.64x1024x256.ms],
+//   49% [fig cuda.softmax.v8.64x1024x256.pct-copy].
 // version 9 (column tile on chip): version 8's tile held in registers and shared memory (cp.async),
-//   so x is read once, then version 6's arithmetic per column. [64, 1024, 256], 8 lanes: 0.0578 ms,
-//   77% (4 lanes 78%, 16 lanes 67%); [32, 21, 16384] 0.0341 ms, 86%.
+//   so x is read once, then version 6's arithmetic per column. [64, 1024, 256], 8 lanes:
+//   0.0577 ms [fig cuda.softmax.v9-8lanes.64x1024x256.ms],
+//   77% [fig cuda.softmax.v9-8lanes.64x1024x256.pct-copy] (4 lanes
+//   78% [fig cuda.softmax.v9-4lanes.64x1024x256.pct-copy], 16 lanes
+//   67% [fig cuda.softmax.v9-16lanes.64x1024x256.pct-copy]); [32, 21, 16384]
+//   0.0339 ms [fig cuda.softmax.v9-8lanes.32x21x16384.ms],
+//   87% [fig cuda.softmax.v9-8lanes.32x21x16384.pct-copy].
 // Production (`best`): version 9 when inner > 1 (version 8 where the tile does not fit), else
 // version 5 for n <= 32, version 7 (one warp a row, more where the row needs them) up to
 // n = 1024, version 6 from there (version 3 where the row does not fit in registers).
@@ -157,7 +174,7 @@ __global__ void __launch_bounds__(1024) row_in_registers_kernel(const T* x, T* o
     const MaxSum<T> a = finish(block_combine(own, scratch));
     const T log_s = log_of(a.s);
     // exp(m - M) / S; a thread whose elements are all -inf (m = -inf) under a finite M scales its
-    // 1s to 0. A NaN or infinite M has made S NaN, so every output is NaN.
+    // ones to 0. A NaN or infinite M has made S NaN, so every output is NaN.
     const T scale = exp_of(own.m - a.m) / a.s;
     store_row_in_registers(o, packs, p, [&](T v, int64_t) { return log ? v - a.m - log_s : v * scale; });
   }

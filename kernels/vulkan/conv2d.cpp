@@ -35,7 +35,8 @@ void check_f32(std::initializer_list<const TensorRef*> ts, const char* op) {
 
 // conv2d.comp's specialisation constants: gemm.glsl's tile and load orders (1-5), ReLU (6), and
 // whether k runs tap-major (7: the channels summed over are whole steps of 16). (Not the filter's
-// size: a pipeline per size cost lavapipe over a second each to compile.)
+// size: a pipeline per size meant many pipelines for the tests to compile, each slow to compile on
+// lavapipe; history: kernels/vulkan/NOTES.md.)
 std::vector<int32_t> conv_constants(GemmTile tile, bool a_k_fastest, bool b_k_fastest, bool relu,
                                     int64_t channels_summed) {
   return {tile.m, tile.n, tile.thread, a_k_fastest, b_k_fastest, relu, channels_summed % 16 == 0};

@@ -11,14 +11,16 @@
 //   says why a b16 "matrix" row is 4 floats of a fragment), where 32-bit loads took 4. Operands
 //   stored k-major keep 10's conflict-free 32-bit loads: ldmatrix's transposing form moves 16-bit
 //   halves, which would split a float.
-// - Inputs truncated to TF32 as in 10 (raw f32 bits into mma): rounding them first (cvt.rna, as
-//   08) measured 12% slower (kernels/cuda/NOTES.md).
+// - Inputs truncated to TF32 as in 10 (raw f32 bits into mma): rounding them first (cvt.rna, as 08)
+//   measured slower (history: kernels/cuda/NOTES.md).
 // - B's fragments for a k-step are loaded first, then A's one 16-row tile at a time, so that a
 //   thread holds 16 + 4 fragment registers beside its accumulators; with the tile loader's
 //   addresses worked out once (AsyncTileLoader), nothing spills.
 // - Two block tiles: 128 x 256 (8 warps, one block per SM) for large products, 128 x 128 (4 warps,
 //   two blocks per SM) where 128 x 256 tiles would not fill the GPU twice over: 1024^3 has 32 such
-//   tiles for 132 SMs and ran at 0.054 ms against 0.033 with 128 x 128 (same run).
+//   tiles for 132 SMs and ran at 0.055 ms [fig cuda.matmul.11.1024.ms] against
+//   0.035 [fig cuda.matmul.11-128x128.1024.ms] with 128 x 128 (H100, kernel-bench,
+//   docs/runs/2026-11-26-h100).
 // BK = 32, 3 stages. Needs 16-byte aligned operands for cp.async (async_applies); else runs 08.
 // Figures: kernels/README.md, from kernel-bench; the other tiles and pipelines tried:
 // kernels/cuda/NOTES.md.

@@ -7,12 +7,13 @@
 // measures it against 07 on every layout). Three mma still cost less than the FFMA they replace.
 // Two things keep it there:
 // - Short sums on the tensor cores. mma adds into its accumulator rounding toward zero, a bias of
-//   up to an ulp per addition that grows with k: accumulating a whole 4096-long k in the mma
-//   registers measured 3.1e-5 of max|C| against cuBLAS FP32 (H100, 2026-11-22), linear in k.
-//   So the mma sum only one slice (BK = 32 values of k, 12 mma per tile, the first with a zero
-//   accumulator), and each slice's partial joins the running sum through an ordinary, correctly
-//   rounded f32 add: 3.8e-6 at 4096 (later runs, same GPU and day). That takes a second set of accumulators, so warp
-//   tiles are 64 x 32 (as in 10): with 3 mma per fragment load, shared memory is not the limit.
+//   up to an ulp per addition that grows with k: accumulating all of a 4096-long k in the mma
+//   registers gave an error that grew linearly with k (history: NOTES.md). So the mma sum only one
+//   slice (BK = 32 values of k, 12 mma per tile, the first with a zero accumulator), and each
+//   slice's partial joins the running sum through an ordinary, correctly rounded f32 add (the error
+//   kernel-bench measures: kernels/README.md's 12_3xtf32 rows). That takes a second set of
+//   accumulators, so warp tiles are 64 x 32 (as in 10): with 3 mma per fragment load, shared memory
+//   is not the limit.
 // - Infinities and NaN. inf splits into hi = inf and lo = inf - inf = NaN, so a row or column that
 //   holds an inf comes out NaN where f32 gives inf. Guarding every split would cost the hot loop a
 //   third of its instructions; instead the epilogue recomputes any NaN result as a plain f32 dot

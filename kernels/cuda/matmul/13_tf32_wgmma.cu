@@ -5,10 +5,11 @@
 // Bench: `kernel-bench --only matmul` (rows 13_tf32_wgmma; 4096^3 is the plain product, whose B
 // is transposed by a first pass, 4096^3 B^T the layout read in place).
 //
-// Why 11 stops near 45% of cuBLAS: mma.sync multiplies 16 x 8 x 8 tiles out of registers, so each
-// warp first copies its operands from shared memory into registers. At 64 x 64 warp tiles that is
-// 16 flops per byte read from shared memory, and shared memory, not the tensor cores, sets the
-// pace. Hopper adds three things that lift that limit:
+// Why 11 stops near 47% [fig cuda.matmul.11.4096.pct-cublas] of cuBLAS at 4096^3: mma.sync
+// multiplies 16 x 8 x 8 tiles out of registers, so each warp first copies its operands from shared
+// memory into registers. At 64 x 64 warp tiles that is 16 flops per byte read from shared memory,
+// and shared memory, not the tensor cores, sets the pace. Hopper adds three things that lift that
+// limit:
 // - wgmma: the four warps of a warpgroup issue one 64 x N x 8 product together (N up to 256),
 //   reading both operands straight from shared memory through "matrix descriptors" (address,
 //   stride between groups of 8 rows, swizzle mode) into accumulators in registers, and
@@ -34,11 +35,16 @@
 // or whose rows are not 16-byte aligned, is first copied K-major into a workspace by a
 // transposing kernel (pack_k_major_kernel), whose time is part of 13's.
 //
-// Measured by kernel-bench (H100 80GB HBM3, driver 580.159.04, 2026-11-22, the rows in
-// kernels/README.md): 4096^3 plain 0.478 ms = 288 TFLOP/s, 76% of cuBLAS TF32 in the same run
-// (0.365 ms, 376 TFLOP/s), where 11 took 0.832; 4096^3 B^T 0.409 ms = 336 TFLOP/s, 95% of cuBLAS
-// TF32 (0.389). The figures of its first form, the stage counts, tiles and multicast tried and
-// dropped, and what is not yet explained: kernels/cuda/NOTES.md.
+// Measured by kernel-bench (H100 80GB HBM3, docs/runs/2026-11-26-h100; the rows in
+// kernels/README.md): 4096^3 plain 0.480 ms [fig cuda.matmul.13.4096.ms] =
+// 286 TFLOP/s [fig cuda.matmul.13.4096.tflops], 83% [fig cuda.matmul.13.4096.pct-cublas] of cuBLAS
+// TF32 in the same run (0.397 ms [fig cuda.matmul.cublas-tf32.4096.ms],
+// 347 TFLOP/s [fig cuda.matmul.cublas-tf32.4096.tflops]), where 11 took
+// 0.850 [fig cuda.matmul.11.4096.ms]; 4096^3 B^T 0.412 ms [fig cuda.matmul.13.4096Bt.ms] =
+// 334 TFLOP/s [fig cuda.matmul.13.4096Bt.tflops], 90% [fig cuda.matmul.13.4096Bt.pct-cublas] of
+// cuBLAS TF32 (0.370 [fig cuda.matmul.cublas-tf32.4096Bt.ms]). The figures of its first form, the
+// stage counts, tiles and multicast tried and dropped, and what is not yet explained:
+// kernels/cuda/NOTES.md.
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 

@@ -106,8 +106,9 @@ struct Tile {
 // none, so any m, n and k work. Needs 16-byte aligned sources: the base pointer, the row stride
 // and the batch stride multiples of 4 floats (async_applies). Version 10 first worked every chunk's
 // coordinates out afresh per slice; the compiler kept them live across the loop, spilled 44 bytes
-// per thread, and 4096^3 took 1.29 ms. With this loader: no spills, 1.02-1.04 ms (H100 80GB
-// HBM3, 2026-11-22, kernel-bench).
+// per thread, and ran slower (history: NOTES.md). With this loader nothing spills: 10 takes
+// 1.03 ms [fig cuda.matmul.10.4096.ms] at 4096^3 (H100 80GB HBM3, kernel-bench,
+// docs/runs/2026-11-26-h100).
 template <int BK, int BX, int NT, bool KC>
 struct AsyncTileLoader {
   using T = Tile<BK, BX, KC>;

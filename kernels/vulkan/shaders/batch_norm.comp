@@ -17,9 +17,11 @@
 // Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
 // timestamp queries. Version 2 (this): runs of at least 2048 values, about 512 workgroups, the
 // plane of an element found by multiply (fastdiv.glsl). Training on [16, 64, 128, 128] f32 (x read
-// twice, y written): 0.152 ms, 0.88 TB/s (a copy: 2.0), every value read twice, as the two passes
-// need (H100 80GB HBM3 through NVIDIA's Vulkan driver, Vulkan 1.4.312, 2026-11-22/23,
-// `vulkan-bench`). Version 1: kernels/vulkan/NOTES.md.
+// twice, y written): 0.152 ms [fig vulkan.batch_norm.train.ms],
+// 0.88 TB/s [fig vulkan.batch_norm.train.tbps] counting x once and y, as a copy's rate counts its
+// read and write (a copy: 2.0 TB/s [fig vulkan.copy.tbps]); every value is read twice, as the two
+// passes need (vulkan-bench on the H100 of docs/runs/2026-11-26-h100: NVIDIA's Vulkan driver,
+// Vulkan 1.4.312). Version 1: kernels/vulkan/NOTES.md.
 layout(local_size_x_id = 0) in;
 
 #include "fastdiv.glsl"

@@ -29,10 +29,14 @@
 // through the constant cache), and k tap-major where the channels summed over are whole steps of
 // 16 (TAP_MAJOR below): a load of the forward or input gradient is a multiply-add from a base
 // worked out once per step. MNIST's layers at batch 64, conv2 x [64, 32, 26, 26] * w [64, 32, 3, 3]:
-// forward 0.083 ms, input gradient 0.108, weight gradient 0.107; conv1 [64, 1, 28, 28] *
-// [32, 1, 3, 3] weight gradient 0.031 (H100 80GB HBM3 through NVIDIA's Vulkan driver, Vulkan
-// 1.4.312, 2026-11-22/23, `vulkan-bench`). cuDNN on the same GPU, FP32 FMA math: conv2 0.072 /
-// 0.079 / 0.094 ms (kernels/README.md).
+// forward 0.083 ms [fig vulkan.conv2d.conv2.fwd.ms],
+// input gradient 0.108 [fig vulkan.conv2d.conv2.bwd-input.ms],
+// weight gradient 0.108 [fig vulkan.conv2d.conv2.bwd-weight.ms]; conv1 [64, 1, 28, 28] *
+// [32, 1, 3, 3] weight gradient 0.031 [fig vulkan.conv2d.conv1.bwd-weight.ms] (vulkan-bench on the
+// H100 of docs/runs/2026-11-26-h100: NVIDIA's Vulkan driver, Vulkan 1.4.312). cuDNN on the same
+// GPU in the same run (kernel-bench, FP32 FMA math, kernels/README.md): conv2 forward
+// 0.083 [fig cuda.conv2d.fwd.cudnn.conv2.ms], input gradient 0.074 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms],
+// weight gradient 0.094 ms [fig cuda.conv2d.bwd-weight.cudnn.conv2.ms].
 // f32, accumulated in float.
 layout(local_size_x_id = 0) in;
 

@@ -12,10 +12,11 @@
 // its loss and gradient NaN; a -inf logit off the target has probability 0 and leaves the loss
 // finite without smoothing (+inf with it); the target at -inf gives +inf.
 //
-// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
-// [4096, 4096] f32 logits, a loss per row: 1.0 TB/s of logits read (half a copy's 2.0: one
-// workgroup per row, a shared-memory tree per row and a single pass).
+// Measured (version 1) with `vulkan-bench` (`scripts/device-run vulkan`; device time from timestamp
+// queries) on the H100 of docs/runs/2026-11-26-h100 (NVIDIA's Vulkan driver, Vulkan 1.4.312),
+// [4096, 4096] f32 logits, a loss per row: 1.0 TB/s [fig vulkan.cross_entropy.rows.tbps] of logits
+// read, half a copy's 2.0 TB/s [fig vulkan.copy.tbps] (one workgroup per row, a shared-memory tree
+// per row and a single pass).
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) uniform Params {

@@ -20,13 +20,15 @@
 //
 // Bindings: 0 the parameters (written by the host per dispatch), then the tensors.
 //
-// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
-// on [4096, 4096] f32 (64 MB), against a copy's 2.0 TB/s (bytes read and written per second):
-// relu 2.05 TB/s, add of two tensors 3.06 TB/s (three streams keep more loads in flight than a
-// copy's one), add of a broadcast row 1.16 TB/s (a view: the divisions of layout.glsl's at() per
-// element, where contiguous tensors take none). The parameters sit in a uniform buffer: relu on
-// [64, 64, 24, 24] 0.0101 ms (from a storage buffer, as before: kernels/vulkan/NOTES.md).
+// Measured (version 1) with `vulkan-bench` (`scripts/device-run vulkan`; device time from timestamp
+// queries) on the H100 of docs/runs/2026-11-26-h100 (NVIDIA's Vulkan driver, Vulkan 1.4.312), on
+// [4096, 4096] f32 (64 MB), against a copy's 2.0 TB/s [fig vulkan.copy.tbps] (bytes read and written
+// per second): relu 2.05 TB/s [fig vulkan.relu.tbps], add of two tensors 3.06 TB/s [fig vulkan.add.tbps]
+// (three streams keep more loads in flight than a copy's one), add of a broadcast row
+// 1.16 TB/s [fig vulkan.add.broadcast.tbps] (a view: the divisions of layout.glsl's at() per element,
+// where contiguous tensors take none). The parameters sit in a uniform buffer: relu on
+// [64, 64, 24, 24] 0.0102 ms [fig vulkan.relu.mnist.ms] (from a storage buffer, as before:
+// kernels/vulkan/NOTES.md).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int OP = 0;       // the UnaryOp or BinaryOp, as core/backend.h numbers it
 layout(constant_id = 2) const int SRC_TYPE = 0;  // copy: src's dtype, F32, I32 or U8 below

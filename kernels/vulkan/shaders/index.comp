@@ -17,9 +17,10 @@
 // An index outside [0, n) cannot throw from a shader: the invocation skips its element and records
 // the first such index in the fault slot, which the host reads at its next wait and throws.
 //
-// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
-// index_select of 4096 random rows of [4096, 4096] f32: 1.13 TB/s read and written (a copy: 2.0).
+// Measured (version 1) with `vulkan-bench` (`scripts/device-run vulkan`; device time from timestamp
+// queries) on the H100 of docs/runs/2026-11-26-h100 (NVIDIA's Vulkan driver, Vulkan 1.4.312),
+// index_select of 4096 random rows of [4096, 4096] f32: 1.12 TB/s [fig vulkan.index_select.tbps]
+// read and written (a copy: 2.0 TB/s [fig vulkan.copy.tbps]).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int ELEM_U8 = 0;  // gather, one_hot: u8 elements (else 4-byte words)
 layout(constant_id = 2) const int ADD_I32 = 0;  // index_add: i32 (else f32)

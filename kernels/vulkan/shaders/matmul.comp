@@ -19,10 +19,13 @@
 // Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
 // timestamp queries. Version 4 (this): gemm.glsl's tiles with a row-major A and a transposed B
 // loaded k-fastest, split k, the parameters in a uniform buffer. MNIST's fc1: forward
-// 64x128x9216 0.026 ms, weight gradient 128x9216x64 0.015, input gradient 64x9216x128 0.018
-// (H100 80GB HBM3 through NVIDIA's Vulkan driver, Vulkan 1.4.312, 2026-11-22/23, `vulkan-bench`;
-// cuBLAS SGEMM on the same GPU, kernels/README.md: 0.018, 0.014 and 0.011 ms). Versions 1 to 3:
-// kernels/vulkan/NOTES.md.
+// 64x128x9216 0.026 ms [fig vulkan.matmul.fc1.fwd.ms], weight gradient 128x9216x64
+// 0.015 [fig vulkan.matmul.fc1.bwd-weight.ms], input gradient 64x9216x128
+// 0.018 [fig vulkan.matmul.fc1.bwd-input.ms] (vulkan-bench on the H100 of docs/runs/2026-11-26-h100:
+// NVIDIA's Vulkan driver, Vulkan 1.4.312). cuBLAS SGEMM on the same GPU in the same run
+// (kernel-bench, kernels/README.md): 0.017 [fig vulkan.ref.cublas.fc1.fwd.ms],
+// 0.013 [fig vulkan.ref.cublas.fc1.bwd-weight.ms] and 0.013 ms [fig vulkan.ref.cublas.fc1.bwd-input.ms].
+// Versions 1 to 3: kernels/vulkan/NOTES.md.
 layout(local_size_x_id = 0) in;  // 256
 
 #if defined(REDUCE)

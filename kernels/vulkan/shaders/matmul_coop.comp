@@ -19,11 +19,15 @@
 //
 // Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time.
 // Version 3 (this): 64 x 128 tiles, each subgroup 32 x 32 (2 x 2 accumulators), no registers held
-// for the next step (fewer registers, more workgroups per multiprocessor): 26.9 TFLOP/s on
-// 4096 x 4096 x 4096 (f32 on the same machine: 21.9), fc1 0.026 ms (H100 80GB HBM3 through
-// NVIDIA's Vulkan driver, Vulkan 1.4.312, vulkan-bench, device time, 2026-11-22/23; cuBLAS's f32
-// SGEMM 51 TFLOP/s, CUDA's TF32 path 289, kernels/README.md). Versions 1 and 2, what was tried
-// and dropped, and why the limit is not thought to be in the tiling: kernels/vulkan/NOTES.md.
+// for the next step (fewer registers, more workgroups per multiprocessor):
+// 26.7 TFLOP/s [fig vulkan.matmul.coop.4096.tflops] on 4096 x 4096 x 4096, where gemm.glsl's f32 on
+// the same GPU makes 24.8 TFLOP/s [fig vulkan.matmul.f32.4096.tflops]; fc1's forward
+// 0.026 ms [fig vulkan.matmul.coop.fc1.ms] (vulkan-bench on the H100 of docs/runs/2026-11-26-h100:
+// NVIDIA's Vulkan driver, Vulkan 1.4.312). On that GPU in the same run (kernel-bench,
+// kernels/README.md), cuBLAS's f32 SGEMM makes 52 TFLOP/s [fig vulkan.ref.cublas-sgemm.4096.tflops]
+// and CUDA's TF32 path 289 TFLOP/s [fig kernels.cuda.matmul.4096.tf32.tflops]. Versions 1 and 2, what
+// was tried and dropped, and why the limit is not thought to be in the tiling:
+// kernels/vulkan/NOTES.md.
 layout(local_size_x_id = 0) in;  // 256
 
 layout(std430, binding = 0) uniform Params {

@@ -6,11 +6,13 @@
 // multiply-add), as on the CPU, so a CPU and a Vulkan run from one seed do not drift apart;
 // Vulkan's sqrt and division are within a few ulp, so the steps agree to rounding, not bits.
 //
-// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
+// Measured (version 1) with `vulkan-bench` (`scripts/device-run vulkan`; device time from timestamp
+// queries) on the H100 of docs/runs/2026-11-26-h100 (NVIDIA's Vulkan driver, Vulkan 1.4.312),
 // one step on 16M f32 parameters (seven 64 MB streams: the parameter, its gradient and two
-// buffers read, three written): Adadelta 0.191 ms (2.46 TB/s), Adam 0.180 ms (2.61 TB/s; a copy
-// moves 2.0). The MNIST CNN's eight parameters take eight dispatches a step.
+// buffers read, three written): Adadelta 0.190 ms [fig vulkan.adadelta.ms]
+// (2.47 TB/s [fig vulkan.adadelta.tbps]), Adam 0.180 ms [fig vulkan.adam.ms]
+// (2.61 TB/s [fig vulkan.adam.tbps]; a copy moves 2.0 TB/s [fig vulkan.copy.tbps]). The MNIST CNN's
+// eight parameters take eight dispatches a step.
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) uniform Params {

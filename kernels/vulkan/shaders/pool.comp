@@ -13,10 +13,12 @@
 //   AVG_BACKWARD     an invocation per x element, summing grad_y / divisor over the windows that
 //                    cover it.
 //
-// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
-// [16, 64, 128, 128] f32, 2 x 2 windows: max 1.91 TB/s, average 2.19 TB/s (64 MB read, 16 MB
-// written; a copy: 2.0). MNIST's [64, 64, 24, 24]: max forward 0.0086 ms, backward 0.0248 ms.
+// Measured (version 1) with `vulkan-bench` (`scripts/device-run vulkan`; device time from timestamp
+// queries) on the H100 of docs/runs/2026-11-26-h100 (NVIDIA's Vulkan driver, Vulkan 1.4.312),
+// [16, 64, 128, 128] f32, 2 x 2 windows: max 1.93 TB/s [fig vulkan.max_pool2d.tbps],
+// average 2.19 TB/s [fig vulkan.avg_pool2d.tbps] (64 MB read, 16 MB written; a copy:
+// 2.0 TB/s [fig vulkan.copy.tbps]). MNIST's [64, 64, 24, 24]: max forward
+// 0.0081 ms [fig vulkan.max_pool2d.mnist.ms], backward 0.0247 ms [fig vulkan.max_pool2d.mnist.backward.ms].
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) uniform Params {

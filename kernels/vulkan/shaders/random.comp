@@ -17,10 +17,11 @@
 // series in (m - 1) / (m + 1), sin and cos of 2 pi u through an exact quarter-turn reduction of u
 // and Taylor polynomials on [-pi/4, pi/4]; they agree with the CPU's double to a few f32 ulp.
 //
-// Measured (version 1) on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan 1.4.312,
-// 2026-11-22/23; device time from timestamp queries, `vulkan-bench` in `scripts/device-run vulkan`),
-// [4096, 4096] f32: uniform 0.78 TB/s written (the Philox rounds and the exact affine map cost
-// more than the store: bound by arithmetic), dropout 1.38 TB/s read and written (a copy: 2.0).
+// Measured (version 1) with `vulkan-bench` (`scripts/device-run vulkan`; device time from timestamp
+// queries) on the H100 of docs/runs/2026-11-26-h100 (NVIDIA's Vulkan driver, Vulkan 1.4.312),
+// [4096, 4096] f32: uniform 0.80 TB/s [fig vulkan.uniform.tbps] written (the Philox rounds and the
+// exact affine map cost more than the store: bound by arithmetic), dropout
+// 1.39 TB/s [fig vulkan.dropout.tbps] read and written (a copy: 2.0 TB/s [fig vulkan.copy.tbps]).
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) uniform Params {

@@ -19,17 +19,20 @@
 //     of a subgroup (32 invocations on NVIDIA, 8 on lavapipe) meet through register shuffles
 //     (subgroupShuffleXor, log2 of its size steps, no shared memory, no barrier), one value per
 //     subgroup goes through shared memory, and the first subgroup combines those the same way:
-//     two barriers in all. Measured on an H100 through NVIDIA's Vulkan driver (vulkan-bench,
-//     device time, 2026-11-22/23): the sums of a [4096, 4096] matrix's rows (67 MB read) in 0.0279 ms
-//     with the tree, 0.0272 ms with shuffles: 2.40 and 2.46 TB/s, where a copy moves 2.0 TB/s
+//     two barriers in all. Measured with vulkan-bench (device time) on the H100 of
+//     docs/runs/2026-11-26-h100 (NVIDIA's Vulkan driver): the sums of a [4096, 4096] matrix's rows
+//     (67 MB read) in 0.0283 ms [fig vulkan.sum.rows.tree.ms] with the tree,
+//     0.0274 ms [fig vulkan.sum.rows.shuffle.ms] with shuffles: 2.37 [fig vulkan.sum.rows.tree.tbps]
+//     and 2.45 TB/s [fig vulkan.sum.rows.shuffle.tbps], where a copy moves 2.0 TB/s [fig vulkan.copy.tbps]
 //     (reading and writing). Long rows are bound by memory either way; the shuffles save the
 //     tree's barriers, which weigh on short rows.
 //   COLUMNS (inner > 1): a workgroup per 32 adjacent outputs (o, i .. i + 31), 8 lanes of 32
 //     invocations each: lane r folds k = r, r + 8, ..., the 32 invocations of a lane reading 32
 //     adjacent elements of a row of x (coalesced), then the 8 partials of each output meet in
-//     shared memory in order of lane. The sums of a [4096, 4096] matrix's columns: 0.066 ms
-//     (1.02 TB/s; H100, NVIDIA's Vulkan driver, vulkan-bench, 2026-11-22/23); version 1, an
-//     invocation per output: kernels/vulkan/NOTES.md.
+//     shared memory in order of lane. The sums of a [4096, 4096] matrix's columns:
+//     0.066 ms [fig vulkan.sum.columns.ms] (1.02 TB/s [fig vulkan.sum.columns.tbps]; vulkan-bench on
+//     the same H100, docs/runs/2026-11-26-h100); version 1, an invocation per output:
+//     kernels/vulkan/NOTES.md.
 // Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
 // timestamp queries.
 layout(local_size_x_id = 0) in;

@@ -16,12 +16,15 @@
 // slice NaN; a -inf among finite values gives 0 (log: -inf).
 //
 // Bench: `vulkan-bench` (apps/bench, run by `scripts/device-run vulkan`), device time from
-// timestamp queries. Measured on an H100 80GB HBM3 through NVIDIA's Vulkan driver (Vulkan
-// 1.4.312, 2026-11-22/23, `vulkan-bench`), [4096, 4096] f32 read and written: rows (version 1)
-// 1.36 TB/s (68% of a copy's 2.0; two passes over the row, the second from cache); columns
-// (version 2, 8 lanes per column): 0.424 ms, 0.32 TB/s, still a sixth of a copy
-// (kernels/cuda/softmax.cu reaches 77% there with a tile per block). Columns' version 1, an
-// invocation per column walking k twice: kernels/vulkan/NOTES.md.
+// timestamp queries. Measured on the H100 of docs/runs/2026-11-26-h100 (NVIDIA's Vulkan driver,
+// Vulkan 1.4.312), [4096, 4096] f32 read and written: rows (version 1)
+// 1.35 TB/s [fig vulkan.softmax.rows.tbps] (68% [fig vulkan.softmax.rows.pct-copy] of a copy's
+// 2.0 TB/s [fig vulkan.copy.tbps]; two passes over the row, the second from cache); columns
+// (version 2, 8 lanes per column): 0.421 ms [fig vulkan.softmax.columns.ms],
+// 0.32 TB/s [fig vulkan.softmax.columns.tbps], still 16% [fig vulkan.softmax.columns.pct-copy] of a
+// copy (kernels/cuda/softmax.cu, a tile per block, reaches 77% [fig vulkan.ref.cuda-softmax.columns.pct-copy]
+// of its copy over axis 1 of [64, 1024, 256] in the same run). Columns' version 1, an invocation per
+// column walking k twice: kernels/vulkan/NOTES.md.
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int LOG = 0;  // log_softmax
 

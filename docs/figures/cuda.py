@@ -1,0 +1,200 @@
+"""The figures that the CUDA kernels' comments (kernels/cuda/) quote, from one recorded run.
+
+All come from kernel-bench's kernels.json in docs/runs/2026-11-26-h100 (one H100 80GB HBM3,
+`scripts/device-run tests bench train torch vulkan`, build d7a3e53). A share ("pct-copy",
+"pct-cublas") is the row's figure against its yardstick exactly as kernels/README.md's "vs yardstick"
+column computes it (scripts/kernel_table.py: the copy bandwidth for GB/s rows, the reference of the
+same family and shape for TFLOP/s rows).
+"""
+import kernel_table
+
+
+def define(figure, table, runs):
+    h100 = runs["2026-11-26-h100"]
+    rows = h100.json("kernels.json")["results"]
+    copy_gbs = next(r for r in rows if r["family"] == "copy")["value"]
+
+    def kernel(family, version, shape):
+        return h100.kernel(family, version, shape)
+
+    def ms(family, version, shape):
+        return kernel(family, version, shape)["ms"]
+
+    def speedup(family, faster, slower, shape):
+        """How many times faster `faster` ran than `slower` (time ratio)."""
+        return kernel(family, slower, shape)["ms"] / kernel(family, faster, shape)["ms"]
+
+    def share(family, version, shape):
+        """The row's figure as a percentage of its yardstick, as kernels/README.md's tables give it."""
+        row = kernel(family, version, shape)
+        value, _ = kernel_table.yardstick(row, rows, copy_gbs)
+        return 100 * row["value"] / value
+
+    def timed(name, family, version, shape, what):
+        """NAME.ms: a row's time."""
+        figure(f"{name}.ms", h100, ms(family, version, shape), f"{what}, ms")
+
+    def memory(name, family, version, shape, what, gbs=False):
+        """NAME.pct-copy (and NAME.gbs): a memory-bound row's share of the copy bandwidth (its GB/s)."""
+        figure(f"{name}.pct-copy", h100, share(family, version, shape), f"{what}, % of the copy bandwidth")
+        if gbs:
+            figure(f"{name}.gbs", h100, kernel(family, version, shape)["value"], f"{what}, GB/s")
+
+    # ---- softmax.cu: each version's time and share of the copy bandwidth, f32 ----
+    softmax = {
+        "v1": "1 naive (thread per row)",
+        "v2": "2 warp per row",
+        "v3": "3 block per row, online",
+        "v4": "4 columns",
+        "v5": "5 rows per warp (lane groups)",
+        "v6": "6 block per row, row in registers",
+        "v7": "7 warp per row, row in registers",
+        "v7-2warps": "7 2 warps per row, row in registers",
+        "v7-4warps": "7 4 warps per row, row in registers",
+        "v8": "8 column packs, two passes",
+        "v9-4lanes": "9 column tile on chip, 4 lanes",
+        "v9-8lanes": "9 column tile on chip, 8 lanes",
+        "v9-16lanes": "9 column tile on chip, 16 lanes",
+    }
+    shapes = {"65536x10": "[65536, 10]", "32768x256": "[32768, 256]", "8192x1024": "[8192, 1024]",
+              "4096x32768": "[4096, 32768]", "64x1024x256": "[64, 1024, 256] axis 1",
+              "32x21x16384": "[32, 21, 16384] axis 1"}
+    for tag, key, both in [("v1", "65536x10", True), ("v2", "32768x256", True), ("v3", "4096x32768", True),
+                           ("v5", "65536x10", True), ("v6", "4096x32768", True), ("v7", "8192x1024", True),
+                           ("v7", "32768x256", True), ("v7-2warps", "32768x256", False),
+                           ("v7-4warps", "32768x256", False), ("v4", "32x21x16384", True),
+                           ("v4", "64x1024x256", False), ("v8", "64x1024x256", True),
+                           ("v9-8lanes", "64x1024x256", True), ("v9-4lanes", "64x1024x256", False),
+                           ("v9-16lanes", "64x1024x256", False), ("v9-8lanes", "32x21x16384", True)]:
+        what = f"softmax {softmax[tag]} on {shapes[key]}"
+        if both:
+            timed(f"cuda.softmax.{tag}.{key}", "softmax", softmax[tag], shapes[key], what)
+        memory(f"cuda.softmax.{tag}.{key}", "softmax", softmax[tag], shapes[key], what)
+
+    # ---- cross_entropy.cu: each version's time and share of the copy bandwidth, f32 ----
+    for tag, version, shape in [
+            ("fwd-warp", "forward, warp per row", "[65536, 10]"),
+            ("bwd-warp", "backward, warp per row", "[65536, 10]"),
+            ("fwd-block", "forward, block per row", "[8192, 32000]"),
+            ("bwd-block", "backward, block per row", "[8192, 32000]"),
+            ("fwd-lanes", "forward, rows per warp (lane groups)", "[65536, 10]"),
+            ("bwd-lanes", "backward, rows per warp (lane groups)", "[65536, 10]"),
+            ("bwd-registers", "backward, row in registers", "[8192, 32000]"),
+            ("fwd-unrolled", "forward, block per row, unrolled", "[8192, 32000]"),
+            ("bwd-split", "backward, row split registers/shared", "[8192, 32000]")]:
+        name = f"cuda.cross_entropy.{tag}.{shape[1:-1].replace(', ', 'x')}"
+        timed(name, "cross_entropy", version, shape, f"cross_entropy {version} on {shape}")
+        memory(name, "cross_entropy", version, shape, f"cross_entropy {version} on {shape}")
+
+    # ---- reduce.cu: the middle-axis sum of [64, 4096, 256] ----
+    columns = "[64, 4096, 256] axis 1"
+    memory("cuda.reduce.v3.64x4096x256", "reduce", "sum, 3 column tiles", columns,
+           "reduce version 3 (column tiles), sum over the middle axis of [64, 4096, 256]", gbs=True)
+    memory("cuda.reduce.v4.64x4096x256", "reduce", "sum, 4 column packs", columns,
+           "reduce version 4 (column packs), sum over the middle axis of [64, 4096, 256]", gbs=True)
+    memory("cuda.reduce.production.64x4096x256", "reduce", "sum, production (CudaBackend)", columns,
+           "reduce's production path, sum over the middle axis of [64, 4096, 256]", gbs=True)
+
+    # ---- random.cu: dropout as one kernel ----
+    memory("cuda.dropout.kernel.8192x8192", "dropout", "one kernel (CudaBackend::dropout)", "[8192, 8192]",
+           "dropout as one kernel (CudaBackend::dropout) on [8192, 8192] f32")
+
+    # ---- batch_norm.cu: training forward and backward, f32 ----
+    for key, shape in [("64x32x26x26", "[64, 32, 26, 26]"), ("128x64x56x56", "[128, 64, 56, 56]")]:
+        for tag, version in [("fwd", "forward (statistics, apply)"), ("bwd", "backward")]:
+            what = f"batch_norm {version} on {shape}"
+            timed(f"cuda.batch_norm.{tag}.{key}", "batch_norm", version, shape, what)
+            if key == "128x64x56x56":  # the small shape's share of copy is quoted nowhere
+                memory(f"cuda.batch_norm.{tag}.{key}", "batch_norm", version, shape, what)
+
+    # ---- conv2d.cu: each version's time on MNIST's layers at batch 64 ----
+    conv_shapes = {"conv1": "conv1 x[64,1,28,28] w[32,1,3,3]", "conv2": "conv2 x[64,32,26,26] w[64,32,3,3]"}
+
+    def conv_version(pass_, n, math, shape):
+        """The version named `PASS N ...` (N: a number or cuDNN), ending in ` MATH` when math is given."""
+        names = [r["version"] for r in rows if r["family"] == "conv2d" and r["shape"] == shape
+                 and r["version"].split()[:2] == [pass_, n] and (math is None or r["version"].endswith(" " + math))]
+        if len(names) != 1:
+            raise KeyError(f"conv2d {pass_} {n} {math} {shape}: {names}")
+        return names[0]
+
+    for pass_, layer, n, math in [
+            ("fwd", "conv2", "cuDNN", None), ("fwd", "conv2", "1", None), ("fwd", "conv2", "2", None),
+            ("fwd", "conv2", "3", None), ("fwd", "conv2", "4", None), ("fwd", "conv2", "5", "3xTF32"),
+            ("fwd", "conv2", "5", "TF32"), ("fwd", "conv2", "7", "3xTF32"), ("fwd", "conv2", "7", "TF32"),
+            ("fwd", "conv1", "3", None), ("fwd", "conv1", "5", "3xTF32"), ("fwd", "conv1", "5", "TF32"),
+            ("fwd", "conv1", "7", "3xTF32"),
+            ("bwd-input", "conv2", "cuDNN", None), ("bwd-input", "conv1", "cuDNN", None),
+            ("bwd-input", "conv2", "1", None), ("bwd-input", "conv2", "2", None), ("bwd-input", "conv2", "3", None),
+            ("bwd-input", "conv2", "4", None), ("bwd-input", "conv2", "5", "3xTF32"),
+            ("bwd-input", "conv2", "5", "TF32"), ("bwd-input", "conv2", "7", "3xTF32"),
+            ("bwd-input", "conv2", "7", "TF32"), ("bwd-input", "conv1", "6", None), ("bwd-input", "conv1", "8", None),
+            ("bwd-weight", "conv2", "cuDNN", None), ("bwd-weight", "conv2", "1", None),
+            ("bwd-weight", "conv2", "2", None), ("bwd-weight", "conv2", "3", "3xTF32"),
+            ("bwd-weight", "conv2", "3", "TF32")]:
+        version = conv_version(pass_, n, math, conv_shapes[layer])
+        tag = "cudnn" if n == "cuDNN" else f"v{n}" + (f"-{math.lower()}" if math else "")
+        timed(f"cuda.conv2d.{pass_}.{tag}.{layer}", "conv2d", version, conv_shapes[layer],
+              f"conv2d {version} on {conv_shapes[layer]}")
+
+    # ---- matmul.cu and matmul/: the ladder's versions against each other and cuBLAS ----
+    n = "4096x4096x4096"
+    figure("cuda.matmul.12.4096.ms", h100, kernel("matmul", "12_3xtf32", n)["ms"],
+           "matmul 12_3xtf32 at 4096^3, ms")
+    figure("cuda.matmul.07.4096.ms", h100, kernel("matmul", "07_warptile", n)["ms"],
+           "matmul 07_warptile at 4096^3, ms")
+    figure("cuda.matmul.12-over-07.4096", h100, speedup("matmul", "12_3xtf32", "07_warptile", n),
+           "matmul at 4096^3: 12_3xtf32's speed over 07_warptile's")
+    figure("cuda.matmul.12-over-07.1024", h100, speedup("matmul", "12_3xtf32", "07_warptile", "1024x1024x1024"),
+           "matmul at 1024^3: 12_3xtf32's speed over 07_warptile's")
+    for key, shape in [("9216x128x64At", "9216x128x64 A^T"), ("64x9216x128", "64x9216x128")]:
+        figure(f"cuda.matmul.07-over-12.{key}", h100, speedup("matmul", "07_warptile", "12_3xtf32", shape),
+               f"matmul {shape} (k of 64 or 128, enough tiles for 12): 07_warptile's speed over 12_3xtf32's")
+    figure("cuda.matmul.07-over-03.1024", h100, speedup("matmul", "07_warptile", "03_smem_tiling", "1024x1024x1024"),
+           "matmul at 1024^3 (64 tiles of 128 x 128): 07_warptile's speed over 03_smem_tiling's")
+
+    # the TF32 path: 13 against 11 (both block tiles) where the dispatch chooses between them
+    for key, shape in [("4096", n), ("2048", "2048x2048x2048"), ("1024", "1024x1024x1024")]:
+        for tag, version in [("13", "13_tf32_wgmma"), ("11", "11_tf32_ldmatrix"),
+                             ("11-128x128", "11_tf32_ldmatrix_128x128")]:
+            timed(f"cuda.matmul.{tag}.{key}", "matmul", version, shape, f"matmul {version} at {shape}")
+    timed("cuda.matmul.10.4096", "matmul", "10_tf32_async", n, f"matmul 10_tf32_async at {n}")
+    figure("cuda.matmul.11.4096.pct-cublas", h100, share("matmul", "11_tf32_ldmatrix", n),
+           "matmul 11_tf32_ldmatrix at 4096^3, % of cuBLAS TF32's TFLOP/s")
+
+    # 13's header: the plain product (B transposed by a first pass) and B^T (read in place)
+    for key, shape in [("4096", n), ("4096Bt", "4096x4096x4096 B^T")]:
+        figure(f"cuda.matmul.13.{key}.tflops", h100, kernel("matmul", "13_tf32_wgmma", shape)["value"],
+               f"matmul 13_tf32_wgmma at {shape}, TFLOP/s")
+        figure(f"cuda.matmul.13.{key}.pct-cublas", h100, share("matmul", "13_tf32_wgmma", shape),
+               f"matmul 13_tf32_wgmma at {shape}, % of cuBLAS TF32's TFLOP/s")
+    figure("cuda.matmul.cublas-tf32.4096.tflops", h100, kernel("matmul", "cuBLAS TF32", n)["value"],
+           "matmul cuBLAS TF32 at 4096^3, TFLOP/s")
+    timed("cuda.matmul.13.4096Bt", "matmul", "13_tf32_wgmma", "4096x4096x4096 B^T", "matmul 13_tf32_wgmma at 4096^3 B^T")
+    timed("cuda.matmul.cublas-tf32.4096", "matmul", "cuBLAS TF32", n, "cuBLAS TF32 at 4096^3")
+    timed("cuda.matmul.cublas-tf32.4096Bt", "matmul", "cuBLAS TF32", "4096x4096x4096 B^T", "cuBLAS TF32 at 4096^3 B^T")
+
+    # the epilogue: bias + ReLU fused into the production f32 path's stores, or as passes after it
+    shapes = []
+    for r in rows:
+        if r["family"] == "matmul" and r["shape"] not in shapes:
+            shapes.append(r["shape"])
+    fused, passes, plain = ("production + bias + ReLU in the epilogue", "production, then bias and ReLU passes",
+                            "production (FP32)")
+
+    def longer(slow, fast, shape):
+        """How much longer `slow` took than `fast`, %."""
+        return 100 * (ms("matmul", slow, shape) / ms("matmul", fast, shape) - 1)
+
+    figure("cuda.matmul.epilogue.max-pct", h100,
+           max(longer(fused, plain, s) for s in shapes if "A^T" not in s),
+           "matmul, production f32: the most that bias + ReLU in the epilogue add to the product's time, % "
+           "(every shape of the bench but 9216x128x64 A^T)")
+    figure("cuda.matmul.epilogue.9216x128x64At.pct", h100, longer(fused, plain, "9216x128x64 A^T"),
+           "matmul 9216x128x64 A^T, production f32: what bias + ReLU in the epilogue add to its time, %")
+    figure("cuda.matmul.passes.pct-range", h100,
+           (min(longer(passes, fused, s) for s in shapes), max(longer(passes, fused, s) for s in shapes)),
+           "matmul, production f32, every shape of the bench: how much longer bias and ReLU as passes of "
+           "their own take than the fused product, % (least, most)")
+    timed("cuda.matmul.epilogue.784x128x64", "matmul", fused, "784x128x64", "matmul 784x128x64, bias + ReLU fused")
+    timed("cuda.matmul.passes.784x128x64", "matmul", passes, "784x128x64", "matmul 784x128x64, bias and ReLU passes")

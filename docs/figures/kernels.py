@@ -1,0 +1,62 @@
+"""The figures that kernels/README.md quotes outside its generated tables, from one recorded run.
+
+kernel-bench (kernels.json) and vulkan-bench (vulkan.json) of docs/runs/2026-11-26-h100: one H100
+80GB HBM3, `scripts/device-run tests bench train torch vulkan`, build d7a3e53.
+"""
+
+
+def define(figure, table, runs):
+    h100 = runs["2026-11-26-h100"]
+
+    def kernel(family, version, shape):
+        return h100.kernel(family, version, shape)
+
+    def vulkan(section, name):
+        return h100.vulkan(section, name)
+
+    copy_gbs = kernel("copy", "cudaMemcpyAsync", "1 GiB")["value"]
+
+    def pct_copy(family, version, shape):
+        """A memory-bound row's GB/s as a percentage of the device-to-device copy's (as the table's)."""
+        return 100 * kernel(family, version, shape)["value"] / copy_gbs
+
+    # ---- the reading order: softmax's versions on long rows ----
+    long_rows = "[4096, 32768]"
+    figure("kernels.softmax.long-rows.v1.pct-copy", h100, pct_copy("softmax", "1 naive (thread per row)", long_rows),
+           "softmax version 1 (thread per row) on [4096, 32768], % of the copy bandwidth")
+
+    # ---- the Vulkan kernels against the CUDA path, cuDNN and cuBLAS (ms unless named) ----
+    conv2 = "conv2 x[64,32,26,26] w[64,32,3,3]"
+    fc1 = "64x128x9216 B^T"
+    big = "4096x4096x4096"
+
+    # conv2 of the MNIST CNN at batch 64
+    figure("kernels.cuda.conv2.fwd.ms", h100,
+           kernel("conv2d", "fwd production + bias + ReLU in the epilogue", conv2)["ms"],
+           "kernel-bench: CUDA production conv2 forward at batch 64, bias and ReLU in the epilogue, ms")
+
+    # fc1 forward, 64 x 128 x 9216 with B transposed
+    figure("kernels.cuda.fc1.fwd.ms", h100, kernel("matmul", "production (FP32)", fc1)["ms"],
+           "kernel-bench: CUDA production matmul (FP32) 64x128x9216 B^T, ms")
+
+    # matmul 4096^3
+    figure("kernels.vulkan.matmul.4096.f32.ms", h100, vulkan("matmul", "4096^3, f32")["ms"],
+           "vulkan-bench: matmul 4096^3 in f32 (gemm.glsl), device ms per call")
+    figure("kernels.vulkan.matmul.4096.coop.ms", h100, vulkan("matmul", "4096^3, f16 cooperative matrices")["ms"],
+           "vulkan-bench: matmul 4096^3 on f16 cooperative matrices, device ms per call")
+    figure("kernels.cuda.matmul.4096.fp32.ms", h100, kernel("matmul", "production (FP32)", big)["ms"],
+           "kernel-bench: CUDA production matmul (FP32) at 4096^3, ms")
+    figure("kernels.cuda.matmul.4096.tf32.ms", h100, kernel("matmul", "production (TF32)", big)["ms"],
+           "kernel-bench: CUDA production matmul (TF32) at 4096^3, ms")
+    figure("kernels.cuda.matmul.4096.tf32.tflops", h100, kernel("matmul", "production (TF32)", big)["value"],
+           "kernel-bench: CUDA production matmul (TF32) at 4096^3, TFLOP/s")
+    figure("kernels.cublas.matmul.4096.sgemm.ms", h100, kernel("matmul", "cuBLAS SGEMM", big)["ms"],
+           "kernel-bench: cuBLAS SGEMM at 4096^3, ms")
+
+    # memory-bound kernels on [4096, 4096] f32 (64 MB)
+    figure("kernels.vulkan.copy.ms", h100, vulkan("bandwidth", "copy")["ms"],
+           "vulkan-bench: copy of 64 MB ([4096, 4096] f32), device ms per call")
+
+    # whole training steps of the MNIST CNN, batch 64: three windows of 100 steps
+    windows = [r["ms"] for r in h100.json("vulkan.json")["results"]
+               if r["section"] == "step" and r["name"].startswith("window")]

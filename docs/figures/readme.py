@@ -1,0 +1,152 @@
+"""The figures of README.md and docs/*.md, each from one recorded run of docs/runs/."""
+
+
+def define(figure, table, runs):
+    h100 = runs["2026-11-26-h100"]
+    h200x2 = runs["2026-11-26-2xh200-dist"]
+    h100x2 = runs["2026-11-26-2xh100-dist"]
+
+    # --- mnist-train and PyTorch on one H100 (CUDA and Vulkan) ---
+    def epoch(file, n):
+        return h100.epoch(file, n)
+
+    def seconds_range(file):
+        s = [e["seconds"] for e in h100.epochs(file)]
+        return min(s), max(s)
+
+    def best(file):
+        return 100 * max(e["test_accuracy"] for e in h100.epochs(file))
+
+    def torch(model, batch, n=2):
+        return h100.line("torch.jsonl", model=model, batch_size=batch, epoch=n)
+
+    def default_run(prefix, backend, file):
+        """The default run (CNN, 14 epochs) on one backend: accuracy, epochs, the whole run."""
+        figure(f"{prefix}.default.best", h100, best(file), f"{backend}, default run (CNN, 14 epochs): best test accuracy, %")
+        figure(f"{prefix}.default.epoch-range", h100, seconds_range(file),
+               f"{backend}, default run: fastest and slowest epoch, s")
+        figure(f"{prefix}.default.total", h100,
+               h100.total_seconds(f"--device {backend.lower()} --data .device/mnist --metrics-out"),
+               f"{backend}, default run from start to exit as mnist-train prints it, s")
+
+    default_run("gpu", "CUDA", "train.jsonl")
+    figure("gpu.cnn.epoch2", h100, epoch("train.jsonl", 2)["seconds"],
+           "CUDA, CNN batch 64: the second epoch of the default run, s")
+    figure("gpu.cnn.epoch2.tf32", h100, epoch("train_tf32.jsonl", 2)["seconds"],
+           "CUDA, CNN batch 64 with --tf32: the second epoch, s")
+    figure("gpu.cnn.torch", h100, torch("cnn", 64)["train_s"],
+           "PyTorch eager on the same GPU, CNN batch 64: the second epoch, s (cuDNN TF32 on, matmul TF32 off)")
+    figure("gpu.cnn.torch-over-kiln", h100, torch("cnn", 64)["train_s"] / epoch("train.jsonl", 2)["seconds"],
+           "CNN batch 64: PyTorch's epoch time over kiln's f32 epoch")
+    figure("gpu.mlp.epoch", h100, epoch("train_mlp.jsonl", 1)["seconds"], "CUDA, MLP batch 64: one epoch, s")
+    figure("gpu.mlp.images-per-s", h100, epoch("train_mlp.jsonl", 1)["images_per_s"],
+           "CUDA, MLP batch 64: images a second")
+    figure("gpu.mlp.accuracy", h100, 100 * epoch("train_mlp.jsonl", 1)["test_accuracy"],
+           "CUDA, MLP: test accuracy after one epoch, %")
+    figure("gpu.mlp.torch", h100, torch("mlp", 64)["train_s"], "PyTorch eager, MLP batch 64: the second epoch, s")
+    figure("gpu.b512.epoch2", h100, epoch("train_b512.jsonl", 2)["seconds"], "CUDA, CNN batch 512: second epoch, s")
+    figure("gpu.b512.images-per-s", h100, epoch("train_b512.jsonl", 2)["images_per_s"],
+           "CUDA, CNN batch 512: second epoch's images a second")
+    figure("gpu.b512.epoch2.tf32", h100, epoch("train_b512_tf32.jsonl", 2)["seconds"],
+           "CUDA, CNN batch 512 with --tf32: second epoch, s")
+    figure("gpu.b512.torch", h100, torch("cnn", 512)["train_s"], "PyTorch eager, CNN batch 512: second epoch, s")
+
+
+    # --- kernel-bench: the README's summary of kernels/README.md's tables ---
+    def k(family, version, shape):
+        return h100.kernel(family, version, shape)
+
+    def speed(family, version, reference, shape):
+        """version's speed over the reference's (the tables' "vs yardstick" column as a ratio)."""
+        return k(family, reference, shape)["ms"] / k(family, version, shape)["ms"]
+
+    n = "4096x4096x4096"
+    copy = k("copy", "cudaMemcpyAsync", "1 GiB")["value"]
+    figure("gpu.matmul.f32.4096.time-vs-cublas", h100,
+           k("matmul", "production (FP32)", n)["ms"] / k("matmul", "cuBLAS SGEMM", n)["ms"],
+           "f32 matmul 4096^3, production path (12_3xtf32): its time over cuBLAS SGEMM's")
+    figure("gpu.matmul.07.4096.pct-cublas", h100, 100 * speed("matmul", "07_warptile", "cuBLAS SGEMM", n),
+           "matmul 07_warptile at 4096^3: % of cuBLAS SGEMM's speed")
+    figure("gpu.matmul.tf32.4096.pct-cublas", h100, 100 * speed("matmul", "production (TF32)", "cuBLAS TF32", n),
+           "TF32 matmul 4096^3, production path (13_tf32_wgmma): % of cuBLAS TF32's speed")
+    for conv, batch in (("conv1", 64), ("conv2", 64), ("conv1", 512), ("conv2", 512)):
+        c = 1 if conv == "conv1" else 32
+        o, hw = (32, 28) if conv == "conv1" else (64, 26)
+        shape = f"{conv} x[{batch},{c},{hw},{hw}] w[{o},{c},3,3]"
+        figure(f"gpu.conv.{conv}.b{batch}.fwd-time-vs-cudnn", h100,
+               k("conv2d", "fwd production + bias + ReLU in the epilogue", shape)["ms"] / k("conv2d", "fwd cuDNN", shape)["ms"],
+               f"{conv} forward at batch {batch}, bias and ReLU in the epilogue: time over cuDNN FP32's")
+    figure("gpu.softmax.mnist.pct-copy", h100,
+           100 * k("softmax", "production (CudaBackend)", "[65536, 10]")["value"] / copy,
+           "softmax over MNIST's logits [65536, 10]: % of copy bandwidth")
+    bn = [100 * r["value"] / copy for r in h100.json("kernels.json")["results"]
+          if r["family"] == "batch_norm" and not r["reference"]]
+    figure("gpu.batch-norm.pct-copy", h100, (min(bn), max(bn)), "batch norm, every pass and shape: % of copy")
+
+    # --- through Vulkan on the same H100 ---
+    default_run("vk", "Vulkan", "train_vulkan.jsonl")
+    figure("vk.mlp.accuracy", h100, 100 * epoch("train_vulkan_mlp.jsonl", 1)["test_accuracy"],
+           "Vulkan, MLP: test accuracy after one epoch, %")
+    figure("vk.mlp.epoch", h100, epoch("train_vulkan_mlp.jsonl", 1)["seconds"], "Vulkan, MLP: one epoch, s")
+    figure("vk.b512.epoch2", h100, epoch("train_vulkan_b512.jsonl", 2)["seconds"],
+           "Vulkan, CNN batch 512: second epoch, s")
+    figure("vk.b512.accuracy", h100, 100 * epoch("train_vulkan_b512.jsonl", 2)["test_accuracy"],
+           "Vulkan, CNN batch 512: test accuracy after two epochs, %")
+    steps = [r["ms"] for r in h100.json("vulkan.json")["results"] if r["section"] == "step" and r["name"].startswith("window")]
+    figure("vk.step.ms", h100, (min(steps), max(steps)),
+           "vulkan-bench: a CNN training step at batch 64, device time, the three windows of 100 steps, ms")
+    for binary in ("test_backend_ops", "test_vulkan"):
+        cases, asserts = h100.doctest(f"{binary} --backend=vulkan")
+        figure(f"vk.tests.{binary}.cases", h100, cases, f"{binary} --backend=vulkan: test cases passed")
+        figure(f"vk.tests.{binary}.assertions", h100, asserts, f"{binary} --backend=vulkan: assertions passed")
+
+    # --- data parallelism on 2 GPUs ---
+    def allreduce(run, impl, size):
+        return run.line("dist.jsonl", bench="allreduce", impl=impl, bytes=size)
+
+    def ddp(run, impl, mode, batch):
+        rows = [r for r in run.lines("dist.jsonl", bench="ddp", impl=impl, mode=mode, batch=batch)
+                if r.get("model", "linear") == "linear"]
+        assert len(rows) == 1, rows
+        return rows[0]
+
+    kb4, mb1, mb16, gb1 = 4096, 1 << 20, 16 << 20, 1 << 30
+    for impl in ("kiln", "nccl", "torch"):
+        for size, label in ((kb4, "4k"), (mb1, "1m")):
+            figure(f"dist.h200.allreduce.{impl}.{label}.us", h200x2, allreduce(h200x2, impl, size)["us"],
+                   f"2 x H200: {impl}'s all-reduce of {size} bytes, µs")
+        for size, label in ((mb16, "16m"), (gb1, "1g")):
+            figure(f"dist.h200.allreduce.{impl}.{label}.busbw", h200x2, allreduce(h200x2, impl, size)["busbw_gbs"],
+                   f"2 x H200: {impl}'s all-reduce of {size} bytes, bus bandwidth GB/s")
+    for run, gpu in ((h200x2, "h200"), (h100x2, "h100")):
+        for batch in (512, 2048):
+            figure(f"dist.{gpu}.ddp.kiln.b{batch}", run, ddp(run, "kiln", "ddp", batch)["efficiency"],
+                   f"2 x {gpu.upper()}: kiln's DDP efficiency, 8 x Linear 4096, TF32, batch {batch} per GPU")
+            figure(f"dist.{gpu}.ddp.torch.b{batch}", run, ddp(run, "torch", "ddp", batch)["efficiency"],
+                   f"2 x {gpu.upper()}: PyTorch DDP's efficiency, batch {batch} per GPU")
+            figure(f"dist.{gpu}.ddp.torch-tuned.b{batch}", run, ddp(run, "torch", "ddp_tuned", batch)["efficiency"],
+                   f"2 x {gpu.upper()}: PyTorch DDP's efficiency, tuned buckets, batch {batch} per GPU")
+        small = [allreduce(run, "kiln", b)["time_ratio"] for b in (4096, 16384, 65536, 262144, mb1)]
+        figure(f"dist.{gpu}.allreduce.small.kiln-over-nccl", run, (min(small), max(small)),
+               f"2 x {gpu.upper()}: kiln's all-reduce time over NCCL's, 4 KB to 1 MB")
+        one, many = run.epochs("train_1gpu.jsonl"), run.epochs("dist_train.jsonl")
+        speedups = [b["images_per_s"] / a["images_per_s"] for a, b in zip(one, many)]
+        figure(f"dist.{gpu}.mnist.speedup", run, (min(speedups), max(speedups)),
+               f"2 x {gpu.upper()}: mnist-train's CNN at batch 64 per GPU, images a second on 2 GPUs over 1, epochs 1-3")
+    # the H200 pair's: kiln's step against PyTorch's, and the epochs behind the speed-up
+    ratios = [ddp(h200x2, "kiln", "alone", b)["step_ms"] / ddp(h200x2, "torch", "alone", b)["step_ms"] for b in (512, 2048)]
+    figure("dist.h200.linear-step.kiln-over-torch", h200x2, (min(ratios), max(ratios)),
+           "H200: kiln's 8 x Linear step alone over PyTorch's, batch 512 and 2048")
+    one, many = h200x2.epochs("train_1gpu.jsonl"), h200x2.epochs("dist_train.jsonl")
+    figure("dist.h200.mnist.epoch-2gpu", h200x2, (min(e["seconds"] for e in many), max(e["seconds"] for e in many)),
+           "2 x H200: mnist-train's epoch on 2 GPUs, s (epochs 1-3)")
+    figure("dist.h200.mnist.epoch-1gpu", h200x2, (min(e["seconds"] for e in one), max(e["seconds"] for e in one)),
+           "H200: mnist-train's epoch on 1 GPU, s (epochs 1-3)")
+    small_us = [allreduce(h100x2, "kiln", b)["us"] for b in (4096, 16384, 65536, 262144, mb1)]
+    figure("dist.h100.allreduce.small.us", h100x2, (min(small_us), max(small_us)),
+           "2 x H100: kiln's all-reduce from 4 KB to 1 MB, µs")
+    torch_us = [allreduce(h100x2, "torch", b)["us"] for b in (4096, 16384, 65536, 262144, mb1)]
+    figure("dist.h100.allreduce.small.torch-us", h100x2, (min(torch_us), max(torch_us)),
+           "2 x H100: PyTorch's all-reduce from 4 KB to 1 MB, µs")
+    figure("dist.h100.torch.linear-step.b2048", h100x2, ddp(h100x2, "torch", "alone", 2048)["step_ms"],
+           "H100: PyTorch's 8 x Linear 4096 step alone at batch 2048, ms")
