@@ -225,3 +225,25 @@ function(kiln_install_package)
   install(FILES ${PROJECT_BINARY_DIR}/kilnConfig.cmake ${PROJECT_BINARY_DIR}/kilnConfigVersion.cmake
     DESTINATION ${config_dir} COMPONENT dev)
 endfunction()
+
+# kiln_install_program(program component "what it does"): installs the program into bin/ and, where
+# Debian's help2man is there, its man page made from its --help and --version, gzip'd as Debian's
+# policy asks (-9n: no name or time stamp, so a rebuild is the same file). The program runs at
+# build time with --help, so --help must not need a device.
+function(kiln_install_program program component what)
+  install(TARGETS ${program} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ${component})
+  find_program(KILN_HELP2MAN help2man)
+  find_program(KILN_GZIP gzip)
+  if(NOT KILN_HELP2MAN OR NOT KILN_GZIP)
+    message(STATUS "help2man or gzip not found: no man page for ${program} (scripts/setup installs help2man)")
+    return()
+  endif()
+  set(page ${CMAKE_CURRENT_BINARY_DIR}/${program}.1)
+  add_custom_command(OUTPUT ${page}.gz
+    COMMAND ${KILN_HELP2MAN} --no-info --version-string=${PROJECT_VERSION} --name=${what} --output=${page}
+            $<TARGET_FILE:${program}>
+    COMMAND ${KILN_GZIP} -9nf ${page}
+    DEPENDS ${program} COMMENT "help2man ${program}" VERBATIM)
+  add_custom_target(${program}-man ALL DEPENDS ${page}.gz)
+  install(FILES ${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT ${component})
+endfunction()

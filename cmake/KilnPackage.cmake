@@ -29,9 +29,12 @@ install(FILES ${PROJECT_BINARY_DIR}/kiln.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 
 # ---- Debian packages ----
+set(KILN_PACKAGE_CONTACT "the kiln authors <kiln@kiln.invalid>" CACHE STRING
+    "Maintainer of the Debian packages: whoever builds and ships them (the default's address is invalid)")
 set(CPACK_PACKAGE_NAME kiln)
 set(CPACK_PACKAGE_VENDOR "the kiln authors")
-set(CPACK_PACKAGE_CONTACT "the kiln authors <kiln@localhost>")
+set(CPACK_PACKAGE_CONTACT "${KILN_PACKAGE_CONTACT}")
+set(CPACK_STRIP_FILES ON)  # Debian ships stripped binaries
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "neural-network training framework in C++20")
 set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
@@ -51,16 +54,23 @@ set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME kiln)
 set(CPACK_DEBIAN_RUNTIME_DESCRIPTION
   "neural-network training framework in C++20 (library and MNIST programs)
- kiln trains neural networks on CUDA GPUs, Vulkan devices or the CPU: tensors, reverse-mode
- autograd, layers and optimizers. This package holds the shared library and mnist-train and
- mnist-predict.")
+ kiln trains neural networks on CUDA GPUs, Vulkan devices or the CPU:
+ tensors, reverse-mode autograd, layers and optimizers. This package holds
+ the shared library, and mnist-train and mnist-predict.")
+# libkiln.so's shlibs file (so packages built against it depend on kiln >= this version; only
+# kiln holds a shared library) and the ldconfig trigger that Debian's policy asks of it (CPack's
+# postinst and postrm call ldconfig too, which lintian only warns about)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
+file(WRITE ${PROJECT_BINARY_DIR}/debian/triggers "activate-noawait ldconfig\n")
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/triggers)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "libvulkan1, mesa-vulkan-drivers")  # the Vulkan backend opens the loader at run time
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME kiln-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_DESCRIPTION
-  "neural-network training framework in C++20 (headers, CMake and pkg-config files)
- What a C++ program needs to build against kiln: find_package(kiln) with kiln::kiln, or
- pkg-config --cflags --libs kiln.")
+  "neural-network training framework in C++20 (headers, CMake, pkg-config)
+ What a C++ program needs to build against kiln: find_package(kiln) with
+ kiln::kiln, or pkg-config --cflags --libs kiln.")
 # find_package(kiln) finds these too (cmake/kilnConfig.cmake.in), and kiln.pc requires spdlog and zlib
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libspdlog-dev, zlib1g-dev")
 if(KILN_HAVE_VULKAN)
@@ -74,4 +84,26 @@ set(CPACK_DEBIAN_BENCH_DESCRIPTION
 set(CPACK_COMPONENT_DEV_DEPENDS runtime)
 set(CPACK_COMPONENT_BENCH_DEPENDS runtime)
 set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
+# Each package's /usr/share/doc/PACKAGE: copyright (Debian's machine-readable form of LICENSE) and
+# changelog.gz, as Debian's policy asks of every package (lintian checks both)
+file(READ ${PROJECT_SOURCE_DIR}/LICENSE license)
+string(REGEX MATCH "Copyright \\(c\\) ([^\n]*)" _ "${license}")
+set(KILN_COPYRIGHT "${CMAKE_MATCH_1}")
+string(REGEX REPLACE "^MIT License\n\n[^\n]*\n\n" "" license "${license}")
+string(REGEX REPLACE "\n\n" "\n.\n" license "${license}")
+string(STRIP "${license}" license)
+string(REPLACE "\n" "\n " KILN_LICENSE_TEXT " ${license}")  # continuation lines start with a space
+configure_file(${PROJECT_SOURCE_DIR}/cmake/debian/copyright.in ${PROJECT_BINARY_DIR}/debian/copyright @ONLY)
+string(TIMESTAMP KILN_CHANGELOG_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)  # SOURCE_DATE_EPOCH when set
+configure_file(${PROJECT_SOURCE_DIR}/cmake/debian/changelog.in ${PROJECT_BINARY_DIR}/debian/changelog @ONLY)
+find_program(KILN_GZIP gzip REQUIRED)
+execute_process(COMMAND ${KILN_GZIP} -9nf ${PROJECT_BINARY_DIR}/debian/changelog COMMAND_ERROR_IS_FATAL ANY)
+foreach(component_and_package runtime:kiln dev:kiln-dev bench:kiln-bench)
+  string(REPLACE ":" ";" pair "${component_and_package}")
+  list(GET pair 0 component)
+  list(GET pair 1 package)
+  install(FILES ${PROJECT_BINARY_DIR}/debian/copyright ${PROJECT_BINARY_DIR}/debian/changelog.gz
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${package} COMPONENT ${component})
+endforeach()
+
 include(CPack)

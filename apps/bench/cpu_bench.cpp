@@ -142,6 +142,7 @@ void write_json(const std::string& path, int threads, const std::vector<Result>&
 
 int main(int argc, char** argv) {
   CLI::App app{"cpu-bench: kiln's CPU matmul and conv2d kernels, timed through the Backend interface"};
+  app.set_version_flag("--version", kiln::apps::version_line("cpu-bench"));
   std::string json_path;
   int threads = 0;
   app.add_option("--threads", threads, "threads of the CPU backend (default: KILN_NUM_THREADS or the machine's)")

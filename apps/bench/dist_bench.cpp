@@ -529,6 +529,7 @@ DeviceType device_type(const std::string& device) { return device == "cpu" ? Dev
 int main(int argc, char** argv) {
   using namespace kiln::bench;
   CLI::App app{"dist-bench: kiln's all-reduce and DDP step across the ranks of an mpirun job"};
+  app.set_version_flag("--version", kiln::apps::version_line("dist-bench"));
   app.require_subcommand(1);
   AllReduceConfig ar;
   DdpConfig dc;

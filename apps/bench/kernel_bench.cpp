@@ -144,6 +144,7 @@ void write_json(const std::string& path, const std::string& device, const std::v
 
 int main(int argc, char** argv) {
   CLI::App app{"kernel-bench: kiln's CUDA kernels against cuBLAS, cuDNN and copy bandwidth"};
+  app.set_version_flag("--version", kiln::apps::version_line("kernel-bench"));
   std::string only, json, shape;
   bool quick = false;
   app.add_option("--only", only, "one family: matmul, conv, softmax, cross_entropy, reduce, dropout or batch_norm")

@@ -214,6 +214,7 @@ int run(const std::string& json_path) {
 int main(int argc, char** argv) {
   CLI::App app{"vulkan-bench: the Vulkan kernels of a MNIST CNN step, and whole steps, timed on the device "
                "(about 10 minutes on lavapipe, seconds on a GPU)"};
+  app.set_version_flag("--version", apps::version_line("vulkan-bench"));
   std::string json_path;
   app.add_option("--json", json_path, "also write the figures to FILE as JSON")->type_name("FILE");
   if (std::optional<int> code = apps::parse_command_line(app, argc, argv)) return *code;
