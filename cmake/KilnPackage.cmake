@@ -11,7 +11,9 @@ set(KILN_PC_REQUIRES_PRIVATE "spdlog zlib")
 # What a static libkiln.a needs besides (pkg-config --static): the backends' libraries
 set(KILN_PC_LIBS_PRIVATE "${CMAKE_DL_LIBS}")
 list(TRANSFORM KILN_PC_LIBS_PRIVATE PREPEND "-l")
-if(KILN_HAVE_CUDA)
+if(KILN_HAVE_CUDA AND NOT BUILD_SHARED_LIBS)
+  # the CUDA runtime is linked into libkiln.so; only a static libkiln.a leaves it to the program, and
+  # names the toolkit's folder of this machine (no path of this kind may go into a package: lintian)
   get_target_property(cudart CUDA::cudart_static IMPORTED_LOCATION)
   get_filename_component(cudart_dir "${cudart}" DIRECTORY)
   list(APPEND KILN_PC_LIBS_PRIVATE "-L${cudart_dir}" -lcudart_static -lrt)
