@@ -60,3 +60,14 @@ def define(figure, table, runs):
     # whole training steps of the MNIST CNN, batch 64: three windows of 100 steps
     windows = [r["ms"] for r in h100.json("vulkan.json")["results"]
                if r["section"] == "step" and r["name"].startswith("window")]
+
+    # a training step's kernel time (ncu) against the step's time in mnist-train's epochs
+    import step_profile
+    profile = runs["2026-11-26-h100-profile"]
+    b64 = step_profile.summary(step_profile.kernels(profile.file("profile_b64.csv")))
+    figure("kernels.step.b64.kernels", profile, b64["kernels_per_step"], "kernels a training step, CNN batch 64, f32")
+    figure("kernels.step.b64.us", profile, b64["us_per_step"], "kernel time a step (ncu), CNN batch 64, f32, µs")
+    epochs = [e["seconds"] for e in h100.epochs("train.jsonl")]
+    figure("kernels.step.b64.wall-us", h100, 1e6 * min(epochs) / 938,
+           "the fastest epoch of the default CUDA run (its training, as mnist-train times it) over its 938 steps, µs a step")
+

@@ -4,6 +4,7 @@ import io
 
 import dist_table
 import kernel_table
+import step_profile
 
 
 def printed(fn, *args):
@@ -22,3 +23,10 @@ def define(figure, table, runs):
         run = runs[f"2026-11-26-{gpus}-dist"]
         table(f"dist-{gpus}", lambda run=run: printed(dist_table.main, run.file("dist.jsonl"))
               + printed(dist_table.mnist, run.file("dist_train.jsonl"), run.file("train_1gpu.jsonl")))
+    # kernels/README.md: a training step's kernels under Nsight Compute
+    profile = runs["2026-11-26-h100-profile"]
+    table("step-profile", lambda: step_profile.table(profile, [
+        ("b64", "profile_b64.csv", "batch 64, f32"), ("b64_tf32", "profile_b64_tf32.csv", "batch 64, `--tf32`"),
+        ("b512", "profile_b512.csv", "batch 512, f32"), ("b512_tf32", "profile_b512_tf32.csv", "batch 512, `--tf32`")],
+        top=8))
+
