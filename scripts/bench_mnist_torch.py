@@ -1,14 +1,16 @@
 #!/usr/bin/python3
-"""Training epochs of PyTorch's examples/mnist models (eager mode), for comparison with
+"""Training epochs of PyTorch's examples/mnist models, for comparison with
 mnist-train: the same models (cnn: examples/mnist's Net; mlp: 784-128-10), batch size, optimizer
 (Adadelta, lr 1.0) and data held in memory as tensors on the training device, normalised once (as
 kiln does), with a seeded shuffle drawn on that device per epoch. Prints the seconds of each
 training epoch (on CUDA the clock stops after a synchronisation) and the test accuracy; with
 --json FILE, also appends one JSON line an epoch there (the settings, PyTorch's version and TF32
-switches, train_s, test_accuracy in %).
+switches, train_s, test_accuracy in %). --mode picks how PyTorch runs the step: eager (the
+default), graph (the whole step, optimizer included, captured once in a CUDA graph and replayed:
+PyTorch's fastest way to launch it) or compile (the model through torch.compile, PyTorch 2).
 
     /usr/bin/python3 scripts/bench_mnist_torch.py --model cnn [--device cpu|cuda] [--epochs 1]
-        [--threads 2] [--batch-size 64] [--data data/mnist] [--json FILE]
+        [--threads 2] [--batch-size 64] [--data data/mnist] [--json FILE] [--mode eager|graph|compile]
 
 Compare with:  mnist-train --model cnn --epochs 1 --device cpu   (its "epoch 1 ... s" figure)
 The IDX files may be raw or gzip'd (name.gz).
@@ -81,18 +83,49 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--data", default=os.environ.get("KILN_DATA", "data/mnist"))
     parser.add_argument("--json", metavar="FILE", help="append one JSON line an epoch to FILE")
+    parser.add_argument("--mode", choices=["eager", "graph", "compile"], default="eager",
+                        help="eager; graph: the whole step captured once in a CUDA graph and replayed (CUDA); "
+                             "compile: the model through torch.compile")
     args = parser.parse_args()
+    if args.mode == "graph" and args.device != "cuda":
+        parser.error("--mode graph needs --device cuda")
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     device = torch.device(args.device)
     train_x, train_y = (t.to(device) for t in load(args.data, "train"))
     test_x, test_y = (t.to(device) for t in load(args.data, "test"))
     model = (Net() if args.model == "cnn" else MLP()).to(device)
-    opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    # graph: the optimizer's step is captured too, so its state lives on the GPU (capturable)
+    opt = torch.optim.Adadelta(model.parameters(), lr=1.0, **({"capturable": True} if args.mode == "graph" else {}))
+    forward = torch.compile(model) if args.mode == "compile" else model
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize()
+
+    def train_step(x, y):
+        opt.zero_grad(set_to_none=args.mode != "graph")  # a graph keeps its gradient buffers
+        loss = F.cross_entropy(forward(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    graph = None
+    if args.mode == "graph":
+        # PyTorch's whole-network capture: static input buffers, three warm-up steps on a side stream
+        # (they train on the first batch: three steps more than eager), then one capture; a batch of
+        # another size (the epoch's last) runs eagerly.
+        static_x = train_x[:args.batch_size].clone()
+        static_y = train_y[:args.batch_size].clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                train_step(static_x, static_y)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            train_step(static_x, static_y)
 
     for epoch in range(1, args.epochs + 1):
         model.train()
@@ -101,10 +134,12 @@ def main():
         start = time.perf_counter()
         for i in range(0, len(order), args.batch_size):
             idx = order[i:i + args.batch_size]
-            opt.zero_grad()
-            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
-            loss.backward()
-            opt.step()
+            if graph is not None and len(idx) == args.batch_size:
+                static_x.copy_(train_x[idx])
+                static_y.copy_(train_y[idx])
+                graph.replay()
+            else:
+                train_step(train_x[idx], train_y[idx])
         sync()
         train_seconds = time.perf_counter() - start
 
@@ -115,13 +150,13 @@ def main():
                 correct += (model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
         where = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
         accuracy = 100 * correct / len(test_x)
-        print(f"pytorch {torch.__version__} {where}, model {args.model}, batch {args.batch_size}: "
+        print(f"pytorch {torch.__version__} {where}, {args.mode}, model {args.model}, batch {args.batch_size}: "
               f"epoch {epoch} train {train_seconds:.2f} s, test accuracy {accuracy:.2f}%",
               flush=True)
         if args.json:
             line = {"program": "bench_mnist_torch.py", "torch": torch.__version__,
                     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                    "device": where, "model": args.model, "batch_size": args.batch_size,
+                    "device": where, "model": args.model, "batch_size": args.batch_size, "mode": args.mode,
                     "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
                     "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
                     "epoch": epoch, "train_s": round(train_seconds, 4), "test_accuracy": accuracy}

@@ -6,51 +6,52 @@ def define(figure, table, runs):
     h200x2 = runs["2026-11-26-2xh200-dist"]
     h100x2 = runs["2026-11-26-2xh100-dist"]
 
-    # --- mnist-train and PyTorch on one H100 (CUDA and Vulkan) ---
-    def epoch(file, n):
-        return h100.epoch(file, n)
+    # --- mnist-train and PyTorch on one H100: CUDA from the train-and-torch call, Vulkan from the other ---
+    train = runs["2026-11-26-h100-train-torch"]
 
-    def seconds_range(file):
-        s = [e["seconds"] for e in h100.epochs(file)]
+    def seconds_range(run, file):
+        s = [e["seconds"] for e in run.epochs(file)]
         return min(s), max(s)
 
-    def best(file):
-        return 100 * max(e["test_accuracy"] for e in h100.epochs(file))
+    def best(run, file):
+        return 100 * max(e["test_accuracy"] for e in run.epochs(file))
 
-    def torch(model, batch, n=2):
-        return h100.line("torch.jsonl", model=model, batch_size=batch, epoch=n)
-
-    def default_run(prefix, backend, file):
+    def default_run(prefix, backend, run, file):
         """The default run (CNN, 14 epochs) on one backend: accuracy, epochs, the whole run."""
-        figure(f"{prefix}.default.best", h100, best(file), f"{backend}, default run (CNN, 14 epochs): best test accuracy, %")
-        figure(f"{prefix}.default.epoch-range", h100, seconds_range(file),
+        figure(f"{prefix}.default.best", run, best(run, file),
+               f"{backend}, default run (CNN, 14 epochs): best test accuracy, %")
+        figure(f"{prefix}.default.epoch-range", run, seconds_range(run, file),
                f"{backend}, default run: fastest and slowest epoch, s")
-        figure(f"{prefix}.default.total", h100,
-               h100.total_seconds(f"--device {backend.lower()} --data .device/mnist --metrics-out"),
+        figure(f"{prefix}.default.total", run,
+               run.total_seconds(f"--device {backend.lower()} --data .device/mnist --metrics-out"),
                f"{backend}, default run from start to exit as mnist-train prints it, s")
 
-    default_run("gpu", "CUDA", "train.jsonl")
-    figure("gpu.cnn.epoch2", h100, epoch("train.jsonl", 2)["seconds"],
-           "CUDA, CNN batch 64: the second epoch of the default run, s")
-    figure("gpu.cnn.epoch2.tf32", h100, epoch("train_tf32.jsonl", 2)["seconds"],
-           "CUDA, CNN batch 64 with --tf32: the second epoch, s")
-    figure("gpu.cnn.torch", h100, torch("cnn", 64)["train_s"],
-           "PyTorch eager on the same GPU, CNN batch 64: the second epoch, s (cuDNN TF32 on, matmul TF32 off)")
-    figure("gpu.cnn.torch-over-kiln", h100, torch("cnn", 64)["train_s"] / epoch("train.jsonl", 2)["seconds"],
-           "CNN batch 64: PyTorch's epoch time over kiln's f32 epoch")
-    figure("gpu.mlp.epoch", h100, epoch("train_mlp.jsonl", 1)["seconds"], "CUDA, MLP batch 64: one epoch, s")
-    figure("gpu.mlp.images-per-s", h100, epoch("train_mlp.jsonl", 1)["images_per_s"],
-           "CUDA, MLP batch 64: images a second")
-    figure("gpu.mlp.accuracy", h100, 100 * epoch("train_mlp.jsonl", 1)["test_accuracy"],
-           "CUDA, MLP: test accuracy after one epoch, %")
-    figure("gpu.mlp.torch", h100, torch("mlp", 64)["train_s"], "PyTorch eager, MLP batch 64: the second epoch, s")
-    figure("gpu.b512.epoch2", h100, epoch("train_b512.jsonl", 2)["seconds"], "CUDA, CNN batch 512: second epoch, s")
-    figure("gpu.b512.images-per-s", h100, epoch("train_b512.jsonl", 2)["images_per_s"],
-           "CUDA, CNN batch 512: second epoch's images a second")
-    figure("gpu.b512.epoch2.tf32", h100, epoch("train_b512_tf32.jsonl", 2)["seconds"],
-           "CUDA, CNN batch 512 with --tf32: second epoch, s")
-    figure("gpu.b512.torch", h100, torch("cnn", 512)["train_s"], "PyTorch eager, CNN batch 512: second epoch, s")
+    def kiln(name, file, n, what):
+        e = train.epoch(file, n)
+        figure(f"gpu.{name}", train, e["seconds"], f"CUDA, {what}: epoch {n}, s")
+        return e["seconds"]
 
+    def pytorch(name, model, batch, what, kiln_s):
+        """PyTorch's second epoch in each mode, and its best mode's time over kiln's."""
+        times = {}
+        for mode in ("eager", "graph", "compile"):
+            times[mode] = train.line("torch.jsonl", model=model, batch_size=batch, epoch=2, mode=mode)["train_s"]
+            figure(f"gpu.{name}.torch-{mode}", train, times[mode],
+                   f"PyTorch 2.11 {mode} on the same GPU, {what}: the second epoch, s (cuDNN TF32 on, matmul TF32 off)")
+        figure(f"gpu.{name}.torch-best-over-kiln", train, min(times.values()) / kiln_s,
+               f"{what}: PyTorch's fastest mode's epoch over kiln's f32 epoch")
+
+    default_run("gpu", "CUDA", train, "train.jsonl")
+    cnn = kiln("cnn.epoch2", "train.jsonl", 2, "CNN batch 64, f32, the default run's second epoch")
+    kiln("cnn.epoch2.tf32", "train_tf32.jsonl", 2, "CNN batch 64 with --tf32")
+    pytorch("cnn", "cnn", 64, "CNN batch 64", cnn)
+    mlp = kiln("mlp.epoch", "train_mlp.jsonl", 1, "MLP batch 64")
+    figure("gpu.mlp.accuracy", train, 100 * train.epoch("train_mlp.jsonl", 1)["test_accuracy"],
+           "CUDA, MLP: test accuracy after one epoch, %")
+    pytorch("mlp", "mlp", 64, "MLP batch 64", mlp)
+    b512 = kiln("b512.epoch2", "train_b512.jsonl", 2, "CNN batch 512, f32")
+    kiln("b512.epoch2.tf32", "train_b512_tf32.jsonl", 2, "CNN batch 512 with --tf32")
+    pytorch("b512", "cnn", 512, "CNN batch 512", b512)
 
     # --- kernel-bench: the README's summary of kernels/README.md's tables ---
     def k(family, version, shape):
@@ -84,7 +85,10 @@ def define(figure, table, runs):
     figure("gpu.batch-norm.pct-copy", h100, (min(bn), max(bn)), "batch norm, every pass and shape: % of copy")
 
     # --- through Vulkan on the same H100 ---
-    default_run("vk", "Vulkan", "train_vulkan.jsonl")
+    def epoch(file, n):
+        return h100.epoch(file, n)
+
+    default_run("vk", "Vulkan", h100, "train_vulkan.jsonl")
     figure("vk.mlp.accuracy", h100, 100 * epoch("train_vulkan_mlp.jsonl", 1)["test_accuracy"],
            "Vulkan, MLP: test accuracy after one epoch, %")
     figure("vk.mlp.epoch", h100, epoch("train_vulkan_mlp.jsonl", 1)["seconds"], "Vulkan, MLP: one epoch, s")
