@@ -131,7 +131,7 @@ std::pair<Device, Parallel> pick_device_and_group(const Config& c) {
     spdlog::default_logger()->set_level(spdlog::level::err);
   }
   par.group->check_same("the settings", c.settings(par.size()).dump() + " device " + std::string(device_type_name(wanted.type)) +
-                                            (c.tf32 ? " tf32" : "") + " data " + c.data);
+                                            (c.use_tf32() ? " tf32" : "") + " data " + c.data);
   spdlog::info("data-parallel: {} processes ({}), device {} on rank 0, batch {} per process ({} a step in all)",
                par.size(), par.group->name(), par.group->device().str(), c.batch_size, c.batch_size * par.size());
   return {par.group->device(), par};
@@ -594,7 +594,7 @@ bool interrupted_between_epochs(const Parallel& par) {
 
 int run(const Config& c) {
   auto [device, par] = pick_device_and_group(c);
-  set_allow_tf32(c.tf32);
+  set_allow_tf32(c.use_tf32());
   std::optional<DetectAnomalyGuard> anomaly;
   if (c.detect_anomaly) anomaly.emplace();
   std::optional<Resumed> resumed = load_resumed(c, par);

@@ -97,7 +97,12 @@ void add_options(CLI::App& app, Config& c) {
       ->capture_default_str();
   app.add_flag("--distributed", c.distributed, "train data-parallel over the processes of an mpirun job "
                "(on by itself under mpirun -np N > 1; NCCL on cuda, MPI on cpu)");
-  app.add_flag("--tf32", c.tf32, "CUDA matmul and conv2d may cut f32 inputs to TF32 (faster, ~7e-4 relative error)");
+  CLI::Option* precision = app.add_option("--precision", c.precision, "arithmetic of CUDA's matmul and conv2d: f32 "
+                                          "(f32-accurate) or tf32 (TF32 tensor cores: faster, ~7e-4 relative error)")
+                               ->check(CLI::IsMember({"f32", "tf32"}))
+                               ->type_name("NAME")
+                               ->capture_default_str();
+  app.add_flag("--tf32", c.tf32, "the same as --precision tf32")->excludes(precision);
   app.add_flag("--detect-anomaly", c.detect_anomaly, "name the first op whose output or gradient is NaN or "
                "infinite, with its shapes (slow: the host waits for every op)");
   app.add_option("--log-interval", c.log_interval, "batches between progress updates")

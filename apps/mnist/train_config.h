@@ -25,7 +25,11 @@ struct Config {
   double gamma = 0.7;
   uint64_t seed = 1;
   std::string device = "auto";
-  bool tf32 = false;  // let CUDA matmul and conv2d use TF32 tensor cores
+  // the arithmetic of CUDA's matmul and conv2d: "f32" (f32-accurate) or "tf32" (TF32 tensor cores);
+  // --tf32 is the same as --precision tf32
+  std::string precision = "f32";
+  bool tf32 = false;
+  bool use_tf32() const { return tf32 || precision == "tf32"; }
   bool detect_anomaly = false;  // check every op's output and gradient (slow; not a setting of the run)
   int64_t log_interval = 10;
   int64_t limit_train = 0;

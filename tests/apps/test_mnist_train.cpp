@@ -146,6 +146,19 @@ TEST_CASE("a flag given a value that is no count is a usage error naming it, not
   CHECK_MESSAGE(counted.code == 1, counted.out);
 }
 
+TEST_CASE("--precision takes f32 or tf32, --tf32 is its alias, and the two together are refused: exit code 2") {
+  for (const std::string& args : {std::string("--precision f32"), std::string("--precision tf32"), std::string("--tf32")}) {
+    Result r = run(args + " --data /nonexistent-kiln-data");  // parsed, then no data: exit 1
+    CHECK_MESSAGE(r.code == 1, args, ": ", r.out);
+  }
+  Result bad = run("--precision bf16 --data /nonexistent-kiln-data");
+  CHECK_MESSAGE(bad.code == 2, bad.out);
+  CHECK_MESSAGE(bad.out.find("bf16 not in {f32,tf32}") != std::string::npos, bad.out);
+  Result both = run("--tf32 --precision f32 --data /nonexistent-kiln-data");
+  CHECK_MESSAGE(both.code == 2, both.out);
+  CHECK_MESSAGE(both.out.find("excludes") != std::string::npos, both.out);
+}
+
 TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CPU" *
           doctest::test_suite("needs-mnist")) {
   if (!have_data()) return test::skip_without_mnist();
