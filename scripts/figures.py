@@ -8,7 +8,7 @@
     scripts/figures.py record DIR NAME [--command CMD] [--machine TEXT]
                                         keep the files of a run (a device call's $OUT, results.tar.gz
                                         unpacked) as docs/runs/NAME, with run.json (date, machine,
-                                        command, revision)
+                                        command, revision); the machines' own paths taken out
 
 A recorded run is a folder of docs/runs/: the files the programs wrote (kernel-bench's JSON, mnist-train's
 metrics, the logs) and run.json, which says when, where and how. docs/figures/*.py name each figure
@@ -97,6 +97,16 @@ class Run:
             raise KeyError(f"{self.name}/{file}: {len(rows)} rows of {family} {version} {shape}")
         return rows[0]
 
+    # a row's figure as a percentage of its yardstick, as kernels/README.md's "vs yardstick" column has
+    # it (scripts/kernel_table.py: the copy bandwidth for GB/s rows, the same shape's reference else)
+    def kernel_share(self, family, version, shape, file="kernels.json"):
+        import kernel_table
+        rows = self.json(file)["results"]
+        copy = next((r["value"] for r in rows if r["family"] == "copy"), None)
+        row = self.kernel(family, version, shape, file)
+        value, _ = kernel_table.yardstick(row, rows, copy)
+        return 100 * row["value"] / value
+
     # mnist-train --metrics-out: the epochs' lines ({"epoch", "seconds", "test_accuracy", ...})
     def epochs(self, file):
         return [r for r in self.jsonl(file) if r.get("type") == "epoch"]
@@ -104,22 +114,22 @@ class Run:
     def epoch(self, file, n):
         return next(r for r in self.epochs(file) if r["epoch"] == n)
 
-    # the console's last line of a command in device-run.log: "best test accuracy A%  total T s ..."
-    def total_seconds(self, command_part, log="device-run.log"):
-        blocks = self.text(log).split("\n== ")
-        block = [b for b in blocks if command_part in b.splitlines()[0]]
-        if len(block) != 1:
-            raise KeyError(f"{self.name}/{log}: {len(block)} commands with {command_part!r}")
-        return float(re.search(r"total ([\d.]+) s", block[0]).group(1))
-
-    # doctest's summary of a command in device-run.log: (test cases passed, assertions passed)
-    def doctest(self, command_part, log="device-run.log"):
+    # the part of device-run.log that one command wrote (its "== COMMAND" line and output)
+    def log_block(self, command_part, log="device-run.log"):
         blocks = [b for b in self.text(log).split("\n== ") if command_part in b.splitlines()[0]]
         if len(blocks) != 1:
             raise KeyError(f"{self.name}/{log}: {len(blocks)} commands with {command_part!r}")
-        plain = re.sub(r"\x1b\[[0-9;]*m", "", blocks[0])
-        cases = re.search(r"test cases:\s*\d+\s*\|\s*(\d+) passed", plain)
-        asserts = re.search(r"assertions:\s*\d+\s*\|\s*(\d+) passed", plain)
+        return re.sub(r"\x1b\[[0-9;]*m", "", blocks[0])  # without the terminal's colours
+
+    # mnist-train's last console line: "best test accuracy A%  total T s ..."
+    def total_seconds(self, command_part):
+        return float(re.search(r"total ([\d.]+) s", self.log_block(command_part)).group(1))
+
+    # doctest's summary: (test cases passed, assertions passed)
+    def doctest(self, command_part):
+        block = self.log_block(command_part)
+        cases = re.search(r"test cases:\s*\d+\s*\|\s*(\d+) passed", block)
+        asserts = re.search(r"assertions:\s*\d+\s*\|\s*(\d+) passed", block)
         return int(cases.group(1)), int(asserts.group(1))
 
     # vulkan-bench --json: the row of one section and name
@@ -306,6 +316,11 @@ def check(update):
         with open(path, encoding="utf-8") as f:
             quoted |= {m.group(1) or m.group(2) for m in MARK.finditer(f.read())}
     problems += [f"docs/figures: {name} is defined but quoted nowhere" for name in sorted(set(figures) - quoted)]
+    for run in runs.values():  # the machines' own paths stay out of the repo (record takes them out)
+        for n in sorted(os.listdir(run.path)):
+            with open(run.file(n), encoding="utf-8", errors="replace") as f:
+                if ROOT + "/" in f.read():
+                    problems.append(f"docs/runs/{run.name}/{n} names {ROOT}/ (scripts/figures.py record removes it)")
     for p in problems:
         print(p)
     if problems:
@@ -326,6 +341,25 @@ def list_figures(pattern):
     return 0
 
 
+def scrub_paths(folder):
+    """Takes the machines' own paths out of a run's files: the checkout's root (here, and wherever a
+    log names .device/ under it), the folder the files were written to (a path ending in one of their
+    names: "$OUT/"), and mktemp's folders ("$TMP")."""
+    names = [n for n in os.listdir(folder) if n != "run.json"]
+    for n in names:
+        path = os.path.join(folder, n)
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            text = f.read()
+        new = text.replace(ROOT + "/", "")
+        new = re.sub(r"/[^\s'\"()]+?/(?=\.device/)", "", new)
+        for other in names:
+            new = re.sub(r"/[^\s'\"()]+/(?=" + re.escape(other) + r"\b)", "$OUT/", new)
+        new = re.sub(r"/tmp/tmp\.[A-Za-z0-9]+", "$TMP", new)
+        if new != text:
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(new)
+
+
 def record(source, name, command, machine):
     dest = os.path.join(RUNS, name)
     if os.path.exists(dest):
@@ -338,6 +372,7 @@ def record(source, name, command, machine):
                 tar.extractall(dest, filter="data")
         elif os.path.isfile(path):
             shutil.copy(path, dest)
+    scrub_paths(dest)
     meta = {"name": name}
     command_file = os.path.join(dest, "command.txt")
     meta["command"] = command or (open(command_file).read().strip() if os.path.exists(command_file) else None)

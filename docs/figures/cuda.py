@@ -6,13 +6,8 @@ All come from kernel-bench's kernels.json in docs/runs/2026-11-26-h100 (one H100
 column computes it (scripts/kernel_table.py: the copy bandwidth for GB/s rows, the reference of the
 same family and shape for TFLOP/s rows).
 """
-import kernel_table
-
-
 def define(figure, table, runs):
     h100 = runs["2026-11-26-h100"]
-    rows = h100.json("kernels.json")["results"]
-    copy_gbs = next(r for r in rows if r["family"] == "copy")["value"]
 
     def kernel(family, version, shape):
         return h100.kernel(family, version, shape)
@@ -25,10 +20,7 @@ def define(figure, table, runs):
         return kernel(family, slower, shape)["ms"] / kernel(family, faster, shape)["ms"]
 
     def share(family, version, shape):
-        """The row's figure as a percentage of its yardstick, as kernels/README.md's tables give it."""
-        row = kernel(family, version, shape)
-        value, _ = kernel_table.yardstick(row, rows, copy_gbs)
-        return 100 * row["value"] / value
+        return h100.kernel_share(family, version, shape)
 
     def timed(name, family, version, shape, what):
         """NAME.ms: a row's time."""
@@ -112,7 +104,7 @@ def define(figure, table, runs):
 
     def conv_version(pass_, n, math, shape):
         """The version named `PASS N ...` (N: a number or cuDNN), ending in ` MATH` when math is given."""
-        names = [r["version"] for r in rows if r["family"] == "conv2d" and r["shape"] == shape
+        names = [r["version"] for r in h100.json("kernels.json")["results"] if r["family"] == "conv2d" and r["shape"] == shape
                  and r["version"].split()[:2] == [pass_, n] and (math is None or r["version"].endswith(" " + math))]
         if len(names) != 1:
             raise KeyError(f"conv2d {pass_} {n} {math} {shape}: {names}")
@@ -176,7 +168,7 @@ def define(figure, table, runs):
 
     # the epilogue: bias + ReLU fused into the production f32 path's stores, or as passes after it
     shapes = []
-    for r in rows:
+    for r in h100.json("kernels.json")["results"]:
         if r["family"] == "matmul" and r["shape"] not in shapes:
             shapes.append(r["shape"])
     fused, passes, plain = ("production + bias + ReLU in the epilogue", "production, then bias and ReLU passes",

@@ -14,11 +14,8 @@ def define(figure, table, runs):
     def vulkan(section, name):
         return h100.vulkan(section, name)
 
-    copy_gbs = kernel("copy", "cudaMemcpyAsync", "1 GiB")["value"]
-
     def pct_copy(family, version, shape):
-        """A memory-bound row's GB/s as a percentage of the device-to-device copy's (as the table's)."""
-        return 100 * kernel(family, version, shape)["value"] / copy_gbs
+        return h100.kernel_share(family, version, shape)
 
     # ---- the reading order: softmax's versions on long rows ----
     long_rows = "[4096, 32768]"

@@ -57,18 +57,13 @@ def define(figure, table, runs):
     def k(family, version, shape):
         return h100.kernel(family, version, shape)
 
-    def speed(family, version, reference, shape):
-        """version's speed over the reference's (the tables' "vs yardstick" column as a ratio)."""
-        return k(family, reference, shape)["ms"] / k(family, version, shape)["ms"]
-
     n = "4096x4096x4096"
-    copy = k("copy", "cudaMemcpyAsync", "1 GiB")["value"]
     figure("gpu.matmul.f32.4096.time-vs-cublas", h100,
            k("matmul", "production (FP32)", n)["ms"] / k("matmul", "cuBLAS SGEMM", n)["ms"],
            "f32 matmul 4096^3, production path (12_3xtf32): its time over cuBLAS SGEMM's")
-    figure("gpu.matmul.07.4096.pct-cublas", h100, 100 * speed("matmul", "07_warptile", "cuBLAS SGEMM", n),
+    figure("gpu.matmul.07.4096.pct-cublas", h100, h100.kernel_share("matmul", "07_warptile", n),
            "matmul 07_warptile at 4096^3: % of cuBLAS SGEMM's speed")
-    figure("gpu.matmul.tf32.4096.pct-cublas", h100, 100 * speed("matmul", "production (TF32)", "cuBLAS TF32", n),
+    figure("gpu.matmul.tf32.4096.pct-cublas", h100, h100.kernel_share("matmul", "production (TF32)", n),
            "TF32 matmul 4096^3, production path (13_tf32_wgmma): % of cuBLAS TF32's speed")
     for conv, batch in (("conv1", 64), ("conv2", 64), ("conv1", 512), ("conv2", 512)):
         c = 1 if conv == "conv1" else 32
@@ -78,9 +73,9 @@ def define(figure, table, runs):
                k("conv2d", "fwd production + bias + ReLU in the epilogue", shape)["ms"] / k("conv2d", "fwd cuDNN", shape)["ms"],
                f"{conv} forward at batch {batch}, bias and ReLU in the epilogue: time over cuDNN FP32's")
     figure("gpu.softmax.mnist.pct-copy", h100,
-           100 * k("softmax", "production (CudaBackend)", "[65536, 10]")["value"] / copy,
+           h100.kernel_share("softmax", "production (CudaBackend)", "[65536, 10]"),
            "softmax over MNIST's logits [65536, 10]: % of copy bandwidth")
-    bn = [100 * r["value"] / copy for r in h100.json("kernels.json")["results"]
+    bn = [h100.kernel_share("batch_norm", r["version"], r["shape"]) for r in h100.json("kernels.json")["results"]
           if r["family"] == "batch_norm" and not r["reference"]]
     figure("gpu.batch-norm.pct-copy", h100, (min(bn), max(bn)), "batch norm, every pass and shape: % of copy")
 
