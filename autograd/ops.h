@@ -175,8 +175,8 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad);
 // as [N, C, S] = nc_s, mean and invstd [C] the batch's, weight [C] or undefined.
 std::vector<Tensor> batch_norm_backward(const Tensor& x, const Tensor& grad, const Tensor& mean,
                                         const Tensor& invstd, const Tensor& weight, const Shape& nc_s);
-// grad through the dropout mask of (p, seed, offset): the mask dropout drew in the forward pass
-Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset);
+// grad through the dropout mask of (p, key): the mask dropout drew in the forward pass
+Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key);
 // per-sample losses' gradient [N] -> logits' gradient [N, C]
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                               const Tensor& grad_losses, double label_smoothing);

@@ -14,6 +14,14 @@ bool TensorRef::is_contiguous() const {
   return true;
 }
 
+void Backend::begin_capture() {
+  KILN_FAIL(BackendUnavailable, "the ", name(), " backend cannot capture a graph (CUDA graphs need a CUDA device)");
+}
+
+std::unique_ptr<Graph::Impl> Backend::end_capture(bool) {
+  KILN_FAIL(BackendUnavailable, "the ", name(), " backend cannot capture a graph");
+}
+
 namespace {
 
 void check_step_list(std::string_view backend, std::string_view kernel, std::string_view what,

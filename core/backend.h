@@ -16,12 +16,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
 
+#include "kiln/core/capture.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
+#include "kiln/core/philox_key.h"
 #include "kiln/core/shape.h"
 
 namespace kiln {
@@ -99,7 +102,9 @@ struct MatmulParams {
 // ---- optimizer steps: the hyperparameters of Backend::sgd_step, adam_step, adadelta_step and
 // rmsprop_step ----
 // One call updates a whole list of parameters in place, so that a GPU backend can do it in one
-// multi-tensor launch. The formulas are PyTorch's (torch.optim.SGD, Adam, AdamW, Adadelta,
+// multi-tensor launch. In a captured step (core/capture.h) the values change from replay to
+// replay (the learning rate, the bias corrections): the optimizer then sets `next`, which gives
+// the values of each later replay's step, and the backend's kernel reads them from a replay value. The formulas are PyTorch's (torch.optim.SGD, Adam, AdamW, Adadelta,
 // RMSprop with maximize=False; their foreach and single-tensor forms compute the same values).
 // Per element, with p the parameter, g its gradient and the state named as in PyTorch.
 
@@ -114,6 +119,7 @@ struct SgdStep {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   bool init_buffers = false;  // the buffers are new: they take g itself, undamped, as PyTorch does
+  std::function<SgdStep()> next;  // in a captured step: the values of each later replay's step
 };
 
 // Adam (decoupled_weight_decay = false) and AdamW (true), at step t (counted from 1):
@@ -131,6 +137,7 @@ struct AdamStep {
   bool decoupled_weight_decay = false;
   bool amsgrad = false;
   double bias_correction1 = 1, bias_correction2 = 1;
+  std::function<AdamStep()> next;  // in a captured step: the values of each later replay's step
 };
 
 // Adadelta:
@@ -141,6 +148,7 @@ struct AdamStep {
 //   p = p - lr * delta
 struct AdadeltaStep {
   double lr = 0, rho = 0, eps = 0, weight_decay = 0;
+  std::function<AdadeltaStep()> next;  // in a captured step: the values of each later replay's step
 };
 
 // RMSprop:
@@ -153,6 +161,7 @@ struct AdadeltaStep {
 struct RmspropStep {
   double lr = 0, alpha = 0, eps = 0, weight_decay = 0, momentum = 0;
   bool centered = false;
+  std::function<RmspropStep()> next;  // in a captured step: the values of each later replay's step
 };
 
 class Backend {
@@ -168,6 +177,15 @@ class Backend {
   virtual void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) = 0;
   virtual void synchronize() = 0;  // waits for every kernel queued so far
 
+  // ---- capture (core/capture.h) ----
+  // Opens a capture of the work queued from now on; a backend that cannot capture (all but CUDA)
+  // throws BackendUnavailable saying so. end_capture closes it and returns the graph, or, when
+  // `keep` is false (the work threw), discards what was recorded and returns null.
+  virtual void begin_capture();
+  virtual std::unique_ptr<Graph::Impl> end_capture(bool keep);
+  virtual Capture* capture() { return nullptr; }  // the capture open now, or null
+  virtual bool can_capture() const { return false; }
+
   // ---- creation and copies ----
   virtual void fill(const TensorRef& out, double value) = 0;  // out may be strided (a view)
   virtual void arange(const TensorRef& out, double start, double step) = 0;
@@ -175,14 +193,15 @@ class Backend {
   // (floating to integer truncates toward zero to 64 bits, then wraps to the target's width:
   // -4.0 -> u8 252, as in PyTorch).
   virtual void copy(const TensorRef& src, const TensorRef& out) = 0;
-  // Philox4x32-10 draws keyed by (seed, offset); see core/philox.h for the exact stream.
-  virtual void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) = 0;
-  virtual void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) = 0;
+  // Philox4x32-10 draws starting at `key` (its seed and offset, read from device memory at replay
+  // in a captured step); see core/philox.h for the exact stream.
+  virtual void uniform(const TensorRef& out, double low, double high, const philox::Key& key) = 0;
+  virtual void normal(const TensorRef& out, double mean, double stddev, const philox::Key& key) = 0;
   // Dropout in one pass: out[i] = x[i] * (u_i > p ? 1 / (1 - p) : 0), u_i element i of the draw
-  // uniform(0, 1) would make at (seed, offset), compared in x's dtype; the scale too is x's dtype.
-  // With the same seed and offset it is also dropout's backward (the gradient takes the same mask).
+  // uniform(0, 1) would make at `key`, compared in x's dtype; the scale too is x's dtype. With the
+  // same key it is also dropout's backward (the gradient takes the same mask).
   // x and out contiguous, f32 or f64; 0 < p < 1.
-  virtual void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) = 0;
+  virtual void dropout(const TensorRef& x, const TensorRef& out, double p, const philox::Key& key) = 0;
 
   // ---- elementwise (inputs take strides, so broadcasts and views need no copy) ----
   virtual void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) = 0;

@@ -51,6 +51,9 @@ class DistributedError : public Error {  // ranks that disagree, a collective th
 class NonFiniteError : public Error {  // a NaN or an infinity where finite numbers are needed
   using Error::Error;
 };
+class CaptureError : public Error {  // what a captured step cannot do: wait for the device, read it
+  using Error::Error;
+};
 class IoError : public Error {  // a file that cannot be written or read: no space, no permission, not a file
   using Error::Error;
 };

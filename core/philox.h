@@ -18,11 +18,7 @@
 #include <array>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
+#include "kiln/core/philox_key.h"  // KILN_HOST_DEVICE, philox::Key
 
 namespace kiln::philox {
 

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include "kiln/core/philox_key.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln {
@@ -18,10 +20,17 @@ class Generator {
   void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
   // Reserves the blocks a draw of n elements uses and returns where the draw starts.
   uint64_t advance(uint64_t n);
+  // The same for a draw by a kernel of `backend`. Inside a capture (core/capture.h) the key's
+  // offset counts from where the generator stands when a replay begins: the host sets that, and
+  // moves the generator on by what the captured step draws, before every replay, so that replays
+  // draw what the same steps run eagerly would. The generator must outlive the graph.
+  philox::Key reserve(uint64_t n, Backend& backend);
 
  private:
+  struct Captured;  // the capture this generator last drew in, and what it drew there
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
+  std::shared_ptr<Captured> captured_;
 };
 
 // The generator that draws when none is given (init, dropout, shuffling).

@@ -23,18 +23,23 @@ Adadelta::Adadelta(std::vector<Tensor> params, const AdadeltaOptions& options)
                  [this] { check(options_); });
 }
 
+AdadeltaStep Adadelta::hypers() const {
+  AdadeltaStep h;
+  h.lr = lr();
+  h.rho = options_.rho_;
+  h.eps = options_.eps_;
+  h.weight_decay = options_.weight_decay_;
+  return h;
+}
+
 void Adadelta::update(const std::vector<size_t>& active) {
   for (size_t i : active) {
-    ++param_step(i);  // counted for checkpoints; the rule itself does not use it
     zero_buffer(i, kSquareAvg);
     zero_buffer(i, kAccDelta);
   }
   for (const auto& run : launches(active, [](size_t) { return int64_t{0}; })) {
-    AdadeltaStep h;
-    h.lr = lr();
-    h.rho = options_.rho_;
-    h.eps = options_.eps_;
-    h.weight_decay = options_.weight_decay_;
+    AdadeltaStep h = hypers();
+    if (capturing(run[0])) h.next = [this] { return hypers(); };
     std::vector<Tensor> keep;
     const std::vector<TensorRef> grads = grad_refs(run, keep);
     parameters()[run[0]].backend().adadelta_step(param_refs(run), grads, buffer_refs(run, kSquareAvg),

@@ -32,6 +32,7 @@ class Adadelta final : public Optimizer {
 
  private:
   void update(const std::vector<size_t>& active) override;
+  AdadeltaStep hypers() const;
   Presence presence(size_t buffer) const override;
 
   AdadeltaOptions options_;  // lr_ as constructed; Optimizer::lr() is the current one

@@ -41,9 +41,23 @@ void Adam::set_momentum(double beta1) {
   change_hypers([&] { options_.betas_.first = beta1; });
 }
 
+// The step's hyperparameters for parameters at step t (step() has counted this step).
+AdamStep Adam::hypers(double t) const {
+  AdamStep h;
+  h.lr = lr();
+  h.beta1 = options_.betas_.first;
+  h.beta2 = options_.betas_.second;
+  h.eps = options_.eps_;
+  h.weight_decay = options_.weight_decay_;
+  h.decoupled_weight_decay = decoupled_weight_decay_;
+  h.amsgrad = options_.amsgrad_;
+  h.bias_correction1 = 1.0 - std::pow(h.beta1, t);
+  h.bias_correction2 = 1.0 - std::pow(h.beta2, t);
+  return h;
+}
+
 void Adam::update(const std::vector<size_t>& active) {
   for (size_t i : active) {
-    ++param_step(i);
     zero_buffer(i, kExpAvg);
     zero_buffer(i, kExpAvgSq);
     if (options_.amsgrad_) zero_buffer(i, kMaxExpAvgSq);
@@ -51,17 +65,14 @@ void Adam::update(const std::vector<size_t>& active) {
   // The bias corrections depend on the step count, so parameters that missed steps (no
   // gradient) go to a call of their own.
   for (const auto& run : launches(active, [&](size_t i) { return param_step(i); })) {
-    const auto t = static_cast<double>(param_step(run[0]));
-    AdamStep h;
-    h.lr = lr();
-    h.beta1 = options_.betas_.first;
-    h.beta2 = options_.betas_.second;
-    h.eps = options_.eps_;
-    h.weight_decay = options_.weight_decay_;
-    h.decoupled_weight_decay = decoupled_weight_decay_;
-    h.amsgrad = options_.amsgrad_;
-    h.bias_correction1 = 1.0 - std::pow(h.beta1, t);
-    h.bias_correction2 = 1.0 - std::pow(h.beta2, t);
+    AdamStep h = hypers(static_cast<double>(param_step(run[0])));
+    if (capturing(run[0])) {
+      h.next = [this, first = run[0], amsgrad = h.amsgrad] {
+        KILN_CHECK(options_.amsgrad_ == amsgrad, CaptureError, name(), ": amsgrad changed after the step was "
+                   "captured, which changes the state it keeps; capture the step again");
+        return hypers(static_cast<double>(param_step(first)));
+      };
+    }
     std::vector<Tensor> keep;
     const std::vector<TensorRef> grads = grad_refs(run, keep);
     parameters()[run[0]].backend().adam_step(

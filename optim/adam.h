@@ -50,6 +50,7 @@ class Adam : public Optimizer {
 
  private:
   void update(const std::vector<size_t>& active) override;
+  AdamStep hypers(double step) const;
   Presence presence(size_t buffer) const override;
 
   AdamOptions options_;  // lr_ as constructed; Optimizer::lr() is the current one

@@ -3,6 +3,7 @@
 
 #include "kiln/optim/adadelta.h"
 #include "kiln/optim/adam.h"
+#include "kiln/optim/captured_step.h"
 #include "kiln/optim/clip.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/rmsprop.h"

@@ -95,15 +95,41 @@ void Optimizer::step() {
     }
     active.push_back(i);
   }
+  count_step(active);
+  if (active.empty()) return;
+  // Captured (core/capture.h), the update is recorded once and replayed: the counting above must
+  // happen again at each replay, and update() hands the backend the hyperparameters of each
+  // replay's step (`next`), computed after this hook has counted.
+  if (Capture* capture = params_[active[0]].backend().capture())
+    capture->on_replay([this, active] { count_step(active); });
+  try {
+    update(active);
+  } catch (...) {  // nothing was updated (a captured step without its state, say): nor counted
+    --step_count_;
+    if (counts_steps_)
+      for (size_t i : active) --state_[i].step;
+    throw;
+  }
+}
+
+void Optimizer::count_step(const std::vector<size_t>& active) {
   ++step_count_;
-  // The update writes the parameters and their state in place: a graph that saved one of them
-  // must refuse its backward from now on (autograd/node.h, check_saved).
   for (size_t i : active) {
+    if (counts_steps_) ++state_[i].step;
+    // The update writes the parameters and their state in place: a graph that saved one of
+    // them must refuse its backward from now on (autograd/node.h, check_saved).
     params_[i].storage()->bump_version();
     for (const Tensor& s : state_[i].buffers)
       if (s.defined()) s.storage()->bump_version();
   }
-  if (!active.empty()) update(active);
+}
+
+bool Optimizer::capturing(size_t param) const { return params_[param].backend().capture() != nullptr; }
+
+void Optimizer::check_not_capturing(size_t param, size_t buffer) const {
+  KILN_CHECK(!capturing(param), CaptureError, name_, ": parameter ", param, " has no ", buffer_names_[buffer],
+             " yet, and a captured step cannot make it: the optimizer's state is made by the first step, "
+             "which must run eagerly before the capture (optim::CapturedStep runs warm-up steps for this)");
 }
 
 void Optimizer::zero_grad() {
@@ -112,7 +138,10 @@ void Optimizer::zero_grad() {
 
 Tensor& Optimizer::zero_buffer(size_t param, size_t buffer) {
   Tensor& b = state_[param].buffers[buffer];
-  if (!b.defined()) b = zeros_like(params_[param]);
+  if (!b.defined()) {
+    check_not_capturing(param, buffer);  // a captured fill would zero the state at every replay
+    b = zeros_like(params_[param]);
+  }
   return b;
 }
 

@@ -98,7 +98,13 @@ class Optimizer {
   virtual Presence presence(size_t buffer) const = 0;
 
   // ---- for subclasses ----
-  int64_t& param_step(size_t param) { return state_[param].step; }
+  // Updates parameter `param` has had, this step's included (step() counts it before update()).
+  int64_t param_step(size_t param) const { return state_[param].step; }
+  // Whether the step is being captured as a graph (core/capture.h): update() then sets each
+  // call's `next`, and its state buffers must exist already (check_not_capturing throws
+  // CaptureError naming the parameter and the buffer).
+  bool capturing(size_t param) const;
+  void check_not_capturing(size_t param, size_t buffer) const;
   // Buffer `buffer` of parameter `param`: undefined until created.
   Tensor& state_buffer(size_t param, size_t buffer) { return state_[param].buffers[buffer]; }
   // The buffer, created filled with zeros (the parameter's shape, dtype and device) when absent.
@@ -118,6 +124,9 @@ class Optimizer {
     std::vector<Tensor> buffers;  // one per buffer name; undefined where absent
   };
   bool has_state(size_t param) const;
+  // What a step counts on the host: step_count_, the step of every active parameter (when the
+  // optimizer counts steps) and the versions of what the update writes.
+  void count_step(const std::vector<size_t>& active);
   // Each hyperparameter's values, in the order of hypers_, and setting them back.
   std::vector<std::vector<double>> hyper_values() const;
   void set_hyper_values(const std::vector<std::vector<double>>& values);

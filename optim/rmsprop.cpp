@@ -33,10 +33,20 @@ void RMSprop::set_momentum(double momentum) {
   change_hypers([&] { options_.momentum_ = momentum; });
 }
 
+RmspropStep RMSprop::hypers() const {
+  RmspropStep h;
+  h.lr = lr();
+  h.alpha = options_.alpha_;
+  h.eps = options_.eps_;
+  h.weight_decay = options_.weight_decay_;
+  h.momentum = options_.momentum_;
+  h.centered = options_.centered_;
+  return h;
+}
+
 void RMSprop::update(const std::vector<size_t>& active) {
   const bool use_momentum = options_.momentum_ > 0.0;
   for (size_t i : active) {
-    ++param_step(i);  // counted for checkpoints; the rule itself does not use it
     zero_buffer(i, kSquareAvg);
     // Zeros, as PyTorch starts them; a buffer first needed later (OneCycleLR raised the
     // momentum from 0) starts from zeros too.
@@ -44,13 +54,15 @@ void RMSprop::update(const std::vector<size_t>& active) {
     if (options_.centered_) zero_buffer(i, kGradAvg);
   }
   for (const auto& run : launches(active, [](size_t) { return int64_t{0}; })) {
-    RmspropStep h;
-    h.lr = lr();
-    h.alpha = options_.alpha_;
-    h.eps = options_.eps_;
-    h.weight_decay = options_.weight_decay_;
-    h.momentum = options_.momentum_;
-    h.centered = options_.centered_;
+    RmspropStep h = hypers();
+    if (capturing(run[0])) {
+      h.next = [this, use_momentum, centered = h.centered] {
+        KILN_CHECK((options_.momentum_ > 0.0) == use_momentum && options_.centered_ == centered, CaptureError,
+                   name(), ": momentum or centered changed after the step was captured, which changes the state "
+                   "it keeps; capture the step again");
+        return hypers();
+      };
+    }
     std::vector<Tensor> keep;
     const std::vector<TensorRef> grads = grad_refs(run, keep);
     parameters()[run[0]].backend().rmsprop_step(

@@ -40,6 +40,7 @@ class RMSprop final : public Optimizer {
 
  private:
   void update(const std::vector<size_t>& active) override;
+  RmspropStep hypers() const;
   Presence presence(size_t buffer) const override;
 
   RMSpropOptions options_;  // lr_ as constructed; Optimizer::lr() is the current one

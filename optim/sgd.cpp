@@ -32,6 +32,16 @@ void SGD::set_momentum(double momentum) {
   change_hypers([&] { options_.momentum_ = momentum; });
 }
 
+SgdStep SGD::hypers() const {
+  SgdStep h;
+  h.lr = lr();
+  h.momentum = options_.momentum_;
+  h.dampening = options_.dampening_;
+  h.weight_decay = options_.weight_decay_;
+  h.nesterov = options_.nesterov_;
+  return h;
+}
+
 void SGD::update(const std::vector<size_t>& active) {
   const bool use_momentum = options_.momentum_ != 0.0;
   // A parameter whose buffer is new takes a different first step (buf = g), so new and
@@ -39,19 +49,25 @@ void SGD::update(const std::vector<size_t>& active) {
   for (const auto& run : launches(active, [&](size_t i) -> int64_t {
          return use_momentum && !state_buffer(i, kMomentumBuffer).defined();
        })) {
-    SgdStep h;
-    h.lr = lr();
-    h.momentum = options_.momentum_;
-    h.dampening = options_.dampening_;
-    h.weight_decay = options_.weight_decay_;
-    h.nesterov = options_.nesterov_;
+    SgdStep h = hypers();
     std::vector<TensorRef> buffers;
     if (use_momentum) {
       h.init_buffers = !state_buffer(run[0], kMomentumBuffer).defined();
       // empty, not zeros: the kernel writes the first gradient into it
-      for (size_t i : run)
-        if (h.init_buffers) state_buffer(i, kMomentumBuffer) = empty_like(parameters()[i]);
+      for (size_t i : run) {
+        if (!h.init_buffers) continue;
+        check_not_capturing(i, kMomentumBuffer);  // a captured first step would start over at every replay
+        state_buffer(i, kMomentumBuffer) = empty_like(parameters()[i]);
+      }
       buffers = buffer_refs(run, kMomentumBuffer);
+    }
+    if (capturing(run[0])) {
+      h.next = [this, use_momentum] {
+        KILN_CHECK((options_.momentum_ != 0.0) == use_momentum, CaptureError, name(), ": momentum went ",
+                   use_momentum ? "to 0" : "from 0", " after the step was captured, which changes the state it "
+                   "keeps; capture the step again");
+        return hypers();
+      };
     }
     std::vector<Tensor> keep;
     const std::vector<TensorRef> grads = grad_refs(run, keep);

@@ -39,6 +39,7 @@ class SGD final : public Optimizer {
 
  private:
   void update(const std::vector<size_t>& active) override;
+  SgdStep hypers() const;
   Presence presence(size_t buffer) const override;
 
   SGDOptions options_;  // lr_ as constructed; Optimizer::lr() is the current one

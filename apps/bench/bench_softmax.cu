@@ -327,9 +327,9 @@ void bench_dropout_shape(Bench& bench, int64_t rows, int64_t cols) {
   backend.fill(ref(p_device), p);
   scalar.buffer = p_device;
   constexpr uint64_t seed = 5, offset = 0;
-  auto one_kernel = [&] { backend.dropout(ref(x), ref(fused), p, seed, offset); };
+  auto one_kernel = [&] { backend.dropout(ref(x), ref(fused), p, {seed, offset}); };
   auto four_kernels = [&] {
-    backend.uniform(ref(u), 0.0, 1.0, seed, offset);
+    backend.uniform(ref(u), 0.0, 1.0, {seed, offset});
     backend.binary(BinaryOp::gt, ref(u), scalar, ref(u));
     backend.unary(UnaryOp::mul_scalar, ref(u), ref(u), 1.0 / (1.0 - p));
     backend.binary(BinaryOp::mul, ref(x), ref(u), ref(composed));

@@ -86,7 +86,7 @@ float* Bench::random_floats(int64_t n, uint64_t seed) {
   ref.buffer = p;
   ref.shape = Shape{n};
   ref.strides = Strides{1};
-  cuda::backend(0).uniform(ref, -1, 1, seed, 0);
+  cuda::backend(0).uniform(ref, -1, 1, {seed, 0});
   return p;
 }
 

@@ -180,7 +180,40 @@ struct Training {
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::LRScheduler> scheduler;  // null with --scheduler none
   apps::RunState state;                           // where the run stands: epoch, batch, step
+  // The epoch's training loss (summed over its images) and correct predictions, on the device,
+  // updated in place by every step: a captured step's graph writes them where they are.
+  Tensor loss_sum, correct;
+  std::unique_ptr<optim::CapturedStep> captured;  // --graph: the step as CUDA graphs, one per batch shape
 };
+
+// One training step on a batch (inputs, targets): what --graph captures and replays. Returns the
+// batch's mean loss.
+std::vector<Tensor> train_step(Training& t, const std::vector<Tensor>& batch) {
+  t.optimizer->zero_grad();
+  Tensor logits = (*t.net)(batch[0]);
+  Tensor loss = cross_entropy(logits, batch[1]);
+  loss.backward();
+  t.optimizer->step();
+  NoGradGuard no_grad;
+  t.loss_sum.copy_(t.loss_sum + loss.detach() * static_cast<double>(batch[1].numel()));
+  t.correct.copy_(t.correct + eq(argmax(logits.detach(), 1), batch[1]).sum());
+  return {loss.detach()};
+}
+
+// --graph: whether this run captures its steps. Captured steps need one CUDA device; data-parallel
+// steps (whose all-reduces would have to be captured too) and --detect-anomaly (which waits for
+// every op) run eagerly.
+bool use_graph(const Config& c, const Device& device, const Parallel& par) {
+  if (c.graph == "off") return false;
+  const char* why_not = device.type != DeviceType::cuda ? "it needs a CUDA device"
+                        : par.group                     ? "data-parallel steps are not captured yet"
+                        : c.detect_anomaly              ? "--detect-anomaly waits for every op"
+                                                        : nullptr;
+  if (!why_not) return true;
+  KILN_CHECK(c.graph == "auto", ValueError, "--graph on: cannot capture the training step on ", device, ": ", why_not);
+  spdlog::debug("training steps run eagerly: {}", why_not);
+  return false;
+}
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<Tensor> params) {
   if (c.optimizer == "sgd")
@@ -318,6 +351,8 @@ Training build_training(const Config& c, const Device& device, int64_t steps_per
     Generator& g = default_generator();
     g.set_state(g.seed(), g.offset() + static_cast<uint64_t>(par.rank()) * kRankStreamStride);
   }
+  t.loss_sum = zeros({}, device);
+  t.correct = zeros({}, TensorOptions(DType::i32).device(device));
   return t;
 }
 
@@ -410,31 +445,23 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
   loader.set_epoch(t.state.epoch);
   Progress progress{.first_batch = t.state.batch};
   const int64_t batches = loader.num_batches();
-  Tensor loss_sum, correct;
+  t.loss_sum.zero_();
+  t.correct.zero_();
   std::vector<Tensor> window;  // the losses since the last progress update, detached
   int64_t seen = 0;
   for (int64_t i = t.state.batch; i < batches; ++i) {
     data::Batch b = loader.batch(i);
     // shifted-in pixels get the background: black (0) after normalisation is -mean / std
     if (c.augment > 0) b.inputs = data::random_translate(b.inputs, c.augment, -0.1307 / 0.3081);
-    t.optimizer->zero_grad();
-    Tensor logits = (*t.net)(b.inputs);
-    Tensor loss = cross_entropy(logits, b.targets);
-    loss.backward();
-    t.optimizer->step();
+    // a captured step returns its graph's loss tensor, which the next replay overwrites: kept as a copy
+    const Tensor loss = t.captured ? (*t.captured)({b.inputs, b.targets})[0].clone()
+                                   : train_step(t, {b.inputs, b.targets})[0];
     if (t.scheduler && c.scheduler == "onecycle") t.scheduler->step();  // one-cycle steps per batch
     ++t.state.step;
     t.state.batch = i + 1;
-    {
-      NoGradGuard no_grad;
-      Tensor l = loss.detach() * static_cast<double>(b.targets.numel());
-      Tensor ok = eq(argmax(logits.detach(), 1), b.targets).sum();
-      loss_sum = loss_sum.defined() ? loss_sum + l : l;
-      correct = correct.defined() ? correct + ok : ok;
-    }
     seen += b.targets.numel();
     progress.window_images += b.targets.numel() * par.size();
-    window.push_back(loss.detach());
+    window.push_back(loss);
     // One process looks at Ctrl-C every step; data-parallel ranks vote at the progress updates.
     const bool update = (i + 1) % c.log_interval == 0 || i + 1 == batches;
     StopVote stop;
@@ -451,14 +478,14 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
   if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch
   TrainResult r;
   if (seen > 0) {  // data-parallel: every rank trained on as many images (equal shards)
-    par.sum(loss_sum);
-    par.sum(correct);
+    par.sum(t.loss_sum);
+    par.sum(t.correct);
     seen *= par.size();
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - progress.epoch_start).count();
   r.images = seen;
-  r.loss = seen ? loss_sum.item() / static_cast<double>(seen) : 0.0;
-  r.accuracy = seen ? correct.item() / static_cast<double>(seen) : 0.0;
+  r.loss = seen ? t.loss_sum.item() / static_cast<double>(seen) : 0.0;
+  r.accuracy = seen ? t.correct.item() / static_cast<double>(seen) : 0.0;
   return r;
 }
 
@@ -595,6 +622,7 @@ bool interrupted_between_epochs(const Parallel& par) {
 int run(const Config& c) {
   auto [device, par] = pick_device_and_group(c);
   set_allow_tf32(c.use_tf32());
+  const bool graph = use_graph(c, device, par);  // before the data: a --graph that cannot be is refused at once
   std::optional<DetectAnomalyGuard> anomaly;
   if (c.detect_anomaly) anomaly.emplace();
   std::optional<Resumed> resumed = load_resumed(c, par);
@@ -608,6 +636,10 @@ int run(const Config& c) {
   prepare_outputs(c);
   Loaders data = load_data(c, device, par);
   Training t = build_training(c, device, data.train.num_batches(), resumed, par);
+  if (graph) {
+    t.captured = std::make_unique<optim::CapturedStep>(
+        *t.optimizer, [&t](const std::vector<Tensor>& batch) { return train_step(t, batch); });
+  }
   Metrics metrics = open_metrics(c, resumed.has_value());
   // the first line of the run, and of each resumed part of it: what ran, where, with which settings
   nlohmann::ordered_json run_line = {{"type", "run"}};

@@ -103,6 +103,11 @@ void add_options(CLI::App& app, Config& c) {
                                ->type_name("NAME")
                                ->capture_default_str();
   app.add_flag("--tf32", c.tf32, "the same as --precision tf32")->excludes(precision);
+  app.add_option("--graph", c.graph, "capture each training step once as a CUDA graph and replay it: auto (on for "
+                 "one CUDA device), on, or off (every kernel launched from the host); the results are the same bits")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->type_name("WHEN")
+      ->capture_default_str();
   app.add_flag("--detect-anomaly", c.detect_anomaly, "name the first op whose output or gradient is NaN or "
                "infinite, with its shapes (slow: the host waits for every op)");
   app.add_option("--log-interval", c.log_interval, "batches between progress updates")

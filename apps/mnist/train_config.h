@@ -29,6 +29,9 @@ struct Config {
   // --tf32 is the same as --precision tf32
   std::string precision = "f32";
   bool tf32 = false;
+  // "auto": each training step captured once as a CUDA graph and replayed (optim::CapturedStep)
+  // on one CUDA device, eager elsewhere; "on": captured, or an error where it cannot be; "off": eager
+  std::string graph = "auto";
   bool use_tf32() const { return tf32 || precision == "tf32"; }
   bool detect_anomaly = false;  // check every op's output and gradient (slow; not a setting of the run)
   int64_t log_interval = 10;

@@ -12,23 +12,23 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   // Keep an element when its Philox uniform exceeds p: probability 1 - p. The draw is the one
   // uniform(x.shape(), 0, 1) would take from the generator: the same numbers and the same advance.
   Generator& gen = generator ? *generator : default_generator();
-  const uint64_t offset = gen.advance(static_cast<uint64_t>(x.numel())), seed = gen.seed();
+  const philox::Key key = gen.reserve(static_cast<uint64_t>(x.numel()), x.backend());
   Tensor xc = x.contiguous();
   Tensor y = empty_as(x.shape(), x);
-  x.backend().dropout(xc.ref(), y.ref(), p, seed, offset);
+  x.backend().dropout(xc.ref(), y.ref(), p, key);
   if (autograd::is_recording({x})) {
-    // the gradient takes the same mask, drawn again from (seed, offset) rather than stored
-    autograd::record(y, "dropout", {x}, [p, seed, offset](const Tensor& g, const Needed&) -> Grads {
-      return {dropout_backward(g, p, seed, offset)};
+    // the gradient takes the same mask, drawn again from the same key rather than stored
+    autograd::record(y, "dropout", {x}, [p, key](const Tensor& g, const Needed&) -> Grads {
+      return {dropout_backward(g, p, key)};
     });
   }
   return y;
 }
 
-Tensor dropout_backward(const Tensor& grad, double p, uint64_t seed, uint64_t offset) {
+Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key) {
   Tensor g = grad.contiguous();
   Tensor out = empty_as(g.shape(), g);
-  g.backend().dropout(g.ref(), out.ref(), p, seed, offset);
+  g.backend().dropout(g.ref(), out.ref(), p, key);
   return out;
 }
 

@@ -58,8 +58,9 @@ void visit_floating(const TensorRef& out, const char* op, Fn fn) {
 
 }  // namespace
 
-void CpuBackend::uniform(const TensorRef& out, double low, double high, uint64_t seed,
-                         uint64_t offset) {
+void CpuBackend::uniform(const TensorRef& out, double low, double high, const philox::Key& key) {
+  const philox::Key at = key.resolve();
+  const uint64_t seed = at.seed, offset = at.offset;
   visit_floating(out, "uniform", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
@@ -70,8 +71,9 @@ void CpuBackend::uniform(const TensorRef& out, double low, double high, uint64_t
   });
 }
 
-void CpuBackend::normal(const TensorRef& out, double mean, double stddev, uint64_t seed,
-                        uint64_t offset) {
+void CpuBackend::normal(const TensorRef& out, double mean, double stddev, const philox::Key& key) {
+  const philox::Key at = key.resolve();
+  const uint64_t seed = at.seed, offset = at.offset;
   visit_floating(out, "normal", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
@@ -90,7 +92,9 @@ void CpuBackend::normal(const TensorRef& out, double mean, double stddev, uint64
   });
 }
 
-void CpuBackend::dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) {
+void CpuBackend::dropout(const TensorRef& x, const TensorRef& out, double p, const philox::Key& key) {
+  const philox::Key at = key.resolve();
+  const uint64_t seed = at.seed, offset = at.offset;
   KILN_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype == out.dtype && x.numel() == out.numel(),
              ValueError, "cpu backend: dropout takes contiguous x and out of one dtype and size");
   visit_floating(out, "dropout", [&](auto tag) {

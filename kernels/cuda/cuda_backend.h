@@ -6,6 +6,10 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
 #include "kiln/core/backend.h"
 
 namespace kiln::cuda {
@@ -47,6 +51,8 @@ struct DeviceFault {
   int64_t bound = 0;   // the index should have been in [0, bound)
 };
 
+class GraphPool;
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -63,6 +69,15 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   DeviceFault* fault_slot() const { return fault_; }  // device memory, for kernels to report into
 
+  // graph.cu: captured CUDA graphs (core/capture.h)
+  class CaptureState;
+  void begin_capture() override;
+  std::unique_ptr<Graph::Impl> end_capture(bool keep) override;
+  Capture* capture() override;
+  bool can_capture() const override { return true; }
+  // cudaFreeAsync on the stream, or, while a capture is open, once it closes.
+  void free_after_capture(void* block) noexcept;
+
   // elementwise.cu
   void fill(const TensorRef& out, double value) override;
   void arange(const TensorRef& out, double start, double step) override;
@@ -73,9 +88,9 @@ class CudaBackend final : public Backend {
   void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
 
   // random.cu
-  void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
-  void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
-  void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) override;
+  void uniform(const TensorRef& out, double low, double high, const philox::Key& key) override;
+  void normal(const TensorRef& out, double mean, double stddev, const philox::Key& key) override;
+  void dropout(const TensorRef& x, const TensorRef& out, double p, const philox::Key& key) override;
 
   // reduce.cu
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
@@ -145,6 +160,18 @@ class CudaBackend final : public Backend {
 
   // Waits for the stream, then throws the fault a kernel recorded since the last check, if any.
   void sync_and_check_fault();
+  // Throws CaptureError when a capture is open: `what` would wait for the device or copy from the host.
+  void check_not_capturing(const char* what) const;
+
+  // graph.cu: memory while a capture is open, and the blocks of captured graphs' pools
+  std::shared_ptr<CaptureState> capture_;  // shared: its type is complete only in graph.cu
+  cudaStream_t side_stream_ = nullptr;  // where the pools allocate while the main stream records
+  std::unordered_map<void*, std::shared_ptr<GraphPool>> pool_blocks_;  // live blocks of graphs' pools
+  std::vector<void*> deferred_;  // freed while a capture was open; cudaFreeAsync'd when it closes
+  void* allocate_in_capture(size_t bytes);
+  // Takes back a block of a graph's pool, or keeps (while a capture is open) a buffer made before
+  // it; false for an ordinary buffer.
+  bool deallocate_in_pool(void* buffer) noexcept;
 };
 
 // The backend of GPU `index`, created on first use. Throws BackendUnavailable when there is no

@@ -17,6 +17,12 @@
 // by default nvcc contracts a * b + c into one fused multiply-add where the CPU rounds twice, and
 // where a gradient nearly cancels its weight decay that last bit decides the step's direction.
 //
+// In a captured step (core/capture.h) the hyperparameters change from replay to replay (the
+// scheduler's learning rate, Adam's bias corrections), so the rule struct is then also a replay
+// value: the kernel takes a pointer to this replay's copy in device memory and reads it first.
+// Built on the host from the optimizer's `next` by the same functions, it holds the same bits an
+// eager step's argument would.
+//
 // Bench: the steps are timed as part of a training step (mnist-train --device cuda).
 #include <cmath>
 #include <cstdint>
@@ -52,7 +58,8 @@ struct TensorLists {
 static_assert(sizeof(TensorLists<5>) < 32764, "kernel arguments are limited to 32,764 bytes");
 
 template <class T, int Depth, class Rule>
-__global__ void multi_tensor_kernel(TensorLists<Depth> lists, Rule rule) {
+__global__ void multi_tensor_kernel(TensorLists<Depth> lists, Rule rule, const Rule* replay) {
+  if (replay) rule = *replay;  // captured: this replay's hyperparameters
   const int t = lists.block_tensor[blockIdx.x];
   const int64_t begin = int64_t{lists.block_chunk[blockIdx.x]} * kChunk;
   const int64_t end = begin + kChunk < lists.sizes[t] ? begin + kChunk : lists.sizes[t];
@@ -65,12 +72,12 @@ __global__ void multi_tensor_kernel(TensorLists<Depth> lists, Rule rule) {
 // (lists[0]: the parameters). Empty lists (state a step does not keep) pass null pointers.
 template <class T, int Depth, class Rule>
 void multi_tensor_apply(cudaStream_t stream, const std::span<const TensorRef> (&lists)[Depth], const Rule& rule,
-                        const char* op) {
+                        const Rule* replay, const char* op) {
   TensorLists<Depth> args{};
   int tensors = 0, blocks = 0;
   auto launch = [&] {
     if (blocks > 0) {
-      multi_tensor_kernel<T, Depth, Rule><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, rule);
+      multi_tensor_kernel<T, Depth, Rule><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, rule, replay);
       KILN_CUDA_LAUNCH_CHECK(op);
     }
     tensors = 0, blocks = 0;
@@ -173,6 +180,56 @@ struct Rmsprop {
   }
 };
 
+// The rules as the kernels take them, from the hyperparameters (in double, rounded once to T).
+template <class T>
+Sgd<T> sgd_rule(const SgdStep& h) {
+  return {static_cast<T>(h.lr), static_cast<T>(h.weight_decay), static_cast<T>(h.momentum),
+          static_cast<T>(1.0 - h.dampening), h.weight_decay != 0.0, h.momentum != 0.0, h.init_buffers,
+          h.nesterov};
+}
+
+template <class T>
+Adam<T> adam_rule(const AdamStep& h) {
+  return {static_cast<T>(h.weight_decay),
+          static_cast<T>(1.0 - h.lr * h.weight_decay),
+          static_cast<T>(h.beta1),
+          static_cast<T>(1.0 - h.beta1),
+          static_cast<T>(h.beta2),
+          static_cast<T>(1.0 - h.beta2),
+          static_cast<T>(h.lr / h.bias_correction1),
+          static_cast<T>(std::sqrt(h.bias_correction2)),
+          static_cast<T>(h.eps),
+          h.weight_decay != 0.0 && !h.decoupled_weight_decay,
+          h.decoupled_weight_decay,
+          h.amsgrad};
+}
+
+template <class T>
+Adadelta<T> adadelta_rule(const AdadeltaStep& h) {
+  return {static_cast<T>(h.lr), static_cast<T>(h.weight_decay), static_cast<T>(h.rho),
+          static_cast<T>(1.0 - h.rho), static_cast<T>(h.eps), h.weight_decay != 0.0};
+}
+
+template <class T>
+Rmsprop<T> rmsprop_rule(const RmspropStep& h) {
+  return {static_cast<T>(h.lr),    static_cast<T>(h.weight_decay),   static_cast<T>(h.alpha),
+          static_cast<T>(1.0 - h.alpha), static_cast<T>(h.eps), static_cast<T>(h.momentum),
+          h.weight_decay != 0.0, h.centered, h.momentum > 0.0};
+}
+
+// Outside a capture, null: the kernel takes `rule` as its argument. Inside, the replay value that
+// holds each replay's rule, made by `make` from the optimizer's `next`.
+template <class Step, class Make>
+auto replay_rule(CudaBackend& backend, const Step& h, Make make, const char* op)
+    -> const decltype(make(h))* {
+  using Rule = decltype(make(h));
+  Capture* capture = backend.capture();
+  if (!capture) return nullptr;
+  KILN_CHECK(static_cast<bool>(h.next), CaptureError, "cuda ", op, ": captured without `next`, the "
+             "hyperparameters of later replays (core/backend.h)");
+  return capture->replay_value<Rule>(make(h), [next = h.next, make] { return make(next()); });
+}
+
 }  // namespace
 
 void CudaBackend::sgd_step(std::span<const TensorRef> params, std::span<const TensorRef> grads,
@@ -181,11 +238,8 @@ void CudaBackend::sgd_step(std::span<const TensorRef> params, std::span<const Te
   if (params.empty()) return;
   visit_floating(params[0].dtype, "sgd_step", [&](auto tag) {
     using T = decltype(tag);
-    Sgd<T> rule{static_cast<T>(h.lr), static_cast<T>(h.weight_decay), static_cast<T>(h.momentum),
-                static_cast<T>(1.0 - h.dampening), h.weight_decay != 0.0, h.momentum != 0.0, h.init_buffers,
-                h.nesterov};
     const std::span<const TensorRef> lists[3] = {params, grads, momentum_buffers};
-    multi_tensor_apply<T>(stream_, lists, rule, "sgd_step");
+    multi_tensor_apply<T>(stream_, lists, sgd_rule<T>(h), replay_rule(*this, h, sgd_rule<T>, "sgd_step"), "sgd_step");
   });
 }
 
@@ -196,20 +250,9 @@ void CudaBackend::adam_step(std::span<const TensorRef> params, std::span<const T
   if (params.empty()) return;
   visit_floating(params[0].dtype, "adam_step", [&](auto tag) {
     using T = decltype(tag);
-    Adam<T> rule{static_cast<T>(h.weight_decay),
-                 static_cast<T>(1.0 - h.lr * h.weight_decay),
-                 static_cast<T>(h.beta1),
-                 static_cast<T>(1.0 - h.beta1),
-                 static_cast<T>(h.beta2),
-                 static_cast<T>(1.0 - h.beta2),
-                 static_cast<T>(h.lr / h.bias_correction1),
-                 static_cast<T>(std::sqrt(h.bias_correction2)),
-                 static_cast<T>(h.eps),
-                 h.weight_decay != 0.0 && !h.decoupled_weight_decay,
-                 h.decoupled_weight_decay,
-                 h.amsgrad};
     const std::span<const TensorRef> lists[5] = {params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs};
-    multi_tensor_apply<T>(stream_, lists, rule, "adam_step");
+    multi_tensor_apply<T>(stream_, lists, adam_rule<T>(h), replay_rule(*this, h, adam_rule<T>, "adam_step"),
+                          "adam_step");
   });
 }
 
@@ -220,10 +263,9 @@ void CudaBackend::adadelta_step(std::span<const TensorRef> params, std::span<con
   if (params.empty()) return;
   visit_floating(params[0].dtype, "adadelta_step", [&](auto tag) {
     using T = decltype(tag);
-    Adadelta<T> rule{static_cast<T>(h.lr), static_cast<T>(h.weight_decay), static_cast<T>(h.rho),
-                     static_cast<T>(1.0 - h.rho), static_cast<T>(h.eps), h.weight_decay != 0.0};
     const std::span<const TensorRef> lists[4] = {params, grads, square_avgs, acc_deltas};
-    multi_tensor_apply<T>(stream_, lists, rule, "adadelta_step");
+    multi_tensor_apply<T>(stream_, lists, adadelta_rule<T>(h),
+                          replay_rule(*this, h, adadelta_rule<T>, "adadelta_step"), "adadelta_step");
   });
 }
 
@@ -234,11 +276,9 @@ void CudaBackend::rmsprop_step(std::span<const TensorRef> params, std::span<cons
   if (params.empty()) return;
   visit_floating(params[0].dtype, "rmsprop_step", [&](auto tag) {
     using T = decltype(tag);
-    Rmsprop<T> rule{static_cast<T>(h.lr),    static_cast<T>(h.weight_decay),   static_cast<T>(h.alpha),
-                    static_cast<T>(1.0 - h.alpha), static_cast<T>(h.eps), static_cast<T>(h.momentum),
-                    h.weight_decay != 0.0, h.centered, h.momentum > 0.0};
     const std::span<const TensorRef> lists[5] = {params, grads, square_avgs, momentum_buffers, grad_avgs};
-    multi_tensor_apply<T>(stream_, lists, rule, "rmsprop_step");
+    multi_tensor_apply<T>(stream_, lists, rmsprop_rule<T>(h),
+                          replay_rule(*this, h, rmsprop_rule<T>, "rmsprop_step"), "rmsprop_step");
   });
 }
 

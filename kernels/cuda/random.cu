@@ -18,7 +18,9 @@ namespace kiln::cuda {
 namespace {
 
 template <class T>
-__global__ void uniform_kernel(T* out, int64_t n, double low, double high, uint64_t seed, uint64_t offset) {
+__global__ void uniform_kernel(T* out, int64_t n, double low, double high, philox::Key key) {
+  const philox::Key at = key.resolve();
+  const uint64_t seed = at.seed, offset = at.offset;
   int64_t blocks = (n + 3) / 4;
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks; b += int64_t{gridDim.x} * blockDim.x) {
     philox::Block words = philox::block(seed, offset + static_cast<uint64_t>(b));
@@ -28,7 +30,9 @@ __global__ void uniform_kernel(T* out, int64_t n, double low, double high, uint6
 }
 
 template <class T>
-__global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, uint64_t seed, uint64_t offset) {
+__global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, philox::Key key) {
+  const philox::Key at = key.resolve();
+  const uint64_t seed = at.seed, offset = at.offset;
   int64_t blocks = (n + 3) / 4;
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks; b += int64_t{gridDim.x} * blockDim.x) {
     philox::Block words = philox::block(seed, offset + static_cast<uint64_t>(b));
@@ -50,8 +54,9 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, uin
 // 99% [fig cuda.dropout.kernel.8192x8192.pct-copy] of the copy bandwidth (H100 80GB HBM3,
 // kernel-bench, docs/runs/2026-11-26-h100).
 template <class T>
-__global__ void dropout_kernel(const T* x, T* out, int64_t n, T threshold, T scale, uint64_t seed, uint64_t offset,
-                               bool vec) {
+__global__ void dropout_kernel(const T* x, T* out, int64_t n, T threshold, T scale, philox::Key key, bool vec) {
+  const philox::Key at = key.resolve();
+  const uint64_t seed = at.seed, offset = at.offset;  // in a captured step, read from its replay value
   using V = std::conditional_t<sizeof(T) == 4, float4, double2>;
   constexpr int kPerVector = 16 / sizeof(T);
   int64_t blocks = (n + 3) / 4;
@@ -85,27 +90,27 @@ void visit_floating(const TensorRef& out, const char* op, Fn&& fn) {
 
 }  // namespace
 
-void CudaBackend::uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) {
+void CudaBackend::uniform(const TensorRef& out, double low, double high, const philox::Key& key) {
   int64_t n = out.numel();
   if (n == 0) return;
   visit_floating(out, "uniform", [&](auto tag) {
     using T = decltype(tag);
-    uniform_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(out.data<T>(), n, low, high, seed, offset);
+    uniform_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(out.data<T>(), n, low, high, key);
   });
   KILN_CUDA_LAUNCH_CHECK("uniform");
 }
 
-void CudaBackend::normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) {
+void CudaBackend::normal(const TensorRef& out, double mean, double stddev, const philox::Key& key) {
   int64_t n = out.numel();
   if (n == 0) return;
   visit_floating(out, "normal", [&](auto tag) {
     using T = decltype(tag);
-    normal_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(out.data<T>(), n, mean, stddev, seed, offset);
+    normal_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(out.data<T>(), n, mean, stddev, key);
   });
   KILN_CUDA_LAUNCH_CHECK("normal");
 }
 
-void CudaBackend::dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) {
+void CudaBackend::dropout(const TensorRef& x, const TensorRef& out, double p, const philox::Key& key) {
   KILN_CHECK(x.is_contiguous() && x.dtype == out.dtype && x.numel() == out.numel(), ValueError,
              "cuda backend: dropout takes contiguous x and out of one dtype and size");
   int64_t n = out.numel();
@@ -114,7 +119,7 @@ void CudaBackend::dropout(const TensorRef& x, const TensorRef& out, double p, ui
     using T = decltype(tag);
     const bool vec = reinterpret_cast<uintptr_t>(x.data<T>()) % 16 == 0 && reinterpret_cast<uintptr_t>(out.data<T>()) % 16 == 0;
     dropout_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(
-        x.data<T>(), out.data<T>(), n, static_cast<T>(p), static_cast<T>(1.0 / (1.0 - p)), seed, offset, vec);
+        x.data<T>(), out.data<T>(), n, static_cast<T>(p), static_cast<T>(1.0 / (1.0 - p)), key, vec);
   });
   KILN_CUDA_LAUNCH_CHECK("dropout");
 }

@@ -46,6 +46,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   // Destructors log, never throw: the process is ending or the device is already gone.
+  if (side_stream_) cudaStreamDestroy(side_stream_);
   if (stream_) cudaStreamDestroy(stream_);
   if (fault_) cudaFree(fault_);
   if (fault_host_) cudaFreeHost(fault_host_);
@@ -53,6 +54,7 @@ CudaBackend::~CudaBackend() {
 
 void* CudaBackend::allocate(size_t bytes) {
   KILN_CUDA_CHECK(cudaSetDevice(device_));
+  if (capture_) return allocate_in_capture(bytes == 0 ? 1 : bytes);
   void* p = nullptr;
   cudaError_t err = cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, stream_);
   if (err == cudaErrorMemoryAllocation) {
@@ -67,11 +69,18 @@ void* CudaBackend::allocate(size_t bytes) {
 }
 
 void CudaBackend::deallocate(void* buffer) noexcept {
-  if (buffer) cudaFreeAsync(buffer, stream_);
+  if (buffer && !deallocate_in_pool(buffer)) cudaFreeAsync(buffer, stream_);
+}
+
+void CudaBackend::check_not_capturing(const char* what) const {
+  KILN_CHECK(!capture_, CaptureError, "cuda:", device_, ": ", what, " inside a captured step: while a step is "
+             "captured the host cannot wait for the device or move data between them (read results after the "
+             "step, and make tensors from host values before it)");
 }
 
 void CudaBackend::write(void* buffer, size_t byte_offset, const void* host, size_t bytes) {
   if (bytes == 0) return;
+  check_not_capturing("a copy from the host");
   // Pageable host memory: the copy is staged by the driver and has returned once the source may
   // be reused, so the caller's buffer can go right after.
   KILN_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(buffer) + byte_offset, host, bytes,
@@ -81,12 +90,16 @@ void CudaBackend::write(void* buffer, size_t byte_offset, const void* host, size
 
 void CudaBackend::read(const void* buffer, size_t byte_offset, void* host, size_t bytes) {
   if (bytes == 0) return;
+  check_not_capturing("a read of the device (item(), to_vector(), printing a tensor)");
   KILN_CUDA_CHECK(cudaMemcpyAsync(host, static_cast<const char*>(buffer) + byte_offset, bytes,
                                   cudaMemcpyDeviceToHost, stream_));
   sync_and_check_fault();
 }
 
-void CudaBackend::synchronize() { sync_and_check_fault(); }
+void CudaBackend::synchronize() {
+  check_not_capturing("synchronize()");
+  sync_and_check_fault();
+}
 
 void CudaBackend::sync_and_check_fault() {
   KILN_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(DeviceFault), cudaMemcpyDeviceToHost, stream_));

@@ -18,7 +18,11 @@ struct Params {
   int32_t x_offset = 0, out_offset = 0;
 };
 
-Params params_for(const TensorRef& out, uint64_t seed, uint64_t offset, const char* op) {
+Params params_for(const TensorRef& out, const philox::Key& key, const char* op) {
+  // The Vulkan backend captures nothing, so no key of its draws reads a replay value.
+  KILN_CHECK(key.replay == nullptr, BackendUnavailable, "vulkan ", op, ": a draw keyed by a replay value (the "
+             "Vulkan backend captures no graphs)");
+  const uint64_t seed = key.seed, offset = key.offset;
   KILN_CHECK(out.dtype == DType::f32, DTypeError, "vulkan ", op, ": ", out.dtype,
              " is not supported by the Vulkan backend yet (random draws in f32 so far)");
   KILN_CHECK(out.is_contiguous(), ValueError, "vulkan ", op, ": out must be contiguous");
@@ -41,24 +45,24 @@ void split(double v, float* hi, float* lo) {
 
 }  // namespace
 
-void VulkanBackend::uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) {
-  Params p = params_for(out, seed, offset, "uniform");
+void VulkanBackend::uniform(const TensorRef& out, double low, double high, const philox::Key& key) {
+  Params p = params_for(out, key, "uniform");
   split(low, &p.a_hi, &p.a_lo);
   split(high - low, &p.b_hi, &p.b_lo);
   record({"random_uniform", {}, &p, sizeof p, {allocation(out)}, (out.numel() + 3) / 4});
 }
 
-void VulkanBackend::normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) {
-  Params p = params_for(out, seed, offset, "normal");
+void VulkanBackend::normal(const TensorRef& out, double mean, double stddev, const philox::Key& key) {
+  Params p = params_for(out, key, "normal");
   p.a_hi = static_cast<float>(mean);
   p.b_hi = static_cast<float>(stddev);
   record({"random_normal", {}, &p, sizeof p, {allocation(out)}, (out.numel() + 3) / 4});
 }
 
-void VulkanBackend::dropout(const TensorRef& x, const TensorRef& out, double p_drop, uint64_t seed, uint64_t offset) {
+void VulkanBackend::dropout(const TensorRef& x, const TensorRef& out, double p_drop, const philox::Key& key) {
   KILN_CHECK(x.is_contiguous() && x.dtype == out.dtype && x.numel() == out.numel(), ValueError,
              "vulkan dropout: takes contiguous x and out of one dtype and size");
-  Params p = params_for(out, seed, offset, "dropout");
+  Params p = params_for(out, key, "dropout");
   p.threshold = static_cast<float>(p_drop);
   p.scale = static_cast<float>(1.0 / (1.0 - p_drop));
   p.x_offset = static_cast<int32_t>(x.offset);

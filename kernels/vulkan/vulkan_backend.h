@@ -134,9 +134,9 @@ class VulkanBackend final : public Backend {
   void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
 
   // random.cpp
-  void uniform(const TensorRef& out, double low, double high, uint64_t seed, uint64_t offset) override;
-  void normal(const TensorRef& out, double mean, double stddev, uint64_t seed, uint64_t offset) override;
-  void dropout(const TensorRef& x, const TensorRef& out, double p, uint64_t seed, uint64_t offset) override;
+  void uniform(const TensorRef& out, double low, double high, const philox::Key& key) override;
+  void normal(const TensorRef& out, double mean, double stddev, const philox::Key& key) override;
+  void dropout(const TensorRef& x, const TensorRef& out, double p, const philox::Key& key) override;
 
   // index.cpp
   void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;

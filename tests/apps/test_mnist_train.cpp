@@ -159,6 +159,20 @@ TEST_CASE("--precision takes f32 or tf32, --tf32 is its alias, and the two toget
   CHECK_MESSAGE(both.out.find("excludes") != std::string::npos, both.out);
 }
 
+TEST_CASE("--graph takes auto, on or off; on is refused, by name, where steps cannot be captured") {
+  Result bad = run("--graph sometimes --data /nonexistent-kiln-data");
+  CHECK_MESSAGE(bad.code == 2, bad.out);
+  for (const std::string& args : {std::string("--graph auto"), std::string("--graph off")}) {
+    Result r = run(args + " --device cpu --data /nonexistent-kiln-data");  // parsed, then no data: exit 1
+    CHECK_MESSAGE(r.code == 1, args, ": ", r.out);
+    CHECK_MESSAGE(r.out.find("--graph") == std::string::npos, args, ": ", r.out);
+  }
+  Result cpu = run("--graph on --device cpu --data /nonexistent-kiln-data");
+  CHECK_MESSAGE(cpu.code == 1, cpu.out);
+  CHECK_MESSAGE(cpu.out.find("--graph on: cannot capture the training step on cpu: it needs a CUDA device") !=
+                    std::string::npos, cpu.out);
+}
+
 TEST_CASE("the MLP trains to at least 90% in one epoch on 5,000 images on the CPU" *
           doctest::test_suite("needs-mnist")) {
   if (!have_data()) return test::skip_without_mnist();

@@ -1,0 +1,74 @@
+#include "kiln/optim/captured_step.h"
+
+#include "kiln/autograd/node.h"
+#include "kiln/core/backend.h"
+
+namespace kiln::optim {
+
+CapturedStep::CapturedStep(Optimizer& optimizer, Step step, int warmup)
+    : optimizer_(optimizer), step_(std::move(step)), warmup_(warmup) {
+  KILN_CHECK(static_cast<bool>(step_), ValueError, "CapturedStep: the step function is empty");
+  KILN_CHECK(warmup >= 1, ValueError, "CapturedStep: warmup must be at least 1 (the optimizer makes its state "
+             "in an eager step), got ", warmup);
+}
+
+std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) {
+  KILN_CHECK(!inputs.empty(), ValueError, "CapturedStep: a step takes at least one input tensor");
+  const Device device = inputs[0].device();
+  Signature signature;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    KILN_CHECK(t.defined(), ValueError, "CapturedStep: input ", i, " is an undefined tensor");
+    KILN_CHECK(t.device() == device, DeviceError, "CapturedStep: input ", i, " is on ", t.device(), " but input 0 on ",
+               device, "; a captured step runs on one device");
+    signature.push_back(static_cast<int64_t>(t.dtype()));
+    signature.push_back(t.dim());
+    for (int64_t a = 0; a < t.dim(); ++a) signature.push_back(t.size(a));
+  }
+  KILN_CHECK(inputs[0].backend().can_capture(), BackendUnavailable, "CapturedStep: the inputs are on ", device,
+             ", whose backend (", inputs[0].backend().name(), ") does not capture graphs; run the step directly "
+             "there (only CUDA devices capture)");
+  if (eager_ < warmup_) {
+    ++eager_;
+    return step_(inputs);
+  }
+  auto it = graphs_.find(signature);
+  if (it == graphs_.end()) {
+    it = graphs_.emplace(signature, capture(inputs)).first;
+  } else {
+    Captured& c = it->second;
+    const std::vector<Tensor>& params = optimizer_.parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      KILN_CHECK(params[i].storage().get() == c.params[i], CaptureError, "CapturedStep: parameter ", i, " (",
+                 params[i].shape(), ") is no longer where the step was captured (moved or loaded onto new "
+                 "storage); the graph would update the old one: build a new CapturedStep");
+    {
+      NoGradGuard no_grad;
+      for (size_t i = 0; i < inputs.size(); ++i) c.inputs[i].copy_(inputs[i]);
+    }
+    c.graph->replay();
+  }
+  ++replays_;
+  // Another shape's graph may have replayed since: the gradients are this graph's now.
+  const std::vector<Tensor>& params = optimizer_.parameters();
+  for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(it->second.grads[i]);
+  return it->second.outputs;
+}
+
+CapturedStep::Captured CapturedStep::capture(const std::vector<Tensor>& inputs) {
+  Captured c;
+  {
+    NoGradGuard no_grad;
+    for (const Tensor& t : inputs) c.inputs.push_back(t.detach().clone());  // made before the capture
+  }
+  c.graph = std::make_unique<Graph>(kiln::capture(inputs[0].device(), [&] { c.outputs = step_(c.inputs); }));
+  for (const Tensor& p : optimizer_.parameters()) {
+    c.grads.push_back(p.grad());
+    c.params.push_back(p.storage().get());
+  }
+  kernels_ = c.graph->kernels();
+  c.graph->replay();  // the capture recorded the step; this runs it
+  return c;
+}
+
+}  // namespace kiln::optim

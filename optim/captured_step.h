@@ -1,0 +1,89 @@
+// A training step captured once as a CUDA graph and replayed (core/capture.h says what capture
+// means): the step's kernels, forward, backward and the optimizer's update, go to the GPU as one
+// launch, so the host neither issues them one by one nor leaves gaps between them.
+//
+//     optim::CapturedStep step(optimizer, [&](const std::vector<Tensor>& in) {
+//       optimizer.zero_grad();
+//       Tensor loss = cross_entropy(model(in[0]), in[1]);
+//       loss.backward();
+//       optimizer.step();
+//       return std::vector<Tensor>{loss.detach()};
+//     });
+//     for (const data::Batch& b : loader) {
+//       Tensor loss = step({b.inputs, b.targets})[0];
+//       scheduler.step();   // host-side, as always: the next replay takes the new learning rate
+//     }
+//
+// What it does with each call:
+// - The first `warmup` calls run the step as written, eagerly: the optimizer makes its state then
+//   (a captured step cannot: Optimizer throws CaptureError), and anything else made on first use.
+// - After them, the first call with inputs of a new shape (the last, short batch of an epoch)
+//   copies them into static inputs of its own, captures the step on those, and replays it; later
+//   calls with that shape copy their inputs into the static ones and replay. A graph per shape is
+//   kept, with the memory its step uses.
+// - Every call is one training step, eager or replayed, and computes what the eager step would:
+//   the same kernels in the same order on the same values. Learning-rate schedules, Adam's bias
+//   corrections and dropout's masks advance at every replay (core/capture.h: replay values).
+//
+// The step function must:
+// - take its data from `inputs` only (a tensor it reaches otherwise is read at its address at
+//   capture, which holds whatever is there at each replay);
+// - change state that outlives the step in place (copy_, fill_, the optimizer's update), not by
+//   replacing a tensor (a running sum kept as `sum = sum + x` is updated once, at capture);
+// - not read the device (item(), to_vector()): CaptureError says so.
+// The tensors it returns are the graph's: each replay overwrites them; clone() what must outlast
+// the next call. After a replay, the parameters' grad() are those that replay computed. A graph
+// updates the parameters where they were at its capture: one replaced since (Module::to,
+// load_state_dict onto new storage) makes the replay throw CaptureError; build a new CapturedStep.
+//
+// Only devices that capture graphs (CUDA) take a CapturedStep: the first call with inputs on
+// another throws BackendUnavailable. Eager mode is the default everywhere else in kiln, and what
+// tests compare a captured step with.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kiln/core/capture.h"
+#include "kiln/optim/optimizer.h"
+
+namespace kiln::optim {
+
+class CapturedStep {
+ public:
+  using Step = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
+
+  CapturedStep(Optimizer& optimizer, Step step, int warmup = 1);
+
+  // One training step on `inputs` (their shapes pick the graph); returns what the step returned.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
+
+  size_t graphs() const { return graphs_.size(); }  // captured so far, one per input shape
+  int64_t replays() const { return replays_; }      // calls that replayed a graph
+  // The kernel launches of the latest graph captured (0 before the first capture).
+  size_t kernels() const { return kernels_; }
+
+ private:
+  struct Captured {
+    std::unique_ptr<Graph> graph;
+    std::vector<Tensor> inputs, outputs;  // the graph's static inputs and what its step returned
+    std::vector<Tensor> grads;            // the parameters' gradients the graph writes
+    std::vector<const Storage*> params;   // the storage of each parameter the graph updates
+  };
+  using Signature = std::vector<int64_t>;  // each input's dtype, rank and sizes
+
+  Captured capture(const std::vector<Tensor>& inputs);
+
+  Optimizer& optimizer_;
+  Step step_;
+  int warmup_;
+  int eager_ = 0;
+  int64_t replays_ = 0;
+  size_t kernels_ = 0;
+  std::map<Signature, Captured> graphs_;
+};
+
+}  // namespace kiln::optim

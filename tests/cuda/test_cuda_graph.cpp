@@ -1,0 +1,157 @@
+// Captured CUDA graphs (core/capture.h) and captured training steps (optim/captured_step.h): a
+// replayed step computes the eager step's bits, with dropout, every optimizer and a scheduler,
+// across a change of batch shape; and what a capture cannot do is refused by name.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/cuda/cuda_test.h"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+// A small CNN with dropout: conv, relu, pool, dropout, linear (its parameters on the GPU).
+std::shared_ptr<nn::Sequential> small_cnn() {
+  manual_seed(11);
+  auto net = std::make_shared<nn::Sequential>(nn::Conv2d(1, 4, 3), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                                              nn::Dropout(0.25), nn::Linear(4 * 5 * 5, 10));
+  net->to(kCuda);
+  return net;
+}
+
+struct Run {
+  std::vector<float> losses;  // each step's
+  std::vector<std::vector<float>> params;
+  size_t graphs = 0;
+};
+
+using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+using MakeScheduler = std::function<std::unique_ptr<optim::LRScheduler>(optim::Optimizer&)>;
+
+// Trains a fresh small_cnn on fixed batches of these sizes, eagerly or through a CapturedStep,
+// stepping the scheduler after every step; dropout draws from the default generator, seeded alike.
+Run train(const std::vector<int64_t>& batches, const MakeOptimizer& make_optimizer,
+          const MakeScheduler& make_scheduler, bool captured) {
+  auto net = small_cnn();
+  auto opt = make_optimizer(net->parameters());
+  auto scheduler = make_scheduler(*opt);
+  auto step = [&](const std::vector<Tensor>& in) {
+    opt->zero_grad();
+    Tensor loss = cross_entropy((*net)(in[0]), in[1]);
+    loss.backward();
+    opt->step();
+    return std::vector<Tensor>{loss.detach()};
+  };
+  optim::CapturedStep captured_step(*opt, step);
+  manual_seed(5);
+  Run run;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    Generator data(100 + i);  // the batch: the same in both runs, drawn from a generator of its own
+    Tensor x = uniform({batches[i], 1, 12, 12}, -1.0, 1.0, kCuda, &data);
+    Tensor y = (uniform({batches[i]}, 0.0, 10.0, kCuda, &data)).to(DType::i32);
+    const Tensor loss = captured ? captured_step({x, y})[0] : step({x, y})[0];
+    run.losses.push_back(loss.item<float>());
+    if (scheduler) scheduler->step();
+  }
+  for (const Tensor& p : net->parameters()) run.params.push_back(p.to_vector<float>());
+  run.graphs = captured_step.graphs();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("a captured training step computes the eager step's bits: dropout, optimizers, schedulers, shapes") {
+  // 64, then a short batch of 24 (a second graph), then 64 again (the first graph, whose
+  // gradients come back), then 24 again (the second graph replayed).
+  const std::vector<int64_t> batches = {64, 64, 64, 24, 64, 64, 24, 64, 64};
+  struct Case {
+    std::string name;
+    MakeOptimizer optimizer;
+    MakeScheduler scheduler;
+  };
+  const std::vector<Case> cases = {
+      {"Adam, OneCycleLR (lr and beta1 each step)",
+       [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions(1e-3)); },
+       [&](optim::Optimizer& o) {
+         return std::make_unique<optim::OneCycleLR>(o, optim::OneCycleLROptions(1e-2, 20));
+       }},
+      {"AdamW with weight decay, StepLR",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::AdamW>(std::move(p), optim::AdamOptions(2e-3).weight_decay(0.1));
+       },
+       [](optim::Optimizer& o) { return std::make_unique<optim::StepLR>(o, 2, 0.5); }},
+      {"SGD with Nesterov momentum, StepLR",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions(0.05).momentum(0.9).nesterov());
+       },
+       [](optim::Optimizer& o) { return std::make_unique<optim::StepLR>(o, 3, 0.7); }},
+      {"Adadelta, StepLR",
+       [](std::vector<Tensor> p) { return std::make_unique<optim::Adadelta>(std::move(p), optim::AdadeltaOptions()); },
+       [](optim::Optimizer& o) { return std::make_unique<optim::StepLR>(o, 1, 0.7); }},
+      {"RMSprop centered with momentum, no scheduler",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::RMSprop>(std::move(p),
+                                                 optim::RMSpropOptions(1e-3).momentum(0.5).centered(true));
+       },
+       [](optim::Optimizer&) { return std::unique_ptr<optim::LRScheduler>(); }},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const Run eager = train(batches, c.optimizer, c.scheduler, false);
+    const Run graph = train(batches, c.optimizer, c.scheduler, true);
+    CHECK(graph.graphs == 2);
+    CHECK(eager.losses == graph.losses);
+    for (size_t i = 0; i < eager.losses.size(); ++i) {
+      CAPTURE(i);
+      CHECK(eager.losses[i] == graph.losses[i]);
+    }
+    REQUIRE(eager.params.size() == graph.params.size());
+    for (size_t i = 0; i < eager.params.size(); ++i) CHECK(eager.params[i] == graph.params[i]);
+  }
+}
+
+TEST_CASE("a replay reads what its inputs hold then, and dropout draws a fresh mask each replay") {
+  Tensor x = ones({1000}, kCuda);
+  Tensor out = zeros({1000}, kCuda);
+  Generator gen(3);
+  Graph graph = capture(kCuda, [&] {
+    NoGradGuard no_grad;
+    out.copy_(dropout(x * 2.0, 0.5, true, &gen));
+  });
+  CHECK(graph.kernels() >= 2);
+  Generator eager(3);
+  for (int r = 0; r < 3; ++r) {
+    x.fill_(1.0 + r);
+    graph.replay();
+    const Tensor expected = dropout(x * 2.0, 0.5, true, &eager);
+    CHECK(out.to_vector<float>() == expected.to_vector<float>());
+  }
+  CHECK(gen.offset() == eager.offset());
+}
+
+TEST_CASE("what a capture cannot do is refused by name, and the device works after") {
+  Tensor x = ones({8}, kCuda);
+  SUBCASE("reading the device") {
+    CHECK_THROWS_WITH_AS(capture(kCuda, [&] { (void)(x * 2.0).sum().item(); }),
+                         doctest::Contains("inside a captured step"), CaptureError);
+    CHECK_THROWS_WITH_AS(capture(kCuda, [&] { (void)x.to_vector<float>(); }),
+                         doctest::Contains("inside a captured step"), CaptureError);
+  }
+  SUBCASE("a tensor made from host values") {
+    CHECK_THROWS_AS(capture(kCuda, [&] { (void)from_vector(std::vector<float>{1.0f, 2.0f}, {2}, kCuda); }), CaptureError);
+  }
+  SUBCASE("an optimizer's first step, which makes its state") {
+    Tensor w = ones({4}, kCuda).requires_grad_();
+    optim::Adam opt({w}, optim::AdamOptions(0.1));
+    (w * 3.0).sum().backward();
+    CHECK_THROWS_WITH_AS(capture(kCuda, [&] { opt.step(); }), doctest::Contains("must run eagerly"), CaptureError);
+  }
+  SUBCASE("nested captures") {
+    CHECK_THROWS_AS(capture(kCuda, [&] { (void)capture(kCuda, [] {}); }), CaptureError);
+  }
+  CHECK(capturing(kCuda) == nullptr);
+  CHECK((x * 3.0).sum().item() == 24.0);
+}
