@@ -7,7 +7,7 @@ def define(figure, table, runs):
     h100x2 = runs["2026-11-26-2xh100-dist"]
 
     # --- mnist-train and PyTorch on one H100: CUDA from the train-and-torch call, Vulkan from the other ---
-    train = runs["2026-11-26-h100-train-torch"]
+    train = runs["2026-11-26-h100-graph"]
 
     def seconds_range(run, file):
         s = [e["seconds"] for e in run.epochs(file)]
@@ -44,6 +44,11 @@ def define(figure, table, runs):
     default_run("gpu", "CUDA", train, "train.jsonl")
     cnn = kiln("cnn.epoch2", "train.jsonl", 2, "CNN batch 64, f32, the default run's second epoch")
     kiln("cnn.epoch2.tf32", "train_tf32.jsonl", 2, "CNN batch 64 with --tf32")
+    # the same runs with --graph off: every kernel launched from the host
+    kiln("cnn.epoch2.eager", "train_eager.jsonl", 2, "CNN batch 64, f32, --graph off")
+    kiln("cnn.epoch2.tf32.eager", "train_tf32_eager.jsonl", 2, "CNN batch 64 with --tf32 --graph off")
+    kiln("mlp.epoch.eager", "train_mlp_eager.jsonl", 1, "MLP batch 64, --graph off")
+    kiln("b512.epoch2.eager", "train_b512_eager.jsonl", 2, "CNN batch 512, f32, --graph off")
     pytorch("cnn", "cnn", 64, "CNN batch 64", cnn)
     mlp = kiln("mlp.epoch", "train_mlp.jsonl", 1, "MLP batch 64")
     figure("gpu.mlp.accuracy", train, 100 * train.epoch("train_mlp.jsonl", 1)["test_accuracy"],
