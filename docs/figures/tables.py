@@ -18,8 +18,8 @@ def define(figure, table, runs):
     h100 = runs["2026-11-26-h100"]
     # kernels/README.md: kernel-bench's every version against cuBLAS, cuDNN and copy bandwidth
     table("kernel-bench", lambda: kernel_table.tables(h100.json("kernels.json"), h100.meta))
-    # docs/benchmarks.md: the data-parallel runs, all-reduce, DDP step and mnist-train on 2 GPUs
-    for gpus in ("2xh200", "2xh100"):
+    # docs/benchmarks.md: the data-parallel runs, all-reduce, DDP step and mnist-train on 2 and 4 GPUs
+    for gpus in ("2xh200", "2xh100", "4xh100"):
         run = runs[f"2026-11-26-{gpus}-dist"]
         table(f"dist-{gpus}", lambda run=run: printed(dist_table.main, run.file("dist.jsonl"))
               + printed(dist_table.mnist, run.file("dist_train.jsonl"), run.file("train_1gpu.jsonl")))
