@@ -58,7 +58,11 @@ void bench_matmul(Bench& bench) {
                                                          {64, 128, 784}, {64, 10, 128}, {784, 128, 64},
                                                          // the MNIST CNN's fc1 (9216 -> 128) at batch 64
                                                          {64, 128, 9216, false, true}, {64, 9216, 128},
-                                                         {9216, 128, 64, true, false}};
+                                                         {9216, 128, 64, true, false},
+                                                         // a Linear(4096, 4096) at batch 512 (dist-bench ddp's
+                                                         // layers): forward, input gradient, weight gradient
+                                                         {512, 4096, 4096, false, true}, {512, 4096, 4096},
+                                                         {4096, 4096, 512, true, false}};
   const cudaStream_t stream = bench.stream();
   cublasHandle_t handle;
   KILN_CUBLAS_CHECK(cublasCreate(&handle));
