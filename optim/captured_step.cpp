@@ -48,7 +48,6 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
     }
     c.graph->replay();
   }
-  ++replays_;
   // Another shape's graph may have replayed since: the gradients are this graph's now.
   const std::vector<Tensor>& params = optimizer_.parameters();
   for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(it->second.grads[i]);
@@ -66,7 +65,6 @@ CapturedStep::Captured CapturedStep::capture(const std::vector<Tensor>& inputs) 
     c.grads.push_back(p.grad());
     c.params.push_back(p.storage().get());
   }
-  kernels_ = c.graph->kernels();
   c.graph->replay();  // the capture recorded the step; this runs it
   return c;
 }

@@ -62,9 +62,6 @@ class CapturedStep {
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
 
   size_t graphs() const { return graphs_.size(); }  // captured so far, one per input shape
-  int64_t replays() const { return replays_; }      // calls that replayed a graph
-  // The kernel launches of the latest graph captured (0 before the first capture).
-  size_t kernels() const { return kernels_; }
 
  private:
   struct Captured {
@@ -81,8 +78,6 @@ class CapturedStep {
   Step step_;
   int warmup_;
   int eager_ = 0;
-  int64_t replays_ = 0;
-  size_t kernels_ = 0;
   std::map<Signature, Captured> graphs_;
 };
 

@@ -38,10 +38,6 @@ namespace {
 constexpr size_t kReplayBytes = 4096;  // a graph's replay values: a few dozen, each at most 256 bytes
 constexpr size_t kReplayAlign = 16;
 
-// Frees a device block on the stream once nothing queued before needs it, or, while a capture is
-// open there (which cudaFreeAsync would join), after it closes.
-void free_block(CudaBackend& backend, void* block) noexcept { backend.free_after_capture(block); }
-
 }  // namespace
 
 // The memory a graph's captured work allocated. Blocks are freed when the pool goes: after the
@@ -50,7 +46,7 @@ class GraphPool {
  public:
   GraphPool(CudaBackend& backend, cudaStream_t side) : backend_(backend), side_(side) {}
   ~GraphPool() {
-    for (const Block& b : blocks_) free_block(backend_, b.address);
+    for (const Block& b : blocks_) backend_.free_after_capture(b.address);
   }
   GraphPool(const GraphPool&) = delete;
   GraphPool& operator=(const GraphPool&) = delete;
@@ -78,8 +74,11 @@ class GraphPool {
   }
 
   void release(void* address) {
-    for (Block& b : blocks_)
-      if (b.address == address) b.free = true;
+    for (Block& b : blocks_) {
+      if (b.address != address) continue;
+      b.free = true;
+      return;
+    }
   }
 
  private:
@@ -143,8 +142,8 @@ class CudaGraph final : public Graph::Impl {
     // Launches already queued keep the executable alive until they finish (CUDA guarantees it);
     // the memory they use is freed stream-ordered after them.
     cudaGraphExecDestroy(exec_);
-    free_block(backend_, state_->device_values_);
-    for (void* p : state_->kept_) free_block(backend_, p);
+    backend_.free_after_capture(state_->device_values_);
+    for (void* p : state_->kept_) backend_.free_after_capture(p);
   }
 
   void replay() override {
@@ -200,12 +199,16 @@ std::unique_ptr<Graph::Impl> CudaBackend::end_capture(bool keep) {
   std::shared_ptr<CaptureState> state = std::move(capture_);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  // What was freed while the capture was open goes now, after what the stream already holds.
+  auto free_deferred = [&] {
+    for (void* p : deferred_) cudaFreeAsync(p, stream_);
+    deferred_.clear();
+  };
   auto discard = [&] {
     if (graph) cudaGraphDestroy(graph);
     for (void* p : state->kept_) free_after_capture(p);
     free_after_capture(state->device_values_);
-    for (void* p : deferred_) cudaFreeAsync(p, stream_);
-    deferred_.clear();
+    free_deferred();
   };
   if (!keep) {
     discard();
@@ -232,8 +235,7 @@ std::unique_ptr<Graph::Impl> CudaBackend::end_capture(bool keep) {
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  for (void* p : deferred_) cudaFreeAsync(p, stream_);
-  deferred_.clear();
+  free_deferred();
   KILN_CUDA_CHECK(made);
   logging::debug(detail::concat("cuda:", device_, ": captured a graph of ", kernels, " kernels (", count, " nodes)"));
   return std::make_unique<CudaGraph>(*this, exec, kernels, std::move(state));
