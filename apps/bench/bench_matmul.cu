@@ -52,9 +52,11 @@ void bench_matmul(Bench& bench) {
                                       ? std::vector<Mnk>{{4096, 4096, 4096}, {64, 128, 784},
                                                          {64, 128, 9216, false, true}}
                                       : std::vector<Mnk>{{4096, 4096, 4096},
-                                                         // B^T: the layout 13 reads in place, with no transposing pass
+                                                         // B^T: both operands K-major, which 13 reads from shared
+                                                         // memory (in the plain product, B's rows go through registers)
                                                          {4096, 4096, 4096, false, true},
-                                                         {2048, 2048, 2048}, {1024, 1024, 1024},
+                                                         {2048, 2048, 2048}, {2048, 2048, 2048, false, true},
+                                                         {1024, 1024, 1024}, {1024, 1024, 1024, false, true},
                                                          {64, 128, 784}, {64, 10, 128}, {784, 128, 64},
                                                          // the MNIST CNN's fc1 (9216 -> 128) at batch 64
                                                          {64, 128, 9216, false, true}, {64, 9216, 128},

@@ -145,11 +145,11 @@ def define(figure, table, runs):
     figure("cuda.matmul.07-over-03.1024", h100, speedup("matmul", "07_warptile", "03_smem_tiling", "1024x1024x1024"),
            "matmul at 1024^3 (64 tiles of 128 x 128): 07_warptile's speed over 03_smem_tiling's")
 
-    # the TF32 path: 13 against 11 (both block tiles) where the dispatch chooses between them
-    for key, shape in [("4096", n), ("2048", "2048x2048x2048"), ("1024", "1024x1024x1024")]:
-        for tag, version in [("13", "13_tf32_wgmma"), ("11", "11_tf32_ldmatrix"),
-                             ("11-128x128", "11_tf32_ldmatrix_128x128")]:
-            timed(f"cuda.matmul.{tag}.{key}", "matmul", version, shape, f"matmul {version} at {shape}")
+    # the TF32 path: 11's two block tiles at 1024^3, 11 and 13 at 4096^3
+    for tag, version, key, shape in [("11", "11_tf32_ldmatrix", "1024", "1024x1024x1024"),
+                                     ("11-128x128", "11_tf32_ldmatrix_128x128", "1024", "1024x1024x1024"),
+                                     ("11", "11_tf32_ldmatrix", "4096", n), ("13", "13_tf32_wgmma", "4096", n)]:
+        timed(f"cuda.matmul.{tag}.{key}", "matmul", version, shape, f"matmul {version} at {shape}")
     timed("cuda.matmul.10.4096", "matmul", "10_tf32_async", n, f"matmul 10_tf32_async at {n}")
     figure("cuda.matmul.11.4096.pct-cublas", h100, share("matmul", "11_tf32_ldmatrix", n),
            "matmul 11_tf32_ldmatrix at 4096^3, % of cuBLAS TF32's TFLOP/s")

@@ -47,16 +47,11 @@
 //     (1.45x [fig cuda.matmul.07-over-12.9216x128x64At] at 9216 x 128 x 64 A^T,
 //     1.20x [fig cuda.matmul.07-over-12.64x9216x128] at 64 x 9216 x 128) (H100, kernel-bench,
 //     docs/runs/2026-11-26-h100), so short products keep the exact-order f32 of 07.
-//   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13 when its 128 x 256 tiles number at
-//     least SMs / 2 (2048^2 outputs and up): at 4096^3 it took
-//     0.480 ms [fig cuda.matmul.13.4096.ms] where 11 took 0.850 [fig cuda.matmul.11.4096.ms] and
-//     11_128x128 0.877 [fig cuda.matmul.11-128x128.4096.ms], at 2048^3
-//     0.077 [fig cuda.matmul.13.2048.ms] where they took 0.110 [fig cuda.matmul.11.2048.ms] and
-//     0.111 [fig cuda.matmul.11-128x128.2048.ms]. At 1024^3 (32 tiles) 13 led too,
-//     0.033 [fig cuda.matmul.13.1024.ms] against 11_128x128's
-//     0.035 [fig cuda.matmul.11-128x128.1024.ms] (H100, kernel-bench, docs/runs/2026-11-26-h100),
-//     though the threshold hands it to 11: it came from earlier standalone timings in which 13
-//     trailed there (history: NOTES.md). Elsewhere 11 on 128 x 256 tiles when they fill the GPU
+//   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13 on the tile width that
+//     tf32_wgmma_tile_n picks (128 x 256 where such tiles fill the GPU, 128 x 128 or 128 x 64
+//     where they would leave SMs idle), unless it would first pack an operand (both run along m
+//     and n, or rows not 16-byte aligned) for a k under 256, where the packing pass costs more
+//     than 11 takes for the whole product. Elsewhere 11 on 128 x 256 tiles when they fill the GPU
 //     twice (2 x SMs tiles), else 11 on 128 x 128 tiles; 08 when the operands are not aligned for
 //     cp.async. (1024^3 has 64 tiles of 128 x 128 on 132 SMs and 07 on them still ran
 //     3x [fig cuda.matmul.07-over-03.1024] faster than 03, so they pay well before they fill every
@@ -100,6 +95,8 @@ std::span<const NamedVersion> versions() {
       {"10_tf32_async", tf32_async, true},  {"11_tf32_ldmatrix", tf32_ldmatrix, true},
       {"11_tf32_ldmatrix_128x128", tf32_ldmatrix_128x128, true},
       {"12_3xtf32", split_tf32x3, false},   {"13_tf32_wgmma", tf32_wgmma, true},
+      {"13_tf32_wgmma_128x128", tf32_wgmma_128x128, true},
+      {"13_tf32_wgmma_128x64", tf32_wgmma_128x64, true},
   };
   return all;
 }
@@ -133,15 +130,18 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
   if (big_tiles >= std::max(sms / 4, 1)) {
     // 11 and 12 fall back to 08 and 07 themselves where cp.async cannot read the operands.
     if (allow_tf32()) {
-      const int64_t wide_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 255) / 256);
-      if (wide_tiles >= sms / 2 && matmul::tf32_wgmma_applies(p, device_)) {
+      // 13 unless it would pack an operand for a short k, where the packing pass costs more than
+      // 11 takes for the whole product.
+      const bool wgmma = matmul::tf32_wgmma_applies(p, device_);
+      const size_t bytes = wgmma ? matmul::tf32_wgmma_workspace(p, A, B) : 0;
+      if (wgmma && (bytes == 0 || p.k >= 256)) {
         // Freed right after queuing, as split-K's below.
-        const size_t bytes = matmul::tf32_wgmma_workspace(p, A, B);
         void* workspace = bytes > 0 ? allocate(bytes) : nullptr;
-        matmul::tf32_wgmma_run(p, A, B, C, e, workspace, stream_);
+        matmul::tf32_wgmma_run(p, A, B, C, e, matmul::tf32_wgmma_tile_n(p, A, B, sms), workspace, stream_);
         if (workspace) deallocate(workspace);
         return;
       }
+      const int64_t wide_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 255) / 256);
       return wide_tiles >= 2 * sms ? matmul::tf32_ldmatrix(p, A, B, C, e, stream_)
                                    : matmul::tf32_ldmatrix_128x128(p, A, B, C, e, stream_);
     }

@@ -174,27 +174,31 @@ TEST_CASE("10_tf32_async stays within TF32's error bound of the f64 result, on i
   }
 }
 
-TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, read in place and packed") {
-  // 13 reads an operand in place when it is K-major (A not transposed, B transposed) with 16-byte
-  // aligned rows, and packs it K-major into a workspace otherwise; on a GPU that is not an sm_90
-  // it runs 11, which must pass the same checks. Shapes span several 128 x 256 tiles with ragged
-  // edges, k several ring turns of 32 with a partial last slice, batches with A broadcast.
-  // packed: 0 neither operand, 1 the one that is not K-major with 16-byte rows, 2 both.
+TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, in every layout and tile") {
+  // 13 reads a K-major operand (A not transposed, B transposed) from shared memory and an MN-major
+  // one (A^T, B plain) through registers; when both are MN-major it packs the smaller K-major into
+  // a workspace, as it does any operand TMA cannot read in place (rows not 16-byte aligned). On a
+  // GPU that is not an sm_90 it runs 11, which must pass the same checks. Every tile width
+  // (128 x 256, 128 x 128, 128 x 64); shapes span several tiles with ragged edges, k several ring
+  // turns of 32 with a partial last slice, batches with A broadcast.
   struct Case {
     int64_t batch, m, n, k;
     bool trans_a, trans_b;
     int64_t lda_pad, ldb_pad;
     bool broadcast_a;
-    int packed;
+    bool pack_a, pack_b;  // what 13 packs into its workspace
   };
   const Case cases[] = {
-      {1, 300, 520, 515, false, true, 1, 1, false, 0},   // lda = ldb = 516: both in place
-      {2, 257, 129, 301, false, false, 3, 3, false, 1},  // B runs along n: packed
-      {1, 97, 600, 64, true, false, 3, 0, false, 2},     // A^T and B packed
-      {3, 65, 33, 7, true, true, 3, 1, true, 1},         // A^T packed once for the 3 entries (broadcast)
-      {1, 131, 77, 45, false, true, 0, 3, false, 1},     // lda 45: rows not 16-byte aligned, A packed
-      {4, 200, 260, 96, false, true, 0, 0, true, 0},     // A broadcast, read in place
-      {1, 1, 1, 1, false, false, 3, 3, false, 1},
+      {1, 300, 520, 515, false, true, 1, 1, false, false, false},  // lda = ldb = 516: both K-major in place
+      {2, 257, 129, 301, false, false, 3, 3, false, false, false}, // B runs along n: B's rows through registers
+      {2, 300, 260, 200, true, true, 0, 0, false, false, false},   // A^T's rows through registers
+      {3, 65, 33, 7, true, true, 3, 1, true, false, false},        // A^T broadcast over the 3 entries
+      {1, 97, 600, 64, true, false, 3, 0, false, true, false},     // both MN-major: A, the smaller, packed
+      {1, 600, 97, 64, true, false, 0, 3, false, false, true},     // both MN-major: B, the smaller, packed
+      {1, 131, 77, 45, false, true, 0, 3, false, true, false},     // lda 45: rows not 16-byte aligned, A packed
+      {1, 131, 77, 45, false, false, 3, 0, false, false, true},    // ldb 77: B packed, then both K-major
+      {4, 200, 260, 96, false, true, 0, 0, true, false, false},    // A broadcast, read in place
+      {1, 1, 1, 1, false, false, 3, 3, false, false, false},
   };
   cuda::CudaBackend& be = cuda::backend(0);
   for (const Case& cs : cases) {
@@ -208,14 +212,20 @@ TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, read
     const float* a = ga.ref().data<float>();
     const float* b = gb.ref().data<float>();
     // The workspace holds the packed operands: rows of k rounded up to 4 floats.
-    const int64_t row = (cs.k + 3) / 4 * 4, a_floats = (cs.broadcast_a ? 1 : cs.batch) * cs.m * row;
-    const bool a_packed = cs.packed == 2 || (cs.packed == 1 && (p.trans_a || p.lda % 4 != 0));
-    const bool b_packed = cs.packed == 2 || (cs.packed == 1 && !a_packed);
-    const int64_t floats = (a_packed ? a_floats : 0) + (b_packed ? cs.batch * cs.n * row : 0);
+    const int64_t row = (cs.k + 3) / 4 * 4;
+    const int64_t floats = (cs.pack_a ? (cs.broadcast_a ? 1 : cs.batch) * cs.m * row : 0) +
+                           (cs.pack_b ? cs.batch * cs.n * row : 0);
     CHECK_MESSAGE(cuda::matmul::tf32_wgmma_workspace(p, a, b) == static_cast<size_t>(floats) * sizeof(float), shape);
-    Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
-    cuda::matmul::tf32_wgmma(p, a, b, out.ref().data<float>(), {}, be.stream());
-    check_close(out.to(DType::f64), want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(cs.k)), "13_tf32_wgmma " + shape);
+    using Named = std::pair<const char*, cuda::matmul::Version>;
+    const Named tiles[] = {{"13_tf32_wgmma", cuda::matmul::tf32_wgmma},
+                           {"13_tf32_wgmma_128x128", cuda::matmul::tf32_wgmma_128x128},
+                           {"13_tf32_wgmma_128x64", cuda::matmul::tf32_wgmma_128x64}};
+    for (const auto& [name, version] : tiles) {
+      Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
+      version(p, a, b, out.ref().data<float>(), {}, be.stream());
+      check_close(out.to(DType::f64), want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(cs.k)),
+                  std::string(name) + " " + shape);
+    }
   }
 }
 

@@ -2,8 +2,8 @@
 // accelerator (TMA). C = op(A) op(B) as every version (matmul.cuh), inputs truncated to TF32 as in
 // 10 and 11, f32 accumulation. Needs an sm_90 GPU (H100, H200) and this file built for sm_90a
 // (kernels/cuda/CMakeLists.txt); elsewhere it runs 11.
-// Bench: `kernel-bench --only matmul` (rows 13_tf32_wgmma; 4096^3 is the plain product, whose B
-// is transposed by a first pass, 4096^3 B^T the layout read in place).
+// Bench: `kernel-bench --only matmul` (rows 13_tf32_wgmma, _128x128, _128x64; 4096^3 is the plain
+// product, whose B goes through registers, 4096^3 B^T the layout read from shared memory alone).
 //
 // Why 11 stops near 47% [fig cuda.matmul.11.4096.pct-cublas] of cuBLAS at 4096^3: mma.sync
 // multiplies 16 x 8 x 8 tiles out of registers, so each warp first copies its operands from shared
@@ -29,11 +29,19 @@
 // cover all 32 banks whichever chunk column the tensor cores read, and this one layout is what
 // both TMA (CU_TENSOR_MAP_SWIZZLE_128B) and wgmma (descriptor swizzle mode 1) speak: a k-step of
 // 8 floats is the descriptor's start address moved by 32 bytes.
-// Layouts: for TF32, wgmma reads both operands K-major (k contiguous in shared memory): it has no
-// transpose for 32-bit types. A not transposed and B transposed are K-major in memory already
-// and TMA reads them in place; an operand that runs along m or n (B in the plain product, A^T),
-// or whose rows are not 16-byte aligned, is first copied K-major into a workspace by a
-// transposing kernel (pack_k_major_kernel), whose time is part of 13's.
+// Layouts: for TF32, wgmma reads its operands from shared memory only K-major (k contiguous): it
+// has no transpose for 32-bit types. A not transposed and B transposed are K-major in memory and
+// TMA reads them in place. An operand that runs along m or n instead (A^T, or B in the plain
+// product: the input and weight gradients of a Linear layer) is copied as it lies, and its
+// consumers load it from shared memory into registers in the fragment layout wgmma takes for its
+// first operand, which may come from registers (Mode::kRegisters). That operand gives the block
+// tile its rows: A^T directly, and B by computing C^T = B^T A^T and storing it transposed. When
+// both run along m and n, the smaller is first copied K-major into a workspace by a transposing
+// kernel (pack_k_major_kernel, whose time is part of 13's), as is any operand whose rows are not
+// 16-byte aligned.
+// Tiles: 128 x 256 for products that fill the GPU with them several times over, 128 x 128 and
+// 128 x 64 where that would leave SMs idle (a 1024^3 product has 32 tiles of 128 x 256 for an
+// H100's 132 SMs); tf32_wgmma_tile_n picks by a count of waves.
 //
 // Measured by kernel-bench (H100 80GB HBM3, docs/runs/2026-11-26-h100; the rows in
 // kernels/README.md): 4096^3 plain 0.480 ms [fig cuda.matmul.13.4096.ms] =
@@ -67,25 +75,50 @@ namespace {
 
 // The block tile is BM x BN, the two consumer warpgroups owning 64 rows each; slices of BK floats
 // of k go through a ring of STAGES stages. Shared memory: STAGES x (A tile BM x BK, B tile
-// BN x BK), then the mbarriers, full[STAGES] and empty[STAGES].
-constexpr int BM = 128, BN = 256;
+// BN x BK), then the mbarriers, full[STAGES] and empty[STAGES]. Three widths: 256 for products
+// with tiles enough to fill the GPU several times over, 128 and 64 for those whose 128 x 256 tiles
+// would leave SMs idle (a 1024^3 product has 32 of them for 132 SMs, 128 of 128 x 64). Narrower
+// tiles take less shared memory per stage, so they get deeper rings.
+constexpr int BM = 128;
 constexpr int BK = 32;        // floats of k per stage: rows of 128 bytes, the 128-byte swizzle's width
-constexpr int STAGES = 3;
 constexpr int THREADS = 384;  // warpgroup 0 produces, 1 and 2 consume
-constexpr int A_BYTES = BM * BK * 4, B_BYTES = BN * BK * 4, STAGE_BYTES = A_BYTES + B_BYTES;
-constexpr int BARRIERS = STAGES * STAGE_BYTES;
-// + 1024: the base is rounded up to 1024 bytes, the swizzle's period (8 rows of 128 bytes).
-constexpr int SMEM_BYTES = BARRIERS + 2 * STAGES * 8 + 1024;
-static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "every tile starts on a swizzle period");
+template <int BN_>
+struct Tile {
+  static constexpr int BN = BN_;
+  static constexpr int STAGES = BN == 256 ? 3 : BN == 128 ? 4 : 6;
+  static constexpr int A_BYTES = BM * BK * 4, B_BYTES = BN * BK * 4, STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int BARRIERS = STAGES * STAGE_BYTES;
+  // + 1024: the base is rounded up to 1024 bytes, the swizzle's period (8 rows of 128 bytes).
+  static constexpr int SMEM_BYTES = BARRIERS + 2 * STAGES * 8 + 1024;
+  static_assert(BN == 256 || BN == 128 || BN == 64, "wgmma_tf32 has these widths");
+  static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "every tile starts on a swizzle period");
+  static_assert(SMEM_BYTES <= 227 * 1024, "an H100 block has at most 227 KB of shared memory");
+  // kRegisters with B as the rows operand stores C^T's tile through the ring, transposed: each
+  // consumer warpgroup's BN columns of 64 rows, with columns TRANSPOSED_LD floats apart.
+  static constexpr int TRANSPOSED_LD = 66;
+  static_assert(2 * BN * TRANSPOSED_LD * 4 <= BARRIERS, "the transposed tile fits in the ring");
+};
+
+// How the kernel reads its operands. The block tile has BM rows (split between the two consumer
+// warpgroups) and BN columns, over the product's "rows operand" (map_a) and "columns operand"
+// (map_b). The columns operand is always K-major and read by wgmma from shared memory.
+// - kShared: the rows operand is K-major too, read the same way (A not transposed, B transposed).
+// - kRegisters: the rows operand runs along its rows in memory (MN-major: A transposed, or B in
+//   the plain product, which then becomes the rows operand of C^T = B^T A^T). wgmma cannot read
+//   a 32-bit operand that way from shared memory, so the consumers load it into registers in
+//   wgmma's fragment layout, with one 32-bit load per value, and wgmma takes it from there.
+enum class Mode { kShared, kRegisters };
 
 // What the kernel needs besides the two tensor maps. The operands' batch strides live in the maps;
 // an operand broadcast over the batch has a map of one matrix.
 struct WgmmaArgs {
   float* c;
-  int64_t m, n;
-  int slices;  // ceil(k / BK)
-  int64_t tiles_m, tiles_n;
+  int64_t m, n;        // C's extents
+  int64_t rows, cols;  // the product's: m, n, or n, m when `swap`
+  int slices;          // ceil(k / BK)
+  int64_t tiles_m, tiles_n;  // block tiles along rows and cols
   bool broadcast_a, broadcast_b, vec_c;
+  bool swap;  // the rows run along C's columns: the kernel computes C^T
   DeviceEpilogue<float> epilogue;
 };
 
@@ -114,12 +147,12 @@ __device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
 }
 
-// ---- TMA: the box at (k0, row0, z) of a 3-D tensor map into shared memory, completing on `bar` ----
-__device__ inline void tma_load(void* dst, const CUtensorMap* map, int k0, int row0, int z, uint64_t* bar) {
+// ---- TMA: the box at (x0, y0, z) of a 3-D tensor map into shared memory, completing on `bar` ----
+__device__ inline void tma_load(void* dst, const CUtensorMap* map, int x0, int y0, int z, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(row0), "r"(z), "r"(smem_u32(bar))
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x0), "r"(y0), "r"(z), "r"(smem_u32(bar))
       : "memory");
 }
 
@@ -148,25 +181,69 @@ __device__ inline void fence_accumulators(float (&d)[R]) {
 #define KILN_D8(i)                                                                                       \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
-// d += A * B for a 64 x 256 x 8 product: A (64 x 8) and B (256 x 8) K-major in shared memory, d
-// the warpgroup's 64 x 256 accumulators (128 per thread, laid out as 32 mma.sync 16 x 8 tiles side
-// by side, warp w holding rows 16w .. 16w + 15: store_mma_tiles' layout).
-__device__ inline void wgmma_64x256x8(float (&d)[128], uint64_t a, uint64_t b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, 1, 1, 1;\n"
-      : KILN_D8(0), KILN_D8(8), KILN_D8(16), KILN_D8(24), KILN_D8(32), KILN_D8(40), KILN_D8(48), KILN_D8(56),
-        KILN_D8(64), KILN_D8(72), KILN_D8(80), KILN_D8(88), KILN_D8(96), KILN_D8(104), KILN_D8(112), KILN_D8(120)
-      : "l"(a), "l"(b));
+// A 64 x N product's accumulators, N / 2 per thread: as asm operands, and as the list of their names.
+#define KILN_ACC64 KILN_D8(0), KILN_D8(8), KILN_D8(16), KILN_D8(24)
+#define KILN_ACC128 KILN_ACC64, KILN_D8(32), KILN_D8(40), KILN_D8(48), KILN_D8(56)
+#define KILN_ACC256 \
+  KILN_ACC128, KILN_D8(64), KILN_D8(72), KILN_D8(80), KILN_D8(88), KILN_D8(96), KILN_D8(104), KILN_D8(112), KILN_D8(120)
+#define KILN_REGS64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KILN_REGS128 \
+  KILN_REGS64 ", " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KILN_REGS256 \
+  KILN_REGS128 ", " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+// d += A * B for a 64 x N x 8 product, N = 256, 128 or 64 (from d's size): A (64 x 8) and B
+// (N x 8) K-major in shared memory, d the warpgroup's 64 x N accumulators (N / 2 per thread, laid
+// out as N / 8 mma.sync 16 x 8 tiles side by side, warp w holding rows 16w .. 16w + 15:
+// store_mma_tiles' layout).
+__device__ inline void wgmma_tf32(float (&d)[128], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {" KILN_REGS256 "}, %128, %129, 1, 1, 1;\n"
+               : KILN_ACC256
+               : "l"(a), "l"(b));
 }
+__device__ inline void wgmma_tf32(float (&d)[64], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" KILN_REGS128 "}, %64, %65, 1, 1, 1;\n"
+               : KILN_ACC128
+               : "l"(a), "l"(b));
+}
+__device__ inline void wgmma_tf32(float (&d)[32], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" KILN_REGS64 "}, %32, %33, 1, 1, 1;\n"
+               : KILN_ACC64
+               : "l"(a), "l"(b));
+}
+// The same with A (64 x 8) from registers, in mma.sync's m16n8k8 fragment layout per warp (warp w
+// holding rows 16w .. 16w + 15; tensor_core.cuh's mma_16x8x8 names the four registers' places).
+__device__ inline void wgmma_tf32(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {" KILN_REGS256
+               "}, {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
+               : KILN_ACC256
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ inline void wgmma_tf32(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" KILN_REGS128
+               "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+               : KILN_ACC128
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ inline void wgmma_tf32(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" KILN_REGS64
+               "}, {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+               : KILN_ACC64
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#undef KILN_REGS256
+#undef KILN_REGS128
+#undef KILN_REGS64
+#undef KILN_ACC256
+#undef KILN_ACC128
+#undef KILN_ACC64
 #undef KILN_D8
 
 // Moves registers from the producer warpgroup, which needs few, to the consumers, which hold the
@@ -183,17 +260,58 @@ __device__ inline void setmaxnreg_dec() {
 }
 #endif  // KILN_WGMMA
 
-// One block per BM x BN tile of C (grid: blocks in a line, the batch entries one after another).
+#ifdef KILN_WGMMA
+__device__ inline uint32_t ld_shared(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// Waits for `count` threads (whole warps) at barrier `id` (1-15; __syncthreads is 0).
+__device__ inline void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// kRegisters: where this thread's fragment values of the rows operand lie in a stage. The operand
+// arrives as boxes of 32 rows x BK values of k, each a row of 128 bytes per k (so rows run along
+// the box's 128-byte lines) under the 128-byte swizzle: the 16-byte chunk c of line p is stored at
+// chunk c ^ (p % 8). A fragment needs, per warp and k-step of 8, rows g and g + 8 (g = lane / 4)
+// at k = t and t + 4 (t = lane % 4). Taking the warp's 16 rows in their natural order would put
+// lanes t = 0 and 1 on the same two chunks (chunk ^ 0 and chunk ^ 1 coincide for chunks {0, 1}),
+// so the accumulators' row r of the warp stands for row row_of(r) of the tile instead: rows g of
+// chunk pairs {c, c + 4}, which the four lines' XORs map to eight different chunks, 32 banks.
+// The permutation is undone when storing (rows are independent in a product).
+struct RowFragment {
+  int rows[2];      // the tile rows of the warp's fragment rows g (h = 0) and g + 8 (h = 1)
+  uint32_t at[4];   // byte offsets in the stage of a[0..3] at k-step 0; k-step kk adds kk * 1024
+  __device__ RowFragment(int wg, int warp, int lane) {
+    const int g = lane / 4, t = lane % 4, box = 2 * wg + warp / 2;
+    for (int h = 0; h < 2; ++h) {
+      const int chunk = 2 * (warp % 2) + h + 4 * (g / 4);
+      rows[h] = box * 32 + chunk * 4 + g % 4;
+      for (int hi = 0; hi < 2; ++hi) {
+        const int p = t + 4 * hi;  // the value's k within the k-step, and its line's swizzle
+        at[h + 2 * hi] = static_cast<uint32_t>(box * 32 * BK * 4 + p * 128 + ((chunk ^ p) * 16) + (g % 4) * 4);
+      }
+    }
+  }
+};
+#endif  // KILN_WGMMA
+
+// One block per BM x BN tile of the product (grid: blocks in a line, the batch entries one after
+// another).
+template <class T, Mode MODE>
 __global__ void __launch_bounds__(THREADS, 1)
     tf32_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const WgmmaArgs args) {
 #ifdef KILN_WGMMA
+  constexpr int BN = T::BN, STAGES = T::STAGES, A_BYTES = T::A_BYTES, STAGE_BYTES = T::STAGE_BYTES;
   constexpr int CONSUMER_WARPS = 8;
   constexpr int64_t GROUP_M = 16;  // block tiles walk 16 rows of tiles before moving along n
   extern __shared__ __align__(1024) uint8_t smem_tf32_wgmma[];
   // The swizzle repeats every 1024 bytes, and the descriptors take tiles to start on a period.
   uint8_t* smem = smem_tf32_wgmma + ((1024 - smem_u32(smem_tf32_wgmma) % 1024) % 1024);
-  auto* full = reinterpret_cast<uint64_t*>(smem + BARRIERS);
+  auto* full = reinterpret_cast<uint64_t*>(smem + T::BARRIERS);
   uint64_t* empty = full + STAGES;
 
   // Which tile: blocks go in groups of GROUP_M tile rows, down each column of the group before
@@ -224,7 +342,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (s >= STAGES) mbar_wait(&empty[stage], (s / STAGES - 1) & 1);
         uint8_t* st = smem + stage * STAGE_BYTES;
         mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-        tma_load(st, &map_a, s * BK, static_cast<int>(tile_m * BM), za, &full[stage]);
+        if constexpr (MODE == Mode::kShared) {
+          tma_load(st, &map_a, s * BK, static_cast<int>(tile_m * BM), za, &full[stage]);
+        } else {
+          for (int box = 0; box < BM / 32; ++box)  // boxes of 32 rows (128 bytes) x BK
+            tma_load(st + box * 32 * BK * 4, &map_a, static_cast<int>(tile_m * BM + box * 32), s * BK, za,
+                     &full[stage]);
+        }
         tma_load(st + A_BYTES, &map_b, s * BK, static_cast<int>(tile_n * BN), zb, &full[stage]);
       }
     }
@@ -232,34 +356,110 @@ __global__ void __launch_bounds__(THREADS, 1)
     // Consumers: warpgroup 1 multiplies rows 0-63 of the tile, warpgroup 2 rows 64-127.
     setmaxnreg_inc<232>();
     const int wg = warpgroup - 1, lane = static_cast<int>(threadIdx.x) % 32;
+    const int warp = static_cast<int>(threadIdx.x) / 32 % 4;
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0;
     const uint32_t a0 = smem_u32(smem) + wg * 64 * BK * 4, b0 = smem_u32(smem) + A_BYTES;
-    for (int s = 0; s < args.slices; ++s) {
-      const int stage = s % STAGES;
-      mbar_wait(&full[stage], (s / STAGES) & 1);
-      const uint64_t da = smem_descriptor(a0 + stage * STAGE_BYTES);
-      const uint64_t db = smem_descriptor(b0 + stage * STAGE_BYTES);
-      wgmma_fence();
+    if constexpr (MODE == Mode::kShared) {
+      for (int s = 0; s < args.slices; ++s) {
+        const int stage = s % STAGES;
+        mbar_wait(&full[stage], (s / STAGES) & 1);
+        const uint64_t da = smem_descriptor(a0 + stage * STAGE_BYTES);
+        const uint64_t db = smem_descriptor(b0 + stage * STAGE_BYTES);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK / 8; ++kk) wgmma_64x256x8(d, da + 2 * kk, db + 2 * kk);
-      wgmma_commit();
-      // Keep this slice's products in flight; the previous slice's are done after this wait,
-      // and its stage goes back to the producer.
-      wgmma_wait<1>();
-      if (s > 0 && lane == 0) mbar_arrive(&empty[(s - 1) % STAGES]);
+        for (int kk = 0; kk < BK / 8; ++kk) wgmma_tf32(d, da + 2 * kk, db + 2 * kk);
+        wgmma_commit();
+        // Keep this slice's products in flight; the previous slice's are done after this wait,
+        // and its stage goes back to the producer.
+        wgmma_wait<1>();
+        if (s > 0 && lane == 0) mbar_arrive(&empty[(s - 1) % STAGES]);
+      }
+    } else {
+      const RowFragment frag(wg, warp, lane);
+      for (int s = 0; s < args.slices; ++s) {
+        const int stage = s % STAGES;
+        mbar_wait(&full[stage], (s / STAGES) & 1);
+        const uint32_t base = smem_u32(smem) + stage * STAGE_BYTES;
+        uint32_t f[BK / 8][4];
+#pragma unroll
+        for (int kk = 0; kk < BK / 8; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) f[kk][i] = ld_shared(base + frag.at[i] + kk * 1024);
+        const uint64_t db = smem_descriptor(b0 + stage * STAGE_BYTES);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 8; ++kk) wgmma_tf32(d, f[kk], db + 2 * kk);
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(&empty[stage]);
+      }
     }
     wgmma_wait<0>();
     fence_accumulators(d);
-    // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
-    // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
-    // and alignment from an Args) writes them.
-    Args<float> out{nullptr, nullptr, args.c + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
-                    false, false, false, false, args.vec_c, args.epilogue};
-    const int warp = static_cast<int>(threadIdx.x) / 32 % 4;
-    store_mma_tiles(out, reinterpret_cast<const float(&)[1][BN / 8][4]>(d), tile_m * BM, tile_n * BN,
-                    wg * 64 + warp * 16, 0, lane);
+    float* c = args.c + z * args.m * args.n;
+    if constexpr (MODE == Mode::kShared) {
+      // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
+      // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
+      // and alignment from an Args) writes them.
+      Args<float> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
+                      false, false, false, false, args.vec_c, args.epilogue};
+      store_mma_tiles(out, reinterpret_cast<const float(&)[1][BN / 8][4]>(d), tile_m * BM, tile_n * BN,
+                      wg * 64 + warp * 16, 0, lane);
+    } else {
+      // The accumulators' rows are the tile rows RowFragment loaded (h = 0: d[4j], d[4j + 1];
+      // h = 1: d[4j + 2], d[4j + 3]), their columns those of mma.sync's tiles.
+      const RowFragment frag(wg, warp, lane);
+      const int t = lane % 4;
+      if (!args.swap) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = tile_m * BM + frag.rows[h];
+          if (row >= args.rows) continue;
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            const int64_t col = tile_n * BN + j * 8 + 2 * t;
+            const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+            if (args.vec_c && col + 1 < args.cols) {  // col even, n % 4 == 0: aligned
+              *reinterpret_cast<float2*>(c + row * args.n + col) =
+                  make_float2(args.epilogue(v0, col), args.epilogue(v1, col + 1));
+            } else {
+              if (col < args.cols) c[row * args.n + col] = args.epilogue(v0, col);
+              if (col + 1 < args.cols) c[row * args.n + col + 1] = args.epilogue(v1, col + 1);
+            }
+          }
+        }
+      } else {
+        // C^T's tile (row, col) is C's (col, row): straight from the registers, a warp's store
+        // would cover 4 rows of C with 16-byte pieces. The warpgroup's 64 x BN accumulators go
+        // through the ring's shared memory instead, transposed (column-major, columns of
+        // TRANSPOSED_LD floats: 66, so that the four t of a store fall 4 banks apart and with the
+        // rows' {0..3, 16..19} cover all 32), then out along C's rows, 64 contiguous floats per
+        // warp. Both warpgroups must be done reading the ring first.
+        constexpr int LD = T::TRANSPOSED_LD;
+        named_barrier(1, 256);
+        float* tile = reinterpret_cast<float*>(smem) + wg * BN * LD;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) tile[(j * 8 + 2 * t + e) * LD + frag.rows[h] - wg * 64] = d[4 * j + 2 * h + e];
+        named_barrier(2 + wg, 128);
+        const int64_t row = tile_m * BM + wg * 64 + 2 * lane;  // C's column of this lane's pair
+        for (int col = warp; col < BN && tile_n * BN + col < args.cols; col += 4) {
+          float* out = c + (tile_n * BN + col) * args.n + row;
+          const float v0 = tile[col * LD + 2 * lane], v1 = tile[col * LD + 2 * lane + 1];
+          if (args.vec_c && row + 1 < args.rows) {  // row even, n % 4 == 0: aligned
+            *reinterpret_cast<float2*>(out) = make_float2(args.epilogue(v0, row), args.epilogue(v1, row + 1));
+          } else {
+            if (row < args.rows) out[0] = args.epilogue(v0, row);
+            if (row + 1 < args.rows) out[1] = args.epilogue(v1, row + 1);
+          }
+        }
+      }
+    }
   }
 #elif defined(__CUDA_ARCH__)
   __trap();
@@ -289,34 +489,65 @@ __global__ void pack_k_major_kernel(Panel<float> P, int64_t batch_stride, float*
   }
 }
 
-// An operand as the kernel reads it: `batches` K-major matrices of `rows` x k, row stride ld.
-struct KMajor {
+// An operand as the kernel reads it: `batches` matrices of `rows` x k with row stride ld, either
+// K-major (memory row r holds the matrix's row r: k values) or MN-major (memory row p holds the
+// value at k = p of every row).
+struct Operand {
   const float* data;
   int64_t rows, ld, batch_stride, batches;
+  bool k_major;
 };
 
-// Whether TMA can read an operand where it is: K-major, with a 16-byte aligned base and row stride,
-// and (when there are several matrices) a batch stride that is a whole number of rows past the
-// matrix before, as a tensor map's strides must be.
-bool in_place(bool k_major, const float* data, int64_t rows, int64_t ld, int64_t batch_stride, int64_t batches) {
-  const bool stacked = batches == 1 || (ld > 0 && batch_stride % ld == 0 && batch_stride >= rows * ld);
-  return k_major && stacked && aligned16(data, ld, batch_stride);
+// The panels' batch counts: a broadcast operand (batch stride 0) is one matrix.
+int64_t batches_of(const MatmulParams& p, int64_t batch_stride) { return batch_stride == 0 ? 1 : p.batch; }
+
+// Whether TMA can read a matrix of `lines` rows in memory where it is: a 16-byte aligned base and
+// row stride, and (when there are several matrices) a batch stride that is a whole number of rows
+// past the matrix before, as a tensor map's strides must be.
+bool readable(const float* data, int64_t lines, int64_t ld, int64_t batch_stride, int64_t batches) {
+  const bool stacked = batches == 1 || (ld > 0 && batch_stride % ld == 0 && batch_stride >= lines * ld);
+  return stacked && aligned16(data, ld, batch_stride);
 }
 
 // Floats of workspace an operand needs when it must be packed: rows of k rounded up to 4 floats.
 int64_t packed_floats(int64_t rows, int64_t k, int64_t batches) { return batches * rows * ((k + 3) / 4 * 4); }
 
-// The operand, packed into `workspace` by pack_k_major_kernel unless it can be read in place.
-KMajor k_major(const Panel<float>& P, int64_t batch_stride, int64_t batches, float* workspace, cudaStream_t stream) {
-  if (in_place(!P.x_contiguous, P.data, P.x, P.ld, batch_stride, batches))
-    return {P.data, P.x, P.ld, batch_stride, batches};
+// How a product runs: which operand gives the tile's rows, and which are first packed K-major.
+// Both K-major (after packing): kShared, rows from A. One MN-major: kRegisters with that one as
+// the rows operand (B's: the kernel computes C^T = B^T A^T). Both MN-major: the smaller is packed.
+// An operand TMA cannot read in place (misaligned, oddly strided) is packed.
+struct Plan {
+  Mode mode = Mode::kShared;
+  bool swap = false;  // the rows operand is B
+  bool pack_a = false, pack_b = false;
+};
+
+Plan plan_for(const MatmulParams& p, const float* a, const float* b) {
+  const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
+  const bool a_mn = p.trans_a, b_mn = !p.trans_b;
+  Plan plan;
+  plan.pack_a = !readable(a, a_mn ? p.k : p.m, p.lda, p.batch_stride_a, batches_a);
+  plan.pack_b = !readable(b, b_mn ? p.k : p.n, p.ldb, p.batch_stride_b, batches_b);
+  bool rows_a = a_mn && !plan.pack_a, rows_b = b_mn && !plan.pack_b;  // MN-major as read
+  if (rows_a && rows_b) {
+    (batches_a * p.m <= batches_b * p.n ? plan.pack_a : plan.pack_b) = true;
+    (plan.pack_a ? rows_a : rows_b) = false;
+  }
+  if (rows_a || rows_b) plan.mode = Mode::kRegisters, plan.swap = rows_b;
+  return plan;
+}
+
+// The operand as the plan reads it: packed into `workspace` by pack_k_major_kernel, or in place.
+Operand operand(const Panel<float>& P, int64_t batch_stride, int64_t batches, bool pack, float* workspace,
+                cudaStream_t stream) {
+  if (!pack) return {P.data, P.x, P.ld, batch_stride, batches, !P.x_contiguous};
   const int64_t ld = (P.k + 3) / 4 * 4, tiles_x = (P.x + 31) / 32, tiles_k = (P.k + 31) / 32;
   const int64_t blocks = batches * tiles_x * tiles_k;
   KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: operand too large to pack");
   pack_k_major_kernel<<<static_cast<unsigned>(blocks), dim3(32, 8), 0, stream>>>(P, batch_stride, workspace, ld,
                                                                                  tiles_x, tiles_k);
   KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma pack");
-  return {workspace, P.x, ld, P.x * ld, batches};
+  return {workspace, P.x, ld, P.x * ld, batches, true};
 }
 
 // cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda).
@@ -332,15 +563,19 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-// The 3-D tensor map (k, rows, batch) of a K-major operand, read in boxes of BK x box_rows with
-// the 128-byte swizzle; reads outside the tensor return zeros.
-CUtensorMap tensor_map(const KMajor& op, int64_t k, int box_rows) {
+// The 3-D tensor map (along memory rows, memory rows, batch) of an operand with the 128-byte
+// swizzle, read in boxes of BK x box_rows (K-major: BK values of k from each of box_rows rows) or
+// 32 x BK (MN-major: 32 rows, 128 bytes, from each of BK values of k); reads outside the tensor
+// return zeros.
+CUtensorMap tensor_map(const Operand& op, int64_t k, int box_rows) {
   CUtensorMap map;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(op.rows),
+  const int64_t x = op.k_major ? k : op.rows, y = op.k_major ? op.rows : k;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(x), static_cast<cuuint64_t>(y),
                               static_cast<cuuint64_t>(op.batches)};
-  const int64_t batch_stride = op.batches > 1 ? op.batch_stride : op.rows * op.ld;
+  const int64_t batch_stride = op.batches > 1 ? op.batch_stride : y * op.ld;
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(op.ld) * 4, static_cast<cuuint64_t>(batch_stride) * 4};
-  const cuuint32_t box[3] = {BK, static_cast<cuuint32_t>(box_rows), 1}, unit[3] = {1, 1, 1};
+  const cuuint32_t box[3] = {op.k_major ? BK : 32u, op.k_major ? static_cast<cuuint32_t>(box_rows) : BK, 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
   const CUresult res = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(op.data), dims,
                                       strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -348,36 +583,84 @@ CUtensorMap tensor_map(const KMajor& op, int64_t k, int box_rows) {
   return map;
 }
 
-void launch_wgmma(const MatmulParams& p, const KMajor& a, const KMajor& b, float* c, const DeviceEpilogue<float>& e,
-                  cudaStream_t stream) {
-  const int64_t tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN, blocks = tiles_m * tiles_n * p.batch;
+template <int BN, Mode MODE>
+void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& cols, bool swap, float* c,
+                  const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  using T = Tile<BN>;
+  const int64_t tiles_m = (rows.rows + BM - 1) / BM, tiles_n = (cols.rows + BN - 1) / BN;
+  const int64_t blocks = tiles_m * tiles_n * p.batch;
   KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: ", p.batch, " x ", p.m, " x ", p.n,
              " is too large a product for one launch");
-  const CUtensorMap map_a = tensor_map(a, p.k, BM), map_b = tensor_map(b, p.k, BN);
-  const WgmmaArgs args{c, p.m, p.n, static_cast<int>((p.k + BK - 1) / BK), tiles_m, tiles_n,
-                       a.batches == 1, b.batches == 1, aligned16(c, p.n, p.m * p.n), e};
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(tf32_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-  tf32_wgmma_kernel<<<static_cast<unsigned>(blocks), THREADS, SMEM_BYTES, stream>>>(map_a, map_b, args);
+  const CUtensorMap map_a = tensor_map(rows, p.k, BM), map_b = tensor_map(cols, p.k, BN);
+  const WgmmaArgs args{.c = c,
+                       .m = p.m,
+                       .n = p.n,
+                       .rows = rows.rows,
+                       .cols = cols.rows,
+                       .slices = static_cast<int>((p.k + BK - 1) / BK),
+                       .tiles_m = tiles_m,
+                       .tiles_n = tiles_n,
+                       .broadcast_a = rows.batches == 1,
+                       .broadcast_b = cols.batches == 1,
+                       .vec_c = aligned16(c, p.n, p.m * p.n),
+                       .swap = swap,
+                       .epilogue = e};
+  const auto kernel = tf32_wgmma_kernel<T, MODE>;
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
+  kernel<<<static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream>>>(map_a, map_b, args);
   KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma");
 }
 
-// The panels' batch counts: a broadcast operand (batch stride 0) is one matrix.
-int64_t batches_of(const MatmulParams& p, int64_t batch_stride) { return batch_stride == 0 ? 1 : p.batch; }
+template <int BN>
+void launch_wgmma(const MatmulParams& p, const Plan& plan, const Operand& a, const Operand& b, float* c,
+                  const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  const Operand& rows = plan.swap ? b : a;
+  const Operand& cols = plan.swap ? a : b;
+  if (plan.mode == Mode::kShared) return launch_wgmma<BN, Mode::kShared>(p, rows, cols, false, c, e, stream);
+  launch_wgmma<BN, Mode::kRegisters>(p, rows, cols, plan.swap, c, e, stream);
+}
 
 }  // namespace
 
 void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
-                    void* workspace, cudaStream_t stream) {
+                    int tile_n, void* workspace, cudaStream_t stream) {
+  KILN_CHECK(tile_n == 256 || tile_n == 128 || tile_n == 64, Error,
+             "cuda matmul 13_tf32_wgmma: tiles are 128 x 256, 128 x 128 or 128 x 64, not 128 x ", tile_n);
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   // A tensor map has no empty extents: an empty sum (zeros through the epilogue) goes to 11.
   if (p.k == 0) return tf32_ldmatrix(p, a, b, c, e, stream);
+  const Plan plan = plan_for(p, a, b);
   const Panel<float> pa{a, p.lda, p.k, p.m, p.trans_a}, pb{b, p.ldb, p.k, p.n, !p.trans_b};
   const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
   auto* ws = static_cast<float*>(workspace);
-  const KMajor ka = k_major(pa, p.batch_stride_a, batches_a, ws, stream);
-  if (ka.data != a) ws += packed_floats(p.m, p.k, batches_a);
-  const KMajor kb = k_major(pb, p.batch_stride_b, batches_b, ws, stream);
-  launch_wgmma(p, ka, kb, c, e, stream);
+  const Operand oa = operand(pa, p.batch_stride_a, batches_a, plan.pack_a, ws, stream);
+  if (plan.pack_a) ws += packed_floats(p.m, p.k, batches_a);
+  const Operand ob = operand(pb, p.batch_stride_b, batches_b, plan.pack_b, ws, stream);
+  switch (tile_n) {
+    case 256: return launch_wgmma<256>(p, plan, oa, ob, c, e, stream);
+    case 128: return launch_wgmma<128>(p, plan, oa, ob, c, e, stream);
+    default: return launch_wgmma<64>(p, plan, oa, ob, c, e, stream);
+  }
+}
+
+int tf32_wgmma_tile_n(const MatmulParams& p, const float* a, const float* b, int sms) {
+  // Time ~ waves x (time of one tile), a tile's time ~ its width x the cost per column of that
+  // width (narrower tiles read more bytes per product and pay the ring's fill more often). The
+  // costs per column are what full waves of each width measured against 128 x 256 tiles at
+  // 2048^3 and 4096^3 (kernels/cuda/NOTES.md).
+  const bool swap = plan_for(p, a, b).swap;
+  const int64_t rows = swap ? p.n : p.m, cols = swap ? p.m : p.n;
+  struct Width { int n; double per_column; };
+  static constexpr Width widths[] = {{256, 1.0}, {128, 1.15}, {64, 1.6}};
+  int best = 256;
+  double best_cost = 0;
+  for (const Width& w : widths) {
+    const int64_t tiles = p.batch * ((rows + BM - 1) / BM) * ((cols + w.n - 1) / w.n);
+    const int64_t waves = (tiles + sms - 1) / std::max(sms, 1);
+    const double cost = static_cast<double>(waves) * w.n * w.per_column;
+    if (w.n == 256 || cost < best_cost) best = w.n, best_cost = cost;
+  }
+  return best;
 }
 
 bool tf32_wgmma_applies(const MatmulParams& p, int device) {
@@ -393,14 +676,18 @@ bool tf32_wgmma_applies(const MatmulParams& p, int device) {
 }
 
 size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b) {
-  const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
+  const Plan plan = plan_for(p, a, b);
   int64_t floats = 0;
-  if (!in_place(!p.trans_a, a, p.m, p.lda, p.batch_stride_a, batches_a)) floats += packed_floats(p.m, p.k, batches_a);
-  if (!in_place(p.trans_b, b, p.n, p.ldb, p.batch_stride_b, batches_b)) floats += packed_floats(p.n, p.k, batches_b);
+  if (plan.pack_a) floats += packed_floats(p.m, p.k, batches_of(p, p.batch_stride_a));
+  if (plan.pack_b) floats += packed_floats(p.n, p.k, batches_of(p, p.batch_stride_b));
   return static_cast<size_t>(floats) * sizeof(float);
 }
 
-void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {
+namespace {
+
+// A version of the ladder: 13 on tiles of width tile_n, its workspace from cudaMallocAsync.
+void run_version(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                 int tile_n, cudaStream_t stream) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
@@ -408,8 +695,23 @@ void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c,
   const size_t bytes = tf32_wgmma_workspace(p, a, b);
   void* workspace = nullptr;
   if (bytes > 0) KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  tf32_wgmma_run(p, a, b, c, e, workspace, stream);
+  tf32_wgmma_run(p, a, b, c, e, tile_n, workspace, stream);
   if (workspace) KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+}
+
+}  // namespace
+
+void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                cudaStream_t stream) {
+  run_version(p, a, b, c, e, 256, stream);
+}
+void tf32_wgmma_128x128(const MatmulParams& p, const float* a, const float* b, float* c,
+                        const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  run_version(p, a, b, c, e, 128, stream);
+}
+void tf32_wgmma_128x64(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                       cudaStream_t stream) {
+  run_version(p, a, b, c, e, 64, stream);
 }
 
 }  // namespace kiln::cuda::matmul
