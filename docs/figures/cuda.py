@@ -1,7 +1,9 @@
 """The figures that the CUDA kernels' comments (kernels/cuda/) quote, from one recorded run.
 
 All come from kernel-bench's kernels.json in docs/runs/2026-11-26-h100 (one H100 80GB HBM3,
-`scripts/device-run tests bench train torch vulkan`, build d7a3e53). A share ("pct-copy",
+`scripts/device-run tests bench train torch vulkan`, build d7a3e53), but those of matmul 13 and its
+yardsticks, from docs/runs/2026-11-26-h100-wgmma (the same GPU, after 13's tile widths and register
+path, build c0ba136). A share ("pct-copy",
 "pct-cublas") is the row's figure against its yardstick exactly as kernels/README.md's "vs yardstick"
 column computes it (scripts/kernel_table.py: the copy bandwidth for GB/s rows, the reference of the
 same family and shape for TFLOP/s rows).
@@ -145,26 +147,41 @@ def define(figure, table, runs):
     figure("cuda.matmul.07-over-03.1024", h100, speedup("matmul", "07_warptile", "03_smem_tiling", "1024x1024x1024"),
            "matmul at 1024^3 (64 tiles of 128 x 128): 07_warptile's speed over 03_smem_tiling's")
 
-    # the TF32 path: 11's two block tiles at 1024^3, 11 and 13 at 4096^3
-    for tag, version, key, shape in [("11", "11_tf32_ldmatrix", "1024", "1024x1024x1024"),
-                                     ("11-128x128", "11_tf32_ldmatrix_128x128", "1024", "1024x1024x1024"),
-                                     ("11", "11_tf32_ldmatrix", "4096", n), ("13", "13_tf32_wgmma", "4096", n)]:
-        timed(f"cuda.matmul.{tag}.{key}", "matmul", version, shape, f"matmul {version} at {shape}")
+    # the TF32 path: 11's two block tiles at 1024^3 (11's header)
+    for tag, version in [("11", "11_tf32_ldmatrix"), ("11-128x128", "11_tf32_ldmatrix_128x128")]:
+        timed(f"cuda.matmul.{tag}.1024", "matmul", version, "1024x1024x1024", f"matmul {version} at 1024^3")
     timed("cuda.matmul.10.4096", "matmul", "10_tf32_async", n, f"matmul 10_tf32_async at {n}")
-    figure("cuda.matmul.11.4096.pct-cublas", h100, share("matmul", "11_tf32_ldmatrix", n),
-           "matmul 11_tf32_ldmatrix at 4096^3, % of cuBLAS TF32's TFLOP/s")
+    timed("cuda.matmul.13-packed.4096", "matmul", "13_tf32_wgmma", n,
+          "matmul 13_tf32_wgmma at 4096^3 when B was transposed into a workspace first")
 
-    # 13's header: the plain product (B transposed by a first pass) and B^T (read in place)
-    for key, shape in [("4096", n), ("4096Bt", "4096x4096x4096 B^T")]:
-        figure(f"cuda.matmul.13.{key}.tflops", h100, kernel("matmul", "13_tf32_wgmma", shape)["value"],
-               f"matmul 13_tf32_wgmma at {shape}, TFLOP/s")
-        figure(f"cuda.matmul.13.{key}.pct-cublas", h100, share("matmul", "13_tf32_wgmma", shape),
-               f"matmul 13_tf32_wgmma at {shape}, % of cuBLAS TF32's TFLOP/s")
-    figure("cuda.matmul.cublas-tf32.4096.tflops", h100, kernel("matmul", "cuBLAS TF32", n)["value"],
-           "matmul cuBLAS TF32 at 4096^3, TFLOP/s")
-    timed("cuda.matmul.13.4096Bt", "matmul", "13_tf32_wgmma", "4096x4096x4096 B^T", "matmul 13_tf32_wgmma at 4096^3 B^T")
-    timed("cuda.matmul.cublas-tf32.4096", "matmul", "cuBLAS TF32", n, "cuBLAS TF32 at 4096^3")
-    timed("cuda.matmul.cublas-tf32.4096Bt", "matmul", "cuBLAS TF32", "4096x4096x4096 B^T", "cuBLAS TF32 at 4096^3 B^T")
+    # 13's header: its three tile widths, B's rows through registers (docs/runs/2026-11-26-h100-wgmma)
+    wg = runs["2026-11-26-h100-wgmma"]
+    shapes13 = {"4096": n, "4096Bt": "4096x4096x4096 B^T", "2048": "2048x2048x2048", "2048Bt": "2048x2048x2048 B^T",
+                "1024": "1024x1024x1024", "linear-fwd": "512x4096x4096 B^T", "linear-dx": "512x4096x4096",
+                "linear-dw": "4096x4096x512 A^T"}
+
+    def wg_figure(name, version, key, field, what):
+        shape = shapes13[key]
+        if field == "pct":
+            value = wg.kernel_share("matmul", version, shape)
+        else:
+            value = wg.kernel("matmul", version, shape)[field]
+        figure(name, wg, value, f"matmul {version} at {shape}, {what}")
+
+    for key in ("4096", "4096Bt"):
+        wg_figure(f"cuda.matmul.13.{key}.ms", "13_tf32_wgmma", key, "ms", "ms")
+        wg_figure(f"cuda.matmul.13.{key}.tflops", "13_tf32_wgmma", key, "value", "TFLOP/s")
+    for key in ("4096", "4096Bt", "2048", "2048Bt"):
+        wg_figure(f"cuda.matmul.13.{key}.pct-cublas", "13_tf32_wgmma", key, "pct", "% of cuBLAS TF32's TFLOP/s")
+    for key in ("linear-fwd", "linear-dx", "linear-dw"):
+        wg_figure(f"cuda.matmul.tf32.{key}.pct-cublas", "production (TF32)", key, "pct", "% of cuBLAS TF32's TFLOP/s")
+    for name, version in [("13", "13_tf32_wgmma"), ("13-128", "13_tf32_wgmma_128x128"),
+                          ("13-64", "13_tf32_wgmma_128x64"), ("cublas-tf32", "cuBLAS TF32")]:
+        wg_figure(f"cuda.matmul.{name}.1024.ms", version, "1024", "ms", "ms")
+    wg_figure("cuda.matmul.cublas-tf32.4096.ms", "cuBLAS TF32", "4096", "ms", "ms")
+    wg_figure("cuda.matmul.cublas-tf32.4096.tflops", "cuBLAS TF32", "4096", "value", "TFLOP/s")
+    wg_figure("cuda.matmul.11.4096.ms", "11_tf32_ldmatrix", "4096", "ms", "ms")
+    wg_figure("cuda.matmul.11.4096.pct-cublas", "11_tf32_ldmatrix", "4096", "pct", "% of cuBLAS TF32's TFLOP/s")
 
     # the epilogue: bias + ReLU fused into the production f32 path's stores, or as passes after it
     shapes = []

@@ -47,6 +47,8 @@ def define(figure, table, runs):
            "kernel-bench: CUDA production matmul (TF32) at 4096^3, ms")
     figure("kernels.cuda.matmul.4096.tf32.tflops", h100, kernel("matmul", "production (TF32)", big)["value"],
            "kernel-bench: CUDA production matmul (TF32) at 4096^3, TFLOP/s")
+    figure("kernels.cublas.matmul.4096.tf32.ms", h100, kernel("matmul", "cuBLAS TF32", big)["ms"],
+           "kernel-bench: cuBLAS TF32 at 4096^3, ms")
     figure("kernels.cublas.matmul.4096.sgemm.ms", h100, kernel("matmul", "cuBLAS SGEMM", big)["ms"],
            "kernel-bench: cuBLAS SGEMM at 4096^3, ms")
 

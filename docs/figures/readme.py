@@ -68,8 +68,13 @@ def define(figure, table, runs):
            "f32 matmul 4096^3, production path (12_3xtf32): its time over cuBLAS SGEMM's")
     figure("gpu.matmul.07.4096.pct-cublas", h100, h100.kernel_share("matmul", "07_warptile", n),
            "matmul 07_warptile at 4096^3: % of cuBLAS SGEMM's speed")
-    figure("gpu.matmul.tf32.4096.pct-cublas", h100, h100.kernel_share("matmul", "production (TF32)", n),
+    wgmma = runs["2026-11-26-h100-wgmma"]  # the run after 13's tile widths and register path
+    figure("gpu.matmul.tf32.4096.pct-cublas", wgmma, wgmma.kernel_share("matmul", "production (TF32)", n),
            "TF32 matmul 4096^3, production path (13_tf32_wgmma): % of cuBLAS TF32's speed")
+    figure("gpu.matmul.tf32.1024-2048.pct-cublas", wgmma,
+           (min(wgmma.kernel_share("matmul", "production (TF32)", s) for s in ("1024x1024x1024", "2048x2048x2048")),
+            max(wgmma.kernel_share("matmul", "production (TF32)", s) for s in ("1024x1024x1024", "2048x2048x2048"))),
+           "TF32 matmul 1024^3 and 2048^3, production path: % of cuBLAS TF32's speed (least, most)")
     for conv, batch in (("conv1", 64), ("conv2", 64), ("conv1", 512), ("conv2", 512)):
         c = 1 if conv == "conv1" else 32
         o, hw = (32, 28) if conv == "conv1" else (64, 26)
@@ -113,6 +118,17 @@ def define(figure, table, runs):
                 if r.get("model", "linear") == "linear"]
         assert len(rows) == 1, rows
         return rows[0]
+
+    linear = ("512x4096x4096 B^T", "512x4096x4096", "4096x4096x512 A^T")
+    figure("gpu.matmul.tf32.linear.pct-cublas", wgmma,
+           (min(wgmma.kernel_share("matmul", "production (TF32)", s) for s in linear),
+            max(wgmma.kernel_share("matmul", "production (TF32)", s) for s in linear)),
+           "TF32 matmul, production path, a Linear(4096, 4096)'s three products at batch 512: % of cuBLAS TF32's "
+           "speed (least, most)")
+    # the Linear 4096 model's step alone on one H100, after matmul 13's tile widths (docs/benchmarks.md)
+    for impl in ("kiln", "torch"):
+        figure(f"dist.h100.alone.{impl}.b512.ms", wgmma, ddp(wgmma, impl, "alone", 512)["step_ms"],
+               f"1 x H100: {impl}'s step of 8 x Linear 4096, TF32, batch 512, alone, ms")
 
     kb4, mb1, mb16, gb1 = 4096, 1 << 20, 16 << 20, 1 << 30
     for impl in ("kiln", "nccl", "torch"):

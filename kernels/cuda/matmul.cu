@@ -35,8 +35,10 @@
 //     zero as they add), NaN results recomputed in f32 (so infinities come out as in f32).
 //   13_tf32_wgmma: Hopper only (sm_90a code): warpgroup tensor-core products (wgmma) read
 //     straight from shared memory, fed by the copy engine (TMA) in a warp-specialized pipeline;
-//     operands not stored K-major (B in the plain product, A^T) are first transposed into a
-//     workspace. Inputs truncated to TF32 as in 10. Runs 11 on other GPUs.
+//     an operand not stored K-major (B in the plain product, A^T) is loaded from shared memory
+//     into registers, where wgmma takes its first operand (when both are, one is first packed
+//     K-major). Tiles of 128 x 256, 128 x 128 or 128 x 64. Inputs truncated to TF32 as in 10.
+//     Runs 11 on other GPUs.
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are

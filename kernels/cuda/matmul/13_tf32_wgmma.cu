@@ -5,7 +5,7 @@
 // Bench: `kernel-bench --only matmul` (rows 13_tf32_wgmma, _128x128, _128x64; 4096^3 is the plain
 // product, whose B goes through registers, 4096^3 B^T the layout read from shared memory alone).
 //
-// Why 11 stops near 47% [fig cuda.matmul.11.4096.pct-cublas] of cuBLAS at 4096^3: mma.sync
+// Why 11 stops near 46% [fig cuda.matmul.11.4096.pct-cublas] of cuBLAS at 4096^3: mma.sync
 // multiplies 16 x 8 x 8 tiles out of registers, so each warp first copies its operands from shared
 // memory into registers. At 64 x 64 warp tiles that is 16 flops per byte read from shared memory,
 // and shared memory, not the tensor cores, sets the pace. Hopper adds three things that lift that
@@ -43,16 +43,25 @@
 // 128 x 64 where that would leave SMs idle (a 1024^3 product has 32 tiles of 128 x 256 for an
 // H100's 132 SMs); tf32_wgmma_tile_n picks by a count of waves.
 //
-// Measured by kernel-bench (H100 80GB HBM3, docs/runs/2026-11-26-h100; the rows in
-// kernels/README.md): 4096^3 plain 0.480 ms [fig cuda.matmul.13.4096.ms] =
-// 286 TFLOP/s [fig cuda.matmul.13.4096.tflops], 83% [fig cuda.matmul.13.4096.pct-cublas] of cuBLAS
-// TF32 in the same run (0.397 ms [fig cuda.matmul.cublas-tf32.4096.ms],
-// 347 TFLOP/s [fig cuda.matmul.cublas-tf32.4096.tflops]), where 11 took
-// 0.850 [fig cuda.matmul.11.4096.ms]; 4096^3 B^T 0.412 ms [fig cuda.matmul.13.4096Bt.ms] =
-// 334 TFLOP/s [fig cuda.matmul.13.4096Bt.tflops], 90% [fig cuda.matmul.13.4096Bt.pct-cublas] of
-// cuBLAS TF32 (0.370 [fig cuda.matmul.cublas-tf32.4096Bt.ms]). The figures of its first form, the
-// stage counts, tiles and multicast tried and dropped, and what is not yet explained:
-// kernels/cuda/NOTES.md.
+// Measured by kernel-bench (H100 80GB HBM3, docs/runs/2026-11-26-h100-wgmma; the rows in
+// kernels/README.md), against cuBLAS TF32 in the same run:
+// - 4096^3 on 128 x 256 tiles: plain (B's rows through registers) 0.402 ms [fig cuda.matmul.13.4096.ms] =
+//   342 TFLOP/s [fig cuda.matmul.13.4096.tflops], 95% [fig cuda.matmul.13.4096.pct-cublas] of cuBLAS's
+//   0.383 ms [fig cuda.matmul.cublas-tf32.4096.ms] (359 TFLOP/s [fig cuda.matmul.cublas-tf32.4096.tflops]),
+//   where 11 took 0.832 [fig cuda.matmul.11.4096.ms]; B^T (both operands from shared memory)
+//   0.409 ms [fig cuda.matmul.13.4096Bt.ms] = 336 TFLOP/s [fig cuda.matmul.13.4096Bt.tflops],
+//   92% [fig cuda.matmul.13.4096Bt.pct-cublas]. When B was first transposed into a workspace, the
+//   plain product took 0.480 ms [fig cuda.matmul.13-packed.4096.ms] (docs/runs/2026-11-26-h100).
+// - 2048^3: 94% [fig cuda.matmul.13.2048.pct-cublas] of cuBLAS plain, 92% [fig cuda.matmul.13.2048Bt.pct-cublas] B^T.
+// - 1024^3, where 128 x 256 tiles number 32: 0.0258 ms [fig cuda.matmul.13.1024.ms] on them,
+//   0.0166 [fig cuda.matmul.13-128.1024.ms] on 128 x 128 and 0.0122 [fig cuda.matmul.13-64.1024.ms] on
+//   128 x 64 tiles, against cuBLAS's 0.0168 [fig cuda.matmul.cublas-tf32.1024.ms].
+// - A Linear(4096, 4096) at batch 512, on the tiles the production path picks: forward
+//   (512x4096x4096 B^T) 92% [fig cuda.matmul.tf32.linear-fwd.pct-cublas] of cuBLAS, input gradient
+//   (512x4096x4096) 95% [fig cuda.matmul.tf32.linear-dx.pct-cublas], weight gradient (4096x4096x512
+//   A^T: A packed, B's rows through registers) 112% [fig cuda.matmul.tf32.linear-dw.pct-cublas].
+// How it got there, the stage counts, tiles and multicast tried and dropped, and what is not yet
+// explained: kernels/cuda/NOTES.md.
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 
