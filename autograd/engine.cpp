@@ -148,6 +148,9 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
     KILN_CHECK(grads.size() == node->inputs.size(), AutogradError, "backward of '", node->op,
                "' returned ", grads.size(), " gradients for ", node->inputs.size(), " inputs");
     if (is_anomaly_enabled()) check_backward_anomaly(*node, grad, grads);
+    // Let go of the incoming gradient: a view of it passed on (a transpose's) then owns its
+    // storage alone, and a leaf can keep it without a copy (accumulate_into_leaf).
+    grad = Tensor();
 
     for (size_t i = 0; i < grads.size(); ++i) {
       const Edge& edge = node->inputs[i];

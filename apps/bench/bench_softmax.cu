@@ -264,7 +264,8 @@ void bench_reduce_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) {
   std::vector<Version> versions;
   auto production = [&] { cuda::backend(0).reduce(ReduceOp::sum, in, result); };
   if (inner == 1) {
-    versions.push_back({"sum, block per row (CudaBackend)", production});
+    versions.push_back({outer >= 512 ? "sum, block per row (CudaBackend)" : "sum, chunks of rows (CudaBackend)",
+                        production});
   } else {
     namespace r = kiln::cuda::reduce;
     const int64_t splits = r::column_packs_splits(outer, n, inner);
@@ -410,6 +411,7 @@ void bench_softmax(Bench& bench) {
   }
   if (bench.runs("reduce")) {
     bench_reduce_shape(bench, quick ? 2048 : 8192, 8192, 1);
+    bench_reduce_shape(bench, 1, quick ? 1 << 22 : 1 << 24, 1);  // a full reduction (a mean loss): version 6
     bench_reduce_shape(bench, quick ? 16 : 64, 4096, 256);
   }
   if (bench.runs("dropout")) {

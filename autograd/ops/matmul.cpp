@@ -86,6 +86,24 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b, const Epilogue& epilogue)
   return y;
 }
 
+// Whether x's last two axes are a transposed view of row-major memory (a Linear layer's
+// weight.t()). Its gradient is then computed transposed, (other product)^T, so that it comes out
+// in x's own memory order: the transpose's backward hands the weight a contiguous gradient to keep
+// as it is, where the plain product would give it a strided one to copy.
+bool transposed_view(const Tensor& x) {
+  if (x.dim() < 2 || x.size(-1) == 1 || x.size(-2) == 1) return false;
+  const Strides& s = x.strides();
+  return s[s.size() - 2] == 1 && s[s.size() - 1] >= x.size(-2);
+}
+
+// da = g b^T and db = a^T g, each in the memory order its operand had (`transposed`).
+Tensor grad_a(const Tensor& g, const Tensor& b, bool transposed) {
+  return transposed ? transpose(matmul(b, transpose(g, -1, -2)), -1, -2) : matmul(g, transpose(b, -1, -2));
+}
+Tensor grad_b(const Tensor& g, const Tensor& a, bool transposed) {
+  return transposed ? transpose(matmul(transpose(g, -1, -2), a), -1, -2) : matmul(transpose(a, -1, -2), g);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -100,9 +118,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     // y = a b: da = g b^T, db = a^T g, each summed over the batch axes its operand was broadcast on
     Saves saved;
     auto gradient = [a = saved(for_grad_of(b, a)), b = saved(for_grad_of(a, b)), a_shape = a.shape(),
-                     b_shape = b.shape()](const Tensor& g, const Needed& need) -> Grads {
-      return {need[0] ? sum_to(matmul(g, transpose(b, -1, -2)), a_shape) : Tensor(),
-              need[1] ? sum_to(matmul(transpose(a, -1, -2), g), b_shape) : Tensor()};
+                     b_shape = b.shape(), a_t = transposed_view(a),
+                     b_t = transposed_view(b)](const Tensor& g, const Needed& need) -> Grads {
+      return {need[0] ? sum_to(grad_a(g, b, a_t), a_shape) : Tensor(),
+              need[1] ? sum_to(grad_b(g, a, b_t), b_shape) : Tensor()};
     };
     autograd::record(y, "matmul", {a, b}, gradient, saved);
   }
@@ -126,10 +145,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Activation a
     // the gradient before the activation, then matmul's and the bias's; only the activation reads y
     Saves saved;
     auto gradient = [a = saved(for_grad_of(b, a)), b = saved(for_grad_of(a, b)), has_bias = bias.defined(),
-                     activation, y = saved(activation == Activation::none ? Tensor() : y)](
-                        const Tensor& g, const Needed& need) -> Grads {
+                     activation, y = saved(activation == Activation::none ? Tensor() : y), a_t = transposed_view(a),
+                     b_t = transposed_view(b)](const Tensor& g, const Needed& need) -> Grads {
       const Tensor gz = detail::before_activation(activation, y, g);
-      return {need[0] ? matmul(gz, b.t()) : Tensor(), need[1] ? matmul(a.t(), gz) : Tensor(),
+      return {need[0] ? grad_a(gz, b, a_t) : Tensor(), need[1] ? grad_b(gz, a, b_t) : Tensor(),
               has_bias && need[2] ? sum(gz, {0}) : Tensor()};
     };
     autograd::record(y, "matmul_epilogue", {a, b, bias}, gradient, saved);

@@ -45,8 +45,11 @@
 //     lanes combined by shuffles: a conv layer's bias gradient sums rows of H*W (576 at MNIST's
 //     conv2), where version 2's block spent more on its eight barrier rounds than on the row
 //     (history: NOTES.md).
-// Long rows with few outputs (a full reduction) still run on one block; a multi-block split is
-// still to come.
+//   version 6 (inner == 1, rows longer than version 5 takes and too few of them to fill the GPU: a
+//     full reduction, a mean loss): version 2 with each row cut into chunks (row_chunk, from the
+//     shape alone), one block per chunk writing its partial result to a workspace, and a block per
+//     row combining its partials in a fixed order: deterministic. Before it, version 2 gave a
+//     whole MSE loss one block, the largest kernel of dist-bench ddp's step (history: NOTES.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -225,26 +228,25 @@ int pack_lanes(int64_t inner, int v) {
   return lanes;
 }
 
-// Version 2: one block per output row.
+// Version 6's partial result of one chunk of a row.
 template <class T>
-__global__ void reduce_rows(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t n) {
+struct RowPartial {
+  Acc<T> sum;
+  T best;
+  int64_t best_i;
+};
+
+// The (sum, best, best index) of every thread of a block of kThreads combined in shared memory in a
+// fixed order (deterministic); thread 0 gets the block's.
+template <class T>
+__device__ void combine_block(Acc<T>& sum, T& best, int64_t& best_i, bool largest) {
   __shared__ Acc<T> sums[kThreads];
   __shared__ T bests[kThreads];
   __shared__ int64_t best_is[kThreads];
-  bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
-  const T* row = x + blockIdx.x * n;
-  int t = threadIdx.x;
-  Acc<T> sum = 0;
-  T best = row[0];
-  int64_t best_i = 0;
-  for (int64_t k = t; k < n; k += blockDim.x) {
-    T v = row[k];
-    sum += static_cast<Acc<T>>(v);
-    if (beats(v, k, best, best_i, largest)) best = v, best_i = k;
-  }
+  const int t = threadIdx.x;
   sums[t] = sum, bests[t] = best, best_is[t] = best_i;
   __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+  for (int half = kThreads / 2; half > 0; half /= 2) {
     if (t < half) {
       sums[t] += sums[t + half];
       if (beats(bests[t + half], best_is[t + half], bests[t], best_is[t], largest))
@@ -252,7 +254,56 @@ __global__ void reduce_rows(ReduceOp op, const T* x, T* out, int32_t* out_index,
     }
     __syncthreads();
   }
-  if (t == 0) store(op, out, out_index, blockIdx.x, sums[0], n, bests[0], best_is[0]);
+  sum = sums[0], best = bests[0], best_i = best_is[0];
+}
+
+// Version 2: one block per output row. Version 6: one block per chunk of `chunk` elements of a
+// row (block b: row b / splits, chunk b % splits), its result to partial[b] instead of out.
+template <class T>
+__global__ void __launch_bounds__(kThreads) reduce_rows(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t n,
+                                                        int64_t chunk, int64_t splits, RowPartial<T>* partial) {
+  const bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
+  const int64_t r = blockIdx.x / splits, begin = blockIdx.x % splits * chunk, end = std::min(n, begin + chunk);
+  const T* row = x + r * n;
+  Acc<T> sum = 0;
+  T best = row[begin];
+  int64_t best_i = begin;
+  for (int64_t k = begin + threadIdx.x; k < end; k += kThreads) {
+    T v = row[k];
+    sum += static_cast<Acc<T>>(v);
+    if (beats(v, k, best, best_i, largest)) best = v, best_i = k;
+  }
+  combine_block(sum, best, best_i, largest);
+  if (threadIdx.x != 0) return;
+  if (partial) partial[blockIdx.x] = {sum, best, best_i};
+  else store(op, out, out_index, r, sum, n, best, best_i);
+}
+
+// Version 6's second pass: a block per row combines its `splits` partials, each thread walking
+// every kThreads-th of them in order, then the block in a fixed order.
+template <class T>
+__global__ void __launch_bounds__(kThreads) reduce_row_splits(ReduceOp op, const RowPartial<T>* partial, T* out,
+                                                              int32_t* out_index, int64_t n, int64_t splits) {
+  const bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
+  const RowPartial<T>* p = partial + blockIdx.x * splits;
+  Acc<T> sum = 0;
+  T best = p[0].best;
+  int64_t best_i = p[0].best_i;
+  for (int64_t z = threadIdx.x; z < splits; z += kThreads) {
+    sum += p[z].sum;
+    if (beats(p[z].best, p[z].best_i, best, best_i, largest)) best = p[z].best, best_i = p[z].best_i;
+  }
+  combine_block(sum, best, best_i, largest);
+  if (threadIdx.x == 0) store(op, out, out_index, blockIdx.x, sum, n, best, best_i);
+}
+
+// Version 6's chunks: rows of more than kWarpRowMax elements, too few to give kRowFillBlocks
+// blocks, are cut into chunks of at least kRowMinChunk elements (32 per thread of a block), as
+// many as bring the blocks to about kRowFillBlocks. From the shape alone: deterministic.
+constexpr int64_t kRowFillBlocks = 512, kRowMinChunk = 8192;
+int64_t row_chunk(int64_t rows, int64_t n) {
+  const int64_t splits = std::max<int64_t>(1, std::min(kRowFillBlocks / std::max<int64_t>(rows, 1), n / kRowMinChunk));
+  return (n + splits - 1) / splits;
 }
 
 // Version 5: one warp per output row, for rows up to kWarpRowMax (inner == 1): each lane strides
@@ -362,10 +413,23 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) 
     T* values = arg ? nullptr : out.data<T>();
     if (inner == 1) {
       KILN_CHECK(outer <= 2147483647, ShapeError, "cuda ", name, ": too many rows");
-      if (n <= kWarpRowMax)
+      if (n <= kWarpRowMax) {
         reduce_rows_warp<T><<<blocks_for(outer * 32), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, outer, n);
-      else
-        reduce_rows<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n);
+        return;
+      }
+      const int64_t chunk = row_chunk(outer, n), splits = (n + chunk - 1) / chunk;
+      if (splits == 1) {
+        reduce_rows<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n, n, 1,
+                                                                              nullptr);
+        return;
+      }
+      // Freed right after queuing, as version 4's below.
+      const size_t bytes = static_cast<size_t>(outer * splits) * sizeof(RowPartial<T>);
+      auto* partial = static_cast<RowPartial<T>*>(allocate(bytes));
+      reduce_rows<T><<<static_cast<unsigned>(outer * splits), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n,
+                                                                                      chunk, splits, partial);
+      reduce_row_splits<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, partial, values, index, n, splits);
+      deallocate(partial);
     } else if ((op == ReduceOp::sum || op == ReduceOp::mean) && n >= 16) {
       const int64_t splits = reduce::column_packs_splits(outer, n, inner);
       const size_t bytes = reduce::column_packs_workspace_bytes<T>(outer, inner, splits);

@@ -1,8 +1,8 @@
 // Every version of the CUDA middle-axis reduction (kernels/cuda/reduce.cuh) on raw device
 // buffers against the CPU: column tiles (version 3) and column packs (version 4) at its production
-// split count and at others, misaligned rows, and the same bits on a second run; and the
-// production path over more outer slices than a grid holds. (The public reductions on every
-// backend: test_backend_ops's "reduce" row.)
+// split count and at others, misaligned rows, and the same bits on a second run; the production
+// path over more outer slices than a grid holds, and over long rows cut into chunks (version 6).
+// (The public reductions on every backend: test_backend_ops's "reduce" row.)
 #include "tests/cuda/cuda_test.h"
 
 #include <type_traits>
@@ -87,4 +87,48 @@ TEST_CASE("the production reductions loop over more outer slices than a grid hol
     check_close(sum(dev, {1}), sum(x, {1}), tol, tol, "sum over the middle of [70000, 16, 17] " + std::string(dtype_name(t)));
     check_close(argmax(dev, 1), argmax(x, 1), 0, 0, "argmax over the middle of [70000, 16, 17] " + std::string(dtype_name(t)));
   }
+}
+
+TEST_CASE("long rows, too few to fill the GPU, are cut into chunks: every op matches the CPU, deterministically") {
+  // A full reduction (one row of 3M elements, n not a multiple of the chunk), a few long rows, and
+  // rows just over what one warp takes. The extremes sit where chunks meet and are tied across
+  // chunks (the first index must win), and a NaN, which wins max and min wherever it lies.
+  const Shape shapes[] = {{1, 3000001}, {3, 400003}, {7, 2049}};
+  for (const Shape& s : shapes) {
+    for (DType t : {DType::f32, DType::f64, DType::i32}) {
+      Tensor cpu = (uniform(s, -50, 50) * (t == DType::i32 ? 1.0 : 0.1)).to(t);
+      const int64_t n = s[1];
+      std::vector<double> v = cpu.to(DType::f64).to_vector<double>();
+      v[static_cast<size_t>(n / 3)] = 1000, v[static_cast<size_t>(2 * n / 3)] = 1000;  // a tie: the first wins
+      v[static_cast<size_t>(n / 2)] = -1000, v[static_cast<size_t>(n - 1)] = -1000;
+      cpu = from_vector<double>(v, s).to(t);
+      for (bool with_nan : {false, true}) {
+        if (with_nan && t == DType::i32) continue;
+        Tensor x = cpu;
+        if (with_nan) {
+          std::vector<double> w = v;
+          w[static_cast<size_t>(n - 5)] = std::nan("");
+          x = from_vector<double>(w, s).to(t);
+        }
+        Tensor dev = x.to(kCuda);
+        const std::string what = s.str() + " " + std::string(dtype_name(t)) + (with_nan ? " with a NaN" : "");
+        const double tol = t == DType::f64 ? 1e-12 : 1e-5;
+        if (t != DType::i32) {
+          Tensor m = mean(dev, {1});
+          check_close(m, mean(x, {1}), tol, tol, "mean " + what);
+          if (!with_nan)
+            CHECK_MESSAGE(mean(dev, {1}).to_vector<double>() == m.to_vector<double>(),
+                          "mean " << what << ": not deterministic");
+        }
+        check_close(sum(dev, {1}), sum(x, {1}), tol, tol, "sum " + what);
+        check_close(max(dev, {1}), max(x, {1}), 0, 0, "max " + what);
+        check_close(min(dev, {1}), min(x, {1}), 0, 0, "min " + what);
+        check_close(argmax(dev, 1), argmax(x, 1), 0, 0, "argmax " + what);
+        check_close(argmin(dev, 1), argmin(x, 1), 0, 0, "argmin " + what);
+      }
+    }
+  }
+  // the whole tensor at once, as a mean loss reduces it
+  Tensor x = uniform({512, 4096}, -1, 1);
+  check_close(mean(x.to(kCuda)), mean(x), 1e-6, 1e-6, "mean of [512, 4096]");
 }
