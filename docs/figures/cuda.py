@@ -88,6 +88,13 @@ def define(figure, table, runs):
            "reduce version 4 (column packs), sum over the middle axis of [64, 4096, 256]", gbs=True)
     memory("cuda.reduce.production.64x4096x256", "reduce", "sum, production (CudaBackend)", columns,
            "reduce's production path, sum over the middle axis of [64, 4096, 256]", gbs=True)
+    # version 6, a full reduction (docs/runs/2026-11-26-h100-ddp-step)
+    step = runs["2026-11-26-h100-ddp-step"]
+    full = "[1, 16777216] axis 1"
+    figure("cuda.reduce.v6.full.gbs", step, step.kernel("reduce", "sum, chunks of rows (CudaBackend)", full)["value"],
+           "reduce version 6 (rows in chunks), the sum of 16M floats, GB/s")
+    figure("cuda.reduce.v6.full.pct-copy", step, step.kernel_share("reduce", "sum, chunks of rows (CudaBackend)", full),
+           "reduce version 6 (rows in chunks), the sum of 16M floats, % of the copy bandwidth")
 
     # ---- random.cu: dropout as one kernel ----
     memory("cuda.dropout.kernel.8192x8192", "dropout", "one kernel (CudaBackend::dropout)", "[8192, 8192]",

@@ -125,10 +125,15 @@ def define(figure, table, runs):
             max(wgmma.kernel_share("matmul", "production (TF32)", s) for s in linear)),
            "TF32 matmul, production path, a Linear(4096, 4096)'s three products at batch 512: % of cuBLAS TF32's "
            "speed (least, most)")
-    # the Linear 4096 model's step alone on one H100, after matmul 13's tile widths (docs/benchmarks.md)
+    # the Linear 4096 model's step alone on one H100 (docs/benchmarks.md): after matmul 13's tile
+    # widths, then after the loss's mean over many blocks and weight gradients without a copy
+    figure("dist.h100.alone.kiln.b512.wgmma.ms", wgmma, ddp(wgmma, "kiln", "alone", 512)["step_ms"],
+           "1 x H100: kiln's step of 8 x Linear 4096, TF32, batch 512, alone, after matmul 13's tiles, ms")
+    step = runs["2026-11-26-h100-ddp-step"]
     for impl in ("kiln", "torch"):
-        figure(f"dist.h100.alone.{impl}.b512.ms", wgmma, ddp(wgmma, impl, "alone", 512)["step_ms"],
-               f"1 x H100: {impl}'s step of 8 x Linear 4096, TF32, batch 512, alone, ms")
+        for batch in (512, 2048):
+            figure(f"dist.h100.alone.{impl}.b{batch}.ms", step, ddp(step, impl, "alone", batch)["step_ms"],
+                   f"1 x H100: {impl}'s step of 8 x Linear 4096, TF32, batch {batch}, alone, ms")
 
     kb4, mb1, mb16, gb1 = 4096, 1 << 20, 16 << 20, 1 << 30
     for impl in ("kiln", "nccl", "torch"):
