@@ -6,10 +6,11 @@
 // tensors, some tiny (a bias of 10 floats), and one launch per tensor would cost more than the
 // arithmetic. So one launch covers many tensors: the host packs, per tensor, its pointers (the
 // parameter, its gradient, its state) and its length into a struct passed by value as the
-// kernel's argument, and splits every tensor into chunks of kChunk elements; each block looks
-// up which (tensor, chunk) it owns and walks it. A list longer than one struct holds goes in
-// several launches. This is the layout of NVIDIA apex's multi_tensor_apply, which PyTorch's
-// foreach optimizers also use.
+// kernel's argument, and splits every tensor into chunks of kChunk elements; each block walks
+// every kGridBlocks-th chunk, finding each one's tensor by a binary search of where the tensors'
+// chunks start. A list of more tensors than one struct holds goes in several launches. This is
+// the layout of NVIDIA apex's multi_tensor_apply, which PyTorch's foreach optimizers also use
+// (there, one (tensor, chunk) per block).
 //
 // The per-element formulas are the CPU's (and PyTorch's), operation by operation, in the
 // parameters' type: f32 in float, f64 in double, hyperparameters and derived constants formed
@@ -40,32 +41,43 @@ namespace {
 
 // Chunks of 16 elements a thread: a thread's elements run one after another (their loads wait for
 // the stores before them, which may alias), so the block count, not the bandwidth, set the pace at
-// 64 a thread: MNIST's 1.2M parameters made only 73 blocks (history: NOTES.md).
-constexpr int kMaxTensors = 24;     // per launch
-constexpr int kMaxBlocks = 1024;    // per launch
-constexpr int64_t kChunk = 4096;    // elements per block: 16 per thread at 256 threads
+// 64 a thread: MNIST's 1.2M parameters made only 73 blocks (history: NOTES.md). A launch's blocks
+// walk its chunks kGridBlocks apart, about what an H100 holds at once, so that a list of any length
+// up to kMaxTensors tensors is one launch (dist-bench ddp's 134M parameters took 33 launches when
+// every block owned one chunk).
+constexpr int kMaxTensors = 256;     // per launch
+constexpr int64_t kGridBlocks = 1024;
+constexpr int64_t kChunk = 4096;     // elements per chunk: 16 per thread at 256 threads
 
-// The kernel's argument: Depth pointers per tensor (param, grad, state...), lengths, and which
-// (tensor, chunk) each block works on. About 7.3 KB at Depth 5: kernel arguments may take up to
-// 32 KB since CUDA 12.1 (Volta and later), 4 KB before.
+// The kernel's argument: Depth pointers per tensor (param, grad, state...), lengths, and where each
+// tensor's chunks start in the launch's run of chunks. About 14.3 KB at Depth 5: kernel arguments
+// may take up to 32 KB since CUDA 12.1 (Volta and later), 4 KB before.
 template <int Depth>
 struct TensorLists {
   void* ptrs[Depth][kMaxTensors];
   int64_t sizes[kMaxTensors];
-  int16_t block_tensor[kMaxBlocks];
-  int32_t block_chunk[kMaxBlocks];
+  int64_t first_chunk[kMaxTensors + 1];  // tensor i owns chunks [first_chunk[i], first_chunk[i + 1])
+  int tensors;
 };
 static_assert(sizeof(TensorLists<5>) < 32764, "kernel arguments are limited to 32,764 bytes");
 
 template <class T, int Depth, class Rule>
-__global__ void multi_tensor_kernel(TensorLists<Depth> lists, Rule rule, const Rule* replay) {
+__global__ void multi_tensor_kernel(const __grid_constant__ TensorLists<Depth> lists, Rule rule, const Rule* replay) {
   if (replay) rule = *replay;  // captured: this replay's hyperparameters
-  const int t = lists.block_tensor[blockIdx.x];
-  const int64_t begin = int64_t{lists.block_chunk[blockIdx.x]} * kChunk;
-  const int64_t end = begin + kChunk < lists.sizes[t] ? begin + kChunk : lists.sizes[t];
-  T* p[Depth];
-  for (int d = 0; d < Depth; ++d) p[d] = static_cast<T*>(lists.ptrs[d][t]);
-  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) rule(p, j);
+  for (int64_t c = blockIdx.x; c < lists.first_chunk[lists.tensors]; c += gridDim.x) {
+    int t = 0;  // the tensor owning chunk c: the last whose first chunk is <= c
+    for (int lo = 0, hi = lists.tensors - 1; lo < hi;) {
+      const int mid = (lo + hi + 1) / 2;
+      if (lists.first_chunk[mid] <= c) lo = mid;
+      else hi = mid - 1;
+      t = lo;
+    }
+    const int64_t begin = (c - lists.first_chunk[t]) * kChunk;
+    const int64_t end = begin + kChunk < lists.sizes[t] ? begin + kChunk : lists.sizes[t];
+    T* p[Depth];
+    for (int d = 0; d < Depth; ++d) p[d] = static_cast<T*>(lists.ptrs[d][t]);
+    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) rule(p, j);
+  }
 }
 
 // Runs rule over every element of every tensor, lists[d][i] being the d-th operand of tensor i
@@ -74,35 +86,23 @@ template <class T, int Depth, class Rule>
 void multi_tensor_apply(cudaStream_t stream, const std::span<const TensorRef> (&lists)[Depth], const Rule& rule,
                         const Rule* replay, const char* op) {
   TensorLists<Depth> args{};
-  int tensors = 0, blocks = 0;
   auto launch = [&] {
-    if (blocks > 0) {
-      multi_tensor_kernel<T, Depth, Rule><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, rule, replay);
+    const int64_t chunks = args.first_chunk[args.tensors];
+    if (chunks > 0) {
+      const auto blocks = static_cast<unsigned>(chunks < kGridBlocks ? chunks : kGridBlocks);
+      multi_tensor_kernel<T, Depth, Rule><<<blocks, kThreads, 0, stream>>>(args, rule, replay);
       KILN_CUDA_LAUNCH_CHECK(op);
     }
-    tensors = 0, blocks = 0;
-  };
-  // Puts tensor i in the next slot of the table; returns the slot.
-  auto add_tensor = [&](size_t i) {
-    for (int d = 0; d < Depth; ++d)
-      args.ptrs[d][tensors] = lists[d].empty() ? nullptr : lists[d][i].template data<T>();
-    args.sizes[tensors] = lists[0][i].numel();
-    return tensors++;
+    args.tensors = 0;
   };
   for (size_t i = 0; i < lists[0].size(); ++i) {
     const int64_t n = lists[0][i].numel();
     if (n == 0) continue;
-    if (tensors == kMaxTensors) launch();
-    int slot = add_tensor(i);
-    for (int64_t c = 0; c * kChunk < n; ++c) {
-      if (blocks == kMaxBlocks) {  // the table is full: launch it, then this tensor goes on in a new one
-        launch();
-        slot = add_tensor(i);
-      }
-      args.block_tensor[blocks] = static_cast<int16_t>(slot);
-      args.block_chunk[blocks] = static_cast<int32_t>(c);
-      ++blocks;
-    }
+    if (args.tensors == kMaxTensors) launch();
+    const int t = args.tensors++;
+    for (int d = 0; d < Depth; ++d) args.ptrs[d][t] = lists[d].empty() ? nullptr : lists[d][i].template data<T>();
+    args.sizes[t] = n;
+    args.first_chunk[t + 1] = args.first_chunk[t] + (n + kChunk - 1) / kChunk;
   }
   launch();
 }

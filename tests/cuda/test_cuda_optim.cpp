@@ -10,9 +10,9 @@ using namespace kiln;
 using namespace kiln::test;
 
 TEST_CASE("optimizer steps on the GPU match the CPU's for every rule, over several launches") {
-  // 30 tensors (more than one launch's 24) holding 5M elements (more than one launch's 256 chunks
-  // of 16384), with an empty and a one-element tensor among them.
+  // 300 tensors (more than one launch's 256) holding 5M elements (more chunks of 4096 than a
+  // launch's 1024 blocks, so blocks walk several), with an empty and a one-element tensor among them.
   std::vector<Shape> shapes = {{4200000}, {0}, {1}, {3, 7}, {16385}, {100, 31}};
-  for (int i = 0; shapes.size() < 30; ++i) shapes.push_back({(i * 7919) % 5000 + 1});
+  for (int i = 0; shapes.size() < 300; ++i) shapes.push_back({(i * 7919) % 5000 + 1});
   optimizer_cases({.device = kCuda, .takes = {{DType::f32, 2e-5}, {DType::f64, 1e-12}}}, shapes);
 }
