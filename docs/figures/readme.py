@@ -126,10 +126,15 @@ def define(figure, table, runs):
            "TF32 matmul, production path, a Linear(4096, 4096)'s three products at batch 512: % of cuBLAS TF32's "
            "speed (least, most)")
     # the Linear 4096 model's step alone on one H100 (docs/benchmarks.md): after matmul 13's tile
-    # widths, then after the loss's mean over many blocks and weight gradients without a copy
+    # widths; after the loss's mean over many blocks and weight gradients without a copy; after
+    # the optimizer's one launch
     figure("dist.h100.alone.kiln.b512.wgmma.ms", wgmma, ddp(wgmma, "kiln", "alone", 512)["step_ms"],
            "1 x H100: kiln's step of 8 x Linear 4096, TF32, batch 512, alone, after matmul 13's tiles, ms")
-    step = runs["2026-11-26-h100-ddp-step"]
+    fixes = runs["2026-11-26-h100-ddp-step"]
+    figure("dist.h100.alone.kiln.b512.fixes.ms", fixes, ddp(fixes, "kiln", "alone", 512)["step_ms"],
+           "1 x H100: kiln's step of 8 x Linear 4096, TF32, batch 512, alone, after the reduction and "
+           "gradient-layout fixes, ms")
+    step = runs["2026-11-26-h100-ddp-optim"]
     for impl in ("kiln", "torch"):
         for batch in (512, 2048):
             figure(f"dist.h100.alone.{impl}.b{batch}.ms", step, ddp(step, impl, "alone", batch)["step_ms"],
