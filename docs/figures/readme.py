@@ -125,6 +125,21 @@ def define(figure, table, runs):
             max(wgmma.kernel_share("matmul", "production (TF32)", s) for s in linear)),
            "TF32 matmul, production path, a Linear(4096, 4096)'s three products at batch 512: % of cuBLAS TF32's "
            "speed (least, most)")
+    # time to 99%: mnist-train from process start to exit, five seeds of each recipe (README)
+    t99 = runs["2026-11-27-h100-time99"]
+    adam = "--optimizer adam --lr 0.003 --scheduler onecycle --tf32 --batch-size 128 --epochs 3"
+    recipes = {"fast": f"--model fast {adam}", "cnn": f"--model cnn {adam}"}
+    for key, recipe in recipes.items():
+        rows = t99.lines("time99.jsonl", recipe=recipe)
+        assert len(rows) == 5, rows
+        figure(f"gpu.time99.{key}.seconds", t99, (min(r["seconds"] for r in rows), max(r["seconds"] for r in rows)),
+               f"time to 99%, {key} recipe: each of five seeds' process start to exit, s (least, most)")
+        if key == "fast":
+            figure(f"gpu.time99.{key}.mean-seconds", t99, sum(r["seconds"] for r in rows) / 5,
+                   f"time to 99%, {key} recipe: the mean of five seeds' process start to exit, s")
+        figure(f"gpu.time99.{key}.accuracy", t99, 100 * sum(r["test_accuracy"] for r in rows) / 5,
+               f"time to 99%, {key} recipe: the mean of five seeds' final test accuracy, %")
+
     # the Linear 4096 model's step alone on one H100 (docs/benchmarks.md): after matmul 13's tile
     # widths; after the loss's mean over many blocks and weight gradients without a copy; after
     # the optimizer's one launch
