@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/autograd/node.h"
 #include "kiln/layers/nn.h"
 
 using namespace kiln;
@@ -80,6 +81,37 @@ TEST_CASE("parameters, buffers and children keep registration order and PyTorch'
   for (const Tensor& b : net.buffers()) CHECK_FALSE(b.requires_grad());
   CHECK(net.block->bn->num_batches_tracked.dtype() == DType::i32);
   CHECK(net.block->bn->num_batches_tracked.dim() == 0);
+}
+
+TEST_CASE("Sequential runs a Linear or Conv2d and the ReLU after it as one kernel, to the bit, subclasses apart") {
+  // Fused: Conv2d + ReLU, Linear + ReLU; not: the ReLU after Flatten, a subclass of Linear.
+  struct Doubled : nn::Linear {
+    using nn::Linear::Linear;
+    Tensor forward(const Tensor& x) override { return nn::Linear::forward(x) * 2.0; }
+  };
+  auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 3, 3));
+  auto fc = std::make_shared<nn::Linear>(3 * 4 * 4, 8);
+  auto doubled = std::make_shared<Doubled>(nn::LinearOptions(8, 5));
+  nn::Sequential seq(conv, nn::ReLU(), nn::Flatten(), nn::ReLU(), fc, nn::ReLU(), doubled, nn::ReLU());
+  Tensor x = uniform({4, 2, 6, 6}, -1, 1).requires_grad_();
+  Tensor y = seq.forward(x);
+  sum(y * y).backward();
+  const Tensor gx = x.grad().clone();
+  std::vector<Tensor> grads;
+  for (const Tensor& p : seq.parameters()) grads.push_back(p.grad().clone());
+  seq.zero_grad();
+  x.zero_grad();
+  // The same chain by hand, each ReLU an op of its own.
+  Tensor want = relu(doubled->forward(relu(fc->forward(relu(flatten(relu(conv->forward(x)), 1))))));
+  CHECK(values(y) == values(want));
+  sum(want * want).backward();
+  CHECK(values(x.grad()) == values(gx));
+  const std::vector<Tensor> params = seq.parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    CHECK_MESSAGE(values(params[i].grad()) == values(grads[i]), "parameter " << i);
+  // the pair is one op in the graph: the matmul with its epilogue, no relu after it
+  nn::Sequential pair(nn::Linear(3, 4), nn::ReLU());
+  CHECK(autograd::node_of(pair.forward(uniform({2, 3}, -1, 1)))->op == "matmul_epilogue");
 }
 
 TEST_CASE("Sequential names its modules by position") {
