@@ -149,7 +149,10 @@ def define(figure, table, runs):
     figure("dist.h100.alone.kiln.b512.fixes.ms", fixes, ddp(fixes, "kiln", "alone", 512)["step_ms"],
            "1 x H100: kiln's step of 8 x Linear 4096, TF32, batch 512, alone, after the reduction and "
            "gradient-layout fixes, ms")
-    step = runs["2026-11-26-h100-ddp-optim"]
+    optim = runs["2026-11-26-h100-ddp-optim"]
+    figure("dist.h100.alone.kiln.b512.optim.ms", optim, ddp(optim, "kiln", "alone", 512)["step_ms"],
+           "1 x H100: kiln's step of 8 x Linear 4096, TF32, batch 512, alone, after the optimizer's one launch, ms")
+    step = runs["2026-11-27-h100-ddp-fused"]
     for impl in ("kiln", "torch"):
         for batch in (512, 2048):
             figure(f"dist.h100.alone.{impl}.b{batch}.ms", step, ddp(step, impl, "alone", batch)["step_ms"],
