@@ -17,7 +17,8 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < children.size(); ++i) {
     Module& m = *children[i].second;
-    const bool relu_next = i + 1 < children.size() && typeid(*children[i + 1].second) == typeid(ReLU);
+    const Module* next = i + 1 < children.size() ? children[i + 1].second.get() : nullptr;
+    const bool relu_next = next && typeid(*next) == typeid(ReLU);
     if (relu_next && typeid(m) == typeid(Linear)) {
       y = static_cast<Linear&>(m).forward(y, Activation::relu);
       ++i;
