@@ -264,8 +264,8 @@ void bench_reduce_shape(Bench& bench, int64_t outer, int64_t n, int64_t inner) {
   std::vector<Version> versions;
   auto production = [&] { cuda::backend(0).reduce(ReduceOp::sum, in, result); };
   if (inner == 1) {
-    versions.push_back({outer >= 512 ? "sum, block per row (CudaBackend)" : "sum, chunks of rows (CudaBackend)",
-                        production});
+    const bool chunks = kiln::cuda::reduce::row_chunk(outer, n) < n;  // version 6, else 2
+    versions.push_back({chunks ? "sum, chunks of rows (CudaBackend)" : "sum, block per row (CudaBackend)", production});
   } else {
     namespace r = kiln::cuda::reduce;
     const int64_t splits = r::column_packs_splits(outer, n, inner);

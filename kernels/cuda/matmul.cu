@@ -49,11 +49,11 @@
 //     (1.45x [fig cuda.matmul.07-over-12.9216x128x64At] at 9216 x 128 x 64 A^T,
 //     1.20x [fig cuda.matmul.07-over-12.64x9216x128] at 64 x 9216 x 128) (H100, kernel-bench,
 //     docs/runs/2026-11-26-h100), so short products keep the exact-order f32 of 07.
-//   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13 on the tile width that
-//     tf32_wgmma_tile_n picks (128 x 256 where such tiles fill the GPU, 128 x 128 or 128 x 64
-//     where they would leave SMs idle), unless it would first pack an operand (both run along m
-//     and n, or rows not 16-byte aligned) for a k under 256, where the packing pass costs more
-//     than 11 takes for the whole product. Elsewhere 11 on 128 x 256 tiles when they fill the GPU
+//   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13, on the tile width it picks
+//     (128 x 256 where such tiles fill the GPU, 128 x 128 or 128 x 64 where they would leave SMs
+//     idle), unless it would first pack an operand (both run along m and n, or rows not 16-byte
+//     aligned) for a k under 256, where the packing pass costs more than 11 takes for the whole
+//     product. Elsewhere 11 on 128 x 256 tiles when they fill the GPU
 //     twice (2 x SMs tiles), else 11 on 128 x 128 tiles; 08 when the operands are not aligned for
 //     cp.async. (1024^3 has 64 tiles of 128 x 128 on 132 SMs and 07 on them still ran
 //     3x [fig cuda.matmul.07-over-03.1024] faster than 03, so they pay well before they fill every
@@ -139,7 +139,7 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
       if (wgmma && (bytes == 0 || p.k >= 256)) {
         // Freed right after queuing, as split-K's below.
         void* workspace = bytes > 0 ? allocate(bytes) : nullptr;
-        matmul::tf32_wgmma_run(p, A, B, C, e, matmul::tf32_wgmma_tile_n(p, A, B, sms), workspace, stream_);
+        matmul::tf32_wgmma_run(p, A, B, C, e, 0, workspace, stream_);
         if (workspace) deallocate(workspace);
         return;
       }

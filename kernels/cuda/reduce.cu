@@ -300,15 +300,6 @@ __global__ void __launch_bounds__(kThreads) reduce_row_splits(ReduceOp op, const
   if (threadIdx.x == 0) store(op, out, out_index, blockIdx.x, sum, n, best, best_i);
 }
 
-// Version 6's chunks: rows of more than kWarpRowMax elements, too few to give kRowFillBlocks
-// blocks, are cut into chunks of at least kRowMinChunk elements (32 per thread of a block), as
-// many as bring the blocks to about kRowFillBlocks. From the shape alone: deterministic.
-constexpr int64_t kRowFillBlocks = 512, kRowMinChunk = 8192;
-int64_t row_chunk(int64_t rows, int64_t n) {
-  const int64_t splits = std::max<int64_t>(1, std::min(kRowFillBlocks / std::max<int64_t>(rows, 1), n / kRowMinChunk));
-  return (n + splits - 1) / splits;
-}
-
 // Version 5: one warp per output row, for rows up to kWarpRowMax (inner == 1): each lane strides
 // through the row, then five shuffles combine the lanes in a fixed order (deterministic).
 constexpr int64_t kWarpRowMax = 2048;
@@ -340,6 +331,16 @@ __global__ void reduce_rows_warp(ReduceOp op, const T* x, T* out, int32_t* out_i
 }  // namespace
 
 namespace reduce {
+
+// Version 6's chunks: rows of more than kWarpRowMax elements, too few to give kRowFillBlocks
+// blocks, are cut into chunks of at least kRowMinChunk elements (32 per thread of a block), as
+// many as bring the blocks to about kRowFillBlocks. From the shape alone: deterministic.
+constexpr int64_t kRowFillBlocks = 512, kRowMinChunk = 8192;
+
+int64_t row_chunk(int64_t rows, int64_t n) {
+  const int64_t splits = std::max<int64_t>(1, std::min(kRowFillBlocks / std::max<int64_t>(rows, 1), n / kRowMinChunk));
+  return (n + splits - 1) / splits;
+}
 
 template <class T>
 void column_tiles(ReduceOp op, const T* x, T* values, int32_t* index, int64_t outer, int64_t n, int64_t inner,
@@ -420,7 +421,7 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) 
         reduce_rows_warp<T><<<blocks_for(outer * 32), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, outer, n);
         return;
       }
-      const int64_t chunk = row_chunk(outer, n), splits = (n + chunk - 1) / chunk;
+      const int64_t chunk = reduce::row_chunk(outer, n), splits = (n + chunk - 1) / chunk;
       if (splits == 1) {
         reduce_rows<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n, n, 1,
                                                                               nullptr);
@@ -431,7 +432,8 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) 
       auto* partial = static_cast<RowPartial<T>*>(allocate(bytes));
       reduce_rows<T><<<static_cast<unsigned>(outer * splits), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n,
                                                                                       chunk, splits, partial);
-      reduce_row_splits<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, partial, values, index, n, splits);
+      reduce_row_splits<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, partial, values, index, n,
+                                                                                  splits);
       deallocate(partial);
     } else if ((op == ReduceOp::sum || op == ReduceOp::mean) && n >= 16) {
       const int64_t splits = reduce::column_packs_splits(outer, n, inner);

@@ -25,6 +25,9 @@ void column_tiles(ReduceOp op, const T* x, T* values, int32_t* index, int64_t ou
 // production count, from the shape alone; the workspace holds column_packs_workspace_bytes
 // (none when splits is 1; `workspace` may then be null). n > 0.
 int64_t column_packs_splits(int64_t outer, int64_t n, int64_t inner);
+// version 6 (inner == 1, rows longer than a warp takes): the elements of a row each block takes.
+// A row of n is cut into ceil(n / chunk) chunks; one chunk (chunk >= n) is version 2.
+int64_t row_chunk(int64_t rows, int64_t n);
 template <class T>
 size_t column_packs_workspace_bytes(int64_t outer, int64_t inner, int64_t splits);
 template <class T>

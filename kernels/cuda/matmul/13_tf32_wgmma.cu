@@ -41,7 +41,7 @@
 // 16-byte aligned.
 // Tiles: 128 x 256 for products that fill the GPU with them several times over, 128 x 128 and
 // 128 x 64 where that would leave SMs idle (a 1024^3 product has 32 tiles of 128 x 256 for an
-// H100's 132 SMs); tf32_wgmma_tile_n picks by a count of waves.
+// H100's 132 SMs); pick_tile_n chooses by a count of waves.
 //
 // Measured by kernel-bench (H100 80GB HBM3, docs/runs/2026-11-26-h100-wgmma; the rows in
 // kernels/README.md), against cuBLAS TF32 in the same run:
@@ -370,6 +370,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0;
     const uint32_t a0 = smem_u32(smem) + wg * 64 * BK * 4, b0 = smem_u32(smem) + A_BYTES;
+    [[maybe_unused]] const RowFragment frag(wg, warp, lane);  // kRegisters: its loads and its rows
     if constexpr (MODE == Mode::kShared) {
       for (int s = 0; s < args.slices; ++s) {
         const int stage = s % STAGES;
@@ -386,7 +387,6 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (s > 0 && lane == 0) mbar_arrive(&empty[(s - 1) % STAGES]);
       }
     } else {
-      const RowFragment frag(wg, warp, lane);
       for (int s = 0; s < args.slices; ++s) {
         const int stage = s % STAGES;
         mbar_wait(&full[stage], (s / STAGES) & 1);
@@ -419,7 +419,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     } else {
       // The accumulators' rows are the tile rows RowFragment loaded (h = 0: d[4j], d[4j + 1];
       // h = 1: d[4j + 2], d[4j + 3]), their columns those of mma.sync's tiles.
-      const RowFragment frag(wg, warp, lane);
       const int t = lane % 4;
       if (!args.swap) {
 #pragma unroll
@@ -629,36 +628,13 @@ void launch_wgmma(const MatmulParams& p, const Plan& plan, const Operand& a, con
   launch_wgmma<BN, Mode::kRegisters>(p, rows, cols, plan.swap, c, e, stream);
 }
 
-}  // namespace
-
-void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
-                    int tile_n, void* workspace, cudaStream_t stream) {
-  KILN_CHECK(tile_n == 256 || tile_n == 128 || tile_n == 64, Error,
-             "cuda matmul 13_tf32_wgmma: tiles are 128 x 256, 128 x 128 or 128 x 64, not 128 x ", tile_n);
-  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
-  // A tensor map has no empty extents: an empty sum (zeros through the epilogue) goes to 11.
-  if (p.k == 0) return tf32_ldmatrix(p, a, b, c, e, stream);
-  const Plan plan = plan_for(p, a, b);
-  const Panel<float> pa{a, p.lda, p.k, p.m, p.trans_a}, pb{b, p.ldb, p.k, p.n, !p.trans_b};
-  const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
-  auto* ws = static_cast<float*>(workspace);
-  const Operand oa = operand(pa, p.batch_stride_a, batches_a, plan.pack_a, ws, stream);
-  if (plan.pack_a) ws += packed_floats(p.m, p.k, batches_a);
-  const Operand ob = operand(pb, p.batch_stride_b, batches_b, plan.pack_b, ws, stream);
-  switch (tile_n) {
-    case 256: return launch_wgmma<256>(p, plan, oa, ob, c, e, stream);
-    case 128: return launch_wgmma<128>(p, plan, oa, ob, c, e, stream);
-    default: return launch_wgmma<64>(p, plan, oa, ob, c, e, stream);
-  }
-}
-
-int tf32_wgmma_tile_n(const MatmulParams& p, const float* a, const float* b, int sms) {
-  // Time ~ waves x (time of one tile), a tile's time ~ its width x the cost per column of that
-  // width (narrower tiles read more bytes per product and pay the ring's fill more often). The
-  // costs per column are what full waves of each width measured against 128 x 256 tiles at
-  // 2048^3 and 4096^3 (kernels/cuda/NOTES.md).
-  const bool swap = plan_for(p, a, b).swap;
-  const int64_t rows = swap ? p.n : p.m, cols = swap ? p.m : p.n;
+// The tile width (256, 128 or 64) with the least estimated time for this plan on `sms` SMs:
+// time ~ waves x (time of one tile), a tile's time ~ its width x the cost per column of that
+// width (narrower tiles read more bytes per product and pay the ring's fill more often). The
+// costs per column are what full waves of each width measured against 128 x 256 tiles at 2048^3
+// and 4096^3 (kernels/cuda/NOTES.md).
+int pick_tile_n(const MatmulParams& p, const Plan& plan, int sms) {
+  const int64_t rows = plan.swap ? p.n : p.m, cols = plan.swap ? p.m : p.n;
   struct Width { int n; double per_column; };
   static constexpr Width widths[] = {{256, 1.0}, {128, 1.15}, {64, 1.6}};
   int best = 256;
@@ -670,6 +646,34 @@ int tf32_wgmma_tile_n(const MatmulParams& p, const float* a, const float* b, int
     if (w.n == 256 || cost < best_cost) best = w.n, best_cost = cost;
   }
   return best;
+}
+
+}  // namespace
+
+void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                    int tile_n, void* workspace, cudaStream_t stream) {
+  KILN_CHECK(tile_n == 0 || tile_n == 256 || tile_n == 128 || tile_n == 64, Error,
+             "cuda matmul 13_tf32_wgmma: tiles are 128 x 256, 128 x 128 or 128 x 64, not 128 x ", tile_n);
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
+  // A tensor map has no empty extents: an empty sum (zeros through the epilogue) goes to 11.
+  if (p.k == 0) return tf32_ldmatrix(p, a, b, c, e, stream);
+  const Plan plan = plan_for(p, a, b);
+  if (tile_n == 0) {
+    int device = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&device));
+    tile_n = pick_tile_n(p, plan, device_attribute(cudaDevAttrMultiProcessorCount, device));
+  }
+  const Panel<float> pa{a, p.lda, p.k, p.m, p.trans_a}, pb{b, p.ldb, p.k, p.n, !p.trans_b};
+  const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
+  auto* ws = static_cast<float*>(workspace);
+  const Operand oa = operand(pa, p.batch_stride_a, batches_a, plan.pack_a, ws, stream);
+  if (plan.pack_a) ws += packed_floats(p.m, p.k, batches_a);
+  const Operand ob = operand(pb, p.batch_stride_b, batches_b, plan.pack_b, ws, stream);
+  switch (tile_n) {
+    case 256: return launch_wgmma<256>(p, plan, oa, ob, c, e, stream);
+    case 128: return launch_wgmma<128>(p, plan, oa, ob, c, e, stream);
+    default: return launch_wgmma<64>(p, plan, oa, ob, c, e, stream);
+  }
 }
 
 bool tf32_wgmma_applies(const MatmulParams& p, int device) {

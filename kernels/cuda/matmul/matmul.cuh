@@ -59,7 +59,7 @@ void split_tf32x3(const MatmulParams& p, const float* a, const float* b, float* 
 // 128 x 64. Operands that are not K-major with 16-byte rows (B not transposed, A transposed, odd
 // strides) are first packed K-major into a workspace. The versions run 11 where
 // tf32_wgmma_applies is false, and take their workspace from cudaMallocAsync on `stream`; the
-// production path calls tf32_wgmma_run with the width tf32_wgmma_tile_n picks and
+// production path calls tf32_wgmma_run with tile_n 0 (13 picks the width by counting waves) and
 // tf32_wgmma_workspace(p, a, b) bytes (0: none needed, may be null) from the backend's allocator.
 void tf32_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
 void tf32_wgmma_128x128(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream);
@@ -67,8 +67,6 @@ void tf32_wgmma_128x64(const MatmulParams& p, const float* a, const float* b, fl
 // Whether 13 runs this product on `device`: an sm_90 GPU (compute capability 9.0 exactly: wgmma
 // is sm_90a code) and m, n, k under 2^31 (TMA coordinates are 32-bit). Asked once per device.
 bool tf32_wgmma_applies(const MatmulParams& p, int device);
-// The tile width (256, 128 or 64) with the least estimated time for this product on `sms` SMs.
-int tf32_wgmma_tile_n(const MatmulParams& p, const float* a, const float* b, int sms);
 size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b);
 void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
                     int tile_n, void* workspace, cudaStream_t stream);
