@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/node.h"
 #include "kiln/autograd/ops.h"
 #include "kiln/core/backend.h"
@@ -197,6 +198,7 @@ void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) 
              "; the tensor has shape ", root.shape(), " and dtype ", root.dtype());
 
   NoGradGuard no_grad;  // formulas, hooks and callbacks run with grad mode off
+  AutocastGuard no_autocast(DType::bf16, false);  // and in the dtypes their forward saw (autograd/autocast.h)
   CallbackScope callbacks;
   if (root.is_leaf()) {
     accumulate_into_leaf(*root.impl(), seed);

@@ -198,6 +198,7 @@ const char* safetensors_dtype(DType t) {
     case DType::f64: return "F64";
     case DType::i32: return "I32";
     case DType::u8: return "U8";
+    case DType::bf16: return "BF16";
   }
   return "?";
 }
@@ -331,8 +332,9 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
     else if (dtype->text == "F64") e.dtype = DType::f64, element = 8;
     else if (dtype->text == "I32") e.dtype = DType::i32, element = 4;
     else if (dtype->text == "U8") e.dtype = DType::u8, element = 1;
+    else if (dtype->text == "BF16") e.dtype = DType::bf16, element = 2;
     else if (dtype->text == "I64") e.dtype = DType::i32, e.from_i64 = true, element = 8;
-    else fail(dtype->at, "tensor '" + name + "' has dtype " + dtype->text + ", which kiln does not load (F32, F64, I32, I64, U8)");
+    else fail(dtype->at, "tensor '" + name + "' has dtype " + dtype->text + ", which kiln does not load (F32, F64, BF16, I32, I64, U8)");
     if (shape->kind != Json::Kind::array) fail(shape->at, "shape of '" + name + "' must be an array");
     // The sizes are bounded as kiln's Shape counts them, zeros as ones, so that [0, 2^40, 2^40]
     // (no elements, strides past int64) is refused here and not by the tensor made from it.

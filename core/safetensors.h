@@ -28,7 +28,7 @@ struct SafetensorsFile {
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Reads every tensor onto the CPU. F32, F64, I32 and U8 load as they are; I64 loads as i32 when
+// Reads every tensor onto the CPU. F32, F64, BF16, I32 and U8 load as they are; I64 loads as i32 when
 // every value fits (PyTorch's class labels and counters). Anything malformed throws
 // SerializationError naming the file, the byte offset and the rule.
 SafetensorsFile load_safetensors(const std::string& path);

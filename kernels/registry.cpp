@@ -31,7 +31,7 @@ namespace {
 Backend& backend_for(const Device& device) {
   switch (device.type) {
     case DeviceType::cpu:
-      return cpu::backend();
+      return cpu::widening_backend();
     case DeviceType::cuda:
 #ifdef KILN_WITH_CUDA
       return cuda::backend(device.index);

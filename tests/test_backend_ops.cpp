@@ -41,7 +41,7 @@ namespace {
 using namespace kiln;
 using namespace kiln::test;
 
-constexpr DType f32 = DType::f32, f64 = DType::f64, i32 = DType::i32, u8 = DType::u8;
+constexpr DType f32 = DType::f32, f64 = DType::f64, i32 = DType::i32, u8 = DType::u8, b16 = DType::bf16;
 
 using Cases = std::function<void(const Run&)>;
 
@@ -57,17 +57,21 @@ Cases binary(BinaryFn fn, bool gradient = true) {
 }
 
 // Exact, in every dtype the backend takes.
-const Takes cuda_exact = {{f32, 0}, {f64, 0}, {i32, 0}, {u8, 0}};
+const Takes cuda_exact = {{f32, 0}, {f64, 0}, {i32, 0}, {u8, 0}, {b16, 0}};
 const Takes vulkan_exact = {{f32, 0}, {i32, 0}, {u8, 0}};
-// Elementwise math on CUDA: f32 within its math library's last bits, f64 likewise.
-const Takes cuda_math = {{f32, 2e-6}, {f64, 1e-14}};
-const Takes cuda_math_i32 = {{f32, 2e-6}, {f64, 1e-14}, {i32, 0}};
+// Elementwise math on CUDA: f32 within its math library's last bits, f64 likewise; bf16 computes
+// in f32 and rounds once, so those last bits can tip a rounding: an ulp of bf16 (2^-8 relative).
+constexpr Tol bf16_ulp = {8e-3, 1e-6};
+const Takes cuda_math = {{f32, 2e-6}, {f64, 1e-14}, {b16, bf16_ulp}};
+const Takes cuda_math_i32 = {{f32, 2e-6}, {f64, 1e-14}, {i32, 0}, {b16, bf16_ulp}};
+// bf16 products: the f32 sums of exact products in another order than the CPU's, rounded once.
+constexpr Tol bf16_product = {8e-3, 8e-3};
 // Reductions and the softmax family against the CPU's double accumulation (f32 accumulates in
 // float on both devices).
 const Takes cuda_softmax = {{f32, {1e-5, 1e-6}}, {f64, {1e-12, 1e-13}}};
 const Takes vulkan_softmax = {{f32, {1e-5, 1e-6}}};
 // conv2d: an atol per term of the sums (times their length).
-const Takes cuda_conv = {{f32, {1e-4, 1e-6}}, {f64, {1e-12, 1e-14}}};
+const Takes cuda_conv = {{f32, {1e-4, 1e-6}}, {f64, {1e-12, 1e-14}}, {b16, {8e-3, 1e-6}}};
 const Takes vulkan_conv = {{f32, {1e-4, 1e-6}}};
 
 // In-place writes after autograd saved a tensor, on the device: each kind is caught (versions are
@@ -133,7 +137,7 @@ const std::vector<Row>& table() {
       // op                 on CUDA                on Vulkan          cases
       {"transfer", cuda_exact, {{f32, 0}, {f64, 0}, {i32, 0}, {u8, 0}}, transfer_cases},
       {"fill", cuda_exact, vulkan_exact, fill_cases},
-      {"arange", {{f32, 0}, {f64, 0}, {i32, 0}}, {{f32, {1.2e-7, 0}}, {i32, 0}}, arange_cases},
+      {"arange", {{f32, 0}, {f64, 0}, {i32, 0}, {b16, 0}}, {{f32, {1.2e-7, 0}}, {i32, 0}}, arange_cases},
       {"copy", cuda_exact, vulkan_exact, copy_cases},
       {"convert", cuda_exact, vulkan_exact, convert_cases},
 
@@ -175,11 +179,11 @@ const std::vector<Row>& table() {
       // Philox draws: the CPU's numbers; normal through the backend's log, sin and cos
       {"uniform", {{f32, 0}, {f64, 0}}, {{f32, 0}}, uniform_cases},
       {"normal", {{f32, 1e-6}, {f64, {1e-12, 1e-6}}}, {{f32, 1e-6}}, normal_cases},
-      {"dropout", {{f32, 0}, {f64, 0}}, {{f32, 0}}, dropout_cases},
+      {"dropout", {{f32, 0}, {f64, 0}, {b16, 0}}, {{f32, 0}}, dropout_cases},
       {"bad indices", {{f32, 0}}, {{f32, 0}}, bad_index_cases},
       {"anomaly mode", {{f32, 0}}, {{f32, 0}}, anomaly_cases},
 
-      {"reduce", {{f32, 1e-5}, {f64, 1e-12}, {i32, 1e-5}}, {{f32, 1e-5}, {i32, 1e-5}},
+      {"reduce", {{f32, 1e-5}, {f64, 1e-12}, {i32, 1e-5}, {b16, bf16_ulp}}, {{f32, 1e-5}, {i32, 1e-5}},
        [](const Run& r) { reduce_cases(r, 60); }},
       {"softmax", cuda_softmax, vulkan_softmax, softmax_cases},
       {"softmax special values", cuda_softmax, vulkan_softmax, softmax_special_cases},
@@ -191,11 +195,11 @@ const std::vector<Row>& table() {
        index_select_cases},
 
       // matmul: an atol per sqrt(k), the spread of a sum of k products
-      {"matmul", {{f32, 1e-4}, {f64, 1e-12}}, {{f32, 1e-4}}, matmul_cases},
-      {"matmul large products", {{f32, 1e-5}, {f64, 1e-12}}, {{f32, 1e-5}}, matmul_large_cases},
-      {"matmul layers", {{f32, 1e-4}, {f64, 1e-12}}, {{f32, 1e-4}}, matmul_layer_cases},
+      {"matmul", {{f32, 1e-4}, {f64, 1e-12}, {b16, bf16_product}}, {{f32, 1e-4}}, matmul_cases},
+      {"matmul large products", {{f32, 1e-5}, {f64, 1e-12}, {b16, bf16_product}}, {{f32, 1e-5}}, matmul_large_cases},
+      {"matmul layers", {{f32, 1e-4}, {f64, 1e-12}, {b16, bf16_product}}, {{f32, 1e-4}}, matmul_layer_cases},
       // odd shapes (test_cuda: the shapes of each CUDA production kernel)
-      {"matmul bias relu", {{f32, 1e-4}, {f64, 1e-12}}, {{f32, 1e-4}},
+      {"matmul bias relu", {{f32, 1e-4}, {f64, 1e-12}, {b16, bf16_product}}, {{f32, 1e-4}},
        [](const Run& r) { matmul_bias_relu_cases(r, {{64, 10, 128}, {1, 7, 5}, {33, 65, 17}, {129, 31, 300}}); }},
 
       // with the MNIST CNN's layers at batch 8 (test_cuda: at 64 and 16, CUDA's production versions)
@@ -211,11 +215,11 @@ const std::vector<Row>& table() {
       // taps outside the output and multiplies them by the weight: 0 * inf); left out there until
       // it skips them.
       {"conv2d_backward_input special values", {{f32, {1e-4, 1e-6}}}, {}, conv2d_backward_input_special_cases},
-      {"conv2d bias relu", {{f32, 1e-4}, {f64, 1e-12}}, {{f32, 1e-4}},
+      {"conv2d bias relu", {{f32, 1e-4}, {f64, 1e-12}, {b16, {8e-3, 1e-6}}}, {{f32, 1e-4}},
        [](const Run& r) { conv2d_bias_relu_cases(r, mnist_conv_layers(8, 8)); }},
       // values and indices exact; the tolerance is the backward's and the gradient's
-      {"max_pool2d", {{f32, 0}, {f64, 0}}, {{f32, 0}}, max_pool2d_cases},
-      {"avg_pool2d", {{f32, 1e-6}, {f64, 1e-14}}, {{f32, 1e-6}}, avg_pool2d_cases},
+      {"max_pool2d", {{f32, 0}, {f64, 0}, {b16, 0}}, {{f32, 0}}, max_pool2d_cases},
+      {"avg_pool2d", {{f32, 1e-6}, {f64, 1e-14}, {b16, bf16_ulp}}, {{f32, 1e-6}}, avg_pool2d_cases},
       {"batch_norm", {{f32, 1e-4}, {f64, 1e-10}}, {{f32, 1e-4}}, batch_norm_cases},
 
       // every rule, on tensors that are empty, of one element, and of a few launches' worth

@@ -147,7 +147,7 @@ TEST_CASE("malformed safetensors files are rejected with the file, the offset an
       {"broken json", make_file(R"({"w":{"dtype":"F32",)", ""), "expected a JSON string"},
       {"trailing text", make_file(good_header + "x", two), "unexpected text"},
       {"duplicate key", make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", two), "appears twice"},
-      {"unknown dtype", make_file(R"({"w":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", "abcd"), "does not load"},
+      {"unknown dtype", make_file(R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", "abcd"), "does not load"},
       {"missing field", make_file(R"({"w":{"dtype":"F32","shape":[2]}})", two), "needs dtype, shape and data_offsets"},
       {"unknown field", make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", two), "unknown field"},
       {"negative dim", make_file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", two), "negative numbers"},

@@ -1,6 +1,6 @@
 // kernel-bench --only matmul: every version of the CUDA matmul ladder (kernels/cuda/matmul/), the
-// production path (CudaBackend::matmul, FP32 and with allow_tf32), cuBLAS SGEMM (FP32) and cuBLAS
-// with TF32 tensor cores, in TFLOP/s (2 m n k flops per product), on C = op(A) op(B), A and B
+// production path (CudaBackend::matmul, FP32, with allow_tf32, and in bf16), cuBLAS SGEMM (FP32),
+// cuBLAS with TF32 tensor cores and cuBLAS in bf16, in TFLOP/s (2 m n k flops per product), on C = op(A) op(B), A and B
 // row-major, transposed where the shape says so (" A^T", " B^T": the layouts autograd hands the
 // kernels for an MLP layer y = x W^T: forward with B^T, grad_x plain, grad_W^T = x^T g with A^T).
 // Each version is first checked against cuBLAS FP32: its note gives the largest error relative to
@@ -155,6 +155,52 @@ void bench_matmul(Bench& bench) {
       backend.binary(BinaryOp::add, rc, rbias_rows, rc);
       backend.unary(UnaryOp::relu, rc, rc, 0.0);
     });
+
+    // bf16 (mixed precision): the same A and B rounded to bf16, against cuBLAS with bf16 operands
+    // and result and f32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), whose result each bf16
+    // version must match to 1e-2 of max|C| (an ulp of bf16 is 2^-8 relative).
+    auto bf16_ref = [](const void* data, Shape shape) {
+      const Strides strides = contiguous_strides(shape);
+      return TensorRef{const_cast<void*>(data), 0, std::move(shape), strides, DType::bf16};
+    };
+    auto* A16 = bench.device_bytes(static_cast<size_t>(s.m * s.k) * 2);
+    auto* B16 = bench.device_bytes(static_cast<size_t>(s.k * s.n) * 2);
+    auto* C16 = bench.device_bytes(static_cast<size_t>(s.m * s.n) * 2);
+    const TensorRef ra16 = bf16_ref(A16, ra.shape), rb16 = bf16_ref(B16, rb.shape), rc16 = bf16_ref(C16, rc.shape);
+    backend.copy(ra, ra16);
+    backend.copy(rb, rb16);
+    auto bf16_result = [&] {  // C16 widened into C, to compare as f32
+      backend.copy(rc16, rc);
+      return to_host(C, s.m * s.n, stream);
+    };
+    auto cublas_bf16 = [&] {
+      KILN_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+      KILN_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, static_cast<int>(s.n), static_cast<int>(s.m),
+                                     static_cast<int>(s.k), &one, B16, CUDA_R_16BF, static_cast<int>(p.ldb), A16,
+                                     CUDA_R_16BF, static_cast<int>(p.lda), &zero, C16, CUDA_R_16BF,
+                                     static_cast<int>(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    };
+    cublas_bf16();
+    const std::vector<float> want16 = bf16_result();
+    auto run_bf16 = [&](const std::string& version, bool reference, const std::function<void()>& fn) {
+      KILN_CUDA_CHECK(cudaMemsetAsync(C16, 0, static_cast<size_t>(s.m * s.n) * 2, stream));
+      fn();
+      const double err = max_rel_err(bf16_result(), want16);
+      if (!(err <= 1e-2)) {
+        bench.record({"matmul", version, shape, 0, 0, "TFLOP/s", reference,
+                      "wrong: " + rel_err_note(err) + " > 1.0e-02, not timed"});
+        return;
+      }
+      const double ms = bench.time_ms(fn);
+      bench.record({"matmul", version, shape, ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s", reference,
+                    rel_err_note(err)});
+    };
+    run_bf16("cuBLAS BF16", true, cublas_bf16);
+    run_bf16("14_bf16_mma", false, [&] {
+      cuda::matmul::bf16_mma(p, static_cast<const bf16*>(A16), static_cast<const bf16*>(B16), static_cast<bf16*>(C16),
+                             {}, stream);
+    });
+    run_bf16("production (BF16)", false, [&] { backend.matmul(ra16, rb16, rc16, p, {}); });
   }
   KILN_CUBLAS_CHECK(cublasDestroy(handle));
 }

@@ -131,7 +131,7 @@ std::pair<Device, Parallel> pick_device_and_group(const Config& c) {
     spdlog::default_logger()->set_level(spdlog::level::err);
   }
   par.group->check_same("the settings", c.settings(par.size()).dump() + " device " + std::string(device_type_name(wanted.type)) +
-                                            (c.use_tf32() ? " tf32" : "") + " data " + c.data);
+                                            " precision " + (c.use_tf32() ? "tf32" : c.precision) + " data " + c.data);
   spdlog::info("data-parallel: {} processes ({}), device {} on rank 0, batch {} per process ({} a step in all)",
                par.size(), par.group->name(), par.group->device().str(), c.batch_size, c.batch_size * par.size());
   return {par.group->device(), par};
@@ -184,14 +184,19 @@ struct Training {
   // updated in place by every step: a captured step's graph writes them where they are.
   Tensor loss_sum, correct;
   std::unique_ptr<optim::CapturedStep> captured;  // --graph: the step as CUDA graphs, one per batch shape
+  bool bf16 = false;  // --precision bf16: forward and loss under autocast
 };
 
 // One training step on a batch (inputs, targets): what --graph captures and replays. Returns the
 // batch's mean loss.
 std::vector<Tensor> train_step(Training& t, const std::vector<Tensor>& batch) {
   t.optimizer->zero_grad();
-  Tensor logits = (*t.net)(batch[0]);
-  Tensor loss = cross_entropy(logits, batch[1]);
+  Tensor logits, loss;
+  {
+    AutocastGuard autocast(DType::bf16, t.bf16);  // bf16 products, an f32 loss (autograd/autocast.h)
+    logits = (*t.net)(batch[0]);
+    loss = cross_entropy(logits, batch[1]);
+  }
   loss.backward();
   t.optimizer->step();
   NoGradGuard no_grad;
@@ -499,8 +504,9 @@ struct TestResult {
 // (rows: true digit, columns: predicted), all accumulated on the device and read once; data-parallel,
 // each rank's shard of the test set, the sums then added over the ranks.
 TestResult test(nn::Module& model, const data::DataLoader& loader, const Device& device,
-                std::vector<int64_t>* confusion, const Parallel& par) {
+                std::vector<int64_t>* confusion, const Parallel& par, bool bf16) {
   NoGradGuard no_grad;
+  AutocastGuard autocast(DType::bf16, bf16);  // evaluated as it trains
   model.eval();
   Tensor loss_sum = zeros({}, device), correct = zeros({}, TensorOptions(DType::i32).device(device)),
          counts = zeros({100}, device);
@@ -622,6 +628,8 @@ bool interrupted_between_epochs(const Parallel& par) {
 int run(const Config& c) {
   auto [device, par] = pick_device_and_group(c);
   set_allow_tf32(c.use_tf32());
+  KILN_CHECK(!c.use_bf16() || device.type != DeviceType::vulkan, ValueError, "--precision bf16: the vulkan backend has "
+             "no bf16 kernels; train on --device cuda or cpu, or in --precision f32 on vulkan");
   const bool graph = use_graph(c, device, par);  // before the data: a --graph that cannot be is refused at once
   std::optional<DetectAnomalyGuard> anomaly;
   if (c.detect_anomaly) anomaly.emplace();
@@ -636,6 +644,7 @@ int run(const Config& c) {
   prepare_outputs(c);
   Loaders data = load_data(c, device, par);
   Training t = build_training(c, device, data.train.num_batches(), resumed, par);
+  t.bf16 = c.use_bf16();
   if (graph) {
     t.captured = std::make_unique<optim::CapturedStep>(
         *t.optimizer, [&t](const std::vector<Tensor>& batch) { return train_step(t, batch); });
@@ -659,7 +668,7 @@ int run(const Config& c) {
   for (; t.state.epoch < c.epochs; ++t.state.epoch, t.state.batch = 0) {
     std::optional<TrainResult> train = train_epoch(t, data.train, c, metrics, par);
     if (!train) return stop_interrupted(c, t, par);
-    TestResult r = test(*t.model, data.test, device, &confusion, par);
+    TestResult r = test(*t.model, data.test, device, &confusion, par, t.bf16);
     KILN_CHECK(std::isfinite(train->loss) && std::isfinite(r.loss), NonFiniteError, "after epoch ",
                t.state.epoch + 1, " the training loss is ", train->loss, " and the test loss ", r.loss,
                ": the weights are no longer finite; training stopped, and --save's checkpoint, if any, is left as "

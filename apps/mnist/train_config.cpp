@@ -97,9 +97,11 @@ void add_options(CLI::App& app, Config& c) {
       ->capture_default_str();
   app.add_flag("--distributed", c.distributed, "train data-parallel over the processes of an mpirun job "
                "(on by itself under mpirun -np N > 1; NCCL on cuda, MPI on cpu)");
-  CLI::Option* precision = app.add_option("--precision", c.precision, "arithmetic of CUDA's matmul and conv2d: f32 "
-                                          "(f32-accurate) or tf32 (TF32 tensor cores: faster, ~7e-4 relative error)")
-                               ->check(CLI::IsMember({"f32", "tf32"}))
+  CLI::Option* precision = app.add_option("--precision", c.precision, "arithmetic of matmul and conv2d: f32 "
+                                          "(f32-accurate), tf32 (CUDA's TF32 tensor cores: faster, ~7e-4 relative "
+                                          "error) or bf16 (mixed precision: bf16 products and activations, f32 weights, "
+                                          "loss and optimizer; cuda and cpu)")
+                               ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
                                ->type_name("NAME")
                                ->capture_default_str();
   app.add_flag("--tf32", c.tf32, "the same as --precision tf32")->excludes(precision);

@@ -25,14 +25,15 @@ struct Config {
   double gamma = 0.7;
   uint64_t seed = 1;
   std::string device = "auto";
-  // the arithmetic of CUDA's matmul and conv2d: "f32" (f32-accurate) or "tf32" (TF32 tensor cores);
-  // --tf32 is the same as --precision tf32
+  // the arithmetic of matmul and conv2d: "f32" (f32-accurate), "tf32" (CUDA's TF32 tensor cores) or
+  // "bf16" (mixed precision under an AutocastGuard: autograd/autocast.h); --tf32 is --precision tf32
   std::string precision = "f32";
   bool tf32 = false;
   // "auto": each training step captured once as a CUDA graph and replayed (optim::CapturedStep)
   // on one CUDA device, eager elsewhere; "on": captured, or an error where it cannot be; "off": eager
   std::string graph = "auto";
   bool use_tf32() const { return tf32 || precision == "tf32"; }
+  bool use_bf16() const { return precision == "bf16"; }
   bool detect_anomaly = false;  // check every op's output and gradient (slow; not a setting of the run)
   int64_t log_interval = 10;
   int64_t limit_train = 0;

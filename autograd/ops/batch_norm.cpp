@@ -1,5 +1,6 @@
 // batch_norm: the batch's statistics in training (and the running averages updated in place), the
 // running ones in evaluation; its fused training-mode backward as an op.
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
@@ -34,9 +35,10 @@ BackwardFn batch_norm_gradient(Saves& saved, const Tensor& x, const Tensor& mean
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
+  const Tensor x = autocast::widen(x_in);
   detail::check_floating("batch_norm", x);
   KILN_CHECK(x.dim() >= 2, ShapeError, "batch_norm: input must be [N, C] or [N, C, ...], got ", x.shape());
   int64_t channels = x.size(1);

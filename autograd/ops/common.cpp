@@ -11,7 +11,7 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 void check_floating(const char* op, const Tensor& x) {
-  KILN_CHECK(is_floating(x.dtype()), DTypeError, op, ": takes f32 or f64 tensors, got ",
+  KILN_CHECK(is_floating(x.dtype()), DTypeError, op, ": takes f32, f64 or bf16 tensors, got ",
              x.dtype(), " of shape ", x.shape());
 }
 

@@ -1,5 +1,6 @@
 // conv2d with a fused bias and activation, and its two backward kernels (input and weight
 // gradients) as ops.
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
@@ -43,8 +44,10 @@ Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, const Co
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dConfig& config,
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dConfig& config,
               Activation activation) {
+  const Tensor x = autocast::lower(x_in, "conv2d"), weight = autocast::lower(weight_in, "conv2d"),
+               bias = autocast::lower(bias_in, "conv2d");
   detail::check_same_device("conv2d", x, weight);
   detail::check_floating("conv2d", x);
   KILN_CHECK(x.dtype() == weight.dtype(), DTypeError, "conv2d: input ", x.dtype(), " and weight ",

@@ -3,6 +3,7 @@
 // (sum_to).
 #include <cmath>
 
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
@@ -14,8 +15,9 @@ const char* name_of(UnaryOp op) { return unary_op_name(op).data(); }
 
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
 
-Tensor run_binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+Tensor run_binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
   const char* name = name_of(op);
+  const auto [a, b] = autocast::promote(a_in, b_in);
   detail::check_same_device(name, a, b);
   KILN_CHECK(a.dtype() == b.dtype(), DTypeError, name, ": operands of dtypes ", a.dtype(), " and ",
              b.dtype(), " (shapes ", a.shape(), " and ", b.shape(), "); convert one with .to(dtype)");
@@ -32,7 +34,7 @@ Tensor run_unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
                     op == UnaryOp::relu || op == UnaryOp::add_scalar || op == UnaryOp::mul_scalar ||
                     op == UnaryOp::isfinite;
   KILN_CHECK(is_floating(x.dtype()) || (integer_ok && x.dtype() == DType::i32), DTypeError,
-             name_of(op), ": takes ", integer_ok ? "f32, f64 or i32" : "f32 or f64",
+             name_of(op), ": takes ", integer_ok ? "f32, f64, bf16 or i32" : "f32, f64 or bf16",
              " tensors, got ", x.dtype(), " of shape ", x.shape());
   KILN_CHECK(is_floating(x.dtype()) || alpha == std::trunc(alpha), ValueError, name_of(op), ": ",
              x.dtype(), " tensors take whole-number scalars, got ", alpha, "; convert with .to(DType::f32)");
@@ -45,7 +47,8 @@ Tensor run_unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
 using BinaryGradient = BackwardFn (*)(Saves& saved, const Tensor& a, const Tensor& b, const Tensor& y);
 
 // Binary ops that have a gradient.
-Tensor arithmetic(BinaryOp op, const Tensor& a, const Tensor& b, BinaryGradient gradient) {
+Tensor arithmetic(BinaryOp op, const Tensor& a_in, const Tensor& b_in, BinaryGradient gradient) {
+  const auto [a, b] = autocast::promote(a_in, b_in);  // recorded with the operands the kernel saw
   Tensor y = run_binary(op, a, b);
   if (autograd::is_recording({a, b})) {
     Saves saved;
@@ -172,7 +175,8 @@ Tensor mul(const Tensor& a, double b) {
   return y;
 }
 
-Tensor pow(const Tensor& a, double exponent) {
+Tensor pow(const Tensor& a_in, double exponent) {
+  const Tensor a = autocast::widen(a_in);
   Tensor y = run_unary(UnaryOp::pow, a, exponent);
   // d(x^0)/dx is 0 for every x, as in PyTorch (the formula's 0 * x^-1 would be NaN at 0 and NaN)
   if (exponent == 0.0) {
@@ -193,13 +197,15 @@ Tensor neg(const Tensor& x) {
   return y;
 }
 
-Tensor exp(const Tensor& x) {
+Tensor exp(const Tensor& x_in) {
+  const Tensor x = autocast::widen(x_in);
   Tensor y = run_unary(UnaryOp::exp, x);
   record_unary(y, "exp", x, y, [](const Tensor& g, const Tensor& out) { return g * out; });
   return y;
 }
 
-Tensor log(const Tensor& x) {
+Tensor log(const Tensor& x_in) {
+  const Tensor x = autocast::widen(x_in);
   Tensor y = run_unary(UnaryOp::log, x);
   record_unary(y, "log", x, x, [](const Tensor& g, const Tensor& in) { return g / in; });
   return y;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
@@ -31,8 +32,9 @@ void check_class_targets(const char* op, const Tensor& scores, const Tensor& tar
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, Reduction reduction,
                      double label_smoothing) {
+  const Tensor logits = autocast::widen(logits_in);
   check_class_targets("cross_entropy", logits, targets);
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
              "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
@@ -61,7 +63,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   return grad;
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction) {
+Tensor nll_loss(const Tensor& log_probs_in, const Tensor& targets, Reduction reduction) {
+  const Tensor log_probs = autocast::widen(log_probs_in);
   check_class_targets("nll_loss", log_probs, targets);
   // -log_probs[i, targets[i]], gathered from the flattened scores (a product with a one-hot mask
   // would make a -inf score off the target -inf * 0 = NaN, where PyTorch's loss is finite)
@@ -75,7 +78,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduct
   return apply_reduction(neg(index_select(log_probs.reshape({n * classes}), 0, flat_index)), reduction);
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const Tensor input = autocast::widen(input_in), target = autocast::widen(target_in);
   KILN_CHECK(input.shape() == target.shape(), ShapeError, "mse_loss: input ", input.shape(),
              " and target ", target.shape(), " must have the same shape");
   Tensor d = sub(input, target);

@@ -1,5 +1,6 @@
 // matmul: 1-D, 2-D and batched products (torch.matmul's rules), and the 2-D product with a fused
 // bias and activation (a Linear layer in one kernel), each with its gradient.
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
@@ -106,7 +107,8 @@ Tensor grad_b(const Tensor& g, const Tensor& a, bool transposed) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast::lower(a_in, "matmul"), b = autocast::lower(b_in, "matmul");
   detail::check_same_device("matmul", a, b);
   KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: operands of shapes ", a.shape(),
              " and ", b.shape(), "; scalars cannot be multiplied with matmul, use mul");
@@ -128,7 +130,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias, Activation activation) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in, Activation activation) {
+  const Tensor a = autocast::lower(a_in, "matmul"), b = autocast::lower(b_in, "matmul"),
+               bias = autocast::lower(bias_in, "matmul");
   detail::check_same_device("matmul", a, b);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, "matmul with an epilogue: operands must be 2-D, got ",
              a.shape(), " and ", b.shape());

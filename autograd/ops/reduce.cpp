@@ -4,6 +4,7 @@
 // (sum, mean, max, min), else by moving them last first. The gradients sit after the kernel path.
 #include <algorithm>
 
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
@@ -100,7 +101,7 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes_in,
   if (x.dim() == 0) axes.clear();
   bool floating_only = op == ReduceOp::mean;
   KILN_CHECK(is_floating(x.dtype()) || (!floating_only && x.dtype() == DType::i32), DTypeError,
-             name, ": takes ", floating_only ? "f32 or f64" : "f32, f64 or i32", " tensors, got ",
+             name, ": takes ", floating_only ? "f32, f64 or bf16" : "f32, f64, bf16 or i32", " tensors, got ",
              x.dtype(), " of shape ", x.shape());
   Tensor y = drop_axes(reduce_keepdim(op, x, axes), x.shape(), axes, keepdim);
   if (!autograd::is_recording({x})) return y;
@@ -129,10 +130,10 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes_in,
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
-  return reduce(ReduceOp::sum, x, axes, keepdim);
+  return reduce(ReduceOp::sum, autocast::widen(x), axes, keepdim);
 }
 Tensor mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
-  return reduce(ReduceOp::mean, x, axes, keepdim);
+  return reduce(ReduceOp::mean, autocast::widen(x), axes, keepdim);
 }
 Tensor max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
   return reduce(ReduceOp::max, x, axes, keepdim);

@@ -1,4 +1,5 @@
 // softmax and log_softmax along any axis (the kernel sees [outer, n, inner]), with their gradients.
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
 
 namespace kiln {
@@ -19,8 +20,9 @@ BackwardFn log_softmax_gradient(Saves& saved, const Tensor& y, int64_t axis) {
   };
 }
 
-Tensor softmax_impl(const Tensor& x, int64_t axis, bool log) {
+Tensor softmax_impl(const Tensor& x_in, int64_t axis, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
+  const Tensor x = autocast::widen(x_in);
   detail::check_floating(name, x);
   int64_t a = normalize_axis(axis, x.dim(), name);
   Tensor c = x.detach().contiguous();

@@ -32,7 +32,7 @@ Dims dims_of(const char* op, const TensorRef& x) {
 // fn(T{}) for f32 and f64; other dtypes are refused, naming the op.
 template <class Fn>
 void visit_floating(const char* op, DType t, Fn&& fn) {
-  visit_dtype(t, [&](auto tag) {
+  visit_arithmetic(t, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) fn(T{});
     else KILN_FAIL(DTypeError, "cpu backend: ", op, " does not take ", t);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kiln/core/backend.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cpu {
 
@@ -96,5 +97,25 @@ class CpuBackend final : public Backend {
 };
 
 CpuBackend& backend();
+
+// CpuBackend with bf16: every bf16 operand converted to f32 around the f32 kernel, results rounded
+// back to bf16 once (widen.cpp). What backend_for(cpu) returns: kiln's reference for bf16, where a
+// bf16 op means "compute in f32, round the result", as the GPUs' bf16 kernels do.
+Backend& widening_backend();
+
+// visit_dtype (core/dtype.h) for the kernels here, which compute in their operands' type: bf16
+// never reaches them (widening_backend converts it first), and is refused should it.
+template <class Fn>
+decltype(auto) visit_arithmetic(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::i32: return fn(int32_t{});
+    case DType::u8: return fn(uint8_t{});
+    case DType::bf16: break;
+  }
+  KILN_FAIL(DTypeError, "cpu backend: a bf16 operand reached a kernel that computes in its operands' type "
+            "(widening_backend converts bf16 to f32 first)");
+}
 
 }  // namespace kiln::cpu

@@ -108,7 +108,7 @@ void CpuBackend::cross_entropy(const TensorRef& logits, const TensorRef& targets
   KILN_CHECK(logits.shape.size() == 2, ShapeError, "cpu cross_entropy: logits must be [N, C], got ",
              logits.shape);
   check_indices("cross_entropy", "target", targets, logits.shape[1]);
-  visit_dtype(logits.dtype, [&](auto tag) {
+  visit_arithmetic(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>)
       cross_entropy_kernel<T>(logits, targets, losses, label_smoothing);
@@ -122,7 +122,7 @@ void CpuBackend::cross_entropy_backward(const TensorRef& logits, const TensorRef
   KILN_CHECK(logits.shape.size() == 2, ShapeError,
              "cpu cross_entropy_backward: logits must be [N, C], got ", logits.shape);
   check_indices("cross_entropy_backward", "target", targets, logits.shape[1]);
-  visit_dtype(logits.dtype, [&](auto tag) {
+  visit_arithmetic(logits.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>)
       cross_entropy_backward_kernel<T>(logits, targets, grad_losses, grad_logits, label_smoothing);
@@ -135,7 +135,7 @@ void CpuBackend::one_hot(const TensorRef& indices, const TensorRef& out) {
   const int64_t classes = out.shape.empty() ? 0 : out.shape.back();
   check_indices("one_hot", "index", indices, classes);
   const int32_t* idx = indices.data<int32_t>();
-  visit_dtype(out.dtype, [&](auto tag) {
+  visit_arithmetic(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
     std::fill(o, o + out.numel(), T(0));

@@ -276,7 +276,7 @@ void binary_kernel(BinaryOp op, const TensorRef& a, const TensorRef& b, const Te
 }  // namespace
 
 void CpuBackend::fill(const TensorRef& out, double value) {
-  visit_dtype(out.dtype, [&](auto tag) {
+  visit_arithmetic(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T v = static_cast<T>(value);
     map0<T>(out, [v] { return v; });
@@ -286,7 +286,7 @@ void CpuBackend::fill(const TensorRef& out, double value) {
 // out is contiguous: element i is start + i * step, computed in double so that long f32 ranges
 // do not drift.
 void CpuBackend::arange(const TensorRef& out, double start, double step) {
-  visit_dtype(out.dtype, [&](auto tag) {
+  visit_arithmetic(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
     parallel_for(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
@@ -326,8 +326,8 @@ void CpuBackend::copy(const TensorRef& src, const TensorRef& out) {
       o.strides = contiguous_strides(src.shape);
     }
   }
-  visit_dtype(s.dtype, [&](auto src_tag) {
-    visit_dtype(o.dtype, [&](auto out_tag) {
+  visit_arithmetic(s.dtype, [&](auto src_tag) {
+    visit_arithmetic(o.dtype, [&](auto out_tag) {
       using S = decltype(src_tag);
       using O = decltype(out_tag);
       map1<O, S>(o, s, [](S v) { return convert<O>(v); });
@@ -336,7 +336,7 @@ void CpuBackend::copy(const TensorRef& src, const TensorRef& out) {
 }
 
 void CpuBackend::unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) {
-  visit_dtype(x.dtype, [&](auto tag) {
+  visit_arithmetic(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>)
       unary_floating<T>(op, x, out, static_cast<T>(alpha));
@@ -351,7 +351,7 @@ void CpuBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorRef&
   KILN_CHECK(grad.dtype == x.dtype && out.dtype == x.dtype, DTypeError, "cpu unary_backward ",
              unary_op_name(op), ": x ", x.dtype, ", grad ", grad.dtype, " and out ", out.dtype,
              " must share one dtype");
-  visit_dtype(x.dtype, [&](auto tag) {
+  visit_arithmetic(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>)
       unary_backward_floating<T>(op, x, grad, out, static_cast<T>(alpha));
@@ -363,7 +363,7 @@ void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, con
   KILN_CHECK(a.dtype == out.dtype && b.dtype == out.dtype, DTypeError, "cpu binary ",
              binary_op_name(op), ": a ", a.dtype, ", b ", b.dtype, " and out ", out.dtype,
              " must share one dtype");
-  visit_dtype(out.dtype, [&](auto tag) {
+  visit_arithmetic(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, int32_t>)
       binary_kernel<T>(op, a, b, out);

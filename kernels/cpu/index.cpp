@@ -51,7 +51,7 @@ void CpuBackend::index_add(const TensorRef& src, const TensorRef& indices, const
   const int64_t outer = out.shape[0], n = out.shape[1], inner = out.shape[2], m = indices.numel();
   check_indices("index_add", indices, n);
   const int32_t* idx = indices.data<int32_t>();
-  visit_dtype(out.dtype, [&](auto tag) {
+  visit_arithmetic(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, uint8_t>) {
       KILN_FAIL(DTypeError, "cpu backend: index_add does not take u8");

@@ -78,8 +78,10 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::u8: return MPI_UINT8_T;
+    case DType::bf16: break;  // MPI has none: its sums would be wrong
   }
-  KILN_FAIL(DTypeError, "mpi: no MPI type for dtype ", dtype);
+  KILN_FAIL(DTypeError, "mpi: no MPI type for dtype ", dtype, " (keep what is reduced in f32: mixed precision's "
+            "parameters and gradients are)");
 }
 
 // MPI counts are ints.

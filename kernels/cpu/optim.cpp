@@ -44,7 +44,7 @@ constexpr int64_t kGrain = 16 * 1024;
 template <class Fn>
 void for_each_param(std::span<const TensorRef> params, Fn&& fn) {
   if (params.empty()) return;
-  visit_dtype(params[0].dtype, [&](auto tag) {
+  visit_arithmetic(params[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) {
       for (size_t i = 0; i < params.size(); ++i) fn(tag, i);

@@ -165,7 +165,7 @@ void avg_pool_backward_kernel(const TensorRef& grad_y, const TensorRef& grad_x,
 // Runs fn with the C++ type of `dtype`; pooling is floating-point only.
 template <class Fn>
 void visit_floating(DType dtype, const char* op, Fn fn) {
-  visit_dtype(dtype, [&](auto tag) {
+  visit_arithmetic(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) fn(T{});
     else KILN_FAIL(DTypeError, "cpu backend: ", op, " does not take ", dtype);

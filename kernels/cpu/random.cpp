@@ -48,7 +48,7 @@ void for_each_block(int64_t n, uint64_t seed, uint64_t offset, Fn fn) {
 // Runs fn with the C++ type of out's dtype; random draws are floating-point only.
 template <class Fn>
 void visit_floating(const TensorRef& out, const char* op, Fn fn) {
-  visit_dtype(out.dtype, [&](auto tag) {
+  visit_arithmetic(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) fn(T{});
     else KILN_FAIL(DTypeError, "cpu backend: ", op, " does not take ", out.dtype,

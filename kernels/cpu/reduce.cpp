@@ -138,7 +138,7 @@ void CpuBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) {
              "cpu reduce ", reduce_op_name(op), ": axis of ", x.shape[1],
              " elements is too long for i32 indices");
 
-  visit_dtype(x.dtype, [&](auto tag) {
+  visit_arithmetic(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr bool floating = std::is_floating_point_v<T>;
     constexpr bool i32 = std::is_same_v<T, int32_t>;

@@ -75,7 +75,7 @@ void CpuBackend::softmax(const TensorRef& x, const TensorRef& out, bool log) {
              x.shape);
   KILN_CHECK(out.dtype == x.dtype, DTypeError, "cpu ", op, ": out is ", out.dtype, ", x is ",
              x.dtype);
-  visit_dtype(x.dtype, [&](auto tag) {
+  visit_arithmetic(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) softmax_kernel<T>(x, out, log);
     else KILN_FAIL(DTypeError, "cpu backend: ", op, " does not take ", x.dtype);

@@ -1,4 +1,4 @@
-// conv2d on the GPU, forward and both backwards, f32 and f64, with stride, padding, dilation and
+// conv2d on the GPU, forward and both backwards, f32, f64 and bf16, with stride, padding, dilation and
 // groups (the CPU oracle is kernels/cpu/conv2d.cpp):
 //   x [N, C, H, W], w [O, C/G, KH, KW], bias [O] (optional), y [N, O, OH, OW]
 //   y[n, o, i, j] = act(bias[o] + sum_{c, kh, kw} w[o, c, kh, kw] * x[n, g*C/G + c, i*sh - ph + kh*dh,
@@ -71,6 +71,10 @@
 //     0.1190 [fig cuda.conv2d.bwd-weight.v2.conv2.ms].
 //   3 1 on the tensor cores, as forward 5. 0.0679 [fig cuda.conv2d.bwd-weight.v3-3xtf32.conv2.ms] /
 //     0.0458 [fig cuda.conv2d.bwd-weight.v3-tf32.conv2.ms].
+//
+// bf16 (mixed precision) runs the CUDA-core versions, each element widened to f32 as it is read,
+// the sums in f32, each result rounded once: forward 3, backward input 3 where it applies (else 1
+// for C/G <= 8, else 2), backward weight 2 (its partials in f32). Not yet on the tensor cores.
 //
 // Production (CudaBackend::conv2d*): the forward runs 3 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty), else 7 in f32 at stride 1 where its patch fits
@@ -247,7 +251,7 @@ __global__ void backward_input_direct_kernel(const T* gy, const T* w, T* gx, Dim
     const int64_t g = c / d.cg, cl = c % d.cg;
     const T* gyg = gy + (img * d.o + g * d.og) * d.ohw;  // grad_y planes of this group
     const T* wg = w + (g * d.og * d.cg + cl) * d.khkw;   // w[g*og + o, cl] at o = 0
-    T acc = 0;
+    compute_t<T> acc = 0;  // f32 for bf16
     for (int64_t o = 0; o < d.og; ++o) {
       for (int64_t ky = 0; ky < d.kh; ++ky) {
         // output row oi reads input row oi*sh - ph + ky*dh; it reads ih when that equals ih
@@ -257,11 +261,12 @@ __global__ void backward_input_direct_kernel(const T* gy, const T* w, T* gx, Dim
         for (int64_t kx = 0; kx < d.kw; ++kx) {
           const int64_t nx = iw + d.pw - kx * d.dw;
           if (nx < 0 || nx % d.sw != 0 || nx / d.sw >= d.ow) continue;
-          acc += gyg[o * d.ohw + oi * d.ow + nx / d.sw] * wg[o * d.cg * d.khkw + ky * d.kw + kx];
+          acc += cast<compute_t<T>>(gyg[o * d.ohw + oi * d.ow + nx / d.sw]) *
+                 cast<compute_t<T>>(wg[o * d.cg * d.khkw + ky * d.kw + kx]);
         }
       }
     }
-    gx[i] = acc;
+    gx[i] = cast<T>(acc);
   }
 }
 
@@ -301,16 +306,17 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
   launch_tiles<BM, BN>(kernel, G::THREADS, p, groups, splits, k_per_split, stream, op, bytes);
 }
 
-// Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i].
+// Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i], the
+// partials in compute_t<T> (f32 for a bf16 gradient, rounded once here).
 // Unrolled so that eight loads are in flight before their adds (the adds stay in split order): at
 // MNIST's batch 512 the two of a step were slow with one load at a time (history: NOTES.md).
 template <class T>
-__global__ void sum_splits_kernel(const T* ws, T* gw, int64_t count, int64_t splits) {
+__global__ void sum_splits_kernel(const compute_t<T>* ws, T* gw, int64_t count, int64_t splits) {
   KILN_GRID_STRIDE(i, count) {
-    T acc = 0;
+    compute_t<T> acc = 0;
 #pragma unroll 8
     for (int64_t s = 0; s < splits; ++s) acc += ws[s * count + i];
-    gw[i] = acc;
+    gw[i] = cast<T>(acc);
   }
 }
 
@@ -368,8 +374,8 @@ struct SimtWeightGemm {
     return blocks_per_sm<implicit_gemm_kernel<T, BM, BN, kSliceK, TM, TN, false, BackwardWeightProblem<T>>>(
         (BM / TM) * (BN / TN));
   }
-  static void run(const T* x, const T* grad_y, T* out, const Dims& d, int64_t groups, const WeightPlan& plan,
-                  cudaStream_t stream) {
+  static void run(const T* x, const T* grad_y, compute_t<T>* out, const Dims& d, int64_t groups,
+                  const WeightPlan& plan, cudaStream_t stream) {
     const BackwardWeightProblem<T> p{x, grad_y, out, d, d.og, d.cg * d.khkw, d.n * d.ohw};
     launch_gemm<T, BM, BN, kSliceK, TM, TN>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
   }
@@ -399,9 +405,12 @@ int64_t weight_workspace_for(const Geometry& g) {
   return plan.splits > 1 ? plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
 }
 
-// grad_w by one of the GEMMs above: split-K GEMM, then the ordered sum.
+// grad_w by one of the GEMMs above: split-K GEMM, then the ordered sum. A bf16 gradient always
+// goes through the workspace (f32 partials, one split or more), which the sum rounds once.
 template <class Gemm, class T>
-void weight_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g, cudaStream_t stream) {
+void weight_gemm(const T* x, const T* grad_y, T* grad_w, compute_t<T>* workspace, const Geometry& g,
+                 cudaStream_t stream) {
+  constexpr bool narrow = !std::is_same_v<T, compute_t<T>>;
   const Dims d = dims_of(g);
   const int64_t count = d.o * d.cg * d.khkw;
   if (count == 0) return;
@@ -410,10 +419,11 @@ void weight_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geo
     return;
   }
   const WeightPlan plan = plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
-  KILN_CHECK(plan.splits == 1 || workspace != nullptr, ValueError,
+  KILN_CHECK((plan.splits == 1 && !narrow) || workspace != nullptr, ValueError,
              "cuda conv2d_backward_weight: needs a workspace of ", plan.splits * count, " elements");
-  Gemm::run(x, grad_y, plan.splits > 1 ? workspace : grad_w, d, g.groups, plan, stream);
-  if (plan.splits > 1) {
+  if constexpr (narrow) Gemm::run(x, grad_y, workspace, d, g.groups, plan, stream);
+  else Gemm::run(x, grad_y, plan.splits > 1 ? workspace : grad_w, d, g.groups, plan, stream);
+  if (narrow || plan.splits > 1) {
     sum_splits_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(workspace, grad_w, count, plan.splits);
     KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
   }
@@ -755,6 +765,18 @@ int64_t backward_weight_workspace(const Geometry& g) {
                    weight_workspace_for<TensorCoreWeightGemm<false>>(g)});
 }
 
+int64_t backward_weight_bf16_workspace(const Geometry& g) {
+  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
+  if (weight_small(g)) return std::max(count, weight_workspace_for<SimtWeightGemm<bf16, 32, 32, 4, 4>>(g));
+  return std::max(count, weight_workspace_for<SimtWeightGemm<bf16, 64, 128, 8, 8>>(g));
+}
+
+void backward_weight_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, float* workspace, const Geometry& g,
+                          cudaStream_t stream) {
+  if (weight_small(g)) weight_gemm<SimtWeightGemm<bf16, 32, 32, 4, 4>>(x, grad_y, grad_w, workspace, g, stream);
+  else weight_gemm<SimtWeightGemm<bf16, 64, 128, 8, 8>>(x, grad_y, grad_w, workspace, g, stream);
+}
+
 template <class T>
 void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
                                    cudaStream_t stream) {
@@ -852,6 +874,12 @@ void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T*
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
 #undef KILN_CONV2D_INSTANTIATE
+// bf16: the CUDA-core versions, computing in f32
+template void forward_implicit_gemm_prefetch<bf16>(const bf16*, const bf16*, const DeviceEpilogue<bf16>&, bf16*,
+                                                   const Geometry&, cudaStream_t);
+template void backward_input_direct<bf16>(const bf16*, const bf16*, bf16*, const Geometry&, cudaStream_t);
+template void backward_input_implicit_gemm<bf16>(const bf16*, const bf16*, bf16*, const Geometry&, cudaStream_t);
+template void backward_input_as_forward<bf16>(const bf16*, const bf16*, bf16*, bf16*, const Geometry&, cudaStream_t);
 
 }  // namespace kiln::cuda::conv2d
 
@@ -899,6 +927,11 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
   KILN_CHECK(!epilogue.bias.defined() || epilogue.bias.dtype == y.dtype, DTypeError,
              "cuda backend: conv2d needs one dtype, got bias ", epilogue.bias.dtype, " for ", y.dtype);
   const conv2d::Geometry g = geometry_of(x.shape, w.shape, y.shape, p);
+  if (y.dtype == DType::bf16) {
+    conv2d::forward_implicit_gemm_prefetch<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
+                                                 y.data<bf16>(), g, stream_);
+    return;
+  }
   visit_floating(y.dtype, "conv2d", [&](auto tag) {
     using T = decltype(tag);
     const DeviceEpilogue<T> b = device_epilogue<T>(epilogue);
@@ -926,6 +959,19 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
                                         const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
+  if (grad_x.dtype == DType::bf16) {
+    const bf16 *gy = grad_y.data<bf16>(), *wt = w.data<bf16>();
+    bf16* gx = grad_x.data<bf16>();
+    if (conv2d::backward_input_as_forward_applies(g)) {
+      Workspace ws(*this, sizeof(bf16) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
+      conv2d::backward_input_as_forward<bf16>(gy, wt, gx, static_cast<bf16*>(ws.p), g, stream_);
+    } else if (conv2d::backward_input_uses_direct(g)) {
+      conv2d::backward_input_direct<bf16>(gy, wt, gx, g, stream_);
+    } else {
+      conv2d::backward_input_implicit_gemm<bf16>(gy, wt, gx, g, stream_);
+    }
+    return;
+  }
   visit_floating(grad_x.dtype, "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
     if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
@@ -948,6 +994,12 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
                                          const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
+  if (grad_w.dtype == DType::bf16) {
+    Workspace ws(*this, sizeof(float) * static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
+    conv2d::backward_weight_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), static_cast<float*>(ws.p),
+                                 g, stream_);
+    return;
+  }
   visit_floating(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));

@@ -20,15 +20,18 @@ namespace kiln::cuda {
 int device_attribute(cudaDeviceAttr attr, int device = -1);
 
 // An Epilogue (core/backend.h) as the matmul and conv2d kernels take it: the bias as a device
-// pointer (null: none), applied to output element v of column or channel j.
+// pointer (null: none), applied to output element v of column or channel j. v is in the type the
+// kernel computes in (T, or float for a bf16 output, whose bias is widened and whose result the
+// kernel then rounds once).
 template <class T>
 struct DeviceEpilogue {
   const T* bias = nullptr;
   Activation activation = Activation::none;
 #if defined(__CUDACC__)
-  __device__ T operator()(T v, int64_t j) const {
-    if (bias) v += bias[j];
-    return activation == Activation::relu && v < T(0) ? T(0) : v;  // a NaN passes, as UnaryOp::relu
+  template <class V>
+  __device__ V operator()(V v, int64_t j) const {
+    if (bias) v += static_cast<V>(bias[j]);
+    return activation == Activation::relu && v < V(0) ? V(0) : v;  // a NaN passes, as UnaryOp::relu
   }
 #endif
 };

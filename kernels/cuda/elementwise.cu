@@ -25,6 +25,7 @@ void visit(DType t, const char* op, Fn&& fn) {
     case DType::f64: return fn(double{});
     case DType::i32: return fn(int32_t{});
     case DType::u8: return fn(uint8_t{});
+    case DType::bf16: return fn(bf16{});
   }
   KILN_FAIL(DTypeError, "cuda ", op, ": unknown dtype");
 }
@@ -37,13 +38,16 @@ __global__ void fill_kernel(T* out, Layout lo, int64_t n, T value) {
 template <class T>
 __global__ void arange_kernel(T* out, int64_t offset, int64_t n, double start, double step) {
   // __dadd_rn/__dmul_rn round each step as the CPU does; a fused multiply-add would differ.
-  KILN_GRID_STRIDE(i, n) out[offset + i] = static_cast<T>(__dadd_rn(start, __dmul_rn(static_cast<double>(i), step)));
+  KILN_GRID_STRIDE(i, n) out[offset + i] = cast<T>(__dadd_rn(start, __dmul_rn(static_cast<double>(i), step)));
 }
 
 // Floating to integer: truncate to 64 bits, then wrap to D's width, as the CPU (and PyTorch) do.
+// bf16 goes through f32 both ways, as the CPU's widened copy does.
 template <class D, class S>
 __device__ D convert(S v) {
-  if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) return static_cast<D>(static_cast<int64_t>(v));
+  if constexpr (std::is_same_v<S, bf16>) return convert<D>(static_cast<float>(v));
+  else if constexpr (std::is_same_v<D, bf16>) return bf16(static_cast<float>(v));
+  else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) return static_cast<D>(static_cast<int64_t>(v));
   else return static_cast<D>(v);
 }
 
@@ -101,23 +105,27 @@ __device__ int32_t apply_unary_int(UnaryOp op, int32_t v, int64_t alpha) {
   }
 }
 
+// Floating kernels compute in C = compute_t<T> (float for bf16) and round once at the store.
 template <class T>
 __global__ void unary_kernel(UnaryOp op, const T* x, Layout lx, T* out, Layout lo, int64_t n, double alpha) {
+  using C = compute_t<T>;
   KILN_GRID_STRIDE(i, n) {
-    if constexpr (std::is_floating_point_v<T>) out[lo.at(i)] = apply_unary<T>(op, x[lx.at(i)], static_cast<T>(alpha));
+    if constexpr (std::is_floating_point_v<C>)
+      out[lo.at(i)] = cast<T>(apply_unary<C>(op, cast<C>(x[lx.at(i)]), static_cast<C>(alpha)));
     else out[lo.at(i)] = apply_unary_int(op, x[lx.at(i)], static_cast<int64_t>(alpha));
   }
 }
 
 template <class T>
 __global__ void unary_backward_kernel(UnaryOp op, const T* x, Layout lx, const T* g, Layout lg, T* out, Layout lo,
-                                      int64_t n, T alpha) {
+                                      int64_t n, compute_t<T> alpha) {
+  using C = compute_t<T>;
   KILN_GRID_STRIDE(i, n) {
-    T v = x[lx.at(i)], gv = g[lg.at(i)], r = gv;
-    if (op == UnaryOp::relu) r = v <= T(0) ? T(0) : gv;
-    else if (op == UnaryOp::leaky_relu) r = v > T(0) ? gv : gv * alpha;
+    C v = cast<C>(x[lx.at(i)]), gv = cast<C>(g[lg.at(i)]), r = gv;
+    if (op == UnaryOp::relu) r = v <= C(0) ? C(0) : gv;
+    else if (op == UnaryOp::leaky_relu) r = v > C(0) ? gv : gv * alpha;
     else if (op == UnaryOp::gelu) r = gv * (normal_cdf(v) + v * normal_pdf(v));
-    out[lo.at(i)] = r;
+    out[lo.at(i)] = cast<T>(r);
   }
 }
 
@@ -159,7 +167,8 @@ __device__ T apply_binary(BinaryOp op, T x, T y) {
 
 template <class T>
 __global__ void binary_kernel(BinaryOp op, const T* a, Layout la, const T* b, Layout lb, T* out, Layout lo, int64_t n) {
-  KILN_GRID_STRIDE(i, n) out[lo.at(i)] = apply_binary<T>(op, a[la.at(i)], b[lb.at(i)]);
+  using C = compute_t<T>;
+  KILN_GRID_STRIDE(i, n) out[lo.at(i)] = cast<T>(apply_binary<C>(op, cast<C>(a[la.at(i)]), cast<C>(b[lb.at(i)])));
 }
 
 }  // namespace
@@ -170,7 +179,7 @@ void CudaBackend::fill(const TensorRef& out, double value) {
   visit(out.dtype, "fill", [&](auto tag) {
     using T = decltype(tag);
     fill_kernel<T><<<blocks_for(n), kThreads, 0, stream_>>>(static_cast<T*>(out.buffer), layout_of(out, "fill"), n,
-                                                            static_cast<T>(value));
+                                                            cast<T>(value));
   });
   KILN_CUDA_LAUNCH_CHECK("fill");
 }
@@ -226,13 +235,13 @@ void CudaBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorRef
   if (n == 0) return;
   visit(x.dtype, "unary_backward", [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (!std::is_floating_point_v<T>) {
-      KILN_FAIL(DTypeError, "cuda backend: unary_backward takes f32 or f64");
+    if constexpr (!std::is_floating_point_v<compute_t<T>>) {
+      KILN_FAIL(DTypeError, "cuda backend: unary_backward takes f32, f64 or bf16");
     } else {
       unary_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream_>>>(
           op, static_cast<const T*>(x.buffer), layout_of(x, "unary_backward"), static_cast<const T*>(grad.buffer),
           layout_of(grad, "unary_backward"), static_cast<T*>(out.buffer), layout_of(out, "unary_backward"), n,
-          static_cast<T>(alpha));
+          static_cast<compute_t<T>>(alpha));
     }
   });
   KILN_CUDA_LAUNCH_CHECK("unary_backward");

@@ -37,7 +37,7 @@ __global__ void gather_kernel(const T* x, const int32_t* idx, T* out, int64_t m,
     if (row >= 0 && row < n) {
       out[e] = x[(o * n + row) * inner + i];
     } else {
-      out[e] = T(0);
+      out[e] = T{};
       report_fault(fault, FaultOp::gather, row, j, n);
     }
   }
@@ -59,7 +59,7 @@ __global__ void one_hot_kernel(const int32_t* idx, T* out, int64_t classes, int6
   KILN_GRID_STRIDE(e, total) {
     int64_t k = e / classes, c = e % classes;
     int32_t v = idx[k];
-    out[e] = static_cast<T>(v == c);
+    out[e] = cast<T>(v == c);
     if (c == 0 && (v < 0 || v >= classes)) report_fault(fault, FaultOp::one_hot, v, k, classes);
   }
 }
@@ -85,6 +85,7 @@ void CudaBackend::gather(const TensorRef& x, const TensorRef& indices, const Ten
     case DType::f64: launch(double{}); break;
     case DType::i32: launch(int32_t{}); break;
     case DType::u8: launch(uint8_t{}); break;
+    case DType::bf16: launch(bf16{}); break;
   }
   KILN_CUDA_LAUNCH_CHECK("gather");
 }
@@ -103,6 +104,8 @@ void CudaBackend::index_add(const TensorRef& src, const TensorRef& indices, cons
     case DType::f64: launch(double{}); break;
     case DType::i32: launch(int32_t{}); break;
     case DType::u8: KILN_FAIL(DTypeError, "cuda backend: index_add does not take u8 (no byte atomics)");
+    case DType::bf16: KILN_FAIL(DTypeError, "cuda backend: index_add does not take bf16 (it would round every "
+                                "addition: add in f32 and convert)");
   }
   KILN_CUDA_LAUNCH_CHECK("index_add");
 }
@@ -121,6 +124,7 @@ void CudaBackend::one_hot(const TensorRef& indices, const TensorRef& out) {
     case DType::f64: launch(double{}); break;
     case DType::i32: launch(int32_t{}); break;
     case DType::u8: launch(uint8_t{}); break;
+    case DType::bf16: launch(bf16{}); break;
   }
   KILN_CUDA_LAUNCH_CHECK("one_hot");
 }

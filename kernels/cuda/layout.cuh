@@ -72,4 +72,29 @@ void visit_floating(DType t, const char* op, Fn&& fn) {
   }
 }
 
+// The same for kernels that also store bf16, computing in compute_t<T>.
+template <class Fn>
+void visit_floating_bf16(DType t, const char* op, Fn&& fn) {
+  switch (t) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::bf16: return fn(bf16{});
+    default: KILN_FAIL(DTypeError, "cuda backend: ", op, " takes f32, f64 or bf16, got ", t);
+  }
+}
+
+// The type a kernel computes in when it stores T: float for bf16 (loaded exactly, rounded once at
+// the store: core/bf16.h), T itself otherwise.
+template <class T> struct compute_type { using type = T; };
+template <> struct compute_type<bf16> { using type = float; };
+template <class T> using compute_t = typename compute_type<T>::type;
+
+// v as a T: a C++ cast, through float for bf16 (which has no other conversions).
+template <class T, class V>
+__host__ __device__ T cast(V v) {
+  if constexpr (std::is_same_v<T, bf16>) return bf16(static_cast<float>(v));
+  else if constexpr (std::is_same_v<V, bf16>) return static_cast<T>(static_cast<float>(v));
+  else return static_cast<T>(v);
+}
+
 }  // namespace kiln::cuda

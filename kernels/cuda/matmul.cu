@@ -1,6 +1,6 @@
 // matmul on the GPU: C[b] = op(A[b]) * op(B[b]) for b in [0, batch), C contiguous [batch, m, n],
 // op(A) m x k, op(B) k x n, either operand transposed, with row strides and batch strides (0
-// broadcasts one matrix over the batch): MatmulParams in core/backend.h. f32 and f64.
+// broadcasts one matrix over the batch): MatmulParams in core/backend.h. f32, f64 and bf16.
 //
 // Bench: `kernel-bench --only matmul` times every version against cuBLAS SGEMM (FP32 and TF32)
 // after checking each against cuBLAS's result. Figures: kernels/README.md, from kernel-bench.
@@ -39,6 +39,8 @@
 //     into registers, where wgmma takes its first operand (when both are, one is first packed
 //     K-major). Tiles of 128 x 256, 128 x 128 or 128 x 64. Inputs truncated to TF32 as in 10.
 //     Runs 11 on other GPUs.
+//   14_bf16_mma: bf16 operands and result (mixed precision), f32 accumulation: mma.sync m16n8k16
+//     on 08's structure, shared tiles K-major so that each fragment register is one shared load.
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
@@ -62,7 +64,7 @@
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
 //   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
-// f64 always runs 03. The SM count is asked once per device (device_attribute).
+// f64 always runs 03, bf16 14. The SM count is asked once per device (device_attribute).
 //
 // The epilogue (core/backend.h): every version stores each element of C through it, so a Linear
 // layer's bias and ReLU cost no pass of their own: 03-05 and 01-02 as they store an element,
@@ -120,6 +122,10 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
   if (out.dtype == DType::f64) {
     matmul::smem_tiling_f64(p, a.data<double>(), b.data<double>(), out.data<double>(),
                             device_epilogue<double>(epilogue), stream_);
+    return;
+  }
+  if (out.dtype == DType::bf16) {
+    matmul::bf16_mma(p, a.data<bf16>(), b.data<bf16>(), out.data<bf16>(), device_epilogue<bf16>(epilogue), stream_);
     return;
   }
   KILN_CHECK(out.dtype == DType::f32, DTypeError, "cuda backend: matmul does not support dtype ", out.dtype);

@@ -36,6 +36,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::f64: return ncclFloat64;
     case DType::i32: return ncclInt32;
     case DType::u8: return ncclUint8;
+    case DType::bf16: return ncclBfloat16;
   }
   KILN_FAIL(DTypeError, "nccl: no NCCL type for dtype ", dtype);
 }

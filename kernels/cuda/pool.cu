@@ -1,5 +1,6 @@
 // 2-D pooling on the GPU over each plane of x [N, C, H, W] -> y [N, C, OH, OW], and the backward
-// passes, f32 and f64, matching kernels/cpu/pool.cpp bit for bit:
+// passes, f32, f64 and bf16 (computed in f32, rounded at the store), matching kernels/cpu/pool.cpp
+// (bf16: its widened f32 kernel) bit for bit:
 //   max_pool2d   y = max over the window (clipped to the input: padding never wins); indices (i32,
 //                same shape as y) hold the winner's position h * W + w in its plane. Ties go to
 //                the first element in row-major window order; a NaN wins, the last one in that
@@ -106,16 +107,16 @@ __global__ void max_pool_kernel(const T* x, T* y, int32_t* indices, Geom<I> d, I
     const T* xp = x + plane * d.h * d.w;
     const Window<I> win = window_of(d, i, j);
     I best_at = win.h0 * d.w + win.w0;  // start from a real element, as the CPU does
-    T best = xp[best_at];
+    compute_t<T> best = cast<compute_t<T>>(xp[best_at]);
     for (I h = win.h0; h < win.h1; ++h)
       for (I w = win.w0; w < win.w1; ++w) {
-        const T v = xp[h * d.w + w];
+        const compute_t<T> v = cast<compute_t<T>>(xp[h * d.w + w]);
         if (v > best || v != v) {  // v != v: v is NaN; v > NaN is false, so the last NaN wins
           best = v;
           best_at = h * d.w + w;
         }
       }
-    y[e] = best;
+    y[e] = cast<T>(best);
     indices[e] = static_cast<int32_t>(best_at);
   }
 }
@@ -145,11 +146,11 @@ __global__ void max_pool_backward_kernel(const T* gy, const int32_t* indices, T*
       covering(h, d.ph, d.kh, d.sh, d.oh, &i0, &i1);
       covering(w, d.pw, d.kw, d.sw, d.ow, &j0, &j1);
     }
-    T acc = 0;
+    compute_t<T> acc = 0;
     for (I i = i0; i < i1; ++i)
       for (I j = j0; j < j1; ++j)
-        if (ip[i * d.ow + j] == at) acc += gyp[i * d.ow + j];
-    gx[e] = acc;
+        if (ip[i * d.ow + j] == at) acc += cast<compute_t<T>>(gyp[i * d.ow + j]);
+    gx[e] = cast<T>(acc);
   }
 }
 
@@ -166,7 +167,7 @@ __global__ void max_pool_backward_tiled_kernel(const T* gy, const int32_t* indic
     const T g = gy[e];
     T* gxp = gx + plane * d.h * d.w;
     for (I r = i * d.kh; r < (i + 1) * d.kh; ++r)
-      for (I c = j * d.kw; c < (j + 1) * d.kw; ++c) gxp[r * d.w + c] = r * d.w + c == at ? g : T(0);
+      for (I c = j * d.kw; c < (j + 1) * d.kw; ++c) gxp[r * d.w + c] = r * d.w + c == at ? g : T{};
   }
 }
 
@@ -185,8 +186,8 @@ __global__ void avg_pool_kernel(const T* x, T* y, Geom<I> d, I total) {
     const Window<I> win = window_of(d, i, j);
     double sum = 0;
     for (I h = win.h0; h < win.h1; ++h)
-      for (I w = win.w0; w < win.w1; ++w) sum += xp[h * d.w + w];
-    y[e] = static_cast<T>(sum / avg_count(d, win));
+      for (I w = win.w0; w < win.w1; ++w) sum += cast<compute_t<T>>(xp[h * d.w + w]);
+    y[e] = cast<T>(sum / avg_count(d, win));
   }
 }
 
@@ -199,12 +200,12 @@ __global__ void avg_pool_backward_kernel(const T* gy, T* gx, Geom<I> d, I total)
     I i0, i1, j0, j1;
     covering(h, d.ph, d.kh, d.sh, d.oh, &i0, &i1);
     covering(w, d.pw, d.kw, d.sw, d.ow, &j0, &j1);
-    T acc = 0;
+    compute_t<T> acc = 0;
     for (I i = i0; i < i1; ++i)
       for (I j = j0; j < j1; ++j)
-        // the CPU's share: grad_y / count in double, rounded to T, then added in T
-        acc += static_cast<T>(gyp[i * d.ow + j] / avg_count(d, window_of(d, i, j)));
-    gx[e] = acc;
+        // the CPU's share: grad_y / count in double, rounded to T (f32 for bf16), then added
+        acc += static_cast<compute_t<T>>(cast<compute_t<T>>(gyp[i * d.ow + j]) / avg_count(d, window_of(d, i, j)));
+    gx[e] = cast<T>(acc);
   }
 }
 
@@ -220,7 +221,7 @@ void CudaBackend::max_pool2d(const TensorRef& x, const TensorRef& y, const Tenso
   check_indices("max_pool2d", indices);
   const int64_t total = y.numel();
   if (total == 0) return;
-  visit_floating(x.dtype, "max_pool2d", [&](auto tag) {
+  visit_floating_bf16(x.dtype, "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
@@ -240,7 +241,7 @@ void CudaBackend::max_pool2d_backward(const TensorRef& grad_y, const TensorRef& 
   if (total == 0) return;
   const bool tiled = d.kh == d.sh && d.kw == d.sw && d.ph == 0 && d.pw == 0 && d.h == d.oh * d.kh &&
                      d.w == d.ow * d.kw;
-  visit_floating(grad_y.dtype, "max_pool2d_backward", [&](auto tag) {
+  visit_floating_bf16(grad_y.dtype, "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
@@ -263,7 +264,7 @@ void CudaBackend::avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2
   const PoolDims d = pool_dims("avg_pool2d", x, y, p);
   const int64_t total = y.numel();
   if (total == 0) return;
-  visit_floating(x.dtype, "avg_pool2d", [&](auto tag) {
+  visit_floating_bf16(x.dtype, "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
@@ -278,7 +279,7 @@ void CudaBackend::avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& 
   const PoolDims d = pool_dims("avg_pool2d_backward", grad_x, grad_y, p);
   const int64_t total = grad_x.numel();
   if (total == 0) return;
-  visit_floating(grad_y.dtype, "avg_pool2d_backward", [&](auto tag) {
+  visit_floating_bf16(grad_y.dtype, "avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     with_index_type(d, [&](auto index) {
       using I = decltype(index);

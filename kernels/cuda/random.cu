@@ -52,18 +52,21 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, phi
 // double2) when x and out are 16-byte aligned; 4-byte loads left much of the bandwidth unused
 // (history: NOTES.md). On [8192, 8192] f32 it moves
 // 99% [fig cuda.dropout.kernel.8192x8192.pct-copy] of the copy bandwidth (H100 80GB HBM3,
-// kernel-bench, docs/runs/2026-11-26-h100).
+// kernel-bench, docs/runs/2026-11-26-h100). bf16 compares, scales and multiplies in f32 (C) and
+// rounds the product, as the CPU's widened f32 kernel does, four elements at a time (8 bytes).
 template <class T>
-__global__ void dropout_kernel(const T* x, T* out, int64_t n, T threshold, T scale, philox::Key key, bool vec) {
+__global__ void dropout_kernel(const T* x, T* out, int64_t n, compute_t<T> threshold, compute_t<T> scale,
+                               philox::Key key, bool vec) {
+  using C = compute_t<T>;
   const philox::Key at = key.resolve();
   const uint64_t seed = at.seed, offset = at.offset;  // in a captured step, read from its replay value
-  using V = std::conditional_t<sizeof(T) == 4, float4, double2>;
-  constexpr int kPerVector = 16 / sizeof(T);
+  using V = std::conditional_t<sizeof(T) == 2, uint2, std::conditional_t<sizeof(T) == 4, float4, double2>>;
+  constexpr int kPerVector = sizeof(V) / sizeof(T);
   int64_t blocks = (n + 3) / 4;
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks; b += int64_t{gridDim.x} * blockDim.x) {
     philox::Block words = philox::block(seed, offset + static_cast<uint64_t>(b));
-    T mask[4];
-    for (int r = 0; r < 4; ++r) mask[r] = static_cast<T>(philox::to_unit(words[r])) > threshold ? scale : T(0);
+    C mask[4];
+    for (int r = 0; r < 4; ++r) mask[r] = static_cast<C>(philox::to_unit(words[r])) > threshold ? scale : C(0);
     const int64_t i = 4 * b;
     if (vec && i + 3 < n) {
 #pragma unroll
@@ -71,11 +74,11 @@ __global__ void dropout_kernel(const T* x, T* out, int64_t n, T threshold, T sca
         V v = *reinterpret_cast<const V*>(x + i + h * kPerVector);
         T* e = reinterpret_cast<T*>(&v);
 #pragma unroll
-        for (int r = 0; r < kPerVector; ++r) e[r] *= mask[h * kPerVector + r];
+        for (int r = 0; r < kPerVector; ++r) e[r] = cast<T>(cast<C>(e[r]) * mask[h * kPerVector + r]);
         *reinterpret_cast<V*>(out + i + h * kPerVector) = v;
       }
     } else {
-      for (int r = 0; r < 4 && i + r < n; ++r) out[i + r] = x[i + r] * mask[r];
+      for (int r = 0; r < 4 && i + r < n; ++r) out[i + r] = cast<T>(cast<C>(x[i + r]) * mask[r]);
     }
   }
 }
@@ -115,11 +118,15 @@ void CudaBackend::dropout(const TensorRef& x, const TensorRef& out, double p, co
              "cuda backend: dropout takes contiguous x and out of one dtype and size");
   int64_t n = out.numel();
   if (n == 0) return;
-  visit_floating(out, "dropout", [&](auto tag) {
+  KILN_CHECK(out.is_contiguous(), ValueError, "cuda dropout: writes a contiguous tensor");
+  visit_floating_bf16(out.dtype, "dropout", [&](auto tag) {
     using T = decltype(tag);
-    const bool vec = reinterpret_cast<uintptr_t>(x.data<T>()) % 16 == 0 && reinterpret_cast<uintptr_t>(out.data<T>()) % 16 == 0;
+    using C = compute_t<T>;
+    const size_t align = 4 * sizeof(T) < 16 ? 4 * sizeof(T) : 16;
+    const bool vec = reinterpret_cast<uintptr_t>(x.data<T>()) % align == 0 &&
+                     reinterpret_cast<uintptr_t>(out.data<T>()) % align == 0;
     dropout_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(
-        x.data<T>(), out.data<T>(), n, static_cast<T>(p), static_cast<T>(1.0 / (1.0 - p)), key, vec);
+        x.data<T>(), out.data<T>(), n, static_cast<C>(p), static_cast<C>(1.0 / (1.0 - p)), key, vec);
   });
   KILN_CUDA_LAUNCH_CHECK("dropout");
 }

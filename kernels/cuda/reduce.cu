@@ -1,5 +1,6 @@
 // Reductions on the GPU over the middle axis: x [outer, n, inner] (contiguous) -> out [outer, inner].
-// sum/mean accumulate in double (int64 for i32), as the CPU does; max/min propagate NaN;
+// f32, f64, bf16 and i32. sum/mean accumulate in double (int64 for i32), as the CPU does (bf16
+// values converted exactly, the result rounded once); max/min propagate NaN;
 // argmax/argmin return the first index of the extreme (a NaN counts as the extreme, the first
 // NaN wins), as the CPU does.
 //
@@ -82,16 +83,20 @@ __device__ bool beats(T a, int64_t ia, T b, int64_t ib, bool largest) {
   return ia < ib;
 }
 
+// What sums accumulate in, and what values and extremes are compared in (float for bf16).
 template <class T>
-using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
+template <class T>
+using Val = compute_t<T>;
 
 template <class T>
-__device__ void store(ReduceOp op, T* out, int32_t* out_index, int64_t at, Acc<T> sum, int64_t n, T best, int64_t best_i) {
+__device__ void store(ReduceOp op, T* out, int32_t* out_index, int64_t at, Acc<T> sum, int64_t n, Val<T> best,
+                      int64_t best_i) {
   switch (op) {
-    case ReduceOp::sum: out[at] = static_cast<T>(sum); break;
-    case ReduceOp::mean: out[at] = static_cast<T>(static_cast<double>(sum) / static_cast<double>(n)); break;
+    case ReduceOp::sum: out[at] = cast<T>(sum); break;
+    case ReduceOp::mean: out[at] = cast<T>(static_cast<double>(sum) / static_cast<double>(n)); break;
     case ReduceOp::max:
-    case ReduceOp::min: out[at] = best; break;
+    case ReduceOp::min: out[at] = cast<T>(best); break;
     case ReduceOp::argmax:
     case ReduceOp::argmin: out_index[at] = static_cast<int32_t>(best_i); break;
   }
@@ -106,10 +111,10 @@ __global__ void reduce_columns(ReduceOp op, const T* x, T* out, int32_t* out_ind
     int64_t o = e / inner, i = e % inner;
     const T* p = x + o * n * inner + i;
     Acc<T> sum = 0;
-    T best = p[0];
+    Val<T> best = cast<Val<T>>(p[0]);
     int64_t best_i = 0;
     for (int64_t k = 0; k < n; ++k) {
-      T v = p[k * inner];
+      const Val<T> v = cast<Val<T>>(p[k * inner]);
       sum += static_cast<Acc<T>>(v);
       if (k > 0 && beats(v, k, best, best_i, largest)) best = v, best_i = k;
     }
@@ -124,19 +129,19 @@ template <class T>
 __global__ void reduce_column_tiles(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t outer, int64_t n,
                                     int64_t inner) {
   __shared__ Acc<T> sums[kSplit][kColumns];
-  __shared__ T bests[kSplit][kColumns];
+  __shared__ Val<T> bests[kSplit][kColumns];
   __shared__ int64_t best_is[kSplit][kColumns];
   bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t i = blockIdx.x * int64_t{kColumns} + tx;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     Acc<T> sum = 0;
-    T best{};
+    Val<T> best{};
     int64_t best_i = -1;
     if (i < inner) {
       const T* p = x + o * n * inner + i;
       for (int64_t k = ty; k < n; k += kSplit) {
-        T v = p[k * inner];
+        const Val<T> v = cast<Val<T>>(p[k * inner]);
         sum += static_cast<Acc<T>>(v);
         if (best_i < 0 || beats(v, k, best, best_i, largest)) best = v, best_i = k;
       }
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(kPackThreads)
         for (int u = 0; u < kPackUnroll; ++u)
           if (k + u * rows < k1)
 #pragma unroll
-            for (int e = 0; e < V; ++e) acc[e] += static_cast<Acc<T>>(p[u].v[e]);
+            for (int e = 0; e < V; ++e) acc[e] += cast<Acc<T>>(p[u].v[e]);
       }
     }
 #pragma unroll
@@ -206,7 +211,7 @@ __global__ void __launch_bounds__(kPackThreads)
     if (c < lanes * V && at < inner) {
       Acc<T> total = 0;
       for (int r = 0; r < rows; ++r) total += sums[r * lanes * V + c];
-      if (gridDim.z == 1) store(op, out, nullptr, o * inner + at, total, n, T{}, 0);
+      if (gridDim.z == 1) store(op, out, nullptr, o * inner + at, total, n, Val<T>{}, 0);
       else partial[(blockIdx.z * outer + o) * inner + at] = total;
     }
     __syncthreads();  // before the next o overwrites the partials
@@ -220,7 +225,7 @@ __global__ void reduce_column_splits(ReduceOp op, const Acc<T>* partial, T* out,
   KILN_GRID_STRIDE(e, outputs) {
     Acc<T> total = 0;
     for (int64_t z = 0; z < splits; ++z) total += partial[z * outputs + e];
-    store(op, out, nullptr, e, total, n, T{}, 0);
+    store(op, out, nullptr, e, total, n, Val<T>{}, 0);
   }
 }
 
@@ -235,16 +240,16 @@ int pack_lanes(int64_t inner, int v) {
 template <class T>
 struct RowPartial {
   Acc<T> sum;
-  T best;
+  Val<T> best;
   int64_t best_i;
 };
 
 // The (sum, best, best index) of every thread of a block of kThreads combined in shared memory in a
 // fixed order (deterministic); thread 0 gets the block's.
 template <class T>
-__device__ void combine_block(Acc<T>& sum, T& best, int64_t& best_i, bool largest) {
+__device__ void combine_block(Acc<T>& sum, Val<T>& best, int64_t& best_i, bool largest) {
   __shared__ Acc<T> sums[kThreads];
-  __shared__ T bests[kThreads];
+  __shared__ Val<T> bests[kThreads];
   __shared__ int64_t best_is[kThreads];
   const int t = threadIdx.x;
   sums[t] = sum, bests[t] = best, best_is[t] = best_i;
@@ -269,14 +274,14 @@ __global__ void __launch_bounds__(kThreads) reduce_rows(ReduceOp op, const T* x,
   const int64_t r = blockIdx.x / splits, begin = blockIdx.x % splits * chunk, end = std::min(n, begin + chunk);
   const T* row = x + r * n;
   Acc<T> sum = 0;
-  T best = row[begin];
+  Val<T> best = cast<Val<T>>(row[begin]);
   int64_t best_i = begin;
   for (int64_t k = begin + threadIdx.x; k < end; k += kThreads) {
-    T v = row[k];
+    const Val<T> v = cast<Val<T>>(row[k]);
     sum += static_cast<Acc<T>>(v);
     if (beats(v, k, best, best_i, largest)) best = v, best_i = k;
   }
-  combine_block(sum, best, best_i, largest);
+  combine_block<T>(sum, best, best_i, largest);
   if (threadIdx.x != 0) return;
   if (partial) partial[blockIdx.x] = {sum, best, best_i};
   else store(op, out, out_index, r, sum, n, best, best_i);
@@ -290,13 +295,13 @@ __global__ void __launch_bounds__(kThreads) reduce_row_splits(ReduceOp op, const
   const bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
   const RowPartial<T>* p = partial + blockIdx.x * splits;
   Acc<T> sum = 0;
-  T best = p[0].best;
+  Val<T> best = p[0].best;
   int64_t best_i = p[0].best_i;
   for (int64_t z = threadIdx.x; z < splits; z += kThreads) {
     sum += p[z].sum;
     if (beats(p[z].best, p[z].best_i, best, best_i, largest)) best = p[z].best, best_i = p[z].best_i;
   }
-  combine_block(sum, best, best_i, largest);
+  combine_block<T>(sum, best, best_i, largest);
   if (threadIdx.x == 0) store(op, out, out_index, blockIdx.x, sum, n, best, best_i);
 }
 
@@ -311,16 +316,16 @@ __global__ void reduce_rows_warp(ReduceOp op, const T* x, T* out, int32_t* out_i
   for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; r < rows; r += warps) {
     const T* row = x + r * n;
     Acc<T> sum = 0;
-    T best = row[0];
+    Val<T> best = cast<Val<T>>(row[0]);
     int64_t best_i = 0;
     for (int64_t k = lane; k < n; k += 32) {
-      const T v = row[k];
+      const Val<T> v = cast<Val<T>>(row[k]);
       sum += static_cast<Acc<T>>(v);
       if (beats(v, k, best, best_i, largest)) best = v, best_i = k;
     }
     for (int offset = 16; offset > 0; offset /= 2) {
       sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      const T other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const Val<T> other = __shfl_xor_sync(0xffffffffu, best, offset);
       const int64_t other_i = __shfl_xor_sync(0xffffffffu, best_i, offset);
       if (beats(other, other_i, best, best_i, largest)) best = other, best_i = other_i;
     }
@@ -396,6 +401,7 @@ void column_packs(ReduceOp op, const T* x, T* values, int64_t outer, int64_t n, 
 KILN_REDUCE_INSTANTIATE(float)
 KILN_REDUCE_INSTANTIATE(double)
 KILN_REDUCE_INSTANTIATE(int32_t)
+KILN_REDUCE_INSTANTIATE(bf16)
 #undef KILN_REDUCE_INSTANTIATE
 
 }  // namespace reduce
@@ -452,6 +458,7 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) 
   switch (x.dtype) {
     case DType::f32: launch(float{}); break;
     case DType::f64: launch(double{}); break;
+    case DType::bf16: launch(bf16{}); break;
     case DType::i32:
       KILN_CHECK(op != ReduceOp::mean, DTypeError, "cuda backend: mean does not take i32");
       launch(int32_t{});

@@ -2,7 +2,7 @@
 // CudaBackend::reduce is the production path: it picks a version by the op and the layout.
 //
 // x [outer, n, inner] (contiguous) -> out [outer, inner]; `values` receives sum/mean/max/min,
-// `index` (i32) argmax/argmin, the other one may be null. f32, f64 and i32 are instantiated.
+// `index` (i32) argmax/argmin, the other one may be null. f32, f64, i32 and bf16 are instantiated.
 // Every function queues its kernels on `stream` and returns.
 #pragma once
 

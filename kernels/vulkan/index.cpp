@@ -45,7 +45,8 @@ Params axis_params(const TensorRef& axis, const TensorRef& indices, const Tensor
 }  // namespace
 
 void VulkanBackend::gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) {
-  KILN_CHECK(x.dtype != DType::f64, DTypeError, "vulkan gather: f64 is not supported by the Vulkan backend yet");
+  KILN_CHECK(x.dtype == DType::f32 || x.dtype == DType::i32 || x.dtype == DType::u8, DTypeError, "vulkan gather: ",
+             x.dtype, " is not supported by the Vulkan backend yet (f32, i32 and u8 so far)");
   const Params p = axis_params(x, indices, x, out, "gather", FaultOp::gather);
   record({"index_gather", {x.dtype == DType::u8}, &p, sizeof p,
           {allocation(indices), allocation(x), allocation(out), fault_slot()}, p.total});
@@ -61,7 +62,8 @@ void VulkanBackend::index_add(const TensorRef& src, const TensorRef& indices, co
 
 void VulkanBackend::one_hot(const TensorRef& indices, const TensorRef& out) {
   check_indices("one_hot", indices);
-  KILN_CHECK(out.dtype != DType::f64, DTypeError, "vulkan one_hot: f64 is not supported by the Vulkan backend yet");
+  KILN_CHECK(out.dtype == DType::f32 || out.dtype == DType::i32 || out.dtype == DType::u8, DTypeError,
+             "vulkan one_hot: ", out.dtype, " is not supported by the Vulkan backend yet (f32, i32 and u8 so far)");
   Params p;
   p.n = index32(out.shape.empty() ? 0 : out.shape.back(), "one_hot");
   p.outer = index32(indices.numel(), "one_hot");

@@ -77,6 +77,10 @@ int64_t split_k_splits(const MatmulParams& p, int sms);
 // floats, unused (may be null) when it comes to one chunk. Batch entries run one after another.
 void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
                  int64_t splits, float* workspace, cudaStream_t stream);
+// 14: bf16 operands and result (mixed precision), f32 accumulation on mma.sync m16n8k16, 08's
+// 128 x 128 tiles; each element rounded to bf16 once, after the epilogue. Any shape and layout.
+void bf16_mma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
+              cudaStream_t stream);
 // f64 (gradchecks): 03's shared-memory tiling in double.
 void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, const DeviceEpilogue<double>& e, cudaStream_t stream);
 

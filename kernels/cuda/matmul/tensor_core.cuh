@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kiln/kernels/cuda/layout.cuh"
 #include "kiln/kernels/cuda/matmul/common.cuh"
 
 namespace kiln::cuda::matmul {
@@ -301,29 +302,35 @@ __device__ void mma_3xtf32_add_slice(float (&acc)[MI][NI][4], const float* as, c
 struct AsComputed {
   __device__ float operator()(float v, int64_t, int64_t) const { return v; }
 };
-template <int MI, int NI, class Finish = AsComputed>
-__device__ void store_mma_tiles(const Args<float>& args, const float (&acc)[MI][NI][4], int64_t i0, int64_t j0,
+// Two neighbouring elements of C in one store (j even, and Args::vec_c: the row's pairs aligned).
+__device__ inline void store_pair(float* p, float v0, float v1) { *reinterpret_cast<float2*>(p) = make_float2(v0, v1); }
+__device__ inline void store_pair(bf16* p, float v0, float v1) {
+  *reinterpret_cast<uint32_t*>(p) = bf16(v0).bits | uint32_t{bf16(v1).bits} << 16;
+}
+
+template <int MI, int NI, class T, class Finish = AsComputed>
+__device__ void store_mma_tiles(const Args<T>& args, const float (&acc)[MI][NI][4], int64_t i0, int64_t j0,
                                 int wm0, int wn0, int lane, Finish finish = {}) {
   const int g = lane / 4, t = lane % 4;
-  float* C = args.c_entry();
+  T* C = args.c_entry();
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t i = i0 + wm0 + mi * 16 + g + half * 8;
       if (i >= args.m) continue;
-      float* row = C + i * args.n;
+      T* row = C + i * args.n;
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
         const int64_t j = j0 + wn0 + ni * 8 + 2 * t;
         const float v0 = finish(acc[mi][ni][half * 2], i, j), v1 = finish(acc[mi][ni][half * 2 + 1], i, j + 1);
-        // the epilogue only on columns inside C: it reads the bias of the column
+        // the epilogue only on columns inside C: it reads the bias of the column; a bf16 C is
+        // rounded once, after it
         if (args.vec_c && j + 1 < args.n) {
-          // j even, n % 4 == 0: aligned
-          *reinterpret_cast<float2*>(row + j) = make_float2(args.epilogue(v0, j), args.epilogue(v1, j + 1));
+          store_pair(row + j, args.epilogue(v0, j), args.epilogue(v1, j + 1));
         } else {
-          if (j < args.n) row[j] = args.epilogue(v0, j);
-          if (j + 1 < args.n) row[j + 1] = args.epilogue(v1, j + 1);
+          if (j < args.n) row[j] = cast<T>(args.epilogue(v0, j));
+          if (j + 1 < args.n) row[j + 1] = cast<T>(args.epilogue(v1, j + 1));
         }
       }
     }
