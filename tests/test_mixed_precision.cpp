@@ -179,7 +179,7 @@ TEST_CASE("autocast guards nest, turn off, and refuse what they cannot do") {
     CHECK(matmul(x, w).dtype() == DType::bf16);
   }
   CHECK_FALSE(autograd::is_autocast_enabled());
-  CHECK_THROWS_AS(AutocastGuard(DType::f64), DTypeError);
+  CHECK_THROWS_AS(AutocastGuard{DType::f64}, DTypeError);
   // without autocast, dtypes must match as before
   CHECK_THROWS_AS(x + x.to(DType::bf16), DTypeError);
   CHECK_THROWS_AS(matmul(x, w.to(DType::bf16)), DTypeError);

@@ -200,6 +200,10 @@ void bench_matmul(Bench& bench) {
       cuda::matmul::bf16_mma(p, static_cast<const bf16*>(A16), static_cast<const bf16*>(B16), static_cast<bf16*>(C16),
                              {}, stream);
     });
+    run_bf16("15_bf16_wgmma", false, [&] {
+      cuda::matmul::bf16_wgmma(p, static_cast<const bf16*>(A16), static_cast<const bf16*>(B16),
+                               static_cast<bf16*>(C16), {}, stream);
+    });
     run_bf16("production (BF16)", false, [&] { backend.matmul(ra16, rb16, rc16, p, {}); });
   }
   KILN_CUBLAS_CHECK(cublasDestroy(handle));

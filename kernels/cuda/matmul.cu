@@ -41,6 +41,8 @@
 //     Runs 11 on other GPUs.
 //   14_bf16_mma: bf16 operands and result (mixed precision), f32 accumulation: mma.sync m16n8k16
 //     on 08's structure, shared tiles K-major so that each fragment register is one shared load.
+//   15_bf16_wgmma: 13's kernel on bf16 tiles (in 13's file): wgmma m64nNk16 from shared memory,
+//     an MN-major operand first packed K-major.
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
@@ -64,7 +66,7 @@
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
 //   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
-// f64 always runs 03, bf16 14. The SM count is asked once per device (device_attribute).
+// f64 always runs 03. bf16 runs 15 on an sm_90 GPU where 13's rule would run 13, else 14. The SM count is asked once per device (device_attribute).
 //
 // The epilogue (core/backend.h): every version stores each element of C through it, so a Linear
 // layer's bias and ReLU cost no pass of their own: 03-05 and 01-02 as they store an element,
@@ -125,7 +127,21 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     return;
   }
   if (out.dtype == DType::bf16) {
-    matmul::bf16_mma(p, a.data<bf16>(), b.data<bf16>(), out.data<bf16>(), device_epilogue<bf16>(epilogue), stream_);
+    const bf16 *A = a.data<bf16>(), *B = b.data<bf16>();
+    bf16* C = out.data<bf16>();
+    const DeviceEpilogue<bf16> e = device_epilogue<bf16>(epilogue);
+    const int64_t tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 127) / 128);
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, device_);
+    if (tiles >= std::max(sms / 4, 1) && matmul::tf32_wgmma_applies(p, device_)) {
+      const size_t bytes = matmul::bf16_wgmma_workspace(p, A, B);
+      if (bytes == 0 || p.k >= 256) {  // as for TF32: packing a short product costs more than 14 takes
+        void* workspace = bytes > 0 ? allocate(bytes) : nullptr;
+        matmul::bf16_wgmma_run(p, A, B, C, e, 0, workspace, stream_);
+        if (workspace) deallocate(workspace);
+        return;
+      }
+    }
+    matmul::bf16_mma(p, A, B, C, e, stream_);
     return;
   }
   KILN_CHECK(out.dtype == DType::f32, DTypeError, "cuda backend: matmul does not support dtype ", out.dtype);

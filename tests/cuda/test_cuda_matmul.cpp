@@ -9,6 +9,7 @@
 #include "tests/matmul_cases.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -225,6 +226,67 @@ TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, in e
       version(p, a, b, out.ref().data<float>(), {}, be.stream());
       check_close(out.to(DType::f64), want, 1e-3, 1e-3 * std::sqrt(static_cast<double>(cs.k)),
                   std::string(name) + " " + shape);
+    }
+  }
+}
+
+TEST_CASE("14_bf16_mma and 15_bf16_wgmma match the CPU's bf16 product in every layout, epilogue and tile") {
+  // bf16 operands and result: the CPU's reference widens the operands to f32, multiplies and rounds
+  // each element once (kernels/cpu/widen.cpp), as the kernels do with f32 accumulation in another
+  // order: they agree to an ulp of bf16 (2^-8 relative) plus the f32 sums' reordering. 15 reads
+  // K-major operands in place and packs MN-major or misaligned ones (rows of 8 bf16 are 16 bytes);
+  // elsewhere than on an sm_90 it runs 14. Shapes span several tiles with ragged edges, k several
+  // ring turns of 64 with a partial last slice; the production path on each too.
+  struct Case {
+    int64_t batch, m, n, k;
+    bool trans_a, trans_b;
+    int64_t lda_pad, ldb_pad;
+    bool broadcast_a;
+    bool pack_a, pack_b;  // what 15 packs into its workspace
+  };
+  const Case cases[] = {
+      {1, 300, 520, 515, false, true, 5, 5, false, false, false},  // lda = ldb = 520: both K-major in place
+      {2, 257, 129, 301, false, false, 3, 7, false, false, true},   // B runs along n: packed
+      {2, 300, 260, 200, true, true, 4, 0, false, true, false},    // A^T: packed
+      {3, 65, 33, 7, false, true, 1, 1, true, false, false},       // A broadcast over the 3 entries
+      {1, 131, 77, 45, false, true, 0, 3, false, true, false},     // lda 45: rows not 16-byte aligned
+      {1, 1, 1, 1, false, false, 7, 7, false, false, true},
+  };
+  cuda::CudaBackend& be = cuda::backend(0);
+  for (const Case& cs : cases) {
+    for (int epilogue = 0; epilogue < 4; ++epilogue) {
+      const StoredProduct sp = stored_product(cs.batch, cs.m, cs.n, cs.k,
+                                              {.trans_a = cs.trans_a, .trans_b = cs.trans_b, .lda_pad = cs.lda_pad,
+                                               .ldb_pad = cs.ldb_pad, .broadcast_a = cs.broadcast_a});
+      const MatmulParams& p = sp.p;
+      const SweepEpilogue ep(epilogue, cs.n);
+      // the product of the bf16 operands in f32, through the epilogue (its bias rounded to bf16 as
+      // the kernels get it) in f32, rounded once
+      const Tensor av = sp.a_used(DType::bf16).to(DType::f32), bv = sp.b_used(DType::bf16).to(DType::f32);
+      Tensor want = matmul(p.trans_a ? av.transpose(1, 2) : av, p.trans_b ? bv.transpose(1, 2) : bv);
+      if (ep.with_bias) want = want + ep.bias.to(DType::bf16).to(DType::f32);
+      if (ep.act == Activation::relu) want = relu(want);
+      want = want.to(DType::bf16);
+      Tensor ga = sp.a.to(DType::bf16).to(kCuda), gb = sp.b.to(DType::bf16).to(kCuda);
+      Tensor gbias = ep.bias.to(DType::bf16).to(kCuda);
+      const cuda::DeviceEpilogue<bf16> e{ep.with_bias ? gbias.ref().data<bf16>() : nullptr, ep.act};
+      const bf16* a = ga.ref().data<bf16>();
+      const bf16* b = gb.ref().data<bf16>();
+      const int64_t row = (cs.k + 7) / 8 * 8;  // packed rows: k rounded up to 8 bf16
+      const int64_t elements = (cs.pack_a ? (cs.broadcast_a ? 1 : cs.batch) * cs.m * row : 0) +
+                               (cs.pack_b ? cs.batch * cs.n * row : 0);
+      CHECK_MESSAGE(cuda::matmul::bf16_wgmma_workspace(p, a, b) == static_cast<size_t>(elements) * 2, sp.shape);
+      using Run = std::function<void(bf16*)>;
+      const std::pair<const char*, Run> versions[] = {
+          {"14_bf16_mma", [&](bf16* c) { cuda::matmul::bf16_mma(p, a, b, c, e, be.stream()); }},
+          {"15_bf16_wgmma", [&](bf16* c) { cuda::matmul::bf16_wgmma(p, a, b, c, e, be.stream()); }},
+      };
+      for (const auto& [name, run] : versions) {
+        Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, TensorOptions(DType::bf16).device(kCuda));  // overwritten
+        run(out.ref().data<bf16>());
+        check_close(out.to(DType::f64), want.to(DType::f64), 8e-3, 1e-4 * std::sqrt(static_cast<double>(cs.k)),
+                    std::string(name) + " " + sp.shape + " epilogue " + std::to_string(epilogue));
+      }
     }
   }
 }

@@ -1,7 +1,8 @@
 // Version 13, TF32 on Hopper's warpgroup tensor cores: wgmma.mma_async fed by the tensor memory
 // accelerator (TMA). C = op(A) op(B) as every version (matmul.cuh), inputs truncated to TF32 as in
 // 10 and 11, f32 accumulation. Needs an sm_90 GPU (H100, H200) and this file built for sm_90a
-// (kernels/cuda/CMakeLists.txt); elsewhere it runs 11.
+// (kernels/cuda/CMakeLists.txt); elsewhere it runs 11. Version 15, bf16 (mixed precision), is the
+// same kernel on bf16 tiles: see the paragraph before bf16_wgmma_run, at the end.
 // Bench: `kernel-bench --only matmul` (rows 13_tf32_wgmma, _128x128, _128x64; 4096^3 is the plain
 // product, whose B goes through registers, 4096^3 B^T the layout read from shared memory alone).
 //
@@ -82,20 +83,24 @@
 namespace kiln::cuda::matmul {
 namespace {
 
-// The block tile is BM x BN, the two consumer warpgroups owning 64 rows each; slices of BK floats
-// of k go through a ring of STAGES stages. Shared memory: STAGES x (A tile BM x BK, B tile
-// BN x BK), then the mbarriers, full[STAGES] and empty[STAGES]. Three widths: 256 for products
+// The block tile is BM x BN, the two consumer warpgroups owning 64 rows each; slices of k (rows of
+// 128 bytes: kStageK values) go through a ring of STAGES stages. Shared memory: STAGES x (A tile
+// BM x 128 bytes, B tile BN x 128 bytes), then the mbarriers, full[STAGES] and empty[STAGES]. Three widths: 256 for products
 // with tiles enough to fill the GPU several times over, 128 and 64 for those whose 128 x 256 tiles
 // would leave SMs idle (a 1024^3 product has 32 of them for 132 SMs, 128 of 128 x 64). Narrower
 // tiles take less shared memory per stage, so they get deeper rings.
 constexpr int BM = 128;
-constexpr int BK = 32;        // floats of k per stage: rows of 128 bytes, the 128-byte swizzle's width
 constexpr int THREADS = 384;  // warpgroup 0 produces, 1 and 2 consume
+// Values of k per stage for element type E (float: 32, bf16: 64): a stage's rows are 128 bytes,
+// the 128-byte swizzle's width, whatever the type, so the tiles, the swizzle and the descriptors are the same bytes for both,
+// and a wgmma k-step (8 floats, 16 bf16) is 32 bytes of a row either way.
+template <class E>
+constexpr int kStageK = 128 / static_cast<int>(sizeof(E));
 template <int BN_>
 struct Tile {
   static constexpr int BN = BN_;
   static constexpr int STAGES = BN == 256 ? 3 : BN == 128 ? 4 : 6;
-  static constexpr int A_BYTES = BM * BK * 4, B_BYTES = BN * BK * 4, STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int BARRIERS = STAGES * STAGE_BYTES;
   // + 1024: the base is rounded up to 1024 bytes, the swizzle's period (8 rows of 128 bytes).
   static constexpr int SMEM_BYTES = BARRIERS + 2 * STAGES * 8 + 1024;
@@ -120,15 +125,16 @@ enum class Mode { kShared, kRegisters };
 
 // What the kernel needs besides the two tensor maps. The operands' batch strides live in the maps;
 // an operand broadcast over the batch has a map of one matrix.
+template <class E>
 struct WgmmaArgs {
-  float* c;
+  E* c;
   int64_t m, n;        // C's extents
   int64_t rows, cols;  // the product's: m, n, or n, m when `swap`
-  int slices;          // ceil(k / BK)
+  int slices;          // ceil(k / kStageK<E>)
   int64_t tiles_m, tiles_n;  // block tiles along rows and cols
   bool broadcast_a, broadcast_b, vec_c;
   bool swap;  // the rows run along C's columns: the kernel computes C^T
-  DeviceEpilogue<float> epilogue;
+  DeviceEpilogue<E> epilogue;
 };
 
 #ifdef KILN_WGMMA
@@ -247,6 +253,29 @@ __device__ inline void wgmma_tf32(float (&d)[32], const uint32_t (&a)[4], uint64
                : KILN_ACC64
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
+// bf16: d += A * B for a 64 x N x 16 product, both K-major in shared memory (the two trailing 0s:
+// neither transposed).
+__device__ inline void wgmma_bf16(float (&d)[128], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" KILN_REGS256 "}, %128, %129, 1, 1, 1, 0, 0;\n"
+               : KILN_ACC256
+               : "l"(a), "l"(b));
+}
+__device__ inline void wgmma_bf16(float (&d)[64], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" KILN_REGS128 "}, %64, %65, 1, 1, 1, 0, 0;\n"
+               : KILN_ACC128
+               : "l"(a), "l"(b));
+}
+__device__ inline void wgmma_bf16(float (&d)[32], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" KILN_REGS64 "}, %32, %33, 1, 1, 1, 0, 0;\n"
+               : KILN_ACC64
+               : "l"(a), "l"(b));
+}
+// One 32-byte k-step of both operands from shared memory, in E's instruction.
+template <class E, int R>
+__device__ inline void wgmma_shared(float (&d)[R], uint64_t a, uint64_t b) {
+  if constexpr (std::is_same_v<E, float>) wgmma_tf32(d, a, b);
+  else wgmma_bf16(d, a, b);
+}
 #undef KILN_REGS256
 #undef KILN_REGS128
 #undef KILN_REGS64
@@ -282,7 +311,7 @@ __device__ inline void named_barrier(int id, int count) {
 }
 
 // kRegisters: where this thread's fragment values of the rows operand lie in a stage. The operand
-// arrives as boxes of 32 rows x BK values of k, each a row of 128 bytes per k (so rows run along
+// arrives as boxes of 32 rows x 32 values of k, each a row of 128 bytes per k (so rows run along
 // the box's 128-byte lines) under the 128-byte swizzle: the 16-byte chunk c of line p is stored at
 // chunk c ^ (p % 8). A fragment needs, per warp and k-step of 8, rows g and g + 8 (g = lane / 4)
 // at k = t and t + 4 (t = lane % 4). Taking the warp's 16 rows in their natural order would put
@@ -300,7 +329,7 @@ struct RowFragment {
       rows[h] = box * 32 + chunk * 4 + g % 4;
       for (int hi = 0; hi < 2; ++hi) {
         const int p = t + 4 * hi;  // the value's k within the k-step, and its line's swizzle
-        at[h + 2 * hi] = static_cast<uint32_t>(box * 32 * BK * 4 + p * 128 + ((chunk ^ p) * 16) + (g % 4) * 4);
+        at[h + 2 * hi] = static_cast<uint32_t>(box * 32 * 128 + p * 128 + ((chunk ^ p) * 16) + (g % 4) * 4);
       }
     }
   }
@@ -309,17 +338,20 @@ struct RowFragment {
 
 // One block per BM x BN tile of the product (grid: blocks in a line, the batch entries one after
 // another).
-template <class T, Mode MODE>
+// E: float (TF32, version 13: both modes) or bf16 (version 15: kShared).
+template <class E, class T, Mode MODE>
 __global__ void __launch_bounds__(THREADS, 1)
-    tf32_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                      const WgmmaArgs args) {
+    wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                 const WgmmaArgs<E> args) {
 #ifdef KILN_WGMMA
+  static_assert(MODE == Mode::kShared || std::is_same_v<E, float>, "only TF32 takes an operand from registers");
   constexpr int BN = T::BN, STAGES = T::STAGES, A_BYTES = T::A_BYTES, STAGE_BYTES = T::STAGE_BYTES;
+  constexpr int SK = kStageK<E>;
   constexpr int CONSUMER_WARPS = 8;
   constexpr int64_t GROUP_M = 16;  // block tiles walk 16 rows of tiles before moving along n
-  extern __shared__ __align__(1024) uint8_t smem_tf32_wgmma[];
+  extern __shared__ __align__(1024) uint8_t smem_wgmma[];
   // The swizzle repeats every 1024 bytes, and the descriptors take tiles to start on a period.
-  uint8_t* smem = smem_tf32_wgmma + ((1024 - smem_u32(smem_tf32_wgmma) % 1024) % 1024);
+  uint8_t* smem = smem_wgmma + ((1024 - smem_u32(smem_wgmma) % 1024) % 1024);
   auto* full = reinterpret_cast<uint64_t*>(smem + T::BARRIERS);
   uint64_t* empty = full + STAGES;
 
@@ -352,13 +384,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         uint8_t* st = smem + stage * STAGE_BYTES;
         mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
         if constexpr (MODE == Mode::kShared) {
-          tma_load(st, &map_a, s * BK, static_cast<int>(tile_m * BM), za, &full[stage]);
+          tma_load(st, &map_a, s * SK, static_cast<int>(tile_m * BM), za, &full[stage]);
         } else {
-          for (int box = 0; box < BM / 32; ++box)  // boxes of 32 rows (128 bytes) x BK
-            tma_load(st + box * 32 * BK * 4, &map_a, static_cast<int>(tile_m * BM + box * 32), s * BK, za,
+          for (int box = 0; box < BM / 32; ++box)  // boxes of 32 rows (128 bytes) x SK
+            tma_load(st + box * 32 * SK * 4, &map_a, static_cast<int>(tile_m * BM + box * 32), s * SK, za,
                      &full[stage]);
         }
-        tma_load(st + A_BYTES, &map_b, s * BK, static_cast<int>(tile_n * BN), zb, &full[stage]);
+        tma_load(st + A_BYTES, &map_b, s * SK, static_cast<int>(tile_n * BN), zb, &full[stage]);
       }
     }
   } else {
@@ -369,7 +401,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0;
-    const uint32_t a0 = smem_u32(smem) + wg * 64 * BK * 4, b0 = smem_u32(smem) + A_BYTES;
+    const uint32_t a0 = smem_u32(smem) + wg * 64 * 128, b0 = smem_u32(smem) + A_BYTES;
     [[maybe_unused]] const RowFragment frag(wg, warp, lane);  // kRegisters: its loads and its rows
     if constexpr (MODE == Mode::kShared) {
       for (int s = 0; s < args.slices; ++s) {
@@ -379,7 +411,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const uint64_t db = smem_descriptor(b0 + stage * STAGE_BYTES);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BK / 8; ++kk) wgmma_tf32(d, da + 2 * kk, db + 2 * kk);
+        for (int kk = 0; kk < 4; ++kk) wgmma_shared<E>(d, da + 2 * kk, db + 2 * kk);  // 4 k-steps of 32 bytes
         wgmma_commit();
         // Keep this slice's products in flight; the previous slice's are done after this wait,
         // and its stage goes back to the producer.
@@ -391,15 +423,15 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int stage = s % STAGES;
         mbar_wait(&full[stage], (s / STAGES) & 1);
         const uint32_t base = smem_u32(smem) + stage * STAGE_BYTES;
-        uint32_t f[BK / 8][4];
+        uint32_t f[SK / 8][4];
 #pragma unroll
-        for (int kk = 0; kk < BK / 8; ++kk)
+        for (int kk = 0; kk < SK / 8; ++kk)
 #pragma unroll
           for (int i = 0; i < 4; ++i) f[kk][i] = ld_shared(base + frag.at[i] + kk * 1024);
         const uint64_t db = smem_descriptor(b0 + stage * STAGE_BYTES);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BK / 8; ++kk) wgmma_tf32(d, f[kk], db + 2 * kk);
+        for (int kk = 0; kk < SK / 8; ++kk) wgmma_tf32(d, f[kk], db + 2 * kk);
         wgmma_commit();
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(&empty[stage]);
@@ -407,13 +439,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma_wait<0>();
     fence_accumulators(d);
-    float* c = args.c + z * args.m * args.n;
+    E* c = args.c + z * args.m * args.n;
     if constexpr (MODE == Mode::kShared) {
       // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
       // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
-      // and alignment from an Args) writes them.
-      Args<float> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
-                      false, false, false, false, args.vec_c, args.epilogue};
+      // and alignment from an Args) writes them, a bf16 C rounded once after the epilogue.
+      Args<E> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
+                  false, false, false, false, args.vec_c, args.epilogue};
       store_mma_tiles(out, reinterpret_cast<const float(&)[1][BN / 8][4]>(d), tile_m * BM, tile_n * BN,
                       wg * 64 + warp * 16, 0, lane);
     } else {
@@ -478,9 +510,10 @@ __global__ void __launch_bounds__(THREADS, 1)
 // tiles per block of 32 x 8 threads. A tile whose memory runs along x goes through shared memory,
 // so that the reads (along x) and the writes (along p) are both coalesced; one that runs along p
 // already (an operand packed only for its alignment) is copied row by row.
-__global__ void pack_k_major_kernel(Panel<float> P, int64_t batch_stride, float* out, int64_t ld_out,
-                                    int64_t tiles_x, int64_t tiles_k) {
-  __shared__ float tile[32][33];  // + 1: a column of the tile spans all 32 banks
+template <class E>
+__global__ void pack_k_major_kernel(Panel<E> P, int64_t batch_stride, E* out, int64_t ld_out, int64_t tiles_x,
+                                    int64_t tiles_k) {
+  __shared__ E tile[32][33];  // + 1: a column of the tile spans all 32 banks (f32)
   const int64_t t = blockIdx.x, per_entry = tiles_x * tiles_k, z = t / per_entry;
   const int64_t x0 = t % per_entry / tiles_k * 32, p0 = t % tiles_k * 32;
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -501,7 +534,7 @@ __global__ void pack_k_major_kernel(Panel<float> P, int64_t batch_stride, float*
 // K-major (memory row r holds the matrix's row r: k values) or MN-major (memory row p holds the
 // value at k = p of every row).
 struct Operand {
-  const float* data;
+  const void* data;
   int64_t rows, ld, batch_stride, batches;
   bool k_major;
 };
@@ -509,34 +542,47 @@ struct Operand {
 // The panels' batch counts: a broadcast operand (batch stride 0) is one matrix.
 int64_t batches_of(const MatmulParams& p, int64_t batch_stride) { return batch_stride == 0 ? 1 : p.batch; }
 
-// Whether TMA can read a matrix of `lines` rows in memory where it is: a 16-byte aligned base and
-// row stride, and (when there are several matrices) a batch stride that is a whole number of rows
-// past the matrix before, as a tensor map's strides must be.
-bool readable(const float* data, int64_t lines, int64_t ld, int64_t batch_stride, int64_t batches) {
+// Whether TMA can read a matrix of `lines` rows of E in memory where it is: a 16-byte aligned base
+// and row stride, and (when there are several matrices) a batch stride that is a whole number of
+// rows past the matrix before, as a tensor map's strides must be.
+template <class E>
+bool readable(const E* data, int64_t lines, int64_t ld, int64_t batch_stride, int64_t batches) {
+  constexpr int64_t v = 16 / sizeof(E);  // elements per 16 bytes
   const bool stacked = batches == 1 || (ld > 0 && batch_stride % ld == 0 && batch_stride >= lines * ld);
-  return stacked && aligned16(data, ld, batch_stride);
+  return stacked && reinterpret_cast<uintptr_t>(data) % 16 == 0 && ld % v == 0 && batch_stride % v == 0;
 }
 
-// Floats of workspace an operand needs when it must be packed: rows of k rounded up to 4 floats.
-int64_t packed_floats(int64_t rows, int64_t k, int64_t batches) { return batches * rows * ((k + 3) / 4 * 4); }
+// Elements of workspace an operand needs when it must be packed: rows of k rounded up to 16 bytes.
+template <class E>
+int64_t packed_elements(int64_t rows, int64_t k, int64_t batches) {
+  constexpr int64_t v = 16 / sizeof(E);
+  return batches * rows * ((k + v - 1) / v * v);
+}
 
 // How a product runs: which operand gives the tile's rows, and which are first packed K-major.
 // Both K-major (after packing): kShared, rows from A. One MN-major: kRegisters with that one as
 // the rows operand (B's: the kernel computes C^T = B^T A^T). Both MN-major: the smaller is packed.
-// An operand TMA cannot read in place (misaligned, oddly strided) is packed.
+// An operand TMA cannot read in place (misaligned, oddly strided) is packed. bf16 (version 15)
+// packs every MN-major operand and runs kShared.
 struct Plan {
   Mode mode = Mode::kShared;
   bool swap = false;  // the rows operand is B
   bool pack_a = false, pack_b = false;
 };
 
-Plan plan_for(const MatmulParams& p, const float* a, const float* b) {
+template <class E>
+Plan plan_for(const MatmulParams& p, const E* a, const E* b) {
   const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
   const bool a_mn = p.trans_a, b_mn = !p.trans_b;
   Plan plan;
   plan.pack_a = !readable(a, a_mn ? p.k : p.m, p.lda, p.batch_stride_a, batches_a);
   plan.pack_b = !readable(b, b_mn ? p.k : p.n, p.ldb, p.batch_stride_b, batches_b);
   bool rows_a = a_mn && !plan.pack_a, rows_b = b_mn && !plan.pack_b;  // MN-major as read
+  if constexpr (!std::is_same_v<E, float>) {
+    plan.pack_a = plan.pack_a || rows_a;
+    plan.pack_b = plan.pack_b || rows_b;
+    return plan;
+  }
   if (rows_a && rows_b) {
     (batches_a * p.m <= batches_b * p.n ? plan.pack_a : plan.pack_b) = true;
     (plan.pack_a ? rows_a : rows_b) = false;
@@ -546,15 +592,17 @@ Plan plan_for(const MatmulParams& p, const float* a, const float* b) {
 }
 
 // The operand as the plan reads it: packed into `workspace` by pack_k_major_kernel, or in place.
-Operand operand(const Panel<float>& P, int64_t batch_stride, int64_t batches, bool pack, float* workspace,
+template <class E>
+Operand operand(const Panel<E>& P, int64_t batch_stride, int64_t batches, bool pack, E* workspace,
                 cudaStream_t stream) {
   if (!pack) return {P.data, P.x, P.ld, batch_stride, batches, !P.x_contiguous};
-  const int64_t ld = (P.k + 3) / 4 * 4, tiles_x = (P.x + 31) / 32, tiles_k = (P.k + 31) / 32;
+  constexpr int64_t v = 16 / sizeof(E);
+  const int64_t ld = (P.k + v - 1) / v * v, tiles_x = (P.x + 31) / 32, tiles_k = (P.k + 31) / 32;
   const int64_t blocks = batches * tiles_x * tiles_k;
-  KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: operand too large to pack");
-  pack_k_major_kernel<<<static_cast<unsigned>(blocks), dim3(32, 8), 0, stream>>>(P, batch_stride, workspace, ld,
-                                                                                 tiles_x, tiles_k);
-  KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma pack");
+  KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul wgmma: operand too large to pack");
+  pack_k_major_kernel<E><<<static_cast<unsigned>(blocks), dim3(32, 8), 0, stream>>>(P, batch_stride, workspace, ld,
+                                                                                    tiles_x, tiles_k);
+  KILN_CUDA_LAUNCH_CHECK("matmul wgmma pack");
   return {workspace, P.x, ld, P.x * ld, batches, true};
 }
 
@@ -571,61 +619,71 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-// The 3-D tensor map (along memory rows, memory rows, batch) of an operand with the 128-byte
-// swizzle, read in boxes of BK x box_rows (K-major: BK values of k from each of box_rows rows) or
-// 32 x BK (MN-major: 32 rows, 128 bytes, from each of BK values of k); reads outside the tensor
-// return zeros.
+// The 3-D tensor map (along memory rows, memory rows, batch) of an operand of E with the 128-byte
+// swizzle, read in boxes of SK x box_rows (K-major: SK = kStageK<E> values of k from each of
+// box_rows rows) or 32 x SK (MN-major, TF32 only: 32 rows, 128 bytes, from each of SK values of
+// k); reads outside the tensor return zeros.
+template <class E>
 CUtensorMap tensor_map(const Operand& op, int64_t k, int box_rows) {
+  constexpr cuuint32_t SK = kStageK<E>;
+  constexpr cuuint64_t size = sizeof(E);
   CUtensorMap map;
   const int64_t x = op.k_major ? k : op.rows, y = op.k_major ? op.rows : k;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(x), static_cast<cuuint64_t>(y),
                               static_cast<cuuint64_t>(op.batches)};
   const int64_t batch_stride = op.batches > 1 ? op.batch_stride : y * op.ld;
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(op.ld) * 4, static_cast<cuuint64_t>(batch_stride) * 4};
-  const cuuint32_t box[3] = {op.k_major ? BK : 32u, op.k_major ? static_cast<cuuint32_t>(box_rows) : BK, 1};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(op.ld) * size, static_cast<cuuint64_t>(batch_stride) * size};
+  const cuuint32_t box[3] = {op.k_major ? SK : 32u, op.k_major ? static_cast<cuuint32_t>(box_rows) : SK, 1};
   const cuuint32_t unit[3] = {1, 1, 1};
-  const CUresult res = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(op.data), dims,
+  const CUtensorMapDataType type =
+      std::is_same_v<E, float> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult res = encode_tiled()(&map, type, 3, const_cast<void*>(op.data), dims,
                                       strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   KILN_CHECK(res == CUDA_SUCCESS, Error, "cuda matmul 13_tf32_wgmma: cuTensorMapEncodeTiled failed (", res, ")");
   return map;
 }
 
-template <int BN, Mode MODE>
-void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& cols, bool swap, float* c,
-                  const DeviceEpilogue<float>& e, cudaStream_t stream) {
+template <class E, int BN, Mode MODE>
+void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& cols, bool swap, E* c,
+                  const DeviceEpilogue<E>& e, cudaStream_t stream) {
   using T = Tile<BN>;
   const int64_t tiles_m = (rows.rows + BM - 1) / BM, tiles_n = (cols.rows + BN - 1) / BN;
   const int64_t blocks = tiles_m * tiles_n * p.batch;
   KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: ", p.batch, " x ", p.m, " x ", p.n,
              " is too large a product for one launch");
-  const CUtensorMap map_a = tensor_map(rows, p.k, BM), map_b = tensor_map(cols, p.k, BN);
-  const WgmmaArgs args{.c = c,
+  const CUtensorMap map_a = tensor_map<E>(rows, p.k, BM), map_b = tensor_map<E>(cols, p.k, BN);
+  // vec_c: C's rows allow store_mma_tiles' pair stores (f32: 16-byte aligned rows; bf16: 4-byte pairs)
+  const bool vec_c = std::is_same_v<E, float> ? aligned16(c, p.n, p.m * p.n)
+                                              : reinterpret_cast<uintptr_t>(c) % 4 == 0 && p.n % 2 == 0;
+  const WgmmaArgs<E> args{.c = c,
                        .m = p.m,
                        .n = p.n,
                        .rows = rows.rows,
                        .cols = cols.rows,
-                       .slices = static_cast<int>((p.k + BK - 1) / BK),
+                       .slices = static_cast<int>((p.k + kStageK<E> - 1) / kStageK<E>),
                        .tiles_m = tiles_m,
                        .tiles_n = tiles_n,
                        .broadcast_a = rows.batches == 1,
                        .broadcast_b = cols.batches == 1,
-                       .vec_c = aligned16(c, p.n, p.m * p.n),
+                       .vec_c = vec_c,
                        .swap = swap,
                        .epilogue = e};
-  const auto kernel = tf32_wgmma_kernel<T, MODE>;
+  const auto kernel = wgmma_kernel<E, T, MODE>;
   KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
   kernel<<<static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream>>>(map_a, map_b, args);
   KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma");
 }
 
-template <int BN>
-void launch_wgmma(const MatmulParams& p, const Plan& plan, const Operand& a, const Operand& b, float* c,
-                  const DeviceEpilogue<float>& e, cudaStream_t stream) {
+template <class E, int BN>
+void launch_wgmma(const MatmulParams& p, const Plan& plan, const Operand& a, const Operand& b, E* c,
+                  const DeviceEpilogue<E>& e, cudaStream_t stream) {
   const Operand& rows = plan.swap ? b : a;
   const Operand& cols = plan.swap ? a : b;
-  if (plan.mode == Mode::kShared) return launch_wgmma<BN, Mode::kShared>(p, rows, cols, false, c, e, stream);
-  launch_wgmma<BN, Mode::kRegisters>(p, rows, cols, plan.swap, c, e, stream);
+  if constexpr (std::is_same_v<E, float>) {
+    if (plan.mode == Mode::kRegisters) return launch_wgmma<E, BN, Mode::kRegisters>(p, rows, cols, plan.swap, c, e, stream);
+  }
+  launch_wgmma<E, BN, Mode::kShared>(p, rows, cols, false, c, e, stream);
 }
 
 // The tile width (256, 128 or 64) with the least estimated time for this plan on `sms` SMs:
@@ -648,32 +706,50 @@ int pick_tile_n(const MatmulParams& p, const Plan& plan, int sms) {
   return best;
 }
 
-}  // namespace
-
-void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
-                    int tile_n, void* workspace, cudaStream_t stream) {
+template <class E>
+void wgmma_run(const MatmulParams& p, const E* a, const E* b, E* c, const DeviceEpilogue<E>& e, int tile_n,
+               void* workspace, cudaStream_t stream) {
   KILN_CHECK(tile_n == 0 || tile_n == 256 || tile_n == 128 || tile_n == 64, Error,
-             "cuda matmul 13_tf32_wgmma: tiles are 128 x 256, 128 x 128 or 128 x 64, not 128 x ", tile_n);
+             "cuda matmul wgmma: tiles are 128 x 256, 128 x 128 or 128 x 64, not 128 x ", tile_n);
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
-  // A tensor map has no empty extents: an empty sum (zeros through the epilogue) goes to 11.
-  if (p.k == 0) return tf32_ldmatrix(p, a, b, c, e, stream);
+  // A tensor map has no empty extents: an empty sum (zeros through the epilogue) goes to 11 or 14.
+  if (p.k == 0) {
+    if constexpr (std::is_same_v<E, float>) return tf32_ldmatrix(p, a, b, c, e, stream);
+    else return bf16_mma(p, a, b, c, e, stream);
+  }
   const Plan plan = plan_for(p, a, b);
   if (tile_n == 0) {
     int device = 0;
     KILN_CUDA_CHECK(cudaGetDevice(&device));
     tile_n = pick_tile_n(p, plan, device_attribute(cudaDevAttrMultiProcessorCount, device));
   }
-  const Panel<float> pa{a, p.lda, p.k, p.m, p.trans_a}, pb{b, p.ldb, p.k, p.n, !p.trans_b};
+  const Panel<E> pa{a, p.lda, p.k, p.m, p.trans_a}, pb{b, p.ldb, p.k, p.n, !p.trans_b};
   const int64_t batches_a = batches_of(p, p.batch_stride_a), batches_b = batches_of(p, p.batch_stride_b);
-  auto* ws = static_cast<float*>(workspace);
+  auto* ws = static_cast<E*>(workspace);
   const Operand oa = operand(pa, p.batch_stride_a, batches_a, plan.pack_a, ws, stream);
-  if (plan.pack_a) ws += packed_floats(p.m, p.k, batches_a);
+  if (plan.pack_a) ws += packed_elements<E>(p.m, p.k, batches_a);
   const Operand ob = operand(pb, p.batch_stride_b, batches_b, plan.pack_b, ws, stream);
   switch (tile_n) {
-    case 256: return launch_wgmma<256>(p, plan, oa, ob, c, e, stream);
-    case 128: return launch_wgmma<128>(p, plan, oa, ob, c, e, stream);
-    default: return launch_wgmma<64>(p, plan, oa, ob, c, e, stream);
+    case 256: return launch_wgmma<E, 256>(p, plan, oa, ob, c, e, stream);
+    case 128: return launch_wgmma<E, 128>(p, plan, oa, ob, c, e, stream);
+    default: return launch_wgmma<E, 64>(p, plan, oa, ob, c, e, stream);
   }
+}
+
+template <class E>
+size_t wgmma_workspace(const MatmulParams& p, const E* a, const E* b) {
+  const Plan plan = plan_for(p, a, b);
+  int64_t elements = 0;
+  if (plan.pack_a) elements += packed_elements<E>(p.m, p.k, batches_of(p, p.batch_stride_a));
+  if (plan.pack_b) elements += packed_elements<E>(p.n, p.k, batches_of(p, p.batch_stride_b));
+  return static_cast<size_t>(elements) * sizeof(E);
+}
+
+}  // namespace
+
+void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                    int tile_n, void* workspace, cudaStream_t stream) {
+  wgmma_run(p, a, b, c, e, tile_n, workspace, stream);
 }
 
 bool tf32_wgmma_applies(const MatmulParams& p, int device) {
@@ -688,13 +764,7 @@ bool tf32_wgmma_applies(const MatmulParams& p, int device) {
 #endif
 }
 
-size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b) {
-  const Plan plan = plan_for(p, a, b);
-  int64_t floats = 0;
-  if (plan.pack_a) floats += packed_floats(p.m, p.k, batches_of(p, p.batch_stride_a));
-  if (plan.pack_b) floats += packed_floats(p.n, p.k, batches_of(p, p.batch_stride_b));
-  return static_cast<size_t>(floats) * sizeof(float);
-}
+size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b) { return wgmma_workspace(p, a, b); }
 
 namespace {
 
@@ -725,6 +795,35 @@ void tf32_wgmma_128x128(const MatmulParams& p, const float* a, const float* b, f
 void tf32_wgmma_128x64(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
                        cudaStream_t stream) {
   run_version(p, a, b, c, e, 64, stream);
+}
+
+// ---- version 15: bf16 ----
+// The kernel above on bf16 tiles (mixed precision): a stage's rows are still 128 bytes, now of 64
+// values of k, so the ring, the swizzle and the descriptors are byte for byte those of TF32, and
+// each 32-byte k-step is one wgmma m64nNk16 bf16 product (f32 accumulation) instead of m64nNk8
+// TF32. Both operands are read from shared memory K-major (kShared): wgmma could take 16-bit
+// operands MN-major too, but an MN-major operand (A^T, B in the plain product) is first packed
+// K-major here, as TF32's were before its register path. Each element of C is rounded to bf16
+// once, after the epilogue (store_mma_tiles).
+
+void bf16_wgmma_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
+                    int tile_n, void* workspace, cudaStream_t stream) {
+  wgmma_run(p, a, b, c, e, tile_n, workspace, stream);
+}
+
+size_t bf16_wgmma_workspace(const MatmulParams& p, const bf16* a, const bf16* b) { return wgmma_workspace(p, a, b); }
+
+void bf16_wgmma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
+                cudaStream_t stream) {
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  if (!tf32_wgmma_applies(p, device)) return bf16_mma(p, a, b, c, e, stream);
+  const size_t bytes = bf16_wgmma_workspace(p, a, b);
+  void* workspace = nullptr;
+  if (bytes > 0) KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  bf16_wgmma_run(p, a, b, c, e, 0, workspace, stream);
+  if (workspace) KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
 }
 
 }  // namespace kiln::cuda::matmul

@@ -26,7 +26,7 @@ struct Panel {
   bool x_contiguous;    // element (p, x) at data[p*ld + x]; else at data[x*ld + p]
   __device__ T get(int64_t p, int64_t i) const { return x_contiguous ? data[p * ld + i] : data[i * ld + p]; }
   // Zero outside the matrix: edge tiles load zeros, which add nothing to the sums.
-  __device__ T at(int64_t p, int64_t i) const { return p < k && i < x ? get(p, i) : T(0); }
+  __device__ T at(int64_t p, int64_t i) const { return p < k && i < x ? get(p, i) : T{}; }
 };
 
 // What each kernel receives, for the batch entries of one launch (blockIdx.z picks the entry).
