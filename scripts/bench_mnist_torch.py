@@ -86,6 +86,9 @@ def main():
     parser.add_argument("--mode", choices=["eager", "graph", "compile"], default="eager",
                         help="eager; graph: the whole step captured once in a CUDA graph and replayed (CUDA); "
                              "compile: the model through torch.compile")
+    parser.add_argument("--precision", choices=["default", "bf16"], default="default",
+                        help="default: PyTorch's own (f32 products, TF32 convolutions on CUDA); bf16: forward "
+                             "and loss under torch.autocast(bfloat16), as mnist-train --precision bf16")
     args = parser.parse_args()
     if args.mode == "graph" and args.device != "cuda":
         parser.error("--mode graph needs --device cuda")
@@ -105,7 +108,8 @@ def main():
 
     def train_step(x, y):
         opt.zero_grad(set_to_none=args.mode != "graph")  # a graph keeps its gradient buffers
-        loss = F.cross_entropy(forward(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = F.cross_entropy(forward(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -145,18 +149,20 @@ def main():
 
         model.eval()
         correct = 0
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             for i in range(0, len(test_x), 1000):
                 correct += (model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
         where = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
         accuracy = 100 * correct / len(test_x)
-        print(f"pytorch {torch.__version__} {where}, {args.mode}, model {args.model}, batch {args.batch_size}: "
+        print(f"pytorch {torch.__version__} {where}, {args.mode}, {args.precision}, model {args.model}, "
+              f"batch {args.batch_size}: "
               f"epoch {epoch} train {train_seconds:.2f} s, test accuracy {accuracy:.2f}%",
               flush=True)
         if args.json:
             line = {"program": "bench_mnist_torch.py", "torch": torch.__version__,
                     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
                     "device": where, "model": args.model, "batch_size": args.batch_size, "mode": args.mode,
+                    "precision": args.precision,
                     "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
                     "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
                     "epoch": epoch, "train_s": round(train_seconds, 4), "test_accuracy": accuracy}
