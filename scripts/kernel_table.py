@@ -7,7 +7,7 @@ record` keeps it in docs/runs/, and `scripts/figures.py update` writes the table
 One table per family, rows in the order the bench ran them. The last column compares each row with
 its yardstick: GB/s rows with the device's copy bandwidth; TFLOP/s rows with the reference of the same
 family and shape (cuBLAS, cuDNN; for conv2d the reference of the same pass), TF32 versions with the
-TF32 reference where there is one.
+TF32 reference and bf16 versions with the bf16 one where there is one.
 """
 
 def yardstick(row, rows, copy_gbs):
@@ -20,13 +20,15 @@ def yardstick(row, rows, copy_gbs):
     # conv2d's references are per pass ("fwd cuDNN", "bwd-input cuDNN"): a row compares with its own.
     same_pass = [r for r in refs if r["version"].split()[0] == row["version"].split()[0]]
     refs = same_pass or refs
-    if "tf32" in row["version"].lower():
-        tf32 = [r for r in refs if "tf32" in r["version"].lower()]
-        refs = tf32 or refs
-    else:
-        plain = [r for r in refs if "tf32" not in r["version"].lower()]
-        refs = plain or refs
+    same_math = [r for r in refs if math(r["version"]) == math(row["version"])]
+    refs = same_math or refs
     return refs[0]["value"], refs[0]["version"]
+
+
+def math(version):
+    """A row's arithmetic as its name says: TF32, bf16 or (neither) f32."""
+    v = version.lower()
+    return "tf32" if "tf32" in v else "bf16" if "bf16" in v else "f32"
 
 
 def tables(run, meta):

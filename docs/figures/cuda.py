@@ -214,3 +214,19 @@ def define(figure, table, runs):
            "their own take than the fused product, % (least, most)")
     timed("cuda.matmul.epilogue.784x128x64", "matmul", fused, "784x128x64", "matmul 784x128x64, bias + ReLU fused")
     timed("cuda.matmul.passes.784x128x64", "matmul", passes, "784x128x64", "matmul 784x128x64, bias and ReLU passes")
+
+    # ---- matmul in bf16 (versions 14 and 15) against cuBLAS BF16, from docs/runs/2026-11-27-h100-bf16
+    # (the same H100, build 543ae9d) ----
+    bf16 = runs["2026-11-27-h100-bf16"]
+    for name, version, shape in (("15.4096Bt", "15_bf16_wgmma", "4096x4096x4096 B^T"),
+                                 ("15.4096", "15_bf16_wgmma", "4096x4096x4096"),
+                                 ("15.1024Bt", "15_bf16_wgmma", "1024x1024x1024 B^T"),
+                                 ("15.linear-fwd", "15_bf16_wgmma", "512x4096x4096 B^T"),
+                                 ("15.linear-dx", "15_bf16_wgmma", "512x4096x4096"),
+                                 ("14.4096Bt", "14_bf16_mma", "4096x4096x4096 B^T")):
+        figure(f"cuda.matmul.{name}.pct-cublas", bf16, bf16.kernel_share("matmul", version, shape),
+               f"matmul {version} at {shape}: % of cuBLAS BF16's TFLOP/s")
+    figure("cuda.matmul.15.4096Bt.ms", bf16, bf16.kernel("matmul", "15_bf16_wgmma", "4096x4096x4096 B^T")["ms"],
+           "matmul 15_bf16_wgmma at 4096^3 B^T, ms")
+    figure("cuda.matmul.cublas-bf16.4096Bt.ms", bf16, bf16.kernel("matmul", "cuBLAS BF16", "4096x4096x4096 B^T")["ms"],
+           "cuBLAS BF16 at 4096^3 B^T, ms")

@@ -58,6 +58,29 @@ def define(figure, table, runs):
     kiln("b512.epoch2.tf32", "train_b512_tf32.jsonl", 2, "CNN batch 512 with --tf32")
     pytorch("b512", "cnn", 512, "CNN batch 512", b512)
 
+    # --- bf16 mixed precision (--precision bf16) beside f32, and PyTorch under autocast to bf16 on the
+    # same warm H100 right after ---
+    bf16, bf16_torch = runs["2026-11-27-h100-bf16"], runs["2026-11-27-h100-bf16-torch"]
+    for name, what, b16_file, f32_file in (("cnn", "CNN batch 64", "train_bf16.jsonl", "train.jsonl"),
+                                           ("mlp", "MLP batch 64", "train_mlp_bf16.jsonl", "train_mlp_3.jsonl"),
+                                           ("b512", "CNN batch 512", "train_b512_bf16.jsonl", "train_b512.jsonl")):
+        figure(f"gpu.bf16.{name}.epoch2", bf16, bf16.epoch(b16_file, 2)["seconds"],
+               f"CUDA, {what}, --precision bf16: epoch 2, s")
+        figure(f"gpu.bf16.{name}.f32.epoch2", bf16, bf16.epoch(f32_file, 2)["seconds"],
+               f"CUDA, {what}, f32, in the same run: epoch 2, s")
+    for name, what, b16_file, f32_file in (("cnn", "CNN batch 64", "train_bf16.jsonl", "train.jsonl"),
+                                           ("mlp", "MLP batch 64", "train_mlp_bf16.jsonl", "train_mlp_3.jsonl")):
+        figure(f"gpu.bf16.{name}.accuracy3", bf16, 100 * bf16.epoch(b16_file, 3)["test_accuracy"],
+               f"CUDA, {what}, --precision bf16: test accuracy after 3 epochs, %")
+        figure(f"gpu.bf16.{name}.f32.accuracy3", bf16, 100 * bf16.epoch(f32_file, 3)["test_accuracy"],
+               f"CUDA, {what}, f32: test accuracy after 3 epochs, %")
+    for name, model, batch in (("cnn", "cnn", 64), ("mlp", "mlp", 64), ("b512", "cnn", 512)):
+        for mode in ("eager", "graph"):
+            figure(f"gpu.bf16.{name}.torch-{mode}", bf16_torch,
+                   bf16_torch.line("torch.jsonl", model=model, batch_size=batch, epoch=2, mode=mode,
+                                   precision="bf16")["train_s"],
+                   f"PyTorch 2.11 {mode} under autocast to bf16, {model} batch {batch}: the second epoch, s")
+
     # --- kernel-bench: the README's summary of kernels/README.md's tables ---
     def k(family, version, shape):
         return h100.kernel(family, version, shape)

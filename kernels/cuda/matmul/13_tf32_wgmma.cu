@@ -253,7 +253,7 @@ __device__ inline void wgmma_tf32(float (&d)[32], const uint32_t (&a)[4], uint64
                : KILN_ACC64
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
-// bf16: d += A * B for a 64 x N x 16 product, both K-major in shared memory (the two trailing 0s:
+// bf16: d += A * B for a 64 x N x 16 product, both K-major in shared memory (the two trailing zeros:
 // neither transposed).
 __device__ inline void wgmma_bf16(float (&d)[128], uint64_t a, uint64_t b) {
   asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" KILN_REGS256 "}, %128, %129, 1, 1, 1, 0, 0;\n"
@@ -805,6 +805,15 @@ void tf32_wgmma_128x64(const MatmulParams& p, const float* a, const float* b, fl
 // operands MN-major too, but an MN-major operand (A^T, B in the plain product) is first packed
 // K-major here, as TF32's were before its register path. Each element of C is rounded to bf16
 // once, after the epilogue (store_mma_tiles).
+// Measured (H100 80GB HBM3, kernel-bench, docs/runs/2026-11-27-h100-bf16), against cuBLAS BF16 in
+// the same run: 4096^3 B^T (both operands read in place) 0.2276 ms [fig cuda.matmul.15.4096Bt.ms]
+// against 0.2023 [fig cuda.matmul.cublas-bf16.4096Bt.ms], 89% [fig cuda.matmul.15.4096Bt.pct-cublas]
+// of its speed; 1024^3 B^T 88% [fig cuda.matmul.15.1024Bt.pct-cublas]; a Linear(4096, 4096)'s
+// forward at batch 512 90% [fig cuda.matmul.15.linear-fwd.pct-cublas]. The packing pass is what
+// the other layouts pay: 4096^3 plain 66% [fig cuda.matmul.15.4096.pct-cublas], the Linear's input
+// gradient 29% [fig cuda.matmul.15.linear-dx.pct-cublas] (a 4096 x 4096 B packed for a product of
+// 512 rows). Reading MN-major tiles in place (wgmma's transpose bits for 16-bit operands) is the
+// next step. Version 14 (mma.sync) reached 22% [fig cuda.matmul.14.4096Bt.pct-cublas] at 4096^3 B^T.
 
 void bf16_wgmma_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
                     int tile_n, void* workspace, cudaStream_t stream) {
