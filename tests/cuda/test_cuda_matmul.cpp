@@ -234,8 +234,8 @@ TEST_CASE("14_bf16_mma and 15_bf16_wgmma match the CPU's bf16 product in every l
   // bf16 operands and result: the CPU's reference widens the operands to f32, multiplies and rounds
   // each element once (kernels/cpu/widen.cpp), as the kernels do with f32 accumulation in another
   // order: they agree to an ulp of bf16 (2^-8 relative) plus the f32 sums' reordering. 15 reads
-  // K-major operands in place and packs MN-major or misaligned ones (rows of 8 bf16 are 16 bytes);
-  // elsewhere than on an sm_90 it runs 14. Shapes span several tiles with ragged edges, k several
+  // every operand in place, K-major or MN-major (wgmma's transpose), and packs only one whose rows
+  // are not 16-byte aligned (8 bf16); elsewhere than on an sm_90 it runs 14. Shapes span several tiles with ragged edges, k several
   // ring turns of 64 with a partial last slice; the production path on each too.
   struct Case {
     int64_t batch, m, n, k;
@@ -246,11 +246,13 @@ TEST_CASE("14_bf16_mma and 15_bf16_wgmma match the CPU's bf16 product in every l
   };
   const Case cases[] = {
       {1, 300, 520, 515, false, true, 5, 5, false, false, false},  // lda = ldb = 520: both K-major in place
-      {2, 257, 129, 301, false, false, 3, 7, false, false, true},   // B runs along n: packed
-      {2, 300, 260, 200, true, true, 4, 0, false, true, false},    // A^T: packed
-      {3, 65, 33, 7, false, true, 1, 1, true, false, false},       // A broadcast over the 3 entries
-      {1, 131, 77, 45, false, true, 0, 3, false, true, false},     // lda 45: rows not 16-byte aligned
-      {1, 1, 1, 1, false, false, 7, 7, false, false, true},
+      {2, 257, 129, 301, false, false, 3, 7, false, false, false},  // B runs along n: read MN-major
+      {2, 300, 260, 200, true, true, 4, 0, false, false, false},    // A^T read MN-major
+      {1, 200, 300, 150, true, false, 0, 4, false, false, false},   // both MN-major
+      {3, 65, 33, 7, false, true, 1, 1, true, false, false},        // A broadcast over the 3 entries
+      {1, 131, 77, 45, false, true, 0, 3, false, true, false},      // lda 45: rows not 16-byte aligned
+      {1, 131, 77, 45, false, false, 3, 0, false, false, true},     // ldb 77: B packed
+      {1, 1, 1, 1, false, false, 7, 7, false, false, false},
   };
   cuda::CudaBackend& be = cuda::backend(0);
   for (const Case& cs : cases) {

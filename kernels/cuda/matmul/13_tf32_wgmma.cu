@@ -179,6 +179,13 @@ __device__ inline void tma_load(void* dst, const CUtensorMap* map, int x0, int y
 __device__ inline uint64_t smem_descriptor(uint32_t addr) {
   return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{1} << 16 | uint64_t{1024 >> 4} << 32 | uint64_t{1} << 62;
 }
+// The same for an MN-major bf16 tile (version 15): boxes of 64 values of m or n (128 bytes, swizzled)
+// by 64 of k, each 128-byte line one k. The leading byte offset steps between the boxes along m or
+// n (8192 bytes), the stride byte offset between groups of 8 k (1024); a k-step of 16 moves the
+// start by 16 lines, 2048 bytes (128 in the descriptor's units).
+__device__ inline uint64_t mn_descriptor(uint32_t addr) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{8192 >> 4} << 16 | uint64_t{1024 >> 4} << 32 | uint64_t{1} << 62;
+}
 __device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -253,28 +260,32 @@ __device__ inline void wgmma_tf32(float (&d)[32], const uint32_t (&a)[4], uint64
                : KILN_ACC64
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
-// bf16: d += A * B for a 64 x N x 16 product, both K-major in shared memory (the two trailing zeros:
-// neither transposed).
+// bf16: d += A * B for a 64 x N x 16 product from shared memory, each operand K-major or, when its
+// flag (TA, TB) is 1, MN-major (wgmma's transpose, which 16-bit types have).
+template <int TA, int TB>
 __device__ inline void wgmma_bf16(float (&d)[128], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" KILN_REGS256 "}, %128, %129, 1, 1, 1, 0, 0;\n"
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" KILN_REGS256
+               "}, %128, %129, 1, 1, 1, %130, %131;\n"
                : KILN_ACC256
-               : "l"(a), "l"(b));
+               : "l"(a), "l"(b), "n"(TA), "n"(TB));
 }
+template <int TA, int TB>
 __device__ inline void wgmma_bf16(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" KILN_REGS128 "}, %64, %65, 1, 1, 1, 0, 0;\n"
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" KILN_REGS128 "}, %64, %65, 1, 1, 1, %66, %67;\n"
                : KILN_ACC128
-               : "l"(a), "l"(b));
+               : "l"(a), "l"(b), "n"(TA), "n"(TB));
 }
+template <int TA, int TB>
 __device__ inline void wgmma_bf16(float (&d)[32], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" KILN_REGS64 "}, %32, %33, 1, 1, 1, 0, 0;\n"
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" KILN_REGS64 "}, %32, %33, 1, 1, 1, %34, %35;\n"
                : KILN_ACC64
-               : "l"(a), "l"(b));
+               : "l"(a), "l"(b), "n"(TA), "n"(TB));
 }
-// One 32-byte k-step of both operands from shared memory, in E's instruction.
-template <class E, int R>
+// One k-step of both operands from shared memory, in E's instruction (TF32: both K-major).
+template <class E, bool A_MN, bool B_MN, int R>
 __device__ inline void wgmma_shared(float (&d)[R], uint64_t a, uint64_t b) {
   if constexpr (std::is_same_v<E, float>) wgmma_tf32(d, a, b);
-  else wgmma_bf16(d, a, b);
+  else wgmma_bf16<A_MN, B_MN>(d, a, b);
 }
 #undef KILN_REGS256
 #undef KILN_REGS128
@@ -338,13 +349,16 @@ struct RowFragment {
 
 // One block per BM x BN tile of the product (grid: blocks in a line, the batch entries one after
 // another).
-// E: float (TF32, version 13: both modes) or bf16 (version 15: kShared).
-template <class E, class T, Mode MODE>
+// E: float (TF32, version 13: both modes) or bf16 (version 15: kShared, where A_MN and B_MN say which
+// operands wgmma reads MN-major).
+template <class E, class T, Mode MODE, bool A_MN = false, bool B_MN = false>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                  const WgmmaArgs<E> args) {
 #ifdef KILN_WGMMA
   static_assert(MODE == Mode::kShared || std::is_same_v<E, float>, "only TF32 takes an operand from registers");
+  static_assert(!(A_MN || B_MN) || !std::is_same_v<E, float>, "wgmma reads 32-bit operands K-major only");
+  [[maybe_unused]] constexpr int MN_BOX = 64 * 128;  // an MN-major box: 64 values of m or n (128 bytes) by 64 of k
   constexpr int BN = T::BN, STAGES = T::STAGES, A_BYTES = T::A_BYTES, STAGE_BYTES = T::STAGE_BYTES;
   constexpr int SK = kStageK<E>;
   constexpr int CONSUMER_WARPS = 8;
@@ -383,14 +397,23 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (s >= STAGES) mbar_wait(&empty[stage], (s / STAGES - 1) & 1);
         uint8_t* st = smem + stage * STAGE_BYTES;
         mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-        if constexpr (MODE == Mode::kShared) {
+        if constexpr (MODE == Mode::kShared && !A_MN) {
           tma_load(st, &map_a, s * SK, static_cast<int>(tile_m * BM), za, &full[stage]);
+        } else if constexpr (MODE == Mode::kShared) {
+          for (int box = 0; box < BM / 64; ++box)  // boxes of 64 rows (128 bytes) x SK
+            tma_load(st + box * MN_BOX, &map_a, static_cast<int>(tile_m * BM + box * 64), s * SK, za, &full[stage]);
         } else {
           for (int box = 0; box < BM / 32; ++box)  // boxes of 32 rows (128 bytes) x SK
             tma_load(st + box * 32 * SK * 4, &map_a, static_cast<int>(tile_m * BM + box * 32), s * SK, za,
                      &full[stage]);
         }
-        tma_load(st + A_BYTES, &map_b, s * SK, static_cast<int>(tile_n * BN), zb, &full[stage]);
+        if constexpr (!B_MN) {
+          tma_load(st + A_BYTES, &map_b, s * SK, static_cast<int>(tile_n * BN), zb, &full[stage]);
+        } else {
+          for (int box = 0; box < BN / 64; ++box)
+            tma_load(st + A_BYTES + box * MN_BOX, &map_b, static_cast<int>(tile_n * BN + box * 64), s * SK, zb,
+                     &full[stage]);
+        }
       }
     }
   } else {
@@ -401,17 +424,21 @@ __global__ void __launch_bounds__(THREADS, 1)
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0;
+    // the warpgroup's 64 rows of A: 64 lines of 128 bytes K-major, the box wg MN-major (the same offset)
     const uint32_t a0 = smem_u32(smem) + wg * 64 * 128, b0 = smem_u32(smem) + A_BYTES;
     [[maybe_unused]] const RowFragment frag(wg, warp, lane);  // kRegisters: its loads and its rows
     if constexpr (MODE == Mode::kShared) {
       for (int s = 0; s < args.slices; ++s) {
         const int stage = s % STAGES;
         mbar_wait(&full[stage], (s / STAGES) & 1);
-        const uint64_t da = smem_descriptor(a0 + stage * STAGE_BYTES);
-        const uint64_t db = smem_descriptor(b0 + stage * STAGE_BYTES);
+        const uint32_t sa = a0 + stage * STAGE_BYTES, sb = b0 + stage * STAGE_BYTES;
+        const uint64_t da = A_MN ? mn_descriptor(sa) : smem_descriptor(sa);
+        const uint64_t db = B_MN ? mn_descriptor(sb) : smem_descriptor(sb);
+        // a k-step: 32 bytes along a K-major line (2 in the descriptor's units), 16 lines MN-major (128)
+        constexpr uint64_t step_a = A_MN ? 128 : 2, step_b = B_MN ? 128 : 2;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_shared<E>(d, da + 2 * kk, db + 2 * kk);  // 4 k-steps of 32 bytes
+        for (int kk = 0; kk < 4; ++kk) wgmma_shared<E, A_MN, B_MN>(d, da + step_a * kk, db + step_b * kk);
         wgmma_commit();
         // Keep this slice's products in flight; the previous slice's are done after this wait,
         // and its stage goes back to the producer.
@@ -563,9 +590,10 @@ int64_t packed_elements(int64_t rows, int64_t k, int64_t batches) {
 // Both K-major (after packing): kShared, rows from A. One MN-major: kRegisters with that one as
 // the rows operand (B's: the kernel computes C^T = B^T A^T). Both MN-major: the smaller is packed.
 // An operand TMA cannot read in place (misaligned, oddly strided) is packed. bf16 (version 15)
-// packs every MN-major operand and runs kShared.
+// runs kShared with each operand read as it lies, K-major or MN-major (a_mn, b_mn).
 struct Plan {
   Mode mode = Mode::kShared;
+  bool a_mn = false, b_mn = false;  // bf16: read MN-major by wgmma, in place
   bool swap = false;  // the rows operand is B
   bool pack_a = false, pack_b = false;
 };
@@ -579,8 +607,7 @@ Plan plan_for(const MatmulParams& p, const E* a, const E* b) {
   plan.pack_b = !readable(b, b_mn ? p.k : p.n, p.ldb, p.batch_stride_b, batches_b);
   bool rows_a = a_mn && !plan.pack_a, rows_b = b_mn && !plan.pack_b;  // MN-major as read
   if constexpr (!std::is_same_v<E, float>) {
-    plan.pack_a = plan.pack_a || rows_a;
-    plan.pack_b = plan.pack_b || rows_b;
+    plan.a_mn = rows_a, plan.b_mn = rows_b;
     return plan;
   }
   if (rows_a && rows_b) {
@@ -621,8 +648,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 // The 3-D tensor map (along memory rows, memory rows, batch) of an operand of E with the 128-byte
 // swizzle, read in boxes of SK x box_rows (K-major: SK = kStageK<E> values of k from each of
-// box_rows rows) or 32 x SK (MN-major, TF32 only: 32 rows, 128 bytes, from each of SK values of
-// k); reads outside the tensor return zeros.
+// box_rows rows) or SK x SK (MN-major: SK rows, 128 bytes, from each of SK values of k; TF32's
+// register path, bf16's transposed reads); reads outside the tensor return zeros.
 template <class E>
 CUtensorMap tensor_map(const Operand& op, int64_t k, int box_rows) {
   constexpr cuuint32_t SK = kStageK<E>;
@@ -633,7 +660,8 @@ CUtensorMap tensor_map(const Operand& op, int64_t k, int box_rows) {
                               static_cast<cuuint64_t>(op.batches)};
   const int64_t batch_stride = op.batches > 1 ? op.batch_stride : y * op.ld;
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(op.ld) * size, static_cast<cuuint64_t>(batch_stride) * size};
-  const cuuint32_t box[3] = {op.k_major ? SK : 32u, op.k_major ? static_cast<cuuint32_t>(box_rows) : SK, 1};
+  // the inner extent is always 128 bytes: SK values of k (K-major), or of m or n (MN-major)
+  const cuuint32_t box[3] = {SK, op.k_major ? static_cast<cuuint32_t>(box_rows) : SK, 1};
   const cuuint32_t unit[3] = {1, 1, 1};
   const CUtensorMapDataType type =
       std::is_same_v<E, float> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -644,7 +672,7 @@ CUtensorMap tensor_map(const Operand& op, int64_t k, int box_rows) {
   return map;
 }
 
-template <class E, int BN, Mode MODE>
+template <class E, int BN, Mode MODE, bool A_MN = false, bool B_MN = false>
 void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& cols, bool swap, E* c,
                   const DeviceEpilogue<E>& e, cudaStream_t stream) {
   using T = Tile<BN>;
@@ -669,7 +697,7 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
                        .vec_c = vec_c,
                        .swap = swap,
                        .epilogue = e};
-  const auto kernel = wgmma_kernel<E, T, MODE>;
+  const auto kernel = wgmma_kernel<E, T, MODE, A_MN, B_MN>;
   KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
   kernel<<<static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream>>>(map_a, map_b, args);
   KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma");
@@ -682,8 +710,14 @@ void launch_wgmma(const MatmulParams& p, const Plan& plan, const Operand& a, con
   const Operand& cols = plan.swap ? a : b;
   if constexpr (std::is_same_v<E, float>) {
     if (plan.mode == Mode::kRegisters) return launch_wgmma<E, BN, Mode::kRegisters>(p, rows, cols, plan.swap, c, e, stream);
+    return launch_wgmma<E, BN, Mode::kShared>(p, rows, cols, false, c, e, stream);
+  } else {
+    constexpr Mode S = Mode::kShared;
+    if (plan.a_mn && plan.b_mn) return launch_wgmma<E, BN, S, true, true>(p, rows, cols, false, c, e, stream);
+    if (plan.a_mn) return launch_wgmma<E, BN, S, true, false>(p, rows, cols, false, c, e, stream);
+    if (plan.b_mn) return launch_wgmma<E, BN, S, false, true>(p, rows, cols, false, c, e, stream);
+    launch_wgmma<E, BN, S>(p, rows, cols, false, c, e, stream);
   }
-  launch_wgmma<E, BN, Mode::kShared>(p, rows, cols, false, c, e, stream);
 }
 
 // The tile width (256, 128 or 64) with the least estimated time for this plan on `sms` SMs:
@@ -801,10 +835,11 @@ void tf32_wgmma_128x64(const MatmulParams& p, const float* a, const float* b, fl
 // The kernel above on bf16 tiles (mixed precision): a stage's rows are still 128 bytes, now of 64
 // values of k, so the ring, the swizzle and the descriptors are byte for byte those of TF32, and
 // each 32-byte k-step is one wgmma m64nNk16 bf16 product (f32 accumulation) instead of m64nNk8
-// TF32. Both operands are read from shared memory K-major (kShared): wgmma could take 16-bit
-// operands MN-major too, but an MN-major operand (A^T, B in the plain product) is first packed
-// K-major here, as TF32's were before its register path. Each element of C is rounded to bf16
-// once, after the epilogue (store_mma_tiles).
+// TF32. Both operands are read from shared memory (kShared), each as it lies: wgmma transposes
+// 16-bit operands, so an MN-major one (A^T, B in the plain product) arrives by TMA in boxes of 64
+// rows (128 bytes) by 64 values of k and is read through a descriptor whose lines are values of
+// k (mn_descriptor); only an operand TMA cannot read in place (misaligned) is packed. Each
+// element of C is rounded to bf16 once, after the epilogue (store_mma_tiles).
 // Measured (H100 80GB HBM3, kernel-bench, docs/runs/2026-11-27-h100-bf16), against cuBLAS BF16 in
 // the same run: 4096^3 B^T (both operands read in place) 0.2276 ms [fig cuda.matmul.15.4096Bt.ms]
 // against 0.2023 [fig cuda.matmul.cublas-bf16.4096Bt.ms], 89% [fig cuda.matmul.15.4096Bt.pct-cublas]
