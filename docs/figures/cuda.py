@@ -215,14 +215,24 @@ def define(figure, table, runs):
     timed("cuda.matmul.epilogue.784x128x64", "matmul", fused, "784x128x64", "matmul 784x128x64, bias + ReLU fused")
     timed("cuda.matmul.passes.784x128x64", "matmul", passes, "784x128x64", "matmul 784x128x64, bias and ReLU passes")
 
-    # ---- matmul in bf16 (versions 14 and 15) against cuBLAS BF16, from docs/runs/2026-11-27-h100-bf16
-    # (the same H100, build 543ae9d) ----
-    bf16 = runs["2026-11-27-h100-bf16"]
+    # ---- matmul in bf16 (versions 14 and 15) against cuBLAS BF16: 15 packing its MN-major operands
+    # (docs/runs/2026-11-27-h100-bf16, build 543ae9d), then reading them in place
+    # (docs/runs/2026-11-27-h100-bf16-wgmma, build eb9baf8) ----
+    packed = runs["2026-11-27-h100-bf16"]
+    for name, shape in (("15-packed.4096", "4096x4096x4096"), ("15-packed.linear-dx", "512x4096x4096"),
+                        ("15-packed.4096Bt", "4096x4096x4096 B^T")):
+        figure(f"cuda.matmul.{name}.pct-cublas", packed, packed.kernel_share("matmul", "15_bf16_wgmma", shape),
+               f"matmul 15_bf16_wgmma at {shape}, its MN-major operand packed first: % of cuBLAS BF16's TFLOP/s")
+    bf16 = runs["2026-11-27-h100-bf16-wgmma"]
     for name, version, shape in (("15.4096Bt", "15_bf16_wgmma", "4096x4096x4096 B^T"),
                                  ("15.4096", "15_bf16_wgmma", "4096x4096x4096"),
-                                 ("15.1024Bt", "15_bf16_wgmma", "1024x1024x1024 B^T"),
+                                 ("15.2048", "15_bf16_wgmma", "2048x2048x2048"),
+                                 ("15.1024", "15_bf16_wgmma", "1024x1024x1024"),
                                  ("15.linear-fwd", "15_bf16_wgmma", "512x4096x4096 B^T"),
                                  ("15.linear-dx", "15_bf16_wgmma", "512x4096x4096"),
+                                 ("15.linear-dw", "15_bf16_wgmma", "4096x4096x512 A^T"),
+                                 ("15.mlp-fc1", "15_bf16_wgmma", "64x128x784"),
+                                 ("14.mlp-fc1", "14_bf16_mma", "64x128x784"),
                                  ("14.4096Bt", "14_bf16_mma", "4096x4096x4096 B^T")):
         figure(f"cuda.matmul.{name}.pct-cublas", bf16, bf16.kernel_share("matmul", version, shape),
                f"matmul {version} at {shape}: % of cuBLAS BF16's TFLOP/s")

@@ -58,9 +58,9 @@ def define(figure, table, runs):
     kiln("b512.epoch2.tf32", "train_b512_tf32.jsonl", 2, "CNN batch 512 with --tf32")
     pytorch("b512", "cnn", 512, "CNN batch 512", b512)
 
-    # --- bf16 mixed precision (--precision bf16) beside f32, and PyTorch under autocast to bf16 on the
-    # same warm H100 right after ---
-    bf16, bf16_torch = runs["2026-11-27-h100-bf16"], runs["2026-11-27-h100-bf16-torch"]
+    # --- bf16 mixed precision (--precision bf16) beside f32, and PyTorch under autocast to bf16, in one
+    # call ---
+    bf16 = bf16_torch = runs["2026-11-27-h100-bf16-wgmma"]
     for name, what, b16_file, f32_file in (("cnn", "CNN batch 64", "train_bf16.jsonl", "train.jsonl"),
                                            ("mlp", "MLP batch 64", "train_mlp_bf16.jsonl", "train_mlp_3.jsonl"),
                                            ("b512", "CNN batch 512", "train_b512_bf16.jsonl", "train_b512.jsonl")):

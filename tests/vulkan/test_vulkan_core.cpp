@@ -126,6 +126,20 @@ TEST_CASE("vulkan: a dtype the backend lacks is an error naming the backend and 
   CHECK_THROWS_AS(d.fill_(1), DTypeError);
   Tensor i = ones({3}, TensorOptions(DType::i32).device(kVulkan));
   CHECK_THROWS_AS((void)exp(i), DTypeError);
+  // bf16: no kernel of the backend takes it, and autocast says so before it reaches one
+  Tensor h = from_vector<float>({1, 2, 3, 4}, {2, 2}).to(DType::bf16).to(kVulkan);  // moved as bytes
+  CHECK_THROWS_AS((void)(h + h), DTypeError);
+  CHECK_THROWS_AS((void)h.to(DType::f32), DTypeError);
+  CHECK_THROWS_AS((void)index_select(h, 0, from_vector<int32_t>({1}, {1}).to(kVulkan)), DTypeError);
+  Tensor w = ones({2, 2}, kVulkan);
+  try {
+    AutocastGuard autocast(DType::bf16);
+    (void)matmul(w, w);
+    FAIL("expected DTypeError");
+  } catch (const DTypeError& e) {
+    CHECK(std::string(e.what()).find("matmul under autocast: the vulkan backend has no bf16 kernels") !=
+          std::string::npos);
+  }
   check_no_validation_messages();
 }
 

@@ -840,15 +840,22 @@ void tf32_wgmma_128x64(const MatmulParams& p, const float* a, const float* b, fl
 // rows (128 bytes) by 64 values of k and is read through a descriptor whose lines are values of
 // k (mn_descriptor); only an operand TMA cannot read in place (misaligned) is packed. Each
 // element of C is rounded to bf16 once, after the epilogue (store_mma_tiles).
-// Measured (H100 80GB HBM3, kernel-bench, docs/runs/2026-11-27-h100-bf16), against cuBLAS BF16 in
-// the same run: 4096^3 B^T (both operands read in place) 0.2276 ms [fig cuda.matmul.15.4096Bt.ms]
-// against 0.2023 [fig cuda.matmul.cublas-bf16.4096Bt.ms], 89% [fig cuda.matmul.15.4096Bt.pct-cublas]
-// of its speed; 1024^3 B^T 88% [fig cuda.matmul.15.1024Bt.pct-cublas]; a Linear(4096, 4096)'s
-// forward at batch 512 90% [fig cuda.matmul.15.linear-fwd.pct-cublas]. The packing pass is what
-// the other layouts pay: 4096^3 plain 66% [fig cuda.matmul.15.4096.pct-cublas], the Linear's input
-// gradient 29% [fig cuda.matmul.15.linear-dx.pct-cublas] (a 4096 x 4096 B packed for a product of
-// 512 rows). Reading MN-major tiles in place (wgmma's transpose bits for 16-bit operands) is the
-// next step. Version 14 (mma.sync) reached 22% [fig cuda.matmul.14.4096Bt.pct-cublas] at 4096^3 B^T.
+// Measured (H100 80GB HBM3, kernel-bench, docs/runs/2026-11-27-h100-bf16-wgmma), against cuBLAS
+// BF16 in the same run: 4096^3 B^T 0.2292 ms [fig cuda.matmul.15.4096Bt.ms] against
+// 0.1993 [fig cuda.matmul.cublas-bf16.4096Bt.ms], 87% [fig cuda.matmul.15.4096Bt.pct-cublas] of its
+// speed (89% [fig cuda.matmul.15-packed.4096Bt.pct-cublas] in the call before, where this layout ran
+// the same code: the spread of these runs), plain
+// 84% [fig cuda.matmul.15.4096.pct-cublas], 2048^3 79% [fig cuda.matmul.15.2048.pct-cublas], 1024^3
+// 99% [fig cuda.matmul.15.1024.pct-cublas]; a Linear(4096, 4096) at batch 512: forward
+// 91% [fig cuda.matmul.15.linear-fwd.pct-cublas], input gradient
+// 89% [fig cuda.matmul.15.linear-dx.pct-cublas], weight gradient (k = 512: a short ring for a large
+// tile) 54% [fig cuda.matmul.15.linear-dw.pct-cublas]. When MN-major operands were first packed
+// K-major, the plain 4096^3 ran at 66% [fig cuda.matmul.15-packed.4096.pct-cublas] and the input
+// gradient at 29% [fig cuda.matmul.15-packed.linear-dx.pct-cublas] (docs/runs/2026-11-27-h100-bf16).
+// On its narrow tiles it also runs the MNIST MLP's first layer (64x128x784) at
+// 118% [fig cuda.matmul.15.mlp-fc1.pct-cublas] of cuBLAS, where version 14 (mma.sync, one
+// 128 x 128 block for the whole product) managed 15% [fig cuda.matmul.14.mlp-fc1.pct-cublas]; 14
+// reached 21% [fig cuda.matmul.14.4096Bt.pct-cublas] at 4096^3 B^T.
 
 void bf16_wgmma_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
                     int tile_n, void* workspace, cudaStream_t stream) {
