@@ -1,5 +1,6 @@
-// conv2d on the GPU, forward and both backwards, f32, f64 and bf16, with stride, padding, dilation and
-// groups (the CPU oracle is kernels/cpu/conv2d.cpp):
+// conv2d on the GPU, forward and both backwards, f32 and f64 (bf16 through f32: the production
+// path at the end), with stride, padding, dilation and groups (the CPU oracle is
+// kernels/cpu/conv2d.cpp):
 //   x [N, C, H, W], w [O, C/G, KH, KW], bias [O] (optional), y [N, O, OH, OW]
 //   y[n, o, i, j] = act(bias[o] + sum_{c, kh, kw} w[o, c, kh, kw] * x[n, g*C/G + c, i*sh - ph + kh*dh,
 //                                                                            j*sw - pw + kw*dw])
@@ -71,10 +72,6 @@
 //     0.1190 [fig cuda.conv2d.bwd-weight.v2.conv2.ms].
 //   3 1 on the tensor cores, as forward 5. 0.0679 [fig cuda.conv2d.bwd-weight.v3-3xtf32.conv2.ms] /
 //     0.0458 [fig cuda.conv2d.bwd-weight.v3-tf32.conv2.ms].
-//
-// bf16 (mixed precision) runs the CUDA-core versions, each element widened to f32 as it is read,
-// the sums in f32, each result rounded once: forward 3, backward input 3 where it applies (else 1
-// for C/G <= 8, else 2), backward weight 2 (its partials in f32). Not yet on the tensor cores.
 //
 // Production (CudaBackend::conv2d*): the forward runs 3 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty), else 7 in f32 at stride 1 where its patch fits
@@ -251,7 +248,7 @@ __global__ void backward_input_direct_kernel(const T* gy, const T* w, T* gx, Dim
     const int64_t g = c / d.cg, cl = c % d.cg;
     const T* gyg = gy + (img * d.o + g * d.og) * d.ohw;  // grad_y planes of this group
     const T* wg = w + (g * d.og * d.cg + cl) * d.khkw;   // w[g*og + o, cl] at o = 0
-    compute_t<T> acc = 0;  // f32 for bf16
+    T acc = 0;
     for (int64_t o = 0; o < d.og; ++o) {
       for (int64_t ky = 0; ky < d.kh; ++ky) {
         // output row oi reads input row oi*sh - ph + ky*dh; it reads ih when that equals ih
@@ -261,12 +258,11 @@ __global__ void backward_input_direct_kernel(const T* gy, const T* w, T* gx, Dim
         for (int64_t kx = 0; kx < d.kw; ++kx) {
           const int64_t nx = iw + d.pw - kx * d.dw;
           if (nx < 0 || nx % d.sw != 0 || nx / d.sw >= d.ow) continue;
-          acc += cast<compute_t<T>>(gyg[o * d.ohw + oi * d.ow + nx / d.sw]) *
-                 cast<compute_t<T>>(wg[o * d.cg * d.khkw + ky * d.kw + kx]);
+          acc += gyg[o * d.ohw + oi * d.ow + nx / d.sw] * wg[o * d.cg * d.khkw + ky * d.kw + kx];
         }
       }
     }
-    gx[i] = cast<T>(acc);
+    gx[i] = acc;
   }
 }
 
@@ -306,17 +302,16 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
   launch_tiles<BM, BN>(kernel, G::THREADS, p, groups, splits, k_per_split, stream, op, bytes);
 }
 
-// Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i], the
-// partials in compute_t<T> (f32 for a bf16 gradient, rounded once here).
+// Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i].
 // Unrolled so that eight loads are in flight before their adds (the adds stay in split order): at
 // MNIST's batch 512 the two of a step were slow with one load at a time (history: NOTES.md).
 template <class T>
-__global__ void sum_splits_kernel(const compute_t<T>* ws, T* gw, int64_t count, int64_t splits) {
+__global__ void sum_splits_kernel(const T* ws, T* gw, int64_t count, int64_t splits) {
   KILN_GRID_STRIDE(i, count) {
-    compute_t<T> acc = 0;
+    T acc = 0;
 #pragma unroll 8
     for (int64_t s = 0; s < splits; ++s) acc += ws[s * count + i];
-    gw[i] = cast<T>(acc);
+    gw[i] = acc;
   }
 }
 
@@ -374,8 +369,8 @@ struct SimtWeightGemm {
     return blocks_per_sm<implicit_gemm_kernel<T, BM, BN, kSliceK, TM, TN, false, BackwardWeightProblem<T>>>(
         (BM / TM) * (BN / TN));
   }
-  static void run(const T* x, const T* grad_y, compute_t<T>* out, const Dims& d, int64_t groups,
-                  const WeightPlan& plan, cudaStream_t stream) {
+  static void run(const T* x, const T* grad_y, T* out, const Dims& d, int64_t groups, const WeightPlan& plan,
+                  cudaStream_t stream) {
     const BackwardWeightProblem<T> p{x, grad_y, out, d, d.og, d.cg * d.khkw, d.n * d.ohw};
     launch_gemm<T, BM, BN, kSliceK, TM, TN>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
   }
@@ -405,12 +400,9 @@ int64_t weight_workspace_for(const Geometry& g) {
   return plan.splits > 1 ? plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
 }
 
-// grad_w by one of the GEMMs above: split-K GEMM, then the ordered sum. A bf16 gradient always
-// goes through the workspace (f32 partials, one split or more), which the sum rounds once.
+// grad_w by one of the GEMMs above: split-K GEMM, then the ordered sum.
 template <class Gemm, class T>
-void weight_gemm(const T* x, const T* grad_y, T* grad_w, compute_t<T>* workspace, const Geometry& g,
-                 cudaStream_t stream) {
-  constexpr bool narrow = !std::is_same_v<T, compute_t<T>>;
+void weight_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g, cudaStream_t stream) {
   const Dims d = dims_of(g);
   const int64_t count = d.o * d.cg * d.khkw;
   if (count == 0) return;
@@ -419,11 +411,10 @@ void weight_gemm(const T* x, const T* grad_y, T* grad_w, compute_t<T>* workspace
     return;
   }
   const WeightPlan plan = plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
-  KILN_CHECK((plan.splits == 1 && !narrow) || workspace != nullptr, ValueError,
+  KILN_CHECK(plan.splits == 1 || workspace != nullptr, ValueError,
              "cuda conv2d_backward_weight: needs a workspace of ", plan.splits * count, " elements");
-  if constexpr (narrow) Gemm::run(x, grad_y, workspace, d, g.groups, plan, stream);
-  else Gemm::run(x, grad_y, plan.splits > 1 ? workspace : grad_w, d, g.groups, plan, stream);
-  if (narrow || plan.splits > 1) {
+  Gemm::run(x, grad_y, plan.splits > 1 ? workspace : grad_w, d, g.groups, plan, stream);
+  if (plan.splits > 1) {
     sum_splits_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(workspace, grad_w, count, plan.splits);
     KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
   }
@@ -765,18 +756,6 @@ int64_t backward_weight_workspace(const Geometry& g) {
                    weight_workspace_for<TensorCoreWeightGemm<false>>(g)});
 }
 
-int64_t backward_weight_bf16_workspace(const Geometry& g) {
-  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
-  if (weight_small(g)) return std::max(count, weight_workspace_for<SimtWeightGemm<bf16, 32, 32, 4, 4>>(g));
-  return std::max(count, weight_workspace_for<SimtWeightGemm<bf16, 64, 128, 8, 8>>(g));
-}
-
-void backward_weight_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, float* workspace, const Geometry& g,
-                          cudaStream_t stream) {
-  if (weight_small(g)) weight_gemm<SimtWeightGemm<bf16, 32, 32, 4, 4>>(x, grad_y, grad_w, workspace, g, stream);
-  else weight_gemm<SimtWeightGemm<bf16, 64, 128, 8, 8>>(x, grad_y, grad_w, workspace, g, stream);
-}
-
 template <class T>
 void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
                                    cudaStream_t stream) {
@@ -874,12 +853,6 @@ void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T*
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
 #undef KILN_CONV2D_INSTANTIATE
-// bf16: the CUDA-core versions, computing in f32
-template void forward_implicit_gemm_prefetch<bf16>(const bf16*, const bf16*, const DeviceEpilogue<bf16>&, bf16*,
-                                                   const Geometry&, cudaStream_t);
-template void backward_input_direct<bf16>(const bf16*, const bf16*, bf16*, const Geometry&, cudaStream_t);
-template void backward_input_implicit_gemm<bf16>(const bf16*, const bf16*, bf16*, const Geometry&, cudaStream_t);
-template void backward_input_as_forward<bf16>(const bf16*, const bf16*, bf16*, bf16*, const Geometry&, cudaStream_t);
 
 }  // namespace kiln::cuda::conv2d
 
@@ -919,8 +892,71 @@ void check_same_dtype(const char* op, const TensorRef& a, const TensorRef& b, co
              " needs one dtype, got ", a.dtype, ", ", b.dtype, " and ", c.dtype);
 }
 
+// The three passes in T (f32 or f64), the tensor-core versions at `math`.
+template <class T>
+void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b, T* y, const conv2d::Geometry& g,
+             conv2d::TensorMath math) {
+  // A reduction this short (the first MNIST layer: C*KH*KW = 9) leaves most of each 16-long
+  // tensor-core slice, and of version 7's 8-channel stages, empty: version 3 beats the 3xTF32
+  // versions there (conv1: 0.0097 ms [fig cuda.conv2d.fwd.v3.conv1.ms] against 5's
+  // 0.0114 [fig cuda.conv2d.fwd.v5-3xtf32.conv1.ms] and 7's
+  // 0.0167 [fig cuda.conv2d.fwd.v7-3xtf32.conv1.ms]; H100, kernel-bench,
+  // docs/runs/2026-11-26-h100). TF32's version 5 ran faster still
+  // (0.0080 ms [fig cuda.conv2d.fwd.v5-tf32.conv1.ms]), but this rule takes version 3 under
+  // either math. Elsewhere version 7 where it runs (stride 1), else version 5.
+  if (g.c / g.groups * g.kh * g.kw < 32) {
+    conv2d::forward_implicit_gemm_prefetch<T>(x, w, b, y, g, be.stream());
+  } else if (const int64_t packed = std::is_same_v<T, float> ? conv2d::forward_patch_workspace(g) : 0; packed > 0) {
+    Workspace ws(be, sizeof(T) * static_cast<size_t>(packed));
+    conv2d::forward_patch<T>(x, w, b, y, static_cast<T*>(ws.p), g, math, be.stream());
+  } else {
+    conv2d::forward_tensor_cores<T>(x, w, b, y, g, math, be.stream());
+  }
+}
+
+template <class T>
+void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2d::Geometry& g,
+                    conv2d::TensorMath math) {
+  if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
+    Workspace ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
+    conv2d::backward_input_few_outputs_rows<T>(gy, w, gx, static_cast<T*>(ws.p), g, be.stream());
+  } else if (conv2d::backward_input_as_forward_applies(g)) {
+    Workspace ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
+    conv2d::backward_input_patch<T>(gy, w, gx, static_cast<T*>(ws.p), g, math, be.stream());
+  } else if (conv2d::backward_input_uses_direct(g)) {
+    conv2d::backward_input_direct<T>(gy, w, gx, g, be.stream());
+  } else {
+    conv2d::backward_input_implicit_gemm<T>(gy, w, gx, g, be.stream());
+  }
+}
+
+template <class T>
+void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv2d::Geometry& g,
+                     conv2d::TensorMath math) {
+  Workspace ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
+  conv2d::backward_weight_tensor_cores<T>(x, gy, gw, static_cast<T*>(ws.p), g, math, be.stream());
+}
+
+// bf16 (mixed precision): a bf16 operand widened to f32 (exactly) in a buffer of the pool, or a
+// buffer for an f32 result to round into a bf16 one; nothing for an undefined operand.
+struct Widened {
+  Workspace buffer;
+  TensorRef ref;
+  Widened(CudaBackend& be, const TensorRef& bf16, bool copy_in = true)
+      : buffer(be, bf16.defined() ? sizeof(float) * static_cast<size_t>(bf16.numel()) : 0) {
+    if (!bf16.defined()) return;
+    ref = TensorRef{buffer.p, 0, bf16.shape, contiguous_strides(bf16.shape), DType::f32};
+    if (copy_in) be.copy(bf16, ref);
+  }
+  float* data() const { return static_cast<float*>(ref.buffer); }
+};
+
 }  // namespace
 
+// bf16 runs the f32 versions on operands widened to f32, at TF32 whatever allow_tf32 says: a bf16
+// value has 8 significant bits, which TF32's 11 hold, so each TF32 product is the exact product of
+// the bf16 values, as on bf16 tensor cores, and the sums are f32. The result is rounded to bf16
+// once (after the epilogue in the forward). The widening passes cost what a bf16 kernel would not.
 void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
                          const Epilogue& epilogue) {
   check_same_dtype("conv2d", x, w, y);
@@ -928,30 +964,15 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
              "cuda backend: conv2d needs one dtype, got bias ", epilogue.bias.dtype, " for ", y.dtype);
   const conv2d::Geometry g = geometry_of(x.shape, w.shape, y.shape, p);
   if (y.dtype == DType::bf16) {
-    conv2d::forward_implicit_gemm_prefetch<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
-                                                 y.data<bf16>(), g, stream_);
+    const Widened xf(*this, x), wf(*this, w), bf(*this, epilogue.bias), yf(*this, y, false);
+    forward<float>(*this, xf.data(), wf.data(), {bf.data(), epilogue.activation}, yf.data(), g,
+                   conv2d::TensorMath::tf32);
+    copy(yf.ref, y);
     return;
   }
   visit_floating(y.dtype, "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    const DeviceEpilogue<T> b = device_epilogue<T>(epilogue);
-    // A reduction this short (the first MNIST layer: C*KH*KW = 9) leaves most of each 16-long
-    // tensor-core slice, and of version 7's 8-channel stages, empty: version 3 beats the 3xTF32
-    // versions there (conv1: 0.0097 ms [fig cuda.conv2d.fwd.v3.conv1.ms] against 5's
-    // 0.0114 [fig cuda.conv2d.fwd.v5-3xtf32.conv1.ms] and 7's
-    // 0.0167 [fig cuda.conv2d.fwd.v7-3xtf32.conv1.ms]; H100, kernel-bench,
-    // docs/runs/2026-11-26-h100). TF32's version 5 ran faster still
-    // (0.0080 ms [fig cuda.conv2d.fwd.v5-tf32.conv1.ms]), but this rule takes version 3 under
-    // either math. Elsewhere version 7 where it runs (stride 1), else version 5.
-    if (g.c / g.groups * g.kh * g.kw < 32) {
-      conv2d::forward_implicit_gemm_prefetch<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, stream_);
-    } else if (const int64_t packed = std::is_same_v<T, float> ? conv2d::forward_patch_workspace(g) : 0; packed > 0) {
-      Workspace ws(*this, sizeof(T) * static_cast<size_t>(packed));
-      conv2d::forward_patch<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), static_cast<T*>(ws.p), g, tensor_math(),
-                               stream_);
-    } else {
-      conv2d::forward_tensor_cores<T>(x.data<T>(), w.data<T>(), b, y.data<T>(), g, tensor_math(), stream_);
-    }
+    forward<T>(*this, x.data<T>(), w.data<T>(), device_epilogue<T>(epilogue), y.data<T>(), g, tensor_math());
   });
 }
 
@@ -960,33 +981,14 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
   if (grad_x.dtype == DType::bf16) {
-    const bf16 *gy = grad_y.data<bf16>(), *wt = w.data<bf16>();
-    bf16* gx = grad_x.data<bf16>();
-    if (conv2d::backward_input_as_forward_applies(g)) {
-      Workspace ws(*this, sizeof(bf16) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
-      conv2d::backward_input_as_forward<bf16>(gy, wt, gx, static_cast<bf16*>(ws.p), g, stream_);
-    } else if (conv2d::backward_input_uses_direct(g)) {
-      conv2d::backward_input_direct<bf16>(gy, wt, gx, g, stream_);
-    } else {
-      conv2d::backward_input_implicit_gemm<bf16>(gy, wt, gx, g, stream_);
-    }
+    const Widened gyf(*this, grad_y), wf(*this, w), gxf(*this, grad_x, false);
+    backward_input<float>(*this, gyf.data(), wf.data(), gxf.data(), g, conv2d::TensorMath::tf32);
+    copy(gxf.ref, grad_x);
     return;
   }
   visit_floating(grad_x.dtype, "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
-      Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
-      conv2d::backward_input_few_outputs_rows<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(),
-                                                 static_cast<T*>(ws.p), g, stream_);
-    } else if (conv2d::backward_input_as_forward_applies(g)) {
-      Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
-      conv2d::backward_input_patch<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), static_cast<T*>(ws.p), g,
-                                      tensor_math(), stream_);
-    } else if (conv2d::backward_input_uses_direct(g)) {
-      conv2d::backward_input_direct<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
-    } else {
-      conv2d::backward_input_implicit_gemm<T>(grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, stream_);
-    }
+    backward_input<T>(*this, grad_y.data<T>(), w.data<T>(), grad_x.data<T>(), g, tensor_math());
   });
 }
 
@@ -995,16 +997,14 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
   if (grad_w.dtype == DType::bf16) {
-    Workspace ws(*this, sizeof(float) * static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
-    conv2d::backward_weight_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), static_cast<float*>(ws.p),
-                                 g, stream_);
+    const Widened xf(*this, x), gyf(*this, grad_y), gwf(*this, grad_w, false);
+    backward_weight<float>(*this, xf.data(), gyf.data(), gwf.data(), g, conv2d::TensorMath::tf32);
+    copy(gwf.ref, grad_w);
     return;
   }
   visit_floating(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
-    Workspace ws(*this, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
-    conv2d::backward_weight_tensor_cores<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(), static_cast<T*>(ws.p), g,
-                                            tensor_math(), stream_);
+    backward_weight<T>(*this, x.data<T>(), grad_y.data<T>(), grad_w.data<T>(), g, tensor_math());
   });
 }
 

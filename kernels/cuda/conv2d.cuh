@@ -75,12 +75,6 @@ void backward_weight_implicit_gemm(const T* x, const T* grad_y, T* grad_w, T* wo
 template <class T>
 void backward_weight_implicit_gemm_wide(const T* x, const T* grad_y, T* grad_w, T* workspace,
                                         const Geometry& g, cudaStream_t stream);
-// Version 2 for a bf16 gradient (mixed precision): the sums in f32, through a workspace of
-// backward_weight_bf16_workspace(g) floats (the split partials, or the one split's result), rounded
-// to bf16 once by the ordered sum.
-int64_t backward_weight_bf16_workspace(const Geometry& g);
-void backward_weight_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, float* workspace, const Geometry& g,
-                          cudaStream_t stream);
 
 // The tensor-core versions (f32; f64 runs the version named with each). TensorMath::tf32x3 splits
 // every input into two TF32 values and forms each product from three mma: f32 accuracy.
