@@ -60,7 +60,7 @@ def define(figure, table, runs):
 
     # --- bf16 mixed precision (--precision bf16) beside f32, and PyTorch under autocast to bf16, in one
     # call ---
-    bf16 = bf16_torch = runs["2026-11-27-h100-bf16-wgmma"]
+    bf16 = bf16_torch = runs["2026-11-27-h100-bf16-conv"]
     for name, what, b16_file, f32_file in (("cnn", "CNN batch 64", "train_bf16.jsonl", "train.jsonl"),
                                            ("mlp", "MLP batch 64", "train_mlp_bf16.jsonl", "train_mlp_3.jsonl"),
                                            ("b512", "CNN batch 512", "train_b512_bf16.jsonl", "train_b512.jsonl")):
@@ -75,7 +75,7 @@ def define(figure, table, runs):
         figure(f"gpu.bf16.{name}.f32.accuracy3", bf16, 100 * bf16.epoch(f32_file, 3)["test_accuracy"],
                f"CUDA, {what}, f32: test accuracy after 3 epochs, %")
     for name, model, batch in (("cnn", "cnn", 64), ("mlp", "mlp", 64), ("b512", "cnn", 512)):
-        for mode in ("eager", "graph"):
+        for mode in ("graph",):
             figure(f"gpu.bf16.{name}.torch-{mode}", bf16_torch,
                    bf16_torch.line("torch.jsonl", model=model, batch_size=batch, epoch=2, mode=mode,
                                    precision="bf16")["train_s"],
