@@ -42,7 +42,7 @@
 //   14_bf16_mma: bf16 operands and result (mixed precision), f32 accumulation: mma.sync m16n8k16
 //     on 08's structure, shared tiles K-major so that each fragment register is one shared load.
 //   15_bf16_wgmma: 13's kernel on bf16 tiles (in 13's file): wgmma m64nNk16 from shared memory,
-//     an MN-major operand first packed K-major.
+//     MN-major operands read in place through wgmma's transpose (16-bit types have one).
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
@@ -66,7 +66,8 @@
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
 //   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
-// f64 always runs 03. bf16 runs 15 on an sm_90 GPU (but for a misaligned operand and k < 256), else 14. The SM count is asked once per device (device_attribute).
+// f64 always runs 03. bf16 runs 15 on an sm_90 GPU, at every size (but for a misaligned operand
+// with k < 256), else 14. The SM count is asked once per device (device_attribute).
 //
 // The epilogue (core/backend.h): every version stores each element of C through it, so a Linear
 // layer's bias and ReLU cost no pass of their own: 03-05 and 01-02 as they store an element,

@@ -81,8 +81,9 @@ void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c
 // 128 x 128 tiles; each element rounded to bf16 once, after the epilogue. Any shape and layout.
 void bf16_mma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
               cudaStream_t stream);
-// 15: 13's kernel on bf16 tiles (wgmma m64nNk16, f32 accumulation), both operands K-major in shared
-// memory: an MN-major one is first packed. Where tf32_wgmma_applies; bf16_wgmma runs 14 elsewhere
+// 15: 13's kernel on bf16 tiles (wgmma m64nNk16, f32 accumulation), each operand read from shared
+// memory as it lies, K-major or MN-major; one TMA cannot read in place (rows not 16-byte aligned)
+// is first packed. Where tf32_wgmma_applies; bf16_wgmma runs 14 elsewhere
 // and takes its workspace from cudaMallocAsync, picking the tile width as the production path does
 // (bf16_wgmma_run with tile_n 0 and bf16_wgmma_workspace(p, a, b) bytes).
 void bf16_wgmma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
