@@ -134,6 +134,11 @@ TEST_CASE("mnist-train refuses ranks whose settings differ, and data-parallel ru
   CHECK(r.code == 1);
   CHECK_MESSAGE(r.out.find("the ranks disagree on the settings") != std::string::npos, r.out);
   CHECK(r.out.find("\"lr\":0.2") != std::string::npos);
+  // the arithmetic too: one rank in bf16 and one in f32 would average different gradients
+  Result precision = run(1, kBase + "--device cpu --epochs 1 --precision bf16 : " + kBase + "--device cpu --epochs 1");
+  CHECK(precision.code == 1);
+  CHECK_MESSAGE(precision.out.find("the ranks disagree on the settings") != std::string::npos, precision.out);
+  CHECK_MESSAGE(precision.out.find("precision bf16") != std::string::npos, precision.out);
   Result gpu = run(2, kBase + "--lr 0.1 --epochs 1 --device cuda:1");
   CHECK(gpu.code != 0);
   CHECK_MESSAGE(gpu.out.find("names one GPU") != std::string::npos, gpu.out);
