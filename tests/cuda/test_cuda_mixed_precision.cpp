@@ -1,0 +1,58 @@
+// Mixed precision on the GPU: a model trained under autocast (bf16 products on the tensor cores,
+// f32 master weights, loss and optimizer) tracks the same model trained in f32 over 100 steps, and
+// tracks the CPU's bf16 run (the reference: f32 arithmetic rounded once, kernels/cpu/widen.cpp).
+// The op-by-op dtype rules and the kernels' bf16 columns: test_mixed_precision, test_backend_ops.
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "tests/cuda/cuda_test.h"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+// A small CNN on 12 x 12 images (conv, relu, pool, linear + relu, linear) trained for `steps`
+// steps of Adam on fixed random data; each step's loss.
+std::vector<double> train(const Device& device, bool bf16, int steps) {
+  manual_seed(21);
+  auto net = std::make_shared<nn::Sequential>(nn::Conv2d(1, 8, 3), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                                              nn::Linear(8 * 5 * 5, 32), nn::ReLU(), nn::Linear(32, 4));
+  net->to(device);
+  optim::Adam adam(net->parameters(), optim::AdamOptions(3e-3));
+  Generator data(7);
+  const Tensor x = uniform({128, 1, 12, 12}, -1.0, 1.0, Device::cpu(), &data).to(device);
+  // a learnable rule: the class is the quadrant of the image with the largest sum
+  const Tensor quadrants = x.reshape({128, 1, 2, 6, 2, 6}).sum({3, 5}).reshape({128, 4});
+  const Tensor y = argmax(quadrants, 1);
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    adam.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard autocast(DType::bf16, bf16);
+      loss = cross_entropy((*net)(x), y);
+    }
+    loss.backward();
+    adam.step();
+    losses.push_back(loss.item());
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 training on the GPU tracks f32 and the CPU's bf16 over 100 steps") {
+  const std::vector<double> f32 = train(kCuda, false, 100), b16 = train(kCuda, true, 100);
+  const std::vector<double> cpu_b16 = train(Device::cpu(), true, 100);
+  CHECK(f32.back() < 0.5 * f32.front());  // it learns
+  CHECK(b16 != f32);                       // autocast lowered the products
+  for (size_t i = 0; i < f32.size(); ++i) {
+    INFO("step " << i << ": f32 " << f32[i] << ", bf16 " << b16[i] << ", CPU bf16 " << cpu_b16[i]);
+    // bf16 rounds every product's inputs and outputs to 8 significant bits; Adam's normalised
+    // steps keep the runs within a few percent of the loss
+    CHECK(std::abs(b16[i] - f32[i]) <= 0.02 + 0.05 * f32[i]);
+    CHECK(std::abs(b16[i] - cpu_b16[i]) <= 0.02 + 0.05 * cpu_b16[i]);
+  }
+}
