@@ -25,7 +25,7 @@ struct bf16 {
 
   bf16() = default;
   KILN_HOST_DEVICE explicit bf16(float v) : bits(round(v)) {}
-  KILN_HOST_DEVICE explicit bf16(double v) : bits(round(static_cast<float>(v))) {}
+  KILN_HOST_DEVICE explicit bf16(double v) : bits(round(static_cast<float>(v))) {}  // through f32, as the kernels
   KILN_HOST_DEVICE operator float() const { return from_bits(static_cast<uint32_t>(bits) << 16); }
   KILN_HOST_DEVICE static bf16 from_raw(uint16_t raw) {
     bf16 b;

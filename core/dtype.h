@@ -50,7 +50,8 @@ template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; 
 template <class T> inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
 // Calls fn with a value of the C++ type of `t` (a tag: only its type matters). bf16's type has
-// no arithmetic: code that computes either converts it to float or uses visit_arithmetic.
+// no arithmetic of its own: code that computes converts it to float (the CPU kernels never see it:
+// kernels/cpu/widen.cpp).
 template <class Fn>
 decltype(auto) visit_dtype(DType t, Fn&& fn) {
   switch (t) {

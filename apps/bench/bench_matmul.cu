@@ -159,14 +159,11 @@ void bench_matmul(Bench& bench) {
     // bf16 (mixed precision): the same A and B rounded to bf16, against cuBLAS with bf16 operands
     // and result and f32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), whose result each bf16
     // version must match to 1e-2 of max|C| (an ulp of bf16 is 2^-8 relative).
-    auto bf16_ref = [](const void* data, Shape shape) {
-      const Strides strides = contiguous_strides(shape);
-      return TensorRef{const_cast<void*>(data), 0, std::move(shape), strides, DType::bf16};
-    };
     auto* A16 = bench.device_bytes(static_cast<size_t>(s.m * s.k) * 2);
     auto* B16 = bench.device_bytes(static_cast<size_t>(s.k * s.n) * 2);
     auto* C16 = bench.device_bytes(static_cast<size_t>(s.m * s.n) * 2);
-    const TensorRef ra16 = bf16_ref(A16, ra.shape), rb16 = bf16_ref(B16, rb.shape), rc16 = bf16_ref(C16, rc.shape);
+    const TensorRef ra16 = device_ref(A16, ra.shape, DType::bf16), rb16 = device_ref(B16, rb.shape, DType::bf16),
+                    rc16 = device_ref(C16, rc.shape, DType::bf16);
     backend.copy(ra, ra16);
     backend.copy(rb, rb16);
     auto bf16_result = [&] {  // C16 widened into C, to compare as f32

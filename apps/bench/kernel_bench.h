@@ -76,14 +76,16 @@ class Bench {
   double copy_gbs_ = 0;
 };
 
-// A contiguous f32 tensor of `shape` at device pointer `data`, as the backends take it.
-inline TensorRef f32_ref(const float* data, Shape shape) {
+// A contiguous tensor of `shape` and `dtype` at device pointer `data`, as the backends take it.
+inline TensorRef device_ref(const void* data, Shape shape, DType dtype) {
   TensorRef r;
-  r.buffer = const_cast<float*>(data);
+  r.buffer = const_cast<void*>(data);
   r.strides = contiguous_strides(shape);
   r.shape = std::move(shape);
+  r.dtype = dtype;
   return r;
 }
+inline TensorRef f32_ref(const float* data, Shape shape) { return device_ref(data, std::move(shape), DType::f32); }
 
 // `count` floats at device pointer `device`, copied to the host after the stream's work.
 std::vector<float> to_host(const float* device, int64_t count, cudaStream_t stream);

@@ -41,19 +41,10 @@ __global__ void arange_kernel(T* out, int64_t offset, int64_t n, double start, d
   KILN_GRID_STRIDE(i, n) out[offset + i] = cast<T>(__dadd_rn(start, __dmul_rn(static_cast<double>(i), step)));
 }
 
-// Floating to integer: truncate to 64 bits, then wrap to D's width, as the CPU (and PyTorch) do.
-// bf16 goes through f32 both ways, as the CPU's widened copy does.
-template <class D, class S>
-__device__ D convert(S v) {
-  if constexpr (std::is_same_v<S, bf16>) return convert<D>(static_cast<float>(v));
-  else if constexpr (std::is_same_v<D, bf16>) return bf16(static_cast<float>(v));
-  else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) return static_cast<D>(static_cast<int64_t>(v));
-  else return static_cast<D>(v);
-}
-
+// The conversion rules are cast's (layout.cuh): the CPU's, bf16 through f32.
 template <class S, class D>
 __global__ void copy_kernel(const S* src, Layout ls, D* out, Layout lo, int64_t n) {
-  KILN_GRID_STRIDE(i, n) out[lo.at(i)] = convert<D>(src[ls.at(i)]);
+  KILN_GRID_STRIDE(i, n) out[lo.at(i)] = cast<D>(src[ls.at(i)]);
 }
 
 template <class T>

@@ -89,11 +89,14 @@ template <class T> struct compute_type { using type = T; };
 template <> struct compute_type<bf16> { using type = float; };
 template <class T> using compute_t = typename compute_type<T>::type;
 
-// v as a T: a C++ cast, through float for bf16 (which has no other conversions).
+// v as a T, by the CPU's (and PyTorch's) rules: a C++ cast, through float for bf16 both ways (as
+// the CPU's widened kernels convert), and floating to integer truncated to 64 bits, then wrapped to
+// T's width (-4.0 -> u8 252).
 template <class T, class V>
 __host__ __device__ T cast(V v) {
-  if constexpr (std::is_same_v<T, bf16>) return bf16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<V, bf16>) return static_cast<T>(static_cast<float>(v));
+  if constexpr (std::is_same_v<V, bf16>) return cast<T>(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, bf16>) return bf16(static_cast<float>(v));
+  else if constexpr (std::is_floating_point_v<V> && std::is_integral_v<T>) return static_cast<T>(static_cast<int64_t>(v));
   else return static_cast<T>(v);
 }
 

@@ -83,14 +83,12 @@ __device__ bool beats(T a, int64_t ia, T b, int64_t ib, bool largest) {
   return ia < ib;
 }
 
-// What sums accumulate in, and what values and extremes are compared in (float for bf16).
+// What sums accumulate in; values and extremes are compared in compute_t<T> (float for bf16).
 template <class T>
 using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
-template <class T>
-using Val = compute_t<T>;
 
 template <class T>
-__device__ void store(ReduceOp op, T* out, int32_t* out_index, int64_t at, Acc<T> sum, int64_t n, Val<T> best,
+__device__ void store(ReduceOp op, T* out, int32_t* out_index, int64_t at, Acc<T> sum, int64_t n, compute_t<T> best,
                       int64_t best_i) {
   switch (op) {
     case ReduceOp::sum: out[at] = cast<T>(sum); break;
@@ -111,10 +109,10 @@ __global__ void reduce_columns(ReduceOp op, const T* x, T* out, int32_t* out_ind
     int64_t o = e / inner, i = e % inner;
     const T* p = x + o * n * inner + i;
     Acc<T> sum = 0;
-    Val<T> best = cast<Val<T>>(p[0]);
+    compute_t<T> best = cast<compute_t<T>>(p[0]);
     int64_t best_i = 0;
     for (int64_t k = 0; k < n; ++k) {
-      const Val<T> v = cast<Val<T>>(p[k * inner]);
+      const compute_t<T> v = cast<compute_t<T>>(p[k * inner]);
       sum += static_cast<Acc<T>>(v);
       if (k > 0 && beats(v, k, best, best_i, largest)) best = v, best_i = k;
     }
@@ -129,19 +127,19 @@ template <class T>
 __global__ void reduce_column_tiles(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t outer, int64_t n,
                                     int64_t inner) {
   __shared__ Acc<T> sums[kSplit][kColumns];
-  __shared__ Val<T> bests[kSplit][kColumns];
+  __shared__ compute_t<T> bests[kSplit][kColumns];
   __shared__ int64_t best_is[kSplit][kColumns];
   bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t i = blockIdx.x * int64_t{kColumns} + tx;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     Acc<T> sum = 0;
-    Val<T> best{};
+    compute_t<T> best{};
     int64_t best_i = -1;
     if (i < inner) {
       const T* p = x + o * n * inner + i;
       for (int64_t k = ty; k < n; k += kSplit) {
-        const Val<T> v = cast<Val<T>>(p[k * inner]);
+        const compute_t<T> v = cast<compute_t<T>>(p[k * inner]);
         sum += static_cast<Acc<T>>(v);
         if (best_i < 0 || beats(v, k, best, best_i, largest)) best = v, best_i = k;
       }
@@ -211,7 +209,7 @@ __global__ void __launch_bounds__(kPackThreads)
     if (c < lanes * V && at < inner) {
       Acc<T> total = 0;
       for (int r = 0; r < rows; ++r) total += sums[r * lanes * V + c];
-      if (gridDim.z == 1) store(op, out, nullptr, o * inner + at, total, n, Val<T>{}, 0);
+      if (gridDim.z == 1) store(op, out, nullptr, o * inner + at, total, n, compute_t<T>{}, 0);
       else partial[(blockIdx.z * outer + o) * inner + at] = total;
     }
     __syncthreads();  // before the next o overwrites the partials
@@ -225,7 +223,7 @@ __global__ void reduce_column_splits(ReduceOp op, const Acc<T>* partial, T* out,
   KILN_GRID_STRIDE(e, outputs) {
     Acc<T> total = 0;
     for (int64_t z = 0; z < splits; ++z) total += partial[z * outputs + e];
-    store(op, out, nullptr, e, total, n, Val<T>{}, 0);
+    store(op, out, nullptr, e, total, n, compute_t<T>{}, 0);
   }
 }
 
@@ -240,16 +238,16 @@ int pack_lanes(int64_t inner, int v) {
 template <class T>
 struct RowPartial {
   Acc<T> sum;
-  Val<T> best;
+  compute_t<T> best;
   int64_t best_i;
 };
 
 // The (sum, best, best index) of every thread of a block of kThreads combined in shared memory in a
 // fixed order (deterministic); thread 0 gets the block's.
 template <class T>
-__device__ void combine_block(Acc<T>& sum, Val<T>& best, int64_t& best_i, bool largest) {
+__device__ void combine_block(Acc<T>& sum, compute_t<T>& best, int64_t& best_i, bool largest) {
   __shared__ Acc<T> sums[kThreads];
-  __shared__ Val<T> bests[kThreads];
+  __shared__ compute_t<T> bests[kThreads];
   __shared__ int64_t best_is[kThreads];
   const int t = threadIdx.x;
   sums[t] = sum, bests[t] = best, best_is[t] = best_i;
@@ -274,10 +272,10 @@ __global__ void __launch_bounds__(kThreads) reduce_rows(ReduceOp op, const T* x,
   const int64_t r = blockIdx.x / splits, begin = blockIdx.x % splits * chunk, end = std::min(n, begin + chunk);
   const T* row = x + r * n;
   Acc<T> sum = 0;
-  Val<T> best = cast<Val<T>>(row[begin]);
+  compute_t<T> best = cast<compute_t<T>>(row[begin]);
   int64_t best_i = begin;
   for (int64_t k = begin + threadIdx.x; k < end; k += kThreads) {
-    const Val<T> v = cast<Val<T>>(row[k]);
+    const compute_t<T> v = cast<compute_t<T>>(row[k]);
     sum += static_cast<Acc<T>>(v);
     if (beats(v, k, best, best_i, largest)) best = v, best_i = k;
   }
@@ -295,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) reduce_row_splits(ReduceOp op, const
   const bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
   const RowPartial<T>* p = partial + blockIdx.x * splits;
   Acc<T> sum = 0;
-  Val<T> best = p[0].best;
+  compute_t<T> best = p[0].best;
   int64_t best_i = p[0].best_i;
   for (int64_t z = threadIdx.x; z < splits; z += kThreads) {
     sum += p[z].sum;
@@ -316,16 +314,16 @@ __global__ void reduce_rows_warp(ReduceOp op, const T* x, T* out, int32_t* out_i
   for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; r < rows; r += warps) {
     const T* row = x + r * n;
     Acc<T> sum = 0;
-    Val<T> best = cast<Val<T>>(row[0]);
+    compute_t<T> best = cast<compute_t<T>>(row[0]);
     int64_t best_i = 0;
     for (int64_t k = lane; k < n; k += 32) {
-      const Val<T> v = cast<Val<T>>(row[k]);
+      const compute_t<T> v = cast<compute_t<T>>(row[k]);
       sum += static_cast<Acc<T>>(v);
       if (beats(v, k, best, best_i, largest)) best = v, best_i = k;
     }
     for (int offset = 16; offset > 0; offset /= 2) {
       sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      const Val<T> other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const compute_t<T> other = __shfl_xor_sync(0xffffffffu, best, offset);
       const int64_t other_i = __shfl_xor_sync(0xffffffffu, best_i, offset);
       if (beats(other, other_i, best, best_i, largest)) best = other, best_i = other_i;
     }

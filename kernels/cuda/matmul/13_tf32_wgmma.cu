@@ -574,9 +574,8 @@ int64_t batches_of(const MatmulParams& p, int64_t batch_stride) { return batch_s
 // rows past the matrix before, as a tensor map's strides must be.
 template <class E>
 bool readable(const E* data, int64_t lines, int64_t ld, int64_t batch_stride, int64_t batches) {
-  constexpr int64_t v = 16 / sizeof(E);  // elements per 16 bytes
   const bool stacked = batches == 1 || (ld > 0 && batch_stride % ld == 0 && batch_stride >= lines * ld);
-  return stacked && reinterpret_cast<uintptr_t>(data) % 16 == 0 && ld % v == 0 && batch_stride % v == 0;
+  return stacked && aligned16(data, ld, batch_stride);
 }
 
 // Elements of workspace an operand needs when it must be packed: rows of k rounded up to 16 bytes.
@@ -681,9 +680,6 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
   KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: ", p.batch, " x ", p.m, " x ", p.n,
              " is too large a product for one launch");
   const CUtensorMap map_a = tensor_map<E>(rows, p.k, BM), map_b = tensor_map<E>(cols, p.k, BN);
-  // vec_c: C's rows allow store_mma_tiles' pair stores (f32: 16-byte aligned rows; bf16: 4-byte pairs)
-  const bool vec_c = std::is_same_v<E, float> ? aligned16(c, p.n, p.m * p.n)
-                                              : reinterpret_cast<uintptr_t>(c) % 4 == 0 && p.n % 2 == 0;
   const WgmmaArgs<E> args{.c = c,
                        .m = p.m,
                        .n = p.n,
@@ -694,7 +690,7 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
                        .tiles_n = tiles_n,
                        .broadcast_a = rows.batches == 1,
                        .broadcast_b = cols.batches == 1,
-                       .vec_c = vec_c,
+                       .vec_c = aligned16(c, p.n, p.m * p.n),
                        .swap = swap,
                        .epilogue = e};
   const auto kernel = wgmma_kernel<E, T, MODE, A_MN, B_MN>;
@@ -802,17 +798,22 @@ size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* 
 
 namespace {
 
-// A version of the ladder: 13 on tiles of width tile_n, its workspace from cudaMallocAsync.
-void run_version(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
-                 int tile_n, cudaStream_t stream) {
+// A version of the ladder: 13 (15 for bf16) on tiles of width tile_n (0: its own pick), its
+// workspace from cudaMallocAsync; 11 (14) on a GPU that is not an sm_90.
+template <class E>
+void run_version(const MatmulParams& p, const E* a, const E* b, E* c, const DeviceEpilogue<E>& e, int tile_n,
+                 cudaStream_t stream) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
-  if (!tf32_wgmma_applies(p, device)) return tf32_ldmatrix(p, a, b, c, e, stream);
-  const size_t bytes = tf32_wgmma_workspace(p, a, b);
+  if (!tf32_wgmma_applies(p, device)) {
+    if constexpr (std::is_same_v<E, float>) return tf32_ldmatrix(p, a, b, c, e, stream);
+    else return bf16_mma(p, a, b, c, e, stream);
+  }
+  const size_t bytes = wgmma_workspace(p, a, b);
   void* workspace = nullptr;
   if (bytes > 0) KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  tf32_wgmma_run(p, a, b, c, e, tile_n, workspace, stream);
+  wgmma_run(p, a, b, c, e, tile_n, workspace, stream);
   if (workspace) KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
 }
 
@@ -866,15 +867,7 @@ size_t bf16_wgmma_workspace(const MatmulParams& p, const bf16* a, const bf16* b)
 
 void bf16_wgmma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
                 cudaStream_t stream) {
-  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
-  int device = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&device));
-  if (!tf32_wgmma_applies(p, device)) return bf16_mma(p, a, b, c, e, stream);
-  const size_t bytes = bf16_wgmma_workspace(p, a, b);
-  void* workspace = nullptr;
-  if (bytes > 0) KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  bf16_wgmma_run(p, a, b, c, e, 0, workspace, stream);
-  if (workspace) KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+  run_version(p, a, b, c, e, 0, stream);
 }
 
 }  // namespace kiln::cuda::matmul

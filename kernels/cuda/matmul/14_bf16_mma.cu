@@ -159,21 +159,13 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) bf16_mma_kernel(Ar
   store_mma_tiles(args, acc, i0, j0, wm0, wn0, lane);
 }
 
-bool aligned_bf16(const void* p, int64_t ld, int64_t batch_stride) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 8 == 0 && batch_stride % 8 == 0;
-}
-
 }  // namespace
 
 void bf16_mma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
               cudaStream_t stream) {
   constexpr int BM = 128, BN = 128, BK = 32, WM = 64, WN = 32;
   constexpr int NT = (BM / WM) * (BN / WN) * 32;
-  launch_batched(p, a, b, c, e, BM, BN, "matmul 14_bf16_mma", [&](dim3 grid, Args<bf16> args) {
-    // 16-byte loads take 8 bf16: the f32 rule of launch_batched (multiples of 4) is not enough.
-    args.vec_a = aligned_bf16(args.a, p.lda, p.batch_stride_a);
-    args.vec_b = aligned_bf16(args.b, p.ldb, p.batch_stride_b);
-    args.vec_c = reinterpret_cast<uintptr_t>(args.c) % 4 == 0 && p.n % 2 == 0;  // 4-byte pairs
+  launch_batched(p, a, b, c, e, BM, BN, "matmul 14_bf16_mma", [&](dim3 grid, const Args<bf16>& args) {
     bf16_mma_kernel<BM, BN, BK, WM, WN><<<grid, NT, 0, stream>>>(args);
   });
 }

@@ -37,7 +37,7 @@ struct Args {
   T* c;
   int64_t m, n, k, lda, ldb, batch_stride_a, batch_stride_b;
   bool trans_a, trans_b;
-  bool vec_a, vec_b, vec_c;  // 16-byte loads/stores are legal: aligned base, ld and batch stride % 4 == 0
+  bool vec_a, vec_b, vec_c;  // 16-byte loads/stores are legal: aligned16 (base, ld and batch stride)
   DeviceEpilogue<T> epilogue;  // applied to every element of C as it is stored: epilogue(v, j)
   // op(A) is A^T when trans_a; A's panel op(A)^T then runs along x (= i) in memory.
   __device__ Panel<T> panel_a() const { return {a + int64_t{blockIdx.z} * batch_stride_a, lda, k, m, trans_a}; }
@@ -46,8 +46,12 @@ struct Args {
   __device__ T* c_entry() const { return c + int64_t{blockIdx.z} * m * n; }
 };
 
-inline bool aligned16(const void* p, int64_t ld, int64_t batch_stride) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0 && batch_stride % 4 == 0;
+// Whether rows of T at p (row stride ld, batch stride in elements) start on 16 bytes: 16-byte loads
+// and stores of 4 floats or 8 bf16 are legal.
+template <class T>
+bool aligned16(const T* p, int64_t ld, int64_t batch_stride) {
+  constexpr int64_t v = 16 / static_cast<int64_t>(sizeof(T));
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % v == 0 && batch_stride % v == 0;
 }
 
 // Launches `launch(grid, args)` with one block per tile_m x tile_n tile of C (grid.x over columns,
