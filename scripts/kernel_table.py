@@ -26,9 +26,9 @@ def yardstick(row, rows, copy_gbs):
 
 
 def math(version):
-    """A row's arithmetic as its name says: TF32, bf16 or (neither) f32."""
+    """A row's arithmetic as its name says: TF32, bf16 or (neither, or 3xTF32: f32 accuracy) f32."""
     v = version.lower()
-    return "tf32" if "tf32" in v else "bf16" if "bf16" in v else "f32"
+    return "f32" if "3xtf32" in v else "tf32" if "tf32" in v else "bf16" if "bf16" in v else "f32"
 
 
 def tables(run, meta):

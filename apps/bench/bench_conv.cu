@@ -1,7 +1,8 @@
 // kernel-bench --only conv: every conv2d version of kernels/cuda/conv2d.cuh against cuDNN, f32
 // NCHW, forward, backward-input and backward-weight, at the MNIST CNN's two layers (batch 64 and
-// 512) and one large layer. cuDNN runs with CUDNN_FMA_MATH (plain FP32 FMA: no TF32, which cuDNN
-// would otherwise allow for conv), each pass with the fastest algorithm that
+// 512) and one large layer; then cuDNN with TF32 allowed (the TF32 versions' peer), and the
+// production path in bf16 against cuDNN in bf16. The FP32 reference runs with CUDNN_FMA_MATH
+// (plain FP32 FMA: no TF32, which cuDNN would otherwise allow for conv), each pass with the fastest algorithm that
 // cudnnFind*AlgorithmEx measures, given a 256 MiB workspace. Each kiln version is first checked
 // against cuDNN's result (max error relative to the largest |value|; over 1e-3 is reported as
 // wrong and not timed; the TF32 versions get 1e-2). No bias in the timings (cuDNN's convolution has
@@ -66,13 +67,15 @@ const char* math_name(cudnnMathType_t m) {
   return "?";
 }
 
-// The cuDNN objects for one shape.
+// The cuDNN objects for one shape, its tensors of `type` (the convolution accumulates in f32) at
+// `math`.
 struct Cudnn {
   cudnnHandle_t handle = nullptr;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  Cudnn(const ConvShape& s, int64_t oh, int64_t ow, cudaStream_t stream) {
+  Cudnn(const ConvShape& s, int64_t oh, int64_t ow, cudaStream_t stream, cudnnDataType_t type = CUDNN_DATA_FLOAT,
+        cudnnMathType_t math = CUDNN_FMA_MATH) {
     KILN_CUDNN_CHECK(cudnnCreate(&handle));
     KILN_CUDNN_CHECK(cudnnSetStream(handle, stream));
     KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
@@ -80,12 +83,12 @@ struct Cudnn {
     KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
     auto i = [](int64_t v) { return static_cast<int>(v); };
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.c), i(s.h), i(s.w)));
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(s.n), i(s.o), i(oh), i(ow)));
-    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(s.o), i(s.c), i(s.k), i(s.k)));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, type, i(s.n), i(s.c), i(s.h), i(s.w)));
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, type, i(s.n), i(s.o), i(oh), i(ow)));
+    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, type, CUDNN_TENSOR_NCHW, i(s.o), i(s.c), i(s.k), i(s.k)));
     KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, i(s.pad), i(s.pad), 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
                                                      CUDNN_DATA_FLOAT));
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
   }
   ~Cudnn() {
     cudnnDestroyConvolutionDescriptor(conv);
@@ -110,6 +113,62 @@ template <class Perf>
 std::string algo_note(const Perf& p) {
   return "algo " + std::to_string(static_cast<int>(p.algo)) + ", " + math_name(p.mathType) + ", workspace " +
          std::to_string(p.memory >> 10) + " KiB";
+}
+
+// cuDNN's three passes on `dnn`'s types and math, each with the fastest algorithm that
+// cudnnFind*AlgorithmEx measures: timed and recorded as "fwd cuDNN <label>" and so on, their
+// results left in y, gx and gw. False (and a row saying so) where cuDNN has no algorithm for one.
+bool cudnn_passes(Bench& bench, const Cudnn& dnn, const std::string& label, const std::string& shape, double flops,
+                  const void* x, const void* w, const void* gy, void* y, void* gx, void* gw, void* workspace,
+                  size_t workspace_bytes) {
+  const float one = 1, zero = 0;
+  auto run = [&](const std::string& version, auto&& find, auto&& pass) {
+    try {
+      const auto p = find();
+      pass(p);
+      KILN_CUDA_CHECK(cudaStreamSynchronize(bench.stream()));
+      const double ms = bench.time_ms([&] { pass(p); });
+      bench.record({"conv2d", version, shape, ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s", true, algo_note(p)});
+      return true;
+    } catch (const std::runtime_error& e) {
+      bench.record({"conv2d", version, shape, 0, 0, "TFLOP/s", true, e.what()});
+      return false;
+    }
+  };
+  const bool fwd = run("fwd cuDNN " + label, [&] {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int count = 0;
+    KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(dnn.handle, dnn.x, x, dnn.w, w, dnn.conv, dnn.y, y,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf, workspace,
+                                                            workspace_bytes));
+    return best(perf, count, "forward");
+  }, [&](const cudnnConvolutionFwdAlgoPerf_t& p) {
+    KILN_CUDNN_CHECK(cudnnConvolutionForward(dnn.handle, &one, dnn.x, x, dnn.w, w, dnn.conv, p.algo, workspace, p.memory,
+                                             &zero, dnn.y, y));
+  });
+  const bool data = run("bwd-input cuDNN " + label, [&] {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(dnn.handle, dnn.w, w, dnn.y, gy, dnn.conv, dnn.x, gx,
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf,
+                                                                 workspace, workspace_bytes));
+    return best(perf, count, "backward-data");
+  }, [&](const cudnnConvolutionBwdDataAlgoPerf_t& p) {
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(dnn.handle, &one, dnn.w, w, dnn.y, gy, dnn.conv, p.algo, workspace,
+                                                  p.memory, &zero, dnn.x, gx));
+  });
+  const bool filter = run("bwd-weight cuDNN " + label, [&] {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int count = 0;
+    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(dnn.handle, dnn.x, x, dnn.y, gy, dnn.conv, dnn.w, gw,
+                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+                                                                   perf, workspace, workspace_bytes));
+    return best(perf, count, "backward-filter");
+  }, [&](const cudnnConvolutionBwdFilterAlgoPerf_t& p) {
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(dnn.handle, &one, dnn.x, x, dnn.y, gy, dnn.conv, p.algo, workspace,
+                                                    p.memory, &zero, dnn.w, gw));
+  });
+  return fwd && data && filter;
 }
 
 void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t workspace_bytes) {
@@ -293,6 +352,57 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     kiln_version("bwd-weight 3 tensor cores TF32", [&] {
       cv::backward_weight_tensor_cores<float>(x, gy, gw, kiln_ws, g, cv::TensorMath::tf32, stream);
     }, gw, gw_ref, nw, kTf32Tolerance);
+  }
+
+  // ---- cuDNN with TF32 allowed: the peer of kiln's TF32 versions above ----
+  {
+    Cudnn tf32(s, g.oh, g.ow, stream, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH);
+    cudnn_passes(bench, tf32, "TF32", shape, flops, x, w, gy, y, gx, gw, workspace, workspace_bytes);
+  }
+
+  // ---- bf16 (mixed precision) ----
+  // x, w and grad_y rounded to bf16. cuDNN with bf16 tensors (NCHW, as kiln's) accumulating in
+  // f32 with tensor-op math is the reference; kiln's production path (CudaBackend: the bf16 versions
+  // where they apply, else the f32 versions on widened operands) must match its result to 1e-2 of
+  // max |value| (an ulp of bf16 is 2^-8 relative).
+  {
+    cuda::CudaBackend& backend = cuda::backend(0);
+    auto bf16_buffer = [&](int64_t n) { return bench.device_bytes(2 * static_cast<size_t>(n)); };
+    const Shape sx{s.n, s.c, s.h, s.w}, sw{s.o, s.c, s.k, s.k}, sy{s.n, s.o, g.oh, g.ow};
+    const TensorRef x16 = device_ref(bf16_buffer(nx), sx, DType::bf16), w16 = device_ref(bf16_buffer(nw), sw, DType::bf16);
+    const TensorRef gy16 = device_ref(bf16_buffer(ny), sy, DType::bf16), y16 = device_ref(bf16_buffer(ny), sy, DType::bf16);
+    const TensorRef gx16 = device_ref(bf16_buffer(nx), sx, DType::bf16), gw16 = device_ref(bf16_buffer(nw), sw, DType::bf16);
+    backend.copy(f32_ref(x, sx), x16);
+    backend.copy(f32_ref(w, sw), w16);
+    backend.copy(f32_ref(gy, sy), gy16);
+    Cudnn dnn16(s, g.oh, g.ow, stream, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_OP_MATH);
+    const bool found = cudnn_passes(bench, dnn16, "BF16", shape, flops, x16.buffer, w16.buffer, gy16.buffer, y16.buffer,
+                                    gx16.buffer, gw16.buffer, workspace, workspace_bytes);
+    // cuDNN's results widened into the f32 reference buffers, kiln's into the f32 output buffers.
+    auto widen = [&](const TensorRef& from, float* to) {
+      backend.copy(from, f32_ref(to, from.shape));
+      return to_host(to, from.numel(), stream);
+    };
+    const std::vector<float> want_y = widen(y16, y_ref), want_gx = widen(gx16, gx_ref), want_gw = widen(gw16, gw_ref);
+    Conv2dParams params;
+    params.pad_h = params.pad_w = s.pad;
+    auto production = [&](const std::string& version, const std::function<void()>& fn, const TensorRef& out,
+                          float* out_f32, const std::vector<float>& want) {
+      fn();
+      const double err = max_rel_err(widen(out, out_f32), want);
+      if (!found || !(err <= 1e-2)) {
+        bench.record({"conv2d", version, shape, 0, 0, "TFLOP/s", false,
+                      found ? "wrong: " + rel_err_note(err) + " > 1.0e-02, not timed" : "no cuDNN reference"});
+        return;
+      }
+      const double ms = bench.time_ms(fn);
+      bench.record({"conv2d", version, shape, ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s", false, rel_err_note(err)});
+    };
+    production("fwd production (BF16)", [&] { backend.conv2d(x16, w16, y16, params, {}); }, y16, y, want_y);
+    production("bwd-input production (BF16)", [&] { backend.conv2d_backward_input(gy16, w16, gx16, params); }, gx16,
+               gx, want_gx);
+    production("bwd-weight production (BF16)", [&] { backend.conv2d_backward_weight(x16, gy16, gw16, params); },
+               gw16, gw, want_gw);
   }
 }
 

@@ -292,26 +292,27 @@ constexpr int64_t kMaxTcKRange = 2048;
 
 // Launches the tensor-core kernel on BM x BN tiles; the dynamic shared memory (stages and tap
 // tables) goes over the default 48 KB, which needs the opt-in, set at every launch (cheap).
-template <int BM, int BN, bool kExact, class P>
+template <int BM, int BN, Mma M, class P>
 void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_split, cudaStream_t stream,
                     const char* op) {
   using G = TcGemm<BM, BN, P>;
-  auto* kernel = implicit_gemm_tc_kernel<G, kExact, P>;
+  auto* kernel = implicit_gemm_tc_kernel<G, M, P>;
   const int bytes = static_cast<int>(G::smem_bytes(std::min(k_per_split, p.K)));
   KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   launch_tiles<BM, BN>(kernel, G::THREADS, p, groups, splits, k_per_split, stream, op, bytes);
 }
 
-// Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i].
-// Unrolled so that eight loads are in flight before their adds (the adds stay in split order): at
-// MNIST's batch 512 the two of a step were slow with one load at a time (history: NOTES.md).
-template <class T>
-__global__ void sum_splits_kernel(const T* ws, T* gw, int64_t count, int64_t splits) {
+// Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i] (in
+// T, rounded once to Out: bf16's partials are f32). Unrolled so that eight loads are in flight
+// before their adds (the adds stay in split order): at MNIST's batch 512 the two of a step were
+// slow with one load at a time (history: NOTES.md).
+template <class T, class Out = T>
+__global__ void sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits) {
   KILN_GRID_STRIDE(i, count) {
     T acc = 0;
 #pragma unroll 8
     for (int64_t s = 0; s < splits; ++s) acc += ws[s * count + i];
-    gw[i] = acc;
+    gw[i] = cast<Out>(acc);
   }
 }
 
@@ -375,21 +376,20 @@ struct SimtWeightGemm {
     launch_gemm<T, BM, BN, kSliceK, TM, TN>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
   }
 };
-template <bool kExact>
+template <Mma M>
 struct TensorCoreWeightGemm {
   static constexpr int BM = 64, BN = 64;
   static constexpr int64_t kMaxRange = kMaxTcKRange;
   using G = TcGemm<BM, BN, TapWeight>;
   // The occupancy at the tables of a 1024-long range (a typical split): a guide for the split count.
   static int blocks() {
-    return blocks_per_sm<implicit_gemm_tc_kernel<G, kExact, TapWeight>>(G::THREADS,
-                                                                        static_cast<int>(G::smem_bytes(1024)));
+    return blocks_per_sm<implicit_gemm_tc_kernel<G, M, TapWeight>>(G::THREADS, static_cast<int>(G::smem_bytes(1024)));
   }
   static void run(const float* x, const float* grad_y, float* out, const Dims& d, int64_t groups,
                   const WeightPlan& plan, cudaStream_t stream) {
     const TapWeight p{grad_y, x, out, d, d.og, d.cg * d.khkw, d.n * d.ohw, static_cast<int>(d.h),
                       static_cast<int>(d.w)};
-    launch_gemm_tc<BM, BN, kExact>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
+    launch_gemm_tc<BM, BN, M>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
   }
 };
 
@@ -441,12 +441,12 @@ void forward_tc(const ForwardProblem<T>& p, int64_t groups, TensorMath math, cud
     const bool exact = math == TensorMath::tf32x3;
     const TapForward tp{p.x, p.w, p.epilogue, p.y, p.d, p.M, p.N, p.K, static_cast<int>(p.d.h), static_cast<int>(p.d.w)};
     if (p.N > 32 && p.K <= kMaxTcKRange) {
-      return exact ? launch_gemm_tc<128, 64, true>(tp, groups, 1, p.K, stream, op)
-                   : launch_gemm_tc<128, 64, false>(tp, groups, 1, p.K, stream, op);
+      return exact ? launch_gemm_tc<128, 64, Mma::tf32x3>(tp, groups, 1, p.K, stream, op)
+                   : launch_gemm_tc<128, 64, Mma::tf32>(tp, groups, 1, p.K, stream, op);
     }
     if (p.N > 16 && p.K <= kMaxTcKRange) {
-      return exact ? launch_gemm_tc<128, 32, true>(tp, groups, 1, p.K, stream, op)
-                   : launch_gemm_tc<128, 32, false>(tp, groups, 1, p.K, stream, op);
+      return exact ? launch_gemm_tc<128, 32, Mma::tf32x3>(tp, groups, 1, p.K, stream, op)
+                   : launch_gemm_tc<128, 32, Mma::tf32>(tp, groups, 1, p.K, stream, op);
     }
   }
   forward_gemm<T, true>(p, groups, stream, op);
@@ -679,20 +679,17 @@ void backward_input_tensor_cores(const T* grad_y, const T* w, T* grad_x, T* work
 }
 
 namespace {
-// Version 7 on the forward view f: packs w (flip: the layer's own weights, for the backward input)
-// into `packed` and runs the patch kernel at the plan's tile.
-template <bool kExact>
-void patch_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e, float* y,
-                   const Geometry& f, const PatchPlan& plan, cudaStream_t stream, const char* op) {
+// Version 7's kernel at math M on the view f it reads (the forward view; for bf16 the paired
+// one), x and the packed weights as 32-bit elements, at the plan's tile.
+template <Mma M, class Y>
+void patch_launch(const float* x, const float* packed, const DeviceEpilogue<Y>& e, Y* y, const Geometry& f,
+                  const PatchPlan& plan, cudaStream_t stream, const char* op) {
   const Dims d = dims_of(f);
-  const int64_t count = packed_weights(f, plan);
-  pack_patch_weights_kernel<float><<<blocks_for(count), kThreads, 0, stream>>>(w, packed, d, plan, flip, count);
-  KILN_CUDA_LAUNCH_CHECK(op);
   const int tiles = static_cast<int>((d.ohw + kPatchBM - 1) / kPatchBM);
-  const PatchArgs args{x, packed, e, y, d, plan, tiles};
+  const PatchArgs<Y> args{x, packed, e, y, d, plan, tiles};
   auto launch = [&]<int BN>() {
     using G = PatchTile<kPatchBM, BN>;
-    auto* kernel = patch_conv_kernel<G, kExact>;
+    auto* kernel = patch_conv_kernel<G, M, Y>;
     const int64_t gx = d.n * tiles, gy = (d.og + BN - 1) / BN;
     KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && f.groups <= 65535, ShapeError, "cuda ", op,
                ": the problem is too large for one launch (", gx, " x ", gy, " x ", f.groups, " blocks)");
@@ -705,6 +702,18 @@ void patch_forward(const float* x, const float* w, bool flip, float* packed, con
   if (patch_bn(d.og) == 64) launch.template operator()<64>();
   else launch.template operator()<32>();
 }
+
+// Version 7 in f32 on the forward view f: packs w (flip: the layer's own weights, for the
+// backward input) into `packed` and runs the patch kernel.
+template <Mma M>
+void patch_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e, float* y,
+                   const Geometry& f, const PatchPlan& plan, cudaStream_t stream, const char* op) {
+  const int64_t count = packed_weights(f, plan);
+  pack_patch_weights_kernel<float, float><<<blocks_for(count), kThreads, 0, stream>>>(w, packed, dims_of(f), plan,
+                                                                                       flip, count);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  patch_launch<M>(x, packed, e, y, f, plan, stream, op);
+}
 }  // namespace
 
 int64_t forward_patch_workspace(const Geometry& g) { return patch_weights(g); }
@@ -716,8 +725,8 @@ void forward_patch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, T* 
     const PatchPlan plan = patch_plan_for(g);
     if (plan.smem > 0) {
       KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: needs a workspace of ", patch_weights(g), " elements");
-      if (math == TensorMath::tf32x3) patch_forward<true>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
-      else patch_forward<false>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
+      if (math == TensorMath::tf32x3) patch_forward<Mma::tf32x3>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
+      else patch_forward<Mma::tf32>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
       return;
     }
   }
@@ -734,9 +743,9 @@ void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, 
                  backward_input_as_forward_workspace(g), " elements");
       const Geometry f = as_forward(g);
       if (math == TensorMath::tf32x3)
-        patch_forward<true>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input");
+        patch_forward<Mma::tf32x3>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input");
       else
-        patch_forward<false>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input");
+        patch_forward<Mma::tf32>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input");
       return;
     }
   }
@@ -752,8 +761,8 @@ int64_t backward_weight_workspace(const Geometry& g) {
                    weight_workspace_for<SimtWeightGemm<double, 64, 64, 4, 4>>(g),
                    weight_workspace_for<SimtWeightGemm<float, 64, 128, 8, 8>>(g),
                    weight_workspace_for<SimtWeightGemm<double, 64, 128, 8, 8>>(g),
-                   weight_workspace_for<TensorCoreWeightGemm<true>>(g),
-                   weight_workspace_for<TensorCoreWeightGemm<false>>(g)});
+                   weight_workspace_for<TensorCoreWeightGemm<Mma::tf32x3>>(g),
+                   weight_workspace_for<TensorCoreWeightGemm<Mma::tf32>>(g)});
 }
 
 template <class T>
@@ -776,8 +785,8 @@ void backward_weight_tensor_cores(const T* x, const T* grad_y, T* grad_w, T* wor
   if constexpr (std::is_same_v<T, float>) {
     if (!weight_small(g)) {
       return math == TensorMath::tf32x3
-                 ? weight_gemm<TensorCoreWeightGemm<true>>(x, grad_y, grad_w, workspace, g, stream)
-                 : weight_gemm<TensorCoreWeightGemm<false>>(x, grad_y, grad_w, workspace, g, stream);
+                 ? weight_gemm<TensorCoreWeightGemm<Mma::tf32x3>>(x, grad_y, grad_w, workspace, g, stream)
+                 : weight_gemm<TensorCoreWeightGemm<Mma::tf32>>(x, grad_y, grad_w, workspace, g, stream);
     }
   }
   backward_weight_implicit_gemm_wide<T>(x, grad_y, grad_w, workspace, g, stream);
@@ -853,6 +862,139 @@ void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T*
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
 #undef KILN_CONV2D_INSTANTIATE
+
+// ---- bf16 (mixed precision) on the tensor cores ----
+//
+// Versions 7 (forward, backward input) and 3 (backward weight) at Mma::bf16: the operands are bf16,
+// each product of two is exact in f32 and the sums accumulate in f32, and each result is rounded
+// to bf16 once (after the epilogue in the forward). mma m16n8k16 wants pairs of neighbouring k in
+// each 32-bit register, and cp.async moves 4 bytes at least, so each operand is first written as
+// pairs along its reduction (one elementwise pass): the input of a forward view pairs its
+// channels (k runs over channel and tap), the backward weight's x and grad_y pair their images
+// (k runs over image and pixel). Odd counts get a zero partner. Then the TF32 kernels run
+// unchanged on the pairs, their 32-bit elements, with the bf16 instruction.
+namespace {
+
+int64_t round_up4(int64_t words) { return (words + 3) / 4 * 4; }  // 16-byte alignment, in 32-bit words
+
+// A view with the input channels of each group paired: C/G rounded up to pairs, one element each.
+Geometry paired_channels(const Geometry& f) {
+  Geometry p = f;
+  p.c = f.groups * ((f.c / f.groups + 1) / 2);
+  return p;
+}
+
+// The forward view f (of the layer: the forward itself, or the backward input's form) in bf16 on
+// the patch kernel: pairs x's channels, packs w in pairs (flip as for f32), and runs it. The
+// workspace holds the paired input, then the packed weights.
+void patch_forward_bf16(const bf16* x, const bf16* w, bool flip, uint32_t* workspace, const DeviceEpilogue<bf16>& e,
+                        bf16* y, const Geometry& f, cudaStream_t stream, const char* op) {
+  const Geometry p = paired_channels(f);
+  const PatchPlan plan = patch_plan_for(p);
+  KILN_CHECK(plan.smem > 0, ValueError, "cuda ", op, ": the bf16 patch version does not apply to this geometry");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": needs a workspace");
+  const int64_t paired = p.n * p.c * p.h * p.w, packed = packed_weights(p, plan);
+  uint32_t* xp = workspace;
+  uint32_t* wp = workspace + round_up4(paired);
+  if (paired > 0) {
+    pair_channels_kernel<<<blocks_for(paired), kThreads, 0, stream>>>(x, xp, f.c / f.groups, p.c / p.groups,
+                                                                      f.h * f.w, paired);
+    KILN_CUDA_LAUNCH_CHECK(op);
+  }
+  pack_patch_weights_kernel<bf16, uint32_t><<<blocks_for(packed), kThreads, 0, stream>>>(w, wp, dims_of(f), plan,
+                                                                                          flip, packed);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  patch_launch<Mma::bf16>(reinterpret_cast<const float*>(xp), reinterpret_cast<const float*>(wp), e, y, p, plan,
+                          stream, op);
+}
+
+int64_t patch_bf16_workspace(const Geometry& f) {
+  const Geometry p = paired_channels(f);
+  const PatchPlan plan = patch_plan_for(p);
+  return plan.smem == 0 ? 0 : 4 * (round_up4(p.n * p.c * p.h * p.w) + packed_weights(p, plan));
+}
+
+// x [N, L] (bf16) -> xp [ceil(N / 2), L]: images 2i and 2i + 1 as one element (the second zero
+// past N).
+__global__ void pair_images_kernel(const bf16* x, uint32_t* xp, int64_t n, int64_t len, int64_t total) {
+  KILN_GRID_STRIDE(i, total) {
+    const int64_t e = i % len, pair = i / len;
+    xp[i] = bf16_pair(x[2 * pair * len + e], 2 * pair + 1 < n ? x[(2 * pair + 1) * len + e] : bf16(0.0f));
+  }
+}
+
+Geometry paired_images(const Geometry& g) {
+  Geometry p = g;
+  p.n = (g.n + 1) / 2;
+  return p;
+}
+
+using WeightGemmBf16 = TensorCoreWeightGemm<Mma::bf16>;
+
+}  // namespace
+
+bool forward_patch_bf16_applies(const Geometry& g) { return patch_bf16_workspace(g) > 0; }
+int64_t forward_patch_bf16_workspace(const Geometry& g) { return patch_bf16_workspace(g); }
+
+void forward_patch_bf16(const bf16* x, const bf16* w, const DeviceEpilogue<bf16>& e, bf16* y, void* workspace,
+                        const Geometry& g, cudaStream_t stream) {
+  patch_forward_bf16(x, w, false, static_cast<uint32_t*>(workspace), e, y, g, stream, "conv2d");
+}
+
+bool backward_input_patch_bf16_applies(const Geometry& g) {
+  return backward_input_as_forward_applies(g) && patch_bf16_workspace(as_forward(g)) > 0;
+}
+int64_t backward_input_patch_bf16_workspace(const Geometry& g) {
+  return backward_input_as_forward_applies(g) ? patch_bf16_workspace(as_forward(g)) : 0;
+}
+
+void backward_input_patch_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
+                               cudaStream_t stream) {
+  KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
+             "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
+  patch_forward_bf16(grad_y, w, true, static_cast<uint32_t*>(workspace), {}, grad_x, as_forward(g), stream,
+                     "conv2d_backward_input");
+}
+
+bool backward_weight_bf16_applies(const Geometry& g) { return !weight_small(g); }
+
+// The paired x, the paired grad_y, then the f32 partials (at least one set: the kernel writes f32).
+int64_t backward_weight_bf16_workspace(const Geometry& g) {
+  const Geometry p = paired_images(g);
+  const WeightPlan plan = plan_weight(p, WeightGemmBf16::BM, WeightGemmBf16::BN, WeightGemmBf16::blocks(),
+                                      WeightGemmBf16::kMaxRange);
+  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
+  return 4 * (round_up4(p.n * p.c * p.h * p.w) + round_up4(p.n * p.o * p.oh * p.ow) + plan.splits * count);
+}
+
+void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
+                                       const Geometry& g, cudaStream_t stream) {
+  const char* op = "conv2d_backward_weight";
+  const Geometry p = paired_images(g);
+  const Dims d = dims_of(p);
+  const int64_t count = d.o * d.cg * d.khkw;
+  if (count == 0) return;
+  if (g.n * d.ohw == 0) {  // an empty batch: the gradient is zero
+    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(bf16) * static_cast<size_t>(count), stream));
+    return;
+  }
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": needs a workspace of ",
+             backward_weight_bf16_workspace(g), " bytes");
+  const int64_t nx = d.n * d.c * d.hw, ny = d.n * d.o * d.ohw;
+  uint32_t* xp = static_cast<uint32_t*>(workspace);
+  uint32_t* gyp = xp + round_up4(nx);
+  float* partials = reinterpret_cast<float*>(gyp + round_up4(ny));
+  pair_images_kernel<<<blocks_for(nx), kThreads, 0, stream>>>(x, xp, g.n, d.c * d.hw, nx);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  pair_images_kernel<<<blocks_for(ny), kThreads, 0, stream>>>(grad_y, gyp, g.n, d.o * d.ohw, ny);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  const WeightPlan plan = plan_weight(p, WeightGemmBf16::BM, WeightGemmBf16::BN, WeightGemmBf16::blocks(),
+                                      WeightGemmBf16::kMaxRange);
+  WeightGemmBf16::run(reinterpret_cast<const float*>(xp), reinterpret_cast<const float*>(gyp), partials, d, p.groups,
+                      plan, stream);
+  sum_splits_kernel<float, bf16><<<blocks_for(count), kThreads, 0, stream>>>(partials, grad_w, count, plan.splits);
+  KILN_CUDA_LAUNCH_CHECK(op);
+}
 
 }  // namespace kiln::cuda::conv2d
 
@@ -953,16 +1095,24 @@ struct Widened {
 
 }  // namespace
 
-// bf16 runs the f32 versions on operands widened to f32, at TF32 whatever allow_tf32 says: a bf16
-// value has 8 significant bits, which TF32's 11 hold, so each TF32 product is the exact product of
-// the bf16 values, as on bf16 tensor cores, and the sums are f32. The result is rounded to bf16
-// once (after the epilogue in the forward). The widening passes cost what a bf16 kernel would not.
+// bf16 runs the bf16 tensor-core versions where they apply (the forward where C/G*KH*KW >= 32,
+// as for f32). Elsewhere (a first layer's short reduction, stride > 1, small weight gradients) it
+// runs the f32 versions on operands widened to f32, at TF32 whatever allow_tf32 says: a bf16 value
+// has 8 significant bits, which TF32's 11 hold, so each TF32 product is the exact product of the
+// bf16 values, as on bf16 tensor cores, and the sums are f32. Either way the result is rounded to
+// bf16 once (after the epilogue in the forward).
 void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
                          const Epilogue& epilogue) {
   check_same_dtype("conv2d", x, w, y);
   KILN_CHECK(!epilogue.bias.defined() || epilogue.bias.dtype == y.dtype, DTypeError,
              "cuda backend: conv2d needs one dtype, got bias ", epilogue.bias.dtype, " for ", y.dtype);
   const conv2d::Geometry g = geometry_of(x.shape, w.shape, y.shape, p);
+  if (y.dtype == DType::bf16 && g.c / g.groups * g.kh * g.kw >= 32 && conv2d::forward_patch_bf16_applies(g)) {
+    Workspace ws(*this, static_cast<size_t>(conv2d::forward_patch_bf16_workspace(g)));
+    conv2d::forward_patch_bf16(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue), y.data<bf16>(), ws.p, g,
+                               stream());
+    return;
+  }
   if (y.dtype == DType::bf16) {
     const Widened xf(*this, x), wf(*this, w), bf(*this, epilogue.bias), yf(*this, y, false);
     forward<float>(*this, xf.data(), wf.data(), {bf.data(), epilogue.activation}, yf.data(), g,
@@ -980,6 +1130,11 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
                                         const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
+  if (grad_x.dtype == DType::bf16 && g.c / g.groups > 4 && conv2d::backward_input_patch_bf16_applies(g)) {
+    Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_patch_bf16_workspace(g)));
+    conv2d::backward_input_patch_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());
+    return;
+  }
   if (grad_x.dtype == DType::bf16) {
     const Widened gyf(*this, grad_y), wf(*this, w), gxf(*this, grad_x, false);
     backward_input<float>(*this, gyf.data(), wf.data(), gxf.data(), g, conv2d::TensorMath::tf32);
@@ -996,6 +1151,12 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
                                          const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
+  if (grad_w.dtype == DType::bf16 && conv2d::backward_weight_bf16_applies(g)) {
+    Workspace ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
+    conv2d::backward_weight_tensor_cores_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g,
+                                              stream());
+    return;
+  }
   if (grad_w.dtype == DType::bf16) {
     const Widened xf(*this, x), gyf(*this, grad_y), gwf(*this, grad_w, false);
     backward_weight<float>(*this, xf.data(), gyf.data(), gwf.data(), g, conv2d::TensorMath::tf32);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kiln/core/bf16.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 
 namespace kiln::cuda::conv2d {
@@ -130,6 +131,28 @@ void forward_patch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, T* 
 template <class T>
 void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, TensorMath math,
                           cudaStream_t stream);
+
+// bf16 (mixed precision) on the tensor cores: bf16 operands and result, each product exact in f32,
+// the sums in f32, each result rounded once. Each pass first writes its operands as pairs along
+// the reduction (conv2d.cu's bf16 section says why) into `workspace` (the *_workspace(g) bytes),
+// then runs the f32 version named on the pairs with mma m16n8k16. Where one does not apply,
+// CudaBackend widens the operands to f32 and runs the f32 versions at TF32 (exact for bf16 values).
+// Forward, version 7 in bf16 (stride 1, the patch of the paired channels within shared memory).
+bool forward_patch_bf16_applies(const Geometry& g);
+int64_t forward_patch_bf16_workspace(const Geometry& g);
+void forward_patch_bf16(const bf16* x, const bf16* w, const DeviceEpilogue<bf16>& e, bf16* y, void* workspace,
+                        const Geometry& g, cudaStream_t stream);
+// Backward input, version 7 in bf16 (version 3's forward form on the forward above).
+bool backward_input_patch_bf16_applies(const Geometry& g);
+int64_t backward_input_patch_bf16_workspace(const Geometry& g);
+void backward_input_patch_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
+                               cudaStream_t stream);
+// Backward weight, version 3 in bf16 (not for small layers: both sides <= 32, where version 2
+// runs in f32).
+bool backward_weight_bf16_applies(const Geometry& g);
+int64_t backward_weight_bf16_workspace(const Geometry& g);
+void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
+                                       const Geometry& g, cudaStream_t stream);
 
 // What the production backward input picks where version 3 does not apply (else version 2).
 bool backward_input_uses_direct(const Geometry& g);

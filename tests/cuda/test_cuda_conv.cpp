@@ -5,8 +5,8 @@
 // forward convolution on stride-1 geometries of its own, with the cases it refuses
 // (padding > dilation*(kernel-1)) checked to fall back; versions 7 and 8 (input rows in shared
 // memory) on stride-1 geometries with wide rows and channels past one stage; conv2d under
-// allow_tf32; the MNIST CNN's layers at the batches that take the production versions, with the
-// fused bias and ReLU. (conv2d and pooling through the ops on every backend: test_backend_ops.)
+// allow_tf32; the bf16 versions against the CPU's bf16; the MNIST CNN's layers at the batches that
+// take the production versions, with the fused bias and ReLU. (conv2d and pooling through the ops on every backend: test_backend_ops.)
 #include "tests/cuda/cuda_test.h"
 #include "tests/conv_cases.h"
 
@@ -392,4 +392,67 @@ TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU, with a fused bias a
   const Run run{.device = kCuda, .takes = {{DType::f32, {1e-4, 1e-6}}}};
   conv2d_layer_cases(run, mnist_conv_layers(64, 16));
   conv2d_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}}, mnist_conv_layers(64, 16));
+}
+
+TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs) match the CPU's bf16") {
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  std::mt19937 rng(23);
+  // bf16 on both sides: exact products summed in f32 (in another order on each) and rounded once,
+  // so a rounding can tip by an ulp of bf16 (2^-8 of the value), plus f32's drift per term.
+  constexpr double kRtol = 8e-3;
+  auto atol = [](int64_t length) { return 1e-6 * static_cast<double>(length); };
+  auto bf16_uniform = [](const Shape& s) { return uniform(s, -1, 1).to(DType::bf16); };
+  auto device_buffer = [](int64_t bytes) {
+    return full({std::max<int64_t>(1, bytes / 4)}, 7.0, TensorOptions(DType::f32).device(kCuda));
+  };
+  int forward = 0, input = 0, input_form = 0, weight = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    // odd channel counts (a pair with a zero partner) and counts past one stage of 16; odd batches
+    // (an image pair with a zero partner); widths past 32; any padding and dilation; bias and ReLU
+    const int64_t groups = pick(rng, 1, 2), n = pick(rng, 1, 5);
+    const int64_t cg = trial % 3 == 0 ? pick(rng, 1, 7) : pick(rng, 8, 40), og = pick(rng, 1, 70);
+    const int64_t k[2] = {pick(rng, 1, 4), pick(rng, 1, 4)};
+    ConvCase c = stride1_case(rng, groups, n, cg, og, k, [&](int i) { return pick(rng, 0, i == 1 ? 40 : 20); });
+    c.bias = trial % 2 == 0;
+    const cv::Geometry g = geometry(c);
+    const Activation act = trial % 4 < 2 ? Activation::relu : Activation::none;
+    Tensor x = bf16_uniform(c.x), w = bf16_uniform(c.w), gy = bf16_uniform(c.y), b = bf16_uniform({c.w[0]});
+    Tensor dx = x.to(kCuda), dw = w.to(kCuda), dgy = gy.to(kCuda), db = b.to(kCuda);
+    const std::string name = c.str();
+    input_form += cv::backward_input_as_forward_applies(g);
+    if (cv::forward_patch_bf16_applies(g)) {
+      ++forward;
+      Tensor ws = device_buffer(cv::forward_patch_bf16_workspace(g));
+      Tensor y = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
+      const cuda::DeviceEpilogue<bf16> epilogue{c.bias ? device_ptr<bf16>(db) : nullptr, act};
+      cv::forward_patch_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue, device_ptr<bf16>(y),
+                             device_ptr<float>(ws), g, stream);
+      check_close(y, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
+                  "forward_patch_bf16 " + name);
+    }
+    if (cv::backward_input_patch_bf16_applies(g)) {
+      ++input;
+      Tensor ws = device_buffer(cv::backward_input_patch_bf16_workspace(g));
+      Tensor gx = full(c.x, 7.0, TensorOptions(DType::bf16).device(kCuda));
+      cv::backward_input_patch_bf16(device_ptr<bf16>(dgy), device_ptr<bf16>(dw), device_ptr<bf16>(gx),
+                                    device_ptr<float>(ws), g, stream);
+      check_close(gx, conv2d_backward_input(gy, w, c.x, c.config), kRtol, atol(og * k[0] * k[1]),
+                  "backward_input_patch_bf16 " + name);
+    }
+    if (cv::backward_weight_bf16_applies(g)) {
+      ++weight;
+      Tensor ws = device_buffer(cv::backward_weight_bf16_workspace(g));
+      Tensor gw = full(c.w, 7.0, TensorOptions(DType::bf16).device(kCuda));
+      cv::backward_weight_tensor_cores_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dgy), device_ptr<bf16>(gw),
+                                            device_ptr<float>(ws), g, stream);
+      check_close(gw, conv2d_backward_weight(x, gy, c.w, c.config), kRtol, atol(n * c.y[2] * c.y[3]),
+                  "backward_weight_tensor_cores_bf16 " + name);
+    }
+  }
+  // every case fits the patch's shared memory (the backward input where its forward form applies);
+  // most have a weight gradient past the small layers'
+  CHECK(forward == 40);
+  CHECK(input == input_form);
+  CHECK(weight >= 20);
 }

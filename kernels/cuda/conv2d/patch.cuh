@@ -9,11 +9,21 @@
 // it: element (m, k) of A, for the output pixel m and the tap (ky, kx) of channel c, is the patch
 // value at (c, row(m) + ky*dh, col(m) + kx*dw), so a fragment load is one address add. The weights
 // are packed beforehand into the order the stages consume them, so they arrive as 16-byte copies.
+//
+// In bf16 the kernel is the same on pairs of channels: the caller first writes the input with
+// channels 2q and 2q + 1 side by side in one 32-bit element (pair_channels_kernel: an extra pass
+// over the input, cheap beside the convolution), and packs the weights in pairs too. A "channel"
+// of the kernel is then a pair, a stage of 8 is 16 channels, and each k-step is one mma m16n8k16
+// per tile where TF32 takes m16n8k8 (matmul::mma_slice: the fragments of the two agree word for
+// word). cp.async copies 4 bytes at least, so a gather of single bf16 values could not run
+// through it; a gather of pairs does, and the mma reads them as they come.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
+#include "kiln/core/bf16.h"
 #include "kiln/kernels/cuda/conv2d/common.cuh"
 #include "kiln/kernels/cuda/conv2d/tensor_cores.cuh"
 #include "kiln/kernels/cuda/cuda_backend.h"
@@ -24,8 +34,9 @@ namespace kiln::cuda::conv2d {
 
 namespace {
 
-// K is walked a stage of kPatchChannels input channels at a time; inside a stage, tap by tap, so
-// that one mma k-step of 8 is one tap of the stage's 8 channels (k = tap * 8 + channel).
+// K is walked a stage of kPatchChannels input channels (32-bit elements: f32 values, or pairs of
+// bf16 channels) at a time; inside a stage, tap by tap, so that one mma k-step is one tap of the
+// stage's 8 elements (k = tap * 8 + channel).
 constexpr int kPatchChannels = 8;
 
 // Shared memory keeps channels c and c + 4 side by side (8 bytes), in the patch and in the packed
@@ -82,25 +93,53 @@ __host__ __device__ inline int64_t packed_at(const Dims& d, const PatchPlan& pla
   return ((((g * plan.chunks + chunk) * d.khkw + tap) * 4 + c8 % 4) * plan.np + n) * 2 + c8 / 4;
 }
 
+// The weight of output n (of group g) for input channel c at tap, as the forward view d reads it
+// (flip: from the layer's own weights, version 3's form), zero past C/G or O/G.
 template <class T>
-__global__ void pack_patch_weights_kernel(const T* w, T* wp, Dims d, PatchPlan plan, bool flip, int64_t total) {
+__device__ T weight_at(const T* w, const Dims& d, bool flip, int64_t g, int64_t c, int64_t tap, int64_t n) {
+  if (c >= d.cg || n >= d.og) return T(0.0f);
+  return flip ? w[((g * d.cg + c) * d.og + n) * d.khkw + (d.khkw - 1 - tap)]
+              : w[((g * d.og + n) * d.cg + c) * d.khkw + tap];
+}
+
+// Two bf16 as one 32-bit element, lo in the low half (the lower k, as mma m16n8k16 reads it).
+__device__ inline uint32_t bf16_pair(bf16 lo, bf16 hi) { return uint32_t{lo.bits} | uint32_t{hi.bits} << 16; }
+
+// Packs w into wp (packed_at's order). E is the element: T itself, or for bf16 a uint32_t holding
+// channels 2c and 2c + 1 (plan is then the paired view's, d the layer's forward view).
+template <class T, class E>
+__global__ void pack_patch_weights_kernel(const T* w, E* wp, Dims d, PatchPlan plan, bool flip, int64_t total) {
   KILN_GRID_STRIDE(i, total) {  // i runs over (g, c in the stages, tap, n)
     const int64_t n = i % plan.np, r = i / plan.np, tap = r % d.khkw, r2 = r / d.khkw;
     const int64_t c = r2 % (plan.chunks * kPatchChannels), g = r2 / (plan.chunks * kPatchChannels);
-    T v = 0;
-    if (c < d.cg && n < d.og) {
-      v = flip ? w[((g * d.cg + c) * d.og + n) * d.khkw + (d.khkw - 1 - tap)]
-               : w[((g * d.og + n) * d.cg + c) * d.khkw + tap];
+    if constexpr (std::is_same_v<E, T>) {
+      wp[packed_at(d, plan, g, c, tap, n)] = weight_at(w, d, flip, g, c, tap, n);
+    } else {
+      wp[packed_at(d, plan, g, c, tap, n)] =
+          bf16_pair(weight_at(w, d, flip, g, 2 * c, tap, n), weight_at(w, d, flip, g, 2 * c + 1, tap, n));
     }
-    wp[packed_at(d, plan, g, c, tap, n)] = v;
   }
 }
 
+// x [N, G * cg, HW] (bf16) -> xp [N, G * pairs, HW]: channels 2q and 2q + 1 of each group as one
+// element (the second zero past cg). planes = N * G.
+__global__ void pair_channels_kernel(const bf16* x, uint32_t* xp, int64_t cg, int64_t pairs, int64_t hw,
+                                     int64_t total) {
+  KILN_GRID_STRIDE(i, total) {  // i runs over (plane, q, pixel)
+    const int64_t px = i % hw, r = i / hw, q = r % pairs, plane = r / pairs;
+    const bf16* xc = x + (plane * cg + 2 * q) * hw + px;
+    xp[i] = bf16_pair(xc[0], 2 * q + 1 < cg ? xc[hw] : bf16(0.0f));
+  }
+}
+
+// Y: the output's type (f32, or bf16 rounded once after the epilogue). x and wp hold 32-bit
+// elements (f32, or pairs of bf16).
+template <class Y>
 struct PatchArgs {
   const float* x;   // [N, C, H, W]
   const float* wp;  // packed
-  DeviceEpilogue<float> epilogue;
-  float* y;  // [N, O, OH, OW]
+  DeviceEpilogue<Y> epilogue;
+  Y* y;  // [N, O, OH, OW]
   Dims d;
   PatchPlan plan;
   int tiles;  // pixel tiles per image
@@ -108,7 +147,7 @@ struct PatchArgs {
 
 // y(m, n) as a plain f32 sum over the taps that exist: the 3xTF32 answer for results that came
 // out NaN (an infinite input splits into inf + NaN inside the mma; tensor_cores.cuh's dot_f32).
-__device__ inline float patch_dot_f32(const PatchArgs& a, int64_t img, int64_t g, int64_t m, int64_t n) {
+__device__ inline float patch_dot_f32(const PatchArgs<float>& a, int64_t img, int64_t g, int64_t m, int64_t n) {
   const Dims& d = a.d;
   const int64_t oy = m / d.ow, ox = m % d.ow;
   const float* x = a.x + (img * d.c + g * d.cg) * d.hw;
@@ -125,11 +164,11 @@ __device__ inline float patch_dot_f32(const PatchArgs& a, int64_t img, int64_t g
 // One block: BM consecutive output pixels of image blockIdx.x / tiles (tile blockIdx.x % tiles),
 // output channels blockIdx.y * BN onward of group blockIdx.z. Per stage (8 input channels): the
 // patch (4-byte copies, zero-filled outside the input) and the stage's packed weights (16-byte
-// copies) into one of two buffers while the block multiplies the other. kExact: 3xTF32 with the
-// sum of each two taps (16 values of k) formed from zero and added in f32, as in version 5;
-// otherwise TF32.
-template <class G, bool kExact>
-__global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs a) {
+// copies) into one of two buffers while the block multiplies the other, at math M: in tf32x3 the
+// sum of each two taps (16 values of k) formed from zero and added in f32, as in version 5.
+template <class G, Mma M, class Y>
+__global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs<Y> a) {
+  constexpr bool kExact = M == Mma::tf32x3;
   extern __shared__ __align__(16) float smem_patch[];
   constexpr int MI = G::MI, NI = G::NI, C8 = kPatchChannels;
   const Dims& d = a.d;
@@ -224,7 +263,10 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs a) {
         }
       } else {
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) matmul::mma_16x8x8(acc[mi][ni], av, b[ni]);
+        for (int ni = 0; ni < NI; ++ni) {
+          if constexpr (M == Mma::bf16) matmul::mma_bf16_16x8x16(acc[mi][ni], av, b[ni]);
+          else matmul::mma_16x8x8(acc[mi][ni], av, b[ni]);
+        }
       }
     }
   };
@@ -258,7 +300,7 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs a) {
   matmul::cp_async_wait<0>();
 
   // The mma accumulator layout: rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile.
-  float* y = a.y + (img * d.o + group * d.og) * d.ohw;
+  Y* y = a.y + (img * d.o + group * d.og) * d.ohw;
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -272,8 +314,10 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs a) {
           const int64_t n = n0 + wn0 + ni * 8 + 2 * t + e;
           if (n >= d.og) continue;
           float v = acc[mi][ni][h * 2 + e];
-          if (kExact && v != v) v = patch_dot_f32(a, img, group, m, n);
-          y[n * d.ohw + m] = a.epilogue(v, group * d.og + n);
+          if constexpr (kExact) {
+            if (v != v) v = patch_dot_f32(a, img, group, m, n);
+          }
+          y[n * d.ohw + m] = cast<Y>(a.epilogue(v, group * d.og + n));
         }
     }
 }

@@ -30,6 +30,14 @@ struct Tap {
 constexpr int kOutside = -(1 << 29);
 constexpr Tap kOutsideTap = {0, kOutside, 0};
 
+// The math of a tensor-core conv kernel. tf32: the f32 inputs truncated to TF32, all of K summed
+// on the tensor cores (allow_tf32). tf32x3: every product from three TF32 products (matmul version
+// 12), f32 accuracy. bf16: every 32-bit element of the operands is a pair of bf16 values
+// neighbouring in k, multiplied by mma m16n8k16 (matmul::mma_slice says why the TF32 tiles and
+// loads serve unchanged); the caller pairs the operands first (conv2d.cu's bf16 section).
+enum class Mma { tf32, tf32x3, bf16 };
+constexpr Mma mma_of(TensorMath math) { return math == TensorMath::tf32x3 ? Mma::tf32x3 : Mma::tf32; }
+
 // The three GEMMs as gathers (see "The GEMM view" at the top). g: the group; split: the K split
 // (backward weight).
 struct TapForward {  // A = im2col(x) (m-fast), B = w (k-fast), C = y, plus the epilogue
@@ -107,7 +115,7 @@ __device__ inline bool inside(const Tap& x, const Tap& k, int h, int w) {
 }
 
 // cp.async of one 4-byte element, zero-filled when `valid` is false (nothing is read then).
-__device__ inline void cp_async4(float* dst, const float* src, bool valid) {
+__device__ inline void cp_async4(void* dst, const void* src, bool valid) {
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
@@ -190,10 +198,10 @@ struct TcGemm {
 // over the K range of split blockIdx.z % splits, on the tensor cores: first the K range's taps of
 // A and B into shared memory (a few divisions per k, once per block), then matmul version 12's
 // cp.async pipeline (3 stages, one barrier per slice) fed by the gather loaders, and the mma of
-// the warp's 32 x 32 tile per slice. kExact: 3xTF32 (matmul/tensor_core.cuh: the slice's sum on
-// the tensor cores from zero, slices added in f32, NaN results recomputed in f32): f32 accuracy.
-// Otherwise inputs truncated to TF32, all of K summed on the tensor cores (allow_tf32).
-template <class G, bool kExact, class P>
+// the warp's 32 x 32 tile per slice, at math M. tf32x3 (matmul/tensor_core.cuh): the slice's sum
+// on the tensor cores from zero, slices added in f32, NaN results recomputed in f32. bf16: the
+// data are pairs of bf16 along k (k, k_per_split and the taps count pairs).
+template <class G, Mma M, class P>
 __global__ void __launch_bounds__(G::THREADS) implicit_gemm_tc_kernel(P p, int64_t k_per_split, int64_t splits) {
   constexpr int MI = G::MI, NI = G::NI;
   extern __shared__ __align__(16) float smem_conv_tc[];
@@ -218,10 +226,10 @@ __global__ void __launch_bounds__(G::THREADS) implicit_gemm_tc_kernel(P p, int64
   matmul::cp_async_pipeline<G::STAGES>(load_a, load_b, k_range, smem_conv_tc, [&](const float* as, const float* bs) {
     using TA = typename G::LA::T;
     using TB = typename G::LB::T;
-    if constexpr (kExact) {
+    if constexpr (M == Mma::tf32x3) {
       matmul::mma_3xtf32_add_slice<TA, TB>(acc, as, bs, wm0, wn0, lane);
     } else {
-      matmul::mma_tf32_slice<TA, TB>(acc, as, bs, wm0, wn0, lane);
+      matmul::mma_slice<TA, TB, M == Mma::bf16>(acc, as, bs, wm0, wn0, lane);
     }
   });
 
@@ -242,7 +250,7 @@ __global__ void __launch_bounds__(G::THREADS) implicit_gemm_tc_kernel(P p, int64
           const int64_t n = n0 + wn0 + ni * 8 + 2 * t + e;
           if (n >= p.N) continue;
           float v = acc[mi][ni][half * 2 + e];
-          if (kExact && v != v) v = dot_f32(p, group, m, n, k_begin, k_end);
+          if (M == Mma::tf32x3 && v != v) v = dot_f32(p, group, m, n, k_begin, k_end);
           if constexpr (P::has_epilogue) v = p.epilogue(v, group * p.d.og + n);
           row[n * c_col] = v;
         }

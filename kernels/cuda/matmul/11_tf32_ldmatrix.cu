@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(G::THREADS, MIN_BLOCKS) tf32_ldmatrix_kernel(A
   float acc[G::MI][G::NI][4] = {};
   cp_async_pipeline<G::STAGES>(g.load_a, g.load_b, args.k, smem_tf32_ldmatrix, [&](const float* as, const float* bs) {
     // raw f32 bits, truncated to TF32 by mma (as in 10)
-    mma_tf32_slice<typename G::TA, typename G::TB>(acc, as, bs, g.wm0, g.wn0, g.lane);
+    mma_slice<typename G::TA, typename G::TB>(acc, as, bs, g.wm0, g.wn0, g.lane);
   });
   store_mma_tiles(args, acc, g.i0, g.j0, g.wm0, g.wn0, g.lane);
 }

@@ -23,18 +23,6 @@
 namespace kiln::cuda::matmul {
 namespace {
 
-// d += a * b for one 16 x 8 x 16 tile. Fragments (PTX ISA, "mma.m16n8k16" for .bf16), g = lane / 4,
-// t = lane % 4, each register two bf16 (the lower k in the low half):
-// a0 (g, 2t..2t+1)  a1 (g + 8, 2t..2t+1)  a2 (g, 2t+8..2t+9)  a3 (g + 8, 2t+8..2t+9);
-// b0 (k = 2t..2t+1, n = g)  b1 (k = 2t+8..2t+9, n = g);  d0, d1 (g, 2t + {0, 1})  d2, d3 (g + 8, ...).
-__device__ inline void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // Eight bf16 of a panel (common.cuh) starting at (p, x): along k when the panel is K-major (memory
 // runs along p), else along x. One 16-byte load when the chunk lies inside the matrix and `vec`
 // (16-byte aligned base, ld and batch stride multiples of 8), else eight guarded loads, zero

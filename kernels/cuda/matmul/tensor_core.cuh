@@ -1,4 +1,4 @@
-// What the mma.sync tensor-core versions (08, 10, 11, 12) share: the PTX instructions they are
+// What the mma.sync tensor-core versions (08, 10, 11, 12, 14) share: the PTX instructions they are
 // written with, each wrapped once, and the pieces of the cp.async versions 10-12 (shared-memory
 // tile layout, tile loader, pipeline loop, fragment loads, the TF32 and 3xTF32 slice loops, block
 // geometry, launcher). Included by the version files, by 13 (for store_mma_tiles), and by the
@@ -44,6 +44,18 @@ __device__ inline void mma_16x8x8_first(float (&d)[4], const uint32_t (&a)[4], c
       "{%10, %10, %10, %10};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+// d += a * b for one 16 x 8 x 16 tile. Fragments (PTX ISA, "mma.m16n8k16" for .bf16), g = lane / 4,
+// t = lane % 4, each register two bf16 (the lower k in the low half):
+// a0 (g, 2t..2t+1)  a1 (g + 8, 2t..2t+1)  a2 (g, 2t+8..2t+9)  a3 (g + 8, 2t+8..2t+9);
+// b0 (k = 2t..2t+1, n = g)  b1 (k = 2t+8..2t+9, n = g);  d0, d1 (g, 2t + {0, 1})  d2, d3 (g + 8, ...).
+__device__ inline void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // x (f32 bits) -> hi = x rounded to TF32 (to nearest, ties away from zero) and lo = x - hi (exact
@@ -216,11 +228,16 @@ __device__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b1)[2], const flo
   }
 }
 
-// One slice of k (TA::BK values) of a warp's MI x NI mma tiles added into `acc`, inputs as raw f32
-// bits (the tensor cores truncate them to TF32: versions 11 and the conv2d TF32 kernels). The
-// warp's tile starts at row wm0 of `as` and column wn0 of `bs`.
-template <class TA, class TB, int MI, int NI>
-__device__ void mma_tf32_slice(float (&acc)[MI][NI][4], const float* as, const float* bs, int wm0, int wn0, int lane) {
+// One slice of k (TA::BK 32-bit elements) of a warp's MI x NI mma tiles added into `acc`. The
+// warp's tile starts at row wm0 of `as` and column wn0 of `bs`. kBf16Pairs false: the elements
+// are f32, multiplied as raw bits (the tensor cores truncate them to TF32: version 11 and the
+// conv2d TF32 kernels). kBf16Pairs true: each element is two bf16 neighbouring in k, the lower k
+// in the low half (the conv2d bf16 kernels pair their operands so). Read as 32-bit words, the
+// fragments of m16n8k16 over bf16 are exactly those of m16n8k8 over the pairs (a0: row g, pair t,
+// which is k 2t and 2t + 1; a2: pair t + 4, k 2t + 8 and 2t + 9; b0 and b1 likewise), so the same
+// loads feed either instruction, and a slice of BK pairs is 2 * BK values of k.
+template <class TA, class TB, bool kBf16Pairs = false, int MI, int NI>
+__device__ void mma_slice(float (&acc)[MI][NI][4], const float* as, const float* bs, int wm0, int wn0, int lane) {
   static_assert(TA::BK == TB::BK && NI % 2 == 0, "one slice length, B fragments in pairs of tiles");
 #pragma unroll
   for (int kk = 0; kk < TA::BK; kk += 8) {
@@ -232,7 +249,10 @@ __device__ void mma_tf32_slice(float (&acc)[MI][NI][4], const float* as, const f
       uint32_t a[4];
       load_a_fragment<TA, true>(a, as, kk, wm0 + mi * 16, lane);
 #pragma unroll
-      for (int ni = 0; ni < NI; ++ni) mma_16x8x8(acc[mi][ni], a, b[ni]);
+      for (int ni = 0; ni < NI; ++ni) {
+        if constexpr (kBf16Pairs) mma_bf16_16x8x16(acc[mi][ni], a, b[ni]);
+        else mma_16x8x8(acc[mi][ni], a, b[ni]);
+      }
     }
   }
 }
