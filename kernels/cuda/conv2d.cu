@@ -370,8 +370,8 @@ struct SimtWeightGemm {
     return blocks_per_sm<implicit_gemm_kernel<T, BM, BN, kSliceK, TM, TN, false, BackwardWeightProblem<T>>>(
         (BM / TM) * (BN / TN));
   }
-  static void run(const T* x, const T* grad_y, T* out, const Dims& d, int64_t groups, const WeightPlan& plan,
-                  cudaStream_t stream) {
+  static void run(const T* x, const T* grad_y, compute_t<T>* out, const Dims& d, int64_t groups,
+                  const WeightPlan& plan, cudaStream_t stream) {
     const BackwardWeightProblem<T> p{x, grad_y, out, d, d.og, d.cg * d.khkw, d.n * d.ohw};
     launch_gemm<T, BM, BN, kSliceK, TM, TN>(p, groups, plan.splits, plan.k_per_split, stream, "conv2d_backward_weight");
   }
@@ -872,7 +872,9 @@ KILN_CONV2D_INSTANTIATE(double)
 // pairs along its reduction (one elementwise pass): the input of a forward view pairs its
 // channels (k runs over channel and tap), the backward weight's x and grad_y pair their images
 // (k runs over image and pixel). Odd counts get a zero partner. Then the TF32 kernels run
-// unchanged on the pairs, their 32-bit elements, with the bf16 instruction.
+// unchanged on the pairs, their 32-bit elements, with the bf16 instruction. Short reductions (a
+// first layer: C/G*KH*KW < 32 for the forward, small layers for the weight gradient) run the
+// CUDA-core versions 3 and 2 on the bf16 operands as they are, widening each element as it loads.
 namespace {
 
 int64_t round_up4(int64_t words) { return (words + 3) / 4 * 4; }  // 16-byte alignment, in 32-bit words
@@ -933,6 +935,9 @@ using WeightGemmBf16 = TensorCoreWeightGemm<Mma::bf16>;
 
 }  // namespace
 
+template void forward_implicit_gemm_prefetch<bf16>(const bf16*, const bf16*, const DeviceEpilogue<bf16>&, bf16*,
+                                                   const Geometry&, cudaStream_t);
+
 bool forward_patch_bf16_applies(const Geometry& g) { return patch_bf16_workspace(g) > 0; }
 int64_t forward_patch_bf16_workspace(const Geometry& g) { return patch_bf16_workspace(g); }
 
@@ -956,10 +961,18 @@ void backward_input_patch_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, 
                      "conv2d_backward_input");
 }
 
-bool backward_weight_bf16_applies(const Geometry& g) { return !weight_small(g); }
+// Small layers (both sides <= 32) run version 2's CUDA-core GEMM on the bf16 operands as they are
+// (each element widened as it is loaded), the others version 3 on image pairs.
+using WeightGemmSmallBf16 = SimtWeightGemm<bf16, 32, 32, 4, 4>;
 
-// The paired x, the paired grad_y, then the f32 partials (at least one set: the kernel writes f32).
+// The f32 partials (at least one set: the kernels write f32); for version 3 after the paired x and
+// grad_y.
 int64_t backward_weight_bf16_workspace(const Geometry& g) {
+  if (weight_small(g)) {
+    const WeightPlan plan = plan_weight(g, WeightGemmSmallBf16::BM, WeightGemmSmallBf16::BN,
+                                        WeightGemmSmallBf16::blocks(), WeightGemmSmallBf16::kMaxRange);
+    return 4 * plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw;
+  }
   const Geometry p = paired_images(g);
   const WeightPlan plan = plan_weight(p, WeightGemmBf16::BM, WeightGemmBf16::BN, WeightGemmBf16::blocks(),
                                       WeightGemmBf16::kMaxRange);
@@ -967,7 +980,7 @@ int64_t backward_weight_bf16_workspace(const Geometry& g) {
   return 4 * (round_up4(p.n * p.c * p.h * p.w) + round_up4(p.n * p.o * p.oh * p.ow) + plan.splits * count);
 }
 
-void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
+void backward_weight_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
                                        const Geometry& g, cudaStream_t stream) {
   const char* op = "conv2d_backward_weight";
   const Geometry p = paired_images(g);
@@ -980,6 +993,15 @@ void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* 
   }
   KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": needs a workspace of ",
              backward_weight_bf16_workspace(g), " bytes");
+  if (weight_small(g)) {
+    const WeightPlan plan = plan_weight(g, WeightGemmSmallBf16::BM, WeightGemmSmallBf16::BN,
+                                        WeightGemmSmallBf16::blocks(), WeightGemmSmallBf16::kMaxRange);
+    float* partials = static_cast<float*>(workspace);
+    WeightGemmSmallBf16::run(x, grad_y, partials, dims_of(g), g.groups, plan, stream);
+    sum_splits_kernel<float, bf16><<<blocks_for(count), kThreads, 0, stream>>>(partials, grad_w, count, plan.splits);
+    KILN_CUDA_LAUNCH_CHECK(op);
+    return;
+  }
   const int64_t nx = d.n * d.c * d.hw, ny = d.n * d.o * d.ohw;
   uint32_t* xp = static_cast<uint32_t*>(workspace);
   uint32_t* gyp = xp + round_up4(nx);
@@ -1095,19 +1117,25 @@ struct Widened {
 
 }  // namespace
 
-// bf16 runs the bf16 tensor-core versions where they apply (the forward where C/G*KH*KW >= 32,
-// as for f32). Elsewhere (a first layer's short reduction, stride > 1, small weight gradients) it
-// runs the f32 versions on operands widened to f32, at TF32 whatever allow_tf32 says: a bf16 value
-// has 8 significant bits, which TF32's 11 hold, so each TF32 product is the exact product of the
-// bf16 values, as on bf16 tensor cores, and the sums are f32. Either way the result is rounded to
-// bf16 once (after the epilogue in the forward).
+// bf16 runs the bf16 versions (conv2d.cuh): the forward's version 3 where C/G*KH*KW < 32 and
+// version 7 elsewhere, the backward input's version 7 as for f32, the weight gradient's always.
+// Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
+// C/G <= 4 or outside the forward form) it runs the f32 versions on operands widened to f32, at
+// TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits, which TF32's 11 hold, so each
+// TF32 product is the exact product of the bf16 values, as on bf16 tensor cores, and the sums are
+// f32. Either way the result is rounded to bf16 once (after the epilogue in the forward).
 void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
                          const Epilogue& epilogue) {
   check_same_dtype("conv2d", x, w, y);
   KILN_CHECK(!epilogue.bias.defined() || epilogue.bias.dtype == y.dtype, DTypeError,
              "cuda backend: conv2d needs one dtype, got bias ", epilogue.bias.dtype, " for ", y.dtype);
   const conv2d::Geometry g = geometry_of(x.shape, w.shape, y.shape, p);
-  if (y.dtype == DType::bf16 && g.c / g.groups * g.kh * g.kw >= 32 && conv2d::forward_patch_bf16_applies(g)) {
+  if (y.dtype == DType::bf16 && g.c / g.groups * g.kh * g.kw < 32) {  // as for f32: version 3
+    conv2d::forward_implicit_gemm_prefetch<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
+                                                 y.data<bf16>(), g, stream());
+    return;
+  }
+  if (y.dtype == DType::bf16 && conv2d::forward_patch_bf16_applies(g)) {
     Workspace ws(*this, static_cast<size_t>(conv2d::forward_patch_bf16_workspace(g)));
     conv2d::forward_patch_bf16(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue), y.data<bf16>(), ws.p, g,
                                stream());
@@ -1151,16 +1179,10 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
                                          const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
-  if (grad_w.dtype == DType::bf16 && conv2d::backward_weight_bf16_applies(g)) {
-    Workspace ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
-    conv2d::backward_weight_tensor_cores_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g,
-                                              stream());
-    return;
-  }
   if (grad_w.dtype == DType::bf16) {
-    const Widened xf(*this, x), gyf(*this, grad_y), gwf(*this, grad_w, false);
-    backward_weight<float>(*this, xf.data(), gyf.data(), gwf.data(), g, conv2d::TensorMath::tf32);
-    copy(gwf.ref, grad_w);
+    Workspace ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
+    conv2d::backward_weight_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g,
+                                              stream());
     return;
   }
   visit_floating(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {

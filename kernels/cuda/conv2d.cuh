@@ -31,6 +31,7 @@ template <class T>
 void forward_implicit_gemm(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
                            cudaStream_t stream);
 // Forward, version 3 (production): version 2 with the next K slice prefetched into registers.
+// Also for bf16 (f32 arithmetic, each result rounded once).
 template <class T>
 void forward_implicit_gemm_prefetch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
                                     cudaStream_t stream);
@@ -135,8 +136,10 @@ void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, 
 // bf16 (mixed precision) on the tensor cores: bf16 operands and result, each product exact in f32,
 // the sums in f32, each result rounded once. Each pass first writes its operands as pairs along
 // the reduction (conv2d.cu's bf16 section says why) into `workspace` (the *_workspace(g) bytes),
-// then runs the f32 version named on the pairs with mma m16n8k16. Where one does not apply,
-// CudaBackend widens the operands to f32 and runs the f32 versions at TF32 (exact for bf16 values).
+// then runs the f32 version named on the pairs with mma m16n8k16. Forward version 3 also takes
+// bf16 (a first layer's short reduction: f32 arithmetic on the CUDA cores, each element widened as
+// it is loaded). Where none applies, CudaBackend widens the operands to f32 and runs the f32
+// versions at TF32 (exact for bf16 values).
 // Forward, version 7 in bf16 (stride 1, the patch of the paired channels within shared memory).
 bool forward_patch_bf16_applies(const Geometry& g);
 int64_t forward_patch_bf16_workspace(const Geometry& g);
@@ -147,12 +150,11 @@ bool backward_input_patch_bf16_applies(const Geometry& g);
 int64_t backward_input_patch_bf16_workspace(const Geometry& g);
 void backward_input_patch_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
                                cudaStream_t stream);
-// Backward weight, version 3 in bf16 (not for small layers: both sides <= 32, where version 2
-// runs in f32).
-bool backward_weight_bf16_applies(const Geometry& g);
+// Backward weight in bf16: version 3 on image pairs; for small layers (both sides <= 32) version
+// 2's CUDA-core GEMM on the bf16 operands as they are (f32 arithmetic). Any geometry.
 int64_t backward_weight_bf16_workspace(const Geometry& g);
-void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
-                                       const Geometry& g, cudaStream_t stream);
+void backward_weight_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace, const Geometry& g,
+                          cudaStream_t stream);
 
 // What the production backward input picks where version 3 does not apply (else version 2).
 bool backward_input_uses_direct(const Geometry& g);

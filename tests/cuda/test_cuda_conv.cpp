@@ -394,7 +394,7 @@ TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU, with a fused bias a
   conv2d_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}}, mnist_conv_layers(64, 16));
 }
 
-TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs) match the CPU's bf16") {
+TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 2 and 3 on the CUDA cores) match the CPU's bf16") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(23);
@@ -406,7 +406,7 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs) match the CP
   auto device_buffer = [](int64_t bytes) {
     return full({std::max<int64_t>(1, bytes / 4)}, 7.0, TensorOptions(DType::f32).device(kCuda));
   };
-  int forward = 0, input = 0, input_form = 0, weight = 0;
+  int forward = 0, input = 0, input_form = 0, small = 0, short_k = 0;
   for (int trial = 0; trial < 40; ++trial) {
     // odd channel counts (a pair with a zero partner) and counts past one stage of 16; odd batches
     // (an image pair with a zero partner); widths past 32; any padding and dilation; bias and ReLU
@@ -440,19 +440,30 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs) match the CP
       check_close(gx, conv2d_backward_input(gy, w, c.x, c.config), kRtol, atol(og * k[0] * k[1]),
                   "backward_input_patch_bf16 " + name);
     }
-    if (cv::backward_weight_bf16_applies(g)) {
-      ++weight;
+    {  // version 3 on image pairs, or version 2 where the layer is small
+      small += cg * k[0] * k[1] <= 32 && og <= 32;
       Tensor ws = device_buffer(cv::backward_weight_bf16_workspace(g));
       Tensor gw = full(c.w, 7.0, TensorOptions(DType::bf16).device(kCuda));
-      cv::backward_weight_tensor_cores_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dgy), device_ptr<bf16>(gw),
-                                            device_ptr<float>(ws), g, stream);
+      cv::backward_weight_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dgy), device_ptr<bf16>(gw),
+                               device_ptr<float>(ws), g, stream);
       check_close(gw, conv2d_backward_weight(x, gy, c.w, c.config), kRtol, atol(n * c.y[2] * c.y[3]),
-                  "backward_weight_tensor_cores_bf16 " + name);
+                  "backward_weight_bf16 " + name);
+    }
+    if (cg * k[0] * k[1] < 32) {  // forward version 3 (CUDA cores) in bf16
+      ++short_k;
+      Tensor y = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
+      const cuda::DeviceEpilogue<bf16> epilogue{c.bias ? device_ptr<bf16>(db) : nullptr, act};
+      cv::forward_implicit_gemm_prefetch<bf16>(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue,
+                                               device_ptr<bf16>(y), g, stream);
+      check_close(y, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
+                  "forward_implicit_gemm_prefetch<bf16> " + name);
     }
   }
   // every case fits the patch's shared memory (the backward input where its forward form applies);
-  // most have a weight gradient past the small layers'
+  // both weight-gradient versions and forward version 3 ran
   CHECK(forward == 40);
   CHECK(input == input_form);
-  CHECK(weight >= 20);
+  CHECK(small >= 5);
+  CHECK(40 - small >= 5);
+  CHECK(short_k >= 5);
 }

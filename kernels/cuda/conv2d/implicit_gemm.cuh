@@ -9,6 +9,7 @@
 
 #include "kiln/kernels/cuda/conv2d/common.cuh"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda::conv2d {
 
@@ -24,10 +25,12 @@ namespace {
 //   c_row(g, split, m) and store(row, n, v): where C[m, n] goes.
 // a_k_fast / b_k_fast: which index neighbouring threads take when loading a slice (the one along
 // which memory is contiguous, for coalescing); c_m_fast: likewise for the register tiles and the
-// stores.
+// stores. V is the arithmetic's type, compute_t<T>: T itself, or f32 for bf16 data (a load widens
+// each element, a store rounds each result once; the weight gradient's partials stay in V).
 
 template <class T>
 struct ForwardProblem {
+  using V = compute_t<T>;
   static constexpr bool a_k_fast = false, b_k_fast = true, c_m_fast = true;
   const T* x;
   const T* w;
@@ -53,29 +56,30 @@ struct ForwardProblem {
     const int64_t dy = (r / d.kw) * d.dh, dx = (r % d.kw) * d.dw;
     return {c * d.hw + dy * d.w + dx, dy, dx, true};
   }
-  __device__ T a(const ARow& r, const ACol& c) const {
+  __device__ V a(const ARow& r, const ACol& c) const {
     const int64_t ih = r.ih0 + c.dy, iw = r.iw0 + c.dx;
-    if (!r.valid || !c.valid || ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return T(0);
-    return r.base[c.off + r.ih0 * d.w + r.iw0];
+    if (!r.valid || !c.valid || ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return V(0);
+    return static_cast<V>(r.base[c.off + r.ih0 * d.w + r.iw0]);
   }
   __device__ BRow b_row(int64_t g, int64_t n) const {
     if (n >= N) return {nullptr, false};
     return {w + (g * d.og + n) * K, true};
   }
   __device__ BCol b_col(int64_t, int64_t k, int64_t k_end) const { return {k, k < k_end}; }
-  __device__ T b(const BRow& r, const BCol& c) const { return r.valid && c.valid ? r.p[c.k] : T(0); }
+  __device__ V b(const BRow& r, const BCol& c) const { return r.valid && c.valid ? static_cast<V>(r.p[c.k]) : V(0); }
   __device__ CRow c_row(int64_t g, int64_t, int64_t m) const {
     if (m >= M) return {nullptr, 0, false};
     const int64_t img = m / d.ohw, r = m % d.ohw;
     return {y + (img * d.o + g * d.og) * d.ohw + r, g * d.og, true};
   }
-  __device__ void store(const CRow& r, int64_t n, T v) const {
-    if (r.valid && n < N) r.p[n * d.ohw] = epilogue(v, r.channel + n);
+  __device__ void store(const CRow& r, int64_t n, V v) const {
+    if (r.valid && n < N) r.p[n * d.ohw] = cast<T>(epilogue(v, r.channel + n));
   }
 };
 
 template <class T>
 struct BackwardInputProblem {
+  using V = compute_t<T>;
   static constexpr bool a_k_fast = false, b_k_fast = true, c_m_fast = true;
   const T* gy;
   const T* w;
@@ -100,13 +104,13 @@ struct BackwardInputProblem {
     return {o * d.ohw, (r / d.kw) * d.dh, (r % d.kw) * d.dw, true};
   }
   // The output pixel (oi, oj) whose tap (ky, kx) reads this input pixel: oi*sh + ky*dh = ih + ph.
-  __device__ T a(const ARow& r, const ACol& c) const {
-    if (!r.valid || !c.valid) return T(0);
+  __device__ V a(const ARow& r, const ACol& c) const {
+    if (!r.valid || !c.valid) return V(0);
     const int64_t ny = r.ty - c.dy, nx = r.tx - c.dx;
-    if (ny < 0 || nx < 0 || ny % d.sh != 0 || nx % d.sw != 0) return T(0);
+    if (ny < 0 || nx < 0 || ny % d.sh != 0 || nx % d.sw != 0) return V(0);
     const int64_t oi = ny / d.sh, oj = nx / d.sw;
-    if (oi >= d.oh || oj >= d.ow) return T(0);
-    return r.base[c.off + oi * d.ow + oj];
+    if (oi >= d.oh || oj >= d.ow) return V(0);
+    return static_cast<V>(r.base[c.off + oi * d.ow + oj]);
   }
   __device__ BRow b_row(int64_t g, int64_t n) const {
     if (n >= N) return {nullptr, false};
@@ -116,23 +120,24 @@ struct BackwardInputProblem {
     if (k >= k_end) return {0, false};
     return {(k / d.khkw) * d.cg * d.khkw + k % d.khkw, true};  // w[+o, n, kh, kw]
   }
-  __device__ T b(const BRow& r, const BCol& c) const { return r.valid && c.valid ? r.p[c.off] : T(0); }
+  __device__ V b(const BRow& r, const BCol& c) const { return r.valid && c.valid ? static_cast<V>(r.p[c.off]) : V(0); }
   __device__ CRow c_row(int64_t g, int64_t, int64_t m) const {
     if (m >= M) return {nullptr, false};
     const int64_t img = m / d.hw, r = m % d.hw;
     return {gx + (img * d.c + g * d.cg) * d.hw + r, true};
   }
-  __device__ void store(const CRow& r, int64_t n, T v) const {
-    if (r.valid && n < N) r.p[n * d.hw] = v;
+  __device__ void store(const CRow& r, int64_t n, V v) const {
+    if (r.valid && n < N) r.p[n * d.hw] = cast<T>(v);
   }
 };
 
 template <class T>
 struct BackwardWeightProblem {
+  using V = compute_t<T>;
   static constexpr bool a_k_fast = true, b_k_fast = true, c_m_fast = false;
   const T* x;
   const T* gy;
-  T* out;  // grad_w, or the workspace [splits, O, C/G*KH*KW]
+  V* out;  // grad_w, or the workspace [splits, O, C/G*KH*KW]
   Dims d;
   int64_t M, N, K;
 
@@ -140,7 +145,7 @@ struct BackwardWeightProblem {
   struct ACol { int64_t off; bool valid; };
   struct BRow { const T* base; int64_t dy, dx; bool valid; };  // dy = kh*dh - ph
   struct BCol { int64_t off, ih0, iw0; bool valid; };
-  struct CRow { T* p; bool valid; };
+  struct CRow { V* p; bool valid; };
 
   __device__ ARow a_row(int64_t g, int64_t m) const {
     if (m >= M) return {nullptr, false};
@@ -150,7 +155,7 @@ struct BackwardWeightProblem {
     if (k >= k_end) return {0, false};
     return {(k / d.ohw) * d.o * d.ohw + k % d.ohw, true};
   }
-  __device__ T a(const ARow& r, const ACol& c) const { return r.valid && c.valid ? r.p[c.off] : T(0); }
+  __device__ V a(const ARow& r, const ACol& c) const { return r.valid && c.valid ? static_cast<V>(r.p[c.off]) : V(0); }
   __device__ BRow b_row(int64_t g, int64_t n) const {
     if (n >= N) return {nullptr, 0, 0, false};
     const int64_t c = n / d.khkw, r = n % d.khkw;
@@ -161,16 +166,16 @@ struct BackwardWeightProblem {
     const int64_t img = k / d.ohw, r = k % d.ohw;
     return {img * d.c * d.hw, (r / d.ow) * d.sh, (r % d.ow) * d.sw, true};
   }
-  __device__ T b(const BRow& r, const BCol& c) const {
+  __device__ V b(const BRow& r, const BCol& c) const {
     const int64_t ih = c.ih0 + r.dy, iw = c.iw0 + r.dx;
-    if (!r.valid || !c.valid || ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return T(0);
-    return r.base[c.off + ih * d.w + iw];
+    if (!r.valid || !c.valid || ih < 0 || ih >= d.h || iw < 0 || iw >= d.w) return V(0);
+    return static_cast<V>(r.base[c.off + ih * d.w + iw]);
   }
   __device__ CRow c_row(int64_t g, int64_t split, int64_t m) const {
     if (m >= M) return {nullptr, false};
     return {out + (split * d.o + g * d.og + m) * N, true};
   }
-  __device__ void store(const CRow& r, int64_t n, T v) const {
+  __device__ void store(const CRow& r, int64_t n, V v) const {
     if (r.valid && n < N) r.p[n] = v;
   }
 };
@@ -191,13 +196,14 @@ struct SliceLoader {
   static constexpr int kLoadsA = BM * BK / kT, kLoadsB = BN * BK / kT;  // elements per thread per slice
   using ACol = typename P::ACol;
   using BCol = typename P::BCol;
+  using V = typename P::V;
 
   const P& p;
   int tid;
   int64_t group, k_end;
   typename P::ARow arow[P::a_k_fast ? kLoadsA : 1];
   typename P::BRow brow[P::b_k_fast ? kLoadsB : 1];
-  T ra[kLoadsA], rb[kLoadsB];
+  V ra[kLoadsA], rb[kLoadsB];
 
   __device__ SliceLoader(const P& p_, int tid_, int64_t group_, int64_t m0, int64_t n0, int64_t k_end_)
       : p(p_), tid(tid_), group(group_), k_end(k_end_) {
@@ -276,8 +282,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 
   // +1 column: a k-fast load writes a column of the tile, and the padding puts its 16 elements
   // in 16 different banks.
-  __shared__ T as[BK][BM + 1];
-  __shared__ T bs[BK][BN + 1];
+  using V = typename P::V;
+  __shared__ V as[BK][BM + 1];
+  __shared__ V bs[BK][BN + 1];
   __shared__ typename P::ACol acol[BK];
   __shared__ typename P::BCol bcol[BK];
 
@@ -288,17 +295,17 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 
   SliceLoader<T, BM, BN, BK, kT, P> load(p, tid, group, m0, n0, k_end);
   auto stash = [&] {
-    load.stash([&](int k, int m, T v) { as[k][m] = v; }, [&](int k, int n, T v) { bs[k][n] = v; });
+    load.stash([&](int k, int m, V v) { as[k][m] = v; }, [&](int k, int n, V v) { bs[k][n] = v; });
   };
 
   // This thread's register tile: rows ty + i*(BM/TM), columns tx + j*(BN/TN).
   const int ty = P::c_m_fast ? tid % (BM / TM) : tid / (BN / TN);
   const int tx = P::c_m_fast ? tid / (BM / TM) : tid % (BN / TN);
-  T acc[TM][TN] = {};
+  V acc[TM][TN] = {};
   auto compute = [&] {
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
-      T a[TM], b[TN];
+      V a[TM], b[TN];
 #pragma unroll
       for (int i = 0; i < TM; ++i) a[i] = as[kk][ty + i * (BM / TM)];
 #pragma unroll
