@@ -201,6 +201,14 @@ void bench_matmul(Bench& bench) {
       cuda::matmul::bf16_wgmma(p, static_cast<const bf16*>(A16), static_cast<const bf16*>(B16),
                                static_cast<bf16*>(C16), {}, stream);
     });
+    {  // 09 on bf16 operands, at the split count production would give it
+      const int64_t splits = cuda::matmul::split_k_splits(p, cuda::device_attribute(cudaDevAttrMultiProcessorCount));
+      auto* ws = static_cast<float*>(bench.device_bytes(static_cast<size_t>(splits * s.m * s.n) * sizeof(float)));
+      run_bf16("09_split_k (BF16)", false, [&] {
+        cuda::matmul::split_k_run(p, static_cast<const bf16*>(A16), static_cast<const bf16*>(B16),
+                                  static_cast<bf16*>(C16), {}, splits, ws, stream);
+      });
+    }
     run_bf16("production (BF16)", false, [&] { backend.matmul(ra16, rb16, rc16, p, {}); });
   }
   KILN_CUBLAS_CHECK(cublasDestroy(handle));

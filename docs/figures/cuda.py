@@ -236,6 +236,13 @@ def define(figure, table, runs):
                                  ("14.4096Bt", "14_bf16_mma", "4096x4096x4096 B^T")):
         figure(f"cuda.matmul.{name}.pct-cublas", bf16, bf16.kernel_share("matmul", version, shape),
                f"matmul {version} at {shape}: % of cuBLAS BF16's TFLOP/s")
+    # the thin products that production bf16 sends to 09 (long k) or keeps on 15 (short k)
+    for name, version, shape in (("15.64x128x9216", "15_bf16_wgmma", "64x128x9216 B^T"),
+                                 ("09.64x128x9216", "09_split_k", "64x128x9216 B^T"),
+                                 ("15.64x128x784", "15_bf16_wgmma", "64x128x784"),
+                                 ("09.64x128x784", "09_split_k", "64x128x784")):
+        figure(f"cuda.matmul.{name}.us", bf16, bf16.kernel("matmul", version, shape)["ms"] * 1000,
+               f"matmul {version} at {shape} (09: in f32), µs")
     figure("cuda.matmul.15.4096Bt.ms", bf16, bf16.kernel("matmul", "15_bf16_wgmma", "4096x4096x4096 B^T")["ms"],
            "matmul 15_bf16_wgmma at 4096^3 B^T, ms")
     figure("cuda.matmul.cublas-bf16.4096Bt.ms", bf16, bf16.kernel("matmul", "cuBLAS BF16", "4096x4096x4096 B^T")["ms"],

@@ -66,8 +66,10 @@
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
 //   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
-// f64 always runs 03. bf16 runs 15 on an sm_90 GPU, at every size (but for a misaligned operand
-// with k < 256), else 14. The SM count is asked once per device (device_attribute).
+// f64 always runs 03. bf16 runs 09 on long, thin products (a few tiles, k >= 2048), else 15 on an
+// sm_90 GPU (but for a misaligned operand with k < 256), else 09 on a few tiles, else 14 (the
+// reasons, with their figures: CudaBackend::matmul). The SM count is asked once per device
+// (device_attribute).
 //
 // The epilogue (core/backend.h): every version stores each element of C through it, so a Linear
 // layer's bias and ReLU cost no pass of their own: 03-05 and 01-02 as they store an element,
@@ -127,13 +129,31 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
                             device_epilogue<double>(epilogue), stream_);
     return;
   }
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, device_);
+  const int64_t big_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 127) / 128);
+  const bool few_tiles = big_tiles < std::max(sms / 4, 1);
+  const int64_t splits = few_tiles && p.batch == 1 ? matmul::split_k_splits(p, sms) : 1;
+  // 09's workspace, freed right after queuing: the pool is stream-ordered, so the memory is not
+  // reused before the kernels on this stream are done with it.
+  auto split_k = [&](const auto* A, const auto* B, auto* C, const auto& e) {
+    float* workspace =
+        splits > 1 ? static_cast<float*>(allocate(static_cast<size_t>(splits * p.m * p.n) * sizeof(float))) : nullptr;
+    matmul::split_k_run(p, A, B, C, e, splits, workspace, stream_);
+    if (workspace) deallocate(workspace);
+  };
   if (out.dtype == DType::bf16) {
     const bf16 *A = a.data<bf16>(), *B = b.data<bf16>();
     bf16* C = out.data<bf16>();
     const DeviceEpilogue<bf16> e = device_epilogue<bf16>(epilogue);
-    // 15 at every size: on its narrow tiles it ran the MNIST MLP's products faster than 14 and than
-    // cuBLAS (kernel-bench); only a misaligned operand that 15 would pack for a short k goes to 14.
-    if (matmul::tf32_wgmma_applies(p, device_)) {
+    // 15 on its narrow tiles ran the MNIST MLP's products faster than 14 and than cuBLAS
+    // (kernel-bench), but a long k on a few tiles is walked by a few blocks alone: the CNN's
+    // 64 x 128 x 9216 took 35.3 µs [fig cuda.matmul.15.64x128x9216.us] there, 09 in f32
+    // 18.0 [fig cuda.matmul.09.64x128x9216.us], so 09 takes those from k >= 2048 (64 x 128 x 784
+    // stays on 15: 6.6 µs [fig cuda.matmul.15.64x128x784.us] against 09's f32
+    // 11.5 [fig cuda.matmul.09.64x128x784.us]). A misaligned operand that 15 would pack for a
+    // short k goes to 09 too on a few tiles (it reads any layout), else to 14.
+    const bool long_k = few_tiles && splits >= 4 && p.k >= 2048;
+    if (!long_k && matmul::tf32_wgmma_applies(p, device_)) {
       const size_t bytes = matmul::bf16_wgmma_workspace(p, A, B);
       if (bytes == 0 || p.k >= 256) {  // as for TF32: packing a short product costs more than 14 takes
         void* workspace = bytes > 0 ? allocate(bytes) : nullptr;
@@ -142,6 +162,7 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
         return;
       }
     }
+    if (few_tiles) return split_k(A, B, C, e);
     matmul::bf16_mma(p, A, B, C, e, stream_);
     return;
   }
@@ -150,9 +171,7 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
   const float* B = b.data<float>();
   float* C = out.data<float>();
   const DeviceEpilogue<float> e = device_epilogue<float>(epilogue);
-  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, device_);
-  const int64_t big_tiles = p.batch * ((p.m + 127) / 128) * ((p.n + 127) / 128);
-  if (big_tiles >= std::max(sms / 4, 1)) {
+  if (!few_tiles) {
     // 11 and 12 fall back to 08 and 07 themselves where cp.async cannot read the operands.
     if (allow_tf32()) {
       // 13 unless it would pack an operand for a short k, where the packing pass costs more than
@@ -173,15 +192,7 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     return p.k >= 256 ? matmul::split_tf32x3(p, A, B, C, e, stream_) : matmul::warptile(p, A, B, C, e, stream_);
   }
   // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it).
-  const int64_t splits = p.batch == 1 ? matmul::split_k_splits(p, sms) : 1;
-  if (splits >= 4) {
-    // Freed right after queuing: the pool is stream-ordered, so the memory is not reused before
-    // the kernels on this stream are done with it.
-    auto* workspace = static_cast<float*>(allocate(static_cast<size_t>(splits * p.m * p.n) * sizeof(float)));
-    matmul::split_k_run(p, A, B, C, e, splits, workspace, stream_);
-    deallocate(workspace);
-    return;
-  }
+  if (splits >= 4) return split_k(A, B, C, e);
   matmul::smem_tiling(p, A, B, C, e, stream_);
 }
 

@@ -230,7 +230,7 @@ TEST_CASE("13_tf32_wgmma stays within TF32's error bound of the f64 result, in e
   }
 }
 
-TEST_CASE("14_bf16_mma and 15_bf16_wgmma match the CPU's bf16 product in every layout, epilogue and tile") {
+TEST_CASE("14_bf16_mma, 15_bf16_wgmma and 09_split_k in bf16 match the CPU's bf16 product in every layout, epilogue and tile") {
   // bf16 operands and result: the CPU's reference widens the operands to f32, multiplies and rounds
   // each element once (kernels/cpu/widen.cpp), as the kernels do with f32 accumulation in another
   // order: they agree to an ulp of bf16 (2^-8 relative) plus the f32 sums' reordering. 15 reads
@@ -278,10 +278,16 @@ TEST_CASE("14_bf16_mma and 15_bf16_wgmma match the CPU's bf16 product in every l
       const int64_t elements = (cs.pack_a ? (cs.broadcast_a ? 1 : cs.batch) * cs.m * row : 0) +
                                (cs.pack_b ? cs.batch * cs.n * row : 0);
       CHECK_MESSAGE(cuda::matmul::bf16_wgmma_workspace(p, a, b) == static_cast<size_t>(elements) * 2, sp.shape);
+      Tensor ws = full({5 * cs.m * cs.n}, 7.0, TensorOptions(DType::f32).device(kCuda));  // 09's partials
+      float* partials = ws.ref().data<float>();
       using Run = std::function<void(bf16*)>;
       const std::pair<const char*, Run> versions[] = {
           {"14_bf16_mma", [&](bf16* c) { cuda::matmul::bf16_mma(p, a, b, c, e, be.stream()); }},
           {"15_bf16_wgmma", [&](bf16* c) { cuda::matmul::bf16_wgmma(p, a, b, c, e, be.stream()); }},
+          {"09_split_k (bf16), one chunk",
+           [&](bf16* c) { cuda::matmul::split_k_run(p, a, b, c, e, 1, nullptr, be.stream()); }},
+          {"09_split_k (bf16), up to 5 chunks",
+           [&](bf16* c) { cuda::matmul::split_k_run(p, a, b, c, e, 5, partials, be.stream()); }},
       };
       for (const auto& [name, run] : versions) {
         Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, TensorOptions(DType::bf16).device(kCuda));  // overwritten
@@ -402,4 +408,12 @@ TEST_CASE("matmul with a fused bias and ReLU through autograd, in every producti
   // MNIST CNN's fc1), 12 (enough 128 x 128 tiles, k >= 256) and 07 (k < 256)
   matmul_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}},
                          {{64, 10, 128}, {64, 128, 9216}, {1024, 1024, 512}, {1024, 1024, 128}});
+}
+
+TEST_CASE("bf16 matmul with a fused bias and ReLU through autograd, in every production path") {
+  // production bf16 (matmul.cu): 09 for a misaligned small product (the CNN's fc2, 64 x 10 x 128,
+  // and its gradients) and a long, thin one (fc1, 64 x 128 x 9216), 15 for a short k on a few
+  // tiles (the MLP's fc1, 64 x 128 x 784) and for enough tiles; an ulp of bf16 (2^-8) apart
+  matmul_bias_relu_cases({.device = kCuda, .takes = {{DType::bf16, {8e-3, 1e-3}}}},
+                         {{64, 10, 128}, {64, 128, 9216}, {64, 128, 784}, {1024, 1024, 512}});
 }

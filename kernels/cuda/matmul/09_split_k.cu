@@ -8,9 +8,14 @@
 // (for one p, a warp reads 2 addresses of As, broadcast, and 16 consecutive words of Bs); the next
 // slice of A and B is fetched into registers while the current one is multiplied from shared
 // memory. With S = 1 the partial tile is the result, and it goes straight into C.
+// bf16 (mixed precision) runs the same kernels on bf16 operands: each element is widened as it
+// is fetched, the partials stay f32, and each element of C is rounded once, after the epilogue.
+// Any layout and alignment (every load is one element), so production bf16 also takes it for
+// small products that 15 could not read in place.
 #include <algorithm>
 
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
 #include "kiln/kernels/cuda/matmul/common.cuh"
 #include "kiln/kernels/cuda/matmul/matmul.cuh"
 
@@ -21,13 +26,15 @@ constexpr int BM = 64, BN = 64, BK = 32, NT = 256;
 constexpr int64_t kMinChunk = 64;   // no chunk shorter than this: below it the partial's store costs more
 constexpr int64_t kMaxSplits = 256;
 
+template <class T>
 struct SplitArgs {
-  const float* a;
-  const float* b;
-  float* out;  // [S, m, n] partials, or C when S == 1
+  const T* a;
+  const T* b;
+  float* partials;  // [S, m, n] when S > 1
+  T* c;             // C, written here when S == 1
   int64_t m, n, k, lda, ldb, chunk;
   bool trans_a, trans_b;
-  DeviceEpilogue<float> epilogue;  // applied when S == 1 (else by the reduce kernel)
+  DeviceEpilogue<T> epilogue;  // applied when S == 1 (else by the reduce kernel)
 };
 
 // The staging of one BK x BX slice of P: each of the NT threads holds BK * BX / NT values in
@@ -42,12 +49,13 @@ struct Stage {
     if (x_contiguous) p = e / BX, x = e % BX;
     else x = e / BK, p = e % BK;
   }
-  __device__ void fetch(const Panel<float>& P, int64_t p0, int64_t x0, int tid) {
+  template <class T>
+  __device__ void fetch(const Panel<T>& P, int64_t p0, int64_t x0, int tid) {
 #pragma unroll
     for (int q = 0; q < N; ++q) {
       int p, x;
       coords(P.x_contiguous, tid + q * NT, p, x);
-      v[q] = P.at(p0 + p, x0 + x);
+      v[q] = static_cast<float>(P.at(p0 + p, x0 + x));
     }
   }
   // Into the k-major tile S[p * LD + x]. LD = BX + 1: a column store (memory along p) puts the 32
@@ -63,7 +71,8 @@ struct Stage {
   }
 };
 
-__global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs args) {
+template <class T>
+__global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs<T> args) {
   constexpr int LDA = BM + 1, LDB = BN + 1;
   __shared__ float As[BK * LDA];
   __shared__ float Bs[BK * LDB];
@@ -71,8 +80,8 @@ __global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs args) {
   const int64_t i0 = blockIdx.y * int64_t{BM}, j0 = blockIdx.x * int64_t{BN};
   const int64_t k0 = blockIdx.z * args.chunk, k1 = std::min(args.k, k0 + args.chunk);
   // The panels end at k1: Panel::at loads zeros past it, as past the matrix's edge.
-  const Panel<float> A{args.a, args.lda, k1, args.m, args.trans_a};
-  const Panel<float> B{args.b, args.ldb, k1, args.n, !args.trans_b};
+  const Panel<T> A{args.a, args.lda, k1, args.m, args.trans_a};
+  const Panel<T> B{args.b, args.ldb, k1, args.n, !args.trans_b};
 
   Stage<BM> a_next;
   Stage<BN> b_next;
@@ -104,7 +113,7 @@ __global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs args) {
     __syncthreads();  // before the next slice overwrites the tiles
   }
 
-  float* out = args.out + int64_t{blockIdx.z} * args.m * args.n;
+  float* out = args.partials + int64_t{blockIdx.z} * args.m * args.n;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int64_t i = i0 + ty + 16 * r;
@@ -112,8 +121,10 @@ __global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs args) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int64_t j = j0 + tx + 16 * c;
+      if (j >= args.n) continue;
       // one chunk writes C itself, through the epilogue; S chunks write their partials as they are
-      if (j < args.n) out[i * args.n + j] = gridDim.z == 1 ? args.epilogue(acc[r][c], j) : acc[r][c];
+      if (gridDim.z == 1) args.c[i * args.n + j] = cast<T>(args.epilogue(acc[r][c], j));
+      else out[i * args.n + j] = acc[r][c];
     }
   }
 }
@@ -124,8 +135,9 @@ __global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs args) {
 // The order depends on S only: the same bits on every run.
 // Eight rows of loads in flight instead of one: S can be ~100, and a lone thread walking them one
 // after another would wait ~100 memory latencies.
-__global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partials, float* c, int64_t mn, int64_t n,
-                                                              int64_t splits, DeviceEpilogue<float> epilogue) {
+template <class T>
+__global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partials, T* c, int64_t mn, int64_t n,
+                                                              int64_t splits, DeviceEpilogue<T> epilogue) {
   __shared__ float rows[8][32];
   const int64_t e = blockIdx.x * int64_t{32} + threadIdx.x;
   float sum = 0;
@@ -139,7 +151,7 @@ __global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partia
     float total = rows[0][threadIdx.x];
 #pragma unroll
     for (int g = 1; g < 8; ++g) total += rows[g][threadIdx.x];
-    c[e] = epilogue(total, e % n);
+    c[e] = cast<T>(epilogue(total, e % n));
   }
 }
 
@@ -161,8 +173,10 @@ int64_t split_k_splits(const MatmulParams& p, int sms) {
   return std::max<int64_t>((p.k + chunk - 1) / chunk, 1);
 }
 
-void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
-                 int64_t splits, float* workspace, cudaStream_t stream) {
+namespace {
+template <class T>
+void run_split_k(const MatmulParams& p, const T* a, const T* b, T* c, const DeviceEpilogue<T>& e, int64_t splits,
+                 float* workspace, cudaStream_t stream) {
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
   const int64_t chunk = chunk_for(p.k, splits);
   splits = std::max<int64_t>((p.k + chunk - 1) / chunk, 1);  // <= the splits asked for (or 1)
@@ -174,17 +188,27 @@ void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c
   // One batch entry at a time: split-K is for products too small to fill the GPU, and the
   // workspace [S, m, n] is reused by each entry in stream order.
   for (int64_t z = 0; z < p.batch; ++z) {
-    float* ce = c + z * mn;
-    SplitArgs args{a + z * p.batch_stride_a, b + z * p.batch_stride_b, splits == 1 ? ce : workspace,
-                   p.m, p.n, p.k, p.lda, p.ldb, chunk, p.trans_a, p.trans_b, e};
+    T* ce = c + z * mn;
+    const SplitArgs<T> args{a + z * p.batch_stride_a, b + z * p.batch_stride_b, workspace, ce, p.m, p.n, p.k,
+                            p.lda, p.ldb, chunk, p.trans_a, p.trans_b, e};
     dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(splits));
-    split_k_partial_kernel<<<grid, NT, 0, stream>>>(args);
+    split_k_partial_kernel<T><<<grid, NT, 0, stream>>>(args);
     KILN_CUDA_LAUNCH_CHECK("matmul 09_split_k partial");
     if (splits == 1) continue;
-    split_k_reduce_kernel<<<static_cast<unsigned>((mn + 31) / 32), dim3(32, 8), 0, stream>>>(workspace, ce, mn, p.n,
-                                                                                             splits, e);
+    split_k_reduce_kernel<T><<<static_cast<unsigned>((mn + 31) / 32), dim3(32, 8), 0, stream>>>(workspace, ce, mn,
+                                                                                                p.n, splits, e);
     KILN_CUDA_LAUNCH_CHECK("matmul 09_split_k reduce");
   }
+}
+}  // namespace
+
+void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                 int64_t splits, float* workspace, cudaStream_t stream) {
+  run_split_k(p, a, b, c, e, splits, workspace, stream);
+}
+void split_k_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
+                 int64_t splits, float* workspace, cudaStream_t stream) {
+  run_split_k(p, a, b, c, e, splits, workspace, stream);
 }
 
 void split_k(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e, cudaStream_t stream) {

@@ -77,6 +77,11 @@ int64_t split_k_splits(const MatmulParams& p, int sms);
 // floats, unused (may be null) when it comes to one chunk. Batch entries run one after another.
 void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
                  int64_t splits, float* workspace, cudaStream_t stream);
+// 09 on bf16 operands and result (each element widened as it loads, f32 partials, each element of
+// C rounded once after the epilogue): production bf16's long, thin products and misaligned small
+// ones. The workspace is still splits * m * n floats.
+void split_k_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
+                 int64_t splits, float* workspace, cudaStream_t stream);
 // 14: bf16 operands and result (mixed precision), f32 accumulation on mma.sync m16n8k16, 08's
 // 128 x 128 tiles; each element rounded to bf16 once, after the epilogue. Any shape and layout.
 void bf16_mma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
