@@ -29,7 +29,7 @@ Tensor unsqueeze(const Tensor& x, int64_t axis);
 Tensor expand(const Tensor& x, const Shape& shape);  // size-1 dimensions repeat with stride 0
 Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);
-Tensor to_dtype(const Tensor& x, DType dtype);   // differentiable between floating dtypes
+Tensor to_dtype(const Tensor& x, DType dtype);   // differentiable between floating dtypes; keeps a dense input's memory order
 Tensor to_device(const Tensor& x, const Device& device);
 // Sums x down to `shape` (the reverse of broadcasting): the gradient of expand.
 Tensor sum_to(const Tensor& x, const Shape& shape);

@@ -86,6 +86,30 @@ TEST_CASE("bf16 tensors convert, print, save and load") {
   CHECK(loaded[0].second.to_vector<float>() == b.to_vector<float>());
 }
 
+TEST_CASE("a conversion keeps a dense input's memory order, so a transposed weight converts to a transposed copy") {
+  Tensor w = random({3, 5}, 21);
+  Tensor t = w.t().to(DType::bf16);  // a transposed view of a [3, 5] bf16 copy
+  CHECK(t.shape() == Shape{5, 3});
+  CHECK(t.strides() == Strides{1, 5});
+  CHECK(t.to_vector<float>() == rounded(w.t().contiguous().to_vector<float>()));
+  Tensor x = random({2, 3, 4}, 22);
+  Tensor p = x.permute({2, 0, 1}).to(DType::bf16);  // any order of the axes
+  CHECK(p.strides() == Strides{1, 12, 4});
+  CHECK(p.to_vector<float>() == rounded(x.permute({2, 0, 1}).contiguous().to_vector<float>()));
+  Tensor gaps = random({4, 6}, 23).slice(1, 0, 6, 2);  // not dense: converted row-major
+  CHECK(gaps.to(DType::bf16).is_contiguous());
+  CHECK(gaps.to(DType::bf16).to_vector<float>() == rounded(gaps.contiguous().to_vector<float>()));
+  Tensor bcast = random({1, 4}, 24).expand({3, 4});  // stride 0: row-major
+  CHECK(bcast.to(DType::bf16).is_contiguous());
+  // the gradient comes back through the conversion in the weight's own order, contiguous
+  Tensor wg = w.detach().requires_grad_();
+  Tensor scale = random({5, 3}, 25);
+  (wg.t().to(DType::bf16).to(DType::f32) * scale).sum().backward();
+  REQUIRE(wg.grad().defined());
+  CHECK(wg.grad().is_contiguous());
+  CHECK(wg.grad().to_vector<float>() == rounded(scale.t().contiguous().to_vector<float>()));  // through bf16
+}
+
 TEST_CASE("a bf16 op on the CPU is the f32 op on the widened values, rounded once") {
   Tensor a = random({5, 7}, 1, DType::bf16), c = random({5, 7}, 2, DType::bf16);
   const Tensor af = a.to(DType::f32), cf = c.to(DType::f32);

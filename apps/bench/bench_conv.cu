@@ -403,6 +403,15 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                gx, want_gx);
     production("bwd-weight production (BF16)", [&] { backend.conv2d_backward_weight(x16, gy16, gw16, params); },
                gw16, gw, want_gw);
+    void* ws16 = bench.device_bytes(static_cast<size_t>(cv::backward_weight_bf16_workspace(g)));
+    const auto* bx = static_cast<const bf16*>(x16.buffer);
+    const auto* bgy = static_cast<const bf16*>(gy16.buffer);
+    production("bwd-weight 3 tensor cores BF16, image pairs", [&] {
+      cv::backward_weight_tensor_cores_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
+    }, gw16, gw, want_gw);
+    production("bwd-weight 1 implicit GEMM BF16", [&] {
+      cv::backward_weight_implicit_gemm_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
+    }, gw16, gw, want_gw);
   }
 }
 

@@ -202,9 +202,37 @@ Tensor clone(const Tensor& x) {
   return y;
 }
 
+namespace {
+// x converted to dtype, laid out in x's own memory order where x covers its elements densely in
+// some order of its axes (a transposed weight: w.t() converts to a transposed view of a converted
+// copy of w), else row-major. Keeping the order keeps the copy a straight pass through memory, a
+// product reading the converted weight as it would read the weight (matmul's transposed operand),
+// and the gradient coming back through the conversion in the weight's own order, with no copy to
+// make it contiguous.
+Tensor converted_copy(const Tensor& x, DType dtype) {
+  if (x.is_contiguous() || x.numel() == 0) return dense_copy(x, dtype);
+  const auto rank = static_cast<size_t>(x.dim());
+  std::vector<size_t> order(rank);  // axes from the outermost in memory to the innermost
+  for (size_t a = 0; a < rank; ++a) order[a] = a;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return x.strides()[a] > x.strides()[b]; });
+  Shape memory_shape;
+  for (size_t a : order) memory_shape.push_back(x.shape()[a]);
+  const Strides dense = contiguous_strides(memory_shape);
+  for (size_t k = 0; k < rank; ++k)
+    if (x.shape()[order[k]] != 1 && x.strides()[order[k]] != dense[k]) return dense_copy(x, dtype);  // gaps, overlaps
+  Tensor c = empty(memory_shape, TensorOptions(dtype).device(x.device()));
+  std::vector<int64_t> strides(rank);
+  for (size_t k = 0; k < rank; ++k) strides[order[k]] = dense[k];
+  Tensor y = make_view(c, x.shape(), Strides(std::move(strides)), 0);
+  x.backend().copy(x.ref(), y.ref());
+  return y;
+}
+}  // namespace
+
 Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  Tensor y = dense_copy(x, dtype);
+  Tensor y = converted_copy(x, dtype);
   if (is_floating(dtype) && autograd::is_recording({x})) {
     autograd::record(y, "to_dtype", {x}, [from = x.dtype()](const Tensor& g, const Needed&) -> Grads {
       return {to_dtype(g, from)};

@@ -872,9 +872,9 @@ KILN_CONV2D_INSTANTIATE(double)
 // pairs along its reduction (one elementwise pass): the input of a forward view pairs its
 // channels (k runs over channel and tap), the backward weight's x and grad_y pair their images
 // (k runs over image and pixel). Odd counts get a zero partner. Then the TF32 kernels run
-// unchanged on the pairs, their 32-bit elements, with the bf16 instruction. Short reductions (a
-// first layer: C/G*KH*KW < 32 for the forward, small layers for the weight gradient) run the
-// CUDA-core versions 3 and 2 on the bf16 operands as they are, widening each element as it loads.
+// unchanged on the pairs, their 32-bit elements, with the bf16 instruction. A short reduction (a
+// first layer's forward: C/G*KH*KW < 32) runs the CUDA-core version 3 on the bf16 operands as they
+// are, widening each element as it loads; the weight gradient has that form too (version 1).
 namespace {
 
 int64_t round_up4(int64_t words) { return (words + 3) / 4 * 4; }  // 16-byte alignment, in 32-bit words
@@ -961,47 +961,62 @@ void backward_input_patch_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, 
                      "conv2d_backward_input");
 }
 
-// Small layers (both sides <= 32) run version 2's CUDA-core GEMM on the bf16 operands as they are
-// (each element widened as it is loaded), the others version 3 on image pairs.
+// Version 1 in bf16: the CUDA-core GEMM on the bf16 operands as they are (each element widened as
+// it loads), 32 x 32 tiles for small layers as in f32.
 using WeightGemmSmallBf16 = SimtWeightGemm<bf16, 32, 32, 4, 4>;
+using WeightGemmSimtBf16 = SimtWeightGemm<bf16, 64, 64, 4, 4>;
 
-// The f32 partials (at least one set: the kernels write f32); for version 3 after the paired x and
-// grad_y.
-int64_t backward_weight_bf16_workspace(const Geometry& g) {
-  if (weight_small(g)) {
-    const WeightPlan plan = plan_weight(g, WeightGemmSmallBf16::BM, WeightGemmSmallBf16::BN,
-                                        WeightGemmSmallBf16::blocks(), WeightGemmSmallBf16::kMaxRange);
-    return 4 * plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw;
-  }
-  const Geometry p = paired_images(g);
-  const WeightPlan plan = plan_weight(p, WeightGemmBf16::BM, WeightGemmBf16::BN, WeightGemmBf16::blocks(),
-                                      WeightGemmBf16::kMaxRange);
-  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
-  return 4 * (round_up4(p.n * p.c * p.h * p.w) + round_up4(p.n * p.o * p.oh * p.ow) + plan.splits * count);
+namespace {
+template <class Gemm>
+WeightPlan weight_plan(const Geometry& g) {
+  return plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
 }
 
-void backward_weight_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
+// Whether there is a gradient to compute; zeroes it for an empty batch.
+bool weight_work(bf16* grad_w, const void* workspace, const Geometry& g, cudaStream_t stream) {
+  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
+  if (count == 0) return false;
+  if (g.n * g.oh * g.ow == 0) {  // an empty batch: the gradient is zero
+    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(bf16) * static_cast<size_t>(count), stream));
+    return false;
+  }
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_weight: needs a workspace of ",
+             backward_weight_bf16_workspace(g), " bytes");
+  return true;
+}
+}  // namespace
+
+// The f32 partials (at least one set: the kernels write f32); for version 3 after the paired x and
+// grad_y. Enough for either version.
+int64_t backward_weight_bf16_workspace(const Geometry& g) {
+  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
+  const WeightPlan simt = weight_small(g) ? weight_plan<WeightGemmSmallBf16>(g) : weight_plan<WeightGemmSimtBf16>(g);
+  const Geometry p = paired_images(g);
+  const WeightPlan tc = weight_plan<WeightGemmBf16>(p);
+  return 4 * std::max(simt.splits * count,
+                      round_up4(p.n * p.c * p.h * p.w) + round_up4(p.n * p.o * p.oh * p.ow) + tc.splits * count);
+}
+
+void backward_weight_implicit_gemm_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
+                                        const Geometry& g, cudaStream_t stream) {
+  if (!weight_work(grad_w, workspace, g, stream)) return;
+  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
+  float* partials = static_cast<float*>(workspace);
+  const bool small = weight_small(g);
+  const WeightPlan plan = small ? weight_plan<WeightGemmSmallBf16>(g) : weight_plan<WeightGemmSimtBf16>(g);
+  if (small) WeightGemmSmallBf16::run(x, grad_y, partials, dims_of(g), g.groups, plan, stream);
+  else WeightGemmSimtBf16::run(x, grad_y, partials, dims_of(g), g.groups, plan, stream);
+  sum_splits_kernel<float, bf16><<<blocks_for(count), kThreads, 0, stream>>>(partials, grad_w, count, plan.splits);
+  KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
+}
+
+void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
                                        const Geometry& g, cudaStream_t stream) {
   const char* op = "conv2d_backward_weight";
+  if (!weight_work(grad_w, workspace, g, stream)) return;
   const Geometry p = paired_images(g);
   const Dims d = dims_of(p);
   const int64_t count = d.o * d.cg * d.khkw;
-  if (count == 0) return;
-  if (g.n * d.ohw == 0) {  // an empty batch: the gradient is zero
-    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(bf16) * static_cast<size_t>(count), stream));
-    return;
-  }
-  KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": needs a workspace of ",
-             backward_weight_bf16_workspace(g), " bytes");
-  if (weight_small(g)) {
-    const WeightPlan plan = plan_weight(g, WeightGemmSmallBf16::BM, WeightGemmSmallBf16::BN,
-                                        WeightGemmSmallBf16::blocks(), WeightGemmSmallBf16::kMaxRange);
-    float* partials = static_cast<float*>(workspace);
-    WeightGemmSmallBf16::run(x, grad_y, partials, dims_of(g), g.groups, plan, stream);
-    sum_splits_kernel<float, bf16><<<blocks_for(count), kThreads, 0, stream>>>(partials, grad_w, count, plan.splits);
-    KILN_CUDA_LAUNCH_CHECK(op);
-    return;
-  }
   const int64_t nx = d.n * d.c * d.hw, ny = d.n * d.o * d.ohw;
   uint32_t* xp = static_cast<uint32_t*>(workspace);
   uint32_t* gyp = xp + round_up4(nx);
@@ -1010,8 +1025,7 @@ void backward_weight_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void*
   KILN_CUDA_LAUNCH_CHECK(op);
   pair_images_kernel<<<blocks_for(ny), kThreads, 0, stream>>>(grad_y, gyp, g.n, d.o * d.ohw, ny);
   KILN_CUDA_LAUNCH_CHECK(op);
-  const WeightPlan plan = plan_weight(p, WeightGemmBf16::BM, WeightGemmBf16::BN, WeightGemmBf16::blocks(),
-                                      WeightGemmBf16::kMaxRange);
+  const WeightPlan plan = weight_plan<WeightGemmBf16>(p);
   WeightGemmBf16::run(reinterpret_cast<const float*>(xp), reinterpret_cast<const float*>(gyp), partials, d, p.groups,
                       plan, stream);
   sum_splits_kernel<float, bf16><<<blocks_for(count), kThreads, 0, stream>>>(partials, grad_w, count, plan.splits);
@@ -1118,7 +1132,8 @@ struct Widened {
 }  // namespace
 
 // bf16 runs the bf16 versions (conv2d.cuh): the forward's version 3 where C/G*KH*KW < 32 and
-// version 7 elsewhere, the backward input's version 7 as for f32, the weight gradient's always.
+// version 7 elsewhere, the backward input's version 7 as for f32, the weight gradient's version 3
+// (on image pairs) always.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
 // C/G <= 4 or outside the forward form) it runs the f32 versions on operands widened to f32, at
 // TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits, which TF32's 11 hold, so each
@@ -1181,7 +1196,7 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
   if (grad_w.dtype == DType::bf16) {
     Workspace ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
-    conv2d::backward_weight_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g,
+    conv2d::backward_weight_tensor_cores_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g,
                                               stream());
     return;
   }

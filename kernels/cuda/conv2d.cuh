@@ -150,11 +150,14 @@ bool backward_input_patch_bf16_applies(const Geometry& g);
 int64_t backward_input_patch_bf16_workspace(const Geometry& g);
 void backward_input_patch_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
                                cudaStream_t stream);
-// Backward weight in bf16: version 3 on image pairs; for small layers (both sides <= 32) version
-// 2's CUDA-core GEMM on the bf16 operands as they are (f32 arithmetic). Any geometry.
+// Backward weight in bf16, any geometry, the workspace enough for either: version 3 on image pairs,
+// and version 1's CUDA-core GEMM on the bf16 operands as they are (f32 arithmetic; 32 x 32 tiles
+// for small layers, both sides <= 32).
 int64_t backward_weight_bf16_workspace(const Geometry& g);
-void backward_weight_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace, const Geometry& g,
-                          cudaStream_t stream);
+void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
+                                       const Geometry& g, cudaStream_t stream);
+void backward_weight_implicit_gemm_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
+                                        const Geometry& g, cudaStream_t stream);
 
 // What the production backward input picks where version 3 does not apply (else version 2).
 bool backward_input_uses_direct(const Geometry& g);

@@ -394,7 +394,7 @@ TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU, with a fused bias a
   conv2d_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}}, mnist_conv_layers(64, 16));
 }
 
-TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 2 and 3 on the CUDA cores) match the CPU's bf16") {
+TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 1 and 3 on the CUDA cores) match the CPU's bf16") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(23);
@@ -440,14 +440,16 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 2 and 3 on t
       check_close(gx, conv2d_backward_input(gy, w, c.x, c.config), kRtol, atol(og * k[0] * k[1]),
                   "backward_input_patch_bf16 " + name);
     }
-    {  // version 3 on image pairs, or version 2 where the layer is small
-      small += cg * k[0] * k[1] <= 32 && og <= 32;
+    // version 3 on image pairs, and version 1 (32 x 32 tiles where the layer is small)
+    small += cg * k[0] * k[1] <= 32 && og <= 32;
+    Tensor want_w = conv2d_backward_weight(x, gy, c.w, c.config);
+    for (const bool tensor_cores : {true, false}) {
       Tensor ws = device_buffer(cv::backward_weight_bf16_workspace(g));
       Tensor gw = full(c.w, 7.0, TensorOptions(DType::bf16).device(kCuda));
-      cv::backward_weight_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dgy), device_ptr<bf16>(gw),
-                               device_ptr<float>(ws), g, stream);
-      check_close(gw, conv2d_backward_weight(x, gy, c.w, c.config), kRtol, atol(n * c.y[2] * c.y[3]),
-                  "backward_weight_bf16 " + name);
+      auto* run = tensor_cores ? cv::backward_weight_tensor_cores_bf16 : cv::backward_weight_implicit_gemm_bf16;
+      run(device_ptr<bf16>(dx), device_ptr<bf16>(dgy), device_ptr<bf16>(gw), device_ptr<float>(ws), g, stream);
+      check_close(gw, want_w, kRtol, atol(n * c.y[2] * c.y[3]),
+                  (tensor_cores ? "backward_weight_tensor_cores_bf16 " : "backward_weight_implicit_gemm_bf16 ") + name);
     }
     if (cg * k[0] * k[1] < 32) {  // forward version 3 (CUDA cores) in bf16
       ++short_k;
