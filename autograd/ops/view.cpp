@@ -221,12 +221,15 @@ Tensor converted_copy(const Tensor& x, DType dtype) {
   const Strides dense = contiguous_strides(memory_shape);
   for (size_t k = 0; k < rank; ++k)
     if (x.shape()[order[k]] != 1 && x.strides()[order[k]] != dense[k]) return dense_copy(x, dtype);  // gaps, overlaps
+  // The copy runs in memory order on both sides: x's axes permuted into that order are contiguous.
+  TensorRef from = x.ref();
+  from.shape = memory_shape;
+  from.strides = dense;
   Tensor c = empty(memory_shape, TensorOptions(dtype).device(x.device()));
+  x.backend().copy(from, c.ref());
   std::vector<int64_t> strides(rank);
   for (size_t k = 0; k < rank; ++k) strides[order[k]] = dense[k];
-  Tensor y = make_view(c, x.shape(), Strides(std::move(strides)), 0);
-  x.backend().copy(x.ref(), y.ref());
-  return y;
+  return make_view(c, x.shape(), Strides(std::move(strides)), 0);
 }
 }  // namespace
 
