@@ -243,6 +243,29 @@ def define(figure, table, runs):
                                  ("09.64x128x784", "09_split_k", "64x128x784")):
         figure(f"cuda.matmul.{name}.us", bf16, bf16.kernel("matmul", version, shape)["ms"] * 1000,
                f"matmul {version} at {shape} (09: in f32), µs")
+    # ---- conv2d in bf16 (versions 7 and 3 on operands paired along their reduction) against cuDNN
+    # in bf16, and kiln's TF32 versions, in one kernel-bench call (docs/runs/2026-11-27-h100-bf16-kernels,
+    # build df14d62) ----
+    kb = runs["2026-11-27-h100-bf16-kernels"]
+    layers = {"conv2": "conv2 x[64,32,26,26] w[64,32,3,3]", "conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]",
+              "large": "large x[64,128,56,56] w[128,128,3,3] pad 1"}
+    tf32_versions = {"fwd": "fwd 7 input patch in shared memory TF32",
+                     "bwd-input": "bwd-input 7 input patch in shared memory TF32",
+                     "bwd-weight": "bwd-weight 3 tensor cores TF32"}
+    for tag, shape in layers.items():
+        for what in ("fwd", "bwd-input", "bwd-weight"):
+            for name, version in ((f"cuda.conv2d.bf16.{tag}.{what}.ms", f"{what} production (BF16)"),
+                                  (f"cuda.conv2d.cudnn-bf16.{tag}.{what}.ms", f"{what} cuDNN BF16"),
+                                  (f"cuda.conv2d.tf32.{tag}.{what}.ms", tf32_versions[what])):
+                figure(name, kb, kb.kernel("conv2d", version, shape)["ms"], f"conv2d {version} at {shape}, ms")
+    conv1 = "conv1 x[64,1,28,28] w[32,1,3,3]"
+    for name, version in (("cuda.conv2d.bf16.conv1.bwd-weight-pairs.ms", "bwd-weight 3 tensor cores BF16, image pairs"),
+                          ("cuda.conv2d.bf16.conv1.bwd-weight-v1.ms", "bwd-weight 1 implicit GEMM BF16"),
+                          ("cuda.conv2d.f32.conv1.bwd-weight.ms", "bwd-weight 3 tensor cores 3xTF32")):
+        figure(name, kb, kb.kernel("conv2d", version, conv1)["ms"], f"conv2d {version} at {conv1}, ms")
+    figure("cuda.matmul.bf16.64x128x9216.production.us", kb,
+           kb.kernel("matmul", "production (BF16)", "64x128x9216 B^T")["ms"] * 1000,
+           "matmul production (BF16) at 64x128x9216 B^T (09 on bf16), µs")
     figure("cuda.matmul.15.4096Bt.ms", bf16, bf16.kernel("matmul", "15_bf16_wgmma", "4096x4096x4096 B^T")["ms"],
            "matmul 15_bf16_wgmma at 4096^3 B^T, ms")
     figure("cuda.matmul.cublas-bf16.4096Bt.ms", bf16, bf16.kernel("matmul", "cuBLAS BF16", "4096x4096x4096 B^T")["ms"],

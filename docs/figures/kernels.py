@@ -62,11 +62,17 @@ def define(figure, table, runs):
 
     # a training step's kernel time (ncu) against the step's time in mnist-train's epochs
     import step_profile
-    profile = runs["2026-11-26-h100-profile"]
-    b64 = step_profile.summary(step_profile.kernels(profile.file("profile_b64.csv")))
-    figure("kernels.step.b64.kernels", profile, b64["kernels_per_step"], "kernels a training step, CNN batch 64, f32")
-    figure("kernels.step.b64.us", profile, b64["us_per_step"], "kernel time a step (ncu), CNN batch 64, f32, µs")
-    epochs = [e["seconds"] for e in h100.epochs("train.jsonl")]
-    figure("kernels.step.b64.wall-us", h100, 1e6 * min(epochs) / 938,
-           "the fastest epoch of the default CUDA run (its training, as mnist-train times it) over its 938 steps, µs a step")
+    # (the profile and the training run: the same build, docs/runs/2026-11-27-h100-bf16-*)
+    profile, trained = runs["2026-11-27-h100-bf16-profile"], runs["2026-11-27-h100-bf16-native"]
+    for tag, csv, what in (("b64", "profile_b64.csv", "f32"), ("b64-bf16", "profile_b64_bf16.csv", "bf16")):
+        summary = step_profile.summary(step_profile.kernels(profile.file(csv)))
+        figure(f"kernels.step.{tag}.kernels", profile, summary["kernels_per_step"],
+               f"kernels a training step, CNN batch 64, {what}")
+        figure(f"kernels.step.{tag}.us", profile, summary["us_per_step"],
+               f"kernel time a step (ncu), CNN batch 64, {what}, µs")
+    for tag, file, what in (("b64", "train.jsonl", "the default CUDA run (f32)"),
+                            ("b64-bf16", "train_bf16.jsonl", "the CUDA run in bf16")):
+        epochs = [e["seconds"] for e in trained.epochs(file)]
+        figure(f"kernels.step.{tag}.wall-us", trained, 1e6 * min(epochs) / 938,
+               f"the fastest epoch of {what} (its training, as mnist-train times it) over its 938 steps, µs a step")
 

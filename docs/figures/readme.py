@@ -60,7 +60,7 @@ def define(figure, table, runs):
 
     # --- bf16 mixed precision (--precision bf16) beside f32, and PyTorch under autocast to bf16, in one
     # call ---
-    bf16 = bf16_torch = runs["2026-11-27-h100-bf16-conv"]
+    bf16 = bf16_torch = runs["2026-11-27-h100-bf16-native"]
     for name, what, b16_file, f32_file in (("cnn", "CNN batch 64", "train_bf16.jsonl", "train.jsonl"),
                                            ("mlp", "MLP batch 64", "train_mlp_bf16.jsonl", "train_mlp_3.jsonl"),
                                            ("b512", "CNN batch 512", "train_b512_bf16.jsonl", "train_b512.jsonl")):
@@ -68,6 +68,10 @@ def define(figure, table, runs):
                f"CUDA, {what}, --precision bf16: epoch 2, s")
         figure(f"gpu.bf16.{name}.f32.epoch2", bf16, bf16.epoch(f32_file, 2)["seconds"],
                f"CUDA, {what}, f32, in the same run: epoch 2, s")
+    for name, what, tf32_file in (("cnn", "CNN batch 64", "train_tf32.jsonl"),
+                                  ("b512", "CNN batch 512", "train_b512_tf32.jsonl")):
+        figure(f"gpu.bf16.{name}.tf32.epoch2", bf16, bf16.epoch(tf32_file, 2)["seconds"],
+               f"CUDA, {what}, --tf32, in the same run: epoch 2, s")
     for name, what, b16_file, f32_file in (("cnn", "CNN batch 64", "train_bf16.jsonl", "train.jsonl"),
                                            ("mlp", "MLP batch 64", "train_mlp_bf16.jsonl", "train_mlp_3.jsonl")):
         figure(f"gpu.bf16.{name}.accuracy3", bf16, 100 * bf16.epoch(b16_file, 3)["test_accuracy"],

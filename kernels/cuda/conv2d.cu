@@ -725,8 +725,10 @@ void forward_patch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, T* 
     const PatchPlan plan = patch_plan_for(g);
     if (plan.smem > 0) {
       KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: needs a workspace of ", patch_weights(g), " elements");
-      if (math == TensorMath::tf32x3) patch_forward<Mma::tf32x3>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
-      else patch_forward<Mma::tf32>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
+      if (math == TensorMath::tf32x3)
+        patch_forward<Mma::tf32x3>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
+      else
+        patch_forward<Mma::tf32>(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
       return;
     }
   }
@@ -875,6 +877,41 @@ KILN_CONV2D_INSTANTIATE(double)
 // unchanged on the pairs, their 32-bit elements, with the bf16 instruction. A short reduction (a
 // first layer's forward: C/G*KH*KW < 32) runs the CUDA-core version 3 on the bf16 operands as they
 // are, widening each element as it loads; the weight gradient has that form too (version 1).
+//
+// Measured (ms: kiln's bf16 production / cuDNN in bf16, NCHW, its fastest algorithm by Find / kiln's
+// TF32 version 7 or 3; H100 80GB HBM3, 2026-11-27, kernel-bench, docs/runs/2026-11-27-h100-bf16-kernels):
+//   conv2 batch 64:
+//     forward 0.0294 [fig cuda.conv2d.bf16.conv2.fwd.ms] / 0.0757 [fig cuda.conv2d.cudnn-bf16.conv2.fwd.ms] /
+//       0.0312 [fig cuda.conv2d.tf32.conv2.fwd.ms]
+//     backward input 0.0385 [fig cuda.conv2d.bf16.conv2.bwd-input.ms] /
+//       0.0604 [fig cuda.conv2d.cudnn-bf16.conv2.bwd-input.ms] /
+//       0.0455 [fig cuda.conv2d.tf32.conv2.bwd-input.ms]
+//     backward weight 0.0413 [fig cuda.conv2d.bf16.conv2.bwd-weight.ms] /
+//       0.101 [fig cuda.conv2d.cudnn-bf16.conv2.bwd-weight.ms] /
+//       0.0465 [fig cuda.conv2d.tf32.conv2.bwd-weight.ms]
+//   conv2 batch 512:
+//     forward 0.142 [fig cuda.conv2d.bf16.conv2-b512.fwd.ms] / 0.114 [fig cuda.conv2d.cudnn-bf16.conv2-b512.fwd.ms] /
+//       0.166 [fig cuda.conv2d.tf32.conv2-b512.fwd.ms]
+//     backward input 0.198 [fig cuda.conv2d.bf16.conv2-b512.bwd-input.ms] /
+//       0.142 [fig cuda.conv2d.cudnn-bf16.conv2-b512.bwd-input.ms] /
+//       0.254 [fig cuda.conv2d.tf32.conv2-b512.bwd-input.ms]
+//     backward weight 0.254 [fig cuda.conv2d.bf16.conv2-b512.bwd-weight.ms] /
+//       0.173 [fig cuda.conv2d.cudnn-bf16.conv2-b512.bwd-weight.ms] /
+//       0.288 [fig cuda.conv2d.tf32.conv2-b512.bwd-weight.ms]
+//   x[64,128,56,56] w[128,128,3,3] pad 1:
+//     forward 0.459 [fig cuda.conv2d.bf16.large.fwd.ms] / 0.202 [fig cuda.conv2d.cudnn-bf16.large.fwd.ms] /
+//       0.699 [fig cuda.conv2d.tf32.large.fwd.ms]
+//     backward input 0.451 [fig cuda.conv2d.bf16.large.bwd-input.ms] /
+//       0.198 [fig cuda.conv2d.cudnn-bf16.large.bwd-input.ms] /
+//       0.701 [fig cuda.conv2d.tf32.large.bwd-input.ms]
+//     backward weight 0.773 [fig cuda.conv2d.bf16.large.bwd-weight.ms] /
+//       0.193 [fig cuda.conv2d.cudnn-bf16.large.bwd-weight.ms] /
+//       1.27 [fig cuda.conv2d.tf32.large.bwd-weight.ms]
+// At the MNIST layer's batch 64 every pass beats cuDNN's bf16; at batch 512 and on the large layer
+// cuDNN pulls ahead, where 32 x 32 warp tiles of mma.sync and the pairing passes cost what a wgmma
+// implicit GEMM would not. The first layer's weight gradient takes version 3 on pairs too:
+// 0.0261 [fig cuda.conv2d.bf16.conv1.bwd-weight-pairs.ms] ms at batch 64 against version 1 in bf16's
+// 0.0597 [fig cuda.conv2d.bf16.conv1.bwd-weight-v1.ms] (f32 production: 0.0396 [fig cuda.conv2d.f32.conv1.bwd-weight.ms]).
 namespace {
 
 int64_t round_up4(int64_t words) { return (words + 3) / 4 * 4; }  // 16-byte alignment, in 32-bit words

@@ -151,7 +151,8 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     // 18.0 [fig cuda.matmul.09.64x128x9216.us], so 09 takes those from k >= 2048 (64 x 128 x 784
     // stays on 15: 6.6 µs [fig cuda.matmul.15.64x128x784.us] against 09's f32
     // 11.5 [fig cuda.matmul.09.64x128x784.us]). A misaligned operand that 15 would pack for a
-    // short k goes to 09 too on a few tiles (it reads any layout), else to 14.
+    // short k goes to 09 too on a few tiles (it reads any layout), else to 14. 09 on bf16 took the
+    // CNN's fc1 in 20.2 µs [fig cuda.matmul.bf16.64x128x9216.production.us] (docs/runs/2026-11-27-h100-bf16-kernels).
     const bool long_k = few_tiles && splits >= 4 && p.k >= 2048;
     if (!long_k && matmul::tf32_wgmma_applies(p, device_)) {
       const size_t bytes = matmul::bf16_wgmma_workspace(p, A, B);
