@@ -291,14 +291,15 @@ void launch_gemm(const P& p, int64_t groups, int64_t splits, int64_t k_per_split
 constexpr int64_t kMaxTcKRange = 2048;
 
 // Launches the tensor-core kernel on BM x BN tiles; the dynamic shared memory (stages and tap
-// tables) goes over the default 48 KB, which needs the opt-in, set at every launch (cheap).
+// tables) goes over the default 48 KB, which needs the opt-in, made at every launch (cheap; it only
+// ever grows, check.h's allow_dynamic_smem says why).
 template <int BM, int BN, Mma M, class P>
 void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_split, cudaStream_t stream,
                     const char* op) {
   using G = TcGemm<BM, BN, P>;
   auto* kernel = implicit_gemm_tc_kernel<G, M, P>;
   const int bytes = static_cast<int>(G::smem_bytes(std::min(k_per_split, p.K)));
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  allow_dynamic_smem(kernel, bytes);
   launch_tiles<BM, BN>(kernel, G::THREADS, p, groups, splits, k_per_split, stream, op, bytes);
 }
 
@@ -326,7 +327,7 @@ int blocks_per_sm(int threads, int smem_bytes = 0) {
   int b = cached.load(std::memory_order_relaxed);
   if (b > 0) return b;
   if (smem_bytes > 48 * 1024)
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    allow_dynamic_smem(kernel, smem_bytes);
   KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads, smem_bytes));
   b = std::max(b, 1);
   cached.store(b, std::memory_order_relaxed);
@@ -694,7 +695,7 @@ void patch_launch(const float* x, const float* packed, const DeviceEpilogue<Y>& 
     KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && f.groups <= 65535, ShapeError, "cuda ", op,
                ": the problem is too large for one launch (", gx, " x ", gy, " x ", f.groups, " blocks)");
     const int bytes = static_cast<int>(plan.smem);
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    allow_dynamic_smem(kernel, bytes);
     kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(f.groups)), G::THREADS,
              bytes, stream>>>(args);
     KILN_CUDA_LAUNCH_CHECK(op);
@@ -916,6 +917,37 @@ namespace {
 
 int64_t round_up4(int64_t words) { return (words + 3) / 4 * 4; }  // 16-byte alignment, in 32-bit words
 
+// Rows of `len` bf16, `rows` to a block (a group's channels, or a batch's images) -> the block's
+// rows 2q and 2q + 1 as one row of 32-bit elements (the second zero past `rows`): xp [blocks,
+// ceil(rows / 2), len]. V elements a thread: 4 where the rows allow 8-byte loads and 16-byte
+// stores (a bf16 load a thread left the memory system half used).
+template <int V>
+__global__ void pair_rows_kernel(const bf16* x, uint32_t* xp, int64_t rows, int64_t pairs, int64_t len,
+                                 int64_t total) {
+  KILN_GRID_STRIDE(i, total) {  // i runs over (block, q, e / V)
+    const int64_t e = i % (len / V) * V, r = i / (len / V), q = r % pairs, block = r / pairs;
+    const bf16* row = x + (block * rows + 2 * q) * len + e;
+    const Vec<bf16, V> lo = *reinterpret_cast<const Vec<bf16, V>*>(row);
+    Vec<bf16, V> hi{};
+    if (2 * q + 1 < rows) hi = *reinterpret_cast<const Vec<bf16, V>*>(row + len);
+    Vec<uint32_t, V> w;
+#pragma unroll
+    for (int k = 0; k < V; ++k) w.v[k] = bf16_pair(lo.v[k], hi.v[k]);
+    reinterpret_cast<Vec<uint32_t, V>*>(xp)[i] = w;
+  }
+}
+
+void pair_rows(const bf16* x, uint32_t* xp, int64_t blocks, int64_t rows, int64_t len, cudaStream_t stream,
+               const char* op) {
+  const int64_t words = blocks * ((rows + 1) / 2) * len;
+  if (words == 0) return;
+  const bool vec = len % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0 && reinterpret_cast<uintptr_t>(xp) % 16 == 0;
+  const int64_t pairs = (rows + 1) / 2;
+  if (vec) pair_rows_kernel<4><<<blocks_for(words / 4), kThreads, 0, stream>>>(x, xp, rows, pairs, len, words / 4);
+  else pair_rows_kernel<1><<<blocks_for(words), kThreads, 0, stream>>>(x, xp, rows, pairs, len, words);
+  KILN_CUDA_LAUNCH_CHECK(op);
+}
+
 // A view with the input channels of each group paired: C/G rounded up to pairs, one element each.
 Geometry paired_channels(const Geometry& f) {
   Geometry p = f;
@@ -935,11 +967,7 @@ void patch_forward_bf16(const bf16* x, const bf16* w, bool flip, uint32_t* works
   const int64_t paired = p.n * p.c * p.h * p.w, packed = packed_weights(p, plan);
   uint32_t* xp = workspace;
   uint32_t* wp = workspace + round_up4(paired);
-  if (paired > 0) {
-    pair_channels_kernel<<<blocks_for(paired), kThreads, 0, stream>>>(x, xp, f.c / f.groups, p.c / p.groups,
-                                                                      f.h * f.w, paired);
-    KILN_CUDA_LAUNCH_CHECK(op);
-  }
+  pair_rows(x, xp, f.n * f.groups, f.c / f.groups, f.h * f.w, stream, op);
   pack_patch_weights_kernel<bf16, uint32_t><<<blocks_for(packed), kThreads, 0, stream>>>(w, wp, dims_of(f), plan,
                                                                                           flip, packed);
   KILN_CUDA_LAUNCH_CHECK(op);
@@ -951,15 +979,6 @@ int64_t patch_bf16_workspace(const Geometry& f) {
   const Geometry p = paired_channels(f);
   const PatchPlan plan = patch_plan_for(p);
   return plan.smem == 0 ? 0 : 4 * (round_up4(p.n * p.c * p.h * p.w) + packed_weights(p, plan));
-}
-
-// x [N, L] (bf16) -> xp [ceil(N / 2), L]: images 2i and 2i + 1 as one element (the second zero
-// past N).
-__global__ void pair_images_kernel(const bf16* x, uint32_t* xp, int64_t n, int64_t len, int64_t total) {
-  KILN_GRID_STRIDE(i, total) {
-    const int64_t e = i % len, pair = i / len;
-    xp[i] = bf16_pair(x[2 * pair * len + e], 2 * pair + 1 < n ? x[(2 * pair + 1) * len + e] : bf16(0.0f));
-  }
 }
 
 Geometry paired_images(const Geometry& g) {
@@ -1058,10 +1077,8 @@ void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* 
   uint32_t* xp = static_cast<uint32_t*>(workspace);
   uint32_t* gyp = xp + round_up4(nx);
   float* partials = reinterpret_cast<float*>(gyp + round_up4(ny));
-  pair_images_kernel<<<blocks_for(nx), kThreads, 0, stream>>>(x, xp, g.n, d.c * d.hw, nx);
-  KILN_CUDA_LAUNCH_CHECK(op);
-  pair_images_kernel<<<blocks_for(ny), kThreads, 0, stream>>>(grad_y, gyp, g.n, d.o * d.ohw, ny);
-  KILN_CUDA_LAUNCH_CHECK(op);
+  pair_rows(x, xp, 1, g.n, d.c * d.hw, stream, op);  // images 2i and 2i + 1 side by side
+  pair_rows(grad_y, gyp, 1, g.n, d.o * d.ohw, stream, op);
   const WeightPlan plan = weight_plan<WeightGemmBf16>(p);
   WeightGemmBf16::run(reinterpret_cast<const float*>(xp), reinterpret_cast<const float*>(gyp), partials, d, p.groups,
                       plan, stream);

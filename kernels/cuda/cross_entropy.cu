@@ -552,7 +552,7 @@ void cross_entropy_backward_split(const T* logits, const int32_t* targets, const
   dispatch<1, v>(packed ? v : 1, [&](auto pack) {
     auto kernel = cross_entropy_backward_split_kernel<T, pack(), kSplitRegisterPacks<T>>;
     // above 48 KiB a block's dynamic shared memory must be asked for
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    allow_dynamic_smem(kernel, bytes);
     kernel<<<row_blocks(rows), kSplitThreads, bytes, stream>>>(logits, targets, grad_losses, grad_logits, rows, classes,
                                                                static_cast<int>(q), label_smoothing, fault);
   });

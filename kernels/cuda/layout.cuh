@@ -44,6 +44,20 @@ inline Layout layout_of(const TensorRef& t, const char* op) {
   return l;
 }
 
+// N elements of T as one aligned load or store (N * sizeof(T) of 2 to 16 bytes): the vectorised
+// path of the elementwise kernels (elementwise.cu).
+template <class T, int N>
+struct alignas(N * sizeof(T)) Vec {
+  T v[N];
+};
+// Whether an operand at `base` walked through l is contiguous with its first element aligned for
+// Vec<T, N>.
+template <class T, int N>
+bool vec_aligned(const void* base, const Layout& l) {
+  const auto first = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(l.offset) * sizeof(T);
+  return l.contiguous && first % (N * sizeof(T)) == 0;
+}
+
 // One thread per element, in a grid-stride loop so any size fits the grid.
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n) {

@@ -617,7 +617,7 @@ void column_tiles(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, b
   dispatch<1, v>(vv, [&](auto pack) {
     auto kernel = column_tiles_kernel<T, decltype(pack)::value, P>;
     // above 48 KiB a block's dynamic shared memory must be asked for
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    allow_dynamic_smem(kernel, bytes);
     kernel<<<row_blocks(tiles), block, bytes, stream>>>(x, out, tiles, n, inner, static_cast<int>(q), log);
   });
   KILN_CUDA_LAUNCH_CHECK(op_name(log));

@@ -11,8 +11,8 @@
 // are packed beforehand into the order the stages consume them, so they arrive as 16-byte copies.
 //
 // In bf16 the kernel is the same on pairs of channels: the caller first writes the input with
-// channels 2q and 2q + 1 side by side in one 32-bit element (pair_channels_kernel: an extra pass
-// over the input, cheap beside the convolution), and packs the weights in pairs too. A "channel"
+// channels 2q and 2q + 1 side by side in one 32-bit element (conv2d.cu's pair_rows: an extra
+// pass over the input), and packs the weights in pairs too. A "channel"
 // of the kernel is then a pair, a stage of 8 is 16 channels, and each k-step is one mma m16n8k16
 // per tile where TF32 takes m16n8k8 (matmul::mma_slice: the fragments of the two agree word for
 // word). cp.async copies 4 bytes at least, so a gather of single bf16 values could not run
@@ -118,17 +118,6 @@ __global__ void pack_patch_weights_kernel(const T* w, E* wp, Dims d, PatchPlan p
       wp[packed_at(d, plan, g, c, tap, n)] =
           bf16_pair(weight_at(w, d, flip, g, 2 * c, tap, n), weight_at(w, d, flip, g, 2 * c + 1, tap, n));
     }
-  }
-}
-
-// x [N, G * cg, HW] (bf16) -> xp [N, G * pairs, HW]: channels 2q and 2q + 1 of each group as one
-// element (the second zero past cg). planes = N * G.
-__global__ void pair_channels_kernel(const bf16* x, uint32_t* xp, int64_t cg, int64_t pairs, int64_t hw,
-                                     int64_t total) {
-  KILN_GRID_STRIDE(i, total) {  // i runs over (plane, q, pixel)
-    const int64_t px = i % hw, r = i / hw, q = r % pairs, plane = r / pairs;
-    const bf16* xc = x + (plane * cg + 2 * q) * hw + px;
-    xp[i] = bf16_pair(xc[0], 2 * q + 1 < cg ? xc[hw] : bf16(0.0f));
   }
 }
 

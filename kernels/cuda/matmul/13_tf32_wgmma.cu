@@ -694,7 +694,7 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
                        .swap = swap,
                        .epilogue = e};
   const auto kernel = wgmma_kernel<E, T, MODE, A_MN, B_MN>;
-  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM_BYTES));
+  allow_dynamic_smem(kernel, T::SMEM_BYTES);
   kernel<<<static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream>>>(map_a, map_b, args);
   KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma");
 }

@@ -389,7 +389,7 @@ struct AsyncGemm {
 // B_KC>) gives the kernel for the operands' layouts (A runs along k when not transposed, B when
 // transposed), and
 // G<A_KC, B_KC> (an AsyncGemm) its block size and dynamic shared memory. Over 48 KB of it needs
-// an opt-in, per device; setting it is cheap and idempotent, so it is set at every launch.
+// an opt-in, per device, which allow_dynamic_smem (check.h) makes at every launch (cheap).
 template <template <bool, bool> class G, class KernelFor>
 void launch_async(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
                   cudaStream_t stream, const char* name, KernelFor kernel_for) {
@@ -397,7 +397,7 @@ void launch_async(const MatmulParams& p, const float* a, const float* b, float* 
     auto launch = [&]<bool A_KC, bool B_KC>() {
       auto* kernel = kernel_for(std::bool_constant<A_KC>{}, std::bool_constant<B_KC>{});
       constexpr int bytes = G<A_KC, B_KC>::SMEM_BYTES;
-      KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      allow_dynamic_smem(kernel, bytes);
       kernel<<<grid, G<A_KC, B_KC>::THREADS, bytes, stream>>>(args);
     };
     if (!args.trans_a && args.trans_b) return launch.template operator()<true, true>();
