@@ -38,9 +38,11 @@ def kernels(path):
 def short(name):
     """A kernel's name without its template arguments, parameters, return type and anonymous
     namespaces: "void conv2d::<unnamed>::patch_conv_kernel<Tile<128, 64>, 1>(Args)" is
-    "conv2d::patch_conv_kernel" (ncu writes a top-level anonymous namespace "unnamed>::")."""
+    "conv2d::patch_conv_kernel" (ncu writes a top-level anonymous namespace "unnamed>::"). The
+    elementwise kernels, which run every op as a functor, keep the functor's name:
+    "map_vec_kernel<4, Convert<float, bf16>, bf16, float>" is "map_vec_kernel (Convert)"."""
     name = re.sub(r"<?unnamed>::", "", name)
-    depth, out = 0, []
+    depth, out, args = 0, [], []
     for ch in name:
         if ch == "<":
             depth += 1
@@ -48,8 +50,14 @@ def short(name):
             depth -= 1
         elif depth == 0:
             out.append(ch)
+        elif depth == 1:
+            args.append(ch)
     name = "".join(out).split("(")[0].strip()  # parameters
-    return name.split(" ")[-1]  # the return type
+    name = name.split(" ")[-1]  # the return type
+    if name in ("map_kernel", "map_vec_kernel"):  # (map_vec_kernel's first argument is its width)
+        functor = next(a.strip() for a in "".join(args).split(",") if not a.strip().isdigit())
+        name += f" ({functor})"
+    return name
 
 
 def period(names, most=400):

@@ -62,14 +62,29 @@ def define(figure, table, runs):
 
     # a training step's kernel time (ncu) against the step's time in mnist-train's epochs
     import step_profile
-    # (the profile and the training run: the same build, docs/runs/2026-11-27-h100-bf16-*)
-    profile, trained = runs["2026-11-27-h100-bf16-profile"], runs["2026-11-27-h100-bf16-native"]
+    # (the profile and the training run: one call, docs/runs/2026-11-27-h100-bf16-vec)
+    profile = trained = runs["2026-11-27-h100-bf16-vec"]
     for tag, csv, what in (("b64", "profile_b64.csv", "f32"), ("b64-bf16", "profile_b64_bf16.csv", "bf16")):
         summary = step_profile.summary(step_profile.kernels(profile.file(csv)))
         figure(f"kernels.step.{tag}.kernels", profile, summary["kernels_per_step"],
                f"kernels a training step, CNN batch 64, {what}")
         figure(f"kernels.step.{tag}.us", profile, summary["us_per_step"],
                f"kernel time a step (ncu), CNN batch 64, {what}, µs")
+    # the bf16 step at batch 512: the ReLU backward and conv2d's pairing passes before the elementwise
+    # kernels' vectorised path and pair_rows (docs/runs/2026-11-27-h100-bf16-profile) and after
+    def per_step(run, kernel_names):
+        table = step_profile.summary(step_profile.kernels(run.file("profile_b512_bf16.csv")))["kernels"]
+        return sum(e["us_per_step"] for e in table if e["kernel"] in kernel_names)
+    before = runs["2026-11-27-h100-bf16-profile"]
+    figure("kernels.step.b512-bf16.relu-backward.before.us", before, per_step(before, {"unary_backward_kernel"}),
+           "CNN batch 512, bf16: the ReLU backward's kernel time a step, one element a thread, µs")
+    figure("kernels.step.b512-bf16.relu-backward.us", profile, per_step(profile, {"map_vec_kernel (UnaryGrad)"}),
+           "CNN batch 512, bf16: the ReLU backward's kernel time a step, 16 bytes a thread, µs")
+    figure("kernels.step.b512-bf16.pairing.before.us", before,
+           per_step(before, {"conv2d::pair_images_kernel", "conv2d::pair_channels_kernel"}),
+           "CNN batch 512, bf16: conv2d's pairing passes a step, one element a thread, µs")
+    figure("kernels.step.b512-bf16.pairing.us", profile, per_step(profile, {"conv2d::pair_rows_kernel"}),
+           "CNN batch 512, bf16: conv2d's pairing passes a step, pair_rows, µs")
     for tag, file, what in (("b64", "train.jsonl", "the default CUDA run (f32)"),
                             ("b64-bf16", "train_bf16.jsonl", "the CUDA run in bf16")):
         epochs = [e["seconds"] for e in trained.epochs(file)]

@@ -24,7 +24,7 @@ def define(figure, table, runs):
         table(f"dist-{gpus}", lambda run=run: printed(dist_table.main, run.file("dist.jsonl"))
               + printed(dist_table.mnist, run.file("dist_train.jsonl"), run.file("train_1gpu.jsonl")))
     # kernels/README.md: a training step's kernels under Nsight Compute
-    profile = runs["2026-11-27-h100-bf16-profile"]
+    profile = runs["2026-11-27-h100-bf16-vec"]
     table("step-profile", lambda: step_profile.table(profile, [
         ("b64", "profile_b64.csv", "batch 64, f32"), ("b64_tf32", "profile_b64_tf32.csv", "batch 64, `--tf32`"),
         ("b64_bf16", "profile_b64_bf16.csv", "batch 64, `--precision bf16`"),
