@@ -941,10 +941,10 @@ __global__ void pair_rows_kernel(const bf16* x, uint32_t* xp, int64_t rows, int6
 
 void pair_rows(const bf16* x, uint32_t* xp, int64_t blocks, int64_t rows, int64_t len, cudaStream_t stream,
                const char* op) {
-  const int64_t words = blocks * ((rows + 1) / 2) * len;
+  const int64_t pairs = (rows + 1) / 2, words = blocks * pairs * len;
   if (words == 0) return;
-  const bool vec = len % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0 && reinterpret_cast<uintptr_t>(xp) % 16 == 0;
-  const int64_t pairs = (rows + 1) / 2;
+  const bool vec =
+      len % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0 && reinterpret_cast<uintptr_t>(xp) % 16 == 0;
   if (vec) pair_rows_kernel<4><<<blocks_for(words / 4), kThreads, 0, stream>>>(x, xp, rows, pairs, len, words / 4);
   else pair_rows_kernel<1><<<blocks_for(words), kThreads, 0, stream>>>(x, xp, rows, pairs, len, words);
   KILN_CUDA_LAUNCH_CHECK(op);

@@ -50,11 +50,12 @@ __global__ void arange_kernel(T* out, int64_t offset, int64_t n, double start, d
 
 // ---- the two kernels every op runs on ----
 
-// out[i] = fn(in[i]...) for every element, each operand through its Layout.
 template <class>
 using LayoutOf = Layout;  // one Layout per input
 template <class>
 using RefOf = const TensorRef&;  // one tensor per input
+
+// out[i] = fn(in[i]...) for every element, each operand through its Layout.
 template <class Fn, class D, class... S>
 __global__ void map_kernel(Fn fn, D* out, Layout lo, int64_t n, const S*... in, LayoutOf<S>... li) {
   KILN_GRID_STRIDE(i, n) out[lo.at(i)] = fn(in[li.at(i)]...);
@@ -67,8 +68,10 @@ __global__ void map_vec_kernel(Fn fn, D* out, int64_t n, const S*... in) {
   const int64_t packs = n / N;
   KILN_GRID_STRIDE(p, packs) {
     Vec<D, N> r;
+    [&](const Vec<S, N>&... v) {  // each input's pack loaded once
 #pragma unroll
-    for (int k = 0; k < N; ++k) r.v[k] = fn(reinterpret_cast<const Vec<S, N>*>(in)[p].v[k]...);
+      for (int k = 0; k < N; ++k) r.v[k] = fn(v.v[k]...);
+    }(reinterpret_cast<const Vec<S, N>*>(in)[p]...);
     reinterpret_cast<Vec<D, N>*>(out)[p] = r;
   }
   KILN_GRID_STRIDE(i, n - packs * N) out[packs * N + i] = fn(in[packs * N + i]...);

@@ -11,12 +11,12 @@
 // are packed beforehand into the order the stages consume them, so they arrive as 16-byte copies.
 //
 // In bf16 the kernel is the same on pairs of channels: the caller first writes the input with
-// channels 2q and 2q + 1 side by side in one 32-bit element (conv2d.cu's pair_rows: an extra
-// pass over the input), and packs the weights in pairs too. A "channel"
-// of the kernel is then a pair, a stage of 8 is 16 channels, and each k-step is one mma m16n8k16
-// per tile where TF32 takes m16n8k8 (matmul::mma_slice: the fragments of the two agree word for
-// word). cp.async copies 4 bytes at least, so a gather of single bf16 values could not run
-// through it; a gather of pairs does, and the mma reads them as they come.
+// channels 2q and 2q + 1 side by side in one 32-bit element (conv2d.cu's pair_rows: an extra pass
+// over the input), and packs the weights in pairs too. A "channel" of the kernel is then a pair, a
+// stage of 8 is 16 channels, and each k-step is one mma m16n8k16 per tile where TF32 takes
+// m16n8k8 (matmul::mma_slice: the fragments of the two agree word for word). cp.async copies 4
+// bytes at least, so a gather of single bf16 values could not run through it; a gather of pairs
+// does, and the mma reads them as they come.
 #pragma once
 
 #include <algorithm>
