@@ -41,7 +41,9 @@ def short(name):
     "conv2d::patch_conv_kernel" (ncu writes a top-level anonymous namespace "unnamed>::"). The
     elementwise kernels, which run every op as a functor, keep the functor's name:
     "map_vec_kernel<4, Convert<float, bf16>, bf16, float>" is "map_vec_kernel (Convert)"."""
-    name = re.sub(r"<?unnamed>::", "", name)
+    # "::<unnamed>::" inside a name; "unnamed>::" where ncu drops the "<" (at the top level, and
+    # after a template's "<" or ", ")
+    name = re.sub(r"(?<=::)<unnamed>::", "", name).replace("unnamed>::", "")
     depth, out, args = 0, [], []
     for ch in name:
         if ch == "<":
