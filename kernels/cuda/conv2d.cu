@@ -394,24 +394,39 @@ struct TensorCoreWeightGemm {
   }
 };
 
+// The split plan of one weight-gradient GEMM.
+template <class Gemm>
+WeightPlan weight_plan(const Geometry& g) {
+  return plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
+}
+
+// Whether there is a gradient to compute: false for an empty layer, and for an empty batch, whose
+// gradient it zeroes.
+template <class T>
+bool weight_nonempty(T* grad_w, const Geometry& g, cudaStream_t stream) {
+  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
+  if (count == 0) return false;
+  if (g.n * g.oh * g.ow == 0) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(T) * static_cast<size_t>(count), stream));
+    return false;
+  }
+  return true;
+}
+
 // The workspace (elements) one GEMM needs: the partials when it splits.
 template <class Gemm>
 int64_t weight_workspace_for(const Geometry& g) {
-  const WeightPlan plan = plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
+  const WeightPlan plan = weight_plan<Gemm>(g);
   return plan.splits > 1 ? plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
 }
 
 // grad_w by one of the GEMMs above: split-K GEMM, then the ordered sum.
 template <class Gemm, class T>
 void weight_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g, cudaStream_t stream) {
+  if (!weight_nonempty(grad_w, g, stream)) return;
   const Dims d = dims_of(g);
   const int64_t count = d.o * d.cg * d.khkw;
-  if (count == 0) return;
-  if (d.n * d.ohw == 0) {  // an empty batch: the gradient is zero
-    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(T) * static_cast<size_t>(count), stream));
-    return;
-  }
-  const WeightPlan plan = plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
+  const WeightPlan plan = weight_plan<Gemm>(g);
   KILN_CHECK(plan.splits == 1 || workspace != nullptr, ValueError,
              "cuda conv2d_backward_weight: needs a workspace of ", plan.splits * count, " elements");
   Gemm::run(x, grad_y, plan.splits > 1 ? workspace : grad_w, d, g.groups, plan, stream);
@@ -1025,19 +1040,10 @@ using WeightGemmSmallBf16 = SimtWeightGemm<bf16, 32, 32, 4, 4>;
 using WeightGemmSimtBf16 = SimtWeightGemm<bf16, 64, 64, 4, 4>;
 
 namespace {
-template <class Gemm>
-WeightPlan weight_plan(const Geometry& g) {
-  return plan_weight(g, Gemm::BM, Gemm::BN, Gemm::blocks(), Gemm::kMaxRange);
-}
-
-// Whether there is a gradient to compute; zeroes it for an empty batch.
+// Whether there is a gradient to compute; zeroes it for an empty batch. bf16's kernels always
+// write f32 partials, so they always need the workspace.
 bool weight_work(bf16* grad_w, const void* workspace, const Geometry& g, cudaStream_t stream) {
-  const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;
-  if (count == 0) return false;
-  if (g.n * g.oh * g.ow == 0) {  // an empty batch: the gradient is zero
-    KILN_CUDA_CHECK(cudaMemsetAsync(grad_w, 0, sizeof(bf16) * static_cast<size_t>(count), stream));
-    return false;
-  }
+  if (!weight_nonempty(grad_w, g, stream)) return false;
   KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_weight: needs a workspace of ",
              backward_weight_bf16_workspace(g), " bytes");
   return true;

@@ -25,18 +25,6 @@ namespace kiln::cuda {
 
 namespace {
 
-template <class Fn>
-void visit(DType t, const char* op, Fn&& fn) {
-  switch (t) {
-    case DType::f32: return fn(float{});
-    case DType::f64: return fn(double{});
-    case DType::i32: return fn(int32_t{});
-    case DType::u8: return fn(uint8_t{});
-    case DType::bf16: return fn(bf16{});
-  }
-  KILN_FAIL(DTypeError, "cuda ", op, ": unknown dtype");
-}
-
 template <class T>
 __global__ void fill_kernel(T* out, Layout lo, int64_t n, T value) {
   KILN_GRID_STRIDE(i, n) out[lo.at(i)] = value;
@@ -228,7 +216,7 @@ struct Binary {
 void CudaBackend::fill(const TensorRef& out, double value) {
   int64_t n = out.numel();
   if (n == 0) return;
-  visit(out.dtype, "fill", [&](auto tag) {
+  visit_dtype(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     fill_kernel<T><<<blocks_for(n), kThreads, 0, stream_>>>(static_cast<T*>(out.buffer), layout_of(out, "fill"), n,
                                                             cast<T>(value));
@@ -239,7 +227,7 @@ void CudaBackend::fill(const TensorRef& out, double value) {
 void CudaBackend::arange(const TensorRef& out, double start, double step) {
   int64_t n = out.numel();
   if (n == 0) return;
-  visit(out.dtype, "arange", [&](auto tag) {
+  visit_dtype(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     arange_kernel<T><<<blocks_for(n), kThreads, 0, stream_>>>(static_cast<T*>(out.buffer), out.offset, n, start, step);
   });
@@ -250,8 +238,8 @@ void CudaBackend::copy(const TensorRef& src, const TensorRef& out) {
   KILN_CHECK(src.numel() == out.numel(), ShapeError, "cuda copy: src ", src.shape, " and out ", out.shape,
              " hold different numbers of elements");
   if (out.numel() == 0) return;
-  visit(src.dtype, "copy", [&](auto s) {
-    visit(out.dtype, "copy", [&](auto d) {
+  visit_dtype(src.dtype, [&](auto s) {
+    visit_dtype(out.dtype, [&](auto d) {
       using S = decltype(s);
       using D = decltype(d);
       map<Convert<S, D>, D, S>(stream_, {}, out, "copy", src);
@@ -262,7 +250,7 @@ void CudaBackend::copy(const TensorRef& src, const TensorRef& out) {
 void CudaBackend::unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) {
   if (out.numel() == 0) return;
   const char* name = unary_op_name(op).data();
-  visit(x.dtype, name, [&](auto tag) {
+  visit_dtype(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, uint8_t>) {
       KILN_FAIL(DTypeError, "cuda backend: unary ", name, " does not take u8");
@@ -277,7 +265,7 @@ void CudaBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorRef
   KILN_CHECK(op == UnaryOp::relu || op == UnaryOp::leaky_relu || op == UnaryOp::gelu, ValueError,
              "cuda unary_backward: ", unary_op_name(op), " has a composed formula, not a fused kernel");
   if (out.numel() == 0) return;
-  visit(x.dtype, "unary_backward", [&](auto tag) {
+  visit_dtype(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_floating_point_v<compute_t<T>>) {
       KILN_FAIL(DTypeError, "cuda backend: unary_backward takes f32, f64 or bf16");
@@ -290,7 +278,7 @@ void CudaBackend::unary_backward(UnaryOp op, const TensorRef& x, const TensorRef
 void CudaBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
   if (out.numel() == 0) return;
   const char* name = binary_op_name(op).data();
-  visit(a.dtype, name, [&](auto tag) {
+  visit_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, uint8_t>) {
       if (op < BinaryOp::eq) KILN_FAIL(DTypeError, "cuda backend: binary ", name, " does not take u8");

@@ -36,7 +36,6 @@ constexpr Tap kOutsideTap = {0, kOutside, 0};
 // neighbouring in k, multiplied by mma m16n8k16 (matmul::mma_slice says why the TF32 tiles and
 // loads serve unchanged); the caller pairs the operands first (conv2d.cu's bf16 section).
 enum class Mma { tf32, tf32x3, bf16 };
-constexpr Mma mma_of(TensorMath math) { return math == TensorMath::tf32x3 ? Mma::tf32x3 : Mma::tf32; }
 
 // The three GEMMs as gathers (see "The GEMM view" at the top). g: the group; split: the K split
 // (backward weight).
