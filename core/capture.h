@@ -22,6 +22,9 @@
 //   replay, which the kernel reads (Capture::replay_value below). Optimizers and random draws do
 //   this themselves; code of one's own that needs it asks for a replay value.
 // - Work on tensors of other devices (the CPU) runs at once, as always, and is not replayed.
+// - Collectives of a process group on the device (NCCL) are recorded like kernels: a replay
+//   all-reduces again, and the group's watchdog times each replay's collectives out as it does
+//   those called eagerly (kernels/cuda/nccl_group.cpp).
 //
 // optim/captured_step.h builds a training step on this: static inputs, warm-up, one graph per
 // input shape.
@@ -46,6 +49,9 @@ class Capture {
   // before any replay value is refreshed: the host-side state a step advances (an optimizer's
   // step count) advances at every replay. The capture itself stands for the first replay's step.
   virtual void on_replay(std::function<void()> next) = 0;
+  // `queued` runs on the host after each replay has been queued on the device's stream, the first
+  // included: what a process group's watchdog uses to watch the collectives a graph holds.
+  virtual void after_replay(std::function<void()> queued) = 0;
   // Device memory of `bytes` bytes (at most 256) that holds `first` at the first replay; before
   // each later replay, `next` writes into host memory of `bytes` bytes what it holds then. All of
   // a graph's replay values travel to the device in one copy before its launch.

@@ -16,7 +16,9 @@
 //              reduction costs beyond the wire: (b) - (c); what the wrapper costs: (c) - (a)).
 //              --model cnn times mnist-train's CNN (PyTorch's examples/mnist Net) instead, on
 //              random 28 x 28 images, MSE against random logits: a small model whose step the
-//              host's launches can bound.
+//              host's launches can bound. On CUDA, (a) and (b) are timed again with each step
+//              captured once as a CUDA graph and replayed (optim::CapturedStep; DDP's all-reduces
+//              inside the graph): "alone_graph" and "ddp_graph", their efficiency the ratio.
 //
 //   mpirun -np GPUS dist-bench allreduce [--max-bytes 1G] [--iters N] [--warmup 5] [--json FILE]
 //   mpirun -np GPUS dist-bench ddp [--batch 512 --batch 2048] [--bucket-mb 25] [--json FILE]
@@ -76,6 +78,7 @@
 #include "kiln/layers/container.h"
 #include "kiln/layers/distributed.h"
 #include "kiln/layers/linear.h"
+#include "kiln/optim/captured_step.h"
 #include "kiln/optim/sgd.h"
 
 namespace kiln::bench {
@@ -384,6 +387,28 @@ class PhaseClock {
 #endif
 };
 
+// Trains `model` for warmup + timed steps on x against target, each step captured once as a CUDA
+// graph and replayed (warmup: at least the eager step and the capture); the host waits once, at
+// the end, reading the loss. The time a step only: a graph has no phases to mark.
+StepTime time_captured_steps(nn::Module& model, const Tensor& x, const Tensor& target, int warmup, int steps) {
+  optim::SGD opt(model.parameters(), optim::SGDOptions(0.01));
+  optim::CapturedStep step(opt, [&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    Tensor loss = mse_loss(model.forward(in[0]), in[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  Tensor loss;
+  for (int i = 0; i < std::max(warmup, 2); ++i) loss = step({x, target})[0];
+  double last = 0;
+  const double seconds = seconds_per_call(steps, [&] { loss = step({x, target})[0]; }, [&] {
+    last = loss.item();
+    x.backend().synchronize();
+  });
+  return StepTime{seconds, last};
+}
+
 // Trains `model` for warmup + timed steps on x against target; the host waits once, at the end,
 // reading the loss. With `no_sync`, every step runs inside its no_sync() guard: DDP's wrapper
 // without its reduction, which tells the cost of the communication from that of the rest.
@@ -461,16 +486,21 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
     std::fflush(stdout);
   }
   // (a) every rank alone, before any DDP
-  std::vector<StepTime> alone;
-  for (const auto& [x, target] : data) alone.push_back(time_steps(*model, x, target, c.warmup, c.steps));
+  const bool graphs = backend_for(device).can_capture();
+  std::vector<StepTime> alone, alone_graph;
+  for (const auto& [x, target] : data) {
+    alone.push_back(time_steps(*model, x, target, c.warmup, c.steps));
+    if (graphs) alone_graph.push_back(time_captured_steps(*model, x, target, c.warmup, c.steps));
+  }
   model->zero_grad();
   // (b) the same model under DDP (which starts every rank from rank 0's parameters)
   auto ddp = std::make_shared<nn::DistributedDataParallel>(
       model, group, nn::DistributedDataParallelOptions().bucket_cap_mb(c.bucket_mb));
-  std::vector<StepTime> together, unsynced;
+  std::vector<StepTime> together, unsynced, together_graph;
   for (const auto& [x, target] : data) {
     together.push_back(time_steps(*ddp, x, target, c.warmup, c.steps));
     unsynced.push_back(time_steps(*ddp, x, target, c.warmup, c.steps, ddp.get()));
+    if (graphs) together_graph.push_back(time_captured_steps(*ddp, x, target, c.warmup, c.steps));
   }
   // The reduction of one step's gradients alone, on an idle device: as DDP queues it (the
   // parameters' shapes, one NCCL group) and as one flat tensor of as many elements.
@@ -504,9 +534,15 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
                 alone[i].host_optimizer_ms, together[i].host_forward_ms, together[i].host_backward_ms,
                 together[i].host_optimizer_ms, unsynced[i].host_forward_ms, unsynced[i].host_backward_ms,
                 unsynced[i].host_optimizer_ms);
+    if (graphs)
+      std::printf("%10s   each step one CUDA graph: alone %.3f ms, DDP %.3f ms, efficiency %.1f%%\n", "",
+                  alone_graph[i].seconds * 1e3, together_graph[i].seconds * 1e3,
+                  100 * alone_graph[i].seconds / together_graph[i].seconds);
     if (c.json.empty()) continue;
-    for (const auto& [mode, t] : {std::pair{"alone", alone[i]}, std::pair{"ddp", together[i]},
-                                  std::pair{"ddp_no_sync", unsynced[i]}}) {
+    std::vector<std::pair<const char*, StepTime>> modes = {{"alone", alone[i]}, {"ddp", together[i]},
+                                                            {"ddp_no_sync", unsynced[i]}};
+    if (graphs) modes.insert(modes.end(), {{"alone_graph", alone_graph[i]}, {"ddp_graph", together_graph[i]}});
+    for (const auto& [mode, t] : modes) {
       nlohmann::ordered_json line = json_line("ddp", "kiln", *group, name);
       line.update({{"mode", mode}, {"batch", c.batches[i]}});
       if (cnn) line["model"] = "cnn";
@@ -515,6 +551,9 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
       if (std::string(mode) == "ddp")
         line.update({{"bucket_cap_mb", c.bucket_mb}, {"efficiency", apps::rounded(efficiency, 4)},
                      {"grads_allreduce_us", apps::rounded(grouped_us, 3)}, {"flat_allreduce_us", apps::rounded(flat_us, 3)}});
+      if (std::string(mode) == "ddp_graph")
+        line.update({{"bucket_cap_mb", c.bucket_mb},
+                     {"efficiency", apps::rounded(alone_graph[i].seconds / together_graph[i].seconds, 4)}});
       append_line(c.json, line);
     }
   }

@@ -205,13 +205,12 @@ std::vector<Tensor> train_step(Training& t, const std::vector<Tensor>& batch) {
   return {loss.detach()};
 }
 
-// --graph: whether this run captures its steps. Captured steps need one CUDA device; data-parallel
-// steps (whose all-reduces would have to be captured too) and --detect-anomaly (which waits for
-// every op) run eagerly.
-bool use_graph(const Config& c, const Device& device, const Parallel& par) {
+// --graph: whether this run captures its steps. Captured steps need CUDA devices; a data-parallel
+// step captures its all-reduces with it (every rank its own graph). --detect-anomaly (which waits
+// for every op) runs eagerly.
+bool use_graph(const Config& c, const Device& device) {
   if (c.graph == "off") return false;
   const char* why_not = device.type != DeviceType::cuda ? "it needs a CUDA device"
-                        : par.group                     ? "data-parallel steps are not captured yet"
                         : c.detect_anomaly              ? "--detect-anomaly waits for every op"
                                                         : nullptr;
   if (!why_not) return true;
@@ -630,7 +629,7 @@ int run(const Config& c) {
   set_allow_tf32(c.use_tf32());
   KILN_CHECK(!c.use_bf16() || device.type != DeviceType::vulkan, ValueError, "--precision bf16: the vulkan backend has "
              "no bf16 kernels; train on --device cuda or cpu, or in --precision f32 on vulkan");
-  const bool graph = use_graph(c, device, par);  // before the data: a --graph that cannot be is refused at once
+  const bool graph = use_graph(c, device);  // before the data: a --graph that cannot be is refused at once
   std::optional<DetectAnomalyGuard> anomaly;
   if (c.detect_anomaly) anomaly.emplace();
   std::optional<Resumed> resumed = load_resumed(c, par);

@@ -106,7 +106,7 @@ void add_options(CLI::App& app, Config& c) {
                                ->capture_default_str();
   app.add_flag("--tf32", c.tf32, "the same as --precision tf32")->excludes(precision);
   app.add_option("--graph", c.graph, "capture each training step once as a CUDA graph and replay it: auto (on for "
-                 "one CUDA device), on, or off (every kernel launched from the host); the results are the same bits")
+                 "CUDA devices, data-parallel ranks included), on, or off (every kernel launched from the host); the results are the same bits")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->type_name("WHEN")
       ->capture_default_str();

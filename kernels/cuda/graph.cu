@@ -2,11 +2,14 @@
 // of each graph's own, and the replay values the host refreshes before each launch.
 //
 // Capture. cudaStreamBeginCapture makes the stream record instead of run: every kernel queued on it
-// becomes a node of a graph, in order. kiln queues everything on one stream, so the graph is a
+// becomes a node of a graph, in order. kiln queues its kernels on one stream, so the graph is a
 // chain and a replay runs the kernels in the order the eager step did, on the same addresses, with
-// the same arguments: a replay computes the bits of the eager step it stands for. The capture is in
-// relaxed mode, which lets the pool below call cudaMallocAsync on a side stream while the main
-// stream records.
+// the same arguments: a replay computes the bits of the eager step it stands for. A data-parallel
+// step adds branches: a bucket's all-reduce queued on the NCCL group's stream after an event of
+// kiln's joins the capture there, and rejoins the chain where kiln's stream waits for it, as it
+// overlaps backward when eager. The capture is in relaxed mode, which lets the pool below call
+// cudaMallocAsync on a side stream while the main stream records, and lets the group's watchdog
+// thread query its events meanwhile.
 //
 // Memory. The stream-ordered allocator could be captured too (cudaMallocAsync becomes an
 // allocation node), but a tensor made inside and kept after (a gradient, the loss) would then be
@@ -103,6 +106,7 @@ class CudaBackend::CaptureState final : public Capture {
   uint64_t id() const override { return id_; }
 
   void on_replay(std::function<void()> next) override { hooks_.push_back(std::move(next)); }
+  void after_replay(std::function<void()> queued) override { queued_.push_back(std::move(queued)); }
 
   const void* replay_value(const void* first, size_t bytes, std::function<void(void*)> next) override {
     KILN_CHECK(bytes > 0 && bytes <= 256, ValueError, "cuda capture: a replay value of ", bytes,
@@ -125,7 +129,8 @@ class CudaBackend::CaptureState final : public Capture {
     std::function<void(void*)> next;
   };
   std::vector<Value> values_;
-  std::vector<std::function<void()>> hooks_;
+  std::vector<std::function<void()>> hooks_;   // before each replay but the first
+  std::vector<std::function<void()>> queued_;  // after each replay
   std::vector<void*> kept_;  // allocated before the capture, freed during it
   size_t used_ = 0;
   uint64_t id_ = 0;
@@ -163,6 +168,7 @@ class CudaGraph final : public Graph::Impl {
                                       backend_.stream()));
     }
     KILN_CUDA_CHECK(cudaGraphLaunch(exec_, backend_.stream()));
+    for (const auto& hook : s.queued_) hook();
   }
 
   size_t kernels() const override { return kernels_; }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -79,7 +80,7 @@ class NcclWork final : public Work {
   std::vector<Tensor> tensors_;
 };
 
-class NcclGroup final : public ProcessGroup {
+class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this<NcclGroup> {
  public:
   NcclGroup(std::shared_ptr<ProcessGroup> bootstrap, std::chrono::milliseconds timeout)
       : ProcessGroup(bootstrap->rank(), bootstrap->size(), bootstrap->local_rank(), bootstrap->local_size(), timeout),
@@ -212,7 +213,7 @@ class NcclGroup final : public ProcessGroup {
     int64_t numel = 0;
     for (const Tensor& t : tensors) numel += t.numel();
     if (numel == 0) return nullptr;
-    const Described what{tensors.size(), numel, tensors.front().dtype()};
+    const Described what{collective, sequence, tensors.size(), numel, tensors.front().dtype()};
     KILN_CUDA_CHECK(cudaSetDevice(device_));
     cudaStream_t s = kiln_stream;
     if (where == Stream::group) {
@@ -233,13 +234,17 @@ class NcclGroup final : public ProcessGroup {
       ncclResult_t end = ncclGroupEnd();  // ended even after a failed call
       if (rc == ncclSuccess) rc = end;
     }
-    KILN_CHECK(rc == ncclSuccess, DistributedError, describe(collective, sequence, what), " failed: ",
-               ncclGetErrorString(rc), " (", ncclGetLastError(comm_), ")");
+    KILN_CHECK(rc == ncclSuccess, DistributedError, describe(what), " failed: ", ncclGetErrorString(rc), " (",
+               ncclGetLastError(comm_), ")");
     auto done = std::make_shared<DoneEvent>(*this, take_event());
     KILN_CUDA_CHECK(cudaEventRecord(done->event, s));
-    {
+    if (Capture* capture = backend_->capture()) {
+      // Recorded into a graph, not run: its event orders the streams inside the graph, and the
+      // watchdog watches each replay instead.
+      watch_replays(*capture, what);
+    } else {
       std::lock_guard<std::mutex> lock(mutex_);
-      in_flight_.push_back({done, std::chrono::steady_clock::now() + timeout(), collective, sequence, what});
+      in_flight_.push_back({done, std::chrono::steady_clock::now() + timeout(), what});
     }
     // The watchdog is not woken: it looks within half a second, and timeouts are counted from
     // the deadline set here; a wake-up (a futex call) would cost small collectives microseconds.
@@ -247,18 +252,59 @@ class NcclGroup final : public ProcessGroup {
     return done;
   }
 
-  // What a collective moved, for its errors: built only when one fails.
+  // What a collective moved, or what a captured graph's replay holds, for errors: a message is
+  // built only when one fails.
   struct Described {
-    size_t tensors;
+    std::string_view collective;  // "all_reduce"
+    uint64_t sequence;            // the collective's number; in a graph, its first collective's
+    size_t tensors;               // in a graph: its collectives
     int64_t numel;
     DType dtype;  // the first tensor's
+    uint64_t graph = 0;  // a captured graph's replay: the capture's id (Capture::id), else 0
+    uint64_t last = 0;   // in a graph: its last collective's number
+    int64_t replay = 0;  // in a graph: which replay, from 1
   };
-  // "nccl all_reduce #7 (1000 f32 elements) on rank 0 of 2", or "(3 tensors, 1000 elements)".
-  std::string describe(std::string_view collective, uint64_t sequence, const Described& d) const {
+  // "nccl all_reduce #7 (1000 f32 elements) on rank 0 of 2", or "(3 tensors, 1000 elements)";
+  // "nccl graph #2, replay 15: the 3 collectives captured as #5-#7 (1000 elements) on rank 0 of 2".
+  std::string describe(const Described& d) const {
+    const std::string where = " on rank " + std::to_string(rank()) + " of " + std::to_string(size());
+    if (d.graph != 0)
+      return "nccl graph #" + std::to_string(d.graph) + ", replay " + std::to_string(d.replay) + ": the " +
+             std::to_string(d.tensors) + " collective" + (d.tensors == 1 ? "" : "s") + " captured as #" +
+             std::to_string(d.sequence) + (d.last != d.sequence ? "-#" + std::to_string(d.last) : "") + " (" +
+             std::to_string(d.numel) + " elements)" + where;
     std::string what = d.tensors == 1 ? std::to_string(d.numel) + " " + std::string(dtype_name(d.dtype)) + " elements"
                                       : std::to_string(d.tensors) + " tensors, " + std::to_string(d.numel) + " elements";
-    return "nccl " + std::string(collective) + " #" + std::to_string(sequence) + " (" + what + ") on rank " +
-           std::to_string(rank()) + " of " + std::to_string(size());
+    return "nccl " + std::string(d.collective) + " #" + std::to_string(d.sequence) + " (" + what + ")" + where;
+  }
+
+  // A collective queued while `capture` records: the graph's replays are watched as one. The
+  // first collective of a capture registers a hook that, after each replay is queued, records an
+  // event behind it on kiln's stream and hands that to the watchdog, so that a replay whose
+  // collectives never complete (another rank died or hangs) ends this rank within the timeout,
+  // as an eager collective would. Later collectives of the capture add to its description.
+  void watch_replays(Capture& capture, const Described& what) {
+    if (!captured_ || captured_->graph != capture.id()) {
+      captured_ = std::make_shared<Described>(what);
+      captured_->graph = capture.id();
+      captured_->tensors = 0;
+      captured_->numel = 0;
+      capture.after_replay([group = weak_from_this(), graph = captured_] {
+        if (auto g = group.lock()) g->watch_replay(*graph);
+      });
+    }
+    captured_->tensors += 1;
+    captured_->numel += what.numel;
+    captured_->last = what.sequence;
+  }
+
+  void watch_replay(Described& graph) {
+    ++graph.replay;
+    auto done = std::make_shared<DoneEvent>(*this, take_event());
+    KILN_CUDA_CHECK(cudaSetDevice(device_));
+    KILN_CUDA_CHECK(cudaEventRecord(done->event, backend_->stream()));
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.push_back({std::move(done), std::chrono::steady_clock::now() + timeout(), graph});
   }
 
   cudaEvent_t take_event() {
@@ -278,8 +324,6 @@ class NcclGroup final : public ProcessGroup {
   struct InFlight {
     std::shared_ptr<DoneEvent> done;
     std::chrono::steady_clock::time_point deadline;
-    std::string_view collective;
-    uint64_t sequence;
     Described what;
   };
 
@@ -305,10 +349,8 @@ class NcclGroup final : public ProcessGroup {
           continue;
         }
         if (state != cudaErrorNotReady)
-          die(describe(oldest.collective, oldest.sequence, oldest.what) + " failed on the GPU: " +
-              cudaGetErrorString(state));
-        if (std::chrono::steady_clock::now() > oldest.deadline)
-          die(timed_out(describe(oldest.collective, oldest.sequence, oldest.what)));
+          die(describe(oldest.what) + " failed on the GPU: " + cudaGetErrorString(state));
+        if (std::chrono::steady_clock::now() > oldest.deadline) die(timed_out(describe(oldest.what)));
         break;
       }
       lock.unlock();
@@ -339,6 +381,7 @@ class NcclGroup final : public ProcessGroup {
   cudaEvent_t group_done_ = nullptr;   // the group's stream, before a collective on kiln's
   bool group_stream_used_ = false;     // since the last collective on kiln's stream
   uint64_t sequence_ = 0;
+  std::shared_ptr<Described> captured_;  // the latest capture's collectives (watch_replays)
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -14,6 +14,11 @@
 // collective, its sequence number, this rank) and exits with status 1 at once, upon which mpirun
 // ends the other ranks. A host thread blocked on the GPU could not be woken otherwise, and one
 // woken by aborting the communicator would go on with data the collective never delivered.
+//
+// Collectives queued while kiln's stream is captured (core/capture.h) are recorded into the graph
+// with the kernels around them, the group's stream included as a branch of the graph; they run
+// at each replay. The watchdog then follows each replay of such a graph as one: its timeout names
+// the graph, the replay and the collectives captured in it.
 #pragma once
 
 #include <memory>

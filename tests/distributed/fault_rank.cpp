@@ -8,6 +8,9 @@
 //
 // hang      the last rank sleeps instead of joining an all_reduce: the others give up after
 //           KILN_DIST_TIMEOUT with an error naming the collective and their rank, and the job ends
+// hang-graph (cuda only) the same with the all_reduce captured in a CUDA graph: every rank replays
+//           it once together, then the last sleeps while the others replay it again; their
+//           watchdogs name the graph, the replay and the collective captured in it
 // die       the last rank is killed (SIGKILL) before an all_reduce: mpirun ends the others
 // mismatch  rank 1 holds a different model: every rank refuses it at DistributedDataParallel's
 //           construction, naming the difference
@@ -24,8 +27,9 @@ int main(int argc, char** argv) {
   using namespace kiln;
   const std::string mode = argc > 1 ? argv[1] : "";
   const std::string device = argc > 2 ? argv[2] : "cpu";
-  if ((mode != "hang" && mode != "die" && mode != "mismatch") || (device != "cpu" && device != "cuda")) {
-    std::cerr << "usage: fault_rank hang|die|mismatch [cpu|cuda]\n";
+  if ((mode != "hang" && mode != "hang-graph" && mode != "die" && mode != "mismatch") ||
+      (device != "cpu" && device != "cuda") || (mode == "hang-graph" && device != "cuda")) {
+    std::cerr << "usage: fault_rank hang|die|mismatch [cpu|cuda], or fault_rank hang-graph cuda\n";
     return 2;
   }
   try {
@@ -36,6 +40,14 @@ int main(int argc, char** argv) {
     (void)t.to_vector<float>();  // every rank is here
     if (mode == "hang" && last) sleep(3600);
     if (mode == "die" && last) std::raise(SIGKILL);
+    if (mode == "hang-graph") {
+      Graph graph = capture(group->device(), [&] { group->all_reduce(t); });
+      graph.replay();
+      (void)t.to_vector<float>();  // every rank replayed once
+      if (last) sleep(3600);
+      graph.replay();
+      (void)t.to_vector<float>();  // the others wait here, and their watchdogs with them
+    }
     if (mode == "mismatch") {
       auto net = std::make_shared<nn::Linear>(4, group->rank() == 1 ? 3 : 2);
       net->to(group->device());

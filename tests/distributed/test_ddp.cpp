@@ -1,13 +1,17 @@
 // DistributedDataParallel on every rank of the job, against one process training the same model
 // on the global batch (the union of the ranks' batches), computed by each rank on its own.
 // CPU (MPI): f64, equal to 1e-12 relative; CUDA (NCCL): f32, to 1e-5 (sums in other orders).
+// A captured data-parallel step (optim::CapturedStep, its all-reduces in the graph) against the
+// eager one: the same bits on up to two ranks (CUDA); the CPU group refuses to capture.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kiln/core/backend.h"
 #include "kiln/kiln.h"
 #include "tests/distributed/distributed.h"
 
@@ -231,6 +235,92 @@ TEST_CASE("DistributedDataParallel: parameters outside the loss") {
       alone->use_extra = true;
       mse_loss(alone->forward(x), y).backward();
       CHECK(max_rel_diff(net->extra->weight.grad(), alone->extra->weight.grad()) <= tolerance());
+    }
+  }
+}
+
+namespace {
+
+struct StepRun {
+  std::vector<float> losses;  // this rank's, each step's
+  std::vector<std::vector<float>> params;
+  size_t graphs = 0;
+};
+
+// Trains a net with dropout through DDP for steps of these per-rank batch sizes, eagerly or as a
+// CapturedStep: Adam, a StepLR stepped after every step, dropout's masks drawn from the default
+// generator seeded alike in both runs (and differently on each rank).
+StepRun train_ddp(const std::vector<int64_t>& batches, double bucket_mb, bool captured) {
+  manual_seed(3);
+  auto net = std::make_shared<nn::Sequential>(nn::Linear(6, 16), nn::ReLU(), nn::Dropout(0.25), nn::Linear(16, 16),
+                                              nn::ReLU(), nn::Linear(16, 3));
+  net->to(group().device());
+  nn::DistributedDataParallel ddp(net, group_ptr(), nn::DistributedDataParallelOptions().bucket_cap_mb(bucket_mb));
+  optim::Adam opt(ddp.parameters(), optim::AdamOptions(1e-2));
+  optim::StepLR scheduler(opt, 2, 0.5);
+  auto step = [&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    Tensor loss = mse_loss(ddp.forward(in[0]), in[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  };
+  optim::CapturedStep captured_step(opt, step);
+  manual_seed(50 + static_cast<uint64_t>(group().rank()));
+  StepRun run;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    auto [x, y] = global_batch(batches[i] * group().size(), static_cast<int>(i));
+    const Tensor loss = captured ? captured_step({my_rows(x), my_rows(y)})[0] : step({my_rows(x), my_rows(y)})[0];
+    run.losses.push_back(loss.item<float>());
+    scheduler.step();
+  }
+  for (const Tensor& p : net->parameters()) run.params.push_back(p.to_vector<float>());
+  run.graphs = captured_step.graphs();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("DistributedDataParallel: a captured step computes the eager step's bits, its all-reduces included") {
+  // 5 rows a rank, then a short batch of 3 (a second graph), then each replayed again.
+  const std::vector<int64_t> batches = {5, 5, 5, 3, 5, 5, 3, 5};
+  if (!backend_for(group().device()).can_capture()) {
+    // The CPU's group: refused before anything ran, so that no rank issues a collective the others do not.
+    auto net = make_net();
+    nn::DistributedDataParallel ddp(net, group_ptr());
+    optim::SGD opt(ddp.parameters(), optim::SGDOptions(0.1));
+    int calls = 0;
+    optim::CapturedStep step(opt, [&](const std::vector<Tensor>&) {
+      ++calls;
+      return std::vector<Tensor>{};
+    });
+    auto [x, y] = global_batch(2 * group().size(), 0);
+    CHECK_THROWS_WITH_AS(step({my_rows(x), my_rows(y)}), doctest::Contains("does not capture graphs"),
+                         BackendUnavailable);
+    CHECK(calls == 0);
+    return;
+  }
+  for (double bucket_mb : {25.0, 1e-9}) {  // one bucket, on kiln's stream; one for each parameter, on the group's
+    CAPTURE(bucket_mb);
+    const StepRun eager = train_ddp(batches, bucket_mb, false);
+    const StepRun graph = train_ddp(batches, bucket_mb, true);
+    CHECK(graph.graphs == 2);
+    // Averages over two ranks are one sum of two, in any order: the same bits. Over more, NCCL may
+    // order the sums otherwise inside a graph than outside.
+    const double within = group().size() <= 2 ? 0.0 : 1e-6;
+    for (size_t i = 0; i < eager.losses.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(eager.losses[i] - graph.losses[i]) <= within * std::abs(eager.losses[i]));
+    }
+    REQUIRE(eager.params.size() == graph.params.size());
+    for (size_t i = 0; i < eager.params.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(eager.params[i].size() == graph.params[i].size());
+      double worst = 0;
+      for (size_t j = 0; j < eager.params[i].size(); ++j)
+        worst = std::max(worst, std::abs(static_cast<double>(eager.params[i][j]) - graph.params[i][j]) /
+                                    (std::abs(static_cast<double>(eager.params[i][j])) + 1e-3));
+      CHECK(worst <= within);
     }
   }
 }
