@@ -238,8 +238,11 @@ std::unique_ptr<Graph::Impl> CudaBackend::end_capture(bool keep) {
     KILN_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
     kernels += type == cudaGraphNodeTypeKernel;
   }
+  // Each kernel node keeps the priority of the stream it was captured from: a data-parallel step's
+  // all-reduces run at the group stream's high priority, ahead of the backward kernels queued
+  // beside them, as they do eagerly (without this flag the whole graph runs at kiln's stream's).
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   cudaGraphDestroy(graph);
   free_deferred();
   KILN_CUDA_CHECK(made);
