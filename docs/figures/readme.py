@@ -225,3 +225,28 @@ def define(figure, table, runs):
            "2 x H100: PyTorch's all-reduce from 4 KB to 1 MB, µs")
     figure("dist.h100.torch.linear-step.b2048", h100x2, ddp(h100x2, "torch", "alone", 2048)["step_ms"],
            "H100: PyTorch's 8 x Linear 4096 step alone at batch 2048, ms")
+
+    # --- a data-parallel step captured with its all-reduces, 2 x H100 ---
+    graph = runs["2026-11-27-2xh100-ddp-graph"]
+
+    def cnn_step(mode, batch):
+        return graph.line("dist.jsonl", bench="ddp", impl="kiln", model="cnn", mode=mode, batch=batch)
+
+    for mode in ("ddp", "ddp_graph", "alone_graph"):
+        figure(f"dist.graph.cnn.b64.{mode}.ms", graph, cnn_step(mode, 64)["step_ms"],
+               f"2 x H100: dist-bench ddp --model cnn, batch 64 per GPU, {mode} step, ms")
+    figure("dist.graph.cnn.b64.efficiency", graph, cnn_step("ddp_graph", 64)["efficiency"],
+           "2 x H100: the CNN's DDP efficiency at batch 64 per GPU, each step one graph")
+    figure("dist.graph.linear.b2048.efficiency", graph, ddp(graph, "kiln", "ddp_graph", 2048)["efficiency"],
+           "2 x H100: 8 x Linear 4096 DDP efficiency at batch 2048 per GPU, each step one graph")
+    figure("dist.graph.linear.b2048.eager-efficiency", graph, ddp(graph, "kiln", "ddp", 2048)["efficiency"],
+           "2 x H100: 8 x Linear 4096 DDP efficiency at batch 2048 per GPU, eager, same call")
+    for file, name, what in (("dist_train.jsonl", "2gpu", "2 GPUs, each step one graph"),
+                             ("dist_train_eager.jsonl", "2gpu-eager", "2 GPUs, --graph off"),
+                             ("train_1gpu.jsonl", "1gpu", "1 GPU, each step one graph")):
+        figure(f"dist.graph.mnist.epoch-{name}", graph, seconds_range(graph, file),
+               f"mnist-train's CNN at batch 64 per GPU, {what}: fastest and slowest of epochs 1-3, s")
+    one, many = graph.epochs("train_1gpu.jsonl"), graph.epochs("dist_train.jsonl")
+    speedups = [b["images_per_s"] / a["images_per_s"] for a, b in zip(one, many)]
+    figure("dist.graph.mnist.speedup", graph, (min(speedups), max(speedups)),
+           "2 x H100: mnist-train's images a second on 2 GPUs over 1, both captured, epochs 1-3")

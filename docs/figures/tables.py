@@ -23,6 +23,10 @@ def define(figure, table, runs):
         run = runs[f"2026-11-26-{gpus}-dist"]
         table(f"dist-{gpus}", lambda run=run: printed(dist_table.main, run.file("dist.jsonl"))
               + printed(dist_table.mnist, run.file("dist_train.jsonl"), run.file("train_1gpu.jsonl")))
+    graph = runs["2026-11-27-2xh100-ddp-graph"]
+    table("dist-2xh100-graph", lambda: printed(dist_table.main, graph.file("dist.jsonl"))
+          + printed(dist_table.mnist, graph.file("dist_train.jsonl"), graph.file("train_1gpu.jsonl"),
+                    graph.file("dist_train_eager.jsonl")))
     # kernels/README.md: a training step's kernels under Nsight Compute
     profile = runs["2026-11-27-h100-bf16-vec"]
     table("step-profile", lambda: step_profile.table(profile, [
