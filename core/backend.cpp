@@ -14,6 +14,15 @@ bool TensorRef::is_contiguous() const {
   return true;
 }
 
+void Backend::batch_norm_train(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
+                               const TensorRef& y, const TensorRef& mean, const TensorRef& var,
+                               const TensorRef& invstd) {
+  batch_norm_stats(x, mean, var);
+  unary(UnaryOp::add_scalar, var, invstd, eps);
+  unary(UnaryOp::pow, invstd, invstd, -0.5);
+  batch_norm_apply(x, mean, invstd, weight, bias, y);
+}
+
 void Backend::begin_capture() {
   KILN_FAIL(BackendUnavailable, "the ", name(), " backend cannot capture a graph (CUDA graphs need a CUDA device)");
 }

@@ -267,6 +267,12 @@ class Backend {
   // y = (x - mean[c]) * invstd[c] * weight[c] + bias[c]; weight and bias [C] may be undefined.
   virtual void batch_norm_apply(const TensorRef& x, const TensorRef& mean, const TensorRef& invstd,
                                 const TensorRef& weight, const TensorRef& bias, const TensorRef& y) = 0;
+  // The training forward: mean and var as batch_norm_stats, invstd[c] = (var[c] + eps)^-1/2, and y
+  // as batch_norm_apply with them. By default those three steps; a backend may do it in fewer
+  // passes over x (CUDA: one, where the GPU holds x at once).
+  virtual void batch_norm_train(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
+                                const TensorRef& y, const TensorRef& mean, const TensorRef& var,
+                                const TensorRef& invstd);
   // The training-mode gradient, with xhat = (x - mean[c]) * invstd[c]: grad_bias[c] = sum g,
   // grad_weight[c] = sum g * xhat (both always written: grad_x needs them), and
   // grad_x = weight[c] * invstd[c] * (g - (grad_bias[c] + xhat * grad_weight[c]) / M).

@@ -11,7 +11,7 @@
 //   dropout (f32, p = 0.5) in one kernel against the four ops it replaced, on [64, 9216] (the
 //     MNIST CNN's first dropout) and [8192, 8192], checked bit for bit against them;
 //   batch norm's training forward and backward (f32) on [64, 32, 26, 26] and [128, 64, 56, 56],
-//     checked against the CPU backend.
+//     by each path (one kernel, two passes), checked against the CPU backend.
 // Each row reports GB/s = (bytes read + bytes written) / time and its share of the copy
 // bandwidth (the bench's reference row). Every version is first checked against a double
 // precision host computation on sampled rows; a wrong one is reported and not timed.
@@ -29,6 +29,7 @@
 #include "apps/bench/kernel_bench.h"
 #include "kiln/core/backend.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
+#include "kiln/kernels/cuda/batch_norm.cuh"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 #include "kiln/kernels/cuda/reduce.cuh"
@@ -347,52 +348,56 @@ void bench_dropout_shape(Bench& bench, int64_t rows, int64_t cols) {
   record(bench, "dropout", "uniform, compare, two multiplies", shape, bytes, four_kernels, "");
 }
 
-// Batch norm in training (f32) over x [N, C, H, W]: the forward (statistics, then apply) and the
-// backward, each checked against the CPU backend's result on the same data. GB/s counts x read
-// and y written (forward), x and the gradient read and grad_x written (backward).
+// Batch norm in training (f32, eps 1e-5) over x [N, C, H, W]: the forward and the backward by
+// each of batch_norm.cuh's paths (one kernel where the GPU holds x at once; two passes), each
+// checked against the CPU backend on the same data. GB/s counts x read and y written (forward),
+// x and the gradient read and grad_x written (backward): what a copy of the same tensors moves.
 void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
+  namespace bn = cuda::batch_norm;
   cudaStream_t stream = bench.stream();
   const int64_t numel = n * c * hw * hw, s = hw * hw;
   const std::string shape = shape_of({n, c, hw, hw});
   auto device = [&](int64_t count) { return static_cast<float*>(bench.device_bytes(static_cast<size_t>(count) * sizeof(float))); };
   float* x = bench.random_floats(numel, 9);
   float* g = bench.random_floats(numel, 10);
-  float *y = device(numel), *gx = device(numel), *mean = device(c), *var = device(c), *gw = device(c), *gb = device(c);
+  float *y = device(numel), *gx = device(numel), *mean = device(c), *var = device(c), *invstd = device(c),
+        *gw = device(c), *gb = device(c);
   const Shape ncs{n, c, s};
   cuda::CudaBackend& backend = cuda::backend(0);
-  // var stands in for invstd (the forward's small [C] op between the two kernels, left out here as
-  // it is of the bytes); the CPU check below does the same
-  auto forward = [&] {
-    backend.batch_norm_stats(f32_ref(x, ncs), f32_ref(mean, {c}), f32_ref(var, {c}));
-    backend.batch_norm_apply(f32_ref(x, ncs), f32_ref(mean, {c}), f32_ref(var, {c}), {}, {}, f32_ref(y, ncs));
-  };
-  auto backward = [&] {
-    backend.batch_norm_backward(f32_ref(x, ncs), f32_ref(g, ncs), f32_ref(mean, {c}), f32_ref(var, {c}), {},
-                                f32_ref(gx, ncs), f32_ref(gw, {c}), f32_ref(gb, {c}));
-  };
-  forward();
-  backward();
   // the CPU backend on the same numbers
   std::vector<float> hx = to_host(x, numel, stream), hg = to_host(g, numel, stream);
-  std::vector<float> cm(static_cast<size_t>(c)), cv(static_cast<size_t>(c)), cy(hx.size()), cgx(hx.size()),
+  std::vector<float> cm(static_cast<size_t>(c)), cv(cm.size()), cr(cm.size()), cy(hx.size()), cgx(hx.size()),
       cgw(cm.size()), cgb(cm.size());
   cpu::CpuBackend& cpu = cpu::backend();
-  cpu.batch_norm_stats(f32_ref(hx.data(), ncs), f32_ref(cm.data(), {c}), f32_ref(cv.data(), {c}));
-  cpu.batch_norm_apply(f32_ref(hx.data(), ncs), f32_ref(cm.data(), {c}), f32_ref(cv.data(), {c}), {}, {},
-                       f32_ref(cy.data(), ncs));
+  cpu.batch_norm_train(f32_ref(hx.data(), ncs), {}, {}, 1e-5, f32_ref(cy.data(), ncs), f32_ref(cm.data(), {c}),
+                       f32_ref(cv.data(), {c}), f32_ref(cr.data(), {c}));
   cpu.batch_norm_backward(f32_ref(hx.data(), ncs), f32_ref(hg.data(), ncs), f32_ref(cm.data(), {c}),
-                          f32_ref(cv.data(), {c}), {}, f32_ref(cgx.data(), ncs), f32_ref(cgw.data(), {c}),
+                          f32_ref(cr.data(), {c}), {}, f32_ref(cgx.data(), ncs), f32_ref(cgw.data(), {c}),
                           f32_ref(cgb.data(), {c}));
-  std::vector<double> want_y(cy.begin(), cy.end()), want_gx(cgx.begin(), cgx.end());
-  double err = 0;
-  std::string wrong = compare(want_y, to_host(y, numel, stream).data(), &err);
-  if (!wrong.empty()) return record_wrong(bench, "batch_norm", "forward (statistics, apply)", shape, wrong);
-  record(bench, "batch_norm", "forward (statistics, apply)", shape, 2.0 * numel * sizeof(float), forward,
-         max_err_note(err));
-  err = 0;
-  wrong = compare(want_gx, to_host(gx, numel, stream).data(), &err);
-  if (!wrong.empty()) return record_wrong(bench, "batch_norm", "backward", shape, wrong);
-  record(bench, "batch_norm", "backward", shape, 3.0 * numel * sizeof(float), backward, max_err_note(err));
+  const std::vector<double> want_y(cy.begin(), cy.end()), want_gx(cgx.begin(), cgx.end());
+  std::vector<std::pair<bn::Path, const char*>> paths = {{bn::Path::two_passes, "two passes"}};
+  if (bn::one_kernel_fits(backend, f32_ref(x, ncs))) paths.insert(paths.begin(), {bn::Path::one_kernel, "one kernel"});
+  for (const auto& [path, name] : paths) {
+    auto forward = [&, path = path] {
+      bn::train(backend, f32_ref(x, ncs), {}, {}, 1e-5, f32_ref(y, ncs), f32_ref(mean, {c}), f32_ref(var, {c}),
+                f32_ref(invstd, {c}), path);
+    };
+    auto backward = [&, path = path] {
+      bn::backward(backend, f32_ref(x, ncs), f32_ref(g, ncs), f32_ref(mean, {c}), f32_ref(invstd, {c}), {},
+                   f32_ref(gx, ncs), f32_ref(gw, {c}), f32_ref(gb, {c}), path);
+    };
+    forward();
+    backward();
+    const std::string fwd = std::string("forward, ") + name, bwd = std::string("backward, ") + name;
+    double err = 0;
+    std::string wrong = compare(want_y, to_host(y, numel, stream).data(), &err);
+    if (!wrong.empty()) return record_wrong(bench, "batch_norm", fwd, shape, wrong);
+    record(bench, "batch_norm", fwd, shape, 2.0 * numel * sizeof(float), forward, max_err_note(err));
+    err = 0;
+    wrong = compare(want_gx, to_host(gx, numel, stream).data(), &err);
+    if (!wrong.empty()) return record_wrong(bench, "batch_norm", bwd, shape, wrong);
+    record(bench, "batch_norm", bwd, shape, 3.0 * numel * sizeof(float), backward, max_err_note(err));
+  }
 }
 
 void bench_softmax(Bench& bench) {

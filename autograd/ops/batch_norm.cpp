@@ -58,6 +58,13 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   TensorRef x3 = xc.ref();
   x3.shape = nc_s;
   x3.strides = contiguous_strides(nc_s);
+  Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
+  Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
+  const TensorRef w_ref = wc.defined() ? wc.ref() : TensorRef{}, b_ref = bc.defined() ? bc.ref() : TensorRef{};
+  Tensor y = empty_as(x.shape(), x);
+  TensorRef y3 = y.ref();
+  y3.shape = nc_s;
+  y3.strides = x3.strides;
   Tensor mu, invstd;
   {
     NoGradGuard no_grad;  // the statistics are differentiated by the node below, not op by op
@@ -65,27 +72,20 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
       KILN_CHECK(count > 1, ValueError, "batch_norm: training needs more than one value per channel, "
                  "input ", x.shape(), " has ", count);
       mu = empty_as(Shape{channels}, x);
+      invstd = empty_as(Shape{channels}, x);
       Tensor var = empty_as(Shape{channels}, x);
-      x.backend().batch_norm_stats(x3, mu.ref(), var.ref());
+      x.backend().batch_norm_train(x3, w_ref, b_ref, eps, y3, mu.ref(), var.ref(), invstd.ref());
       if (running_mean.defined() && running_var.defined()) {
         Tensor unbiased = mul(var, static_cast<double>(count) / static_cast<double>(count - 1));
         Tensor(running_mean).copy_(add(mul(running_mean, 1.0 - momentum), mul(mu, momentum)));
         Tensor(running_var).copy_(add(mul(running_var, 1.0 - momentum), mul(unbiased, momentum)));
       }
-      invstd = pow(add(var, eps), -0.5);
     } else {
       mu = running_mean.detach().clone();  // kept for the gradient: a later update must not reach it
       invstd = pow(add(running_var.detach(), eps), -0.5);
+      x.backend().batch_norm_apply(x3, mu.ref(), invstd.ref(), w_ref, b_ref, y3);
     }
   }
-  Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
-  Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor y = empty_as(x.shape(), x);
-  TensorRef y3 = y.ref();
-  y3.shape = nc_s;
-  y3.strides = x3.strides;
-  x.backend().batch_norm_apply(x3, mu.ref(), invstd.ref(), wc.defined() ? wc.ref() : TensorRef{},
-                               bc.defined() ? bc.ref() : TensorRef{}, y3);
   if (autograd::is_recording({x, weight, bias})) {
     Saves saved;
     BackwardFn backward = batch_norm_gradient(saved, xc, mu, invstd, wc, bias.defined(), training, nc_s);

@@ -1,48 +1,98 @@
 // Batch normalisation on the GPU over x [N, C, S] per channel c, M = N * S values a channel
 // (core/backend.h; the CPU oracle is kernels/cpu/batch_norm.cpp, with the same formulas):
-//   stats     mean[c] = sum x / M, var[c] = sum (x - mean[c])^2 / M
+//   stats     mean[c] = sum x / M, var[c] = sum (x - mean[c])^2 / M, invstd[c] = (var[c] + eps)^-1/2
 //   apply     y = (x - mean[c]) * invstd[c] * weight[c] + bias[c]
 //   backward  grad_bias[c] = sum g, grad_weight[c] = sum g * xhat, xhat = (x - mean[c]) * invstd[c],
 //             grad_x = weight[c] * invstd[c] * (g - (grad_bias[c] + xhat * grad_weight[c]) / M)
 //
-// The sums. A channel of the MNIST-sized [64, 32, 26, 26] is 43,264 values and there are only 32
-// channels: a block per channel would leave most of an H100's 132 SMs idle, each block waiting on
-// one load per thread at a time (a first version did that: kernels/cuda/NOTES.md).
-// So each channel is cut into `parts` runs of planes (about four blocks per SM in all), a block
-// per (part, channel) sums its run in double, and a small kernel adds the parts of each channel in
-// a fixed order (a run repeats its bits). A block's threads are rows of ts threads along s, so a
-// warp reads along a plane (coalesced), and short planes put several in one block row at a time.
-// The variance comes from sums of (x - x0) and (x - x0)^2 with x0 the channel's first value: one
-// pass, and in double the shift keeps the digits a plain sum of squares would lose to a large mean.
-// The backward sums g and g * xhat the same way, then an elementwise kernel writes grad_x; apply
-// is elementwise too, one channel lookup per plane. Two passes over x forward, two over x and the
-// gradient backward, where the composed ops batch_norm used to run took about a dozen.
-// Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, kernel-bench,
-// docs/runs/2026-11-26-h100, f32 training): [64, 32, 26, 26] forward
-// 0.019 ms [fig cuda.batch_norm.fwd.64x32x26x26.ms], backward
-// 0.022 ms [fig cuda.batch_norm.bwd.64x32x26x26.ms]; [128, 64, 56, 56] forward
-// 0.193 ms [fig cuda.batch_norm.fwd.128x64x56x56.ms], backward
-// 0.264 ms [fig cuda.batch_norm.bwd.128x64x56x56.ms],
-// 35% [fig cuda.batch_norm.fwd.128x64x56x56.pct-copy] and
-// 39% [fig cuda.batch_norm.bwd.128x64x56x56.pct-copy] of the copy bandwidth in the bench's bytes (x
-// and y; x, g and grad_x), which leave out the second read of x.
+// Both passes are a sum over each channel followed by an elementwise pass that needs the sum: the
+// least they can move is x (and g) read once and y (grad_x) written once, as a copy does. What
+// stands in the way is that the sums must be complete before the first output is written.
+//
+// The sums. A channel's values are N planes of S, one plane every C*S values. Each channel is cut
+// into `parts` runs of whole planes, a block per (part, channel); a block's 256 threads walk its
+// run as one sequence of 16-byte vectors (float4, or double2; single values where S or an address
+// does not allow), thread t taking vectors t, t + 256, ..., so that a warp reads 512 contiguous
+// bytes and a block keeps several loads in flight. Sums are in double, of x - x0 with x0 the
+// channel's first value (one pass that keeps the digits a plain sum of squares loses to a large
+// mean), added in a fixed order: each thread's, the block's warps, then the parts by index, so a
+// run repeats its bits.
+//
+// Two ways to finish (Path in batch_norm.cuh):
+// - one_kernel, when every run fits in the registers of the GPU's resident threads at once (a few
+//   vectors a thread; MNIST-sized inputs): one cooperative launch loads its run, stores the block's
+//   sums, waits at a grid-wide barrier, adds its channel's parts and writes y from the registers.
+//   x is read once, and there is one launch instead of three.
+// - two_passes otherwise: the sums kernel, then the output kernel, whose blocks each add their
+//   channel's parts (a few dozen doubles) and walk their run again, backwards: the first kernel's
+//   blocks all run at once and end on the tails of their runs, which are still in L2 (50 MB on an
+//   H100), so the second pass starts there instead of in DRAM.
+// The backward is the same with (x, g) for x and grad_x for y.
+//
+// Bench: `kernel-bench --only batch_norm`. Measured figures: the end of this comment once taken;
+// the first version's, with a separate statistics kernel and scalar loads, in NOTES.md.
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
+#include "kiln/kernels/cuda/batch_norm.cuh"
 #include "kiln/kernels/cuda/check.h"
-#include "kiln/kernels/cuda/cuda_backend.h"
 #include "kiln/kernels/cuda/layout.cuh"
 
-namespace kiln::cuda {
+namespace kiln::cuda::batch_norm {
 
 namespace {
 
 constexpr int kBlock = 256;
 
+template <class T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// x as [N, C, S] in vectors of V values, each channel cut into `parts` runs of `per` planes.
 struct Dims {
-  int64_t n, c, s;
-  int ts, tn;     // a block's threads as tn rows of ts along s (ts: s rounded up to a power of two, <= kBlock)
-  int64_t parts;  // runs of planes a channel is cut into (one block each)
+  int64_t n, c, sv;  // sv: vectors a plane (S / V)
+  int64_t parts, per;
+  int64_t v;         // V
+};
+
+// A thread's walk over run (part, c): its vectors j = t, t + kBlock, ... of the run, vector j
+// being vector j % sv of plane first + j / sv of the channel. Steps of kBlock vectors move
+// (plane, k) by (q, r) = divmod(kBlock, sv), without a division per step.
+struct Walk {
+  int64_t j, count;  // where the thread is in the run; the run's vectors
+  int64_t plane, k;
+  int64_t first, c, channels, sv, q, r;
+
+  __device__ Walk(const Dims& d, int64_t c_, int64_t part, int64_t start)
+      : first(part * d.per), c(c_), channels(d.c), sv(d.sv) {
+    count = std::max<int64_t>(std::min(d.n, first + d.per) - first, 0) * d.sv;
+    j = start;
+    plane = first + j / sv;
+    k = j % sv;
+    q = kBlock / sv;
+    r = kBlock % sv;
+  }
+  // To the thread's last vector of the run, for a backward walk (none: j stays past the end).
+  __device__ void to_last() {
+    if (j >= count) return;
+    j += (count - 1 - j) / kBlock * kBlock;
+    plane = first + j / sv;
+    k = j % sv;
+  }
+  __device__ bool more() const { return j >= 0 && j < count; }
+  __device__ int64_t at() const { return (plane * channels + c) * sv + k; }  // the vector's index in x
+  __device__ void next() {
+    j += kBlock, k += r, plane += q;
+    if (k >= sv) k -= sv, ++plane;
+  }
+  __device__ void previous() {
+    j -= kBlock, k -= r, plane -= q;
+    if (k < 0) k += sv, --plane;
+  }
 };
 
 // The sum of v over the block, in every thread; `scratch` holds a value per warp. Every thread
@@ -58,195 +108,494 @@ __device__ double block_sum(double v, double* scratch) {
   return total;
 }
 
-// Calls fn(e) for this thread's elements of part `part` of channel c: planes i in the part's run,
-// thread (tk, ti) taking s = tk, tk + ts, ... of planes ti, ti + tn, ... (no division per element).
-template <class Fn>
-__device__ inline void for_part(const Dims& d, int64_t c, int64_t part, Fn&& fn) {
-  const int64_t per = (d.n + d.parts - 1) / d.parts, i1 = std::min(d.n, (part + 1) * per);
-  const int tk = static_cast<int>(threadIdx.x) % d.ts, ti = static_cast<int>(threadIdx.x) / d.ts;
-  for (int64_t i = part * per + ti; i < i1; i += d.tn) {
-    const int64_t plane = (i * d.c + c) * d.s;
-    for (int64_t k = tk; k < d.s; k += d.ts) fn(plane + k);
-  }
-}
-
-// The block's two sums of this part of channel c, into partial[(c * parts + part) * 2 + {0, 1}].
-__device__ void store_part(double a, double b, double* partial, const Dims& d, int64_t c, double* scratch) {
+// The block's two sums of run (part, c), into partial[(c * parts + part) * 2 + {0, 1}].
+__device__ void store_part(double a, double b, double* partial, const Dims& d, int64_t c, int64_t part) {
+  __shared__ double scratch[kBlock / 32];
   a = block_sum(a, scratch);
   b = block_sum(b, scratch);
-  if (threadIdx.x == 0) partial[(c * d.parts + blockIdx.x) * 2] = a, partial[(c * d.parts + blockIdx.x) * 2 + 1] = b;
+  if (threadIdx.x == 0) partial[(c * d.parts + part) * 2] = a, partial[(c * d.parts + part) * 2 + 1] = b;
 }
 
-// Per (part, channel) block: partial[(c * parts + part) * 2 + {0, 1}] = sums of (x - x0), (x - x0)^2.
+// Channel c's two sums: its parts added in index order (the same in every block of the channel).
+__device__ void channel_sums(const double* partial, const Dims& d, int64_t c, double& a, double& b) {
+  a = 0, b = 0;
+  for (int64_t p = 0; p < d.parts; ++p) a += partial[(c * d.parts + p) * 2], b += partial[(c * d.parts + p) * 2 + 1];
+}
+
+// ---- the forward ----
+
+// What the forward's output pass needs of channel c, from its sums of (x - x0) and (x - x0)^2;
+// the run's first block (part 0) writes mean, var and invstd.
 template <class T>
-__global__ void __launch_bounds__(kBlock) stats_parts_kernel(const T* x, double* partial, Dims d) {
-  __shared__ double scratch[kBlock / 32];
-  for (int64_t c = blockIdx.y; c < d.c; c += gridDim.y) {
-    const double x0 = x[c * d.s];  // plane 0's first value
-    double s1 = 0, s2 = 0;
-    for_part(d, c, blockIdx.x, [&](int64_t e) {
-      const double v = static_cast<double>(x[e]) - x0;
-      s1 += v;
-      s2 += v * v;
-    });
-    store_part(s1, s2, partial, d, c, scratch);
+struct Normalise {
+  T mean, invstd, w, b;
+  bool has_w, has_b;
+
+  __device__ Normalise(const T* x, const double* partial, const T* weight, const T* bias, double eps, T* mean_out,
+                       T* var_out, T* invstd_out, const Dims& d, int64_t c, int64_t part) {
+    double s1, s2;
+    channel_sums(partial, d, c, s1, s2);
+    const double m = static_cast<double>(d.n * d.sv * d.v);
+    const double mu = static_cast<double>(x[c * d.sv * d.v]) + s1 / m;
+    const double var = std::max((s2 - s1 * s1 / m) / m, 0.0);
+    mean = static_cast<T>(mu);
+    invstd = static_cast<T>(1.0 / sqrt(var + eps));
+    has_w = weight != nullptr, has_b = bias != nullptr;
+    w = has_w ? weight[c] : T(1), b = has_b ? bias[c] : T(0);
+    if (part == 0 && threadIdx.x == 0) mean_out[c] = mean, var_out[c] = static_cast<T>(var), invstd_out[c] = invstd;
+  }
+  template <int V>
+  __device__ Vec<T, V> operator()(Vec<T, V> x) const {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      T v = (x.v[i] - mean) * invstd;
+      if (has_w) v *= w;
+      if (has_b) v += b;
+      x.v[i] = v;
+    }
+    return x;
+  }
+};
+
+// Adds a vector's (x - x0) and (x - x0)^2 to s1, s2.
+template <class T, int V>
+__device__ void add_stats(const Vec<T, V>& x, double x0, double& s1, double& s2) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const double u = static_cast<double>(x.v[i]) - x0;
+    s1 += u;
+    s2 += u * u;
   }
 }
 
-// A thread per channel adds its parts in order: mean = x0 + S1 / M, var = (S2 - S1^2 / M) / M.
+// Loads up to U vectors of the walk ahead of using them, so that U loads are in flight.
+template <class T, int V, int U, class Fn>
+__device__ void walk_forward(Walk& w, const Vec<T, V>* x, Fn&& fn) {
+  while (w.more()) {
+    Vec<T, V> buf[U];
+    int got = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (w.more()) buf[u] = x[w.at()], w.next(), got = u + 1;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < got) fn(buf[u]);
+  }
+}
+
+// two_passes, first kernel: a block per (part, channel), the sums of its run.
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock) stats_kernel(const T* x, double* partial, Dims d) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const double x0 = x[c * d.sv * V];
+  double s1 = 0, s2 = 0;
+  Walk w(d, c, part, threadIdx.x);
+  walk_forward<T, V, 4>(w, reinterpret_cast<const Vec<T, V>*>(x), [&](const Vec<T, V>& v) { add_stats(v, x0, s1, s2); });
+  store_part(s1, s2, partial, d, c, part);
+}
+
+// two_passes, second kernel: the channel's statistics, then y over the run, backwards.
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock)
+    normalise_kernel(const T* x, const double* partial, const T* weight, const T* bias, double eps, T* y, T* mean,
+                     T* var, T* invstd, Dims d) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const Normalise<T> f(x, partial, weight, bias, eps, mean, var, invstd, d, c, part);
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  auto* yv = reinterpret_cast<Vec<T, V>*>(y);
+  Walk w(d, c, part, threadIdx.x);
+  w.to_last();
+  for (; w.more(); w.previous()) yv[w.at()] = f(xv[w.at()]);
+}
+
+// one_kernel: the run in K vectors a thread, the sums, the grid's barrier, y from the registers.
+template <class T, int V, int K>
+__global__ void __launch_bounds__(kBlock)
+    train_one_kernel(const T* x, double* partial, const T* weight, const T* bias, double eps, T* y, T* mean,
+                     T* var, T* invstd, Dims d) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  Vec<T, V> held[K];
+  int64_t at[K];
+  Walk w(d, c, part, threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    at[i] = w.more() ? w.at() : -1;
+    if (at[i] >= 0) held[i] = xv[at[i]];
+    w.next();
+  }
+  const double x0 = x[c * d.sv * V];
+  double s1 = 0, s2 = 0;
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (at[i] >= 0) add_stats(held[i], x0, s1, s2);
+  store_part(s1, s2, partial, d, c, part);
+  cooperative_groups::this_grid().sync();
+  const Normalise<T> f(x, partial, weight, bias, eps, mean, var, invstd, d, c, part);
+  auto* yv = reinterpret_cast<Vec<T, V>*>(y);
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (at[i] >= 0) yv[at[i]] = f(held[i]);
+}
+
+// The finish of Backend::batch_norm_stats (statistics without an output): a thread per channel.
 template <class T>
 __global__ void stats_finish_kernel(const T* x, const double* partial, T* mean, T* var, Dims d) {
   KILN_GRID_STRIDE(c, d.c) {
-    double s1 = 0, s2 = 0;
-    for (int64_t p = 0; p < d.parts; ++p) s1 += partial[(c * d.parts + p) * 2], s2 += partial[(c * d.parts + p) * 2 + 1];
-    const double m = static_cast<double>(d.n * d.s);
-    mean[c] = static_cast<T>(static_cast<double>(x[c * d.s]) + s1 / m);
+    double s1, s2;
+    channel_sums(partial, d, c, s1, s2);
+    const double m = static_cast<double>(d.n * d.sv * d.v);
+    mean[c] = static_cast<T>(static_cast<double>(x[c * d.sv * d.v]) + s1 / m);
     var[c] = static_cast<T>(std::max((s2 - s1 * s1 / m) / m, 0.0));
   }
 }
 
-// y = (x - mean) * invstd * weight + bias, block rows of ts threads walking a plane each.
-template <class T>
-__global__ void apply_kernel(const T* x, const T* mean, const T* invstd, const T* weight, const T* bias, T* y,
-                             Dims d) {
-  const int tk = static_cast<int>(threadIdx.x) % d.ts, ti = static_cast<int>(threadIdx.x) / d.ts;
-  const int64_t planes = d.n * d.c;
-  for (int64_t p = int64_t{blockIdx.x} * d.tn + ti; p < planes; p += int64_t{gridDim.x} * d.tn) {
-    const int64_t c = p % d.c;
-    const T m = mean[c], r = invstd[c], w = weight ? weight[c] : T(1), b = bias ? bias[c] : T(0);
-    for (int64_t k = tk; k < d.s; k += d.ts) {
-      T v = (x[p * d.s + k] - m) * r;
-      if (weight) v *= w;
-      if (bias) v += b;
-      y[p * d.s + k] = v;
+// Backend::batch_norm_apply (evaluation: given statistics): y over each block's run.
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock) apply_kernel(const T* x, const T* mean, const T* invstd, const T* weight,
+                                                       const T* bias, T* y, Dims d) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const T m = mean[c], r = invstd[c], wc = weight ? weight[c] : T(1), bc = bias ? bias[c] : T(0);
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  auto* yv = reinterpret_cast<Vec<T, V>*>(y);
+  for (Walk w(d, c, part, threadIdx.x); w.more(); w.next()) {
+    Vec<T, V> v = xv[w.at()];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      T u = (v.v[i] - m) * r;
+      if (weight) u *= wc;
+      if (bias) u += bc;
+      v.v[i] = u;
     }
+    yv[w.at()] = v;
   }
 }
 
-// Per (part, channel) block: partial sums of g and g * xhat.
+// ---- the backward ----
+
+// Adds a vector pair's g and g * xhat to sum_g, sum_gx.
+template <class T, int V>
+__device__ void add_grads(const Vec<T, V>& x, const Vec<T, V>& g, double mu, double r, double& sum_g,
+                          double& sum_gx) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    sum_g += g.v[i];
+    sum_gx += static_cast<double>(g.v[i]) * ((static_cast<double>(x.v[i]) - mu) * r);
+  }
+}
+
+// grad_x of channel c from its sums; the run's first block writes grad_weight and grad_bias.
 template <class T>
+struct GradX {
+  double mu, r, scale, mean_g, mean_gx;
+
+  __device__ GradX(const double* partial, const T* mean, const T* invstd, const T* weight, T* grad_weight,
+                   T* grad_bias, const Dims& d, int64_t c, int64_t part) {
+    double sum_g, sum_gx;
+    channel_sums(partial, d, c, sum_g, sum_gx);
+    const double m = static_cast<double>(d.n * d.sv * d.v);
+    mu = mean[c], r = invstd[c], scale = (weight ? static_cast<double>(weight[c]) : 1.0) * r;
+    mean_g = sum_g / m, mean_gx = sum_gx / m;
+    if (part == 0 && threadIdx.x == 0) grad_bias[c] = static_cast<T>(sum_g), grad_weight[c] = static_cast<T>(sum_gx);
+  }
+  template <int V>
+  __device__ Vec<T, V> operator()(const Vec<T, V>& x, const Vec<T, V>& g) const {
+    Vec<T, V> out;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const double xhat = (static_cast<double>(x.v[i]) - mu) * r;
+      out.v[i] = static_cast<T>(scale * (g.v[i] - mean_g - xhat * mean_gx));
+    }
+    return out;
+  }
+};
+
+template <class T, int V>
 __global__ void __launch_bounds__(kBlock)
-    backward_parts_kernel(const T* x, const T* g, const T* mean, const T* invstd, double* partial, Dims d) {
-  __shared__ double scratch[kBlock / 32];
-  for (int64_t c = blockIdx.y; c < d.c; c += gridDim.y) {
-    const double mu = mean[c], r = invstd[c];
-    double sum_g = 0, sum_gx = 0;
-    for_part(d, c, blockIdx.x, [&](int64_t e) {
-      sum_g += g[e];
-      sum_gx += static_cast<double>(g[e]) * ((static_cast<double>(x[e]) - mu) * r);
-    });
-    store_part(sum_g, sum_gx, partial, d, c, scratch);
+    grad_sums_kernel(const T* x, const T* g, const T* mean, const T* invstd, double* partial, Dims d) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const double mu = mean[c], r = invstd[c];
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  const auto* gv = reinterpret_cast<const Vec<T, V>*>(g);
+  double sum_g = 0, sum_gx = 0;
+  Walk w(d, c, part, threadIdx.x);
+  while (w.more()) {
+    constexpr int U = 2;
+    Vec<T, V> bx[U], bg[U];
+    int got = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (w.more()) bx[u] = xv[w.at()], bg[u] = gv[w.at()], w.next(), got = u + 1;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < got) add_grads(bx[u], bg[u], mu, r, sum_g, sum_gx);
   }
+  store_part(sum_g, sum_gx, partial, d, c, part);
 }
 
-// A thread per channel: the parts in order, into grad_bias, grad_weight and totals[c] (double).
-template <class T>
-__global__ void backward_finish_kernel(const double* partial, double* totals, T* grad_weight, T* grad_bias, Dims d) {
-  KILN_GRID_STRIDE(c, d.c) {
-    double sum_g = 0, sum_gx = 0;
-    for (int64_t p = 0; p < d.parts; ++p)
-      sum_g += partial[(c * d.parts + p) * 2], sum_gx += partial[(c * d.parts + p) * 2 + 1];
-    grad_bias[c] = static_cast<T>(sum_g);
-    grad_weight[c] = static_cast<T>(sum_gx);
-    totals[c * 2] = sum_g, totals[c * 2 + 1] = sum_gx;
-  }
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock)
+    grad_x_kernel(const T* x, const T* g, const double* partial, const T* mean, const T* invstd, const T* weight,
+                  T* grad_x, T* grad_weight, T* grad_bias, Dims d) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const GradX<T> f(partial, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  const auto* gv = reinterpret_cast<const Vec<T, V>*>(g);
+  auto* out = reinterpret_cast<Vec<T, V>*>(grad_x);
+  Walk w(d, c, part, threadIdx.x);
+  w.to_last();
+  for (; w.more(); w.previous()) out[w.at()] = f(xv[w.at()], gv[w.at()]);
 }
 
-template <class T>
-__global__ void grad_x_kernel(const T* x, const T* g, const T* mean, const T* invstd, const T* weight,
-                              const double* totals, T* grad_x, Dims d) {
-  const int tk = static_cast<int>(threadIdx.x) % d.ts, ti = static_cast<int>(threadIdx.x) / d.ts;
-  const int64_t planes = d.n * d.c;
-  const double m = static_cast<double>(d.n * d.s);
-  for (int64_t p = int64_t{blockIdx.x} * d.tn + ti; p < planes; p += int64_t{gridDim.x} * d.tn) {
-    const int64_t c = p % d.c;
-    const double mu = mean[c], r = invstd[c], scale = (weight ? static_cast<double>(weight[c]) : 1.0) * r;
-    const double mean_g = totals[c * 2] / m, mean_gx = totals[c * 2 + 1] / m;
-    for (int64_t k = tk; k < d.s; k += d.ts) {
-      const int64_t e = p * d.s + k;
-      const double xhat = (static_cast<double>(x[e]) - mu) * r;
-      grad_x[e] = static_cast<T>(scale * (g[e] - mean_g - xhat * mean_gx));
-    }
+template <class T, int V, int K>
+__global__ void __launch_bounds__(kBlock)
+    backward_one_kernel(const T* x, const T* g, double* partial, const T* mean, const T* invstd, const T* weight,
+                        T* grad_x, T* grad_weight, T* grad_bias, Dims d) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
+  const auto* gv = reinterpret_cast<const Vec<T, V>*>(g);
+  Vec<T, V> hx[K], hg[K];
+  int64_t at[K];
+  Walk w(d, c, part, threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    at[i] = w.more() ? w.at() : -1;
+    if (at[i] >= 0) hx[i] = xv[at[i]], hg[i] = gv[at[i]];
+    w.next();
   }
+  const double mu = mean[c], r = invstd[c];
+  double sum_g = 0, sum_gx = 0;
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (at[i] >= 0) add_grads(hx[i], hg[i], mu, r, sum_g, sum_gx);
+  store_part(sum_g, sum_gx, partial, d, c, part);
+  cooperative_groups::this_grid().sync();
+  const GradX<T> f(partial, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
+  auto* out = reinterpret_cast<Vec<T, V>*>(grad_x);
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (at[i] >= 0) out[at[i]] = f(hx[i], hg[i]);
 }
 
-Dims dims_of(const char* op, const TensorRef& x, int sms) {
-  KILN_CHECK(x.shape.size() == 3 && x.is_contiguous(), ShapeError, "cuda ", op,
-             ": x must be a contiguous [N, C, S], got ", x.shape);
-  Dims d{x.shape[0], x.shape[1], x.shape[2], 1, kBlock, 1};
-  while (d.ts < kBlock && d.ts < d.s) d.ts *= 2;
-  d.tn = kBlock / d.ts;
-  // about four blocks per SM in all, and no part without a plane
-  d.parts = std::clamp<int64_t>((4 * int64_t{sms} + d.c - 1) / std::max<int64_t>(d.c, 1), 1, std::max<int64_t>(d.n, 1));
+// ---- the host side ----
+
+constexpr int kVectorsOneKernel = 4;  // one_kernel's vectors a thread: 64 bytes of x (and of g)
+
+// x [N, C, S] contiguous, read in vectors of `v` (1, or 16 bytes' worth where S and every tensor
+// the pass touches allow), cut into runs of `per` planes.
+Dims dims_of(const TensorRef& x, int64_t v, int64_t per) {
+  Dims d{x.shape[0], x.shape[1], x.shape[2] / v, 1, per, v};
+  d.parts = (d.n + per - 1) / per;
   return d;
 }
 
-dim3 parts_grid(const Dims& d) {
-  return dim3(static_cast<unsigned>(d.parts), static_cast<unsigned>(std::min<int64_t>(d.c, 65535)));
+void check_shape(const char* op, const TensorRef& x) {
+  KILN_CHECK(x.shape.size() == 3 && x.is_contiguous(), ShapeError, "cuda ", op,
+             ": x must be a contiguous [N, C, S], got ", x.shape);
+  KILN_CHECK(x.shape[1] <= 65535, ShapeError, "cuda ", op, ": at most 65535 channels, got ", x.shape[1]);
 }
 
-unsigned plane_blocks(const Dims& d) {
-  return static_cast<unsigned>(std::clamp<int64_t>((d.n * d.c + d.tn - 1) / d.tn, 1, 65535 * 16));
+// The vector width every tensor of `tensors` allows: 16 bytes when S divides into them and
+// every address is 16-byte aligned, else 1.
+template <class T>
+int64_t vector_width(const TensorRef& x, std::initializer_list<const TensorRef*> tensors) {
+  constexpr int64_t wide = 16 / sizeof(T);
+  if (x.shape[2] % wide != 0) return 1;
+  for (const TensorRef* t : tensors)
+    if (reinterpret_cast<uintptr_t>(t->data<T>()) % 16 != 0) return 1;
+  return wide;
 }
+
+// Runs of about eight blocks per SM in all (a channel's planes shared out), no part without a plane.
+int64_t planes_per_run(const TensorRef& x, int sms) {
+  const int64_t n = std::max<int64_t>(x.shape[0], 1), c = std::max<int64_t>(x.shape[1], 1);
+  const int64_t parts = std::clamp<int64_t>((8 * int64_t{sms} + c - 1) / c, 1, n);
+  return (n + parts - 1) / parts;
+}
+
+// one_kernel's runs: as many planes as K vectors a thread hold; 0 when one plane is more.
+int64_t planes_one_kernel(const TensorRef& x, int64_t v) {
+  const int64_t sv = x.shape[2] / v, room = int64_t{kVectorsOneKernel} * kBlock;
+  return sv > room ? 0 : room / sv;
+}
+
+// How many blocks of `kernel` the device holds at once.
+int resident_blocks(const void* kernel, int sms) {
+  int per_sm = 0;
+  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+  return per_sm * sms;
+}
+
+template <class Kernel, class... Args>
+void launch_cooperative(Kernel kernel, const Dims& d, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(d.parts), static_cast<unsigned>(d.c));
+  config.blockDim = dim3(kBlock);
+  config.stream = stream;
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
+dim3 grid_of(const Dims& d) { return dim3(static_cast<unsigned>(d.parts), static_cast<unsigned>(d.c)); }
 
 template <class T>
 const T* data_or_null(const TensorRef& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+// The path to take, one_kernel's runs in *per when it is that.
+template <class Kernel>
+bool use_one_kernel(CudaBackend& b, Kernel kernel, const TensorRef& x, int64_t v, Path path, int64_t* per,
+                    const char* op) {
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, b.device());
+  *per = planes_one_kernel(x, v);
+  const bool fits = *per > 0 && x.shape[1] * ((x.shape[0] + *per - 1) / *per) <=
+                                    resident_blocks(reinterpret_cast<const void*>(kernel), sms);
+  KILN_CHECK(path != Path::one_kernel || fits, ValueError, "cuda ", op, ": one kernel cannot hold ", x.shape,
+             " on this GPU (take two_passes)");
+  if (path == Path::two_passes || !fits) *per = planes_per_run(x, sms);
+  return path != Path::two_passes && fits;
+}
+
 }  // namespace
 
+bool one_kernel_fits(CudaBackend& b, const TensorRef& x) {
+  check_shape("batch_norm", x);
+  bool fits = false;
+  visit_floating(x.dtype, "batch_norm", [&](auto tag) {
+    using T = decltype(tag);
+    dispatch<1, 16 / sizeof(T)>(static_cast<int>(vector_width<T>(x, {&x})), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      int64_t per = 0;  // the backward holds twice what the forward does: if it fits, both do
+      fits = use_one_kernel(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, Path::automatic, &per, "");
+    });
+  });
+  return fits;
+}
+
+void train(CudaBackend& b, const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
+           const TensorRef& y, const TensorRef& mean, const TensorRef& var, const TensorRef& invstd, Path path) {
+  check_shape("batch_norm_train", x);
+  if (x.shape[0] * x.shape[1] * x.shape[2] == 0) return;
+  visit_floating(x.dtype, "batch_norm_train", [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kWide = 16 / sizeof(T);
+    dispatch<1, kWide>(static_cast<int>(vector_width<T>(x, {&x, &y})), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      int64_t per = 0;
+      const bool one = use_one_kernel(b, train_one_kernel<T, V, kVectorsOneKernel>, x, V, path, &per,
+                                      "batch_norm_train");
+      const Dims d = dims_of(x, V, per);
+      auto* partial = static_cast<double*>(b.allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)));
+      const T *w = data_or_null<T>(weight), *bi = data_or_null<T>(bias);
+      if (one) {
+        launch_cooperative(train_one_kernel<T, V, kVectorsOneKernel>, d, b.stream(), x.data<T>(), partial, w, bi, eps,
+                           y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), d);
+      } else {
+        stats_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), partial, d);
+        KILN_CUDA_LAUNCH_CHECK("batch_norm_train");
+        normalise_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(
+            x.data<T>(), partial, w, bi, eps, y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), d);
+        KILN_CUDA_LAUNCH_CHECK("batch_norm_train");
+      }
+      b.deallocate(partial);  // the pool is stream-ordered: free once the kernels queued before are done
+    });
+  });
+}
+
+void backward(CudaBackend& b, const TensorRef& x, const TensorRef& grad, const TensorRef& mean,
+              const TensorRef& invstd, const TensorRef& weight, const TensorRef& grad_x,
+              const TensorRef& grad_weight, const TensorRef& grad_bias, Path path) {
+  check_shape("batch_norm_backward", x);
+  if (x.shape[0] * x.shape[1] * x.shape[2] == 0) return;
+  visit_floating(x.dtype, "batch_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kWide = 16 / sizeof(T);
+    dispatch<1, kWide>(static_cast<int>(vector_width<T>(x, {&x, &grad, &grad_x})), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      int64_t per = 0;
+      const bool one = use_one_kernel(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, path, &per,
+                                      "batch_norm_backward");
+      const Dims d = dims_of(x, V, per);
+      auto* partial = static_cast<double*>(b.allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)));
+      const T* w = data_or_null<T>(weight);
+      if (one) {
+        launch_cooperative(backward_one_kernel<T, V, kVectorsOneKernel>, d, b.stream(), x.data<T>(), grad.data<T>(),
+                           partial, mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(), grad_weight.data<T>(),
+                           grad_bias.data<T>(), d);
+      } else {
+        grad_sums_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), mean.data<T>(),
+                                                                      invstd.data<T>(), partial, d);
+        KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
+        grad_x_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), partial,
+                                                                   mean.data<T>(), invstd.data<T>(), w,
+                                                                   grad_x.data<T>(), grad_weight.data<T>(),
+                                                                   grad_bias.data<T>(), d);
+        KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
+      }
+      b.deallocate(partial);
+    });
+  });
+}
+
+}  // namespace kiln::cuda::batch_norm
+
+namespace kiln::cuda {
+
 void CudaBackend::batch_norm_stats(const TensorRef& x, const TensorRef& mean, const TensorRef& var) {
-  const Dims d = dims_of("batch_norm_stats", x, device_attribute(cudaDevAttrMultiProcessorCount, device_));
-  if (d.c == 0 || d.n * d.s == 0) return;
-  // Freed right after queuing: the pool is stream-ordered
-  auto* partial = static_cast<double*>(allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)));
+  using namespace batch_norm;
+  check_shape("batch_norm_stats", x);
+  if (x.shape[1] == 0 || x.shape[0] * x.shape[2] == 0) return;
   visit_floating(x.dtype, "batch_norm_stats", [&](auto tag) {
     using T = decltype(tag);
-    stats_parts_kernel<T><<<parts_grid(d), kBlock, 0, stream_>>>(x.data<T>(), partial, d);
-    KILN_CUDA_LAUNCH_CHECK("batch_norm_stats");
-    stats_finish_kernel<T><<<blocks_for(d.c), kThreads, 0, stream_>>>(x.data<T>(), partial, mean.data<T>(),
-                                                                      var.data<T>(), d);
-    KILN_CUDA_LAUNCH_CHECK("batch_norm_stats");
+    constexpr int kWide = 16 / sizeof(T);
+    dispatch<1, kWide>(static_cast<int>(vector_width<T>(x, {&x})), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const Dims d = dims_of(x, V, planes_per_run(x, device_attribute(cudaDevAttrMultiProcessorCount, device_)));
+      auto* partial = static_cast<double*>(allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)));
+      stats_kernel<T, V><<<grid_of(d), kBlock, 0, stream_>>>(x.data<T>(), partial, d);
+      KILN_CUDA_LAUNCH_CHECK("batch_norm_stats");
+      stats_finish_kernel<T><<<blocks_for(d.c), kThreads, 0, stream_>>>(x.data<T>(), partial, mean.data<T>(),
+                                                                        var.data<T>(), d);
+      KILN_CUDA_LAUNCH_CHECK("batch_norm_stats");
+      deallocate(partial);
+    });
   });
-  deallocate(partial);
 }
 
 void CudaBackend::batch_norm_apply(const TensorRef& x, const TensorRef& mean, const TensorRef& invstd,
                                    const TensorRef& weight, const TensorRef& bias, const TensorRef& y) {
-  const Dims d = dims_of("batch_norm_apply", x, device_attribute(cudaDevAttrMultiProcessorCount, device_));
-  if (d.n * d.c * d.s == 0) return;
+  using namespace batch_norm;
+  check_shape("batch_norm_apply", x);
+  if (x.shape[0] * x.shape[1] * x.shape[2] == 0) return;
   visit_floating(x.dtype, "batch_norm_apply", [&](auto tag) {
     using T = decltype(tag);
-    apply_kernel<T><<<plane_blocks(d), kBlock, 0, stream_>>>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
+    constexpr int kWide = 16 / sizeof(T);
+    dispatch<1, kWide>(static_cast<int>(vector_width<T>(x, {&x, &y})), [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const Dims d = dims_of(x, V, planes_per_run(x, device_attribute(cudaDevAttrMultiProcessorCount, device_)));
+      apply_kernel<T, V><<<grid_of(d), kBlock, 0, stream_>>>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
                                                              data_or_null<T>(weight), data_or_null<T>(bias),
                                                              y.data<T>(), d);
+      KILN_CUDA_LAUNCH_CHECK("batch_norm_apply");
+    });
   });
-  KILN_CUDA_LAUNCH_CHECK("batch_norm_apply");
+}
+
+void CudaBackend::batch_norm_train(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
+                                   const TensorRef& y, const TensorRef& mean, const TensorRef& var,
+                                   const TensorRef& invstd) {
+  batch_norm::train(*this, x, weight, bias, eps, y, mean, var, invstd);
 }
 
 void CudaBackend::batch_norm_backward(const TensorRef& x, const TensorRef& grad, const TensorRef& mean,
                                       const TensorRef& invstd, const TensorRef& weight, const TensorRef& grad_x,
                                       const TensorRef& grad_weight, const TensorRef& grad_bias) {
-  const Dims d = dims_of("batch_norm_backward", x, device_attribute(cudaDevAttrMultiProcessorCount, device_));
-  if (d.c == 0 || d.n * d.s == 0) return;
-  // the parts' sums, then each channel's totals
-  auto* partial = static_cast<double*>(allocate(sizeof(double) * static_cast<size_t>(2 * d.c * (d.parts + 1))));
-  double* totals = partial + 2 * d.c * d.parts;
-  visit_floating(x.dtype, "batch_norm_backward", [&](auto tag) {
-    using T = decltype(tag);
-    backward_parts_kernel<T><<<parts_grid(d), kBlock, 0, stream_>>>(x.data<T>(), grad.data<T>(), mean.data<T>(),
-                                                                    invstd.data<T>(), partial, d);
-    KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
-    backward_finish_kernel<T><<<blocks_for(d.c), kThreads, 0, stream_>>>(partial, totals, grad_weight.data<T>(),
-                                                                         grad_bias.data<T>(), d);
-    KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
-    grad_x_kernel<T><<<plane_blocks(d), kBlock, 0, stream_>>>(x.data<T>(), grad.data<T>(), mean.data<T>(),
-                                                              invstd.data<T>(), data_or_null<T>(weight), totals,
-                                                              grad_x.data<T>(), d);
-    KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
-  });
-  deallocate(partial);
+  batch_norm::backward(*this, x, grad, mean, invstd, weight, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace kiln::cuda

@@ -129,6 +129,9 @@ class CudaBackend final : public Backend {
   void batch_norm_stats(const TensorRef& x, const TensorRef& mean, const TensorRef& var) override;
   void batch_norm_apply(const TensorRef& x, const TensorRef& mean, const TensorRef& invstd, const TensorRef& weight,
                         const TensorRef& bias, const TensorRef& y) override;
+  void batch_norm_train(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
+                        const TensorRef& y, const TensorRef& mean, const TensorRef& var,
+                        const TensorRef& invstd) override;
   void batch_norm_backward(const TensorRef& x, const TensorRef& grad, const TensorRef& mean, const TensorRef& invstd,
                            const TensorRef& weight, const TensorRef& grad_x, const TensorRef& grad_weight,
                            const TensorRef& grad_bias) override;
