@@ -61,16 +61,19 @@ struct Dims {
 
 // A thread's walk over run (part, c): its vectors j = t, t + kBlock, ... of the run, vector j
 // being vector j % sv of plane first + j / sv of the channel. Steps of kBlock vectors move
-// (plane, k) by (q, r) = divmod(kBlock, sv), without a division per step.
+// (plane, k) by (q, r) = divmod(kBlock, sv), without a division per step. Indices of type I: 32
+// bits where the whole of x is fewer vectors than that (one_kernel's inputs), which frees registers.
+template <class I>
 struct Walk {
-  int64_t j, count;  // where the thread is in the run; the run's vectors
-  int64_t plane, k;
-  int64_t first, c, channels, sv, q, r;
+  I j, count;  // where the thread is in the run; the run's vectors
+  I plane, k;
+  I first, c, channels, sv, q, r;
 
   __device__ Walk(const Dims& d, int64_t c_, int64_t part, int64_t start)
-      : first(part * d.per), c(c_), channels(d.c), sv(d.sv) {
-    count = std::max<int64_t>(std::min(d.n, first + d.per) - first, 0) * d.sv;
-    j = start;
+      : first(static_cast<I>(part * d.per)), c(static_cast<I>(c_)), channels(static_cast<I>(d.c)),
+        sv(static_cast<I>(d.sv)) {
+    count = static_cast<I>(std::max<int64_t>(std::min<int64_t>(d.n, int64_t{first} + d.per) - first, 0) * d.sv);
+    j = static_cast<I>(start);
     plane = first + j / sv;
     k = j % sv;
     q = kBlock / sv;
@@ -84,7 +87,7 @@ struct Walk {
     k = j % sv;
   }
   __device__ bool more() const { return j >= 0 && j < count; }
-  __device__ int64_t at() const { return (plane * channels + c) * sv + k; }  // the vector's index in x
+  __device__ I at() const { return (plane * channels + c) * sv + k; }  // the vector's index in x
   __device__ void next() {
     j += kBlock, k += r, plane += q;
     if (k >= sv) k -= sv, ++plane;
@@ -170,7 +173,7 @@ __device__ void add_stats(const Vec<T, V>& x, double x0, double& s1, double& s2)
 
 // Loads up to U vectors of the walk ahead of using them, so that U loads are in flight.
 template <class T, int V, int U, class Fn>
-__device__ void walk_forward(Walk& w, const Vec<T, V>* x, Fn&& fn) {
+__device__ void walk_forward(Walk<int64_t>& w, const Vec<T, V>* x, Fn&& fn) {
   while (w.more()) {
     Vec<T, V> buf[U];
     int got = 0;
@@ -189,7 +192,7 @@ __global__ void __launch_bounds__(kBlock) stats_kernel(const T* x, double* parti
   const int64_t part = blockIdx.x, c = blockIdx.y;
   const double x0 = x[c * d.sv * V];
   double s1 = 0, s2 = 0;
-  Walk w(d, c, part, threadIdx.x);
+  Walk<int64_t> w(d, c, part, threadIdx.x);
   walk_forward<T, V, 4>(w, reinterpret_cast<const Vec<T, V>*>(x), [&](const Vec<T, V>& v) { add_stats(v, x0, s1, s2); });
   store_part(s1, s2, partial, d, c, part);
 }
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(kBlock)
   const Normalise<T> f(x, partial, weight, bias, eps, mean, var, invstd, d, c, part);
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   auto* yv = reinterpret_cast<Vec<T, V>*>(y);
-  Walk w(d, c, part, threadIdx.x);
+  Walk<int64_t> w(d, c, part, threadIdx.x);
   w.to_last();
   for (; w.more(); w.previous()) yv[w.at()] = f(xv[w.at()]);
 }
@@ -216,26 +219,24 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t part = blockIdx.x, c = blockIdx.y;
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   Vec<T, V> held[K];
-  int64_t at[K];
-  Walk w(d, c, part, threadIdx.x);
+  Walk<int32_t> w(d, c, part, threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < K; ++i) {
-    at[i] = w.more() ? w.at() : -1;
-    if (at[i] >= 0) held[i] = xv[at[i]];
-    w.next();
-  }
+  for (int i = 0; i < K; ++i, w.next())
+    if (w.more()) held[i] = xv[w.at()];
   const double x0 = x[c * d.sv * V];
   double s1 = 0, s2 = 0;
+  w = Walk<int32_t>(d, c, part, threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < K; ++i)
-    if (at[i] >= 0) add_stats(held[i], x0, s1, s2);
+  for (int i = 0; i < K; ++i, w.next())
+    if (w.more()) add_stats(held[i], x0, s1, s2);
   store_part(s1, s2, partial, d, c, part);
   cooperative_groups::this_grid().sync();
   const Normalise<T> f(x, partial, weight, bias, eps, mean, var, invstd, d, c, part);
   auto* yv = reinterpret_cast<Vec<T, V>*>(y);
+  w = Walk<int32_t>(d, c, part, threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < K; ++i)
-    if (at[i] >= 0) yv[at[i]] = f(held[i]);
+  for (int i = 0; i < K; ++i, w.next())
+    if (w.more()) yv[w.at()] = f(held[i]);
 }
 
 // The finish of Backend::batch_norm_stats (statistics without an output): a thread per channel.
@@ -258,7 +259,7 @@ __global__ void __launch_bounds__(kBlock) apply_kernel(const T* x, const T* mean
   const T m = mean[c], r = invstd[c], wc = weight ? weight[c] : T(1), bc = bias ? bias[c] : T(0);
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   auto* yv = reinterpret_cast<Vec<T, V>*>(y);
-  for (Walk w(d, c, part, threadIdx.x); w.more(); w.next()) {
+  for (Walk<int64_t> w(d, c, part, threadIdx.x); w.more(); w.next()) {
     Vec<T, V> v = xv[w.at()];
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -318,7 +319,7 @@ __global__ void __launch_bounds__(kBlock)
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   const auto* gv = reinterpret_cast<const Vec<T, V>*>(g);
   double sum_g = 0, sum_gx = 0;
-  Walk w(d, c, part, threadIdx.x);
+  Walk<int64_t> w(d, c, part, threadIdx.x);
   while (w.more()) {
     constexpr int U = 2;
     Vec<T, V> bx[U], bg[U];
@@ -342,39 +343,37 @@ __global__ void __launch_bounds__(kBlock)
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   const auto* gv = reinterpret_cast<const Vec<T, V>*>(g);
   auto* out = reinterpret_cast<Vec<T, V>*>(grad_x);
-  Walk w(d, c, part, threadIdx.x);
+  Walk<int64_t> w(d, c, part, threadIdx.x);
   w.to_last();
   for (; w.more(); w.previous()) out[w.at()] = f(xv[w.at()], gv[w.at()]);
 }
 
 template <class T, int V, int K>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, 3)  // at most 85 registers: three blocks an SM (126 unbounded)
     backward_one_kernel(const T* x, const T* g, double* partial, const T* mean, const T* invstd, const T* weight,
                         T* grad_x, T* grad_weight, T* grad_bias, Dims d) {
   const int64_t part = blockIdx.x, c = blockIdx.y;
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   const auto* gv = reinterpret_cast<const Vec<T, V>*>(g);
   Vec<T, V> hx[K], hg[K];
-  int64_t at[K];
-  Walk w(d, c, part, threadIdx.x);
+  Walk<int32_t> w(d, c, part, threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < K; ++i) {
-    at[i] = w.more() ? w.at() : -1;
-    if (at[i] >= 0) hx[i] = xv[at[i]], hg[i] = gv[at[i]];
-    w.next();
-  }
+  for (int i = 0; i < K; ++i, w.next())
+    if (w.more()) hx[i] = xv[w.at()], hg[i] = gv[w.at()];
   const double mu = mean[c], r = invstd[c];
   double sum_g = 0, sum_gx = 0;
+  w = Walk<int32_t>(d, c, part, threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < K; ++i)
-    if (at[i] >= 0) add_grads(hx[i], hg[i], mu, r, sum_g, sum_gx);
+  for (int i = 0; i < K; ++i, w.next())
+    if (w.more()) add_grads(hx[i], hg[i], mu, r, sum_g, sum_gx);
   store_part(sum_g, sum_gx, partial, d, c, part);
   cooperative_groups::this_grid().sync();
   const GradX<T> f(partial, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
   auto* out = reinterpret_cast<Vec<T, V>*>(grad_x);
+  w = Walk<int32_t>(d, c, part, threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < K; ++i)
-    if (at[i] >= 0) out[at[i]] = f(hx[i], hg[i]);
+  for (int i = 0; i < K; ++i, w.next())
+    if (w.more()) out[w.at()] = f(hx[i], hg[i]);
 }
 
 // ---- the host side ----
@@ -463,15 +462,16 @@ bool use_one_kernel(CudaBackend& b, Kernel kernel, const TensorRef& x, int64_t v
 
 }  // namespace
 
-bool one_kernel_fits(CudaBackend& b, const TensorRef& x) {
+bool one_kernel_fits(CudaBackend& b, const TensorRef& x, bool backward) {
   check_shape("batch_norm", x);
   bool fits = false;
   visit_floating(x.dtype, "batch_norm", [&](auto tag) {
     using T = decltype(tag);
     dispatch<1, 16 / sizeof(T)>(static_cast<int>(vector_width<T>(x, {&x})), [&](auto width) {
       constexpr int V = decltype(width)::value;
-      int64_t per = 0;  // the backward holds twice what the forward does: if it fits, both do
-      fits = use_one_kernel(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, Path::automatic, &per, "");
+      int64_t per = 0;
+      fits = backward ? use_one_kernel(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, Path::automatic, &per, "")
+                      : use_one_kernel(b, train_one_kernel<T, V, kVectorsOneKernel>, x, V, Path::automatic, &per, "");
     });
   });
   return fits;

@@ -14,8 +14,9 @@ namespace kiln::cuda::batch_norm {
 // first left in L2. Any size.
 enum class Path { automatic, one_kernel, two_passes };
 
-// Whether one_kernel can take x [N, C, S] on b's device: its grid fits on the GPU at once.
-bool one_kernel_fits(CudaBackend& b, const TensorRef& x);
+// Whether one_kernel can take x [N, C, S] on b's device, for the forward or the backward (which
+// holds twice as much a thread): its grid fits on the GPU at once.
+bool one_kernel_fits(CudaBackend& b, const TensorRef& x, bool backward);
 
 // Backend::batch_norm_train and Backend::batch_norm_backward by `path` (one_kernel where it does
 // not fit is an error; automatic takes one_kernel where it fits).
