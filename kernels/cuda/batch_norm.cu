@@ -119,10 +119,19 @@ __device__ void store_part(double a, double b, double* partial, const Dims& d, i
   if (threadIdx.x == 0) partial[(c * d.parts + part) * 2] = a, partial[(c * d.parts + part) * 2 + 1] = b;
 }
 
-// Channel c's two sums: its parts added in index order (the same in every block of the channel).
+// Channel c's two sums, in every thread of the calling warp: lane l adds parts l, l + 32, ... and
+// the lanes' sums meet in a butterfly, whose every step adds the same two values in each lane of a
+// pair, so every lane (and every block of the channel) ends with the same bits. The parts' loads
+// go out together: added one after another, each waited for the last, and the dozens of L2 round
+// trips took longer than the one kernel's own reads (Nsight Compute: 10.7 us for 5.6 MB).
 __device__ void channel_sums(const double* partial, const Dims& d, int64_t c, double& a, double& b) {
   a = 0, b = 0;
-  for (int64_t p = 0; p < d.parts; ++p) a += partial[(c * d.parts + p) * 2], b += partial[(c * d.parts + p) * 2 + 1];
+  for (int64_t p = threadIdx.x % 32; p < d.parts; p += 32)
+    a += partial[(c * d.parts + p) * 2], b += partial[(c * d.parts + p) * 2 + 1];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    a += __shfl_xor_sync(0xffffffffu, a, offset);
+    b += __shfl_xor_sync(0xffffffffu, b, offset);
+  }
 }
 
 // ---- the forward ----
@@ -243,8 +252,8 @@ __global__ void __launch_bounds__(kBlock)
 template <class T>
 __global__ void stats_finish_kernel(const T* x, const double* partial, T* mean, T* var, Dims d) {
   KILN_GRID_STRIDE(c, d.c) {
-    double s1, s2;
-    channel_sums(partial, d, c, s1, s2);
+    double s1 = 0, s2 = 0;
+    for (int64_t p = 0; p < d.parts; ++p) s1 += partial[(c * d.parts + p) * 2], s2 += partial[(c * d.parts + p) * 2 + 1];
     const double m = static_cast<double>(d.n * d.sv * d.v);
     mean[c] = static_cast<T>(static_cast<double>(x[c * d.sv * d.v]) + s1 / m);
     var[c] = static_cast<T>(std::max((s2 - s1 * s1 / m) / m, 0.0));
