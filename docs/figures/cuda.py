@@ -100,13 +100,26 @@ def define(figure, table, runs):
     memory("cuda.dropout.kernel.8192x8192", "dropout", "one kernel (CudaBackend::dropout)", "[8192, 8192]",
            "dropout as one kernel (CudaBackend::dropout) on [8192, 8192] f32")
 
-    # ---- batch_norm.cu: training forward and backward, f32 ----
-    for key, shape in [("64x32x26x26", "[64, 32, 26, 26]"), ("128x64x56x56", "[128, 64, 56, 56]")]:
-        for tag, version in [("fwd", "forward (statistics, apply)"), ("bwd", "backward")]:
-            what = f"batch_norm {version} on {shape}"
-            timed(f"cuda.batch_norm.{tag}.{key}", "batch_norm", version, shape, what)
-            if key == "128x64x56x56":  # the small shape's share of copy is quoted nowhere
-                memory(f"cuda.batch_norm.{tag}.{key}", "batch_norm", version, shape, what)
+    # ---- batch_norm.cu: training forward and backward by each path, f32 (their own run) ----
+    bn = runs["2026-11-27-h100-batch-norm"]
+    for key, shape, paths in [("64x32x26x26", "[64, 32, 26, 26]", ("one kernel", "two passes")),
+                              ("128x64x56x56", "[128, 64, 56, 56]", ("two passes",))]:
+        for path in paths:
+            for tag, pass_ in [("fwd", "forward"), ("bwd", "backward")]:
+                version = f"{pass_}, {path}"
+                name = f"cuda.batch_norm.{tag}.{path.replace(' ', '-')}.{key}"
+                what = f"batch_norm {version} on {shape}"
+                figure(f"{name}.ms", bn, bn.kernel("batch_norm", version, shape)["ms"], f"{what}, ms")
+                figure(f"{name}.pct-copy", bn, bn.kernel_share("batch_norm", version, shape),
+                       f"{what}, % of the copy bandwidth")
+    # what two passes move against what the bench counts: x read twice (forward: 3 tensors' bytes
+    # against 2), x and g read twice (backward: 5 against 3)
+    large = "[128, 64, 56, 56]"
+    moved = [bn.kernel_share("batch_norm", "forward, two passes", large) * 3 / 2,
+             bn.kernel_share("batch_norm", "backward, two passes", large) * 5 / 3]
+    figure("cuda.batch_norm.two-passes.128x64x56x56.pct-copy-moved", bn, (min(moved), max(moved)),
+           "batch_norm by two passes on [128, 64, 56, 56], forward and backward: the bytes they move "
+           "(x, and g, read twice) over their time, % of the copy bandwidth")
 
     # ---- conv2d.cu: each version's time on MNIST's layers at batch 64 ----
     conv_shapes = {"conv1": "conv1 x[64,1,28,28] w[32,1,3,3]", "conv2": "conv2 x[64,32,26,26] w[64,32,3,3]"}

@@ -29,8 +29,25 @@
 //   H100), so the second pass starts there instead of in DRAM.
 // The backward is the same with (x, g) for x and grad_x for y.
 //
-// Bench: `kernel-bench --only batch_norm`. Measured figures: the end of this comment once taken;
-// the first version's, with a separate statistics kernel and scalar loads, in NOTES.md.
+// Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, docs/runs/2026-11-27-h100-batch-norm,
+// f32 training; GB/s counts x read and y written, x and g read and grad_x written, as a copy would):
+// [64, 32, 26, 26] by one kernel, forward 0.0090 ms [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.ms],
+// 41% [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.pct-copy] of copy bandwidth, backward
+// 0.0117 ms [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.ms],
+// 47% [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.pct-copy]; the same by two passes
+// 0.0134 ms [fig cuda.batch_norm.fwd.two-passes.64x32x26x26.ms]
+// (28% [fig cuda.batch_norm.fwd.two-passes.64x32x26x26.pct-copy]) and
+// 0.0141 ms [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.ms]
+// (39% [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.pct-copy]); [128, 64, 56, 56] by two passes,
+// forward 0.120 ms [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.ms],
+// 57% [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.pct-copy], backward
+// 0.190 ms [fig cuda.batch_norm.bwd.two-passes.128x64x56x56.ms],
+// 54% [fig cuda.batch_norm.bwd.two-passes.128x64x56x56.pct-copy]. The large shape's passes read
+// x (and g) twice: counting those bytes too (three tensors' worth against two forward, five
+// against three backward), they run at 85-90% [fig cuda.batch_norm.two-passes.128x64x56x56.pct-copy-moved]
+// of the copy's bandwidth, and what holds them back is that second read, which L2 keeps only in
+// part. The small shape's one kernel is not bandwidth-bound (NOTES.md: what Nsight Compute says of
+// it). The version before these two (a separate statistics kernel, scalar loads): NOTES.md.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -123,7 +140,7 @@ __device__ void store_part(double a, double b, double* partial, const Dims& d, i
 // the lanes' sums meet in a butterfly, whose every step adds the same two values in each lane of a
 // pair, so every lane (and every block of the channel) ends with the same bits. The parts' loads
 // go out together: added one after another, each waited for the last, and the dozens of L2 round
-// trips took longer than the one kernel's own reads (Nsight Compute: 10.7 us for 5.6 MB).
+// trips held up the second pass of every block.
 __device__ void channel_sums(const double* partial, const Dims& d, int64_t c, double& a, double& b) {
   a = 0, b = 0;
   for (int64_t p = threadIdx.x % 32; p < d.parts; p += 32)
