@@ -1,6 +1,5 @@
 #include "kiln/layers/distributed.h"
 
-#include <algorithm>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -162,8 +161,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   KILN_CHECK(module_ && group_, ValueError, "DistributedDataParallel: needs a module and a process group");
   KILN_CHECK(options_.bucket_cap_mb() > 0, ValueError, "DistributedDataParallel: bucket_cap_mb must be positive, got ",
              options_.bucket_cap_mb());
-  KILN_CHECK(options_.first_bucket_cap_mb() > 0, ValueError,
-             "DistributedDataParallel: first_bucket_cap_mb must be positive, got ", options_.first_bucket_cap_mb());
   register_module("module", module_);
 
   NamedTensors params;
@@ -175,8 +172,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   }
   check_same_parameters(*group_, params);
   std::ostringstream settings;
-  settings << "bucket_cap_mb " << options_.bucket_cap_mb() << ", first_bucket_cap_mb "
-           << options_.first_bucket_cap_mb() << ", broadcast_buffers " << options_.broadcast_buffers()
+  settings << "bucket_cap_mb " << options_.bucket_cap_mb() << ", broadcast_buffers " << options_.broadcast_buffers()
            << ", find_unused_parameters " << options_.find_unused_parameters();
   group_->check_same("the DistributedDataParallel options", settings.str());
 
@@ -184,22 +180,18 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   for (const Tensor& t : module_->buffers()) group_->broadcast(t, 0);
 
   // Buckets in reverse parameter order (backward reaches the last layers first), each closed
-  // once it holds its cap or more (as PyTorch's): a layer's bias joins its weight.
+  // once it holds bucket_cap_mb or more (as PyTorch's): a layer's bias joins its weight.
   reducer_ = std::make_shared<Reducer>();
   Reducer& r = *reducer_;
   r.group = group_;
   r.find_unused = options_.find_unused_parameters();
-  auto bytes_of_mb = [](double mb) { return static_cast<int64_t>(mb * 1024 * 1024); };
-  const int64_t cap = bytes_of_mb(options_.bucket_cap_mb()),
-                first_cap = std::min(cap, bytes_of_mb(options_.first_bucket_cap_mb()));
-  bool open = false;   // a bucket is open
-  int64_t filled = 0;  // bytes in it
+  const auto cap = static_cast<int64_t>(options_.bucket_cap_mb() * 1024 * 1024);
+  int64_t filled = cap;  // bytes in the last bucket (none yet: a new one first)
   for (size_t k = params.size(); k-- > 0;) {
     const auto& [name, p] = params[k];
-    if (!open || filled >= (r.buckets.size() == 1 ? first_cap : cap)) {
+    if (filled >= cap) {
       r.buckets.emplace_back();
       filled = 0;
-      open = true;
     }
     r.slots.push_back({name, p, r.buckets.size() - 1, false});
     r.buckets.back().slots.push_back(r.slots.size() - 1);
@@ -227,8 +219,7 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
 std::string DistributedDataParallel::extra_repr() const {
   std::ostringstream o;
   o << group_->name() << ", rank " << group_->rank() << " of " << group_->size() << ", " << reducer_->buckets.size()
-    << " bucket" << (reducer_->buckets.size() == 1 ? "" : "s") << " closed at " << options_.bucket_cap_mb()
-    << " MB (the first at " << std::min(options_.first_bucket_cap_mb(), options_.bucket_cap_mb()) << " MB)";
+    << " bucket" << (reducer_->buckets.size() == 1 ? "" : "s") << " closed at " << options_.bucket_cap_mb() << " MB";
   return o.str();
 }
 

@@ -21,8 +21,7 @@
 //
 // During backward the autograd engine calls a hook as soon as a parameter's gradient is final
 // (Tensor::register_post_accumulate_grad_hook). Parameters sit in buckets in reverse registration
-// order (roughly the order backward finishes them), a bucket closed once it holds bucket_cap_mb
-// (the first: first_bucket_cap_mb);
+// order (roughly the order backward finishes them), a bucket closed once it holds bucket_cap_mb;
 // when a bucket's gradients are all final they are averaged over the ranks where they lie
 // (all_reduce mean, in place, as one NCCL group: one launch), on the group's stream, while
 // backward goes on computing the gradients of earlier layers. Nothing is copied: PyTorch copies
@@ -60,11 +59,6 @@ namespace kiln::nn {
 
 struct DistributedDataParallelOptions {
   KILN_ARG(double, bucket_cap_mb) = 25;  // PyTorch's default
-  // The first bucket (the last layers' gradients, which backward finishes first) closes at the
-  // smaller of this and bucket_cap_mb, so that its all-reduce starts early and overlaps the rest of
-  // backward; as PyTorch's first bucket of 1 MB. On mnist-train's CNN (4.8 MB of gradients, one
-  // bucket without it) the fully connected layers then go while the convolutions' backward runs.
-  KILN_ARG(double, first_bucket_cap_mb) = 1;
   // Before every forward in training mode, rank 0's buffers (BatchNorm's running statistics) are
   // broadcast to all ranks, as PyTorch does.
   KILN_ARG(bool, broadcast_buffers) = true;

@@ -82,23 +82,20 @@ TEST_CASE("DistributedDataParallel: rank 0's weights everywhere at construction"
 
 TEST_CASE("DistributedDataParallel: weights after several SGD steps equal one process on the global batch") {
   struct Layout {
-    double bucket_mb, first_mb;
+    double bucket_mb;
     size_t buckets;
   };
   // Parameters in reverse order, bytes in f32 (f64: twice): 3 x 4, 48 x 4, 16 x 4, 256 x 4, 16 x 4, 96 x 4.
-  for (Layout layout : {Layout{25, 1, 1},          // one bucket
-                        Layout{1e-9, 1, 6},        // a bucket for each parameter
-                        Layout{0.0009, 1, 2},      // 943 bytes: closed by the 16 x 16 weight, then the first layer
-                        Layout{25, 0.0001, 2}}) {  // a first bucket of 104 bytes: the last layer, then the rest
+  for (Layout layout : {Layout{25, 1},       // one bucket
+                        Layout{1e-9, 6},     // a bucket for each parameter
+                        Layout{0.0009, 2}}) { // 943 bytes: closed by the 16 x 16 weight, then the first layer
     CAPTURE(layout.bucket_mb);
-    CAPTURE(layout.first_mb);
     manual_seed(3);
     auto net = make_net();
     auto reference = make_net();
     reference->load_state_dict(net->state_dict());
-    nn::DistributedDataParallel ddp(
-        net, group_ptr(),
-        nn::DistributedDataParallelOptions().bucket_cap_mb(layout.bucket_mb).first_bucket_cap_mb(layout.first_mb));
+    nn::DistributedDataParallel ddp(net, group_ptr(),
+                                    nn::DistributedDataParallelOptions().bucket_cap_mb(layout.bucket_mb));
     CHECK(ddp.buckets().size() == layout.buckets);
     optim::SGD opt(ddp.parameters(), optim::SGDOptions(0.05).momentum(0.9));
     optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.05).momentum(0.9));
