@@ -53,6 +53,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/kernels/cuda/batch_norm.cuh"
 #include "kiln/kernels/cuda/check.h"
@@ -75,6 +76,24 @@ struct Dims {
   int64_t parts, per;
   int64_t v;         // V
 };
+
+// The second pass's loads and stores, marked evict-first (ld.global.cs, st.global.cs): what it reads
+// of x it reads for the last time, and what it writes is not read again here, so neither should
+// push out of L2 the lines of x that the first pass left there and the second has yet to reach.
+template <class T, int V>
+__device__ Vec<T, V> load_last(const Vec<T, V>* p) {
+  Vec<T, V> v;
+  if constexpr (std::is_same_v<T, float> && V == 4) *reinterpret_cast<float4*>(&v) = __ldcs(reinterpret_cast<const float4*>(p));
+  else if constexpr (std::is_same_v<T, double> && V == 2) *reinterpret_cast<double2*>(&v) = __ldcs(reinterpret_cast<const double2*>(p));
+  else v.v[0] = __ldcs(&p->v[0]);
+  return v;
+}
+template <class T, int V>
+__device__ void store_streaming(Vec<T, V>* p, const Vec<T, V>& v) {
+  if constexpr (std::is_same_v<T, float> && V == 4) __stcs(reinterpret_cast<float4*>(p), *reinterpret_cast<const float4*>(&v));
+  else if constexpr (std::is_same_v<T, double> && V == 2) __stcs(reinterpret_cast<double2*>(p), *reinterpret_cast<const double2*>(&v));
+  else __stcs(&p->v[0], v.v[0]);
+}
 
 // A thread's walk over run (part, c): its vectors j = t, t + kBlock, ... of the run, vector j
 // being vector j % sv of plane first + j / sv of the channel. Steps of kBlock vectors move
@@ -234,7 +253,7 @@ __global__ void __launch_bounds__(kBlock)
   auto* yv = reinterpret_cast<Vec<T, V>*>(y);
   Walk<int64_t> w(d, c, part, threadIdx.x);
   w.to_last();
-  for (; w.more(); w.previous()) yv[w.at()] = f(xv[w.at()]);
+  for (; w.more(); w.previous()) store_streaming(yv + w.at(), f(load_last(xv + w.at())));
 }
 
 // one_kernel: the run in K vectors a thread, the sums, the grid's barrier, y from the registers.
@@ -371,7 +390,7 @@ __global__ void __launch_bounds__(kBlock)
   auto* out = reinterpret_cast<Vec<T, V>*>(grad_x);
   Walk<int64_t> w(d, c, part, threadIdx.x);
   w.to_last();
-  for (; w.more(); w.previous()) out[w.at()] = f(xv[w.at()], gv[w.at()]);
+  for (; w.more(); w.previous()) store_streaming(out + w.at(), f(load_last(xv + w.at()), load_last(gv + w.at())));
 }
 
 template <class T, int V, int K>
