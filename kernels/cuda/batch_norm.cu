@@ -15,8 +15,8 @@
 // does not allow), thread t taking vectors t, t + 256, ..., so that a warp reads 512 contiguous
 // bytes and a block keeps several loads in flight. Sums are in double, of x - x0 with x0 the
 // channel's first value (one pass that keeps the digits a plain sum of squares loses to a large
-// mean), added in a fixed order: each thread's, the block's warps, then the parts by index, so a
-// run repeats its bits.
+// mean), added in a fixed order: each thread's, the block's warps, then a channel's parts by a
+// warp's butterfly (the same in every block), so a run repeats its bits.
 //
 // Two ways to finish (Path in batch_norm.cuh):
 // - one_kernel, when every run fits in the registers of the GPU's resident threads at once (a few
@@ -26,25 +26,27 @@
 // - two_passes otherwise: the sums kernel, then the output kernel, whose blocks each add their
 //   channel's parts (a few dozen doubles) and walk their run again, backwards: the first kernel's
 //   blocks all run at once and end on the tails of their runs, which are still in L2 (50 MB on an
-//   H100), so the second pass starts there instead of in DRAM.
+//   H100), so the second pass starts there instead of in DRAM; its loads and stores are marked
+//   evict-first, so that its writes do not push out what it has yet to read. (What this gains is
+//   small: a few per cent, below.)
 // The backward is the same with (x, g) for x and grad_x for y.
 //
 // Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, docs/runs/2026-11-27-h100-batch-norm,
 // f32 training; GB/s counts x read and y written, x and g read and grad_x written, as a copy would):
-// [64, 32, 26, 26] by one kernel, forward 0.0090 ms [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.ms],
-// 41% [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.pct-copy] of copy bandwidth, backward
-// 0.0117 ms [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.ms],
-// 47% [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.pct-copy]; the same by two passes
-// 0.0134 ms [fig cuda.batch_norm.fwd.two-passes.64x32x26x26.ms]
-// (28% [fig cuda.batch_norm.fwd.two-passes.64x32x26x26.pct-copy]) and
-// 0.0141 ms [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.ms]
-// (39% [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.pct-copy]); [128, 64, 56, 56] by two passes,
-// forward 0.120 ms [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.ms],
-// 57% [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.pct-copy], backward
-// 0.190 ms [fig cuda.batch_norm.bwd.two-passes.128x64x56x56.ms],
+// [64, 32, 26, 26] by one kernel, forward 0.0091 ms [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.ms],
+// 40% [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.pct-copy] of copy bandwidth, backward
+// 0.0119 ms [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.ms],
+// 46% [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.pct-copy]; the same by two passes
+// 0.0138 ms [fig cuda.batch_norm.fwd.two-passes.64x32x26x26.ms]
+// (27% [fig cuda.batch_norm.fwd.two-passes.64x32x26x26.pct-copy]) and
+// 0.0143 ms [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.ms]
+// (38% [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.pct-copy]); [128, 64, 56, 56] by two passes,
+// forward 0.118 ms [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.ms],
+// 58% [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.pct-copy], backward
+// 0.189 ms [fig cuda.batch_norm.bwd.two-passes.128x64x56x56.ms],
 // 54% [fig cuda.batch_norm.bwd.two-passes.128x64x56x56.pct-copy]. The large shape's passes read
 // x (and g) twice: counting those bytes too (three tensors' worth against two forward, five
-// against three backward), they run at 85-90% [fig cuda.batch_norm.two-passes.128x64x56x56.pct-copy-moved]
+// against three backward), they run at 87-90% [fig cuda.batch_norm.two-passes.128x64x56x56.pct-copy-moved]
 // of the copy's bandwidth, and what holds them back is that second read, which L2 keeps only in
 // part. The small shape's one kernel is not bandwidth-bound (NOTES.md: what Nsight Compute says of
 // it). The version before these two (a separate statistics kernel, scalar loads): NOTES.md.
