@@ -28,7 +28,7 @@
 //   blocks all run at once and end on the tails of their runs, which are still in L2 (50 MB on an
 //   H100), so the second pass starts there instead of in DRAM; its loads and stores are marked
 //   evict-first, so that its writes do not push out what it has yet to read. (What this gains is
-//   small: a few per cent, below.)
+//   small, a few per cent: NOTES.md.)
 // The backward is the same with (x, g) for x and grad_x for y.
 //
 // Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, docs/runs/2026-11-27-h100-batch-norm,
