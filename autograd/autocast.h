@@ -29,6 +29,7 @@
 #pragma once
 
 #include <utility>
+#include <vector>
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/tensor.h"
@@ -51,10 +52,33 @@ class AutocastGuard {
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
+  // Casts these tensors (a model's parameters) to the autocast dtype now, all of them in one
+  // launch on CUDA instead of one cast each as the ops reach them; while the guard lives, a
+  // product given one of them takes its cast (the same autograd node: the gradient still comes
+  // back as f32). A tensor written in place since (its version moved) is cast again by the op,
+  // never served stale. Does nothing when the guard is off.
+  //
+  //   AutocastGuard autocast(DType::bf16);
+  //   autocast.cast_ahead(model->parameters());
+  //   Tensor loss = cross_entropy(model->forward(x), y);
+  void cast_ahead(const std::vector<Tensor>& tensors);
+
+  struct Cast {
+    Tensor source, cast;
+    uint64_t version;  // the source's when cast
+  };
+
  private:
+  bool enabled_;
   bool previous_enabled_;
   DType previous_dtype_;
+  AutocastGuard* outer_;     // the guard this one nests in, or null
+  std::vector<Cast> casts_;  // cast_ahead's
+  friend Tensor autocast_cached(const Tensor& x);
 };
+
+// The cast of x that a live guard made ahead (AutocastGuard::cast_ahead), or an undefined tensor.
+Tensor autocast_cached(const Tensor& x);
 
 }  // namespace autograd
 

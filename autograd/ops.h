@@ -30,6 +30,8 @@ Tensor expand(const Tensor& x, const Shape& shape);  // size-1 dimensions repeat
 Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);
 Tensor to_dtype(const Tensor& x, DType dtype);   // differentiable between floating dtypes; keeps a dense input's memory order
+// Each of xs as to_dtype does, the contiguous ones in one backend call (copy_many: one launch on CUDA).
+std::vector<Tensor> to_dtype(const std::vector<Tensor>& xs, DType dtype);
 Tensor to_device(const Tensor& x, const Device& device);
 // Sums x down to `shape` (the reverse of broadcasting): the gradient of expand.
 Tensor sum_to(const Tensor& x, const Shape& shape);

@@ -14,6 +14,12 @@ bool TensorRef::is_contiguous() const {
   return true;
 }
 
+void Backend::copy_many(std::span<const TensorRef> src, std::span<const TensorRef> out) {
+  KILN_CHECK(src.size() == out.size(), ValueError, "copy_many: ", src.size(), " sources for ", out.size(),
+             " outputs");
+  for (size_t i = 0; i < src.size(); ++i) copy(src[i], out[i]);
+}
+
 void Backend::batch_norm_train(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
                                const TensorRef& y, const TensorRef& mean, const TensorRef& var,
                                const TensorRef& invstd) {

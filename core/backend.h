@@ -193,6 +193,9 @@ class Backend {
   // (floating to integer truncates toward zero to 64 bits, then wraps to the target's width:
   // -4.0 -> u8 252, as in PyTorch).
   virtual void copy(const TensorRef& src, const TensorRef& out) = 0;
+  // copy(src[i], out[i]) for each i, in order. By default one call each; a backend may take a list
+  // of contiguous pairs in one launch (CUDA), which is how autocast casts a model's parameters.
+  virtual void copy_many(std::span<const TensorRef> src, std::span<const TensorRef> out);
   // Philox4x32-10 draws starting at `key` (its seed and offset, read from device memory at replay
   // in a captured step); see core/philox.h for the exact stream.
   virtual void uniform(const TensorRef& out, double low, double high, const philox::Key& key) = 0;

@@ -277,3 +277,48 @@ TEST_CASE("bf16 training tracks f32 over 100 steps") {
     CHECK(std::abs(b16[i] - f32[i]) <= 0.02 + 0.02 * f32[i]);
   }
 }
+
+TEST_CASE("cast_ahead: the products take the parameters' casts made at once, the same bits, never stale ones") {
+  Tensor w = random({3, 6}, 21).requires_grad_(), b = random({3}, 22).requires_grad_();
+  Tensor x = random({4, 6}, 23);
+  Tensor t = from_vector<int32_t>({0, 2, 1, 1}, {4});
+  auto step = [&](bool ahead) {
+    w.zero_grad(), b.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard autocast(DType::bf16);
+      if (ahead) autocast.cast_ahead({w, b});
+      loss = cross_entropy(matmul(x, w.t(), b, Activation::relu), t);  // Linear's transposed weight
+    }
+    loss.backward();
+    return std::vector<std::vector<float>>{{loss.item<float>()}, w.grad().to_vector<float>(), b.grad().to_vector<float>()};
+  };
+  CHECK(step(true) == step(false));  // the same values and gradients as a cast per op
+  {
+    AutocastGuard autocast(DType::bf16);
+    autocast.cast_ahead({w, b});
+    // served from the cast made ahead: the same storage each time, the weight's transpose a view of it
+    Tensor wb = autocast::lower(w, "test"), wt = autocast::lower(w.t(), "test");
+    CHECK(wb.dtype() == DType::bf16);
+    CHECK(wb.storage() == autocast::lower(w, "test").storage());
+    CHECK(wt.storage() == wb.storage());
+    CHECK(wt.shape() == Shape{6, 3});
+    // a slice is not the source: cast on its own
+    CHECK(autocast::lower(w.slice(0, 0, 2), "test").storage() != wb.storage());
+    // written in place since: cast again, with the new values
+    {
+      NoGradGuard no_grad;
+      w.copy_(w * 2.0);
+    }
+    Tensor again = autocast::lower(w, "test");
+    CHECK(again.storage() != wb.storage());
+    CHECK(again.to(DType::f32).to_vector<float>() == w.detach().to(DType::bf16).to(DType::f32).to_vector<float>());
+  }
+  // an inner guard that is off casts nothing; outside every guard the cast is gone
+  {
+    AutocastGuard autocast(DType::bf16, false);
+    autocast.cast_ahead({w});
+    CHECK(autocast::lower(w, "test").dtype() == DType::f32);
+  }
+  CHECK(autocast::lower(w, "test").dtype() == DType::f32);
+}

@@ -194,6 +194,7 @@ std::vector<Tensor> train_step(Training& t, const std::vector<Tensor>& batch) {
   Tensor logits, loss;
   {
     AutocastGuard autocast(DType::bf16, t.bf16);  // bf16 products, an f32 loss (autograd/autocast.h)
+    autocast.cast_ahead(t.model->parameters());   // the weights' bf16 copies in one launch
     logits = (*t.net)(batch[0]);
     loss = cross_entropy(logits, batch[1]);
   }

@@ -233,15 +233,44 @@ Tensor converted_copy(const Tensor& x, DType dtype) {
 }
 }  // namespace
 
+namespace {
+// y = x in another dtype: its gradient converts back.
+void record_conversion(Tensor& y, const Tensor& x) {
+  if (!is_floating(y.dtype()) || !autograd::is_recording({x})) return;
+  autograd::record(y, "to_dtype", {x}, [from = x.dtype()](const Tensor& g, const Needed&) -> Grads {
+    return {to_dtype(g, from)};
+  });
+}
+}  // namespace
+
 Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor y = converted_copy(x, dtype);
-  if (is_floating(dtype) && autograd::is_recording({x})) {
-    autograd::record(y, "to_dtype", {x}, [from = x.dtype()](const Tensor& g, const Needed&) -> Grads {
-      return {to_dtype(g, from)};
-    });
-  }
+  record_conversion(y, x);
   return y;
+}
+
+std::vector<Tensor> to_dtype(const std::vector<Tensor>& xs, DType dtype) {
+  std::vector<Tensor> ys(xs.size());
+  std::vector<TensorRef> from, to;
+  std::vector<size_t> batched;  // the contiguous ones, converted by one copy_many on xs[0]'s backend
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    KILN_CHECK(x.defined(), ValueError, "to_dtype: tensor ", i, " of the list is undefined");
+    if (x.dtype() == dtype) {
+      ys[i] = x;
+    } else if (x.is_contiguous() && x.device() == xs[0].device()) {
+      ys[i] = empty(x.shape(), TensorOptions(dtype).device(x.device()));
+      from.push_back(x.ref());
+      to.push_back(ys[i].ref());
+      batched.push_back(i);
+    } else {
+      ys[i] = to_dtype(x, dtype);
+    }
+  }
+  if (!from.empty()) xs[0].backend().copy_many(from, to);
+  for (size_t i : batched) record_conversion(ys[i], xs[i]);
+  return ys;
 }
 
 Tensor to_device(const Tensor& x, const Device& device) {

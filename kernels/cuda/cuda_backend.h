@@ -85,6 +85,7 @@ class CudaBackend final : public Backend {
   void fill(const TensorRef& out, double value) override;
   void arange(const TensorRef& out, double start, double step) override;
   void copy(const TensorRef& src, const TensorRef& out) override;
+  void copy_many(std::span<const TensorRef> src, std::span<const TensorRef> out) override;
   void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) override;
   void unary_backward(UnaryOp op, const TensorRef& x, const TensorRef& grad, const TensorRef& out,
                       double alpha) override;

@@ -211,6 +211,38 @@ struct Binary {
   }
 };
 
+// copy_many: contiguous pairs of one dtype each side, a launch for up to kManyTensors of them. The
+// list is the kernel's argument (about 5 KB); its tensors are cut into chunks of kManyChunk
+// elements, which the blocks walk gridDim.x apart, as the optimizers' multi-tensor launch does.
+constexpr int kManyTensors = 128;
+constexpr int64_t kManyChunk = 4096;
+
+struct CopyList {
+  const void* src[kManyTensors];
+  void* out[kManyTensors];
+  int64_t sizes[kManyTensors];
+  int64_t first_chunk[kManyTensors + 1];  // tensor i owns chunks [first_chunk[i], first_chunk[i + 1])
+  int tensors;
+};
+
+template <class S, class D>
+__global__ void copy_many_kernel(const __grid_constant__ CopyList list) {
+  for (int64_t c = blockIdx.x; c < list.first_chunk[list.tensors]; c += gridDim.x) {
+    int t = 0;  // the tensor owning chunk c: the last whose first chunk is <= c
+    for (int lo = 0, hi = list.tensors - 1; lo < hi;) {
+      const int mid = (lo + hi + 1) / 2;
+      if (list.first_chunk[mid] <= c) lo = mid;
+      else hi = mid - 1;
+      t = lo;
+    }
+    const int64_t begin = (c - list.first_chunk[t]) * kManyChunk;
+    const int64_t end = begin + kManyChunk < list.sizes[t] ? begin + kManyChunk : list.sizes[t];
+    const auto* src = static_cast<const S*>(list.src[t]);
+    auto* out = static_cast<D*>(list.out[t]);
+    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) out[j] = Convert<S, D>{}(src[j]);
+  }
+}
+
 }  // namespace
 
 void CudaBackend::fill(const TensorRef& out, double value) {
@@ -243,6 +275,43 @@ void CudaBackend::copy(const TensorRef& src, const TensorRef& out) {
       using S = decltype(s);
       using D = decltype(d);
       map<Convert<S, D>, D, S>(stream_, {}, out, "copy", src);
+    });
+  });
+}
+
+void CudaBackend::copy_many(std::span<const TensorRef> src, std::span<const TensorRef> out) {
+  KILN_CHECK(src.size() == out.size(), ValueError, "cuda copy_many: ", src.size(), " sources for ", out.size(),
+             " outputs");
+  bool one_launch = !src.empty();
+  for (size_t i = 0; i < src.size() && one_launch; ++i)
+    one_launch = src[i].is_contiguous() && out[i].is_contiguous() && src[i].numel() == out[i].numel() &&
+                 src[i].dtype == src[0].dtype && out[i].dtype == out[0].dtype;
+  if (!one_launch) return Backend::copy_many(src, out);
+  visit_dtype(src[0].dtype, [&](auto s) {
+    visit_dtype(out[0].dtype, [&](auto d) {
+      using S = decltype(s);
+      using D = decltype(d);
+      CopyList list{};
+      auto launch = [&] {
+        const int64_t chunks = list.first_chunk[list.tensors];
+        if (chunks > 0) {
+          const auto blocks = static_cast<unsigned>(std::min<int64_t>(chunks, 1024));
+          copy_many_kernel<S, D><<<blocks, kThreads, 0, stream_>>>(list);
+          KILN_CUDA_LAUNCH_CHECK("copy_many");
+        }
+        list.tensors = 0;
+      };
+      for (size_t i = 0; i < src.size(); ++i) {
+        const int64_t n = src[i].numel();
+        if (n == 0) continue;
+        if (list.tensors == kManyTensors) launch();
+        const int t = list.tensors++;
+        list.src[t] = src[i].data<S>();
+        list.out[t] = out[i].data<D>();
+        list.sizes[t] = n;
+        list.first_chunk[t + 1] = list.first_chunk[t] + (n + kManyChunk - 1) / kManyChunk;
+      }
+      launch();
     });
   });
 }

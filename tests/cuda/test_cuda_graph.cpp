@@ -45,6 +45,7 @@ Run train(const std::vector<int64_t>& batches, const MakeOptimizer& make_optimiz
     Tensor loss;
     {
       AutocastGuard autocast(DType::bf16, bf16);
+      autocast.cast_ahead(net->parameters());  // as mnist-train: the parameters' casts in one launch
       loss = cross_entropy((*net)(in[0]), in[1]);
     }
     loss.backward();

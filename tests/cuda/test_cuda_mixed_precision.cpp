@@ -56,3 +56,29 @@ TEST_CASE("bf16 training on the GPU tracks f32 and the CPU's bf16 over 100 steps
     CHECK(std::abs(b16[i] - cpu_b16[i]) <= 0.02 + 0.05 * cpu_b16[i]);
   }
 }
+
+TEST_CASE("copy_many converts a list of tensors in one launch, bit for bit as one copy each") {
+  // sizes around a chunk (4096) and none; more tensors than one launch's table (128); a strided
+  // pair, which sends the whole list through one copy each
+  std::vector<int64_t> sizes = {1, 4095, 4096, 4097, 100000, 0, 3};
+  for (int i = 0; i < 140; ++i) sizes.push_back(1 + (i * 37) % 300);
+  Backend& cuda = backend_for(kCuda);
+  for (bool strided : {false, true}) {
+    CAPTURE(strided);
+    std::vector<Tensor> src, many, one;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      src.push_back(uniform({sizes[i]}, -3.0, 3.0, kCuda) * 1e3);
+      many.push_back(empty({sizes[i]}, TensorOptions(DType::bf16).device(kCuda)));
+      one.push_back(empty({sizes[i]}, TensorOptions(DType::bf16).device(kCuda)));
+    }
+    if (strided) src[1] = uniform({2 * sizes[1]}, -3.0, 3.0, kCuda).slice(0, 0, 2 * sizes[1], 2);
+    std::vector<TensorRef> from, to;
+    for (size_t i = 0; i < src.size(); ++i) from.push_back(src[i].ref()), to.push_back(many[i].ref());
+    cuda.copy_many(from, to);
+    for (size_t i = 0; i < src.size(); ++i) cuda.copy(src[i].ref(), one[i].ref());
+    for (size_t i = 0; i < src.size(); ++i) {
+      CAPTURE(i);
+      CHECK(many[i].to(DType::f32).to_vector<float>() == one[i].to(DType::f32).to_vector<float>());
+    }
+  }
+}
