@@ -85,6 +85,29 @@ def define(figure, table, runs):
            "CNN batch 512, bf16: conv2d's pairing passes a step, one element a thread, µs")
     figure("kernels.step.b512-bf16.pairing.us", profile, per_step(profile, {"conv2d::pair_rows_kernel"}),
            "CNN batch 512, bf16: conv2d's pairing passes a step, pair_rows, µs")
+    # after AutocastGuard::cast_ahead: the parameters' casts in one launch (another call, same GPU kind)
+    ahead = runs["2026-11-27-h100-cast-ahead"]
+    table = step_profile.summary(step_profile.kernels(ahead.file("profile_b64_bf16.csv")))
+    figure("kernels.step.b64-bf16.ahead.kernels", ahead, table["kernels_per_step"],
+           "kernels a training step, CNN batch 64, bf16, parameters cast ahead")
+    figure("kernels.step.b64-bf16.ahead.us", ahead, table["us_per_step"],
+           "kernel time a step (ncu), CNN batch 64, bf16, parameters cast ahead, µs")
+    casts = [e for e in table["kernels"] if e["kernel"] == "map_vec_kernel (Convert)"][0]
+    figure("kernels.step.b64-bf16.ahead.casts", ahead, casts["launches_per_step"],
+           "CNN batch 64, bf16, parameters cast ahead: the conversion kernels a step (each op's own casts)")
+    figure("kernels.step.b64-bf16.ahead.casts-us", ahead, casts["us_per_step"],
+           "CNN batch 64, bf16, parameters cast ahead: the conversion kernels' time a step, µs")
+    casts_before = [e for e in step_profile.summary(step_profile.kernels(profile.file("profile_b64_bf16.csv")))["kernels"]
+                    if e["kernel"] == "map_vec_kernel (Convert)"][0]
+    figure("kernels.step.b64-bf16.casts", profile, casts_before["launches_per_step"],
+           "CNN batch 64, bf16, each op casting its own inputs: the conversion kernels a step")
+    figure("kernels.step.b64-bf16.casts-us", profile, casts_before["us_per_step"],
+           "CNN batch 64, bf16, each op casting its own inputs: the conversion kernels' time a step, µs")
+    for name, file, what in (("cnn", "train_bf16.jsonl", "CNN batch 64"), ("mlp", "train_mlp_bf16.jsonl", "MLP batch 64"),
+                             ("mlp-f32", "train_mlp_3.jsonl", "MLP batch 64 in f32"),
+                             ("b512", "train_b512_bf16.jsonl", "CNN batch 512")):
+        figure(f"kernels.ahead.{name}.epoch2", ahead, ahead.epoch(file, 2)["seconds"],
+               f"mnist-train {what}, --precision bf16 unless said, parameters cast ahead: epoch 2, s")
     for tag, file, what in (("b64", "train.jsonl", "the default CUDA run (f32)"),
                             ("b64-bf16", "train_bf16.jsonl", "the CUDA run in bf16")):
         epochs = [e["seconds"] for e in trained.epochs(file)]
