@@ -55,6 +55,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "kiln/kernels/cuda/batch_norm.cuh"
@@ -452,6 +454,16 @@ int64_t vector_width(const TensorRef& x, std::initializer_list<const TensorRef*>
   return wide;
 }
 
+// Calls fn(T{}, std::integral_constant<int, V>{}) for x's dtype T and the vector width V that
+// every tensor of `tensors` allows.
+template <class Fn>
+void visit_vectors(const char* op, const TensorRef& x, std::initializer_list<const TensorRef*> tensors, Fn&& fn) {
+  visit_floating(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    dispatch<1, 16 / sizeof(T)>(static_cast<int>(vector_width<T>(x, tensors)), [&](auto width) { fn(tag, width); });
+  });
+}
+
 // Runs of about eight blocks per SM in all (a channel's planes shared out), no part without a plane.
 int64_t planes_per_run(const TensorRef& x, int sms) {
   const int64_t n = std::max<int64_t>(x.shape[0], 1), c = std::max<int64_t>(x.shape[1], 1);
@@ -465,11 +477,19 @@ int64_t planes_one_kernel(const TensorRef& x, int64_t v) {
   return sv > room ? 0 : room / sv;
 }
 
-// How many blocks of `kernel` the device holds at once.
+// How many blocks of `kernel` the device holds at once. The occupancy is a kernel's alone (one
+// architecture a build), asked once: every call of the op would otherwise ask again.
 int resident_blocks(const void* kernel, int sms) {
-  int per_sm = 0;
-  KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
-  return per_sm * sms;
+  static std::mutex mutex;
+  static std::map<const void*, int> per_sm;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = per_sm.find(kernel);
+  if (it == per_sm.end()) {
+    int blocks = 0;
+    KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlock, 0));
+    it = per_sm.emplace(kernel, blocks).first;
+  }
+  return it->second * sms;
 }
 
 template <class Kernel, class... Args>
@@ -507,19 +527,33 @@ bool use_one_kernel(CudaBackend& b, Kernel kernel, const TensorRef& x, int64_t v
   return path != Path::two_passes && fits;
 }
 
+// A training pass's launch: which path, x's runs for it, and the buffer of the runs' sums (from
+// b's stream-ordered pool; the caller frees it right after queuing its kernels).
+struct Plan {
+  bool one_kernel;
+  Dims d;
+  double* partial;
+};
+
+template <class Kernel>
+Plan plan(CudaBackend& b, Kernel one_kernel, const TensorRef& x, int64_t v, Path path, const char* op) {
+  int64_t per = 0;
+  const bool one = use_one_kernel(b, one_kernel, x, v, path, &per, op);
+  const Dims d = dims_of(x, v, per);
+  return {one, d, static_cast<double*>(b.allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)))};
+}
+
 }  // namespace
 
 bool one_kernel_fits(CudaBackend& b, const TensorRef& x, bool backward) {
   check_shape("batch_norm", x);
   bool fits = false;
-  visit_floating(x.dtype, "batch_norm", [&](auto tag) {
+  visit_vectors("batch_norm", x, {&x}, [&](auto tag, auto width) {
     using T = decltype(tag);
-    dispatch<1, 16 / sizeof(T)>(static_cast<int>(vector_width<T>(x, {&x})), [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      int64_t per = 0;
-      fits = backward ? use_one_kernel(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, Path::automatic, &per, "")
-                      : use_one_kernel(b, train_one_kernel<T, V, kVectorsOneKernel>, x, V, Path::automatic, &per, "");
-    });
+    constexpr int V = decltype(width)::value;
+    int64_t per = 0;
+    fits = backward ? use_one_kernel(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, Path::automatic, &per, "")
+                    : use_one_kernel(b, train_one_kernel<T, V, kVectorsOneKernel>, x, V, Path::automatic, &per, "");
   });
   return fits;
 }
@@ -528,29 +562,22 @@ void train(CudaBackend& b, const TensorRef& x, const TensorRef& weight, const Te
            const TensorRef& y, const TensorRef& mean, const TensorRef& var, const TensorRef& invstd, Path path) {
   check_shape("batch_norm_train", x);
   if (x.shape[0] * x.shape[1] * x.shape[2] == 0) return;
-  visit_floating(x.dtype, "batch_norm_train", [&](auto tag) {
+  visit_vectors("batch_norm_train", x, {&x, &y}, [&](auto tag, auto width) {
     using T = decltype(tag);
-    constexpr int kWide = 16 / sizeof(T);
-    dispatch<1, kWide>(static_cast<int>(vector_width<T>(x, {&x, &y})), [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      int64_t per = 0;
-      const bool one = use_one_kernel(b, train_one_kernel<T, V, kVectorsOneKernel>, x, V, path, &per,
-                                      "batch_norm_train");
-      const Dims d = dims_of(x, V, per);
-      auto* partial = static_cast<double*>(b.allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)));
-      const T *w = data_or_null<T>(weight), *bi = data_or_null<T>(bias);
-      if (one) {
-        launch_cooperative(train_one_kernel<T, V, kVectorsOneKernel>, d, b.stream(), x.data<T>(), partial, w, bi, eps,
-                           y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), d);
-      } else {
-        stats_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), partial, d);
-        KILN_CUDA_LAUNCH_CHECK("batch_norm_train");
-        normalise_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(
-            x.data<T>(), partial, w, bi, eps, y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), d);
-        KILN_CUDA_LAUNCH_CHECK("batch_norm_train");
-      }
-      b.deallocate(partial);  // the pool is stream-ordered: free once the kernels queued before are done
-    });
+    constexpr int V = decltype(width)::value;
+    const auto [one, d, partial] = plan(b, train_one_kernel<T, V, kVectorsOneKernel>, x, V, path, "batch_norm_train");
+    const T *w = data_or_null<T>(weight), *bi = data_or_null<T>(bias);
+    if (one) {
+      launch_cooperative(train_one_kernel<T, V, kVectorsOneKernel>, d, b.stream(), x.data<T>(), partial, w, bi, eps,
+                         y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), d);
+    } else {
+      stats_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), partial, d);
+      KILN_CUDA_LAUNCH_CHECK("batch_norm_train");
+      normalise_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(
+          x.data<T>(), partial, w, bi, eps, y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), d);
+      KILN_CUDA_LAUNCH_CHECK("batch_norm_train");
+    }
+    b.deallocate(partial);  // the pool is stream-ordered: free once the kernels queued before are done
   });
 }
 
@@ -559,33 +586,27 @@ void backward(CudaBackend& b, const TensorRef& x, const TensorRef& grad, const T
               const TensorRef& grad_weight, const TensorRef& grad_bias, Path path) {
   check_shape("batch_norm_backward", x);
   if (x.shape[0] * x.shape[1] * x.shape[2] == 0) return;
-  visit_floating(x.dtype, "batch_norm_backward", [&](auto tag) {
+  visit_vectors("batch_norm_backward", x, {&x, &grad, &grad_x}, [&](auto tag, auto width) {
     using T = decltype(tag);
-    constexpr int kWide = 16 / sizeof(T);
-    dispatch<1, kWide>(static_cast<int>(vector_width<T>(x, {&x, &grad, &grad_x})), [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      int64_t per = 0;
-      const bool one = use_one_kernel(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, path, &per,
-                                      "batch_norm_backward");
-      const Dims d = dims_of(x, V, per);
-      auto* partial = static_cast<double*>(b.allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)));
-      const T* w = data_or_null<T>(weight);
-      if (one) {
-        launch_cooperative(backward_one_kernel<T, V, kVectorsOneKernel>, d, b.stream(), x.data<T>(), grad.data<T>(),
-                           partial, mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(), grad_weight.data<T>(),
-                           grad_bias.data<T>(), d);
-      } else {
-        grad_sums_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), mean.data<T>(),
-                                                                      invstd.data<T>(), partial, d);
-        KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
-        grad_x_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), partial,
-                                                                   mean.data<T>(), invstd.data<T>(), w,
-                                                                   grad_x.data<T>(), grad_weight.data<T>(),
-                                                                   grad_bias.data<T>(), d);
-        KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
-      }
-      b.deallocate(partial);
-    });
+    constexpr int V = decltype(width)::value;
+    const auto [one, d, partial] =
+        plan(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, path, "batch_norm_backward");
+    const T* w = data_or_null<T>(weight);
+    if (one) {
+      launch_cooperative(backward_one_kernel<T, V, kVectorsOneKernel>, d, b.stream(), x.data<T>(), grad.data<T>(),
+                         partial, mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(), grad_weight.data<T>(),
+                         grad_bias.data<T>(), d);
+    } else {
+      grad_sums_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), mean.data<T>(),
+                                                                    invstd.data<T>(), partial, d);
+      KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
+      grad_x_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), partial,
+                                                                 mean.data<T>(), invstd.data<T>(), w,
+                                                                 grad_x.data<T>(), grad_weight.data<T>(),
+                                                                 grad_bias.data<T>(), d);
+      KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
+    }
+    b.deallocate(partial);
   });
 }
 
@@ -597,20 +618,17 @@ void CudaBackend::batch_norm_stats(const TensorRef& x, const TensorRef& mean, co
   using namespace batch_norm;
   check_shape("batch_norm_stats", x);
   if (x.shape[1] == 0 || x.shape[0] * x.shape[2] == 0) return;
-  visit_floating(x.dtype, "batch_norm_stats", [&](auto tag) {
+  visit_vectors("batch_norm_stats", x, {&x}, [&](auto tag, auto width) {
     using T = decltype(tag);
-    constexpr int kWide = 16 / sizeof(T);
-    dispatch<1, kWide>(static_cast<int>(vector_width<T>(x, {&x})), [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      const Dims d = dims_of(x, V, planes_per_run(x, device_attribute(cudaDevAttrMultiProcessorCount, device_)));
-      auto* partial = static_cast<double*>(allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)));
-      stats_kernel<T, V><<<grid_of(d), kBlock, 0, stream_>>>(x.data<T>(), partial, d);
-      KILN_CUDA_LAUNCH_CHECK("batch_norm_stats");
-      stats_finish_kernel<T><<<blocks_for(d.c), kThreads, 0, stream_>>>(x.data<T>(), partial, mean.data<T>(),
-                                                                        var.data<T>(), d);
-      KILN_CUDA_LAUNCH_CHECK("batch_norm_stats");
-      deallocate(partial);
-    });
+    constexpr int V = decltype(width)::value;
+    const Dims d = dims_of(x, V, planes_per_run(x, device_attribute(cudaDevAttrMultiProcessorCount, device_)));
+    auto* partial = static_cast<double*>(allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)));
+    stats_kernel<T, V><<<grid_of(d), kBlock, 0, stream_>>>(x.data<T>(), partial, d);
+    KILN_CUDA_LAUNCH_CHECK("batch_norm_stats");
+    stats_finish_kernel<T><<<blocks_for(d.c), kThreads, 0, stream_>>>(x.data<T>(), partial, mean.data<T>(),
+                                                                      var.data<T>(), d);
+    KILN_CUDA_LAUNCH_CHECK("batch_norm_stats");
+    deallocate(partial);
   });
 }
 
@@ -619,17 +637,14 @@ void CudaBackend::batch_norm_apply(const TensorRef& x, const TensorRef& mean, co
   using namespace batch_norm;
   check_shape("batch_norm_apply", x);
   if (x.shape[0] * x.shape[1] * x.shape[2] == 0) return;
-  visit_floating(x.dtype, "batch_norm_apply", [&](auto tag) {
+  visit_vectors("batch_norm_apply", x, {&x, &y}, [&](auto tag, auto width) {
     using T = decltype(tag);
-    constexpr int kWide = 16 / sizeof(T);
-    dispatch<1, kWide>(static_cast<int>(vector_width<T>(x, {&x, &y})), [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      const Dims d = dims_of(x, V, planes_per_run(x, device_attribute(cudaDevAttrMultiProcessorCount, device_)));
-      apply_kernel<T, V><<<grid_of(d), kBlock, 0, stream_>>>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                                             data_or_null<T>(weight), data_or_null<T>(bias),
-                                                             y.data<T>(), d);
-      KILN_CUDA_LAUNCH_CHECK("batch_norm_apply");
-    });
+    constexpr int V = decltype(width)::value;
+    const Dims d = dims_of(x, V, planes_per_run(x, device_attribute(cudaDevAttrMultiProcessorCount, device_)));
+    apply_kernel<T, V><<<grid_of(d), kBlock, 0, stream_>>>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
+                                                           data_or_null<T>(weight), data_or_null<T>(bias),
+                                                           y.data<T>(), d);
+    KILN_CUDA_LAUNCH_CHECK("batch_norm_apply");
   });
 }
 

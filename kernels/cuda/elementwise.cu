@@ -228,13 +228,7 @@ struct CopyList {
 template <class S, class D>
 __global__ void copy_many_kernel(const __grid_constant__ CopyList list) {
   for (int64_t c = blockIdx.x; c < list.first_chunk[list.tensors]; c += gridDim.x) {
-    int t = 0;  // the tensor owning chunk c: the last whose first chunk is <= c
-    for (int lo = 0, hi = list.tensors - 1; lo < hi;) {
-      const int mid = (lo + hi + 1) / 2;
-      if (list.first_chunk[mid] <= c) lo = mid;
-      else hi = mid - 1;
-      t = lo;
-    }
+    const int t = chunk_owner(list.first_chunk, list.tensors, c);
     const int64_t begin = (c - list.first_chunk[t]) * kManyChunk;
     const int64_t end = begin + kManyChunk < list.sizes[t] ? begin + kManyChunk : list.sizes[t];
     const auto* src = static_cast<const S*>(list.src[t]);

@@ -65,6 +65,20 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
 }
 
+// Multi-tensor launches (optim.cu's optimizer steps, elementwise.cu's copy_many) cut a list of
+// tensors into chunks, tensor i owning chunks [first_chunk[i], first_chunk[i + 1]): the tensor
+// that owns chunk c, by binary search over the first `tensors` + 1 entries.
+__device__ inline int chunk_owner(const int64_t* first_chunk, int tensors, int64_t c) {
+  int t = 0;  // the last tensor whose first chunk is <= c
+  for (int lo = 0, hi = tensors - 1; lo < hi;) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first_chunk[mid] <= c) lo = mid;
+    else hi = mid - 1;
+    t = lo;
+  }
+  return t;
+}
+
 #define KILN_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
 

@@ -65,13 +65,7 @@ template <class T, int Depth, class Rule>
 __global__ void multi_tensor_kernel(const __grid_constant__ TensorLists<Depth> lists, Rule rule, const Rule* replay) {
   if (replay) rule = *replay;  // captured: this replay's hyperparameters
   for (int64_t c = blockIdx.x; c < lists.first_chunk[lists.tensors]; c += gridDim.x) {
-    int t = 0;  // the tensor owning chunk c: the last whose first chunk is <= c
-    for (int lo = 0, hi = lists.tensors - 1; lo < hi;) {
-      const int mid = (lo + hi + 1) / 2;
-      if (lists.first_chunk[mid] <= c) lo = mid;
-      else hi = mid - 1;
-      t = lo;
-    }
+    const int t = chunk_owner(lists.first_chunk, lists.tensors, c);
     const int64_t begin = (c - lists.first_chunk[t]) * kChunk;
     const int64_t end = begin + kChunk < lists.sizes[t] ? begin + kChunk : lists.sizes[t];
     T* p[Depth];

@@ -2,7 +2,8 @@
 // (x in registers across a grid-wide barrier) and two passes, on shapes with a plane that is a
 // multiple of the 16-byte vector and one that is not, a misaligned start, planes longer than a
 // block's walk step and a [N, C] input (S = 1); the same bits on a second run; the statistics
-// and gradients each path writes; and both paths inside a captured graph, replayed.
+// and gradients each path writes; batch_norm_stats and batch_norm_apply on their own; and both
+// paths inside a captured graph, replayed.
 // (batch_norm through autograd on every backend: test_backend_ops's "batch_norm" row.)
 #include "tests/cuda/cuda_test.h"
 
@@ -94,6 +95,18 @@ TEST_CASE("batch norm's one-kernel and two-pass paths match the CPU, with the sa
             check_close(got.grad_x, want.grad_x, rtol, atol, "grad_x " + what);
             check_close(got.grad_weight, want.grad_weight, rtol, sums, "grad_weight " + what);
             check_close(got.grad_bias, want.grad_bias, rtol, sums, "grad_bias " + what);
+            // the statistics alone (batch_norm_stats) and the evaluation form (batch_norm_apply
+            // with given statistics), which the CPU's and Vulkan's training path composes
+            if (path == bn::Path::automatic) {
+              Tensor m = full({c}, -7, TensorOptions(t).device(kCuda)), v = full({c}, -7, TensorOptions(t).device(kCuda));
+              cuda.batch_norm_stats(x.ref(), m.ref(), v.ref());
+              check_close(m, want.mean, rtol, atol, "batch_norm_stats mean " + what);
+              check_close(v, want.var, rtol, atol, "batch_norm_stats var " + what);
+              Tensor y = empty(s, TensorOptions(t).device(kCuda));
+              cuda.batch_norm_apply(x.ref(), got.mean.ref(), got.invstd.ref(), w.defined() ? w.ref() : TensorRef{},
+                                    b.defined() ? b.ref() : TensorRef{}, y.ref());
+              check_close(y, want.y, rtol, atol, "batch_norm_apply " + what);
+            }
             const Outputs again = run(cuda, x, g, w, b, path);
             CHECK(same_bits(again.y, got.y));
             CHECK(same_bits(again.grad_x, got.grad_x));
