@@ -33,15 +33,15 @@
 //
 // Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, docs/runs/2026-11-27-h100-batch-norm,
 // f32 training; GB/s counts x read and y written, x and g read and grad_x written, as a copy would):
-// [64, 32, 26, 26] by one kernel, forward 0.0091 ms [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.ms],
+// [64, 32, 26, 26] by one kernel, forward 0.0092 ms [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.ms],
 // 40% [fig cuda.batch_norm.fwd.one-kernel.64x32x26x26.pct-copy] of copy bandwidth, backward
-// 0.0119 ms [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.ms],
-// 46% [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.pct-copy]; the same by two passes
+// 0.0117 ms [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.ms],
+// 47% [fig cuda.batch_norm.bwd.one-kernel.64x32x26x26.pct-copy]; the same by two passes
 // 0.0138 ms [fig cuda.batch_norm.fwd.two-passes.64x32x26x26.ms]
 // (27% [fig cuda.batch_norm.fwd.two-passes.64x32x26x26.pct-copy]) and
-// 0.0143 ms [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.ms]
+// 0.0144 ms [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.ms]
 // (38% [fig cuda.batch_norm.bwd.two-passes.64x32x26x26.pct-copy]); [128, 64, 56, 56] by two passes,
-// forward 0.118 ms [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.ms],
+// forward 0.117 ms [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.ms],
 // 58% [fig cuda.batch_norm.fwd.two-passes.128x64x56x56.pct-copy], backward
 // 0.189 ms [fig cuda.batch_norm.bwd.two-passes.128x64x56x56.ms],
 // 54% [fig cuda.batch_norm.bwd.two-passes.128x64x56x56.pct-copy]. The large shape's passes read
