@@ -106,7 +106,8 @@ class Job:
             return
         line = {"bench": bench, "impl": "torch", "group": self.backend, "device": self.name, "ranks": self.size,
                 "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                "torch": torch.__version__, **fields}
+                "torch": torch.__version__,
+                "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}, **fields}
         with open(path, "a") as f:
             f.write(json.dumps(line) + "\n")
 

@@ -1,10 +1,16 @@
 #!/usr/bin/python3
 """Markdown tables of a data-parallel run, from the JSON lines that `scripts/device-run dist` writes
-to $OUT (dist.jsonl: dist-bench allreduce and ddp, scripts/bench_ddp_torch.py; dist_train.jsonl and
-train_1gpu.jsonl: mnist-train on every GPU and on one, each step a captured graph;
-dist_train_eager.jsonl: on every GPU with --graph off):
+to $OUT (dist.jsonl: dist-bench allreduce and ddp, scripts/bench_ddp_torch.py, at every rank count
+the call ran; dist_train.jsonl and train_1gpu.jsonl: mnist-train on every GPU and on one, each step a
+captured graph; dist_train_Ngpus.jsonl: on N GPUs; dist_train_eager.jsonl: on every GPU with
+--graph off):
 
     python3 scripts/dist_table.py out/dist.jsonl [out/dist_train.jsonl out/train_1gpu.jsonl [out/dist_train_eager.jsonl]]
+    python3 scripts/dist_table.py --scaling RUN_DIR [--plot FILE.svg]
+
+The first form prints the tables of the run's largest rank count. --scaling prints the curve
+across the counts of one call, GPUs by measure, kiln and PyTorch side by side, and --plot draws it
+(matplotlib: scripts/setup --dev).
 
 All-reduce: kiln's ProcessGroup against NCCL called directly in the same program and against
 torch.distributed; DDP: the step of 8 x Linear(4096, 4096) alone and data-parallel, with the
@@ -13,6 +19,7 @@ each step one captured CUDA graph; the same for mnist-train's CNN (kiln); mnist-
 every GPU against one.
 """
 import json
+import os
 import sys
 
 
@@ -23,8 +30,15 @@ def size(b):
     return str(b)
 
 
-def main(path):
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+def records(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def main(path, ranks=None):
+    """The tables of one rank count: `ranks`, or the largest in the file."""
+    rows = records(path)
+    ranks = ranks or max(r["ranks"] for r in rows)
+    rows = [r for r in rows if r["ranks"] == ranks]
     allreduce, ddp, cnn = {}, {}, {}
     for r in rows:
         if r.get("bench") == "allreduce":
@@ -103,7 +117,111 @@ def mnist(all_gpus, one_gpu, all_gpus_eager=None):
         print(row + " |")
 
 
+def scaling_data(run):
+    """The curve of one call (a run folder): per rank count, the 8 x Linear step's images a second
+    and efficiency for kiln (eager and captured) and PyTorch DDP at each batch, the all-reduce's
+    1 GB bus bandwidth, and mnist-train's last epoch. One GPU is the step alone, from the call's
+    smallest count (every rank trained alone at once), and mnist-train's one-GPU run."""
+    rows = records(os.path.join(run, "dist.jsonl"))
+    counts = sorted({r["ranks"] for r in rows})
+    linear = {}  # (impl, mode, batch, ranks) -> step ms
+    busbw = {}  # (impl, ranks) -> GB/s at the largest size
+    cnn = {}  # (mode, batch, ranks) -> step ms
+    for r in rows:
+        if r.get("bench") == "ddp" and r.get("model", "linear") == "linear":
+            linear[(r["impl"], r["mode"], r["batch"], r["ranks"])] = r["step_ms"]
+        elif r.get("bench") == "ddp":
+            cnn[(r["mode"], r["batch"], r["ranks"])] = r["step_ms"]
+        elif r.get("bench") == "allreduce" and r["bytes"] == 1 << 30:
+            busbw[(r["impl"], r["ranks"])] = r["busbw_gbs"]
+    batches = sorted({k[2] for k in linear})
+    curves = {}  # (label, batch) -> [(gpus, images/s, efficiency)]
+    for impl, mode, label in (("kiln", "ddp", "kiln"), ("kiln", "ddp_graph", "kiln, one graph a step"),
+                              ("torch", "ddp", "PyTorch DDP")):
+        for b in batches:
+            alone = mode.replace("ddp", "alone")
+            points = [(1, 1e3 * b / linear[(impl, alone, b, counts[0])], 1.0)]
+            for n in counts:
+                if (impl, mode, b, n) in linear:
+                    points.append((n, 1e3 * n * b / linear[(impl, mode, b, n)],
+                                   linear[(impl, alone, b, n)] / linear[(impl, mode, b, n)]))
+            curves[(label, b)] = points
+    train = {1: epochs(os.path.join(run, "train_1gpu.jsonl"))[-1]}
+    for n in counts:
+        name = "dist_train.jsonl" if n == counts[-1] else f"dist_train_{n}gpus.jsonl"
+        if os.path.exists(os.path.join(run, name)):
+            train[n] = epochs(os.path.join(run, name))[-1]
+    return rows[0], counts, batches, curves, busbw, cnn, train
+
+
+def scaling(run, plot=None):
+    first, counts, batches, curves, busbw, cnn, train = scaling_data(run)
+    labels = ("kiln", "kiln, one graph a step", "PyTorch DDP")
+    for b in batches:
+        print(f"8 × (Linear 4096→4096, ReLU), TF32, batch {b} per GPU, {first['device']}, {first['date']}: images a "
+              "second over all GPUs, and efficiency (the step alone ÷ the data-parallel step):\n")
+        print("| GPUs | kiln img/s | efficiency | kiln, one graph a step, img/s | efficiency | PyTorch DDP img/s "
+              "| efficiency | kiln ÷ PyTorch img/s |")
+        print("| --- " * 8 + "|")
+        for n in [1] + counts:
+            points = [next((p for p in curves[(label, b)] if p[0] == n), None) for label in labels]
+            cells = [str(n)] + [f"{p[1]:.0f} | {p[2]:.2f}" if p else " | " for p in points]
+            cells.append(f"{points[0][1] / points[2][1]:.2f}" if points[0] and points[2] else "")
+            print("| " + " | ".join(cells) + " |")
+        print()
+    print("All-reduce of 1 GB (bus bandwidth, GB/s), mnist-train's CNN at batch 64 per GPU (the third epoch; "
+          "each step one captured graph) and the CNN's data-parallel step at batch 64 per GPU (`dist-bench ddp "
+          "--model cnn`, captured):\n")
+    print("| GPUs | kiln busbw | NCCL busbw | PyTorch busbw | mnist-train epoch s | img/s | speed-up | test acc "
+          "| CNN step ms | efficiency |")
+    print("| --- " * 10 + "|")
+    for n in [1] + counts:
+        cells = [str(n)] + [f"{busbw[(i, n)]:.1f}" if (i, n) in busbw else "" for i in ("kiln", "nccl", "torch")]
+        t = train.get(n)
+        cells += [f"{t['seconds']:.3f}", f"{t['images_per_s']:.0f}", f"{t['images_per_s'] / train[1]['images_per_s']:.2f}",
+                  f"{100 * t['test_accuracy']:.2f}%"] if t else [""] * 4
+        alone, step = cnn.get(("alone_graph", 64, counts[0] if n == 1 else n)), cnn.get(("ddp_graph", 64, n))
+        step = alone if n == 1 else step
+        cells += [f"{step:.3f}", f"{alone / step:.2f}"] if alone and step else ["", ""]
+        print("| " + " | ".join(cells) + " |")
+    if plot:
+        draw(plot, first, counts, batches, curves)
+
+
+def draw(path, first, counts, batches, curves):
+    """Images a second and efficiency against GPUs, kiln's and PyTorch's, each batch; ideal dashed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "kiln", "font.size": 9})
+    gpus = [1] + counts
+    fig, (throughput, efficiency) = plt.subplots(1, 2, figsize=(9, 3.6))
+    styles = {"kiln": ("tab:red", "-"), "kiln, one graph a step": ("tab:orange", ":"), "PyTorch DDP": ("tab:blue", "-")}
+    for (label, b), points in curves.items():
+        color, line = styles[label]
+        marker = "o" if b == batches[-1] else "s"
+        n, images, eff = zip(*points)
+        throughput.plot(n, [i / 1e3 for i in images], line, color=color, marker=marker, label=f"{label}, b{b}")
+        efficiency.plot(n, eff, line, color=color, marker=marker, label=f"{label}, b{b}")
+        if label == "kiln":
+            throughput.plot(gpus, [points[0][1] * g / 1e3 for g in gpus], "--", color="grey", linewidth=0.8)
+    throughput.set(xlabel="GPUs", ylabel="thousand images a second", title="8 × Linear 4096, TF32: throughput")
+    efficiency.set(xlabel="GPUs", ylabel="step alone ÷ data-parallel step", title="efficiency", ylim=(0, 1.05))
+    for ax in (throughput, efficiency):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(gpus, [str(g) for g in gpus])
+        ax.grid(alpha=0.3)
+    efficiency.legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"kiln and PyTorch DDP on {counts[-1]} × {first['device']}, {first['date']} "
+                 "(dashed: kiln alone × GPUs)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Date": None})
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "out/dist.jsonl")
-    if len(sys.argv) > 3:
-        mnist(*sys.argv[2:5])
+    if sys.argv[1:2] == ["--scaling"]:
+        scaling(sys.argv[2], sys.argv[4] if sys.argv[3:4] == ["--plot"] else None)
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "out/dist.jsonl")
+        if len(sys.argv) > 3:
+            mnist(*sys.argv[2:5])

@@ -61,6 +61,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unistd.h>  // environ
 #include <utility>
 #include <vector>
 
@@ -121,12 +122,26 @@ std::string device_name(const ProcessGroup& group) {
   return group.device().str();
 }
 
+// The NCCL_* variables of this process's environment (NCCL_NVLS_ENABLE, NCCL_MAX_CTAS, ...): they
+// change what NCCL does, so every JSON line says which were set.
+nlohmann::ordered_json nccl_environment() {
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (const auto eq = entry.find('='); entry.starts_with("NCCL_") && eq != std::string::npos) {
+      vars[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+  }
+  return vars;
+}
+
 // --json: one JSON object a line, appended (rank 0): what every line of a run shares, then the
 // measure's figures; a figure that is not a finite number is null (it was not measured).
 nlohmann::ordered_json json_line(const char* bench, const std::string& impl, const ProcessGroup& group,
                                  const std::string& device) {
   nlohmann::ordered_json line = apps::build_info("dist-bench");
-  line.update({{"bench", bench}, {"impl", impl}, {"group", std::string(group.name())}, {"device", device}, {"ranks", group.size()}});
+  line.update({{"bench", bench}, {"impl", impl}, {"group", std::string(group.name())}, {"device", device},
+               {"ranks", group.size()}, {"nccl_env", nccl_environment()}});
   return line;
 }
 
