@@ -1,5 +1,7 @@
 """The figures of README.md and docs/*.md, each from one recorded run of docs/runs/."""
 
+import re
+
 
 def define(figure, table, runs):
     h100 = runs["2026-11-26-h100"]
@@ -140,11 +142,11 @@ def define(figure, table, runs):
         figure(f"vk.tests.{binary}.assertions", h100, asserts, f"{binary} --backend=vulkan: assertions passed")
 
     # --- data parallelism on 2 GPUs ---
-    def allreduce(run, impl, size):
-        return run.line("dist.jsonl", bench="allreduce", impl=impl, bytes=size)
+    def allreduce(run, impl, size, **ranks):
+        return run.line("dist.jsonl", bench="allreduce", impl=impl, bytes=size, **ranks)
 
-    def ddp(run, impl, mode, batch):
-        rows = [r for r in run.lines("dist.jsonl", bench="ddp", impl=impl, mode=mode, batch=batch)
+    def ddp(run, impl, mode, batch, **ranks):
+        rows = [r for r in run.lines("dist.jsonl", bench="ddp", impl=impl, mode=mode, batch=batch, **ranks)
                 if r.get("model", "linear") == "linear"]
         assert len(rows) == 1, rows
         return rows[0]
@@ -253,3 +255,45 @@ def define(figure, table, runs):
     speedups = [b["images_per_s"] / a["images_per_s"] for a, b in zip(one, many)]
     figure("dist.graph.mnist.speedup", graph, (min(speedups), max(speedups)),
            "2 x H100: mnist-train's images a second on 2 GPUs over 1, both captured, epochs 1-3")
+
+    # --- the scaling curve: 2 and 4 ranks on 4 x H100 in one call ---
+    scale = runs["2026-11-27-4xh100-scaling"]
+    for n in (2, 4):
+        for batch in (512, 2048):
+            for impl in ("kiln", "torch"):
+                figure(f"dist.scale.{n}.{impl}.b{batch}.efficiency", scale,
+                       ddp(scale, impl, "ddp", batch, ranks=n)["efficiency"],
+                       f"{n} x H100: {impl}'s DDP efficiency, 8 x Linear 4096, TF32, batch {batch} per GPU")
+            images = {impl: 1e3 * n * batch / ddp(scale, impl, "ddp", batch, ranks=n)["step_ms"]
+                      for impl in ("kiln", "torch")}
+            figure(f"dist.scale.{n}.b{batch}.kiln-over-torch", scale, images["kiln"] / images["torch"],
+                   f"{n} x H100: kiln's DDP images a second over PyTorch DDP's, 8 x Linear 4096, batch {batch} per GPU")
+    figure("dist.scale.4.allreduce.1g.busbw-pct-nccl", scale,
+           100 * allreduce(scale, "kiln", gb1, ranks=4)["busbw_gbs"] / allreduce(scale, "nccl", gb1, ranks=4)["busbw_gbs"],
+           "4 x H100: kiln's all-reduce bus bandwidth at 1 GB as a share of NCCL's called directly, %")
+    figure("dist.scale.4.allreduce.1g.busbw", scale, allreduce(scale, "kiln", gb1, ranks=4)["busbw_gbs"],
+           "4 x H100: kiln's all-reduce bus bandwidth at 1 GB, GB/s")
+    one, four = scale.epochs("train_1gpu.jsonl"), scale.epochs("dist_train.jsonl")
+    figure("dist.scale.4.mnist.epoch", scale, four[-1]["seconds"],
+           "4 x H100: mnist-train's CNN at batch 64 per GPU, each step one graph, the third epoch, s")
+    figure("dist.scale.4.mnist.speedup", scale, four[-1]["images_per_s"] / one[-1]["images_per_s"],
+           "4 x H100: mnist-train's images a second on 4 GPUs over 1, the third epoch")
+    for cap in (8, 16):
+        row = next(r for r in scale.lines("ctas.jsonl", mode="ddp", batch=2048)
+                   if r["nccl_env"].get("NCCL_MAX_CTAS") == str(cap))
+        figure(f"dist.scale.4.ctas{cap}.b2048.efficiency", scale, row["efficiency"],
+               f"4 x H100: kiln's DDP efficiency at batch 2048 with NCCL_MAX_CTAS={cap}")
+        figure(f"dist.scale.4.ctas{cap}.allreduce.ms", scale, row["grads_allreduce_us"] / 1e3,
+               f"4 x H100: the gradients' all-reduce alone with NCCL_MAX_CTAS={cap}, ms")
+    row = ddp(scale, "kiln", "ddp", 2048, ranks=4)
+    figure("dist.scale.4.allreduce.ms", scale, row["grads_allreduce_us"] / 1e3,
+           "4 x H100: the gradients' all-reduce alone (537 MB), NCCL's default blocks, ms")
+
+    # dist-bench ddp's console breakdown of the step on the GPU (forward / backward / optimizer, ms)
+    block = scale.log_block("LD_LIBRARY_PATH -np 4 .device/bin/dist-bench ddp --json")
+    breakdown = re.search(r"\n\s+2048 \|.*\n\s+GPU ms, forward / backward / optimizer: alone [\d.]+ / ([\d.]+) / [\d.]+, "
+                          r"DDP [\d.]+ / ([\d.]+) /", block)
+    figure("dist.scale.4.b2048.backward-alone.ms", scale, float(breakdown.group(1)),
+           "4 x H100: 8 x Linear 4096 at batch 2048, backward's GPU time, the step alone, ms")
+    figure("dist.scale.4.b2048.backward-ddp.ms", scale, float(breakdown.group(2)),
+           "4 x H100: the same under DDP (to the last bucket's all-reduce done), ms")

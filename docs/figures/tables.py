@@ -27,6 +27,11 @@ def define(figure, table, runs):
     table("dist-2xh100-graph", lambda: printed(dist_table.main, graph.file("dist.jsonl"))
           + printed(dist_table.mnist, graph.file("dist_train.jsonl"), graph.file("train_1gpu.jsonl"),
                     graph.file("dist_train_eager.jsonl")))
+    scale = runs["2026-11-27-4xh100-scaling"]
+    table("scaling-4xh100", lambda: printed(dist_table.scaling, scale.path))
+    table("dist-4xh100-scaling", lambda: printed(dist_table.main, scale.file("dist.jsonl"))
+          + printed(dist_table.mnist, scale.file("dist_train.jsonl"), scale.file("train_1gpu.jsonl"),
+                    scale.file("dist_train_eager.jsonl")))
     # kernels/README.md: a training step's kernels under Nsight Compute
     profile = runs["2026-11-27-h100-bf16-vec"]
     table("step-profile", lambda: step_profile.table(profile, [
