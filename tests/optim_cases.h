@@ -45,7 +45,9 @@ inline std::vector<std::pair<const char*, MakeOptimizer>> optimizer_rules() {
 // Five steps of every rule on parameters of `shapes`, on the CPU and on the device from the same
 // values and gradients, in every dtype taken. The same operations run in the same order on both
 // sides (no fused multiply-adds on either): only the math library's last bits may differ.
-inline void optimizer_cases(const Run& r, const std::vector<Shape>& shapes) {
+// `place` puts a gradient on the device (default: a tensor of its own there).
+inline void optimizer_cases(const Run& r, const std::vector<Shape>& shapes,
+                            const std::function<Tensor(const Tensor&)>& place = {}) {
   for (const Take& k : r.takes)
     for (const auto& [name, make_opt] : optimizer_rules()) {
       std::vector<Tensor> cpu, dev;
@@ -60,7 +62,7 @@ inline void optimizer_cases(const Run& r, const std::vector<Shape>& shapes) {
           Generator gen(1000 * step + i);
           Tensor g = uniform(shapes[i], -2, 2, k.dtype, &gen);
           cpu[i].set_grad(g);
-          dev[i].set_grad(g.to(r.device));
+          dev[i].set_grad(place ? place(g) : g.to(r.device));
         }
         opt_cpu->step();
         opt_dev->step();

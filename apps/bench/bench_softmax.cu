@@ -1,4 +1,4 @@
-// kernel-bench --only softmax (cross_entropy, reduce, dropout, batch_norm): the memory-bound kernels
+// kernel-bench --only softmax (cross_entropy, reduce, dropout, batch_norm, optim): the memory-bound kernels
 // against the device's copy bandwidth, a family at a time or all of them.
 //   softmax forward (f32): every version of kernels/cuda/softmax.cuh and the production path, on
 //     [4096, 32768] (long rows), [8192, 1024] (the warp/block boundary), [32768, 256] (rows a
@@ -11,7 +11,11 @@
 //   dropout (f32, p = 0.5) in one kernel against the four ops it replaced, on [64, 9216] (the
 //     MNIST CNN's first dropout) and [8192, 8192], checked bit for bit against them;
 //   batch norm's training forward and backward (f32) on [64, 32, 26, 26] and [128, 64, 56, 56],
-//     by each path (one kernel, two passes), checked against the CPU backend.
+//     by each path (one kernel, two passes), checked against the CPU backend;
+//   optimizer steps (f32, one multi-tensor launch): Adadelta and Adam on the MNIST CNN's eight
+//     parameters (1.2M), SGD on 8 x Linear 4096's sixteen (134M), each with every operand
+//     16-byte aligned (the vector path) and 4 bytes off (one element at a time), checked against
+//     the CPU backend.
 // Each row reports GB/s = (bytes read + bytes written) / time and its share of the copy
 // bandwidth (the bench's reference row). Every version is first checked against a double
 // precision host computation on sampled rows; a wrong one is reported and not timed.
@@ -405,6 +409,89 @@ void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
   }
 }
 
+// One optimizer step (f32) over parameters of `shapes`: `rule` names it, `operands` is how many
+// lists it takes (parameter, gradient, state...), `step` runs it on a backend. Timed with every
+// operand 16-byte aligned and with every operand 4 bytes off (the path for misaligned views);
+// both checked, after one step from the same values, against the CPU backend. GB/s counts each
+// operand read once and all but the gradient written once.
+using StepFn = std::function<void(Backend&, const std::vector<std::vector<TensorRef>>&)>;
+void bench_optim_step(Bench& bench, const std::string& rule, const std::vector<Shape>& shapes, int operands,
+                      const StepFn& step) {
+  cudaStream_t stream = bench.stream();
+  int64_t numel = 0;
+  for (const Shape& sh : shapes) numel += sh.numel();
+  const std::string shape = std::to_string(shapes.size()) + " tensors, " + std::to_string(numel) + " elements";
+  // the starting values, the same for every operand's list on both sides (states from 0.5 up, so
+  // that Adadelta's and Adam's square roots see positive numbers)
+  std::vector<std::vector<float>> host(static_cast<size_t>(operands));
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> signed_unit(-1, 1), positive(0.5f, 1.5f);
+  for (int d = 0; d < operands; ++d) {
+    host[static_cast<size_t>(d)].resize(static_cast<size_t>(numel));
+    for (float& v : host[static_cast<size_t>(d)]) v = d < 2 ? signed_unit(gen) : positive(gen);
+  }
+  auto lists_at = [&](std::vector<float*> bases) {  // operand d's tensors, laid end to end from bases[d]
+    std::vector<std::vector<TensorRef>> lists(static_cast<size_t>(operands));
+    for (int d = 0; d < operands; ++d) {
+      int64_t at = 0;
+      for (const Shape& sh : shapes) {
+        lists[static_cast<size_t>(d)].push_back(f32_ref(bases[static_cast<size_t>(d)] + at, sh));
+        at += sh.numel();
+      }
+    }
+    return lists;
+  };
+  std::vector<float*> cpu_bases;
+  for (auto& h : host) cpu_bases.push_back(h.data());
+  std::vector<std::vector<float>> want = host;
+  std::vector<float*> want_bases;
+  for (auto& h : want) want_bases.push_back(h.data());
+  step(cpu::backend(), lists_at(want_bases));
+  const std::vector<double> want_p(want[0].begin(), want[0].end());
+  const double bytes = static_cast<double>(2 * operands - 1) * static_cast<double>(numel) * sizeof(float);
+  cuda::CudaBackend& backend = cuda::backend(0);
+  for (const auto& [offset, version] : {std::pair{0, "vectors (operands 16-byte aligned)"},
+                                        std::pair{1, "one element at a time (operands 4 bytes off)"}}) {
+    std::vector<float*> bases;
+    for (int d = 0; d < operands; ++d) {
+      float* b = static_cast<float*>(bench.device_bytes(static_cast<size_t>(numel + 4) * sizeof(float))) + offset;
+      KILN_CUDA_CHECK(cudaMemcpyAsync(b, host[static_cast<size_t>(d)].data(), static_cast<size_t>(numel) * sizeof(float),
+                                      cudaMemcpyHostToDevice, stream));
+      bases.push_back(b);
+    }
+    const auto lists = lists_at(bases);
+    step(backend, lists);
+    double err = 0;
+    const std::string wrong = compare(want_p, to_host(bases[0], numel, stream).data(), &err);
+    if (!wrong.empty()) {
+      record_wrong(bench, "optim", rule + ", " + version, shape, wrong);
+      continue;
+    }
+    record(bench, "optim", rule + ", " + version, shape, bytes, [&] { step(backend, lists); }, max_err_note(err));
+  }
+}
+
+void bench_optim(Bench& bench) {
+  std::vector<Shape> cnn = {{32, 1, 3, 3}, {32}, {64, 32, 3, 3}, {64}, {128, 9216}, {128}, {10, 128}, {10}};
+  std::vector<Shape> linear;
+  for (int i = 0; i < 8; ++i) linear.insert(linear.end(), {Shape{4096, 4096}, Shape{4096}});
+  if (bench.quick()) linear.resize(4);
+  AdadeltaStep adadelta;
+  adadelta.lr = 1.0, adadelta.rho = 0.9, adadelta.eps = 1e-6;
+  bench_optim_step(bench, "Adadelta (mnist-train's)", cnn, 4, [&](Backend& b, const auto& l) {
+    b.adadelta_step(l[0], l[1], l[2], l[3], adadelta);
+  });
+  AdamStep adam;
+  adam.lr = 1e-3, adam.beta1 = 0.9, adam.beta2 = 0.999, adam.eps = 1e-8;
+  adam.bias_correction1 = 0.1, adam.bias_correction2 = 0.001;  // step 1's
+  bench_optim_step(bench, "Adam", cnn, 4, [&](Backend& b, const auto& l) { b.adam_step(l[0], l[1], l[2], l[3], {}, adam); });
+  SgdStep sgd;
+  sgd.lr = 0.01;
+  bench_optim_step(bench, "SGD (dist-bench ddp's)", linear, 2, [&](Backend& b, const auto& l) {
+    b.sgd_step(l[0], l[1], {}, sgd);
+  });
+}
+
 void bench_softmax(Bench& bench) {
   const bool quick = bench.quick();
   if (bench.runs("softmax")) {
@@ -432,6 +519,7 @@ void bench_softmax(Bench& bench) {
     bench_batch_norm_shape(bench, 64, 32, 26);  // after the MNIST CNN's first convolution
     bench_batch_norm_shape(bench, quick ? 16 : 128, 64, 56);
   }
+  if (bench.runs("optim")) bench_optim(bench);
 }
 
 }  // namespace kiln::bench

@@ -1,8 +1,9 @@
 // The fused multi-tensor optimizer steps of the CUDA backend against the CPU: every rule of
 // tests/optim_cases.h, five steps, f32 and f64, on a parameter list that spills over several
 // launches (more tensors and more chunks than one launch's table holds) and includes empty and
-// one-element tensors. (The rules on small lists on every backend: test_backend_ops's
-// "optimizer" row.)
+// one-element tensors; and with misaligned gradients, which the kernel walks one element at a
+// time where aligned tensors go 16 bytes a load. (The rules on small lists on every backend:
+// test_backend_ops's "optimizer" row.)
 #include "tests/cuda/cuda_test.h"
 #include "tests/optim_cases.h"
 
@@ -15,4 +16,17 @@ TEST_CASE("optimizer steps on the GPU match the CPU's for every rule, over sever
   std::vector<Shape> shapes = {{4200000}, {0}, {1}, {3, 7}, {16385}, {100, 31}};
   for (int i = 0; shapes.size() < 300; ++i) shapes.push_back({(i * 7919) % 5000 + 1});
   optimizer_cases({.device = kCuda, .takes = {{DType::f32, 2e-5}, {DType::f64, 1e-12}}}, shapes);
+}
+
+TEST_CASE("optimizer steps on the GPU match the CPU's with gradients that are misaligned views") {
+  // Each gradient one element into a buffer of its own: its operands are not 16-byte aligned, so
+  // the kernel takes it one element at a time, beside aligned parameters and states.
+  auto misaligned = [](const Tensor& g) {
+    Tensor buffer = zeros({g.numel() + 1}, TensorOptions(g.dtype()).device(kCuda));
+    Tensor view = buffer.slice(0, 1, g.numel() + 1).view(g.shape());
+    view.copy_(g.to(kCuda));
+    return view;
+  };
+  optimizer_cases({.device = kCuda, .takes = {{DType::f32, 2e-5}, {DType::f64, 1e-12}}},
+                  {{4099}, {1}, {3, 7}, {8192}, {5000, 3}}, misaligned);
 }
