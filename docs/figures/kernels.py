@@ -114,3 +114,29 @@ def define(figure, table, runs):
         figure(f"kernels.step.{tag}.wall-us", trained, 1e6 * min(epochs) / 938,
                f"the fastest epoch of {what} (its training, as mnist-train times it) over its 938 steps, µs a step")
 
+
+    # the optimizer steps in 16-byte vectors where every operand is aligned (kernel-bench --only
+    # optim: both paths in one call) and what that did to the step and the epochs
+    vec = runs["2026-11-27-h100-optim-vec"]
+    cnn_shape, linear_shape = "8 tensors, 1199882 elements", "16 tensors, 134250496 elements"
+    for tag, rule, shape in (("adadelta", "Adadelta (mnist-train's)", cnn_shape), ("adam", "Adam", cnn_shape),
+                             ("sgd", "SGD (dist-bench ddp's)", linear_shape)):
+        for path, version in (("vectors", "vectors (operands 16-byte aligned)"),
+                              ("scalar", "one element at a time (operands 4 bytes off)")):
+            figure(f"kernels.optim.{tag}.{path}.us", vec, 1e3 * vec.kernel("optim", f"{rule}, {version}", shape)["ms"],
+                   f"{rule} step on {shape}, {version}, µs")
+            if tag == "sgd":
+                figure(f"kernels.optim.{tag}.{path}.pct-copy", vec, vec.kernel_share("optim", f"{rule}, {version}", shape),
+                       f"{rule} step on {shape}, {version}: GB/s as a share of copy bandwidth, %")
+    for tag, run in (("before", ahead), ("after", vec)):
+        table = step_profile.summary(step_profile.kernels(run.file("profile_b64.csv")))["kernels"]
+        step = [e for e in table if e["kernel"] == "multi_tensor_kernel"][0]
+        figure(f"kernels.step.b64.optim-us.{tag}", run, step["us_per_step"],
+               f"CNN batch 64, f32: the optimizer step's kernel time a step under ncu, {tag} the vector path, µs")
+    for name, file, what in (("cnn", "train_bf16.jsonl", "CNN batch 64, bf16"), ("mlp", "train_mlp_bf16.jsonl", "MLP batch 64, bf16"),
+                             ("mlp-f32", "train_mlp_3.jsonl", "MLP batch 64, f32"), ("cnn-f32", "train.jsonl", "CNN batch 64, f32"),
+                             ("b512", "train_b512_bf16.jsonl", "CNN batch 512, bf16")):
+        figure(f"kernels.optimvec.{name}.epoch2", vec, vec.epoch(file, 2)["seconds"],
+               f"mnist-train {what}, after the optimizer's vector path: epoch 2, s")
+    figure("kernels.ahead.cnn-f32.epoch2", ahead, ahead.epoch("train.jsonl", 2)["seconds"],
+           "mnist-train CNN batch 64, f32, the call before the optimizer's vector path: epoch 2, s")
