@@ -151,6 +151,15 @@ class Tensor {
   Tensor& copy_(const Tensor& src);  // broadcasting src
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
+  // this = this + alpha * other (and the others alike), libtorch's in-place arithmetic: other of
+  // this tensor's dtype, broadcast to its shape, on its device. One kernel each (add_ and sub_
+  // with alpha != 1: two). A tensor whose elements share memory (an expand()ed view) is refused.
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& sub_(const Tensor& other, double alpha = 1.0);
+  Tensor& mul_(const Tensor& other);
+  Tensor& div_(const Tensor& other);
+  Tensor& add_(double value);
+  Tensor& mul_(double value);
   // Makes this tensor (every handle to it) refer to src's data, shape and dtype; keeps its
   // autograd identity (requires_grad, grad). How Module::to moves parameters without breaking
   // the handles layers and optimizers hold. No autograd node, and no write: the old storage is

@@ -44,7 +44,7 @@ Tensor BatchNormBase::forward(const Tensor& x) {
              " channels, the layer ", options.num_features());
   if (is_training() && options.track_running_stats()) {
     NoGradGuard no_grad;
-    num_batches_tracked.copy_(num_batches_tracked + 1.0);
+    num_batches_tracked.add_(1.0);
   }
   // Without running statistics there is nothing else to normalise with: batch statistics always.
   bool use_batch_stats = is_training() || !options.track_running_stats();

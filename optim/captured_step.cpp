@@ -42,10 +42,14 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
       KILN_CHECK(params[i].storage().get() == c.params[i], CaptureError, "CapturedStep: parameter ", i, " (",
                  params[i].shape(), ") is no longer where the step was captured (moved or loaded onto new "
                  "storage); the graph would update the old one: build a new CapturedStep");
-    {
-      NoGradGuard no_grad;
-      for (size_t i = 0; i < inputs.size(); ++i) c.inputs[i].copy_(inputs[i]);
+    // the new inputs into the graph's, all in one copy_many (one launch on CUDA)
+    std::vector<TensorRef> from, to;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      from.push_back(inputs[i].ref());
+      to.push_back(c.inputs[i].ref());
     }
+    inputs[0].backend().copy_many(from, to);
+    for (Tensor& t : c.inputs) t.storage()->bump_version();
     c.graph->replay();
   }
   // Another shape's graph may have replayed since: the gradients are this graph's now.

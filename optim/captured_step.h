@@ -28,8 +28,9 @@
 // The step function must:
 // - take its data from `inputs` only (a tensor it reaches otherwise is read at its address at
 //   capture, which holds whatever is there at each replay);
-// - change state that outlives the step in place (copy_, fill_, the optimizer's update), not by
-//   replacing a tensor (a running sum kept as `sum = sum + x` is updated once, at capture);
+// - change state that outlives the step in place (add_, copy_, fill_, the optimizer's update), not by
+//   replacing a tensor (a running sum kept as `sum = sum + x` is updated once, at capture;
+//   `sum.add_(x)` at every replay);
 // - not read the device (item(), to_vector()): CaptureError says so.
 // The tensors it returns are the graph's: each replay overwrites them; clone() what must outlast
 // the next call. After a replay, the parameters' grad() are those that replay computed. A graph

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -120,6 +121,65 @@ inline void copy_cases(const Run& r) {
       r.check(target, zeros(s, TensorOptions(k.dtype)).copy_(cpu.slice(0, 0, 1)), k.tol,
               named("broadcast copy_", s, k.dtype));
     }
+  }
+}
+
+// In-place arithmetic (add_, sub_ with alpha, mul_, div_, add_ and mul_ of a scalar) against the
+// same op out of place on the CPU: on contiguous tensors, a transposed view as the target, a
+// broadcast operand, the tensor itself as the operand, and an operand that overlaps the target
+// without being it (its transpose: read whole before any write).
+inline void inplace_arithmetic_cases(const Run& r) {
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Shape s = random_shape(rng);
+    for (const Take& k : r.takes) {
+      if (k.dtype == DType::u8) continue;
+      const bool floating = is_floating(k.dtype);
+      Tensor a = values(s, floating ? 4 : 1000, k.dtype), b = values(s, floating ? 4 : 1000, k.dtype);
+      if (floating) b = b + 5.0;  // away from 0: b divides
+      Tensor row = b.slice(0, 0, 1);  // broadcast along the first axis
+      const std::vector<std::tuple<const char*, std::function<void(Tensor&, const Tensor&, const Tensor&)>,
+                                   std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>>>
+          ops = {
+              {"add_", [](Tensor& t, const Tensor& o, const Tensor&) { t.add_(o); },
+               [](const Tensor& t, const Tensor& o, const Tensor&) { return t + o; }},
+              {"sub_ alpha 2", [](Tensor& t, const Tensor& o, const Tensor&) { t.sub_(o, 2); },
+               [](const Tensor& t, const Tensor& o, const Tensor&) { return t - o * 2.0; }},
+              {"mul_", [](Tensor& t, const Tensor& o, const Tensor&) { t.mul_(o); },
+               [](const Tensor& t, const Tensor& o, const Tensor&) { return t * o; }},
+              {"add_ broadcast row, alpha -3", [](Tensor& t, const Tensor&, const Tensor& w) { t.add_(w, -3); },
+               [](const Tensor& t, const Tensor&, const Tensor& w) { return t + w * -3.0; }},
+              {"add_ scalar", [](Tensor& t, const Tensor&, const Tensor&) { t.add_(7.0); },
+               [](const Tensor& t, const Tensor&, const Tensor&) { return t + 7.0; }},
+              {"mul_ scalar", [](Tensor& t, const Tensor&, const Tensor&) { t.mul_(-2.0); },
+               [](const Tensor& t, const Tensor&, const Tensor&) { return t * -2.0; }},
+              {"add_ itself", [](Tensor& t, const Tensor&, const Tensor&) { t.add_(t); },
+               [](const Tensor& t, const Tensor&, const Tensor&) { return t + t; }},
+          };
+      for (const auto& [name, in_place, out_of_place] : ops) {
+        Tensor want = out_of_place(a, b, row);
+        Tensor dev = a.to(r.device);
+        in_place(dev, b.to(r.device), row.to(r.device));
+        r.check(dev, want, k.tol, named(name, s, k.dtype));
+        if (s.size() >= 2) {  // a transposed view of a contiguous tensor as the target
+          Tensor base = a.transpose(0, -1).contiguous().to(r.device), view = base.transpose(0, -1);
+          in_place(view, b.to(r.device), row.to(r.device));
+          r.check(view, want, k.tol, named(name, s, k.dtype) + " into a transposed view");
+        }
+      }
+      if (floating) {
+        Tensor dev = a.to(r.device);
+        dev.div_(b.to(r.device));
+        r.check(dev, a / b, k.tol, named("div_", s, k.dtype));
+      }
+    }
+  }
+  // the target's own transpose as the operand: every element reads the value before any write
+  for (const Take& k : r.takes) {
+    if (k.dtype == DType::u8) continue;
+    Tensor a = values({37, 37}, is_floating(k.dtype) ? 4 : 1000, k.dtype), dev = a.to(r.device);
+    dev.add_(dev.t());
+    r.check(dev, a + a.t(), k.tol, named("add_ of its own transpose", Shape{37, 37}, k.dtype));
   }
 }
 

@@ -155,6 +155,7 @@ const std::vector<Row>& table() {
       {"pow scalar", cuda_math, {{f32, 4e-6}}, pow_scalar_cases},
       {"isfinite", cuda_exact, vulkan_exact, isfinite_cases},
       {"scalars", cuda_math_i32, {{f32, 0}, {i32, 0}}, unary([](const Tensor& x) { return x * 3.0 + 7.0; })},
+      {"in-place arithmetic", cuda_math_i32, {{f32, 2e-6}, {i32, 0}}, inplace_arithmetic_cases},
       {"relu_backward", cuda_math, {{f32, 0}},
        unary([](const Tensor& x) { return relu_backward(x, x * 0.5); }, {.gradient = false})},
       {"leaky_relu_backward", cuda_math, {{f32, 0}},

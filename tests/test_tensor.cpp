@@ -70,6 +70,30 @@ TEST_CASE("writes through a view reach the base") {
   CHECK(values(x) == std::vector<float>{1, 7, 0, 2, 7, 0, 3, 7, 0});
 }
 
+TEST_CASE("in-place arithmetic writes the tensor, bumps its version and refuses what it cannot do") {
+  Tensor x = from_vector<float>({1, 2, 3, 4}, {2, 2});
+  const uint64_t v = x.version();
+  x.add_(from_vector<float>({10, 20}, {2}), 2).mul_(0.5).sub_(x.slice(0, 0, 1));
+  CHECK(x.to_vector<float>() == std::vector<float>{0, 0, 1, 1});  // less its own first row, read before the writes
+  CHECK(x.version() == v + 3);
+  Tensor counts = zeros({}, DType::i32);
+  counts.add_(from_vector<int32_t>({3}, {})).add_(4.0);
+  CHECK(counts.item() == 7);
+  CHECK_THROWS_WITH_AS(x.add_(from_vector<double>({1}, {1})), doctest::Contains("add_: an operand of dtype f64 for a tensor of f32"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(x.mul_(zeros({3})), doctest::Contains("mul_: shapes [3] and [2, 2] do not broadcast"), ShapeError);
+  CHECK_THROWS_WITH_AS(zeros({1, 3}).expand({4, 3}).add_(1.0), doctest::Contains("repeats its elements along axis 0"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(counts.add_(0.5), doctest::Contains("whole-number scalars"), ValueError);
+  Tensor w = zeros({2}).requires_grad_();
+  CHECK_THROWS_AS(w.add_(1.0), AutogradError);
+  {
+    NoGradGuard no_grad;
+    w.add_(1.0);  // as optimizers write parameters
+  }
+  CHECK(w.to_vector<float>() == std::vector<float>{1, 1});
+}
+
 TEST_CASE("broadcasting follows NumPy's rules") {
   Tensor a = iota({2, 1, 3});
   Tensor b = from_vector<float>({10, 20}, {2, 1});

@@ -201,8 +201,8 @@ std::vector<Tensor> train_step(Training& t, const std::vector<Tensor>& batch) {
   loss.backward();
   t.optimizer->step();
   NoGradGuard no_grad;
-  t.loss_sum.copy_(t.loss_sum + loss.detach() * static_cast<double>(batch[1].numel()));
-  t.correct.copy_(t.correct + eq(argmax(logits.detach(), 1), batch[1]).sum());
+  t.loss_sum.add_(loss.detach(), static_cast<double>(batch[1].numel()));
+  t.correct.add_(eq(argmax(logits.detach(), 1), batch[1]).sum());
   return {loss.detach()};
 }
 

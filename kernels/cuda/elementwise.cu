@@ -273,40 +273,70 @@ void CudaBackend::copy(const TensorRef& src, const TensorRef& out) {
   });
 }
 
+namespace {
+
+// One launch of copy_many_kernel<S, D> per kManyTensors of the pairs (src[i], out[i], n[i]):
+// contiguous runs of n[i] elements.
+template <class S, class D>
+void copy_runs(cudaStream_t stream, std::span<const void* const> src, std::span<void* const> out,
+               std::span<const int64_t> n) {
+  CopyList list{};
+  auto launch = [&] {
+    const int64_t chunks = list.first_chunk[list.tensors];
+    if (chunks > 0) {
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>(chunks, 1024));
+      copy_many_kernel<S, D><<<blocks, kThreads, 0, stream>>>(list);
+      KILN_CUDA_LAUNCH_CHECK("copy_many");
+    }
+    list.tensors = 0;
+  };
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (n[i] == 0) continue;
+    if (list.tensors == kManyTensors) launch();
+    const int t = list.tensors++;
+    list.src[t] = src[i];
+    list.out[t] = out[i];
+    list.sizes[t] = n[i];
+    list.first_chunk[t + 1] = list.first_chunk[t] + (n[i] + kManyChunk - 1) / kManyChunk;
+  }
+  launch();
+}
+
+}  // namespace
+
+// Contiguous pairs go in one launch (per kManyTensors): pairs of one dtype each side, converted
+// (autocast's casts of a model's parameters); or pairs that each keep their dtype, whatever it
+// is (a captured step's inputs: images and labels), copied as 4-byte words where every size and
+// address allows, else as bytes. Anything else, one copy each.
 void CudaBackend::copy_many(std::span<const TensorRef> src, std::span<const TensorRef> out) {
   KILN_CHECK(src.size() == out.size(), ValueError, "cuda copy_many: ", src.size(), " sources for ", out.size(),
              " outputs");
-  bool one_launch = !src.empty();
-  for (size_t i = 0; i < src.size() && one_launch; ++i)
-    one_launch = src[i].is_contiguous() && out[i].is_contiguous() && src[i].numel() == out[i].numel() &&
-                 src[i].dtype == src[0].dtype && out[i].dtype == out[0].dtype;
-  if (!one_launch) return Backend::copy_many(src, out);
+  bool contiguous = !src.empty(), one_pair = true, same_each = true, words = true;
+  for (size_t i = 0; i < src.size() && contiguous; ++i) {
+    contiguous = src[i].is_contiguous() && out[i].is_contiguous() && src[i].numel() == out[i].numel();
+    one_pair = one_pair && src[i].dtype == src[0].dtype && out[i].dtype == out[0].dtype;
+    same_each = same_each && src[i].dtype == out[i].dtype;
+    const auto bytes = static_cast<uintptr_t>(src[i].numel()) * dtype_size(src[i].dtype);
+    words = words && (bytes | reinterpret_cast<uintptr_t>(src[i].data<uint8_t>()) |
+                      reinterpret_cast<uintptr_t>(out[i].data<uint8_t>())) % 4 == 0;
+  }
+  if (!contiguous || !(one_pair || same_each)) return Backend::copy_many(src, out);
+  std::vector<const void*> from(src.size());
+  std::vector<void*> to(src.size());
+  std::vector<int64_t> n(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    from[i] = src[i].data<uint8_t>();
+    to[i] = out[i].data<uint8_t>();
+    n[i] = src[i].numel();
+  }
+  if (!one_pair) {  // same_each: raw words or bytes
+    for (size_t i = 0; i < src.size(); ++i) n[i] *= static_cast<int64_t>(dtype_size(src[i].dtype)) / (words ? 4 : 1);
+    if (words) copy_runs<uint32_t, uint32_t>(stream_, from, to, n);
+    else copy_runs<uint8_t, uint8_t>(stream_, from, to, n);
+    return;
+  }
   visit_dtype(src[0].dtype, [&](auto s) {
-    visit_dtype(out[0].dtype, [&](auto d) {
-      using S = decltype(s);
-      using D = decltype(d);
-      CopyList list{};
-      auto launch = [&] {
-        const int64_t chunks = list.first_chunk[list.tensors];
-        if (chunks > 0) {
-          const auto blocks = static_cast<unsigned>(std::min<int64_t>(chunks, 1024));
-          copy_many_kernel<S, D><<<blocks, kThreads, 0, stream_>>>(list);
-          KILN_CUDA_LAUNCH_CHECK("copy_many");
-        }
-        list.tensors = 0;
-      };
-      for (size_t i = 0; i < src.size(); ++i) {
-        const int64_t n = src[i].numel();
-        if (n == 0) continue;
-        if (list.tensors == kManyTensors) launch();
-        const int t = list.tensors++;
-        list.src[t] = src[i].data<S>();
-        list.out[t] = out[i].data<D>();
-        list.sizes[t] = n;
-        list.first_chunk[t + 1] = list.first_chunk[t] + (n + kManyChunk - 1) / kManyChunk;
-      }
-      launch();
-    });
+    visit_dtype(out[0].dtype, [&](auto d) { copy_runs<decltype(s), decltype(d)>(stream_, from, to, n); });
   });
 }
 

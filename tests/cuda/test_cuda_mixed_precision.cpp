@@ -82,3 +82,28 @@ TEST_CASE("copy_many converts a list of tensors in one launch, bit for bit as on
     }
   }
 }
+
+TEST_CASE("copy_many copies pairs that each keep their dtype, of several dtypes, in one launch") {
+  // A captured step's inputs: f32 images and i32 labels (4-byte words), then with a u8 tensor of
+  // an odd length among them (bytes); each pair's bits as one copy's.
+  Backend& cuda = backend_for(kCuda);
+  for (bool odd_bytes : {false, true}) {
+    CAPTURE(odd_bytes);
+    std::vector<Tensor> src = {uniform({64, 1, 28, 28}, -1.0, 1.0, kCuda),
+                               (uniform({64}, 0.0, 10.0, kCuda)).to(DType::i32),
+                               uniform({4097}, -5.0, 5.0, kCuda).to(DType::f64)};
+    if (odd_bytes) src.push_back(uniform({4099}, 0.0, 255.0, kCuda).to(DType::u8));
+    std::vector<Tensor> out;
+    std::vector<TensorRef> from, to;
+    for (const Tensor& t : src) {
+      out.push_back(zeros(t.shape(), TensorOptions(t.dtype()).device(kCuda)));
+      from.push_back(t.ref());
+      to.push_back(out.back().ref());
+    }
+    cuda.copy_many(from, to);
+    for (size_t i = 0; i < src.size(); ++i) {
+      CAPTURE(i);
+      CHECK(out[i].to(DType::f64).to_vector<double>() == src[i].to(DType::f64).to_vector<double>());
+    }
+  }
+}
