@@ -211,11 +211,14 @@ struct Binary {
   }
 };
 
-// copy_many: contiguous pairs of one dtype each side, a launch for up to kManyTensors of them. The
-// list is the kernel's argument (about 5 KB); its tensors are cut into chunks of kManyChunk
-// elements, which the blocks walk gridDim.x apart, as the optimizers' multi-tensor launch does.
+// copy_many: contiguous pairs, a launch for up to kManyTensors of them. The list is the kernel's
+// argument (about 5 KB); its tensors are cut into chunks of kManyChunk elements, which the blocks
+// walk gridDim.x apart, as the optimizers' multi-tensor launch does. A thread loads its
+// kManyPerThread elements of a chunk before it stores any, and a chunk is small, so that a small
+// list (a batch of MNIST images) still spreads over many blocks with its loads in flight at once.
 constexpr int kManyTensors = 128;
-constexpr int64_t kManyChunk = 4096;
+constexpr int kManyPerThread = 4;
+constexpr int64_t kManyChunk = kThreads * kManyPerThread;
 
 struct CopyList {
   const void* src[kManyTensors];
@@ -233,7 +236,17 @@ __global__ void copy_many_kernel(const __grid_constant__ CopyList list) {
     const int64_t end = begin + kManyChunk < list.sizes[t] ? begin + kManyChunk : list.sizes[t];
     const auto* src = static_cast<const S*>(list.src[t]);
     auto* out = static_cast<D*>(list.out[t]);
-    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) out[j] = Convert<S, D>{}(src[j]);
+    S v[kManyPerThread];
+#pragma unroll
+    for (int k = 0; k < kManyPerThread; ++k) {
+      const int64_t j = begin + threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+      if (j < end) v[k] = src[j];
+    }
+#pragma unroll
+    for (int k = 0; k < kManyPerThread; ++k) {
+      const int64_t j = begin + threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+      if (j < end) out[j] = Convert<S, D>{}(v[k]);
+    }
   }
 }
 

@@ -58,9 +58,9 @@ TEST_CASE("bf16 training on the GPU tracks f32 and the CPU's bf16 over 100 steps
 }
 
 TEST_CASE("copy_many converts a list of tensors in one launch, bit for bit as one copy each") {
-  // sizes around a chunk (4096) and none; more tensors than one launch's table (128); a strided
+  // sizes around a chunk (1024) and none; more tensors than one launch's table (128); a strided
   // pair, which sends the whole list through one copy each
-  std::vector<int64_t> sizes = {1, 4095, 4096, 4097, 100000, 0, 3};
+  std::vector<int64_t> sizes = {1, 1023, 1024, 1025, 4097, 100000, 0, 3};
   for (int i = 0; i < 140; ++i) sizes.push_back(1 + (i * 37) % 300);
   Backend& cuda = backend_for(kCuda);
   for (bool strided : {false, true}) {
