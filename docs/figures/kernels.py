@@ -140,3 +140,20 @@ def define(figure, table, runs):
                f"mnist-train {what}, after the optimizer's vector path: epoch 2, s")
     figure("kernels.ahead.cnn-f32.epoch2", ahead, ahead.epoch("train.jsonl", 2)["seconds"],
            "mnist-train CNN batch 64, f32, the call before the optimizer's vector path: epoch 2, s")
+
+    # mnist-train's running sums in place (Tensor::add_) and a replay's inputs in one copy_many:
+    # the launches a step before (the optimizer's vector path) and after
+    after = runs["2026-11-27-h100-launches"]
+    for tag, run, csv, what in (("mlp.before", runs["2026-11-27-h100-mlp-profile"], "profile_mlp.csv", "MLP f32, before"),
+                                ("mlp.after", after, "profile_mlp.csv", "MLP f32, after"),
+                                ("b64-bf16.before", vec, "profile_b64_bf16.csv", "CNN batch 64 bf16, before"),
+                                ("b64-bf16.after", after, "profile_b64_bf16.csv", "CNN batch 64 bf16, after")):
+        summary = step_profile.summary(step_profile.kernels(run.file(csv)))
+        figure(f"kernels.launches.{tag}.kernels", run, summary["kernels_per_step"], f"kernels a training step, {what}")
+        figure(f"kernels.launches.{tag}.us", run, summary["us_per_step"], f"kernel time a step (ncu), {what}, µs")
+    for name, file, what in (("mlp-f32", "train_mlp_3.jsonl", "MLP, f32"), ("mlp", "train_mlp_bf16.jsonl", "MLP, bf16")):
+        epochs = [e["seconds"] for e in after.epochs(file)][1:]
+        figure(f"kernels.launches.{name}.epochs", after, (min(epochs), max(epochs)),
+               f"mnist-train {what}, batch 64: epochs 2 and 3 after the in-place running sums, s")
+    figure("kernels.launches.cnn.epoch2", after, after.epoch("train_bf16.jsonl", 2)["seconds"],
+           "mnist-train CNN, bf16, batch 64: epoch 2 after the in-place running sums, s")
