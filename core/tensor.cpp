@@ -240,9 +240,9 @@ Tensor in_place_operand(const Tensor& t, const Tensor& other, const char* op) {
   KILN_CHECK(broadcast_shapes(other.shape(), t.shape(), op) == t.shape(), ShapeError, op, ": an operand of shape ",
              other.shape(), " does not broadcast to the tensor's shape ", t.shape());
   for (int64_t a = 0; a < t.dim(); ++a)
-    KILN_CHECK(t.strides()[static_cast<size_t>(a)] != 0 || t.size(a) <= 1, ValueError, op, ": the tensor (", t.shape(), ", strides ",
-               t.strides(), ") repeats its elements along axis ", a, ", so the write would land on one element "
-               "several times; write a contiguous() copy instead");
+    KILN_CHECK(t.strides()[static_cast<size_t>(a)] != 0 || t.size(a) <= 1, ValueError, op, ": the tensor (",
+               t.shape(), ", strides ", t.strides(), ") repeats its elements along axis ", a, ", so the write would "
+               "land on one element several times; write a contiguous() copy instead");
   check_writable(t, op);
   const bool same_view = other.storage() == t.storage() && other.offset() == t.offset() &&
                          other.shape() == t.shape() && other.strides() == t.strides();
@@ -280,8 +280,12 @@ Tensor& unary_in_place(Tensor& t, UnaryOp op, double value, const char* name) {
 }
 }  // namespace
 
-Tensor& Tensor::add_(const Tensor& other, double alpha) { return binary_in_place(*this, BinaryOp::add, other, alpha, "add_"); }
-Tensor& Tensor::sub_(const Tensor& other, double alpha) { return binary_in_place(*this, BinaryOp::sub, other, alpha, "sub_"); }
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  return binary_in_place(*this, BinaryOp::add, other, alpha, "add_");
+}
+Tensor& Tensor::sub_(const Tensor& other, double alpha) {
+  return binary_in_place(*this, BinaryOp::sub, other, alpha, "sub_");
+}
 Tensor& Tensor::mul_(const Tensor& other) { return binary_in_place(*this, BinaryOp::mul, other, 1.0, "mul_"); }
 Tensor& Tensor::div_(const Tensor& other) { return binary_in_place(*this, BinaryOp::div, other, 1.0, "div_"); }
 Tensor& Tensor::add_(double value) { return unary_in_place(*this, UnaryOp::add_scalar, value, "add_"); }

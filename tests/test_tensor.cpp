@@ -79,9 +79,10 @@ TEST_CASE("in-place arithmetic writes the tensor, bumps its version and refuses 
   Tensor counts = zeros({}, DType::i32);
   counts.add_(from_vector<int32_t>({3}, {})).add_(4.0);
   CHECK(counts.item() == 7);
-  CHECK_THROWS_WITH_AS(x.add_(from_vector<double>({1}, {1})), doctest::Contains("add_: an operand of dtype f64 for a tensor of f32"),
-                       DTypeError);
-  CHECK_THROWS_WITH_AS(x.mul_(zeros({3})), doctest::Contains("mul_: shapes [3] and [2, 2] do not broadcast"), ShapeError);
+  CHECK_THROWS_WITH_AS(x.add_(from_vector<double>({1}, {1})),
+                       doctest::Contains("add_: an operand of dtype f64 for a tensor of f32"), DTypeError);
+  CHECK_THROWS_WITH_AS(x.mul_(zeros({3})), doctest::Contains("mul_: shapes [3] and [2, 2] do not broadcast"),
+                       ShapeError);
   CHECK_THROWS_WITH_AS(zeros({1, 3}).expand({4, 3}).add_(1.0), doctest::Contains("repeats its elements along axis 0"),
                        ValueError);
   CHECK_THROWS_WITH_AS(counts.add_(0.5), doctest::Contains("whole-number scalars"), ValueError);

@@ -455,8 +455,8 @@ void bench_optim_step(Bench& bench, const std::string& rule, const std::vector<S
     std::vector<float*> bases;
     for (int d = 0; d < operands; ++d) {
       float* b = static_cast<float*>(bench.device_bytes(static_cast<size_t>(numel + 4) * sizeof(float))) + offset;
-      KILN_CUDA_CHECK(cudaMemcpyAsync(b, host[static_cast<size_t>(d)].data(), static_cast<size_t>(numel) * sizeof(float),
-                                      cudaMemcpyHostToDevice, stream));
+      KILN_CUDA_CHECK(cudaMemcpyAsync(b, host[static_cast<size_t>(d)].data(),
+                                      static_cast<size_t>(numel) * sizeof(float), cudaMemcpyHostToDevice, stream));
       bases.push_back(b);
     }
     const auto lists = lists_at(bases);
@@ -484,7 +484,9 @@ void bench_optim(Bench& bench) {
   AdamStep adam;
   adam.lr = 1e-3, adam.beta1 = 0.9, adam.beta2 = 0.999, adam.eps = 1e-8;
   adam.bias_correction1 = 0.1, adam.bias_correction2 = 0.001;  // step 1's
-  bench_optim_step(bench, "Adam", cnn, 4, [&](Backend& b, const auto& l) { b.adam_step(l[0], l[1], l[2], l[3], {}, adam); });
+  bench_optim_step(bench, "Adam", cnn, 4, [&](Backend& b, const auto& l) {
+    b.adam_step(l[0], l[1], l[2], l[3], {}, adam);
+  });
   SgdStep sgd;
   sgd.lr = 0.01;
   bench_optim_step(bench, "SGD (dist-bench ddp's)", linear, 2, [&](Backend& b, const auto& l) {

@@ -1,8 +1,9 @@
 // kernel-bench: every version of every CUDA kernel family against the library it is measured
 // by: matmul against cuBLAS (FP32 and TF32), conv2d against cuDNN, softmax, cross-entropy,
 // reductions, dropout, batch norm and the optimizer steps against the device's copy bandwidth.
-// Prints a table and writes JSON; once a run's JSON is recorded in docs/runs/ (scripts/figures.py record), scripts/figures.py
-// update writes the tables of kernels/README.md from it (through scripts/kernel_table.py).
+// Prints a table and writes JSON; once a run's JSON is recorded in docs/runs/ (scripts/figures.py
+// record), scripts/figures.py update writes the tables of kernels/README.md from it (through
+// scripts/kernel_table.py).
 //
 //   kernel-bench [--only matmul|conv|softmax|cross_entropy|reduce|dropout|batch_norm|optim] [--shape TEXT]
 //                [--quick] [--json FILE]
@@ -147,7 +148,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", kiln::apps::version_line("kernel-bench"));
   std::string only, json, shape;
   bool quick = false;
-  app.add_option("--only", only, "one family: matmul, conv, softmax, cross_entropy, reduce, dropout, batch_norm or optim")
+  app.add_option("--only", only,
+                 "one family: matmul, conv, softmax, cross_entropy, reduce, dropout, batch_norm or optim")
       ->check(CLI::IsMember({"matmul", "conv", "softmax", "cross_entropy", "reduce", "dropout", "batch_norm", "optim"}))
       ->type_name("FAMILY");
   app.add_option("--shape", shape, "conv: only the shapes whose label contains TEXT, e.g. 'conv2 x[512'");

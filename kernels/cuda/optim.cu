@@ -41,10 +41,9 @@ namespace {
 
 // Chunks of 16 elements a thread: at 64 a thread, with a thread's elements one after another,
 // the block count, not the bandwidth, set the pace: MNIST's 1.2M parameters made only 73 blocks
-// (history: NOTES.md). A launch's blocks
-// walk its chunks kGridBlocks apart, about what an H100 holds at once, so that a list of any length
-// up to kMaxTensors tensors is one launch (dist-bench ddp's 134M parameters took 33 launches when
-// every block owned one chunk).
+// (history: NOTES.md). A launch's blocks walk its chunks kGridBlocks apart, about what an H100
+// holds at once, so that a list of any length up to kMaxTensors tensors is one launch (dist-bench
+// ddp's 134M parameters took 33 launches when every block owned one chunk).
 constexpr int kMaxTensors = 256;     // per launch
 constexpr int64_t kGridBlocks = 1024;
 constexpr int64_t kChunk = 4096;     // elements per chunk: 16 per thread at 256 threads
@@ -79,11 +78,12 @@ __device__ void apply_one(const Rule& rule, T* const* p, int64_t j) {
 // of every operand before it computes or stores any: 16 f32 elements' operands in flight a thread
 // instead of one. One element at a time, each load waits for the store before it, which the
 // compiler must assume may alias. kernel-bench --only optim, H100, both paths in one call: SGD on
-// 134M parameters 556.1 µs [fig kernels.optim.sgd.vectors.us] in vectors, 96% [fig kernels.optim.sgd.vectors.pct-copy]
-// of copy bandwidth, against 1275 µs [fig kernels.optim.sgd.scalar.us] an element at a time,
-// 42% [fig kernels.optim.sgd.scalar.pct-copy]; Adadelta on MNIST's 1.2M, 11.09 µs [fig kernels.optim.adadelta.vectors.us]
-// against 16.65 µs [fig kernels.optim.adadelta.scalar.us] (their 34 MB stay in the 50 MB L2 from one
-// timed step to the next). The vectors a thread takes sit blockDim.x apart, so a warp's loads stay
+// 134M parameters 556.1 µs [fig kernels.optim.sgd.vectors.us] in vectors,
+// 96% [fig kernels.optim.sgd.vectors.pct-copy] of copy bandwidth, against
+// 1275 µs [fig kernels.optim.sgd.scalar.us] an element at a time, 42% [fig kernels.optim.sgd.scalar.pct-copy];
+// Adadelta on MNIST's 1.2M, 11.09 µs [fig kernels.optim.adadelta.vectors.us] against
+// 16.65 µs [fig kernels.optim.adadelta.scalar.us] (their 34 MB stay in the 50 MB L2 from one timed
+// step to the next). The vectors a thread takes sit blockDim.x apart, so a warp's loads stay
 // coalesced.
 template <class T, int Depth, class Rule>
 __device__ void apply_vectors(const Rule& rule, T* const* p, int64_t begin, int64_t end) {
