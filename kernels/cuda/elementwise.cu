@@ -330,16 +330,16 @@ void CudaBackend::copy_many(std::span<const TensorRef> src, std::span<const Tens
     one_pair = one_pair && src[i].dtype == src[0].dtype && out[i].dtype == out[0].dtype;
     same_each = same_each && src[i].dtype == out[i].dtype;
     const auto bytes = static_cast<uintptr_t>(src[i].numel()) * dtype_size(src[i].dtype);
-    words = words && (bytes | reinterpret_cast<uintptr_t>(src[i].data<uint8_t>()) |
-                      reinterpret_cast<uintptr_t>(out[i].data<uint8_t>())) % 4 == 0;
+    words = words && (bytes | reinterpret_cast<uintptr_t>(src[i].address()) |
+                      reinterpret_cast<uintptr_t>(out[i].address())) % 4 == 0;
   }
   if (!contiguous || !(one_pair || same_each)) return Backend::copy_many(src, out);
   std::vector<const void*> from(src.size());
   std::vector<void*> to(src.size());
   std::vector<int64_t> n(src.size());
   for (size_t i = 0; i < src.size(); ++i) {
-    from[i] = src[i].data<uint8_t>();
-    to[i] = out[i].data<uint8_t>();
+    from[i] = src[i].address();  // the first element's, whatever the dtype
+    to[i] = out[i].address();
     n[i] = src[i].numel();
   }
   if (!one_pair) {  // same_each: raw words or bytes

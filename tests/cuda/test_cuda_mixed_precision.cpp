@@ -72,6 +72,7 @@ TEST_CASE("copy_many converts a list of tensors in one launch, bit for bit as on
       one.push_back(empty({sizes[i]}, TensorOptions(DType::bf16).device(kCuda)));
     }
     if (strided) src[1] = uniform({2 * sizes[1]}, -3.0, 3.0, kCuda).slice(0, 0, 2 * sizes[1], 2);
+    else src[2] = (uniform({sizes[2] + 3}, -3.0, 3.0, kCuda) * 1e3).slice(0, 3, sizes[2] + 3);  // an offset view
     std::vector<TensorRef> from, to;
     for (size_t i = 0; i < src.size(); ++i) from.push_back(src[i].ref()), to.push_back(many[i].ref());
     cuda.copy_many(from, to);
@@ -89,10 +90,13 @@ TEST_CASE("copy_many copies pairs that each keep their dtype, of several dtypes,
   Backend& cuda = backend_for(kCuda);
   for (bool odd_bytes : {false, true}) {
     CAPTURE(odd_bytes);
-    std::vector<Tensor> src = {uniform({64, 1, 28, 28}, -1.0, 1.0, kCuda),
-                               (uniform({64}, 0.0, 10.0, kCuda)).to(DType::i32),
-                               uniform({4097}, -5.0, 5.0, kCuda).to(DType::f64)};
-    if (odd_bytes) src.push_back(uniform({4099}, 0.0, 255.0, kCuda).to(DType::u8));
+    // each source a view one element into its buffer (a data-parallel rank's rows of a batch):
+    // its first element is at the offset times its dtype's size
+    auto skip_one = [](const Tensor& t) { return t.reshape({t.numel()}).slice(0, 1, t.numel()); };
+    std::vector<Tensor> src = {skip_one(uniform({64 * 784 + 1}, -1.0, 1.0, kCuda)),
+                               skip_one(uniform({65}, 0.0, 10.0, kCuda).to(DType::i32)),
+                               skip_one(uniform({4098}, -5.0, 5.0, kCuda).to(DType::f64))};
+    if (odd_bytes) src.push_back(skip_one(uniform({4100}, 0.0, 255.0, kCuda).to(DType::u8)));
     std::vector<Tensor> out;
     std::vector<TensorRef> from, to;
     for (const Tensor& t : src) {
