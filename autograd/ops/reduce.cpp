@@ -77,11 +77,20 @@ Tensor keep_axes(const Tensor& g, const Shape& x_shape, const std::vector<int64_
   return reshape(g, kept);
 }
 
-// sum and mean: each input element gets the gradient of its sum, scaled by 1/n for a mean.
+// Below this many elements a mean's gradient is written out whole (see sum_gradient).
+constexpr int64_t kSmallMeanGradient = 1 << 16;
+
+// sum and mean: each input element gets the gradient of its sum, scaled by 1/n for a mean. The
+// gradient is a broadcast view of g where it can be; a small mean's (a loss over a batch) is
+// scaled into a tensor of its own in one kernel instead, since the op before it (cross_entropy's
+// backward, say) would copy the view out in a launch of its own, and for that few elements the
+// launch, not the bytes, is the cost. The same products either way, the same bits.
 BackwardFn sum_gradient(const Shape& x_shape, const std::vector<int64_t>& axes, bool keepdim, double scale) {
   return [=](const Tensor& g, const Needed&) -> Grads {
     Tensor kept = keep_axes(g, x_shape, axes, keepdim);
-    return {expand(scale == 1.0 ? kept : kept * scale, x_shape)};
+    if (scale == 1.0) return {expand(kept, x_shape)};
+    if (x_shape.numel() <= kSmallMeanGradient) return {expand(kept, x_shape) * scale};
+    return {expand(kept * scale, x_shape)};
   };
 }
 
