@@ -18,7 +18,10 @@
 //              random 28 x 28 images, MSE against random logits: a small model whose step the
 //              host's launches can bound. On CUDA, (a) and (b) are timed again with each step
 //              captured once as a CUDA graph and replayed (optim::CapturedStep; DDP's all-reduces
-//              inside the graph): "alone_graph" and "ddp_graph", their efficiency the ratio.
+//              inside the graph): "alone_graph" and "ddp_graph", their efficiency the ratio. And
+//              (d), on CUDA, each rank alone again with an all-reduce of its gradients' size on
+//              the group's stream beside every backward ("alone_beside_allreduce"): its GPU phase
+//              times against (a)'s tell what NCCL's kernels cost the step's own by sharing the GPU.
 //
 //   mpirun -np GPUS dist-bench allreduce [--max-bytes 1G] [--iters N] [--warmup 5] [--json FILE]
 //   mpirun -np GPUS dist-bench ddp [--batch 512 --batch 2048] [--bucket-mb 25] [--json FILE]
@@ -426,9 +429,12 @@ StepTime time_captured_steps(nn::Module& model, const Tensor& x, const Tensor& t
 
 // Trains `model` for warmup + timed steps on x against target; the host waits once, at the end,
 // reading the loss. With `no_sync`, every step runs inside its no_sync() guard: DDP's wrapper
-// without its reduction, which tells the cost of the communication from that of the rest.
+// without its reduction, which tells the cost of the communication from that of the rest. With
+// `beside`, each step starts it once the forward is queued (a collective on the group's stream,
+// which then runs beside the backward) and waits for it after the optimizer.
 StepTime time_steps(nn::Module& model, const Tensor& x, const Tensor& target, int warmup, int steps,
-                    nn::DistributedDataParallel* no_sync = nullptr) {
+                    nn::DistributedDataParallel* no_sync = nullptr,
+                    const std::function<std::unique_ptr<Work>()>& beside = {}) {
   optim::SGD opt(model.parameters(), optim::SGDOptions(0.01));
   Tensor loss;
   PhaseClock clock(x.device());
@@ -440,10 +446,12 @@ StepTime time_steps(nn::Module& model, const Tensor& x, const Tensor& target, in
     mark(0);
     loss = mse_loss(model.forward(x), target);
     mark(1);
+    std::unique_ptr<Work> work = beside ? beside() : nullptr;
     loss.backward();
     mark(2);
     opt.step();
     mark(3);
+    if (work) work->wait();
   };
   auto unmarked = [](int) {};
   for (int i = 0; i < warmup; ++i) step(unmarked);
@@ -500,12 +508,19 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
     std::printf("alone: every rank trains its own copy without DDP, all at once; times: the slowest rank's\n");
     std::fflush(stdout);
   }
-  // (a) every rank alone, before any DDP
+  // (a) every rank alone, before any DDP; on CUDA, also (d) with an all-reduce of as many bytes as
+  // the gradients running beside each backward on the group's stream (not the gradients: they are
+  // still being computed): what sharing the GPU with NCCL costs the step's own kernels.
   const bool graphs = backend_for(device).can_capture();
-  std::vector<StepTime> alone, alone_graph;
+  Tensor flat = zeros({parameters}, device);
+  std::vector<StepTime> alone, alone_graph, beside;
   for (const auto& [x, target] : data) {
     alone.push_back(time_steps(*model, x, target, c.warmup, c.steps));
-    if (graphs) alone_graph.push_back(time_captured_steps(*model, x, target, c.warmup, c.steps));
+    if (graphs) {
+      alone_graph.push_back(time_captured_steps(*model, x, target, c.warmup, c.steps));
+      beside.push_back(time_steps(*model, x, target, c.warmup, c.steps, nullptr,
+                                  [&] { return group->all_reduce_async(flat, ReduceOp::sum); }));
+    }
   }
   model->zero_grad();
   // (b) the same model under DDP (which starts every rank from rank 0's parameters)
@@ -521,7 +536,6 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
   // parameters' shapes, one NCCL group) and as one flat tensor of as many elements.
   std::vector<Tensor> grads;
   for (const Tensor& p : model->parameters()) grads.push_back(zeros_like(p));
-  Tensor flat = zeros({parameters}, device);
   auto sync = [&] { flat.backend().synchronize(); };
   auto grouped_call = [&] { group->all_reduce(grads, ReduceOp::mean); };
   auto flat_call = [&] { group->all_reduce(flat, ReduceOp::mean); };
@@ -549,20 +563,29 @@ void run_ddp(const std::shared_ptr<ProcessGroup>& group, const DdpConfig& c) {
                 alone[i].host_optimizer_ms, together[i].host_forward_ms, together[i].host_backward_ms,
                 together[i].host_optimizer_ms, unsynced[i].host_forward_ms, unsynced[i].host_backward_ms,
                 unsynced[i].host_optimizer_ms);
-    if (graphs)
+    if (graphs) {
       std::printf("%10s   each step one CUDA graph: alone %.3f ms, DDP %.3f ms, efficiency %.1f%%\n", "",
                   alone_graph[i].seconds * 1e3, together_graph[i].seconds * 1e3,
                   100 * alone_graph[i].seconds / together_graph[i].seconds);
+      std::printf("%10s   alone, an all-reduce of the gradients' size beside each backward: step %.3f ms, GPU ms "
+                  "forward / backward / optimizer %.3f / %.3f / %.3f\n", "", beside[i].seconds * 1e3,
+                  beside[i].forward_ms, beside[i].backward_ms, beside[i].optimizer_ms);
+    }
     if (c.json.empty()) continue;
     std::vector<std::pair<const char*, StepTime>> modes = {{"alone", alone[i]}, {"ddp", together[i]},
                                                             {"ddp_no_sync", unsynced[i]}};
-    if (graphs) modes.insert(modes.end(), {{"alone_graph", alone_graph[i]}, {"ddp_graph", together_graph[i]}});
+    if (graphs)
+      modes.insert(modes.end(), {{"alone_graph", alone_graph[i]}, {"ddp_graph", together_graph[i]},
+                                 {"alone_beside_allreduce", beside[i]}});
     for (const auto& [mode, t] : modes) {
       nlohmann::ordered_json line = json_line("ddp", "kiln", *group, name);
       line.update({{"mode", mode}, {"batch", c.batches[i]}});
       if (cnn) line["model"] = "cnn";
       else line.update({{"width", c.width}, {"layers", c.layers}});
       line.update({{"step_ms", apps::rounded(t.seconds * 1e3, 4)}, {"loss", t.loss}, {"steps", c.steps}});
+      if (t.backward_ms > 0)  // the GPU's phases, where they were timed (CUDA, eager steps)
+        line.update({{"forward_ms", apps::rounded(t.forward_ms, 4)}, {"backward_ms", apps::rounded(t.backward_ms, 4)},
+                     {"optimizer_ms", apps::rounded(t.optimizer_ms, 4)}});
       if (std::string(mode) == "ddp")
         line.update({{"bucket_cap_mb", c.bucket_mb}, {"efficiency", apps::rounded(efficiency, 4)},
                      {"grads_allreduce_us", apps::rounded(grouped_us, 3)}, {"flat_allreduce_us", apps::rounded(flat_us, 3)}});
