@@ -297,3 +297,12 @@ def define(figure, table, runs):
            "4 x H100: 8 x Linear 4096 at batch 2048, backward's GPU time, the step alone, ms")
     figure("dist.scale.4.b2048.backward-ddp.ms", scale, float(breakdown.group(2)),
            "4 x H100: the same under DDP (to the last bucket's all-reduce done), ms")
+
+    # the backward beside an all-reduce of the gradients' size, without DDP (dist-bench ddp's (d))
+    contention = runs["2026-11-27-4xh100-contention"]
+    for mode, what in (("alone", "alone"), ("alone_beside_allreduce", "beside an all-reduce of the gradients' size"),
+                       ("ddp", "under DDP")):
+        tag = {"alone": "alone", "alone_beside_allreduce": "beside", "ddp": "ddp"}[mode]
+        figure(f"dist.contention.4.b2048.backward-{tag}.ms", contention,
+               ddp(contention, "kiln", mode, 2048, ranks=4)["backward_ms"],
+               f"4 x H100: 8 x Linear 4096, batch 2048, the backward's GPU time {what}, ms")
