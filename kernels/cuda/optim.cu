@@ -87,7 +87,9 @@ __device__ void apply_one(const Rule& rule, T* const* p, int64_t j) {
 // coalesced.
 template <class T, int Depth, class Rule>
 __device__ void apply_vectors(const Rule& rule, T* const* p, int64_t begin, int64_t end) {
-  constexpr int N = 16 / sizeof(T), kUnroll = 4;
+  // Five operands (Adam, RMSprop) four vectors deep took 158 registers a thread (one block an SM):
+  // two vectors deep there.
+  constexpr int N = 16 / sizeof(T), kUnroll = Depth >= 5 ? 2 : 4;
   using V = Vec<T, N>;
   const int64_t vectors = (end - begin) / N;  // begin is a multiple of kChunk, so of N
   for (int64_t k0 = threadIdx.x; k0 < vectors; k0 += static_cast<int64_t>(blockDim.x) * kUnroll) {
