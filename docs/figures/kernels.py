@@ -133,6 +133,11 @@ def define(figure, table, runs):
         step = [e for e in table if e["kernel"] == "multi_tensor_kernel"][0]
         figure(f"kernels.step.b64.optim-us.{tag}", run, step["us_per_step"],
                f"CNN batch 64, f32: the optimizer step's kernel time a step under ncu, {tag} the vector path, µs")
+    regs = runs["2026-11-27-h100-optim-regs"]  # five operands two vectors deep
+    for path, version in (("vectors", "vectors (operands 16-byte aligned)"),
+                          ("scalar", "one element at a time (operands 4 bytes off)")):
+        figure(f"kernels.optim.adam.regs.{path}.us", regs, 1e3 * regs.kernel("optim", f"Adam, {version}", cnn_shape)["ms"],
+               f"Adam step on {cnn_shape}, {version}, after five operands went two vectors deep, µs")
     for name, file, what in (("cnn", "train_bf16.jsonl", "CNN batch 64, bf16"), ("mlp", "train_mlp_bf16.jsonl", "MLP batch 64, bf16"),
                              ("mlp-f32", "train_mlp_3.jsonl", "MLP batch 64, f32"), ("cnn-f32", "train.jsonl", "CNN batch 64, f32"),
                              ("b512", "train_b512_bf16.jsonl", "CNN batch 512, bf16")):
