@@ -227,23 +227,30 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 namespace {
-// The checks of an in-place write of op into t, and the operand the kernel reads: other, or a copy
-// of it where it shares memory with t but is not t itself (element i's write would change what a
-// later element reads).
-Tensor in_place_operand(const Tensor& t, const Tensor& other, const char* op) {
-  KILN_CHECK(other.device() == t.device(), DeviceError, op, ": operand on ", other.device(), ", tensor on ",
-             t.device(), "; move it first with .to(device)");
-  KILN_CHECK(other.dtype() == t.dtype(), DTypeError, op, ": an operand of dtype ", other.dtype(), " for a tensor of ",
-             t.dtype(), "; convert it with .to(", t.dtype(), ")");
+// What any in-place arithmetic op asks of the tensor it writes, given the scalar it multiplies or
+// adds (alpha, or the value): a dtype with arithmetic, a whole number for an integer tensor, each
+// element its own memory, and nothing autograd would have to follow (copy_'s rule).
+void check_in_place_target(const Tensor& t, double scalar, const char* op) {
   KILN_CHECK(t.dtype() != DType::u8, DTypeError, op, ": u8 tensors take no arithmetic; convert with "
              ".to(DType::f32) or .to(DType::i32) first");
-  KILN_CHECK(broadcast_shapes(other.shape(), t.shape(), op) == t.shape(), ShapeError, op, ": an operand of shape ",
-             other.shape(), " does not broadcast to the tensor's shape ", t.shape());
+  KILN_CHECK(is_floating(t.dtype()) || scalar == std::trunc(scalar), ValueError, op, ": ", t.dtype(),
+             " tensors take whole-number scalars, got ", scalar);
   for (int64_t a = 0; a < t.dim(); ++a)
     KILN_CHECK(t.strides()[static_cast<size_t>(a)] != 0 || t.size(a) <= 1, ValueError, op, ": the tensor (",
                t.shape(), ", strides ", t.strides(), ") repeats its elements along axis ", a, ", so the write would "
                "land on one element several times; write a contiguous() copy instead");
   check_writable(t, op);
+}
+
+// The operand an in-place binary op reads: other, or a copy of it where it shares memory with t
+// but is not t itself (element i's write would change what a later element reads).
+Tensor in_place_operand(const Tensor& t, const Tensor& other, const char* op) {
+  KILN_CHECK(other.device() == t.device(), DeviceError, op, ": operand on ", other.device(), ", tensor on ",
+             t.device(), "; move it first with .to(device)");
+  KILN_CHECK(other.dtype() == t.dtype(), DTypeError, op, ": an operand of dtype ", other.dtype(), " for a tensor of ",
+             t.dtype(), "; convert it with .to(", t.dtype(), ")");
+  KILN_CHECK(broadcast_shapes(other.shape(), t.shape(), op) == t.shape(), ShapeError, op, ": an operand of shape ",
+             other.shape(), " does not broadcast to the tensor's shape ", t.shape());
   const bool same_view = other.storage() == t.storage() && other.offset() == t.offset() &&
                          other.shape() == t.shape() && other.strides() == t.strides();
   if (other.storage() != t.storage() || same_view) return other;
@@ -253,12 +260,11 @@ Tensor in_place_operand(const Tensor& t, const Tensor& other, const char* op) {
 }
 
 Tensor& binary_in_place(Tensor& t, BinaryOp op, const Tensor& other, double alpha, const char* name) {
+  check_in_place_target(t, alpha, name);
   const Tensor operand = in_place_operand(t, other, name);
   TensorRef b = broadcast_ref(operand, t.shape());
   Tensor scaled;  // alpha * other, where alpha is not 1
   if (alpha != 1.0) {
-    KILN_CHECK(is_floating(t.dtype()) || alpha == std::trunc(alpha), ValueError, name, ": ", t.dtype(),
-               " tensors take whole-number alphas, got ", alpha);
     scaled = empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
     t.backend().unary(UnaryOp::mul_scalar, b, scaled.ref(), alpha);
     b = scaled.ref();
@@ -269,11 +275,7 @@ Tensor& binary_in_place(Tensor& t, BinaryOp op, const Tensor& other, double alph
 }
 
 Tensor& unary_in_place(Tensor& t, UnaryOp op, double value, const char* name) {
-  KILN_CHECK(t.dtype() != DType::u8, DTypeError, name, ": u8 tensors take no arithmetic; convert with "
-             ".to(DType::f32) or .to(DType::i32) first");
-  KILN_CHECK(is_floating(t.dtype()) || value == std::trunc(value), ValueError, name, ": ", t.dtype(),
-             " tensors take whole-number scalars, got ", value);
-  in_place_operand(t, t, name);  // the tensor's own checks
+  check_in_place_target(t, value, name);
   t.backend().unary(op, t.ref(), t.ref(), value);
   t.storage()->bump_version();
   return t;

@@ -441,8 +441,6 @@ void bench_optim_step(Bench& bench, const std::string& rule, const std::vector<S
     }
     return lists;
   };
-  std::vector<float*> cpu_bases;
-  for (auto& h : host) cpu_bases.push_back(h.data());
   std::vector<std::vector<float>> want = host;
   std::vector<float*> want_bases;
   for (auto& h : want) want_bases.push_back(h.data());

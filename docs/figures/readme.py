@@ -300,9 +300,9 @@ def define(figure, table, runs):
 
     # the backward beside an all-reduce of the gradients' size, without DDP (dist-bench ddp's (d))
     contention = runs["2026-11-27-4xh100-contention"]
-    for mode, what in (("alone", "alone"), ("alone_beside_allreduce", "beside an all-reduce of the gradients' size"),
-                       ("ddp", "under DDP")):
-        tag = {"alone": "alone", "alone_beside_allreduce": "beside", "ddp": "ddp"}[mode]
+    for mode, tag, what in (("alone", "alone", "alone"),
+                            ("alone_beside_allreduce", "beside", "beside an all-reduce of the gradients' size"),
+                            ("ddp", "ddp", "under DDP")):
         figure(f"dist.contention.4.b2048.backward-{tag}.ms", contention,
                ddp(contention, "kiln", mode, 2048, ranks=4)["backward_ms"],
                f"4 x H100: 8 x Linear 4096, batch 2048, the backward's GPU time {what}, ms")
