@@ -120,11 +120,50 @@ void edge_done(LeafWaits& waits, const std::shared_ptr<TensorImpl>& leaf, bool b
   if (--it->second.edges_left == 0 && it->second.reached) run_hooks(leaf);
 }
 
+// A model under autocast casts each parameter to bf16, so each parameter's gradient comes back
+// through a conversion node into its leaf: one small conversion launch each, a dozen a step.
+// Where the leaf has no hooks (nobody waits for its gradient before the walk ends) the walk holds
+// such gradients back and converts them at its end, together: one to_dtype of a list, one launch
+// on CUDA. The values are the same; only when they arrive changes. Anomaly mode, which checks each
+// formula's result as it runs, converts each at once.
+struct HeldConversion {
+  Tensor grad;  // in the conversion's output dtype
+  std::shared_ptr<TensorImpl> leaf;
+  DType to;
+};
+
+bool holds_back(const Node& node) {
+  return node.converts && node.inputs.size() == 1 && node.inputs[0].leaf &&
+         node.inputs[0].leaf->post_accumulate_grad_hooks.empty() && !is_anomaly_enabled();
+}
+
+void convert_held(std::vector<HeldConversion>& held) {
+  while (!held.empty()) {
+    const DType to = held.front().to;  // one list per dtype converted to
+    std::vector<Tensor> grads;
+    std::vector<std::shared_ptr<TensorImpl>> leaves;
+    std::vector<HeldConversion> rest;
+    for (HeldConversion& h : held) {
+      if (h.to != to) {
+        rest.push_back(std::move(h));
+        continue;
+      }
+      grads.push_back(std::move(h.grad));
+      leaves.push_back(std::move(h.leaf));
+    }
+    held = std::move(rest);
+    std::vector<Tensor> converted = to_dtype(grads, to);
+    grads.clear();  // the converted gradients alone hold their storage: the leaves keep them uncopied
+    for (size_t i = 0; i < leaves.size(); ++i) accumulate_into_leaf(*leaves[i], std::exchange(converted[i], Tensor()));
+  }
+}
+
 // The walk from a non-leaf root: every node reachable from `start`, consumers first.
 void walk(Node* start, const Tensor& seed, bool retain_graph) {
   std::vector<Node*> order = reverse_topological_order(start);
   LeafWaits waits = count_leaf_edges(order);
   std::unordered_map<Node*, Tensor> pending{{start, seed}};
+  std::vector<HeldConversion> held;
   for (Node* node : order) {
     auto it = pending.find(node);
     if (it == pending.end()) {  // no gradient reached it (every path was cut)
@@ -138,6 +177,11 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
 
     KILN_CHECK(node->backward, AutogradError, "backward through '", node->op, "': its graph was "
                "freed by an earlier backward(); pass retain_graph = true to run backward twice");
+    if (holds_back(*node)) {
+      if (!retain_graph) node->backward = nullptr;
+      held.push_back({std::move(grad), node->inputs[0].leaf, node->input_dtypes[0]});
+      continue;
+    }
     check_saved(*node);
     std::vector<bool> needed;
     for (const Edge& e : node->inputs) needed.push_back(e.needed());
@@ -171,6 +215,7 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
       }
     }
   }
+  convert_held(held);
 }
 
 }  // namespace

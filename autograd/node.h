@@ -72,6 +72,9 @@ struct Node : GradFn {
   std::vector<DType> input_dtypes;
   std::vector<SavedTensor> saved;   // what the formula reads; emptied with it
   BackwardFn backward;              // emptied by backward() unless the graph is retained
+  // A conversion (to_dtype): its formula is to_dtype(g, input_dtypes[0]), so backward may convert
+  // the gradients of many such nodes together instead of running each formula alone.
+  bool converts = false;
 
   Node() = default;
   Node(const Node&) = delete;

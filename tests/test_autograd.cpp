@@ -19,6 +19,10 @@ Tensor leaf(std::vector<double> v, const Shape& shape) {
   return from_vector<double>(v, shape, TensorOptions(DType::f64).requires_grad());
 }
 std::vector<double> grad_of(const Tensor& t) { return t.grad().to_vector<double>(); }
+Tensor random(const Shape& shape, uint64_t seed) {
+  Generator gen(seed);
+  return uniform(shape, -1.0, 1.0, Device::cpu(), &gen);
+}
 }  // namespace
 
 TEST_CASE("backward of a scalar fills the leaves' gradients") {
@@ -297,6 +301,68 @@ TEST_CASE("hook bookkeeping stays linear in a deep graph") {
   for (int i = 0; i < 20000; ++i) y = y + w;  // 20000 edges into w
   y.sum().backward();
   CHECK(calls == 1);
+}
+
+TEST_CASE("gradients coming back through conversions into leaves arrive with the values of one at a time") {
+  // A model under autocast casts each parameter to bf16; backward converts those gradients back
+  // together at the end of its walk (one launch on CUDA: test_cuda_mixed_precision), except into
+  // a leaf with a hook, which must see its gradient as soon as it is final. Here: f32 and f64
+  // leaves, one also used uncast, one transposed after its cast (as a Linear layer's weight).
+  auto run = [](bool hooks, bool anomaly, bool retain) {
+    DetectAnomalyGuard detect;
+    autograd::set_detect_anomaly(anomaly);
+    Tensor a = random({3, 4}, 1).requires_grad_(), b = random({4}, 2).requires_grad_();
+    Tensor c = random({5}, 3).to(DType::f64).requires_grad_();
+    std::vector<Tensor> leaves = {a, b, c};
+    int fired = 0;
+    if (hooks)
+      for (const Tensor& t : leaves) t.register_post_accumulate_grad_hook([&](const Tensor&) { ++fired; });
+    std::vector<Tensor> low = to_dtype(std::vector<Tensor>{a, b}, DType::bf16);
+    Tensor c32 = to_dtype(c, DType::f32);
+    Tensor x = random({2, 3}, 4).to(DType::bf16);
+    Tensor y = matmul(x, low[0]) * low[1];  // [2, 4]
+    Tensor loss = y.to(DType::f32).sum() + (a * a).sum() + (c32 * c32).sum() + low[0].t().to(DType::f32).sum();
+    loss.backward({}, retain);
+    if (retain) loss.backward();
+    CHECK(fired == (hooks ? (retain ? 6 : 3) : 0));
+    std::vector<std::vector<double>> grads;
+    for (const Tensor& t : leaves) {
+      CHECK(t.grad().dtype() == t.dtype());
+      grads.push_back(t.grad().to(DType::f64).to_vector<double>());
+    }
+    return grads;
+  };
+  for (bool retain : {false, true}) {
+    CAPTURE(retain);
+    const auto held = run(false, false, retain);
+    CHECK(held == run(true, false, retain));
+    CHECK(held == run(false, true, retain));
+  }
+  // a graph freed by the first backward is refused at the second, conversions and all
+  Tensor w = random({3}, 5).requires_grad_();
+  Tensor loss = to_dtype(w, DType::bf16).to(DType::f32).sum();
+  loss.backward();
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{1, 1, 1});
+  CHECK_THROWS_AS(loss.backward(), AutogradError);
+}
+
+TEST_CASE("to_dtype of a list converts each tensor as to_dtype of it alone, in its memory order") {
+  const Tensor base = random({4, 6}, 6);
+  std::vector<Tensor> xs = {base, base.t(), base.slice(1, 0, 6, 2), base.slice(0, 0, 0), base.to(DType::bf16),
+                            from_vector<double>({1.5, -2.25}, {2}, TensorOptions(DType::f64))};
+  std::vector<Tensor> ys = to_dtype(xs, DType::bf16);
+  REQUIRE(ys.size() == xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CAPTURE(i);
+    const Tensor one = to_dtype(xs[i], DType::bf16);
+    CHECK(ys[i].dtype() == DType::bf16);
+    CHECK(ys[i].shape() == xs[i].shape());
+    CHECK(ys[i].strides() == one.strides());  // the transpose stays a transposed view of its copy
+    CHECK(ys[i].to(DType::f32).to_vector<float>() == one.to(DType::f32).to_vector<float>());
+  }
+  CHECK(ys[1].strides() == Strides{1, 6});
+  CHECK(ys[4].storage() == xs[4].storage());  // already bf16: passed through
+  CHECK_THROWS_AS(to_dtype(std::vector<Tensor>{base, Tensor()}, DType::bf16), ValueError);
 }
 
 TEST_CASE("anomaly mode names the first op whose output or gradient is not finite, with the shapes") {

@@ -2,6 +2,7 @@
 // contiguous, clone, concat and the conversions copy. Each op's gradient sits beside it.
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 #include "kiln/autograd/ops/common.h"
 
@@ -203,14 +204,16 @@ Tensor clone(const Tensor& x) {
 }
 
 namespace {
-// x converted to dtype, laid out in x's own memory order where x covers its elements densely in
-// some order of its axes (a transposed weight: w.t() converts to a transposed view of a converted
-// copy of w), else row-major. Keeping the order keeps the copy a straight pass through memory, a
-// product reading the converted weight as it would read the weight (matmul's transposed operand),
-// and the gradient coming back through the conversion in the weight's own order, with no copy to
-// make it contiguous.
-Tensor converted_copy(const Tensor& x, DType dtype) {
-  if (x.is_contiguous() || x.numel() == 0) return dense_copy(x, dtype);
+// x's elements as a row-major ref in memory order, and the strides that lay a dense copy of that
+// ref out in x's shape, where x covers its elements densely in some order of its axes (a
+// transposed weight: w.t() is w's memory read in reverse axis order); nothing where it has gaps
+// or overlaps.
+struct MemoryOrder {
+  TensorRef ref;
+  Strides strides;
+};
+std::optional<MemoryOrder> memory_order(const Tensor& x) {
+  if (x.is_contiguous()) return MemoryOrder{x.ref(), x.strides()};
   const auto rank = static_cast<size_t>(x.dim());
   std::vector<size_t> order(rank);  // axes from the outermost in memory to the innermost
   for (size_t a = 0; a < rank; ++a) order[a] = a;
@@ -220,26 +223,42 @@ Tensor converted_copy(const Tensor& x, DType dtype) {
   for (size_t a : order) memory_shape.push_back(x.shape()[a]);
   const Strides dense = contiguous_strides(memory_shape);
   for (size_t k = 0; k < rank; ++k)
-    if (x.shape()[order[k]] != 1 && x.strides()[order[k]] != dense[k]) return dense_copy(x, dtype);  // gaps, overlaps
-  // The copy runs in memory order on both sides: x's axes permuted into that order are contiguous.
-  TensorRef from = x.ref();
-  from.shape = memory_shape;
-  from.strides = dense;
-  Tensor c = empty(memory_shape, TensorOptions(dtype).device(x.device()));
-  x.backend().copy(from, c.ref());
+    if (x.shape()[order[k]] != 1 && x.strides()[order[k]] != dense[k]) return std::nullopt;
+  MemoryOrder m{x.ref(), {}};
+  m.ref.shape = memory_shape;
+  m.ref.strides = dense;
   std::vector<int64_t> strides(rank);
   for (size_t k = 0; k < rank; ++k) strides[order[k]] = dense[k];
-  return make_view(c, x.shape(), Strides(std::move(strides)), 0);
+  m.strides = Strides(std::move(strides));
+  return m;
 }
-}  // namespace
 
-namespace {
-// y = x in another dtype: its gradient converts back.
+// The dense tensor `to` holds x's elements in memory order (memory_order's ref), as x's shape.
+Tensor as_laid_out(const Tensor& x, const Tensor& to, const MemoryOrder& m) {
+  return x.is_contiguous() ? to : make_view(to, x.shape(), m.strides, 0);
+}
+
+// x converted to dtype, laid out in x's own memory order where x is dense in one (memory_order),
+// else row-major. Keeping the order keeps the copy a straight pass through memory, a product
+// reading the converted weight as it would read the weight (matmul's transposed operand), and the
+// gradient coming back through the conversion in the weight's own order, with no copy to make it
+// contiguous.
+Tensor converted_copy(const Tensor& x, DType dtype) {
+  const std::optional<MemoryOrder> m = x.numel() > 0 ? memory_order(x) : std::nullopt;
+  if (!m) return dense_copy(x, dtype);
+  Tensor c = empty(m->ref.shape, TensorOptions(dtype).device(x.device()));
+  x.backend().copy(m->ref, c.ref());
+  return as_laid_out(x, c, *m);
+}
+
+// y = x in another dtype: its gradient converts back. The node says so (Node::converts), so that
+// backward converts the gradients of many such nodes together (autograd/engine.cpp).
 void record_conversion(Tensor& y, const Tensor& x) {
   if (!is_floating(y.dtype()) || !autograd::is_recording({x})) return;
   autograd::record(y, "to_dtype", {x}, [from = x.dtype()](const Tensor& g, const Needed&) -> Grads {
     return {to_dtype(g, from)};
   });
+  autograd::node_of(y)->converts = true;
 }
 }  // namespace
 
@@ -253,20 +272,25 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
 std::vector<Tensor> to_dtype(const std::vector<Tensor>& xs, DType dtype) {
   std::vector<Tensor> ys(xs.size());
   std::vector<TensorRef> from, to;
-  std::vector<size_t> batched;  // the contiguous ones, converted by one copy_many on xs[0]'s backend
+  std::vector<size_t> batched;  // those dense in some order, converted by one copy_many on xs[0]'s backend
   for (size_t i = 0; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
     KILN_CHECK(x.defined(), ValueError, "to_dtype: tensor ", i, " of the list is undefined");
     if (x.dtype() == dtype) {
       ys[i] = x;
-    } else if (x.is_contiguous() && x.device() == xs[0].device()) {
-      ys[i] = empty(x.shape(), TensorOptions(dtype).device(x.device()));
-      from.push_back(x.ref());
-      to.push_back(ys[i].ref());
-      batched.push_back(i);
-    } else {
-      ys[i] = to_dtype(x, dtype);
+      continue;
     }
+    const std::optional<MemoryOrder> m =
+        x.device() == xs[0].device() && x.numel() > 0 ? memory_order(x) : std::nullopt;
+    if (!m) {
+      ys[i] = to_dtype(x, dtype);
+      continue;
+    }
+    Tensor c = empty(m->ref.shape, TensorOptions(dtype).device(x.device()));
+    from.push_back(m->ref);
+    to.push_back(c.ref());
+    ys[i] = as_laid_out(x, c, *m);
+    batched.push_back(i);
   }
   if (!from.empty()) xs[0].backend().copy_many(from, to);
   for (size_t i : batched) record_conversion(ys[i], xs[i]);

@@ -84,6 +84,30 @@ TEST_CASE("copy_many converts a list of tensors in one launch, bit for bit as on
   }
 }
 
+TEST_CASE("backward converts the gradients of a model's bf16 casts back in one launch") {
+  // Four parameters cast to bf16 ahead, as mnist-train's step does: their gradients come back
+  // through four conversions, held by backward and converted in one copy_many; a hook on each
+  // parameter (its gradient wanted as soon as it is final) makes them one launch each again.
+  auto run = [](bool hooks) {
+    std::vector<Tensor> params;
+    for (int64_t n : {1000, 3, 257, 64 * 64}) params.push_back(uniform({n}, -1.0, 1.0, kCuda).requires_grad_());
+    if (hooks)
+      for (const Tensor& p : params) p.register_post_accumulate_grad_hook([](const Tensor&) {});
+    const std::vector<Tensor> low = to_dtype(params, DType::bf16);
+    Tensor loss = zeros({}, kCuda);
+    for (const Tensor& p : low) loss = loss + (p * p).to(DType::f32).sum();
+    Graph graph = capture(kCuda, [&] { loss.backward(); });
+    graph.replay();
+    std::vector<std::vector<float>> grads;
+    for (const Tensor& p : params) grads.push_back(p.grad().to_vector<float>());
+    return std::make_pair(graph.kernels(), grads);
+  };
+  const auto [held, held_grads] = run(false);
+  const auto [each, each_grads] = run(true);
+  CHECK(each == held + 3);
+  CHECK(held_grads == each_grads);
+}
+
 TEST_CASE("copy_many copies pairs that each keep their dtype, of several dtypes, in one launch") {
   // A captured step's inputs: f32 images and i32 labels (4-byte words), then with a u8 tensor of
   // an odd length among them (bytes); each pair's bits as one copy's.
