@@ -176,26 +176,27 @@ __device__ void channel_sums(const double* partial, const Dims& d, int64_t c, do
 
 // ---- the forward ----
 
-// What the forward's output pass needs of channel c, from its sums of (x - x0) and (x - x0)^2;
-// the run's first block (part 0) writes mean, var and invstd.
+// A channel's mean and biased variance from its sums s1, s2 of (x - x0) and (x - x0)^2 over m
+// elements, x0 the channel's first element.
+struct Moments {
+  double mean, var;
+};
+template <class T>
+__device__ Moments moments(const T* x, double s1, double s2, const Dims& d, int64_t c) {
+  const double m = static_cast<double>(d.n * d.sv * d.v);
+  return {static_cast<double>(x[c * d.sv * d.v]) + s1 / m, std::max((s2 - s1 * s1 / m) / m, 0.0)};
+}
+
+// y = (x - mean) * invstd, times the channel's weight and plus its bias where the layer has them:
+// the output pass of the forward in training and in evaluation.
 template <class T>
 struct Normalise {
   T mean, invstd, w, b;
   bool has_w, has_b;
 
-  __device__ Normalise(const T* x, const double* partial, const T* weight, const T* bias, double eps, T* mean_out,
-                       T* var_out, T* invstd_out, const Dims& d, int64_t c, int64_t part) {
-    double s1, s2;
-    channel_sums(partial, d, c, s1, s2);
-    const double m = static_cast<double>(d.n * d.sv * d.v);
-    const double mu = static_cast<double>(x[c * d.sv * d.v]) + s1 / m;
-    const double var = std::max((s2 - s1 * s1 / m) / m, 0.0);
-    mean = static_cast<T>(mu);
-    invstd = static_cast<T>(1.0 / sqrt(var + eps));
-    has_w = weight != nullptr, has_b = bias != nullptr;
-    w = has_w ? weight[c] : T(1), b = has_b ? bias[c] : T(0);
-    if (part == 0 && threadIdx.x == 0) mean_out[c] = mean, var_out[c] = static_cast<T>(var), invstd_out[c] = invstd;
-  }
+  __device__ Normalise(T mean, T invstd, const T* weight, const T* bias, int64_t c)
+      : mean(mean), invstd(invstd), w(weight ? weight[c] : T(1)), b(bias ? bias[c] : T(0)), has_w(weight != nullptr),
+        has_b(bias != nullptr) {}
   template <int V>
   __device__ Vec<T, V> operator()(Vec<T, V> x) const {
 #pragma unroll
@@ -208,6 +209,20 @@ struct Normalise {
     return x;
   }
 };
+
+// Training: channel c's statistics from the parts' sums; the run's first block (part 0) writes
+// mean, var and invstd.
+template <class T>
+__device__ Normalise<T> normalise_from_parts(const T* x, const double* partial, const T* weight, const T* bias,
+                                             double eps, T* mean_out, T* var_out, T* invstd_out, const Dims& d,
+                                             int64_t c, int64_t part) {
+  double s1, s2;
+  channel_sums(partial, d, c, s1, s2);
+  const Moments s = moments(x, s1, s2, d, c);
+  const T mean = static_cast<T>(s.mean), invstd = static_cast<T>(1.0 / sqrt(s.var + eps));
+  if (part == 0 && threadIdx.x == 0) mean_out[c] = mean, var_out[c] = static_cast<T>(s.var), invstd_out[c] = invstd;
+  return Normalise<T>(mean, invstd, weight, bias, c);
+}
 
 // Adds a vector's (x - x0) and (x - x0)^2 to s1, s2.
 template <class T, int V>
@@ -252,7 +267,7 @@ __global__ void __launch_bounds__(kBlock)
     normalise_kernel(const T* x, const double* partial, const T* weight, const T* bias, double eps, T* y, T* mean,
                      T* var, T* invstd, Dims d) {
   const int64_t part = blockIdx.x, c = blockIdx.y;
-  const Normalise<T> f(x, partial, weight, bias, eps, mean, var, invstd, d, c, part);
+  const Normalise<T> f = normalise_from_parts(x, partial, weight, bias, eps, mean, var, invstd, d, c, part);
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   auto* yv = reinterpret_cast<Vec<T, V>*>(y);
   Walk<int64_t> w(d, c, part, threadIdx.x);
@@ -280,7 +295,7 @@ __global__ void __launch_bounds__(kBlock)
     if (w.more()) add_stats(held[i], x0, s1, s2);
   store_part(s1, s2, partial, d, c, part);
   cooperative_groups::this_grid().sync();
-  const Normalise<T> f(x, partial, weight, bias, eps, mean, var, invstd, d, c, part);
+  const Normalise<T> f = normalise_from_parts(x, partial, weight, bias, eps, mean, var, invstd, d, c, part);
   auto* yv = reinterpret_cast<Vec<T, V>*>(y);
   w = Walk<int32_t>(d, c, part, threadIdx.x);
 #pragma unroll
@@ -294,9 +309,8 @@ __global__ void stats_finish_kernel(const T* x, const double* partial, T* mean, 
   KILN_GRID_STRIDE(c, d.c) {
     double s1 = 0, s2 = 0;
     for (int64_t p = 0; p < d.parts; ++p) s1 += partial[(c * d.parts + p) * 2], s2 += partial[(c * d.parts + p) * 2 + 1];
-    const double m = static_cast<double>(d.n * d.sv * d.v);
-    mean[c] = static_cast<T>(static_cast<double>(x[c * d.sv * d.v]) + s1 / m);
-    var[c] = static_cast<T>(std::max((s2 - s1 * s1 / m) / m, 0.0));
+    const Moments s = moments(x, s1, s2, d, c);
+    mean[c] = static_cast<T>(s.mean), var[c] = static_cast<T>(s.var);
   }
 }
 
@@ -305,20 +319,10 @@ template <class T, int V>
 __global__ void __launch_bounds__(kBlock) apply_kernel(const T* x, const T* mean, const T* invstd, const T* weight,
                                                        const T* bias, T* y, Dims d) {
   const int64_t part = blockIdx.x, c = blockIdx.y;
-  const T m = mean[c], r = invstd[c], wc = weight ? weight[c] : T(1), bc = bias ? bias[c] : T(0);
+  const Normalise<T> f(mean[c], invstd[c], weight, bias, c);
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   auto* yv = reinterpret_cast<Vec<T, V>*>(y);
-  for (Walk<int64_t> w(d, c, part, threadIdx.x); w.more(); w.next()) {
-    Vec<T, V> v = xv[w.at()];
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      T u = (v.v[i] - m) * r;
-      if (weight) u *= wc;
-      if (bias) u += bc;
-      v.v[i] = u;
-    }
-    yv[w.at()] = v;
-  }
+  for (Walk<int64_t> w(d, c, part, threadIdx.x); w.more(); w.next()) yv[w.at()] = f(xv[w.at()]);
 }
 
 // ---- the backward ----
