@@ -58,9 +58,10 @@ void bench_matmul(Bench& bench) {
                                                          {2048, 2048, 2048}, {2048, 2048, 2048, false, true},
                                                          {1024, 1024, 1024}, {1024, 1024, 1024, false, true},
                                                          {64, 128, 784}, {64, 10, 128}, {784, 128, 64},
-                                                         // the MNIST CNN's fc1 (9216 -> 128) at batch 64
+                                                         // the MNIST CNN's fc1 (9216 -> 128) at batch 64,
+                                                         // and its forward at batch 512
                                                          {64, 128, 9216, false, true}, {64, 9216, 128},
-                                                         {9216, 128, 64, true, false},
+                                                         {9216, 128, 64, true, false}, {512, 128, 9216, false, true},
                                                          // a Linear(4096, 4096) at batch 512 (dist-bench ddp's
                                                          // layers): forward, input gradient, weight gradient
                                                          {512, 4096, 4096, false, true}, {512, 4096, 4096},
@@ -201,6 +202,16 @@ void bench_matmul(Bench& bench) {
       cuda::matmul::bf16_wgmma(p, static_cast<const bf16*>(A16), static_cast<const bf16*>(B16),
                                static_cast<bf16*>(C16), {}, stream);
     });
+    {  // 16 at the chunk count production would give it
+      const int64_t splits =
+          cuda::matmul::bf16_wgmma_split_k_splits(p, cuda::device_attribute(cudaDevAttrMultiProcessorCount));
+      void* ws = bench.device_bytes(cuda::matmul::bf16_wgmma_split_k_workspace(
+          p, static_cast<const bf16*>(A16), static_cast<const bf16*>(B16), splits));
+      run_bf16("16_bf16_wgmma_split_k", false, [&] {
+        cuda::matmul::bf16_wgmma_split_k_run(p, static_cast<const bf16*>(A16), static_cast<const bf16*>(B16),
+                                             static_cast<bf16*>(C16), {}, splits, ws, stream);
+      });
+    }
     {  // 09 on bf16 operands, at the split count production would give it
       const int64_t splits = cuda::matmul::split_k_splits(p, cuda::device_attribute(cudaDevAttrMultiProcessorCount));
       auto* ws = static_cast<float*>(bench.device_bytes(static_cast<size_t>(splits * s.m * s.n) * sizeof(float)));

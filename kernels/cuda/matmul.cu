@@ -43,6 +43,8 @@
 //     on 08's structure, shared tiles K-major so that each fragment register is one shared load.
 //   15_bf16_wgmma: 13's kernel on bf16 tiles (in 13's file): wgmma m64nNk16 from shared memory,
 //     MN-major operands read in place through wgmma's transpose (16-bit types have one).
+//   16_bf16_wgmma_split_k: 15 with k cut into chunks, one tile and one chunk a block, their f32
+//     sums added in order by 09's reduce kernel (in 13's file): few tiles and a long k.
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
@@ -66,9 +68,9 @@
 //     SM, chunks of >= 64, so k >= 256): 09. Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
 //   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
-// f64 always runs 03. bf16 runs 09 on long, thin products (a few tiles, k >= 2048), else 15 on an
-// sm_90 GPU (but for a misaligned operand with k < 256), else 09 on a few tiles, else 14 (the
-// reasons, with their figures: CudaBackend::matmul). The SM count is asked once per device
+// f64 always runs 03. bf16 runs 16 on long, thin products (a few tiles, k >= 2048) on an sm_90
+// GPU, else 15 there (but for a misaligned operand with k < 256), else 09 on a few tiles, else 14
+// (the reasons, with their figures: CudaBackend::matmul). The SM count is asked once per device
 // (device_attribute).
 //
 // The epilogue (core/backend.h): every version stores each element of C through it, so a Linear
@@ -154,6 +156,13 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     // short k goes to 09 too on a few tiles (it reads any layout), else to 14. 09 on bf16 took the
     // CNN's fc1 in 20.2 µs [fig cuda.matmul.bf16.64x128x9216.production.us] (docs/runs/2026-11-27-h100-bf16-kernels).
     const bool long_k = few_tiles && splits >= 4 && p.k >= 2048;
+    if (long_k && matmul::tf32_wgmma_applies(p, device_)) {
+      const int64_t chunks = matmul::bf16_wgmma_split_k_splits(p, sms);
+      void* workspace = allocate(matmul::bf16_wgmma_split_k_workspace(p, A, B, chunks));
+      matmul::bf16_wgmma_split_k_run(p, A, B, C, e, chunks, workspace, stream_);
+      deallocate(workspace);
+      return;
+    }
     if (!long_k && matmul::tf32_wgmma_applies(p, device_)) {
       const size_t bytes = matmul::bf16_wgmma_workspace(p, A, B);
       if (bytes == 0 || p.k >= 256) {  // as for TF32: packing a short product costs more than 14 takes

@@ -85,6 +85,26 @@ StoredProduct stored_product(int64_t batch, int64_t m, int64_t n, int64_t k, con
   return s;
 }
 
+// A stored product in bf16 for the bf16 versions: the operands rounded to bf16 on the GPU, the
+// epilogue's bias too, and the CPU's answer: the product of the bf16 operands in f32, through the
+// epilogue (its bias rounded to bf16 as the kernels get it) in f32, rounded once.
+struct Bf16Product {
+  Tensor want, ga, gb, gbias;
+  cuda::DeviceEpilogue<bf16> e;
+  Bf16Product(const StoredProduct& sp, const SweepEpilogue& ep)
+      : ga(sp.a.to(DType::bf16).to(kCuda)), gb(sp.b.to(DType::bf16).to(kCuda)), gbias(ep.bias.to(DType::bf16).to(kCuda)),
+        e{ep.with_bias ? gbias.ref().data<bf16>() : nullptr, ep.act} {
+    const MatmulParams& p = sp.p;
+    const Tensor av = sp.a_used(DType::bf16).to(DType::f32), bv = sp.b_used(DType::bf16).to(DType::f32);
+    want = matmul(p.trans_a ? av.transpose(1, 2) : av, p.trans_b ? bv.transpose(1, 2) : bv);
+    if (ep.with_bias) want = want + ep.bias.to(DType::bf16).to(DType::f32);
+    if (ep.act == Activation::relu) want = relu(want);
+    want = want.to(DType::bf16);
+  }
+  const bf16* a() const { return ga.ref().data<bf16>(); }
+  const bf16* b() const { return gb.ref().data<bf16>(); }
+};
+
 }  // namespace
 
 TEST_CASE("every matmul version matches the CPU on odd shapes, both transposes, batches") {
@@ -262,18 +282,10 @@ TEST_CASE("14_bf16_mma, 15_bf16_wgmma and 09_split_k in bf16 match the CPU's bf1
                                                .ldb_pad = cs.ldb_pad, .broadcast_a = cs.broadcast_a});
       const MatmulParams& p = sp.p;
       const SweepEpilogue ep(epilogue, cs.n);
-      // the product of the bf16 operands in f32, through the epilogue (its bias rounded to bf16 as
-      // the kernels get it) in f32, rounded once
-      const Tensor av = sp.a_used(DType::bf16).to(DType::f32), bv = sp.b_used(DType::bf16).to(DType::f32);
-      Tensor want = matmul(p.trans_a ? av.transpose(1, 2) : av, p.trans_b ? bv.transpose(1, 2) : bv);
-      if (ep.with_bias) want = want + ep.bias.to(DType::bf16).to(DType::f32);
-      if (ep.act == Activation::relu) want = relu(want);
-      want = want.to(DType::bf16);
-      Tensor ga = sp.a.to(DType::bf16).to(kCuda), gb = sp.b.to(DType::bf16).to(kCuda);
-      Tensor gbias = ep.bias.to(DType::bf16).to(kCuda);
-      const cuda::DeviceEpilogue<bf16> e{ep.with_bias ? gbias.ref().data<bf16>() : nullptr, ep.act};
-      const bf16* a = ga.ref().data<bf16>();
-      const bf16* b = gb.ref().data<bf16>();
+      const Bf16Product bp(sp, ep);
+      const Tensor& want = bp.want;
+      const cuda::DeviceEpilogue<bf16>& e = bp.e;
+      const bf16 *a = bp.a(), *b = bp.b();
       const int64_t row = (cs.k + 7) / 8 * 8;  // packed rows: k rounded up to 8 bf16
       const int64_t elements = (cs.pack_a ? (cs.broadcast_a ? 1 : cs.batch) * cs.m * row : 0) +
                                (cs.pack_b ? cs.batch * cs.n * row : 0);
@@ -297,6 +309,55 @@ TEST_CASE("14_bf16_mma, 15_bf16_wgmma and 09_split_k in bf16 match the CPU's bf1
       }
     }
   }
+}
+
+TEST_CASE("16_bf16_wgmma_split_k matches the CPU's bf16 product at any number of chunks, in every layout") {
+  // k cut into chunks of whole slices (64), each block's f32 sums added in chunk order by 09's
+  // reduce kernel, through the epilogue, rounded once: as 15 to an ulp of bf16 plus the sums'
+  // reordering. Ragged m and n, a partial last slice, operands read K-major, MN-major or packed
+  // (ldb 133: rows not 16-byte aligned); chunk counts of one (15 itself), a few, and more than
+  // chunks of four slices allow (capped there: kMinChunkSlices).
+  struct Case {
+    int64_t m, n, k;
+    bool trans_a, trans_b;
+    int64_t lda_pad, ldb_pad;
+  };
+  const Case cases[] = {
+      {64, 128, 9216, false, true, 0, 0},  // the MNIST CNN's fc1 at batch 64, as production runs it
+      {65, 130, 2053, false, false, 3, 6}, {200, 70, 1100, true, true, 0, 5}, {33, 257, 700, true, false, 4, 3},
+      {131, 77, 1000, false, false, 0, 56},
+  };
+  cuda::CudaBackend& be = cuda::backend(0);
+  for (const Case& cs : cases)
+    for (int64_t splits : {1, 3, 7, 1000}) {
+      const StoredProduct sp = stored_product(1, cs.m, cs.n, cs.k,
+                                              {.trans_a = cs.trans_a, .trans_b = cs.trans_b, .lda_pad = cs.lda_pad,
+                                               .ldb_pad = cs.ldb_pad});
+      const MatmulParams& p = sp.p;
+      const SweepEpilogue ep(static_cast<int>(splits % 4), cs.n);
+      const Bf16Product bp(sp, ep);
+      const Tensor& want = bp.want;
+      const bf16 *a = bp.a(), *b = bp.b();
+      const size_t bytes = cuda::matmul::bf16_wgmma_split_k_workspace(p, a, b, splits);
+      Tensor ws = full({static_cast<int64_t>(bytes / 4) + 1}, 7.0, TensorOptions(DType::f32).device(kCuda));
+      Tensor out = full({1, cs.m, cs.n}, 7.0, TensorOptions(DType::bf16).device(kCuda));  // overwritten
+      cuda::matmul::bf16_wgmma_split_k_run(p, a, b, out.ref().data<bf16>(), bp.e, splits, ws.ref().data<float>(),
+                                           be.stream());
+      const std::string what = "16_bf16_wgmma_split_k " + sp.shape + ", " + std::to_string(splits) + " chunks";
+      check_close(out.to(DType::f64), want.to(DType::f64), 8e-3, 1e-4 * std::sqrt(static_cast<double>(cs.k)), what);
+      // the same bits again: the chunks add in a fixed order
+      Tensor again = full({1, cs.m, cs.n}, 3.0, TensorOptions(DType::bf16).device(kCuda));
+      cuda::matmul::bf16_wgmma_split_k_run(p, a, b, again.ref().data<bf16>(), bp.e, splits,
+                                           ws.ref().data<float>(), be.stream());
+      CHECK_MESSAGE(again.to(DType::f32).to_vector<float>() == out.to(DType::f32).to_vector<float>(), what);
+    }
+  // one product at a time
+  const StoredProduct two = stored_product(2, 64, 64, 4096, {});
+  Tensor ga = two.a.to(DType::bf16).to(kCuda), gb = two.b.to(DType::bf16).to(kCuda);
+  Tensor out = empty({2, 64, 64}, TensorOptions(DType::bf16).device(kCuda));
+  CHECK_THROWS_AS(cuda::matmul::bf16_wgmma_split_k_run(two.p, ga.ref().data<bf16>(), gb.ref().data<bf16>(),
+                                                       out.ref().data<bf16>(), {}, 4, nullptr, be.stream()),
+                  ShapeError);
 }
 
 TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities and NaN") {
@@ -412,7 +473,7 @@ TEST_CASE("matmul with a fused bias and ReLU through autograd, in every producti
 
 TEST_CASE("bf16 matmul with a fused bias and ReLU through autograd, in every production path") {
   // production bf16 (matmul.cu): 09 for a misaligned small product (the CNN's fc2, 64 x 10 x 128,
-  // and its gradients) and a long, thin one (fc1, 64 x 128 x 9216), 15 for a short k on a few
+  // and its gradients), 16 for a long, thin one (fc1, 64 x 128 x 9216), 15 for a short k on a few
   // tiles (the MLP's fc1, 64 x 128 x 784) and for enough tiles; an ulp of bf16 (2^-8) apart
   matmul_bias_relu_cases({.device = kCuda, .takes = {{DType::bf16, {8e-3, 1e-3}}}},
                          {{64, 10, 128}, {64, 128, 9216}, {64, 128, 784}, {1024, 1024, 512}});

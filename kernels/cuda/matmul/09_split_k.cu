@@ -155,6 +155,16 @@ __global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partia
   }
 }
 
+// The reduce kernel over C's m x n elements, 32 a block.
+template <class T>
+void reduce(const float* partials, T* c, int64_t m, int64_t n, int64_t splits, const DeviceEpilogue<T>& e,
+            cudaStream_t stream) {
+  const int64_t mn = m * n;
+  split_k_reduce_kernel<T><<<static_cast<unsigned>((mn + 31) / 32), dim3(32, 8), 0, stream>>>(partials, c, mn, n,
+                                                                                              splits, e);
+  KILN_CUDA_LAUNCH_CHECK("matmul 09_split_k reduce");
+}
+
 // The chunk length for (about) `splits` chunks: a whole number of slices, at least one.
 int64_t chunk_for(int64_t k, int64_t splits) {
   splits = std::clamp<int64_t>(splits, 1, kMaxSplits);
@@ -195,12 +205,15 @@ void run_split_k(const MatmulParams& p, const T* a, const T* b, T* c, const Devi
     split_k_partial_kernel<T><<<grid, NT, 0, stream>>>(args);
     KILN_CUDA_LAUNCH_CHECK("matmul 09_split_k partial");
     if (splits == 1) continue;
-    split_k_reduce_kernel<T><<<static_cast<unsigned>((mn + 31) / 32), dim3(32, 8), 0, stream>>>(workspace, ce, mn,
-                                                                                                p.n, splits, e);
-    KILN_CUDA_LAUNCH_CHECK("matmul 09_split_k reduce");
+    reduce(workspace, ce, p.m, p.n, splits, e, stream);
   }
 }
 }  // namespace
+
+void split_k_reduce(const float* partials, bf16* c, int64_t m, int64_t n, int64_t splits,
+                    const DeviceEpilogue<bf16>& e, cudaStream_t stream) {
+  reduce(partials, c, m, n, splits, e, stream);
+}
 
 void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
                  int64_t splits, float* workspace, cudaStream_t stream) {

@@ -135,6 +135,11 @@ struct WgmmaArgs {
   bool broadcast_a, broadcast_b, vec_c;
   bool swap;  // the rows run along C's columns: the kernel computes C^T
   DeviceEpilogue<E> epilogue;
+  // Split k (version 16, batch 1): block z of the grid sums chunk z, chunk_slices slices of k, and
+  // stores those f32 sums at partials + z m n, without the epilogue; null: C as above.
+  float* partials = nullptr;
+  int chunk_slices = 0;
+  bool vec_partials = false;
 };
 
 #ifdef KILN_WGMMA
@@ -375,7 +380,11 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int64_t group = GROUP_M * args.tiles_n, first = r / group * GROUP_M;
   const int64_t rows = std::min(args.tiles_m - first, GROUP_M);
   const int64_t tile_m = first + r % group % rows, tile_n = r % group / rows;
-  const int za = args.broadcast_a ? 0 : static_cast<int>(z), zb = args.broadcast_b ? 0 : static_cast<int>(z);
+  const bool split = args.partials != nullptr;  // z is then the chunk of k, and the batch entry 0
+  const int first_slice = split ? static_cast<int>(z) * args.chunk_slices : 0;
+  const int slices = split ? min(args.chunk_slices, args.slices - first_slice) : args.slices;
+  const int za = split || args.broadcast_a ? 0 : static_cast<int>(z);
+  const int zb = split || args.broadcast_b ? 0 : static_cast<int>(z);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -392,26 +401,26 @@ __global__ void __launch_bounds__(THREADS, 1)
     // consumers have released that stage's previous slice (s - STAGES).
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      for (int s = 0; s < args.slices; ++s) {
-        const int stage = s % STAGES;
+      for (int s = 0; s < slices; ++s) {
+        const int stage = s % STAGES, k0 = (first_slice + s) * SK;
         if (s >= STAGES) mbar_wait(&empty[stage], (s / STAGES - 1) & 1);
         uint8_t* st = smem + stage * STAGE_BYTES;
         mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
         if constexpr (MODE == Mode::kShared && !A_MN) {
-          tma_load(st, &map_a, s * SK, static_cast<int>(tile_m * BM), za, &full[stage]);
+          tma_load(st, &map_a, k0, static_cast<int>(tile_m * BM), za, &full[stage]);
         } else if constexpr (MODE == Mode::kShared) {
           for (int box = 0; box < BM / 64; ++box)  // boxes of 64 rows (128 bytes) x SK
-            tma_load(st + box * MN_BOX, &map_a, static_cast<int>(tile_m * BM + box * 64), s * SK, za, &full[stage]);
+            tma_load(st + box * MN_BOX, &map_a, static_cast<int>(tile_m * BM + box * 64), k0, za, &full[stage]);
         } else {
           for (int box = 0; box < BM / 32; ++box)  // boxes of 32 rows (128 bytes) x SK
-            tma_load(st + box * 32 * SK * 4, &map_a, static_cast<int>(tile_m * BM + box * 32), s * SK, za,
+            tma_load(st + box * 32 * SK * 4, &map_a, static_cast<int>(tile_m * BM + box * 32), k0, za,
                      &full[stage]);
         }
         if constexpr (!B_MN) {
-          tma_load(st + A_BYTES, &map_b, s * SK, static_cast<int>(tile_n * BN), zb, &full[stage]);
+          tma_load(st + A_BYTES, &map_b, k0, static_cast<int>(tile_n * BN), zb, &full[stage]);
         } else {
           for (int box = 0; box < BN / 64; ++box)
-            tma_load(st + A_BYTES + box * MN_BOX, &map_b, static_cast<int>(tile_n * BN + box * 64), s * SK, zb,
+            tma_load(st + A_BYTES + box * MN_BOX, &map_b, static_cast<int>(tile_n * BN + box * 64), k0, zb,
                      &full[stage]);
         }
       }
@@ -428,7 +437,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const uint32_t a0 = smem_u32(smem) + wg * 64 * 128, b0 = smem_u32(smem) + A_BYTES;
     [[maybe_unused]] const RowFragment frag(wg, warp, lane);  // kRegisters: its loads and its rows
     if constexpr (MODE == Mode::kShared) {
-      for (int s = 0; s < args.slices; ++s) {
+      for (int s = 0; s < slices; ++s) {
         const int stage = s % STAGES;
         mbar_wait(&full[stage], (s / STAGES) & 1);
         const uint32_t sa = a0 + stage * STAGE_BYTES, sb = b0 + stage * STAGE_BYTES;
@@ -446,7 +455,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (s > 0 && lane == 0) mbar_arrive(&empty[(s - 1) % STAGES]);
       }
     } else {
-      for (int s = 0; s < args.slices; ++s) {
+      for (int s = 0; s < slices; ++s) {
         const int stage = s % STAGES;
         mbar_wait(&full[stage], (s / STAGES) & 1);
         const uint32_t base = smem_u32(smem) + stage * STAGE_BYTES;
@@ -466,15 +475,22 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma_wait<0>();
     fence_accumulators(d);
-    E* c = args.c + z * args.m * args.n;
+    E* c = args.c + (split ? 0 : z) * args.m * args.n;
     if constexpr (MODE == Mode::kShared) {
       // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
       // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
-      // and alignment from an Args) writes them, a bf16 C rounded once after the epilogue.
-      Args<E> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
-                  false, false, false, false, args.vec_c, args.epilogue};
-      store_mma_tiles(out, reinterpret_cast<const float(&)[1][BN / 8][4]>(d), tile_m * BM, tile_n * BN,
-                      wg * 64 + warp * 16, 0, lane);
+      // and alignment from an Args) writes them, a bf16 C rounded once after the epilogue; a chunk
+      // of a split k its f32 sums as they are.
+      const auto& acc = reinterpret_cast<const float(&)[1][BN / 8][4]>(d);
+      if (split) {
+        Args<float> out{nullptr, nullptr, args.partials + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
+                        false, false, false, false, args.vec_partials, {}};
+        store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane);
+      } else {
+        Args<E> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
+                    false, false, false, false, args.vec_c, args.epilogue};
+        store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane);
+      }
     } else {
       // The accumulators' rows are the tile rows RowFragment loaded (h = 0: d[4j], d[4j + 1];
       // h = 1: d[4j + 2], d[4j + 3]), their columns those of mma.sync's tiles.
@@ -671,12 +687,20 @@ CUtensorMap tensor_map(const Operand& op, int64_t k, int box_rows) {
   return map;
 }
 
+// Where a launch's blocks go: C (one block per tile and batch entry), or, for a split k, f32
+// partial sums (one block per tile and chunk of `chunk_slices` slices; batch 1).
+struct SplitK {
+  float* partials = nullptr;
+  int64_t chunks = 1;
+  int chunk_slices = 0;
+};
+
 template <class E, int BN, Mode MODE, bool A_MN = false, bool B_MN = false>
 void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& cols, bool swap, E* c,
-                  const DeviceEpilogue<E>& e, cudaStream_t stream) {
+                  const DeviceEpilogue<E>& e, const SplitK& split, cudaStream_t stream) {
   using T = Tile<BN>;
   const int64_t tiles_m = (rows.rows + BM - 1) / BM, tiles_n = (cols.rows + BN - 1) / BN;
-  const int64_t blocks = tiles_m * tiles_n * p.batch;
+  const int64_t blocks = tiles_m * tiles_n * (split.partials ? split.chunks : p.batch);
   KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: ", p.batch, " x ", p.m, " x ", p.n,
              " is too large a product for one launch");
   const CUtensorMap map_a = tensor_map<E>(rows, p.k, BM), map_b = tensor_map<E>(cols, p.k, BN);
@@ -692,7 +716,10 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
                        .broadcast_b = cols.batches == 1,
                        .vec_c = aligned16(c, p.n, p.m * p.n),
                        .swap = swap,
-                       .epilogue = e};
+                       .epilogue = e,
+                       .partials = split.partials,
+                       .chunk_slices = split.chunk_slices,
+                       .vec_partials = split.partials && aligned16(split.partials, p.n, p.m * p.n)};
   const auto kernel = wgmma_kernel<E, T, MODE, A_MN, B_MN>;
   allow_dynamic_smem(kernel, T::SMEM_BYTES);
   kernel<<<static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream>>>(map_a, map_b, args);
@@ -701,18 +728,19 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
 
 template <class E, int BN>
 void launch_wgmma(const MatmulParams& p, const Plan& plan, const Operand& a, const Operand& b, E* c,
-                  const DeviceEpilogue<E>& e, cudaStream_t stream) {
+                  const DeviceEpilogue<E>& e, const SplitK& split, cudaStream_t stream) {
   const Operand& rows = plan.swap ? b : a;
   const Operand& cols = plan.swap ? a : b;
   if constexpr (std::is_same_v<E, float>) {
-    if (plan.mode == Mode::kRegisters) return launch_wgmma<E, BN, Mode::kRegisters>(p, rows, cols, plan.swap, c, e, stream);
-    return launch_wgmma<E, BN, Mode::kShared>(p, rows, cols, false, c, e, stream);
+    if (plan.mode == Mode::kRegisters)
+      return launch_wgmma<E, BN, Mode::kRegisters>(p, rows, cols, plan.swap, c, e, split, stream);
+    return launch_wgmma<E, BN, Mode::kShared>(p, rows, cols, false, c, e, split, stream);
   } else {
     constexpr Mode S = Mode::kShared;
-    if (plan.a_mn && plan.b_mn) return launch_wgmma<E, BN, S, true, true>(p, rows, cols, false, c, e, stream);
-    if (plan.a_mn) return launch_wgmma<E, BN, S, true, false>(p, rows, cols, false, c, e, stream);
-    if (plan.b_mn) return launch_wgmma<E, BN, S, false, true>(p, rows, cols, false, c, e, stream);
-    launch_wgmma<E, BN, S>(p, rows, cols, false, c, e, stream);
+    if (plan.a_mn && plan.b_mn) return launch_wgmma<E, BN, S, true, true>(p, rows, cols, false, c, e, split, stream);
+    if (plan.a_mn) return launch_wgmma<E, BN, S, true, false>(p, rows, cols, false, c, e, split, stream);
+    if (plan.b_mn) return launch_wgmma<E, BN, S, false, true>(p, rows, cols, false, c, e, split, stream);
+    launch_wgmma<E, BN, S>(p, rows, cols, false, c, e, split, stream);
   }
 }
 
@@ -738,7 +766,7 @@ int pick_tile_n(const MatmulParams& p, const Plan& plan, int sms) {
 
 template <class E>
 void wgmma_run(const MatmulParams& p, const E* a, const E* b, E* c, const DeviceEpilogue<E>& e, int tile_n,
-               void* workspace, cudaStream_t stream) {
+               void* workspace, cudaStream_t stream, const SplitK& split = {}) {
   KILN_CHECK(tile_n == 0 || tile_n == 256 || tile_n == 128 || tile_n == 64, Error,
              "cuda matmul wgmma: tiles are 128 x 256, 128 x 128 or 128 x 64, not 128 x ", tile_n);
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
@@ -760,9 +788,9 @@ void wgmma_run(const MatmulParams& p, const E* a, const E* b, E* c, const Device
   if (plan.pack_a) ws += packed_elements<E>(p.m, p.k, batches_a);
   const Operand ob = operand(pb, p.batch_stride_b, batches_b, plan.pack_b, ws, stream);
   switch (tile_n) {
-    case 256: return launch_wgmma<E, 256>(p, plan, oa, ob, c, e, stream);
-    case 128: return launch_wgmma<E, 128>(p, plan, oa, ob, c, e, stream);
-    default: return launch_wgmma<E, 64>(p, plan, oa, ob, c, e, stream);
+    case 256: return launch_wgmma<E, 256>(p, plan, oa, ob, c, e, split, stream);
+    case 128: return launch_wgmma<E, 128>(p, plan, oa, ob, c, e, split, stream);
+    default: return launch_wgmma<E, 64>(p, plan, oa, ob, c, e, split, stream);
   }
 }
 
@@ -868,6 +896,66 @@ size_t bf16_wgmma_workspace(const MatmulParams& p, const bf16* a, const bf16* b)
 void bf16_wgmma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
                 cudaStream_t stream) {
   run_version(p, a, b, c, e, 0, stream);
+}
+
+// ---- version 16: bf16 with k split ----
+// A product of few tiles and a long k, the MNIST CNN's fc1 (64 x 128 x 9216 at batch 64): 15 would
+// walk its 144 slices of k in one or two blocks while the other SMs idle, and 09 splits k but
+// multiplies on the CUDA cores. 16 gives each block of 15's kernel one tile and one chunk of at
+// least kMinChunkSlices slices, as many chunks as fill the SMs once; each block stores its f32
+// sums, and 09's reduce kernel adds a tile's chunks in order (deterministic), applies the epilogue
+// and rounds each element once.
+
+namespace {
+constexpr int64_t kMinChunkSlices = 4;  // 256 values of k: a ring of 4 stages, filled once
+int split_tile_n(const MatmulParams& p) { return p.n > 64 ? 128 : 64; }
+int64_t chunk_slices_for(const MatmulParams& p, int64_t splits) {
+  const int64_t slices = (p.k + kStageK<bf16> - 1) / kStageK<bf16>;
+  return std::max(kMinChunkSlices, (slices + std::max<int64_t>(splits, 1) - 1) / std::max<int64_t>(splits, 1));
+}
+size_t partials_offset(const MatmulParams& p, const bf16* a, const bf16* b) {
+  return (wgmma_workspace(p, a, b) + 255) / 256 * 256;
+}
+}  // namespace
+
+int64_t bf16_wgmma_split_k_splits(const MatmulParams& p, int sms) {
+  const int64_t tiles = ((p.m + BM - 1) / BM) * ((p.n + split_tile_n(p) - 1) / split_tile_n(p));
+  const int64_t slices = (p.k + kStageK<bf16> - 1) / kStageK<bf16>;
+  const int64_t chunk = chunk_slices_for(p, std::max<int64_t>(sms / std::max<int64_t>(tiles, 1), 1));
+  return (slices + chunk - 1) / chunk;
+}
+
+size_t bf16_wgmma_split_k_workspace(const MatmulParams& p, const bf16* a, const bf16* b, int64_t splits) {
+  return partials_offset(p, a, b) + static_cast<size_t>(splits * p.m * p.n) * sizeof(float);
+}
+
+void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c,
+                            const DeviceEpilogue<bf16>& e, int64_t splits, void* workspace, cudaStream_t stream) {
+  KILN_CHECK(p.batch == 1, ShapeError, "cuda matmul 16_bf16_wgmma_split_k: one product at a time, got a batch of ",
+             p.batch);
+  KILN_CHECK(splits >= 1, ValueError, "cuda matmul 16_bf16_wgmma_split_k: ", splits, " chunks of k");
+  if (p.m <= 0 || p.n <= 0) return;
+  const int64_t slices = (p.k + kStageK<bf16> - 1) / kStageK<bf16>;
+  const int64_t chunk = chunk_slices_for(p, splits), chunks = (slices + chunk - 1) / chunk;
+  if (chunks <= 1) return wgmma_run(p, a, b, c, e, split_tile_n(p), workspace, stream);
+  auto* partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + partials_offset(p, a, b));
+  wgmma_run(p, a, b, c, e, split_tile_n(p), workspace, stream,
+            SplitK{partials, chunks, static_cast<int>(chunk)});
+  split_k_reduce(partials, c, p.m, p.n, chunks, e, stream);
+}
+
+void bf16_wgmma_split_k(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
+                        cudaStream_t stream) {
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  if (!tf32_wgmma_applies(p, device) || p.batch != 1 || p.k == 0) return bf16_wgmma(p, a, b, c, e, stream);
+  const int64_t splits = bf16_wgmma_split_k_splits(p, device_attribute(cudaDevAttrMultiProcessorCount, device));
+  const size_t bytes = bf16_wgmma_split_k_workspace(p, a, b, splits);
+  void* workspace = nullptr;
+  KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  bf16_wgmma_split_k_run(p, a, b, c, e, splits, workspace, stream);
+  KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
 }
 
 }  // namespace kiln::cuda::matmul

@@ -96,6 +96,23 @@ void bf16_wgmma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, co
 size_t bf16_wgmma_workspace(const MatmulParams& p, const bf16* a, const bf16* b);
 void bf16_wgmma_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
                     int tile_n, void* workspace, cudaStream_t stream);
+// 16: 15's kernel with k split into chunks of at least 256 (one tile and one chunk a block, as
+// many chunks as fill the SMs once: bf16_wgmma_split_k_splits), each block's f32 sums added in
+// order by 09's reduce kernel, which applies the epilogue and rounds once: production bf16's
+// products of a few tiles and a long k. One product (batch 1); where tf32_wgmma_applies.
+// bf16_wgmma_split_k picks the chunks and takes its workspace from cudaMallocAsync (15 or 14 where
+// 16 does not apply); the production path calls bf16_wgmma_split_k_run with `splits` chunks at
+// most and bf16_wgmma_split_k_workspace(p, a, b, splits) bytes.
+void bf16_wgmma_split_k(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
+                        cudaStream_t stream);
+int64_t bf16_wgmma_split_k_splits(const MatmulParams& p, int sms);
+size_t bf16_wgmma_split_k_workspace(const MatmulParams& p, const bf16* a, const bf16* b, int64_t splits);
+void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c,
+                            const DeviceEpilogue<bf16>& e, int64_t splits, void* workspace, cudaStream_t stream);
+// 09's second kernel: c[i][j] = epilogue(sum over s, in order, of partials[s][i][j]), rounded
+// once to bf16; partials [splits, m, n].
+void split_k_reduce(const float* partials, bf16* c, int64_t m, int64_t n, int64_t splits,
+                    const DeviceEpilogue<bf16>& e, cudaStream_t stream);
 // f64 (gradchecks): 03's shared-memory tiling in double.
 void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, const DeviceEpilogue<double>& e, cudaStream_t stream);
 
