@@ -492,6 +492,72 @@ void bench_optim(Bench& bench) {
   });
 }
 
+// A conv layer's bias gradient: the sum of grad_y [N, C, H, W] over N, H and W, in the backend's
+// two stages (each reduces the middle axis of a contiguous [outer, n, inner]), in either order:
+// H and W first (rows of H W, then the columns [N, C]), or N first (the columns [N, C H W], then
+// rows of H W). In `dtype` (f32, or bf16 as under autocast); checked against the host's sums.
+void bench_bias_grad_shape(Bench& bench, int64_t n, int64_t c, int64_t hw, DType dtype) {
+  cudaStream_t stream = bench.stream();
+  cuda::CudaBackend& be = cuda::backend(0);
+  const int64_t numel = n * c * hw;
+  const std::string shape = shape_of({n, c, hw}) + " axes 0, 2 " + std::string(dtype_name(dtype));
+  const size_t size = dtype_size(dtype);
+  float* x32 = bench.random_floats(numel, 17);
+  void* x = bench.device_bytes(static_cast<size_t>(numel) * size);
+  void* mid = bench.device_bytes(static_cast<size_t>(std::max(n * c, c * hw)) * size);
+  void* out = bench.device_bytes(static_cast<size_t>(c) * size);
+  auto ref = [](void* buffer, Shape sh, DType t) {
+    TensorRef r;
+    r.buffer = buffer;
+    r.dtype = t;
+    r.strides = contiguous_strides(sh);
+    r.shape = std::move(sh);
+    return r;
+  };
+  be.copy(ref(x32, {numel}, DType::f32), ref(x, {numel}, dtype));
+  std::vector<double> want(static_cast<size_t>(c), 0.0);
+  {
+    void* back = bench.device_bytes(static_cast<size_t>(numel) * sizeof(float));
+    be.copy(ref(x, {numel}, dtype), ref(back, {numel}, DType::f32));  // the values as stored
+    const std::vector<float> hx = to_host(static_cast<float*>(back), numel, stream);
+    for (int64_t i = 0; i < numel; ++i) want[static_cast<size_t>(i / hw % c)] += hx[static_cast<size_t>(i)];
+  }
+  struct Version {
+    const char* name;
+    std::function<void()> run;
+  };
+  const Version versions[] = {
+      {"bias gradient, H W then N", [&] {
+         be.reduce(ReduceOp::sum, ref(x, {n * c, hw, 1}, dtype), ref(mid, {n * c, 1}, dtype));
+         be.reduce(ReduceOp::sum, ref(mid, {1, n, c}, dtype), ref(out, {1, c}, dtype));
+       }},
+      {"bias gradient, N then H W", [&] {
+         be.reduce(ReduceOp::sum, ref(x, {1, n, c * hw}, dtype), ref(mid, {1, c * hw}, dtype));
+         be.reduce(ReduceOp::sum, ref(mid, {c, hw, 1}, dtype), ref(out, {c, 1}, dtype));
+       }},
+  };
+  void* got32 = bench.device_bytes(static_cast<size_t>(c) * sizeof(float));
+  for (const Version& version : versions) {
+    version.run();
+    be.copy(ref(out, {c}, dtype), ref(got32, {c}, DType::f32));
+    const std::vector<float> got = to_host(static_cast<float*>(got32), c, stream);
+    double err = 0;
+    std::string wrong;
+    const double tol = dtype == DType::bf16 ? 1e-2 : 1e-4;  // bf16: the sum rounded once, to 2^-8
+    for (int64_t k = 0; k < c && wrong.empty(); ++k) {
+      const double w = want[static_cast<size_t>(k)], g = got[static_cast<size_t>(k)];
+      err = std::max(err, std::abs(g - w));
+      if (!(std::abs(g - w) <= tol * (1 + std::abs(w))))
+        wrong = "channel " + std::to_string(k) + " is " + std::to_string(g) + " (want " + std::to_string(w) + ")";
+    }
+    char note[64];
+    std::snprintf(note, sizeof note, "max abs err %.1e", err);
+    const double bytes = static_cast<double>(numel + c) * static_cast<double>(size);
+    if (!wrong.empty()) record_wrong(bench, "reduce", version.name, shape, wrong);
+    else record(bench, "reduce", version.name, shape, bytes, version.run, note);
+  }
+}
+
 void bench_softmax(Bench& bench) {
   const bool quick = bench.quick();
   if (bench.runs("softmax")) {
@@ -510,6 +576,12 @@ void bench_softmax(Bench& bench) {
     bench_reduce_shape(bench, quick ? 2048 : 8192, 8192, 1);
     bench_reduce_shape(bench, 1, quick ? 1 << 22 : 1 << 24, 1);  // a full reduction (a mean loss): version 6
     bench_reduce_shape(bench, quick ? 16 : 64, 4096, 256);
+    // the MNIST CNN's two bias gradients at batch 64 and 512, in f32 and bf16
+    for (DType t : {DType::f32, DType::bf16})
+      for (int64_t batch : {64, 512}) {
+        bench_bias_grad_shape(bench, batch, 32, 26 * 26, t);
+        bench_bias_grad_shape(bench, batch, 64, 24 * 24, t);
+      }
   }
   if (bench.runs("dropout")) {
     bench_dropout_shape(bench, 64, 9216);  // the MNIST CNN's first dropout, after the pool
