@@ -216,7 +216,10 @@ class Backend {
   virtual void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) = 0;
 
   // ---- reductions: x is contiguous [outer, n, inner], out is [outer, inner] ----
-  // argmax/argmin write i32 indices in [0, n) (the first one on ties); the others write x's dtype.
+  // argmax/argmin write i32 indices in [0, n) (the first one on ties); the others write x's dtype,
+  // but for sum and mean, which also go from bf16 to f32 and from f32 to bf16: the stages of a
+  // bf16 sum over several axes keep their partial results in f32 (backends without bf16 never
+  // see those).
   virtual void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) = 0;
   // softmax over the middle axis of contiguous [outer, n, inner]; log_softmax when `log`.
   virtual void softmax(const TensorRef& x, const TensorRef& out, bool log) = 0;

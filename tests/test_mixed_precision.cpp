@@ -142,6 +142,27 @@ TEST_CASE("a bf16 op on the CPU is the f32 op on the widened values, rounded onc
   CHECK(a.argmax(1).to_vector<int32_t>() == af.argmax(1).to_vector<int32_t>());
 }
 
+TEST_CASE("a bf16 sum or mean over several axes is rounded once, as one kernel over all of them would be") {
+  // Channel 0 of x [2, 2, 2] sums 1000 + 1.5 and -1000 + 0: rounded to bf16 (which steps by 4
+  // near 1000), the partial 1001.5 would become 1000 and the sum 0. Channel 1 loses nothing.
+  const Tensor x = from_vector<float>({1000, 1.5, 8, 0.25, -1000, 0, -8, 0}, {2, 2, 2}).to(DType::bf16);
+  const Tensor s = sum(x, {0, 2}), m = mean(x, {0, 2});
+  CHECK(s.dtype() == DType::bf16);
+  CHECK(s.to(DType::f32).to_vector<float>() == std::vector<float>{1.5f, 0.25f});
+  CHECK(m.to(DType::f32).to_vector<float>() == std::vector<float>{0.375f, 0.0625f});
+  // a conv layer's bias gradient: the f32 sum of the same values, rounded once
+  const Tensor g = random({8, 4, 5, 6}, 31, DType::bf16) * 100.0;
+  for (const std::vector<int64_t>& axes : {std::vector<int64_t>{0, 2, 3}, std::vector<int64_t>{0, 3}, std::vector<int64_t>{1, 3}}) {
+    CHECK(sum(g, axes).to(DType::f32).to_vector<float>() == sum(g.to(DType::f32), axes).to(DType::bf16).to(DType::f32).to_vector<float>());
+    CHECK(mean(g, axes).to(DType::f32).to_vector<float>() == mean(g.to(DType::f32), axes).to(DType::bf16).to(DType::f32).to_vector<float>());
+  }
+  // the gradient still flows
+  Tensor w = random({2, 3, 4}, 32, DType::bf16).requires_grad_();
+  sum(w, {0, 2}).to(DType::f32).sum().backward();
+  CHECK(w.grad().dtype() == DType::bf16);
+  CHECK(w.grad().to(DType::f32).to_vector<float>() == std::vector<float>(24, 1.0f));
+}
+
 TEST_CASE("autocast runs products in bf16 and sums, exponentials and statistics in f32") {
   Tensor x = random({4, 6}, 4), w = random({3, 6}, 5), bias = random({3}, 6);
   Tensor img = random({2, 1, 6, 6}, 7), kernel = random({2, 1, 3, 3}, 8);

@@ -11,8 +11,9 @@ namespace kiln {
 
 namespace {
 
-// Runs `op` of the backend over `axes` (normalised) and returns the result with keepdim = true.
-Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_t>& axes) {
+// Runs `op` of the backend over `axes` (normalised) and returns the result with keepdim = true, in
+// `to` (the input's dtype; f32 or bf16 for a stage of a sum or mean, see below).
+Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_t>& axes, DType to) {
   Tensor x = input.detach();  // the layout changes below are not part of the graph
   const Shape shape = x.shape();  // a copy: x is rebound below
   bool adjacent = axes.empty() || axes.back() - axes.front() + 1 == static_cast<int64_t>(axes.size());
@@ -20,12 +21,17 @@ Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_
   if (!adjacent && x.is_contiguous() && staged) {
     // The last run of adjacent axes first, then the rest: each stage reduces a contiguous tensor
     // in place of a copy of the whole input (a conv layer's bias gradient sums NCHW over N, H and
-    // W: H and W first, then N). Sums, means (of equal parts), maxima and minima compose.
+    // W: H and W first, then N). Sums, means (of equal parts), maxima and minima compose. A bf16
+    // sum or mean keeps its partial results in f32 and is rounded once, at the end, as one
+    // kernel over all the axes would: partials rounded to bf16 (8 bits) lose what cancels
+    // between them (a bias gradient of 1.5 from partials of 1001.5 and -1000 came out 0).
     size_t j = axes.size() - 1;
     while (j > 0 && axes[j - 1] == axes[j] - 1) --j;
     const std::vector<int64_t> last(axes.begin() + static_cast<std::ptrdiff_t>(j), axes.end());
     const std::vector<int64_t> rest(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(j));
-    return reduce_keepdim(op, reduce_keepdim(op, x, last), rest);
+    const bool sums = op == ReduceOp::sum || op == ReduceOp::mean;
+    const DType partial = sums && (x.dtype() == DType::bf16 || to == DType::bf16) ? DType::f32 : x.dtype();
+    return reduce_keepdim(op, reduce_keepdim(op, x, last, partial), rest, to);
   }
   if (!adjacent || !x.is_contiguous()) {
     // Move kept axes first and reduced axes last, then reduce one trailing block.
@@ -37,7 +43,7 @@ Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_
     x = permute(x, order).contiguous();
     std::vector<int64_t> moved(axes.size());
     for (size_t i = 0; i < axes.size(); ++i) moved[i] = static_cast<int64_t>(kept + i);
-    Tensor y = reduce_keepdim(op, x, moved);
+    Tensor y = reduce_keepdim(op, x, moved, to);
     return y.reshape(detail::reduced_shape(shape, axes, true));
   }
   int64_t outer = 1, n = 1, inner = 1;
@@ -49,7 +55,7 @@ Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_
   }
   if (axes.empty()) outer = 1, n = x.numel(), inner = 1;
   bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
-  Tensor y = empty_as(detail::reduced_shape(shape, axes, true), x, arg ? DType::i32 : x.dtype());
+  Tensor y = empty_as(detail::reduced_shape(shape, axes, true), x, arg ? DType::i32 : to);
   TensorRef in = x.ref();
   in.shape = {outer, n, inner};
   in.strides = contiguous_strides(in.shape);
@@ -112,7 +118,7 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes_in,
   KILN_CHECK(is_floating(x.dtype()) || (!floating_only && x.dtype() == DType::i32), DTypeError,
              name, ": takes ", floating_only ? "f32, f64 or bf16" : "f32, f64, bf16 or i32", " tensors, got ",
              x.dtype(), " of shape ", x.shape());
-  Tensor y = drop_axes(reduce_keepdim(op, x, axes), x.shape(), axes, keepdim);
+  Tensor y = drop_axes(reduce_keepdim(op, x, axes, x.dtype()), x.shape(), axes, keepdim);
   if (!autograd::is_recording({x})) return y;
   switch (op) {
     case ReduceOp::sum: autograd::record(y, name, {x}, sum_gradient(x.shape(), axes, keepdim, 1.0)); break;

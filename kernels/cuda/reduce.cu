@@ -87,22 +87,24 @@ __device__ bool beats(T a, int64_t ia, T b, int64_t ib, bool largest) {
 template <class T>
 using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
 
-template <class T>
-__device__ void store(ReduceOp op, T* out, int32_t* out_index, int64_t at, Acc<T> sum, int64_t n, compute_t<T> best,
+// Out is T, or for a sum or mean f32 from bf16 or bf16 from f32 (a stage of a reduction over
+// several axes, whose intermediate stays f32: CudaBackend::reduce).
+template <class T, class Out>
+__device__ void store(ReduceOp op, Out* out, int32_t* out_index, int64_t at, Acc<T> sum, int64_t n, compute_t<T> best,
                       int64_t best_i) {
   switch (op) {
-    case ReduceOp::sum: out[at] = cast<T>(sum); break;
-    case ReduceOp::mean: out[at] = cast<T>(static_cast<double>(sum) / static_cast<double>(n)); break;
+    case ReduceOp::sum: out[at] = cast<Out>(sum); break;
+    case ReduceOp::mean: out[at] = cast<Out>(static_cast<double>(sum) / static_cast<double>(n)); break;
     case ReduceOp::max:
-    case ReduceOp::min: out[at] = cast<T>(best); break;
+    case ReduceOp::min: out[at] = cast<Out>(best); break;
     case ReduceOp::argmax:
     case ReduceOp::argmin: out_index[at] = static_cast<int32_t>(best_i); break;
   }
 }
 
 // Version 1: one thread per output.
-template <class T>
-__global__ void reduce_columns(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t outer, int64_t n,
+template <class T, class Out = T>
+__global__ void reduce_columns(ReduceOp op, const T* x, Out* out, int32_t* out_index, int64_t outer, int64_t n,
                                int64_t inner) {
   bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < outer * inner; e += int64_t{gridDim.x} * blockDim.x) {
@@ -116,15 +118,15 @@ __global__ void reduce_columns(ReduceOp op, const T* x, T* out, int32_t* out_ind
       sum += static_cast<Acc<T>>(v);
       if (k > 0 && beats(v, k, best, best_i, largest)) best = v, best_i = k;
     }
-    store(op, out, out_index, e, sum, n, best, best_i);
+    store<T>(op, out, out_index, e, sum, n, best, best_i);
   }
 }
 
 // Version 3: a block of kColumns x kSplit threads per kColumns neighbouring outputs.
 constexpr int kColumns = 32, kSplit = 8;
 
-template <class T>
-__global__ void reduce_column_tiles(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t outer, int64_t n,
+template <class T, class Out = T>
+__global__ void reduce_column_tiles(ReduceOp op, const T* x, Out* out, int32_t* out_index, int64_t outer, int64_t n,
                                     int64_t inner) {
   __shared__ Acc<T> sums[kSplit][kColumns];
   __shared__ compute_t<T> bests[kSplit][kColumns];
@@ -153,7 +155,7 @@ __global__ void reduce_column_tiles(ReduceOp op, const T* x, T* out, int32_t* ou
         if (best_is[r][tx] >= 0 && beats(bests[r][tx], best_is[r][tx], best, best_i, largest))
           best = bests[r][tx], best_i = best_is[r][tx];
       }
-      store(op, out, out_index, o * inner + i, sum, n, best, best_i);
+      store<T>(op, out, out_index, o * inner + i, sum, n, best, best_i);
     }
     __syncthreads();  // before the next o overwrites the partials
   }
@@ -175,9 +177,9 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
-template <class T, int V>
+template <class T, int V, class Out = T>
 __global__ void __launch_bounds__(kPackThreads)
-    reduce_column_packs(ReduceOp op, const T* x, T* out, Acc<T>* partial, int64_t outer, int64_t n, int64_t inner,
+    reduce_column_packs(ReduceOp op, const T* x, Out* out, Acc<T>* partial, int64_t outer, int64_t n, int64_t inner,
                         int64_t chunk) {
   __shared__ Acc<T> sums[kPackThreads * V];
   const int lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(kPackThreads)
     if (c < lanes * V && at < inner) {
       Acc<T> total = 0;
       for (int r = 0; r < rows; ++r) total += sums[r * lanes * V + c];
-      if (gridDim.z == 1) store(op, out, nullptr, o * inner + at, total, n, compute_t<T>{}, 0);
+      if (gridDim.z == 1) store<T>(op, out, nullptr, o * inner + at, total, n, compute_t<T>{}, 0);
       else partial[(blockIdx.z * outer + o) * inner + at] = total;
     }
     __syncthreads();  // before the next o overwrites the partials
@@ -217,13 +219,13 @@ __global__ void __launch_bounds__(kPackThreads)
 }
 
 // Version 4's second pass: each output adds its `splits` partials in order.
-template <class T>
-__global__ void reduce_column_splits(ReduceOp op, const Acc<T>* partial, T* out, int64_t outputs, int64_t n,
+template <class T, class Out = T>
+__global__ void reduce_column_splits(ReduceOp op, const Acc<T>* partial, Out* out, int64_t outputs, int64_t n,
                                      int64_t splits) {
   KILN_GRID_STRIDE(e, outputs) {
     Acc<T> total = 0;
     for (int64_t z = 0; z < splits; ++z) total += partial[z * outputs + e];
-    store(op, out, nullptr, e, total, n, compute_t<T>{}, 0);
+    store<T>(op, out, nullptr, e, total, n, compute_t<T>{}, 0);
   }
 }
 
@@ -265,8 +267,8 @@ __device__ void combine_block(Acc<T>& sum, compute_t<T>& best, int64_t& best_i, 
 
 // Version 2: one block per output row. Version 6: one block per chunk of `chunk` elements of a
 // row (block b: row b / splits, chunk b % splits), its result to partial[b] instead of out.
-template <class T>
-__global__ void __launch_bounds__(kThreads) reduce_rows(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t n,
+template <class T, class Out = T>
+__global__ void __launch_bounds__(kThreads) reduce_rows(ReduceOp op, const T* x, Out* out, int32_t* out_index, int64_t n,
                                                         int64_t chunk, int64_t splits, RowPartial<T>* partial) {
   const bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
   const int64_t r = blockIdx.x / splits, begin = blockIdx.x % splits * chunk, end = std::min(n, begin + chunk);
@@ -282,13 +284,13 @@ __global__ void __launch_bounds__(kThreads) reduce_rows(ReduceOp op, const T* x,
   combine_block<T>(sum, best, best_i, largest);
   if (threadIdx.x != 0) return;
   if (partial) partial[blockIdx.x] = {sum, best, best_i};
-  else store(op, out, out_index, r, sum, n, best, best_i);
+  else store<T>(op, out, out_index, r, sum, n, best, best_i);
 }
 
 // Version 6's second pass: a block per row combines its `splits` partials, each thread walking
 // every kThreads-th of them in order, then the block in a fixed order.
-template <class T>
-__global__ void __launch_bounds__(kThreads) reduce_row_splits(ReduceOp op, const RowPartial<T>* partial, T* out,
+template <class T, class Out = T>
+__global__ void __launch_bounds__(kThreads) reduce_row_splits(ReduceOp op, const RowPartial<T>* partial, Out* out,
                                                               int32_t* out_index, int64_t n, int64_t splits) {
   const bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
   const RowPartial<T>* p = partial + blockIdx.x * splits;
@@ -300,14 +302,14 @@ __global__ void __launch_bounds__(kThreads) reduce_row_splits(ReduceOp op, const
     if (beats(p[z].best, p[z].best_i, best, best_i, largest)) best = p[z].best, best_i = p[z].best_i;
   }
   combine_block<T>(sum, best, best_i, largest);
-  if (threadIdx.x == 0) store(op, out, out_index, blockIdx.x, sum, n, best, best_i);
+  if (threadIdx.x == 0) store<T>(op, out, out_index, blockIdx.x, sum, n, best, best_i);
 }
 
 // Version 5: one warp per output row, for rows up to kWarpRowMax (inner == 1): each lane strides
 // through the row, then five shuffles combine the lanes in a fixed order (deterministic).
 constexpr int64_t kWarpRowMax = 2048;
-template <class T>
-__global__ void reduce_rows_warp(ReduceOp op, const T* x, T* out, int32_t* out_index, int64_t rows, int64_t n) {
+template <class T, class Out = T>
+__global__ void reduce_rows_warp(ReduceOp op, const T* x, Out* out, int32_t* out_index, int64_t rows, int64_t n) {
   const bool largest = op == ReduceOp::max || op == ReduceOp::argmax;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t warps = int64_t{gridDim.x} * blockDim.x / 32;
@@ -327,7 +329,7 @@ __global__ void reduce_rows_warp(ReduceOp op, const T* x, T* out, int32_t* out_i
       const int64_t other_i = __shfl_xor_sync(0xffffffffu, best_i, offset);
       if (beats(other, other_i, best, best_i, largest)) best = other, best_i = other_i;
     }
-    if (lane == 0) store(op, out, out_index, r, sum, n, best, best_i);
+    if (lane == 0) store<T>(op, out, out_index, r, sum, n, best, best_i);
   }
 }
 
@@ -345,12 +347,12 @@ int64_t row_chunk(int64_t rows, int64_t n) {
   return (n + splits - 1) / splits;
 }
 
-template <class T>
-void column_tiles(ReduceOp op, const T* x, T* values, int32_t* index, int64_t outer, int64_t n, int64_t inner,
+template <class T, class Out>
+void column_tiles(ReduceOp op, const T* x, Out* values, int32_t* index, int64_t outer, int64_t n, int64_t inner,
                   cudaStream_t stream) {
   if (outer * inner == 0) return;
   dim3 grid(static_cast<unsigned>((inner + kColumns - 1) / kColumns), static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
-  reduce_column_tiles<T><<<grid, dim3(kColumns, kSplit), 0, stream>>>(op, x, values, index, outer, n, inner);
+  reduce_column_tiles<T, Out><<<grid, dim3(kColumns, kSplit), 0, stream>>>(op, x, values, index, outer, n, inner);
   KILN_CUDA_LAUNCH_CHECK(reduce_op_name(op).data());
 }
 
@@ -367,8 +369,8 @@ size_t column_packs_workspace_bytes(int64_t outer, int64_t inner, int64_t splits
   return splits > 1 ? static_cast<size_t>(splits * outer * inner) * sizeof(Acc<T>) : 0;
 }
 
-template <class T>
-void column_packs(ReduceOp op, const T* x, T* values, int64_t outer, int64_t n, int64_t inner, int64_t splits,
+template <class T, class Out>
+void column_packs(ReduceOp op, const T* x, Out* values, int64_t outer, int64_t n, int64_t inner, int64_t splits,
                   void* workspace, cudaStream_t stream) {
   KILN_CHECK(op == ReduceOp::sum || op == ReduceOp::mean, ValueError, "cuda ", reduce_op_name(op),
              ": the column-pack version sums only");
@@ -381,26 +383,31 @@ void column_packs(ReduceOp op, const T* x, T* values, int64_t outer, int64_t n, 
     const int lanes = pack_lanes(inner, v);
     dim3 grid(static_cast<unsigned>((inner + lanes * v - 1) / (lanes * v)), static_cast<unsigned>(std::min<int64_t>(outer, 65535)),
               static_cast<unsigned>(splits));
-    reduce_column_packs<T, v><<<grid, dim3(lanes, kPackThreads / lanes), 0, stream>>>(op, x, values, partial, outer, n,
+    reduce_column_packs<T, v, Out><<<grid, dim3(lanes, kPackThreads / lanes), 0, stream>>>(op, x, values, partial, outer, n,
                                                                                      inner, chunk);
   };
   constexpr int v = 16 / sizeof(T);
   if (inner % v == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) launch(std::integral_constant<int, v>{});
   else launch(std::integral_constant<int, 1>{});
   if (splits > 1)
-    reduce_column_splits<T><<<blocks_for(outer * inner), kThreads, 0, stream>>>(op, partial, values, outer * inner, n, splits);
+    reduce_column_splits<T, Out><<<blocks_for(outer * inner), kThreads, 0, stream>>>(op, partial, values, outer * inner, n, splits);
   KILN_CUDA_LAUNCH_CHECK(reduce_op_name(op).data());
 }
 
-#define KILN_REDUCE_INSTANTIATE(T)                                                                              \
-  template void column_tiles<T>(ReduceOp, const T*, T*, int32_t*, int64_t, int64_t, int64_t, cudaStream_t);      \
-  template size_t column_packs_workspace_bytes<T>(int64_t, int64_t, int64_t);                                  \
-  template void column_packs<T>(ReduceOp, const T*, T*, int64_t, int64_t, int64_t, int64_t, void*, cudaStream_t);
-KILN_REDUCE_INSTANTIATE(float)
-KILN_REDUCE_INSTANTIATE(double)
-KILN_REDUCE_INSTANTIATE(int32_t)
-KILN_REDUCE_INSTANTIATE(bf16)
+#define KILN_REDUCE_INSTANTIATE(T, Out)                                                                            \
+  template void column_tiles<T, Out>(ReduceOp, const T*, Out*, int32_t*, int64_t, int64_t, int64_t, cudaStream_t); \
+  template void column_packs<T, Out>(ReduceOp, const T*, Out*, int64_t, int64_t, int64_t, int64_t, void*, cudaStream_t);
+KILN_REDUCE_INSTANTIATE(float, float)
+KILN_REDUCE_INSTANTIATE(double, double)
+KILN_REDUCE_INSTANTIATE(int32_t, int32_t)
+KILN_REDUCE_INSTANTIATE(bf16, bf16)
+KILN_REDUCE_INSTANTIATE(bf16, float)
+KILN_REDUCE_INSTANTIATE(float, bf16)
 #undef KILN_REDUCE_INSTANTIATE
+template size_t column_packs_workspace_bytes<float>(int64_t, int64_t, int64_t);
+template size_t column_packs_workspace_bytes<double>(int64_t, int64_t, int64_t);
+template size_t column_packs_workspace_bytes<int32_t>(int64_t, int64_t, int64_t);
+template size_t column_packs_workspace_bytes<bf16>(int64_t, int64_t, int64_t);
 
 }  // namespace reduce
 
@@ -408,58 +415,72 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) 
   const int64_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2];
   const char* name = reduce_op_name(op).data();
   bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
-  KILN_CHECK(n > 0 || op == ReduceOp::sum || op == ReduceOp::mean, ValueError, "cuda ", name,
-             ": cannot reduce an empty axis");
+  const bool sums = op == ReduceOp::sum || op == ReduceOp::mean;
+  const bool widened = sums && ((x.dtype == DType::bf16 && out.dtype == DType::f32) ||
+                                (x.dtype == DType::f32 && out.dtype == DType::bf16));
+  KILN_CHECK(out.dtype == (arg ? DType::i32 : x.dtype) || widened, DTypeError, "cuda ", name, ": out is ", out.dtype,
+             " for x in ", x.dtype, " (a sum or mean may also go from bf16 to f32 or back)");
+  KILN_CHECK(n > 0 || sums, ValueError, "cuda ", name, ": cannot reduce an empty axis");
   if (outer * inner == 0) return;
   if (n == 0) {  // sum of nothing is 0; mean of nothing is NaN (0 / 0), as on the CPU
     fill(out, op == ReduceOp::sum ? 0.0 : std::nan(""));
     return;
   }
-  auto launch = [&](auto tag) {
+  auto launch = [&](auto tag, auto out_tag) {
     using T = decltype(tag);
+    using Out = decltype(out_tag);
     int32_t* index = arg ? out.data<int32_t>() : nullptr;
-    T* values = arg ? nullptr : out.data<T>();
+    Out* values = arg ? nullptr : out.data<Out>();
     if (inner == 1) {
       KILN_CHECK(outer <= 2147483647, ShapeError, "cuda ", name, ": too many rows");
       if (n <= kWarpRowMax) {
-        reduce_rows_warp<T><<<blocks_for(outer * 32), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, outer, n);
+        reduce_rows_warp<T, Out><<<blocks_for(outer * 32), kThreads, 0, stream_>>>(op, x.data<T>(), values, index,
+                                                                                   outer, n);
         return;
       }
       const int64_t chunk = reduce::row_chunk(outer, n), splits = (n + chunk - 1) / chunk;
       if (splits == 1) {
-        reduce_rows<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n, n, 1,
-                                                                              nullptr);
+        reduce_rows<T, Out><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n,
+                                                                                    n, 1, nullptr);
         return;
       }
       // Freed right after queuing, as version 4's below.
       const size_t bytes = static_cast<size_t>(outer * splits) * sizeof(RowPartial<T>);
       auto* partial = static_cast<RowPartial<T>*>(allocate(bytes));
-      reduce_rows<T><<<static_cast<unsigned>(outer * splits), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, n,
-                                                                                      chunk, splits, partial);
-      reduce_row_splits<T><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, partial, values, index, n,
-                                                                                  splits);
+      reduce_rows<T, Out><<<static_cast<unsigned>(outer * splits), kThreads, 0, stream_>>>(op, x.data<T>(), values,
+                                                                                           index, n, chunk, splits,
+                                                                                           partial);
+      reduce_row_splits<T, Out><<<static_cast<unsigned>(outer), kThreads, 0, stream_>>>(op, partial, values, index, n,
+                                                                                        splits);
       deallocate(partial);
-    } else if ((op == ReduceOp::sum || op == ReduceOp::mean) && n >= 16) {
+    } else if (sums && n >= 16) {
       const int64_t splits = reduce::column_packs_splits(outer, n, inner);
       const size_t bytes = reduce::column_packs_workspace_bytes<T>(outer, inner, splits);
       // Freed right after queuing: the pool is stream-ordered, so the memory is not reused before
       // the kernels on this stream are done with it.
       void* workspace = bytes > 0 ? allocate(bytes) : nullptr;
-      reduce::column_packs<T>(op, x.data<T>(), values, outer, n, inner, splits, workspace, stream_);
+      reduce::column_packs<T, Out>(op, x.data<T>(), values, outer, n, inner, splits, workspace, stream_);
       if (workspace) deallocate(workspace);
     } else if (inner >= 16 && n >= 16) {
-      reduce::column_tiles<T>(op, x.data<T>(), values, index, outer, n, inner, stream_);
+      reduce::column_tiles<T, Out>(op, x.data<T>(), values, index, outer, n, inner, stream_);
     } else {
-      reduce_columns<T><<<blocks_for(outer * inner), kThreads, 0, stream_>>>(op, x.data<T>(), values, index, outer, n, inner);
+      reduce_columns<T, Out><<<blocks_for(outer * inner), kThreads, 0, stream_>>>(op, x.data<T>(), values, index,
+                                                                                  outer, n, inner);
     }
   };
+  if (widened) {
+    if (x.dtype == DType::bf16) launch(bf16{}, float{});
+    else launch(float{}, bf16{});
+    KILN_CUDA_LAUNCH_CHECK(name);
+    return;
+  }
   switch (x.dtype) {
-    case DType::f32: launch(float{}); break;
-    case DType::f64: launch(double{}); break;
-    case DType::bf16: launch(bf16{}); break;
+    case DType::f32: launch(float{}, float{}); break;
+    case DType::f64: launch(double{}, double{}); break;
+    case DType::bf16: launch(bf16{}, bf16{}); break;
     case DType::i32:
       KILN_CHECK(op != ReduceOp::mean, DTypeError, "cuda backend: mean does not take i32");
-      launch(int32_t{});
+      launch(int32_t{}, int32_t{});
       break;
     default: KILN_FAIL(DTypeError, "cuda backend: ", name, " does not take ", x.dtype);
   }

@@ -132,3 +132,38 @@ TEST_CASE("long rows, too few to fill the GPU, are cut into chunks: every op mat
   Tensor x = uniform({512, 4096}, -1, 1);
   check_close(mean(x.to(kCuda)), mean(x), 1e-6, 1e-6, "mean of [512, 4096]");
 }
+
+TEST_CASE("a bf16 sum or mean over several axes keeps its partials in f32 on the GPU too, rounded once") {
+  // The stages of the production path (the last run of axes, then the rest) take f32 out of bf16
+  // and bf16 out of f32: every version a stage of a sum may run (rows in warps, in blocks, in
+  // chunks; column packs with and without splits; columns).
+  const Tensor x = from_vector<float>({1000, 1.5, 8, 0.25, -1000, 0, -8, 0}, {2, 2, 2}).to(DType::bf16);
+  CHECK(sum(x.to(kCuda), {0, 2}).to(DType::f32).to_vector<float>() == std::vector<float>{1.5f, 0.25f});
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> axes;
+  };
+  const Case cases[] = {
+      {{64, 32, 26, 26}, {0, 2, 3}},  // the MNIST CNN's conv1 bias gradient: warp rows, then column packs
+      {{3, 5, 5000}, {0, 2}},         // rows in blocks
+      {{2, 3, 40000}, {0, 2}},        // rows in chunks
+      {{40, 7, 3, 20}, {1, 3}},       // columns
+      {{3, 4, 2000, 16}, {0, 2}},     // column packs, the axis in 15 splits
+  };
+  for (const Case& c : cases) {
+    const Tensor cpu = (uniform(c.shape, -1, 1) * 100.0).to(DType::bf16);
+    const Tensor gpu = cpu.to(kCuda);
+    for (bool is_mean : {false, true}) {
+      const Tensor want = is_mean ? mean(cpu.to(DType::f64), c.axes) : sum(cpu.to(DType::f64), c.axes);
+      const Tensor got = is_mean ? mean(gpu, c.axes) : sum(gpu, c.axes);
+      REQUIRE(got.dtype() == DType::bf16);
+      // one rounding to bf16 (2^-9 relative) of the exact sum, plus the f32 partials' own rounding
+      const std::vector<double> w = want.to_vector<double>(), g = got.to(DType::f64).to(Device::cpu()).to_vector<double>();
+      REQUIRE(w.size() == g.size());
+      for (size_t i = 0; i < w.size(); ++i)
+        CHECK_MESSAGE(std::abs(g[i] - w[i]) <= std::abs(w[i]) * (1.0 / 256) + 1e-3,
+                      c.shape.str() << (is_mean ? " mean" : " sum") << " output " << i << ": " << g[i] << " for "
+                                    << w[i]);
+    }
+  }
+}
