@@ -54,6 +54,25 @@
 //     bandwidth (H100 80GB HBM3, kernel-bench, docs/runs/2026-11-26-h100-ddp-step). Before it,
 //     version 2 gave a whole MSE loss one block, the largest kernel of dist-bench ddp's step
 //     (history: NOTES.md).
+//
+// A sum over several axes that are not adjacent (a conv layer's bias gradient: N, H and W of NCHW)
+// runs as two of these reductions (autograd/ops/reduce.cpp), the leading run of axes first where it
+// spans 16 or more elements: version 4 then reads whole rows of the rest in packs, where taking H W
+// first reads rows of H W with version 5, one element a lane. At batch 512 the MNIST CNN's two
+// bias gradients took 17.0 [fig cuda.reduce.bias.conv1.b512.bf16.n-first.us] and
+// 23.8 µs [fig cuda.reduce.bias.conv2.b512.bf16.n-first.us] in bf16 with N first, against
+// 27.9 [fig cuda.reduce.bias.conv1.b512.bf16.hw-first.us] and
+// 44.1 [fig cuda.reduce.bias.conv2.b512.bf16.hw-first.us] with H W first (f32:
+// 26.3 [fig cuda.reduce.bias.conv1.b512.f32.n-first.us] and
+// 40.2 [fig cuda.reduce.bias.conv2.b512.f32.n-first.us] against
+// 30.7 [fig cuda.reduce.bias.conv1.b512.f32.hw-first.us] and
+// 46.6 [fig cuda.reduce.bias.conv2.b512.f32.hw-first.us]); at batch 64 the orders were within a
+// microsecond of each other (conv1 bf16 9.2 [fig cuda.reduce.bias.conv1.b64.bf16.n-first.us]
+// against 8.5 [fig cuda.reduce.bias.conv1.b64.bf16.hw-first.us], conv2
+// 9.5 [fig cuda.reduce.bias.conv2.b64.bf16.n-first.us] against
+// 10.0 [fig cuda.reduce.bias.conv2.b64.bf16.hw-first.us]; kernel-bench --only reduce, H100 80GB
+// HBM3, docs/runs/2026-11-27-h100-split-k). Between the stages a bf16 sum keeps f32: the first
+// stage writes f32 from bf16 and the second bf16 from f32, rounded once.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -144,7 +144,7 @@ TEST_CASE("a bf16 sum or mean over several axes keeps its partials in f32 on the
     std::vector<int64_t> axes;
   };
   const Case cases[] = {
-      {{64, 32, 26, 26}, {0, 2, 3}},  // the MNIST CNN's conv1 bias gradient: warp rows, then column packs
+      {{64, 32, 26, 26}, {0, 2, 3}},  // the MNIST CNN's conv1 bias gradient: N in column packs, then warp rows
       {{3, 5, 5000}, {0, 2}},         // rows in blocks
       {{2, 3, 40000}, {0, 2}},        // rows in chunks
       {{40, 7, 3, 20}, {1, 3}},       // columns
