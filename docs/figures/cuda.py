@@ -283,3 +283,25 @@ def define(figure, table, runs):
            "matmul 15_bf16_wgmma at 4096^3 B^T, ms")
     figure("cuda.matmul.cublas-bf16.4096Bt.ms", bf16, bf16.kernel("matmul", "cuBLAS BF16", "4096x4096x4096 B^T")["ms"],
            "cuBLAS BF16 at 4096^3 B^T, ms")
+    # ---- matmul 16 (15 with k split) on the CNN's fc1, and a conv layer's bias gradient in either
+    # order of its two stages, in one call (docs/runs/2026-11-27-h100-split-k, build bb7dcf8) ----
+    sk = runs["2026-11-27-h100-split-k"]
+    for batch in (64, 512):
+        shape = f"{batch}x128x9216 B^T"
+        for name, version in (("16", "16_bf16_wgmma_split_k"), ("09-bf16", "09_split_k (BF16)"),
+                              ("15", "15_bf16_wgmma"), ("cublas-bf16", "cuBLAS BF16"),
+                              ("production-bf16", "production (BF16)")):
+            figure(f"cuda.matmul.{name}.{batch}x128x9216.split.us", sk,
+                   sk.kernel("matmul", version, shape)["ms"] * 1000, f"matmul {version} at {shape}, µs")
+        figure(f"cuda.matmul.16.{batch}x128x9216.pct-cublas", sk,
+               sk.kernel_share("matmul", "16_bf16_wgmma_split_k", shape),
+               f"matmul 16_bf16_wgmma_split_k at {shape}: % of cuBLAS BF16's TFLOP/s")
+    bias_shapes = {"conv1": "32, 676", "conv2": "64, 576"}
+    for layer, channels in bias_shapes.items():
+        for batch in (64, 512):
+            for dtype in ("f32", "bf16") if batch == 512 else ("bf16",):
+                shape = f"[{batch}, {channels}] axes 0, 2 {dtype}"
+                for order, version in (("hw-first", "bias gradient, H W then N"), ("n-first", "bias gradient, N then H W")):
+                    figure(f"cuda.reduce.bias.{layer}.b{batch}.{dtype}.{order}.us", sk,
+                           sk.kernel("reduce", version, shape, "reduce.json")["ms"] * 1000,
+                           f"the sum over N, H and W of {shape}, {version}, µs")

@@ -150,11 +150,14 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     // 15 on its narrow tiles ran the MNIST MLP's products faster than 14 and than cuBLAS
     // (kernel-bench), but a long k on a few tiles is walked by a few blocks alone: the CNN's
     // 64 x 128 x 9216 took 35.3 µs [fig cuda.matmul.15.64x128x9216.us] there, 09 in f32
-    // 18.0 [fig cuda.matmul.09.64x128x9216.us], so 09 takes those from k >= 2048 (64 x 128 x 784
-    // stays on 15: 6.6 µs [fig cuda.matmul.15.64x128x784.us] against 09's f32
-    // 11.5 [fig cuda.matmul.09.64x128x784.us]). A misaligned operand that 15 would pack for a
-    // short k goes to 09 too on a few tiles (it reads any layout), else to 14. 09 on bf16 took the
-    // CNN's fc1 in 20.2 µs [fig cuda.matmul.bf16.64x128x9216.production.us] (docs/runs/2026-11-27-h100-bf16-kernels).
+    // 18.0 [fig cuda.matmul.09.64x128x9216.us], so from k >= 2048 those go to 16, which splits k
+    // over 15's kernel (64 x 128 x 784 stays on 15: 6.6 µs [fig cuda.matmul.15.64x128x784.us]
+    // against 09's f32 11.5 [fig cuda.matmul.09.64x128x784.us]). 09 on bf16 had taken the CNN's fc1
+    // in 20.2 µs [fig cuda.matmul.bf16.64x128x9216.production.us] (docs/runs/2026-11-27-h100-bf16-kernels);
+    // through 16 it takes 9.4 µs [fig cuda.matmul.production-bf16.64x128x9216.split.us], and
+    // 14.2 [fig cuda.matmul.production-bf16.512x128x9216.split.us] at batch 512
+    // (docs/runs/2026-11-27-h100-split-k). A misaligned operand that 15 would pack for a short k
+    // goes to 09 on a few tiles (it reads any layout), else to 14.
     const bool long_k = few_tiles && splits >= 4 && p.k >= 2048;
     if (long_k && matmul::tf32_wgmma_applies(p, device_)) {
       const int64_t chunks = matmul::bf16_wgmma_split_k_splits(p, sms);

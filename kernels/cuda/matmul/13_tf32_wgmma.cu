@@ -905,6 +905,18 @@ void bf16_wgmma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, co
 // least kMinChunkSlices slices, as many chunks as fill the SMs once; each block stores its f32
 // sums, and 09's reduce kernel adds a tile's chunks in order (deterministic), applies the epilogue
 // and rounds each element once.
+// Measured (H100 80GB HBM3, kernel-bench, docs/runs/2026-11-27-h100-split-k): fc1 at batch 64
+// (64 x 128 x 9216 B^T) in 8.3 µs [fig cuda.matmul.16.64x128x9216.split.us], against 09's
+// 18.6 [fig cuda.matmul.09-bf16.64x128x9216.split.us] on the CUDA cores, 15's
+// 33.2 [fig cuda.matmul.15.64x128x9216.split.us] and cuBLAS BF16's
+// 15.9 [fig cuda.matmul.cublas-bf16.64x128x9216.split.us] (193% [fig cuda.matmul.16.64x128x9216.pct-cublas]
+// of its speed); at batch 512 (512 x 128 x 9216) in 12.7 µs [fig cuda.matmul.16.512x128x9216.split.us],
+// against 09's 104.2 [fig cuda.matmul.09-bf16.512x128x9216.split.us], 15's
+// 33.5 [fig cuda.matmul.15.512x128x9216.split.us] and cuBLAS's
+// 11.7 [fig cuda.matmul.cublas-bf16.512x128x9216.split.us]: 92% [fig cuda.matmul.16.512x128x9216.pct-cublas]
+// of its speed. The prediction was 8 and 12 µs [nofig]: a chunk's four slices load in one turn of
+// the ring, and the partials (36 chunks of 64 x 128 floats at batch 64) cost about what the
+// reduce kernel takes to read them.
 
 namespace {
 constexpr int64_t kMinChunkSlices = 4;  // 256 values of k: a ring of 4 stages, filled once
