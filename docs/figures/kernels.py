@@ -162,12 +162,27 @@ def define(figure, table, runs):
         summary = step_profile.summary(step_profile.kernels(final.file(csv)))
         figure(f"kernels.mean-grad.{tag}.kernels", final, summary["kernels_per_step"],
                f"kernels a training step, {what}, a small mean's gradient in one kernel")
+    summary = step_profile.summary(step_profile.kernels(final.file("profile_b64_bf16.csv")))
+    figure("kernels.mean-grad.b64-bf16.us", final, summary["us_per_step"],
+           "kernel time a step (ncu), CNN batch 64 bf16, a small mean's gradient in one kernel, µs")
+    # backward's gradient conversions in one launch, fc1 on matmul 16 and the bias gradients N first
+    held = runs["2026-11-27-h100-fc1-split"]
+    for tag, csv, what in (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
+                           ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16"),
+                           ("mlp-bf16", "profile_mlp_bf16.csv", "MLP bf16")):
+        summary = step_profile.summary(step_profile.kernels(held.file(csv)))
+        figure(f"kernels.held.{tag}.kernels", held, summary["kernels_per_step"],
+               f"kernels a training step, {what}, conversions held and fc1 on matmul 16")
+        figure(f"kernels.held.{tag}.us", held, summary["us_per_step"],
+               f"kernel time a step (ncu), {what}, conversions held and fc1 on matmul 16, µs")
     for name, file, what in (("mlp-f32", "train_mlp_3.jsonl", "MLP, f32"), ("mlp", "train_mlp_bf16.jsonl", "MLP, bf16")):
-        for tag, run in (("launches", after), ("mean-grad", final)):
+        for tag, run in (("launches", after), ("mean-grad", final), ("held", held)):
             epochs = [e["seconds"] for e in run.epochs(file)][1:]
             figure(f"kernels.{tag}.{name}.epochs", run,
                    (min(epochs), max(epochs)) if min(epochs) != max(epochs) else epochs[0],
                    f"mnist-train {what}, batch 64: epochs 2 and 3 ({run.name}; one number where they agree), s")
-    for tag, run in (("launches", after), ("mean-grad", final)):
+    for tag, run in (("launches", after), ("mean-grad", final), ("held", held)):
         figure(f"kernels.{tag}.cnn.epoch2", run, run.epoch("train_bf16.jsonl", 2)["seconds"],
                f"mnist-train CNN, bf16, batch 64: epoch 2 ({run.name}), s")
+    figure("kernels.held.b512.epoch2", held, held.epoch("train_b512_bf16.jsonl", 2)["seconds"],
+           "mnist-train CNN, bf16, batch 512: epoch 2 (conversions held and fc1 on matmul 16), s")
