@@ -253,6 +253,9 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     kiln_version("fwd 7 input patch in shared memory TF32",
                  [&] { cv::forward_patch<float>(x, w, {}, y, kiln_wp, g, cv::TensorMath::tf32, stream); }, y,
                  y_ref, ny, kTf32Tolerance);
+    if (s.o <= 32)  // version 8 takes up to 32 outputs a pixel (else it runs 6, else 3)
+      kiln_version("fwd 8 few outputs, input rows in shared memory",
+                   [&] { cv::forward_few_outputs_rows<float>(x, w, {}, y, g, stream); }, y, y_ref, ny);
 
     // A conv layer's bias and ReLU: in the production kernel's epilogue, or as two passes of their
     // own (the broadcast add and the ReLU kernels) after it; checked against cuDNN's result passed
@@ -406,6 +409,16 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     void* ws16 = bench.device_bytes(static_cast<size_t>(cv::backward_weight_bf16_workspace(g)));
     const auto* bx = static_cast<const bf16*>(x16.buffer);
     const auto* bgy = static_cast<const bf16*>(gy16.buffer);
+    if (s.o <= 32) {
+      production("fwd 3 implicit GEMM prefetch BF16", [&] {
+        cv::forward_implicit_gemm_prefetch<bf16>(bx, static_cast<const bf16*>(w16.buffer), {},
+                                                 static_cast<bf16*>(y16.buffer), g, stream);
+      }, y16, y, want_y);
+      production("fwd 8 few outputs, input rows in shared memory BF16", [&] {
+        cv::forward_few_outputs_rows_applies<bf16>(bx, static_cast<const bf16*>(w16.buffer), {},
+                                                   static_cast<bf16*>(y16.buffer), g, stream);
+      }, y16, y, want_y);
+    }
     production("bwd-weight 3 tensor cores BF16, image pairs", [&] {
       cv::backward_weight_tensor_cores_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
     }, gw16, gw, want_gw);

@@ -181,8 +181,12 @@ __global__ void forward_few_outputs_kernel(const T* x, const T* w, DeviceEpilogu
 // group blockIdx.y) and walks the input channels kRowsChannels at a time: the input rows the band
 // reads (padding as zeros) go to shared memory once per chunk, and each thread computes its
 // pixel's kOut outputs from there (neighbouring threads on neighbouring columns: conflict-free
-// reads), the weights as in version 6. A band is as many rows as a block's threads cover.
-constexpr int kRowsChannels = 8, kRowsThreads = 128;
+// reads), the weights as in version 6. A band is as many rows as a block's threads cover. Up to
+// kRowsOutputsMax (32) outputs a thread, so that it also runs a first layer's forward (the MNIST
+// CNN's conv1: 1 input channel, 32 outputs), where an implicit GEMM's slices of k would be mostly
+// empty. Weights and patch are kept in compute_t<T> (bf16 widened once, as it lands in shared
+// memory), and the sums too, each output rounded once.
+constexpr int kRowsChannels = 8, kRowsThreads = 128, kRowsOutputsMax = 32;
 
 // kTaps3: the kernel is 3x3 at dilation 1, so the tap loops unroll and a tap's patch and weight
 // reads take constant offsets (one shared load each and an FMA per output).
@@ -190,13 +194,14 @@ template <class T, int kOut, bool kTaps3>
 __global__ void __launch_bounds__(kRowsThreads) forward_few_outputs_rows_kernel(const T* x, const T* w,
                                                                                 DeviceEpilogue<T> e, T* y, Dims d,
                                                                                 int bands, int band, int cols) {
+  using C = compute_t<T>;
   extern __shared__ __align__(16) unsigned char smem_few_rows[];
-  T* ws = reinterpret_cast<T*>(smem_few_rows);
+  C* ws = reinterpret_cast<C*>(smem_few_rows);
   const int64_t g = blockIdx.y, K = d.cg * d.khkw;
-  T* patch = ws + K * kOut;  // [kRowsChannels][rows][cols]
+  C* patch = ws + K * kOut;  // [kRowsChannels][rows][cols]
   for (int64_t i = threadIdx.x; i < K * kOut; i += blockDim.x) {
     const int64_t k = i / kOut, o = i % kOut;
-    ws[i] = o < d.og ? w[(g * d.og + o) * K + k] : T(0);
+    ws[i] = o < d.og ? cast<C>(w[(g * d.og + o) * K + k]) : C(0);
   }
   const int64_t img = blockIdx.x / bands;
   const int oy0 = static_cast<int>(blockIdx.x % bands) * band, ow = static_cast<int>(d.ow);
@@ -207,25 +212,26 @@ __global__ void __launch_bounds__(kRowsThreads) forward_few_outputs_rows_kernel(
   // this thread's pixel: its top-left tap in the patch (-1 past the band)
   const int p = static_cast<int>(threadIdx.x), at = p < band_rows * ow ? p / ow * cols + p % ow : -1;
   const T* xg = x + (img * d.c + g * d.cg) * d.hw;
-  T acc[kOut] = {};
+  C acc[kOut] = {};
   for (int64_t c0 = 0; c0 < d.cg; c0 += kRowsChannels) {
     const int nc = d.cg - c0 < kRowsChannels ? static_cast<int>(d.cg - c0) : kRowsChannels;
     __syncthreads();  // the weights are in; every thread is done with the last chunk
     for (int i = p; i < nc * plane; i += kRowsThreads) {
       const int c = i / plane, r = i % plane / cols, col = i % cols;
       const int iy = oy0 - static_cast<int>(d.ph) + r, ix = col - static_cast<int>(d.pw);
-      patch[i] = iy >= 0 && iy < d.h && ix >= 0 && ix < d.w ? xg[(c0 + c) * d.hw + int64_t{iy} * d.w + ix] : T(0);
+      patch[i] = iy >= 0 && iy < d.h && ix >= 0 && ix < d.w ? cast<C>(xg[(c0 + c) * d.hw + int64_t{iy} * d.w + ix])
+                                                             : C(0);
     }
     __syncthreads();
     if (at < 0) continue;
-    const T* wk = ws + c0 * d.khkw * kOut;  // the taps in (c, ky, kx) order
+    const C* wk = ws + c0 * d.khkw * kOut;  // the taps in (c, ky, kx) order
     for (int c = 0; c < nc; ++c)
 #pragma unroll
       for (int ky = 0; ky < kh; ++ky) {
-        const T* row = patch + c * plane + at + ky * dh * cols;
+        const C* row = patch + c * plane + at + ky * dh * cols;
 #pragma unroll
         for (int kx = 0; kx < kw; ++kx, wk += kOut) {
-          const T v = row[kx * dw];
+          const C v = row[kx * dw];
 #pragma unroll
           for (int o = 0; o < kOut; ++o) acc[o] += v * wk[o];
         }
@@ -235,7 +241,7 @@ __global__ void __launch_bounds__(kRowsThreads) forward_few_outputs_rows_kernel(
   T* yp = y + (img * d.o + g * d.og) * d.ohw + int64_t{oy0} * ow + p;
 #pragma unroll
   for (int o = 0; o < kOut; ++o)
-    if (o < d.og) yp[o * d.ohw] = e(acc[o], g * d.og + o);
+    if (o < d.og) yp[o * d.ohw] = cast<T>(e(acc[o], g * d.og + o));
 }
 
 // ---- backward input, version 1: direct gather ----
@@ -303,18 +309,45 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
   launch_tiles<BM, BN>(kernel, G::THREADS, p, groups, splits, k_per_split, stream, op, bytes);
 }
 
-// Sums the S partial results of each grad_w element in split order: gw[i] = sum_s ws[s][i] (in
-// T, rounded once to Out: bf16's partials are f32). Unrolled so that eight loads are in flight
-// before their adds (the adds stay in split order): at MNIST's batch 512 the two of a step were
-// slow with one load at a time (history: NOTES.md).
+// Sums the S partial results of each grad_w element: gw[i] = sum_s ws[s][i] (in T, rounded once
+// to Out: bf16's partials are f32). A block of 32 x kSumRows threads takes 32 neighbouring
+// elements; its rows of threads split the partials (row r adds s = r, r + kSumRows, ..., four
+// loads in flight before their adds), and row 0 adds the rows' sums in order: the order of every
+// addition is fixed by S, so the result is deterministic. One thread per element, eight loads in
+// flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory: 7 µs
+// [nofig] at batch 64 for 92 KB (history: NOTES.md).
+constexpr int kSumRows = 8, kSumUnroll = 4;
 template <class T, class Out = T>
-__global__ void sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits) {
-  KILN_GRID_STRIDE(i, count) {
-    T acc = 0;
-#pragma unroll 8
-    for (int64_t s = 0; s < splits; ++s) acc += ws[s * count + i];
-    gw[i] = cast<Out>(acc);
+__global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits) {
+  __shared__ T rows[kSumRows][32];
+  const int64_t i = blockIdx.x * int64_t{32} + threadIdx.x;
+  T acc = 0;
+  if (i < count) {
+    for (int64_t s0 = threadIdx.y; s0 < splits; s0 += kSumRows * kSumUnroll) {
+      T v[kSumUnroll];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u)
+        if (s0 + u * kSumRows < splits) v[u] = ws[(s0 + u * kSumRows) * count + i];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u)
+        if (s0 + u * kSumRows < splits) acc += v[u];
+    }
   }
+  rows[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && i < count) {
+    T total = rows[0][threadIdx.x];
+#pragma unroll
+    for (int r = 1; r < kSumRows; ++r) total += rows[r][threadIdx.x];
+    gw[i] = cast<Out>(total);
+  }
+}
+
+// Launches sum_splits_kernel over count elements.
+template <class T, class Out>
+void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_t stream) {
+  sum_splits_kernel<T, Out><<<static_cast<unsigned>((count + 31) / 32), dim3(32, kSumRows), 0, stream>>>(ws, gw, count,
+                                                                                                      splits);
 }
 
 // How many blocks of `kernel` (launched with `threads`) fit on one SM (registers, shared memory,
@@ -431,7 +464,7 @@ void weight_gemm(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geo
              "cuda conv2d_backward_weight: needs a workspace of ", plan.splits * count, " elements");
   Gemm::run(x, grad_y, plan.splits > 1 ? workspace : grad_w, d, g.groups, plan, stream);
   if (plan.splits > 1) {
-    sum_splits_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(workspace, grad_w, count, plan.splits);
+    sum_splits(workspace, grad_w, count, plan.splits, stream);
     KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
   }
 }
@@ -497,18 +530,18 @@ bool forward_few(const ForwardProblem<T>& p, int64_t groups, cudaStream_t stream
 }
 
 // Forward version 8 at the kOut that covers O/G; false when it does not apply: stride > 1, O/G >
-// 16, rows wider than a block, or the weights and the patch over 48 KB of shared memory.
+// 32, rows wider than a block, or the weights and the patch over 48 KB of shared memory.
 template <class T>
 bool forward_few_rows(const ForwardProblem<T>& p, int64_t groups, cudaStream_t stream, const char* op) {
   const Dims& d = p.d;
-  if (d.og > kFewOutputsMax || d.sh != 1 || d.sw != 1) return false;
-  const int k_out = d.og <= 1 ? 1 : d.og <= 2 ? 2 : d.og <= 4 ? 4 : d.og <= 8 ? 8 : 16;
+  if (d.og > kRowsOutputsMax || d.sh != 1 || d.sw != 1) return false;
+  const int k_out = d.og <= 1 ? 1 : d.og <= 2 ? 2 : d.og <= 4 ? 4 : d.og <= 8 ? 8 : d.og <= 16 ? 16 : 32;
   // bands of whole rows, at most one pixel per thread, even in height
   if (d.ow > kRowsThreads) return false;
   const int64_t bands = (d.oh + kRowsThreads / d.ow - 1) / (kRowsThreads / d.ow);
   const int64_t band = (d.oh + bands - 1) / bands, cols = d.ow + (d.kw - 1) * d.dw;
   const int64_t rows = band + (d.kh - 1) * d.dh;
-  const int64_t bytes = (p.K * k_out + kRowsChannels * rows * cols) * static_cast<int64_t>(sizeof(T));
+  const int64_t bytes = (p.K * k_out + kRowsChannels * rows * cols) * static_cast<int64_t>(sizeof(compute_t<T>));
   if (bytes > 48 * 1024) return false;
   if (d.n * d.ohw == 0 || d.og == 0) return true;
   const int64_t blocks = d.n * ((d.oh + band - 1) / band);
@@ -528,12 +561,12 @@ bool forward_few_rows(const ForwardProblem<T>& p, int64_t groups, cudaStream_t s
     case 2: launch.template operator()<2>(); break;
     case 4: launch.template operator()<4>(); break;
     case 8: launch.template operator()<8>(); break;
-    default: launch.template operator()<16>(); break;
+    case 16: launch.template operator()<16>(); break;
+    default: launch.template operator()<32>(); break;
   }
   KILN_CUDA_LAUNCH_CHECK(op);
   return true;
 }
-
 
 // w' [C, O/G, KH, KW] from w [O, C/G, KH, KW]: w'[g*cg + c, o, kh, kw] = w[g*og + o, c, KH-1-kh, KW-1-kw].
 template <class T>
@@ -827,11 +860,17 @@ void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* works
 }
 
 template <class T>
+bool forward_few_outputs_rows_applies(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
+                                      cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  return forward_few_rows(ForwardProblem<T>{x, w, e, y, d, d.n * d.ohw, d.og, d.cg * d.khkw}, g.groups, stream,
+                          "conv2d");
+}
+
+template <class T>
 void forward_few_outputs_rows(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
                               cudaStream_t stream) {
-  const Dims d = dims_of(g);
-  const ForwardProblem<T> p{x, w, e, y, d, d.n * d.ohw, d.og, d.cg * d.khkw};
-  if (!forward_few_rows(p, g.groups, stream, "conv2d")) forward_few_outputs<T>(x, w, e, y, g, stream);
+  if (!forward_few_outputs_rows_applies(x, w, e, y, g, stream)) forward_few_outputs<T>(x, w, e, y, g, stream);
 }
 
 template <class T>
@@ -876,6 +915,8 @@ void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T*
                                  cudaStream_t);                                                                \
   template void forward_few_outputs_rows<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&,      \
                                             cudaStream_t);                                                       \
+  template bool forward_few_outputs_rows_applies<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&, \
+                                                    cudaStream_t);                                               \
   template void backward_input_few_outputs_rows<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);
 KILN_CONV2D_INSTANTIATE(float)
 KILN_CONV2D_INSTANTIATE(double)
@@ -1010,6 +1051,8 @@ using WeightGemmBf16 = TensorCoreWeightGemm<Mma::bf16>;
 
 template void forward_implicit_gemm_prefetch<bf16>(const bf16*, const bf16*, const DeviceEpilogue<bf16>&, bf16*,
                                                    const Geometry&, cudaStream_t);
+template bool forward_few_outputs_rows_applies<bf16>(const bf16*, const bf16*, const DeviceEpilogue<bf16>&, bf16*,
+                                                     const Geometry&, cudaStream_t);
 
 bool forward_patch_bf16_applies(const Geometry& g) { return patch_bf16_workspace(g) > 0; }
 int64_t forward_patch_bf16_workspace(const Geometry& g) { return patch_bf16_workspace(g); }
@@ -1070,7 +1113,7 @@ void backward_weight_implicit_gemm_bf16(const bf16* x, const bf16* grad_y, bf16*
   const WeightPlan plan = small ? weight_plan<WeightGemmSmallBf16>(g) : weight_plan<WeightGemmSimtBf16>(g);
   if (small) WeightGemmSmallBf16::run(x, grad_y, partials, dims_of(g), g.groups, plan, stream);
   else WeightGemmSimtBf16::run(x, grad_y, partials, dims_of(g), g.groups, plan, stream);
-  sum_splits_kernel<float, bf16><<<blocks_for(count), kThreads, 0, stream>>>(partials, grad_w, count, plan.splits);
+  sum_splits(partials, grad_w, count, plan.splits, stream);
   KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
 }
 
@@ -1090,7 +1133,7 @@ void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* 
   const WeightPlan plan = weight_plan<WeightGemmBf16>(p);
   WeightGemmBf16::run(reinterpret_cast<const float*>(xp), reinterpret_cast<const float*>(gyp), partials, d, p.groups,
                       plan, stream);
-  sum_splits_kernel<float, bf16><<<blocks_for(count), kThreads, 0, stream>>>(partials, grad_w, count, plan.splits);
+  sum_splits(partials, grad_w, count, plan.splits, stream);
   KILN_CUDA_LAUNCH_CHECK(op);
 }
 
@@ -1145,7 +1188,8 @@ void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b
   // (0.0080 ms [fig cuda.conv2d.fwd.v5-tf32.conv1.ms]), but this rule takes version 3 under
   // either math. Elsewhere version 7 where it runs (stride 1), else version 5.
   if (g.c / g.groups * g.kh * g.kw < 32) {
-    conv2d::forward_implicit_gemm_prefetch<T>(x, w, b, y, g, be.stream());
+    if (!conv2d::forward_few_outputs_rows_applies<T>(x, w, b, y, g, be.stream()))
+      conv2d::forward_implicit_gemm_prefetch<T>(x, w, b, y, g, be.stream());
   } else if (const int64_t packed = std::is_same_v<T, float> ? conv2d::forward_patch_workspace(g) : 0; packed > 0) {
     Workspace ws(be, sizeof(T) * static_cast<size_t>(packed));
     conv2d::forward_patch<T>(x, w, b, y, static_cast<T*>(ws.p), g, math, be.stream());
@@ -1207,9 +1251,11 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
   KILN_CHECK(!epilogue.bias.defined() || epilogue.bias.dtype == y.dtype, DTypeError,
              "cuda backend: conv2d needs one dtype, got bias ", epilogue.bias.dtype, " for ", y.dtype);
   const conv2d::Geometry g = geometry_of(x.shape, w.shape, y.shape, p);
-  if (y.dtype == DType::bf16 && g.c / g.groups * g.kh * g.kw < 32) {  // as for f32: version 3
-    conv2d::forward_implicit_gemm_prefetch<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
-                                                 y.data<bf16>(), g, stream());
+  if (y.dtype == DType::bf16 && g.c / g.groups * g.kh * g.kw < 32) {  // as for f32: version 8, else 3
+    if (!conv2d::forward_few_outputs_rows_applies<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
+                                                        y.data<bf16>(), g, stream()))
+      conv2d::forward_implicit_gemm_prefetch<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
+                                                   y.data<bf16>(), g, stream());
     return;
   }
   if (y.dtype == DType::bf16 && conv2d::forward_patch_bf16_applies(g)) {

@@ -108,10 +108,15 @@ void backward_input_few_outputs(const T* grad_y, const T* w, T* grad_x, T* works
                                 cudaStream_t stream);
 
 // Forward, version 8: version 6 at stride 1 with the input rows of a band of output rows in shared
-// memory (O/G <= 16, the band's rows and the weights within 48 KB); else version 6.
+// memory (O/G <= 32, the band's rows and the weights within 48 KB); else version 6.
+// forward_few_outputs_rows_applies runs version 8 where it applies and says whether it did (f32,
+// f64 and bf16, whose sums are f32, each output rounded once).
 template <class T>
 void forward_few_outputs_rows(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
                               cudaStream_t stream);
+template <class T>
+bool forward_few_outputs_rows_applies(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g,
+                                      cudaStream_t stream);
 // Backward input, version 8: version 3's forward form on forward version 8 (else 6, else 3; same
 // applicability and workspace as version 3).
 template <class T>

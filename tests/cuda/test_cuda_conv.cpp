@@ -296,7 +296,7 @@ TEST_CASE("versions 7 and 8 (input rows in shared memory) match the CPU at strid
       cv::forward_patch<float>(device_ptr<float>(dx), device_ptr<float>(dw), epilogue, device_ptr<float>(y),
                                device_ptr<float>(packed), g, math, stream);
       check_close(y, want, rtol, atol(cg * k[0] * k[1]), "forward_patch" + name);
-      if (!tf32) {  // version 8 (CUDA cores, O/G <= 16; else version 6)
+      if (!tf32) {  // version 8 (CUDA cores, O/G <= 32; else version 6)
         Tensor y8 = full(c.y, 7.0, TensorOptions(DType::f32).device(kCuda));
         cv::forward_few_outputs_rows<float>(device_ptr<float>(dx), device_ptr<float>(dw), epilogue,
                                             device_ptr<float>(y8), g, stream);
@@ -406,7 +406,7 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 1 and 3 on t
   auto device_buffer = [](int64_t bytes) {
     return full({std::max<int64_t>(1, bytes / 4)}, 7.0, TensorOptions(DType::f32).device(kCuda));
   };
-  int forward = 0, input = 0, input_form = 0, small = 0, short_k = 0;
+  int forward = 0, input = 0, input_form = 0, small = 0, short_k = 0, rows = 0;
   for (int trial = 0; trial < 40; ++trial) {
     // odd channel counts (a pair with a zero partner) and counts past one stage of 16; odd batches
     // (an image pair with a zero partner); widths past 32; any padding and dilation; bias and ReLU
@@ -459,6 +459,14 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 1 and 3 on t
                                                device_ptr<bf16>(y), g, stream);
       check_close(y, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
                   "forward_implicit_gemm_prefetch<bf16> " + name);
+      // and version 8 (a thread per pixel, O/G <= 32), which production runs there first
+      Tensor y8 = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
+      if (cv::forward_few_outputs_rows_applies<bf16>(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue,
+                                                     device_ptr<bf16>(y8), g, stream)) {
+        ++rows;
+        check_close(y8, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
+                    "forward_few_outputs_rows_applies<bf16> " + name);
+      }
     }
   }
   // every case fits the patch's shared memory (the backward input where its forward form applies);
@@ -468,4 +476,5 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 1 and 3 on t
   CHECK(small >= 5);
   CHECK(40 - small >= 5);
   CHECK(short_k >= 5);
+  CHECK(rows >= 1);
 }
