@@ -305,3 +305,20 @@ def define(figure, table, runs):
                     figure(f"cuda.reduce.bias.{layer}.b{batch}.{dtype}.{order}.us", sk,
                            sk.kernel("reduce", version, shape, "reduce.json")["ms"] * 1000,
                            f"the sum over N, H and W of {shape}, {version}, µs")
+    # ---- conv2d forward version 8 at up to 32 outputs a pixel, a first layer's forward in f32 and
+    # bf16 (docs/runs/2026-11-27-h100-conv1-rows, build dd21837) ----
+    rows = runs["2026-11-27-h100-conv1-rows"]
+    for batch in (64, 512):
+        shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
+        for name, version in (("v8", "fwd 8 few outputs, input rows in shared memory"),
+                              ("v3", "fwd 3 implicit GEMM prefetch"), ("cudnn", "fwd cuDNN"),
+                              ("v8-bf16", "fwd 8 few outputs, input rows in shared memory BF16"),
+                              ("v3-bf16", "fwd 3 implicit GEMM prefetch BF16"), ("cudnn-bf16", "fwd cuDNN BF16"),
+                              ("bwd-weight-bf16", "bwd-weight production (BF16)")):
+            figure(f"cuda.conv2d.rows.conv1-b{batch}.{name}.us", rows,
+                   rows.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+    for batch in (64, 512):  # the same, the call before the split sums in tiles
+        shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
+        figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,
+               kb.kernel("conv2d", "bwd-weight production (BF16)", shape)["ms"] * 1000,
+               f"conv2d bwd-weight production (BF16) at {shape}, before the split sums in tiles, µs")

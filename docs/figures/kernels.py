@@ -186,3 +186,20 @@ def define(figure, table, runs):
                f"mnist-train CNN, bf16, batch 64: epoch 2 ({run.name}), s")
     figure("kernels.held.b512.epoch2", held, held.epoch("train_b512_bf16.jsonl", 2)["seconds"],
            "mnist-train CNN, bf16, batch 512: epoch 2 (conversions held and fc1 on matmul 16), s")
+    # conv1's forward on version 8 and the partial sums without chains of loads
+    rows = runs["2026-11-27-h100-conv1-rows-train"]
+    for tag, csv, what in (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
+                           ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16")):
+        summary = step_profile.summary(step_profile.kernels(rows.file(csv)))
+        figure(f"kernels.rows.{tag}.us", rows, summary["us_per_step"],
+               f"kernel time a step (ncu), {what}, conv1 on version 8 and the sums in tiles, µs")
+    for name, file, what in (("cnn", "train_bf16.jsonl", "CNN batch 64, bf16"),
+                             ("b512", "train_b512_bf16.jsonl", "CNN batch 512, bf16"),
+                             ("cnn-f32", "train.jsonl", "CNN batch 64, f32"),
+                             ("cnn-tf32", "train_tf32.jsonl", "CNN batch 64, --tf32")):
+        figure(f"kernels.rows.{name}.epoch2", rows, rows.epoch(file, 2)["seconds"],
+               f"mnist-train {what}: epoch 2 (conv1 on version 8 and the sums in tiles), s")
+    for name, file, what in (("mlp-f32", "train_mlp_3.jsonl", "MLP, f32"), ("mlp", "train_mlp_bf16.jsonl", "MLP, bf16")):
+        epochs = [e["seconds"] for e in rows.epochs(file)][1:]
+        figure(f"kernels.rows.{name}.epochs", rows, (min(epochs), max(epochs)) if min(epochs) != max(epochs) else epochs[0],
+               f"mnist-train {what}, batch 64: epochs 2 and 3 ({rows.name}; one number where they agree), s")

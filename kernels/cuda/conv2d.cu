@@ -73,8 +73,9 @@
 //   3 1 on the tensor cores, as forward 5. 0.0679 [fig cuda.conv2d.bwd-weight.v3-3xtf32.conv2.ms] /
 //     0.0458 [fig cuda.conv2d.bwd-weight.v3-tf32.conv2.ms].
 //
-// Production (CudaBackend::conv2d*): the forward runs 3 where K = C/G*KH*KW < 32 (a first layer:
-// the tensor cores' slices would be mostly empty), else 7 in f32 at stride 1 where its patch fits
+// Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
+// the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
+// there, else 7 in f32 at stride 1 where its patch fits
 // in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8 where 3
 // applies and C/G <= 4, else 7 where 3 applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8,
 // else 2. The backward weight runs 3 (2 for small layers and f64). The tensor-core versions take
@@ -314,8 +315,13 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
 // elements; its rows of threads split the partials (row r adds s = r, r + kSumRows, ..., four
 // loads in flight before their adds), and row 0 adds the rows' sums in order: the order of every
 // addition is fixed by S, so the result is deterministic. One thread per element, eight loads in
-// flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory: 7 µs
-// [nofig] at batch 64 for 92 KB (history: NOTES.md).
+// flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory:
+// 7 µs [nofig] at batch 64 for 92 KB (history: NOTES.md). conv1's whole bf16 weight gradient then took
+// 23.5 µs [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.us] at batch 64 and
+// 55.4 [fig cuda.conv2d.rows.conv1-b512.bwd-weight-bf16.us] at 512, from
+// 27.6 [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.before.us] and
+// 78.6 [fig cuda.conv2d.rows.conv1-b512.bwd-weight-bf16.before.us] (kernel-bench, H100,
+// docs/runs/2026-11-27-h100-conv1-rows and -bf16-kernels).
 constexpr int kSumRows = 8, kSumUnroll = 4;
 template <class T, class Out = T>
 __global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits) {
@@ -1180,12 +1186,17 @@ template <class T>
 void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b, T* y, const conv2d::Geometry& g,
              conv2d::TensorMath math) {
   // A reduction this short (the first MNIST layer: C*KH*KW = 9) leaves most of each 16-long
-  // tensor-core slice, and of version 7's 8-channel stages, empty: version 3 beats the 3xTF32
+  // tensor-core slice, and of version 7's 8-channel stages, empty: version 3 beat the 3xTF32
   // versions there (conv1: 0.0097 ms [fig cuda.conv2d.fwd.v3.conv1.ms] against 5's
   // 0.0114 [fig cuda.conv2d.fwd.v5-3xtf32.conv1.ms] and 7's
   // 0.0167 [fig cuda.conv2d.fwd.v7-3xtf32.conv1.ms]; H100, kernel-bench,
-  // docs/runs/2026-11-26-h100). TF32's version 5 ran faster still
-  // (0.0080 ms [fig cuda.conv2d.fwd.v5-tf32.conv1.ms]), but this rule takes version 3 under
+  // docs/runs/2026-11-26-h100), and version 8 (a thread per pixel, all 32 outputs from the input
+  // rows in shared memory) beats 3: 6.2 µs [fig cuda.conv2d.rows.conv1-b64.v8.us] against
+  // 9.8 [fig cuda.conv2d.rows.conv1-b64.v3.us] at batch 64, 28.8 [fig cuda.conv2d.rows.conv1-b512.v8.us]
+  // against 56.3 [fig cuda.conv2d.rows.conv1-b512.v3.us] at 512, where cuDNN took
+  // 20.2 [fig cuda.conv2d.rows.conv1-b64.cudnn.us] and 41.9 [fig cuda.conv2d.rows.conv1-b512.cudnn.us]
+  // (docs/runs/2026-11-27-h100-conv1-rows). TF32's version 5 also beats 3
+  // (0.0080 ms [fig cuda.conv2d.fwd.v5-tf32.conv1.ms]), but this rule takes 8, else 3, under
   // either math. Elsewhere version 7 where it runs (stride 1), else version 5.
   if (g.c / g.groups * g.kh * g.kw < 32) {
     if (!conv2d::forward_few_outputs_rows_applies<T>(x, w, b, y, g, be.stream()))
@@ -1237,8 +1248,12 @@ struct Widened {
 
 }  // namespace
 
-// bf16 runs the bf16 versions (conv2d.cuh): the forward's version 3 where C/G*KH*KW < 32 and
-// version 7 elsewhere, the backward input's version 7 as for f32, the weight gradient's version 3
+// bf16 runs the bf16 versions (conv2d.cuh): the forward's version 8 (else 3) where C/G*KH*KW < 32
+// (conv1: 6.8 µs [fig cuda.conv2d.rows.conv1-b64.v8-bf16.us] against 3's
+// 11.4 [fig cuda.conv2d.rows.conv1-b64.v3-bf16.us] and cuDNN BF16's
+// 19.1 [fig cuda.conv2d.rows.conv1-b64.cudnn-bf16.us] at batch 64;
+// 26.5 [fig cuda.conv2d.rows.conv1-b512.v8-bf16.us], 62.2 [fig cuda.conv2d.rows.conv1-b512.v3-bf16.us]
+// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512) and version 7 elsewhere, the backward input's version 7 as for f32, the weight gradient's version 3
 // (on image pairs) always.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
 // C/G <= 4 or outside the forward form) it runs the f32 versions on operands widened to f32, at
