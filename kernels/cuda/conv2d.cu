@@ -391,35 +391,24 @@ __global__ void __launch_bounds__(32 * kSmallWarps)
   const int64_t o0 = int64_t{warp} * kSmallOuts;
   if (o0 >= d.og) return;
   C acc[kSmallOuts][kTaps] = {};
-  // kUnroll pixels a step, all their loads issued before the first sum needs one: a lane's pixels
-  // one at a time were a chain of round trips to memory (version 4 first ran no faster than 3 at
-  // batch 512)
-  constexpr int kUnroll = kTaps <= 9 ? 4 : sizeof(C) == 8 ? 1 : 2;  // f64 at 16 taps would spill
   const int64_t p1 = std::min(pixels, (blockIdx.x + 1) * chunk);
-  for (int64_t p0 = blockIdx.x * chunk + lane; p0 < p1; p0 += 32 * kUnroll) {
-    C v[kUnroll][kTaps], gv[kUnroll][kSmallOuts];
+  for (int64_t p = blockIdx.x * chunk + lane; p < p1; p += 32) {
+    const int64_t img = p / d.ohw, r = p % d.ohw;
+    const int iy0 = static_cast<int>(r / d.ow) * d.sh - d.ph, ix0 = static_cast<int>(r % d.ow) * d.sw - d.pw;
+    const T* xp = x + (img * d.c + g * d.cg) * d.hw + int64_t{iy0} * d.w + ix0;  // tap (0, 0, 0), maybe outside
+    C v[kTaps];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + 32 * u;
-      const bool live = p < p1;
-      const int64_t img = live ? p / d.ohw : 0, r = live ? p % d.ohw : 0;
-      const int iy0 = static_cast<int>(r / d.ow) * d.sh - d.ph, ix0 = static_cast<int>(r % d.ow) * d.sw - d.pw;
-      const T* xp = x + (img * d.c + g * d.cg) * d.hw + int64_t{iy0} * d.w + ix0;  // tap (0, 0, 0), maybe outside
-#pragma unroll
-      for (int k = 0; k < kTaps; ++k) {
-        const int iy = iy0 + tap_y[k], ix = ix0 + tap_x[k];
-        v[u][k] = live && k < K && iy >= 0 && iy < d.h && ix >= 0 && ix < d.w ? cast<C>(xp[tap_at[k]]) : C(0);
-      }
-      const T* gp = gy + (img * d.o + g * d.og + o0) * d.ohw + r;
-#pragma unroll
-      for (int j = 0; j < kSmallOuts; ++j) gv[u][j] = live && o0 + j < d.og ? cast<C>(gp[j * d.ohw]) : C(0);
+    for (int k = 0; k < kTaps; ++k) {
+      const int iy = iy0 + tap_y[k], ix = ix0 + tap_x[k];
+      v[k] = k < K && iy >= 0 && iy < d.h && ix >= 0 && ix < d.w ? cast<C>(xp[tap_at[k]]) : C(0);
     }
+    const T* gp = gy + (img * d.o + g * d.og + o0) * d.ohw + r;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+    for (int j = 0; j < kSmallOuts; ++j) {
+      const C gv = o0 + j < d.og ? cast<C>(gp[j * d.ohw]) : C(0);
 #pragma unroll
-      for (int j = 0; j < kSmallOuts; ++j)
-#pragma unroll
-        for (int k = 0; k < kTaps; ++k) acc[j][k] += gv[u][j] * v[u][k];
+      for (int k = 0; k < kTaps; ++k) acc[j][k] += gv * v[k];
+    }
   }
 #pragma unroll
   for (int j = 0; j < kSmallOuts; ++j)
