@@ -355,11 +355,6 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     kiln_version("bwd-weight 3 tensor cores TF32", [&] {
       cv::backward_weight_tensor_cores<float>(x, gy, gw, kiln_ws, g, cv::TensorMath::tf32, stream);
     }, gw, gw_ref, nw, kTf32Tolerance);
-    if (cv::backward_weight_small_applies(g)) {
-      void* small_ws = bench.device_bytes(cv::backward_weight_small_workspace<float>(g));
-      kiln_version("bwd-weight 4 small layer read as it lies",
-                   [&] { cv::backward_weight_small<float>(x, gy, gw, small_ws, g, stream); }, gw, gw_ref, nw);
-    }
   }
 
   // ---- cuDNN with TF32 allowed: the peer of kiln's TF32 versions above ----
@@ -427,12 +422,6 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     production("bwd-weight 3 tensor cores BF16, image pairs", [&] {
       cv::backward_weight_tensor_cores_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
     }, gw16, gw, want_gw);
-    if (cv::backward_weight_small_applies(g)) {
-      void* small_ws = bench.device_bytes(cv::backward_weight_small_workspace<bf16>(g));
-      production("bwd-weight 4 small layer read as it lies BF16", [&] {
-        cv::backward_weight_small<bf16>(bx, bgy, static_cast<bf16*>(gw16.buffer), small_ws, g, stream);
-      }, gw16, gw, want_gw);
-    }
     production("bwd-weight 1 implicit GEMM BF16", [&] {
       cv::backward_weight_implicit_gemm_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
     }, gw16, gw, want_gw);

@@ -72,17 +72,13 @@
 //     0.1190 [fig cuda.conv2d.bwd-weight.v2.conv2.ms].
 //   3 1 on the tensor cores, as forward 5. 0.0679 [fig cuda.conv2d.bwd-weight.v3-3xtf32.conv2.ms] /
 //     0.0458 [fig cuda.conv2d.bwd-weight.v3-tf32.conv2.ms].
-//   4 a small layer (O/G <= 32, C/G*KH*KW <= 16: a first layer such as conv1) read as it lies: a
-//     chunk of output pixels a block, each warp four outputs' sums of every tap in registers, the
-//     chunks' partials added in order.
 //
 // Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
 // there, else 7 in f32 at stride 1 where its patch fits
 // in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8 where 3
 // applies and C/G <= 4, else 7 where 3 applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8,
-// else 2. The backward weight runs 4 where it applies (f32, f64 and bf16), else 3 (2 for small
-// layers and f64). The tensor-core versions take
+// else 2. The backward weight runs 3 (2 for small layers and f64). The tensor-core versions take
 // TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
 #include <atomic>
@@ -360,73 +356,6 @@ void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_
                                                                                                       splits);
 }
 
-// ---- backward weight, version 4: a small layer, its pixels read as they lie ----
-//
-// A first layer's weight gradient (the MNIST CNN's conv1: 32 outputs of 9 taps each, every one a
-// sum over the 43264 output pixels of a batch of 64) is a GEMM with M and N tiny and K long: the
-// tiled versions pair, gather and split k to make 288 sums. Here block (chunk, group) takes a
-// chunk of the output pixels; each of its warps takes kSmallOuts of the group's outputs, each lane
-// one pixel at a time: the pixel's taps read from x (neighbouring lanes on neighbouring pixels,
-// through L1), its kSmallOuts values of grad_y, kSmallOuts x kTaps sums kept in registers. The
-// lanes then add theirs in a fixed order (shuffles), and lane 0 writes the chunk's partial sums,
-// which sum_splits adds in chunk order: deterministic.
-constexpr int kSmallOuts = 4, kSmallWarps = 8;  // outputs a warp, warps a block: O/G <= 32
-// The taps a thread holds at most: at 16, 4 x 16 sums take 194 registers (f32; f64 254), at 32 they
-// spilled (ptxas -v). Pixels a chunk, at least.
-constexpr int64_t kSmallTapsMax = 16, kSmallPixels = 256;
-
-template <class T, int kTaps>
-__global__ void __launch_bounds__(32 * kSmallWarps)
-    weight_small_kernel(const T* x, const T* gy, compute_t<T>* partial, Dims d, int64_t chunk) {
-  using C = compute_t<T>;
-  __shared__ int tap_at[kTaps], tap_y[kTaps], tap_x[kTaps];  // a tap's offset in the image; its row and column
-  const int64_t g = blockIdx.y, K = d.cg * d.khkw, pixels = d.n * d.ohw;
-  for (int k = threadIdx.x; k < kTaps; k += blockDim.x) {
-    const int c = k / static_cast<int>(d.khkw), r = k % static_cast<int>(d.khkw);
-    tap_y[k] = r / static_cast<int>(d.kw) * d.dh, tap_x[k] = r % static_cast<int>(d.kw) * d.dw;
-    tap_at[k] = c * static_cast<int>(d.hw) + tap_y[k] * static_cast<int>(d.w) + tap_x[k];
-  }
-  __syncthreads();
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t o0 = int64_t{warp} * kSmallOuts;
-  if (o0 >= d.og) return;
-  C acc[kSmallOuts][kTaps] = {};
-  const int64_t p1 = std::min(pixels, (blockIdx.x + 1) * chunk);
-  for (int64_t p = blockIdx.x * chunk + lane; p < p1; p += 32) {
-    const int64_t img = p / d.ohw, r = p % d.ohw;
-    const int iy0 = static_cast<int>(r / d.ow) * d.sh - d.ph, ix0 = static_cast<int>(r % d.ow) * d.sw - d.pw;
-    const T* xp = x + (img * d.c + g * d.cg) * d.hw + int64_t{iy0} * d.w + ix0;  // tap (0, 0, 0), maybe outside
-    C v[kTaps];
-#pragma unroll
-    for (int k = 0; k < kTaps; ++k) {
-      const int iy = iy0 + tap_y[k], ix = ix0 + tap_x[k];
-      v[k] = k < K && iy >= 0 && iy < d.h && ix >= 0 && ix < d.w ? cast<C>(xp[tap_at[k]]) : C(0);
-    }
-    const T* gp = gy + (img * d.o + g * d.og + o0) * d.ohw + r;
-#pragma unroll
-    for (int j = 0; j < kSmallOuts; ++j) {
-      const C gv = o0 + j < d.og ? cast<C>(gp[j * d.ohw]) : C(0);
-#pragma unroll
-      for (int k = 0; k < kTaps; ++k) acc[j][k] += gv * v[k];
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kSmallOuts; ++j)
-#pragma unroll
-    for (int k = 0; k < kTaps; ++k) {
-      C sum = acc[j][k];
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0 && o0 + j < d.og && k < K) partial[(blockIdx.x * d.o + g * d.og + o0 + j) * K + k] = sum;
-    }
-}
-
-// Version 4's chunks of pixels: enough for two blocks an SM, none under kSmallPixels.
-int64_t weight_small_chunks(const Geometry& g) {
-  const int64_t pixels = g.n * g.oh * g.ow;
-  const int64_t want = std::max<int64_t>(1, 2 * int64_t{device_attribute(cudaDevAttrMultiProcessorCount)} / g.groups);
-  return std::clamp<int64_t>((pixels + kSmallPixels - 1) / kSmallPixels, 1, want);
-}
-
 // How many blocks of `kernel` (launched with `threads`) fit on one SM (registers, shared memory,
 // threads), asked of the runtime once per instantiation and process (the first device's answer is
 // kept: a process with several GPUs of different kinds would only get a worse split, never a
@@ -659,47 +588,6 @@ __global__ void flip_weights_kernel(const T* w, T* wt, Dims d, int64_t total) {
 }  // namespace
 
 // ---- the versions (conv2d.cuh) ----
-
-bool backward_weight_small_applies(const Geometry& g) {
-  return g.o / g.groups <= kSmallOuts * kSmallWarps && (g.c / g.groups) * g.kh * g.kw <= kSmallTapsMax;
-}
-
-template <class T>
-size_t backward_weight_small_workspace(const Geometry& g) {
-  return sizeof(compute_t<T>) * static_cast<size_t>(weight_small_chunks(g) * g.o * (g.c / g.groups) * g.kh * g.kw);
-}
-
-template <class T>
-void backward_weight_small(const T* x, const T* grad_y, T* grad_w, void* workspace, const Geometry& g,
-                           cudaStream_t stream) {
-  const char* op = "conv2d_backward_weight";
-  KILN_CHECK(backward_weight_small_applies(g), ShapeError, "cuda ", op, ": version 4 takes O/G <= ",
-             kSmallOuts * kSmallWarps, " and C/G*KH*KW <= ", kSmallTapsMax, ", got ", g.o / g.groups, " and ",
-             (g.c / g.groups) * g.kh * g.kw);
-  if (!weight_nonempty(grad_w, g, stream)) return;
-  const Dims d = dims_of(g);
-  const int64_t K = d.cg * d.khkw, chunks = weight_small_chunks(g), pixels = d.n * d.ohw;
-  const int64_t chunk = (pixels + chunks - 1) / chunks;
-  KILN_CHECK(g.groups <= 65535 && d.hw * d.cg < (int64_t{1} << 31), ShapeError, "cuda ", op,
-             ": the problem is too large for version 4");
-  auto* partial = static_cast<compute_t<T>*>(workspace);
-  const dim3 grid(static_cast<unsigned>((pixels + chunk - 1) / chunk), static_cast<unsigned>(g.groups));
-  auto launch = [&]<int kTaps>() {
-    weight_small_kernel<T, kTaps><<<grid, 32 * kSmallWarps, 0, stream>>>(x, grad_y, partial, d, chunk);
-  };
-  if (K <= 9) launch.template operator()<9>();
-  else launch.template operator()<16>();
-  sum_splits(partial, grad_w, d.o * K, static_cast<int64_t>(grid.x), stream);
-  KILN_CUDA_LAUNCH_CHECK(op);
-}
-
-template size_t backward_weight_small_workspace<float>(const Geometry&);
-template size_t backward_weight_small_workspace<double>(const Geometry&);
-template size_t backward_weight_small_workspace<bf16>(const Geometry&);
-template void backward_weight_small<float>(const float*, const float*, float*, void*, const Geometry&, cudaStream_t);
-template void backward_weight_small<double>(const double*, const double*, double*, void*, const Geometry&,
-                                            cudaStream_t);
-template void backward_weight_small<bf16>(const bf16*, const bf16*, bf16*, void*, const Geometry&, cudaStream_t);
 
 bool backward_input_uses_direct(const Geometry& g) { return g.c / g.groups <= 8; }
 
@@ -1340,11 +1228,6 @@ void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2
 template <class T>
 void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv2d::Geometry& g,
                      conv2d::TensorMath math) {
-  if (conv2d::backward_weight_small_applies(g)) {
-    Workspace ws(be, conv2d::backward_weight_small_workspace<T>(g));
-    conv2d::backward_weight_small<T>(x, gy, gw, ws.p, g, be.stream());
-    return;
-  }
   Workspace ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
   conv2d::backward_weight_tensor_cores<T>(x, gy, gw, static_cast<T*>(ws.p), g, math, be.stream());
 }
@@ -1370,9 +1253,8 @@ struct Widened {
 // 11.4 [fig cuda.conv2d.rows.conv1-b64.v3-bf16.us] and cuDNN BF16's
 // 19.1 [fig cuda.conv2d.rows.conv1-b64.cudnn-bf16.us] at batch 64;
 // 26.5 [fig cuda.conv2d.rows.conv1-b512.v8-bf16.us], 62.2 [fig cuda.conv2d.rows.conv1-b512.v3-bf16.us]
-// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512) and version 7 elsewhere, the
-// backward input's version 7 as for f32, the weight gradient's version 4 for a small layer and 3
-// (on image pairs) for the rest.
+// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512) and version 7 elsewhere, the backward input's version 7 as for f32, the weight gradient's version 3
+// (on image pairs) always.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
 // C/G <= 4 or outside the forward form) it runs the f32 versions on operands widened to f32, at
 // TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits, which TF32's 11 hold, so each
@@ -1435,11 +1317,6 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
                                          const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
-  if (grad_w.dtype == DType::bf16 && conv2d::backward_weight_small_applies(g)) {
-    Workspace ws(*this, conv2d::backward_weight_small_workspace<bf16>(g));
-    conv2d::backward_weight_small(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g, stream());
-    return;
-  }
   if (grad_w.dtype == DType::bf16) {
     Workspace ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
     conv2d::backward_weight_tensor_cores_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g,

@@ -97,17 +97,6 @@ template <class T>
 void backward_weight_tensor_cores(const T* x, const T* grad_y, T* grad_w, T* workspace, const Geometry& g,
                                   TensorMath math, cudaStream_t stream);
 
-// Backward weight, version 4: a small layer (O/G <= 32 and C/G*KH*KW <= 16: a first layer) read
-// as it lies, a chunk of output pixels a block, each warp four outputs' sums of every tap in
-// registers, the chunks' partial sums (backward_weight_small_workspace<T>(g) bytes) added in order.
-// f32, f64 and bf16 (sums in f32, each result rounded once). ShapeError where it does not apply.
-bool backward_weight_small_applies(const Geometry& g);
-template <class T>
-size_t backward_weight_small_workspace(const Geometry& g);
-template <class T>
-void backward_weight_small(const T* x, const T* grad_y, T* grad_w, void* workspace, const Geometry& g,
-                           cudaStream_t stream);
-
 // Forward, version 6: direct, one thread per output pixel computing all O/G outputs, for O/G <= 16
 // (the group's weights in shared memory); else version 3.
 template <class T>

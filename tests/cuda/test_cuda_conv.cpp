@@ -371,55 +371,6 @@ TEST_CASE("conv2d weight and wide versions match the CPU with many K splits, odd
   }
 }
 
-TEST_CASE("backward weight version 4 (a small layer read as it lies) matches the CPU in f32, f64 and bf16") {
-  // Random small layers (O/G <= 32, C/G*KH*KW <= 16) with any stride, padding, dilation and groups,
-  // chunks of pixels that end mid-image; the MNIST CNN's conv1 at batch 64 (many chunks); the same
-  // bits on a second run; and the layers it refuses.
-  namespace cv = cuda::conv2d;
-  cudaStream_t stream = cuda::backend(0).stream();
-  std::mt19937 rng(31);
-  std::vector<ConvCase> cases;
-  for (int trial = 0; cases.size() < 24 && trial < 1000; ++trial) {
-    ConvCase c = random_conv(rng, trial);
-    if (cv::backward_weight_small_applies(geometry(c))) cases.push_back(c);
-  }
-  cases.push_back({{64, 1, 28, 28}, {32, 1, 3, 3}, {}, false, {64, 32, 26, 26}});
-  cases.push_back({{3, 2, 40, 37}, {32, 2, 2, 4}, [] { Conv2dConfig k; k.padding[0] = 1; return k; }(), false,
-                   {3, 32, 41, 34}});  // 16 taps, 32 outputs: every warp, every register
-  REQUIRE(cases.size() >= 20);
-  for (const ConvCase& c : cases) {
-    const cv::Geometry g = geometry(c);
-    REQUIRE(cv::backward_weight_small_applies(g));
-    const int64_t length = c.y[0] * c.y[2] * c.y[3];
-    auto run = [&](auto tag, DType t) {
-      using T = decltype(tag);
-      Tensor x = uniform(c.x, -1, 1).to(t), gy = uniform(c.y, -1, 1).to(t);
-      Tensor want = conv2d_backward_weight(x, gy, c.w, c.config);
-      Tensor ws = full({static_cast<int64_t>(cv::backward_weight_small_workspace<T>(g) / 4) + 1}, 7.0,
-                       TensorOptions(DType::f32).device(kCuda));
-      Tensor dx = x.to(kCuda), dgy = gy.to(kCuda);
-      Tensor gw = full(c.w, 7.0, TensorOptions(t).device(kCuda)), again = full(c.w, 3.0, TensorOptions(t).device(kCuda));
-      for (Tensor* out : {&gw, &again})
-        cv::backward_weight_small<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(*out), ws.ref().data<float>(),
-                                     g, stream);
-      const std::string what = "backward_weight_small " + std::string(dtype_name(t)) + " " + c.str();
-      // bf16: exact products summed in f32 in another order than the CPU's, rounded once
-      const double rtol = t == DType::bf16 ? 8e-3 : rtol_for(t);
-      const double atol = t == DType::bf16 ? 1e-6 * static_cast<double>(length) : atol_for(t, length);
-      check_close(gw, want, rtol, atol, what);
-      CHECK_MESSAGE(gw.to(DType::f64).to_vector<double>() == again.to(DType::f64).to_vector<double>(), what);
-    };
-    run(float{}, DType::f32);
-    run(double{}, DType::f64);
-    run(bf16{}, DType::bf16);
-  }
-  const ConvCase wide{{2, 3, 9, 9}, {33, 3, 3, 3}, {}, false, {2, 33, 7, 7}}, deep{{2, 2, 9, 9}, {8, 2, 3, 3}, {}, false, {2, 8, 7, 7}};
-  CHECK_FALSE(cv::backward_weight_small_applies(geometry(wide)));  // O/G 33
-  CHECK_FALSE(cv::backward_weight_small_applies(geometry(deep)));  // 18 taps
-  CHECK_THROWS_AS(cv::backward_weight_small<float>(nullptr, nullptr, nullptr, nullptr, geometry(wide), stream),
-                  ShapeError);
-}
-
 TEST_CASE("with allow_tf32, conv2d runs on TF32 tensor cores within its error bound") {
   struct Tf32Guard {
     Tf32Guard() { set_allow_tf32(true); }
