@@ -3,6 +3,7 @@
 // reduced axes are adjacent in a contiguous tensor, in stages of adjacent axes when they are not
 // (sum, mean, max, min), else by moving them last first. The gradients sit after the kernel path.
 #include <algorithm>
+#include <utility>
 
 #include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
@@ -27,21 +28,19 @@ Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_
     // (H W) one element a lane: at batch 512 N first took the MNIST CNN's bias gradients in about
     // 60% of the time in bf16, and about the same at batch 64 (kernels/cuda/reduce.cu has the
     // figures). With fewer, the last run goes first (the first would leave most of the input to
-    // read again). A bf16 sum or mean keeps its
-    // partial results in f32 and is rounded once, at the end, as one kernel over all the axes
-    // would: partials rounded to bf16 (8 bits) lose what cancels between them (a bias gradient of
-    // 1.5 from partials of 1001.5 and -1000 came out 0).
-    size_t i = 1;
+    // read again). A bf16 sum or mean keeps its partial results in f32 and is rounded once, at
+    // the end, as one kernel over all the axes would: partials rounded to bf16 (8 bits) lose what
+    // cancels between them (a bias gradient of 1.5 from partials of 1001.5 and -1000 came out 0).
+    size_t i = 1;  // the first run: axes [0, i)
     while (i < axes.size() && axes[i] == axes[i - 1] + 1) ++i;
-    int64_t first_extent = 1;
-    for (size_t k = 0; k < i; ++k) first_extent *= shape[static_cast<size_t>(axes[k])];
-    size_t j = axes.size() - 1;
+    int64_t extent = 1;
+    for (size_t k = 0; k < i; ++k) extent *= shape[static_cast<size_t>(axes[k])];
+    size_t j = axes.size() - 1;  // the last run: axes [j, end)
     while (j > 0 && axes[j - 1] == axes[j] - 1) --j;
-    const size_t cut = first_extent >= 16 ? i : j;  // the first stage's axes: [0, cut) or [cut, end)
-    const std::vector<int64_t> head(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(cut));
-    const std::vector<int64_t> tail(axes.begin() + static_cast<std::ptrdiff_t>(cut), axes.end());
-    const std::vector<int64_t>& first = first_extent >= 16 ? head : tail;
-    const std::vector<int64_t>& second = first_extent >= 16 ? tail : head;
+    const bool first_run_first = extent >= 16;
+    const auto cut = axes.begin() + static_cast<std::ptrdiff_t>(first_run_first ? i : j);
+    std::vector<int64_t> first(axes.begin(), cut), second(cut, axes.end());
+    if (!first_run_first) std::swap(first, second);
     const bool sums = op == ReduceOp::sum || op == ReduceOp::mean;
     const DType partial = sums && (x.dtype() == DType::bf16 || to == DType::bf16) ? DType::f32 : x.dtype();
     return reduce_keepdim(op, reduce_keepdim(op, x, first, partial), second, to);
