@@ -25,8 +25,8 @@ Tensor reduce_keepdim(ReduceOp op, const Tensor& input, const std::vector<int64_
     // first run goes first where it spans 16 or more elements (a conv layer's bias gradient sums
     // NCHW over N, then H and W): that pass reads whole rows of the rest in 16-byte packs and
     // leaves a sixteenth or less of the input, where reducing the last run first reads short rows
-    // (H W) one element a lane: at batch 512 N first took the MNIST CNN's bias gradients in about
-    // 60% of the time in bf16, and about the same at batch 64 (kernels/cuda/reduce.cu has the
+    // (H W) a warp a row: at batch 512 N first took the MNIST CNN's bias gradients in about half
+    // the time in bf16, and about the same at batch 64 (kernels/cuda/reduce.cu has the
     // figures). With fewer, the last run goes first (the first would leave most of the input to
     // read again). A bf16 sum or mean keeps its partial results in f32 and is rounded once, at
     // the end, as one kernel over all the axes would: partials rounded to bf16 (8 bits) lose what

@@ -296,14 +296,16 @@ def define(figure, table, runs):
         figure(f"cuda.matmul.16.{batch}x128x9216.pct-cublas", sk,
                sk.kernel_share("matmul", "16_bf16_wgmma_split_k", shape),
                f"matmul 16_bf16_wgmma_split_k at {shape}: % of cuBLAS BF16's TFLOP/s")
+    # the bias gradient's orders as the reductions are now (after version 5's loads in flight)
+    rows_run = runs["2026-11-27-h100-conv1-rows"]
     bias_shapes = {"conv1": "32, 676", "conv2": "64, 576"}
     for layer, channels in bias_shapes.items():
         for batch in (64, 512):
             for dtype in ("f32", "bf16") if batch == 512 else ("bf16",):
                 shape = f"[{batch}, {channels}] axes 0, 2 {dtype}"
                 for order, version in (("hw-first", "bias gradient, H W then N"), ("n-first", "bias gradient, N then H W")):
-                    figure(f"cuda.reduce.bias.{layer}.b{batch}.{dtype}.{order}.us", sk,
-                           sk.kernel("reduce", version, shape, "reduce.json")["ms"] * 1000,
+                    figure(f"cuda.reduce.bias.{layer}.b{batch}.{dtype}.{order}.us", rows_run,
+                           rows_run.kernel("reduce", version, shape, "reduce.json")["ms"] * 1000,
                            f"the sum over N, H and W of {shape}, {version}, µs")
     # ---- conv2d forward version 8 at up to 32 outputs a pixel, a first layer's forward in f32 and
     # bf16 (docs/runs/2026-11-27-h100-conv1-rows, build dd21837) ----

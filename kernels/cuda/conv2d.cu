@@ -316,7 +316,8 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
 // loads in flight before their adds), and row 0 adds the rows' sums in order: the order of every
 // addition is fixed by S, so the result is deterministic. One thread per element, eight loads in
 // flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory:
-// 7 µs [nofig] at batch 64 for 92 KB (history: NOTES.md). conv1's whole bf16 weight gradient then took
+// 7 µs [nofig] at batch 64 for 92 KB in the bf16 step's profile (ncu,
+// docs/runs/2026-11-27-h100-fc1-split; history: NOTES.md). conv1's whole bf16 weight gradient then took
 // 23.5 µs [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.us] at batch 64 and
 // 55.4 [fig cuda.conv2d.rows.conv1-b512.bwd-weight-bf16.us] at 512, from
 // 27.6 [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.before.us] and

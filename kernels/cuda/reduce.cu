@@ -57,21 +57,22 @@
 //
 // A sum over several axes that are not adjacent (a conv layer's bias gradient: N, H and W of NCHW)
 // runs as two of these reductions (autograd/ops/reduce.cpp), the leading run of axes first where it
-// spans 16 or more elements: version 4 then reads whole rows of the rest in packs, where taking H W
-// first reads rows of H W with version 5, one element a lane. At batch 512 the MNIST CNN's two
-// bias gradients took 17.0 [fig cuda.reduce.bias.conv1.b512.bf16.n-first.us] and
-// 23.8 µs [fig cuda.reduce.bias.conv2.b512.bf16.n-first.us] in bf16 with N first, against
-// 27.9 [fig cuda.reduce.bias.conv1.b512.bf16.hw-first.us] and
-// 44.1 [fig cuda.reduce.bias.conv2.b512.bf16.hw-first.us] with H W first (f32:
+// spans 16 or more elements: version 4 then reads whole rows of the rest in 16-byte packs, where
+// taking H W first reads N*C short rows of H W with version 5, a warp a row, one element a lane a
+// load. At batch 512 the MNIST CNN's two bias gradients took
+// 16.8 [fig cuda.reduce.bias.conv1.b512.bf16.n-first.us] and
+// 23.6 µs [fig cuda.reduce.bias.conv2.b512.bf16.n-first.us] in bf16 with N first, against
+// 29.2 [fig cuda.reduce.bias.conv1.b512.bf16.hw-first.us] and
+// 49.6 [fig cuda.reduce.bias.conv2.b512.bf16.hw-first.us] with H W first (f32:
 // 26.3 [fig cuda.reduce.bias.conv1.b512.f32.n-first.us] and
-// 40.2 [fig cuda.reduce.bias.conv2.b512.f32.n-first.us] against
-// 30.7 [fig cuda.reduce.bias.conv1.b512.f32.hw-first.us] and
-// 46.6 [fig cuda.reduce.bias.conv2.b512.f32.hw-first.us]); at batch 64 the orders were within a
-// microsecond of each other (conv1 bf16 9.2 [fig cuda.reduce.bias.conv1.b64.bf16.n-first.us]
-// against 8.5 [fig cuda.reduce.bias.conv1.b64.bf16.hw-first.us], conv2
-// 9.5 [fig cuda.reduce.bias.conv2.b64.bf16.n-first.us] against
-// 10.0 [fig cuda.reduce.bias.conv2.b64.bf16.hw-first.us]; kernel-bench --only reduce, H100 80GB
-// HBM3, docs/runs/2026-11-27-h100-split-k). Between the stages a bf16 sum keeps f32: the first
+// 39.7 [fig cuda.reduce.bias.conv2.b512.f32.n-first.us] against
+// 31.7 [fig cuda.reduce.bias.conv1.b512.f32.hw-first.us] and
+// 48.7 [fig cuda.reduce.bias.conv2.b512.f32.hw-first.us]); at batch 64 the orders were within a
+// microsecond of each other (conv1 bf16 9.1 [fig cuda.reduce.bias.conv1.b64.bf16.n-first.us]
+// against 9.3 [fig cuda.reduce.bias.conv1.b64.bf16.hw-first.us], conv2
+// 9.4 [fig cuda.reduce.bias.conv2.b64.bf16.n-first.us] against
+// 10.6 [fig cuda.reduce.bias.conv2.b64.bf16.hw-first.us]; kernel-bench --only reduce, H100 80GB
+// HBM3, docs/runs/2026-11-27-h100-conv1-rows, the reductions as they are now). Between the stages a bf16 sum keeps f32: the first
 // stage writes f32 from bf16 and the second bf16 from f32, rounded once.
 #include <algorithm>
 #include <cmath>
@@ -326,9 +327,9 @@ __global__ void __launch_bounds__(kThreads) reduce_row_splits(ReduceOp op, const
 
 // Version 5: one warp per output row, for rows up to kWarpRowMax (inner == 1): each lane strides
 // through the row, kRowUnroll loads in flight before it adds them in order, then five shuffles
-// combine the lanes in a fixed order (deterministic). One load at a time, a few rows of 576 (a
-// conv layer's bias gradient, after its sum over N) were a chain of 18 round trips to memory a
-// lane: 7 µs [nofig] for 32 rows.
+// combine the lanes in a fixed order (deterministic). One load at a time, a few rows of 676 (conv1's
+// bias gradient after its sum over N: 32 rows) were a chain of 22 round trips to memory a lane:
+// 7 µs [nofig] in the bf16 step's profile (ncu, docs/runs/2026-11-27-h100-fc1-split).
 constexpr int64_t kWarpRowMax = 2048;
 constexpr int kRowUnroll = 8;
 template <class T, class Out = T>

@@ -956,18 +956,4 @@ void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b,
   split_k_reduce(partials, c, p.m, p.n, chunks, e, stream);
 }
 
-void bf16_wgmma_split_k(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
-                        cudaStream_t stream) {
-  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
-  int device = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&device));
-  if (!tf32_wgmma_applies(p, device) || p.batch != 1 || p.k == 0) return bf16_wgmma(p, a, b, c, e, stream);
-  const int64_t splits = bf16_wgmma_split_k_splits(p, device_attribute(cudaDevAttrMultiProcessorCount, device));
-  const size_t bytes = bf16_wgmma_split_k_workspace(p, a, b, splits);
-  void* workspace = nullptr;
-  KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  bf16_wgmma_split_k_run(p, a, b, c, e, splits, workspace, stream);
-  KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
-}
-
 }  // namespace kiln::cuda::matmul

@@ -99,12 +99,8 @@ void bf16_wgmma_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c
 // 16: 15's kernel with k split into chunks of at least 256 (one tile and one chunk a block, as
 // many chunks as fill the SMs once: bf16_wgmma_split_k_splits), each block's f32 sums added in
 // order by 09's reduce kernel, which applies the epilogue and rounds once: production bf16's
-// products of a few tiles and a long k. One product (batch 1); where tf32_wgmma_applies.
-// bf16_wgmma_split_k picks the chunks and takes its workspace from cudaMallocAsync (15 or 14 where
-// 16 does not apply); the production path calls bf16_wgmma_split_k_run with `splits` chunks at
-// most and bf16_wgmma_split_k_workspace(p, a, b, splits) bytes.
-void bf16_wgmma_split_k(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, const DeviceEpilogue<bf16>& e,
-                        cudaStream_t stream);
+// products of a few tiles and a long k. One product (batch 1); where tf32_wgmma_applies. Run with
+// `splits` chunks at most and bf16_wgmma_split_k_workspace(p, a, b, splits) bytes.
 int64_t bf16_wgmma_split_k_splits(const MatmulParams& p, int sms);
 size_t bf16_wgmma_split_k_workspace(const MatmulParams& p, const bf16* a, const bf16* b, int64_t splits);
 void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c,
