@@ -419,6 +419,26 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                                                    static_cast<bf16*>(y16.buffer), g, stream);
       }, y16, y, want_y);
     }
+    // the bf16 versions the production path chooses between for the forward and the backward input
+    for (const bool cells : {true, false}) {
+      const bool fwd = cells ? cv::forward_cells_bf16_applies(g) : cv::forward_patch_bf16_applies(g);
+      const bool input = cells ? cv::backward_input_cells_bf16_applies(g) : cv::backward_input_patch_bf16_applies(g);
+      const int64_t bytes = cells ? std::max(cv::forward_cells_bf16_workspace(g), cv::backward_input_cells_bf16_workspace(g))
+                                  : std::max(cv::forward_patch_bf16_workspace(g), cv::backward_input_patch_bf16_workspace(g));
+      void* ws = bench.device_bytes(static_cast<size_t>(std::max<int64_t>(bytes, 16)));
+      const auto* bw = static_cast<const bf16*>(w16.buffer);
+      const std::string name = cells ? "9 cells BF16" : "7 channel pairs BF16";
+      if (fwd)
+        production("fwd " + name, [&] {
+          auto* run = cells ? cv::forward_cells_bf16 : cv::forward_patch_bf16;
+          run(bx, bw, {}, static_cast<bf16*>(y16.buffer), ws, g, stream);
+        }, y16, y, want_y);
+      if (input)
+        production("bwd-input " + name, [&] {
+          auto* run = cells ? cv::backward_input_cells_bf16 : cv::backward_input_patch_bf16;
+          run(bgy, bw, static_cast<bf16*>(gx16.buffer), ws, g, stream);
+        }, gx16, gx, want_gx);
+    }
     production("bwd-weight 3 tensor cores BF16, image pairs", [&] {
       cv::backward_weight_tensor_cores_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
     }, gw16, gw, want_gw);

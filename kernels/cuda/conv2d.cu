@@ -46,6 +46,9 @@
 //     0.0309 [fig cuda.conv2d.fwd.v7-tf32.conv2.ms].
 //   8 6 at stride 1 with the input rows of a band of output rows in shared memory. Timed as
 //     backward input 8.
+//   9 bf16 only: 7's patch with each pixel a "cell" of 16 channels, copied from x as it is (no
+//     pass pairing its channels first), the fragments loaded by ldmatrix. Figures in the bf16
+//     section below.
 // Backward input (cuDNN 0.0738 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms]; conv1
 //   0.0246 [fig cuda.conv2d.bwd-input.cudnn.conv1.ms]):
 //   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes.
@@ -55,7 +58,7 @@
 //   3 as a forward convolution: at stride 1 grad_x = conv2d(grad_y, w') with w' the flipped,
 //     channel-swapped weights (written to a workspace) and padding dh*(KH-1) - ph, on forward 3;
 //     needs padding <= dilation*(kernel-1). 0.1263 [fig cuda.conv2d.bwd-input.v3.conv2.ms].
-//   4, 5, 6, 7, 8: 3's forward form on forward 4, 5, 6, 7, 8.
+//   4, 5, 6, 7, 8, 9: 3's forward form on forward 4, 5, 6, 7, 8, 9.
 //     4: 0.1263 [fig cuda.conv2d.bwd-input.v4.conv2.ms];
 //     5: 0.0820 [fig cuda.conv2d.bwd-input.v5-3xtf32.conv2.ms] /
 //     0.0651 [fig cuda.conv2d.bwd-input.v5-tf32.conv2.ms];
@@ -89,6 +92,7 @@
 #include "kiln/core/precision.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/conv2d/cells.cuh"
 #include "kiln/kernels/cuda/conv2d/common.cuh"
 #include "kiln/kernels/cuda/conv2d/implicit_gemm.cuh"
 #include "kiln/kernels/cuda/conv2d/patch.cuh"
@@ -599,7 +603,7 @@ bool backward_input_as_forward_applies(const Geometry& g) {
 
 namespace {
 
-// The forward convolution gy -> grad_x that backward input versions 3-7 run (see version 3).
+// The forward convolution gy -> grad_x that backward input versions 3-9 run (see version 3).
 Geometry as_forward(const Geometry& g) {
   Geometry f;
   f.n = g.n, f.c = g.o, f.h = g.oh, f.w = g.ow;
@@ -609,6 +613,13 @@ Geometry as_forward(const Geometry& g) {
   f.dilation_h = g.dilation_h, f.dilation_w = g.dilation_w;
   f.groups = g.groups;
   return f;
+}
+
+// as_forward(g), refused where the forward form does not apply.
+Geometry checked_forward_form(const Geometry& g) {
+  KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
+             "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
+  return as_forward(g);
 }
 
 // Version 7's block: 128 output pixels; its plan where it runs, else an empty plan (chunks = 0,
@@ -691,8 +702,7 @@ namespace {
 template <class T, class Run>
 void input_as_forward(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, cudaStream_t stream,
                       Run run) {
-  KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
-             "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
+  checked_forward_form(g);
   const int64_t count = g.o * (g.c / g.groups) * g.kh * g.kw;  // w', the flipped weights
   KILN_CHECK(count == 0 || workspace != nullptr, ValueError, "cuda conv2d_backward_input: needs a workspace of ",
              backward_input_as_forward_workspace(g), " elements");
@@ -1078,10 +1088,71 @@ int64_t backward_input_patch_bf16_workspace(const Geometry& g) {
 
 void backward_input_patch_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
                                cudaStream_t stream) {
-  KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
-             "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
-  patch_forward_bf16(grad_y, w, true, static_cast<uint32_t*>(workspace), {}, grad_x, as_forward(g), stream,
+  patch_forward_bf16(grad_y, w, true, static_cast<uint32_t*>(workspace), {}, grad_x, checked_forward_form(g), stream,
                      "conv2d_backward_input");
+}
+
+namespace {
+
+// Version 9's plan on the forward view f (an empty plan where it does not run), and its
+// workspace: the packed weights, in bytes.
+constexpr int64_t kCellMaxSmem = 110 * 1024;
+CellPlan cell_plan_for(const Geometry& f) { return cell_plan(dims_of(f), kCellMaxSmem); }
+int64_t cell_workspace(const Geometry& f) {
+  const CellPlan plan = cell_plan_for(f);
+  return plan.smem == 0 ? 0 : 2 * f.groups * plan.chunks * f.kh * f.kw * plan.np * kCellChannels;
+}
+
+// Version 9 on the forward view f: packs w (flip: the layer's own weights, for the backward
+// input) into the workspace and runs the cell kernel.
+void cell_forward_bf16(const bf16* x, const bf16* w, bool flip, void* workspace, const DeviceEpilogue<bf16>& e, bf16* y,
+                       const Geometry& f, cudaStream_t stream, const char* op) {
+  const CellPlan plan = cell_plan_for(f);
+  KILN_CHECK(plan.smem > 0, ValueError, "cuda ", op, ": version 9 does not apply to this geometry");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": needs a workspace of ", cell_workspace(f), " bytes");
+  const Dims d = dims_of(f);
+  bf16* packed = static_cast<bf16*>(workspace);
+  const int64_t count = cell_workspace(f) / 2;
+  pack_cell_weights_kernel<<<blocks_for(count), kThreads, 0, stream>>>(w, packed, d, plan, flip, count);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  const int tiles = static_cast<int>((d.ohw + 127) / 128);
+  const CellArgs args{x, packed, e, y, d, plan, tiles};
+  // pixel pairs where every input row starts at an even element, 4-byte aligned
+  const bool pairs = d.w % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0;
+  auto launch = [&]<int BN>() {
+    using G = CellTile<BN>;
+    auto* kernel = pairs ? cell_conv_kernel<G, true> : cell_conv_kernel<G, false>;
+    const int64_t gx = d.n * tiles, gy = plan.np / BN;
+    KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && f.groups <= 65535, ShapeError, "cuda ", op,
+               ": the problem is too large for one launch (", gx, " x ", gy, " x ", f.groups, " blocks)");
+    const int bytes = static_cast<int>(plan.smem);
+    allow_dynamic_smem(kernel, bytes);
+    kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(f.groups)), G::THREADS,
+             bytes, stream>>>(args);
+    KILN_CUDA_LAUNCH_CHECK(op);
+  };
+  if (plan.bn == 64) launch.template operator()<64>();
+  else launch.template operator()<32>();
+}
+
+}  // namespace
+
+bool forward_cells_bf16_applies(const Geometry& g) { return cell_workspace(g) > 0; }
+int64_t forward_cells_bf16_workspace(const Geometry& g) { return cell_workspace(g); }
+void forward_cells_bf16(const bf16* x, const bf16* w, const DeviceEpilogue<bf16>& e, bf16* y, void* workspace,
+                        const Geometry& g, cudaStream_t stream) {
+  cell_forward_bf16(x, w, false, workspace, e, y, g, stream, "conv2d");
+}
+
+bool backward_input_cells_bf16_applies(const Geometry& g) {
+  return backward_input_as_forward_applies(g) && cell_workspace(as_forward(g)) > 0;
+}
+int64_t backward_input_cells_bf16_workspace(const Geometry& g) {
+  return backward_input_as_forward_applies(g) ? cell_workspace(as_forward(g)) : 0;
+}
+void backward_input_cells_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
+                               cudaStream_t stream) {
+  cell_forward_bf16(grad_y, w, true, workspace, {}, grad_x, checked_forward_form(g), stream, "conv2d_backward_input");
 }
 
 // Version 1 in bf16: the CUDA-core GEMM on the bf16 operands as they are (each element widened as
@@ -1254,8 +1325,9 @@ struct Widened {
 // 11.4 [fig cuda.conv2d.rows.conv1-b64.v3-bf16.us] and cuDNN BF16's
 // 19.1 [fig cuda.conv2d.rows.conv1-b64.cudnn-bf16.us] at batch 64;
 // 26.5 [fig cuda.conv2d.rows.conv1-b512.v8-bf16.us], 62.2 [fig cuda.conv2d.rows.conv1-b512.v3-bf16.us]
-// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512) and version 7 elsewhere, the backward input's version 7 as for f32, the weight gradient's version 3
-// (on image pairs) always.
+// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512), else version 9 where it
+// applies and 7 where it does not (a patch over 9's shared memory), the backward input's 9 (else
+// 7) where the f32 path would take 7, the weight gradient's version 3 (on image pairs) always.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
 // C/G <= 4 or outside the forward form) it runs the f32 versions on operands widened to f32, at
 // TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits, which TF32's 11 hold, so each
@@ -1272,6 +1344,12 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
                                                         y.data<bf16>(), g, stream()))
       conv2d::forward_implicit_gemm_prefetch<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
                                                    y.data<bf16>(), g, stream());
+    return;
+  }
+  if (y.dtype == DType::bf16 && conv2d::forward_cells_bf16_applies(g)) {
+    Workspace ws(*this, static_cast<size_t>(conv2d::forward_cells_bf16_workspace(g)));
+    conv2d::forward_cells_bf16(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue), y.data<bf16>(), ws.p, g,
+                               stream());
     return;
   }
   if (y.dtype == DType::bf16 && conv2d::forward_patch_bf16_applies(g)) {
@@ -1297,6 +1375,11 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
                                         const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
+  if (grad_x.dtype == DType::bf16 && g.c / g.groups > 4 && conv2d::backward_input_cells_bf16_applies(g)) {
+    Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
+    conv2d::backward_input_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());
+    return;
+  }
   if (grad_x.dtype == DType::bf16 && g.c / g.groups > 4 && conv2d::backward_input_patch_bf16_applies(g)) {
     Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_patch_bf16_workspace(g)));
     conv2d::backward_input_patch_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());

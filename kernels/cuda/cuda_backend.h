@@ -31,6 +31,11 @@ struct DeviceEpilogue {
   template <class V>
   __device__ V operator()(V v, int64_t j) const {
     if (bias) v += static_cast<V>(bias[j]);
+    return activate(v);
+  }
+  // The activation alone (for a kernel that adds the bias itself).
+  template <class V>
+  __device__ V activate(V v) const {
     return activation == Activation::relu && v < V(0) ? V(0) : v;  // a NaN passes, as UnaryOp::relu
   }
 #endif

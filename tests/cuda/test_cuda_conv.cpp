@@ -394,7 +394,7 @@ TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU, with a fused bias a
   conv2d_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}}, mnist_conv_layers(64, 16));
 }
 
-TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 1 and 3 on the CUDA cores) match the CPU's bf16") {
+TEST_CASE("the bf16 versions (9 in cells, 7 on channel pairs, 3 on image pairs, 1 and 3 on the CUDA cores) match the CPU's bf16") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(23);
@@ -406,7 +406,7 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 1 and 3 on t
   auto device_buffer = [](int64_t bytes) {
     return full({std::max<int64_t>(1, bytes / 4)}, 7.0, TensorOptions(DType::f32).device(kCuda));
   };
-  int forward = 0, input = 0, input_form = 0, small = 0, short_k = 0, rows = 0;
+  int forward = 0, input = 0, input_form = 0, small = 0, short_k = 0, rows = 0, cells = 0, input_cells = 0, even_width = 0;
   for (int trial = 0; trial < 40; ++trial) {
     // odd channel counts (a pair with a zero partner) and counts past one stage of 16; odd batches
     // (an image pair with a zero partner); widths past 32; any padding and dilation; bias and ReLU
@@ -430,6 +430,26 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 1 and 3 on t
                              device_ptr<float>(ws), g, stream);
       check_close(y, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
                   "forward_patch_bf16 " + name);
+    }
+    if (cv::forward_cells_bf16_applies(g)) {
+      ++cells;
+      even_width += c.x[3] % 2 == 0;  // version 9 reads pixel pairs
+      Tensor ws = device_buffer(cv::forward_cells_bf16_workspace(g));
+      Tensor y = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
+      const cuda::DeviceEpilogue<bf16> epilogue{c.bias ? device_ptr<bf16>(db) : nullptr, act};
+      cv::forward_cells_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue, device_ptr<bf16>(y),
+                             device_ptr<float>(ws), g, stream);
+      check_close(y, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
+                  "forward_cells_bf16 " + name);
+    }
+    if (cv::backward_input_cells_bf16_applies(g)) {
+      ++input_cells;
+      Tensor ws = device_buffer(cv::backward_input_cells_bf16_workspace(g));
+      Tensor gx = full(c.x, 7.0, TensorOptions(DType::bf16).device(kCuda));
+      cv::backward_input_cells_bf16(device_ptr<bf16>(dgy), device_ptr<bf16>(dw), device_ptr<bf16>(gx),
+                                    device_ptr<float>(ws), g, stream);
+      check_close(gx, conv2d_backward_input(gy, w, c.x, c.config), kRtol, atol(og * k[0] * k[1]),
+                  "backward_input_cells_bf16 " + name);
     }
     if (cv::backward_input_patch_bf16_applies(g)) {
       ++input;
@@ -473,6 +493,10 @@ TEST_CASE("the bf16 versions (7 on channel pairs, 3 on image pairs, 1 and 3 on t
   // both weight-gradient versions and forward version 3 ran
   CHECK(forward == 40);
   CHECK(input == input_form);
+  CHECK(cells == 40);
+  CHECK(even_width >= 5);  // both of version 9's copies ran
+  CHECK(40 - even_width >= 5);
+  CHECK(input_cells == input_form);
   CHECK(small >= 5);
   CHECK(40 - small >= 5);
   CHECK(short_k >= 5);

@@ -93,18 +93,6 @@ __host__ __device__ inline int64_t packed_at(const Dims& d, const PatchPlan& pla
   return ((((g * plan.chunks + chunk) * d.khkw + tap) * 4 + c8 % 4) * plan.np + n) * 2 + c8 / 4;
 }
 
-// The weight of output n (of group g) for input channel c at tap, as the forward view d reads it
-// (flip: from the layer's own weights, version 3's form), zero past C/G or O/G.
-template <class T>
-__device__ T weight_at(const T* w, const Dims& d, bool flip, int64_t g, int64_t c, int64_t tap, int64_t n) {
-  if (c >= d.cg || n >= d.og) return T(0.0f);
-  return flip ? w[((g * d.cg + c) * d.og + n) * d.khkw + (d.khkw - 1 - tap)]
-              : w[((g * d.og + n) * d.cg + c) * d.khkw + tap];
-}
-
-// Two bf16 as one 32-bit element, lo in the low half (the lower k, as mma m16n8k16 reads it).
-__device__ inline uint32_t bf16_pair(bf16 lo, bf16 hi) { return uint32_t{lo.bits} | uint32_t{hi.bits} << 16; }
-
 // Packs w into wp (packed_at's order). E is the element: T itself, or for bf16 a uint32_t holding
 // channels 2c and 2c + 1 (plan is then the paired view's, d the layer's forward view).
 template <class T, class E>

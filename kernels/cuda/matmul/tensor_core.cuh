@@ -80,6 +80,17 @@ __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
                : "r"(s));
 }
 
+// stmatrix .x4 .trans: the inverse of ldmatrix .x4 with .trans. Lane l holds, in r[i], the 16-bit
+// pair (l / 4, 2 * (l % 4) .. + 1) of matrix i (an mma accumulator tile's rows, rounded to 16-bit
+// pairs), and lanes 8i .. 8i + 7 give the addresses of its 8 columns: column c (8 values, 16
+// bytes) goes to lane 8i + c's address.
+__device__ inline void stmatrix_x4_trans(void* row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(s), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // Copies `bytes` (0..16) from global `src` to shared `dst` and zero-fills the rest of the 16,
 // without passing through registers (.cg: cached in L2 only).
 __device__ inline void cp_async16(void* dst, const void* src, int bytes) {
