@@ -319,6 +319,15 @@ def define(figure, table, runs):
                               ("bwd-weight-bf16", "bwd-weight production (BF16)")):
             figure(f"cuda.conv2d.rows.conv1-b{batch}.{name}.us", rows,
                    rows.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+    # ---- conv2d version 9 (bf16 in cells, no pairing pass) beside version 7 on channel pairs (its
+    # pairing pass included) and cuDNN BF16, in one call (docs/runs/2026-11-27-h100-cells, build 9cb1410) ----
+    cells = runs["2026-11-27-h100-cells"]
+    for tag, shape in layers.items():
+        for what in ("fwd", "bwd-input"):
+            for name, version in (("v9", f"{what} 9 cells BF16"), ("v7", f"{what} 7 channel pairs BF16"),
+                                  ("cudnn", f"{what} cuDNN BF16")):
+                figure(f"cuda.conv2d.cells.{tag}.{what}.{name}.us", cells,
+                       cells.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

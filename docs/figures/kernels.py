@@ -203,3 +203,16 @@ def define(figure, table, runs):
         epochs = [e["seconds"] for e in rows.epochs(file)][1:]
         figure(f"kernels.rows.{name}.epochs", rows, (min(epochs), max(epochs)) if min(epochs) != max(epochs) else epochs[0],
                f"mnist-train {what}, batch 64: epochs 2 and 3 ({rows.name}; one number where they agree), s")
+    # conv2's forward and backward input on version 9 (no pairing passes)
+    cells = runs["2026-11-27-h100-cells"]
+    for tag, csv, what in (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
+                           ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16")):
+        summary = step_profile.summary(step_profile.kernels(cells.file(csv)))
+        figure(f"kernels.cells.{tag}.kernels", cells, summary["kernels_per_step"],
+               f"kernels a training step, {what}, conv2 on version 9")
+        figure(f"kernels.cells.{tag}.us", cells, summary["us_per_step"],
+               f"kernel time a step (ncu), {what}, conv2 on version 9, µs")
+    for name, file, what in (("cnn", "train_bf16.jsonl", "CNN batch 64, bf16"),
+                             ("b512", "train_b512_bf16.jsonl", "CNN batch 512, bf16")):
+        figure(f"kernels.cells.{name}.epoch2", cells, cells.epoch(file, 2)["seconds"],
+               f"mnist-train {what}: epoch 2 (conv2 on version 9), s")

@@ -17,7 +17,7 @@
 //
 // Bench: `kernel-bench --only conv` (every version against cuDNN; `--shape conv2` for one layer).
 // The versions are declared in conv2d.cuh; the GEMM engines are in conv2d/ (implicit_gemm.cuh on
-// the CUDA cores, tensor_cores.cuh, patch.cuh); how each came to be, with the attempts dropped on
+// the CUDA cores, tensor_cores.cuh, patch.cuh, cells.cuh); how each came to be, with the attempts dropped on
 // the way: kernels/cuda/NOTES.md. Figures below: ms on MNIST's conv2, x[64,32,26,26] w[64,32,3,3]
 // (conv1: x[64,1,28,28] w[32,1,3,3]), "a / b" = 3xTF32 / TF32, beside cuDNN's FP32 in the same run
 // (H100 80GB HBM3, kernel-bench, docs/runs/2026-11-26-h100; every row: kernels/README.md).
@@ -986,6 +986,27 @@ KILN_CONV2D_INSTANTIATE(double)
 // implicit GEMM would not. The first layer's weight gradient takes version 3 on pairs too:
 // 0.0261 [fig cuda.conv2d.bf16.conv1.bwd-weight-pairs.ms] ms at batch 64 against version 1 in bf16's
 // 0.0597 [fig cuda.conv2d.bf16.conv1.bwd-weight-v1.ms] (f32 production: 0.0396 [fig cuda.conv2d.f32.conv1.bwd-weight.ms]).
+//
+// Version 9 (conv2d/cells.cuh) then dropped the forward's and the backward input's pairing pass:
+// the block copies the input itself, transposing as it goes, into cells of 16 channels a pixel
+// that ldmatrix reads whole. Measured (µs: version 9 / version 7 with its pairing pass / cuDNN
+// BF16; H100 80GB HBM3, 2026-11-27, kernel-bench, docs/runs/2026-11-27-h100-cells):
+//   conv2 batch 64: forward 17.2 [fig cuda.conv2d.cells.conv2.fwd.v9.us] /
+//     24.8 [fig cuda.conv2d.cells.conv2.fwd.v7.us] / 40.7 [fig cuda.conv2d.cells.conv2.fwd.cudnn.us];
+//     backward input 17.5 [fig cuda.conv2d.cells.conv2.bwd-input.v9.us] /
+//     32.1 [fig cuda.conv2d.cells.conv2.bwd-input.v7.us] / 59.5 [fig cuda.conv2d.cells.conv2.bwd-input.cudnn.us]
+//   conv2 batch 512: forward 82.1 [fig cuda.conv2d.cells.conv2-b512.fwd.v9.us] /
+//     122.5 [fig cuda.conv2d.cells.conv2-b512.fwd.v7.us] / 271 [fig cuda.conv2d.cells.conv2-b512.fwd.cudnn.us];
+//     backward input 96.9 [fig cuda.conv2d.cells.conv2-b512.bwd-input.v9.us] /
+//     162.8 [fig cuda.conv2d.cells.conv2-b512.bwd-input.v7.us] /
+//     169.1 [fig cuda.conv2d.cells.conv2-b512.bwd-input.cudnn.us]
+//   large: forward 303.8 [fig cuda.conv2d.cells.large.fwd.v9.us] / 410.4 [fig cuda.conv2d.cells.large.fwd.v7.us] /
+//     202.6 [fig cuda.conv2d.cells.large.fwd.cudnn.us]; backward input
+//     301.4 [fig cuda.conv2d.cells.large.bwd-input.v9.us] / 404.1 [fig cuda.conv2d.cells.large.bwd-input.v7.us] /
+//     199.2 [fig cuda.conv2d.cells.large.bwd-input.cudnn.us]
+// On the MNIST layer version 9 beats cuDNN's bf16 at both batches; the large layer (a reduction of
+// 1152) still takes half as long again as cuDNN, where mma.sync's 32 x 32 warp tiles and not the copy are the
+// limit. The weight gradient still pairs its operands (version 3 on image pairs).
 namespace {
 
 int64_t round_up4(int64_t words) { return (words + 3) / 4 * 4; }  // 16-byte alignment, in 32-bit words
