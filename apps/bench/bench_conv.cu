@@ -439,6 +439,10 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
           run(bgy, bw, static_cast<bf16*>(gx16.buffer), ws, g, stream);
         }, gx16, gx, want_gx);
     }
+    if (cv::backward_weight_cells_bf16_applies(g))
+      production("bwd-weight 4 cells BF16", [&] {
+        cv::backward_weight_cells_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
+      }, gw16, gw, want_gw);
     production("bwd-weight 3 tensor cores BF16, image pairs", [&] {
       cv::backward_weight_tensor_cores_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
     }, gw16, gw, want_gw);

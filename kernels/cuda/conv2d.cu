@@ -1176,6 +1176,84 @@ void backward_input_cells_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, 
   cell_forward_bf16(grad_y, w, true, workspace, {}, grad_x, checked_forward_form(g), stream, "conv2d_backward_input");
 }
 
+namespace {
+
+// Backward weight version 4's plan (splits = 0 where it does not run: stride 1, a 3 x 3 kernel,
+// at least 8 input channels a group, two stages within the shared memory, offsets within an
+// int). Its splits: one full wave of blocks, each at least 4 bands.
+constexpr int64_t kCellWeightMaxSmem = 110 * 1024;
+CellWeightPlan cell_weight_plan(const Geometry& g) {
+  const Dims d = dims_of(g);
+  if (g.stride_h != 1 || g.stride_w != 1 || g.kh != 3 || g.kw != 3 || d.cg < 8 || d.n * d.og * d.ohw == 0) return {};
+  CellWeightPlan p;
+  p.band_rows = static_cast<int>(std::clamp<int64_t>(kBandPixels / d.ow, 1, d.oh));
+  p.band_pixels = static_cast<int>(p.band_rows * d.ow);
+  p.lda = (p.band_pixels + 15) / 16 * 16 + 8;
+  p.rows = static_cast<int>(p.band_rows + (d.kh - 1) * d.dh);
+  p.cols = static_cast<int>(d.ow + (d.kw - 1) * d.dw);
+  p.bands = (d.oh + p.band_rows - 1) / p.band_rows;
+  p.stage_bytes = int64_t{CellWeightTile<3, 3>::BM} * p.lda * 2 + int64_t{p.rows} * p.cols * 32;
+  if (2 * p.stage_bytes > kCellWeightMaxSmem || kCellChannels * d.hw >= (int64_t{1} << 31) ||
+      d.ohw >= (int64_t{1} << 31))
+    return {};
+  const int64_t blocks = (d.cg + kCellChannels - 1) / kCellChannels * ((d.og + 63) / 64) * g.groups;
+  const int64_t target = blocks_per_sm<cell_weight_kernel<3, 3, true, true>>(CellWeightTile<3, 3>::THREADS,
+                                                                             static_cast<int>(2 * p.stage_bytes)) *
+                         static_cast<int64_t>(device_attribute(cudaDevAttrMultiProcessorCount));
+  p.splits = std::clamp<int64_t>((target + blocks - 1) / blocks, 1, std::max<int64_t>(1, d.n * p.bands / 4));
+  p.splits = std::min<int64_t>(p.splits, 65535);
+  return p;
+}
+
+int64_t cell_weight_workspace(const Geometry& g) {
+  const CellWeightPlan plan = cell_weight_plan(g);
+  return 4 * plan.splits * g.o * (g.c / g.groups) * g.kh * g.kw;
+}
+
+}  // namespace
+
+bool backward_weight_cells_bf16_applies(const Geometry& g) { return cell_weight_plan(g).splits > 0; }
+
+// Version 4 saves version 3's pairing passes over x and grad_y, which weigh most where a layer
+// does few multiply-adds per value moved, (O/G)(C/G) / (O/G + C/G) (MNIST's conv2: 21; the large
+// layer's 64, where version 3's 64 x 64 tiles win); and it runs its bands one after another, so a
+// split needs several to hide their loads (at batch 64 conv2 has 3 a split at one full wave, at 512
+// 23). Measured (kernel-bench, H100, 2026-11-27, the calls after docs/runs/2026-11-27-h100-cells;
+// the recorded figures are in kernels/README.md's tables): conv2 batch 512 104 against version 3's
+// 217 us, batch 64 43 against 34, the large layer 879 against 729.
+bool backward_weight_cells_bf16_pays(const Geometry& g) {
+  const CellWeightPlan plan = cell_weight_plan(g);
+  if (plan.splits == 0) return false;
+  const double og = static_cast<double>(g.o / g.groups), cg = static_cast<double>(g.c / g.groups);
+  return og * cg / (og + cg) <= 32 && g.n * plan.bands >= 8 * plan.splits;
+}
+
+void backward_weight_cells_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace, const Geometry& g,
+                                cudaStream_t stream) {
+  const char* op = "conv2d_backward_weight";
+  const CellWeightPlan plan = cell_weight_plan(g);
+  KILN_CHECK(plan.splits > 0, ValueError, "cuda ", op, ": version 4 does not apply to this geometry");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": needs a workspace of ", cell_weight_workspace(g),
+             " bytes");
+  const Dims d = dims_of(g);
+  const CellWeightArgs args{x, grad_y, static_cast<float*>(workspace), d, plan};
+  const bool pairs = d.w % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0;
+  const bool vec = d.ohw % 8 == 0 && d.ow % 8 == 0 && reinterpret_cast<uintptr_t>(grad_y) % 16 == 0;
+  auto* kernel = pairs ? (vec ? cell_weight_kernel<3, 3, true, true> : cell_weight_kernel<3, 3, true, false>)
+                       : (vec ? cell_weight_kernel<3, 3, false, true> : cell_weight_kernel<3, 3, false, false>);
+  const int64_t chunks = (d.cg + kCellChannels - 1) / kCellChannels, otiles = (d.og + 63) / 64;
+  KILN_CHECK(chunks <= 65535 && otiles * g.groups <= 65535, ShapeError, "cuda ", op,
+             ": the problem is too large for one launch (", chunks, " x ", otiles * g.groups, " blocks)");
+  const int bytes = static_cast<int>(2 * plan.stage_bytes);
+  allow_dynamic_smem(kernel, bytes);
+  kernel<<<dim3(static_cast<unsigned>(plan.splits), static_cast<unsigned>(chunks),
+                static_cast<unsigned>(otiles * g.groups)),
+           CellWeightTile<3, 3>::THREADS, bytes, stream>>>(args);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  sum_splits(static_cast<const float*>(workspace), grad_w, d.o * d.cg * d.khkw, plan.splits, stream);
+  KILN_CUDA_LAUNCH_CHECK(op);
+}
+
 // Version 1 in bf16: the CUDA-core GEMM on the bf16 operands as they are (each element widened as
 // it loads), 32 x 32 tiles for small layers as in f32.
 using WeightGemmSmallBf16 = SimtWeightGemm<bf16, 32, 32, 4, 4>;
@@ -1199,8 +1277,9 @@ int64_t backward_weight_bf16_workspace(const Geometry& g) {
   const WeightPlan simt = weight_small(g) ? weight_plan<WeightGemmSmallBf16>(g) : weight_plan<WeightGemmSimtBf16>(g);
   const Geometry p = paired_images(g);
   const WeightPlan tc = weight_plan<WeightGemmBf16>(p);
-  return 4 * std::max(simt.splits * count,
-                      round_up4(p.n * p.c * p.h * p.w) + round_up4(p.n * p.o * p.oh * p.ow) + tc.splits * count);
+  return std::max(cell_weight_workspace(g),
+                  4 * std::max(simt.splits * count, round_up4(p.n * p.c * p.h * p.w) +
+                                                        round_up4(p.n * p.o * p.oh * p.ow) + tc.splits * count));
 }
 
 void backward_weight_implicit_gemm_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
@@ -1424,6 +1503,10 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
   if (grad_w.dtype == DType::bf16) {
     Workspace ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
+    if (conv2d::backward_weight_cells_bf16_pays(g)) {
+      conv2d::backward_weight_cells_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g, stream());
+      return;
+    }
     conv2d::backward_weight_tensor_cores_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g,
                                               stream());
     return;

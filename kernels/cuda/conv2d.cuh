@@ -166,10 +166,16 @@ bool backward_input_cells_bf16_applies(const Geometry& g);
 int64_t backward_input_cells_bf16_workspace(const Geometry& g);
 void backward_input_cells_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
                                cudaStream_t stream);
-// Backward weight in bf16, any geometry, the workspace enough for either: version 3 on image pairs,
-// and version 1's CUDA-core GEMM on the bf16 operands as they are (f32 arithmetic; 32 x 32 tiles
-// for small layers, both sides <= 32).
+// Backward weight in bf16, any geometry, the workspace enough for each version (4 below too):
+// version 3 on image pairs, and version 1's CUDA-core GEMM on the bf16 operands as they are (f32
+// arithmetic; 32 x 32 tiles for small layers, both sides <= 32).
 int64_t backward_weight_bf16_workspace(const Geometry& g);
+// Backward weight, version 4 in bf16 (stride 1, 3 x 3, C/G >= 8): x and grad_y read as they are,
+// x's rows in shared memory as cells (conv2d/cells.cuh), f32 partials summed in order.
+bool backward_weight_cells_bf16_applies(const Geometry& g);
+bool backward_weight_cells_bf16_pays(const Geometry& g);  // where production takes it (conv2d.cu says why)
+void backward_weight_cells_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace, const Geometry& g,
+                                cudaStream_t stream);
 void backward_weight_tensor_cores_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,
                                        const Geometry& g, cudaStream_t stream);
 void backward_weight_implicit_gemm_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace,

@@ -394,6 +394,53 @@ TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU, with a fused bias a
   conv2d_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}}, mnist_conv_layers(64, 16));
 }
 
+TEST_CASE("the bf16 weight gradient's version 4 (cells, 3 x 3 kernels) matches the CPU's bf16") {
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  std::mt19937 rng(29);
+  constexpr double kRtol = 8e-3;  // as for the other bf16 versions
+  int vec = 0, pairs = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    // channels past one cell of 16 and odd counts, outputs past one tile of 64, batches of a few
+    // images (bands of several rows, the last one short), widths even (pixel pairs) and odd, and
+    // every third case an output width that is a multiple of 8 (grad_y read 16 bytes at a time)
+    const int64_t groups = pick(rng, 1, 2), n = pick(rng, 1, 5), cg = pick(rng, 8, 40), og = pick(rng, 1, 70);
+    const int64_t k[2] = {3, 3};
+    ConvCase c;
+    do {
+      c = stride1_case(rng, groups, n, cg, og, k, [&](int) { return pick(rng, 0, 40); });
+    } while (trial % 3 == 0 && c.y[3] % 8 != 0);
+    const cv::Geometry g = geometry(c);
+    REQUIRE_MESSAGE(cv::backward_weight_cells_bf16_applies(g), c.str());
+    vec += c.y[3] % 8 == 0;
+    pairs += c.x[3] % 2 == 0;
+    Tensor x = uniform(c.x, -1, 1).to(DType::bf16), gy = uniform(c.y, -1, 1).to(DType::bf16);
+    Tensor dx = x.to(kCuda), dgy = gy.to(kCuda);
+    Tensor ws = full({std::max<int64_t>(1, cv::backward_weight_bf16_workspace(g) / 4)}, 7.0,
+                     TensorOptions(DType::f32).device(kCuda));
+    Tensor gw = full(c.w, 7.0, TensorOptions(DType::bf16).device(kCuda));
+    cv::backward_weight_cells_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dgy), device_ptr<bf16>(gw),
+                                   device_ptr<float>(ws), g, stream);
+    check_close(gw, conv2d_backward_weight(x, gy, c.w, c.config), kRtol, 1e-6 * static_cast<double>(n * c.y[2] * c.y[3]),
+                "backward_weight_cells_bf16 " + c.str());
+  }
+  CHECK(vec >= 8);
+  CHECK(pairs >= 3);
+  CHECK(24 - pairs >= 3);
+  // where it does not run, production takes version 3 on image pairs
+  auto geometry_of = [](Shape x, Shape w, int64_t stride) {
+    cv::Geometry g;
+    g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3], g.o = w[0], g.kh = w[2], g.kw = w[3];
+    g.stride_h = g.stride_w = stride;
+    g.oh = (g.h - g.kh) / stride + 1, g.ow = (g.w - g.kw) / stride + 1;
+    return g;
+  };
+  CHECK(cv::backward_weight_cells_bf16_applies(geometry_of({2, 16, 12, 12}, {8, 16, 3, 3}, 1)));
+  CHECK_FALSE(cv::backward_weight_cells_bf16_applies(geometry_of({2, 16, 12, 12}, {8, 16, 3, 3}, 2)));
+  CHECK_FALSE(cv::backward_weight_cells_bf16_applies(geometry_of({2, 16, 12, 12}, {8, 16, 5, 5}, 1)));
+  CHECK_FALSE(cv::backward_weight_cells_bf16_applies(geometry_of({2, 4, 12, 12}, {8, 4, 3, 3}, 1)));
+}
+
 TEST_CASE("the bf16 versions (9 in cells, 7 on channel pairs, 3 on image pairs, 1 and 3 on the CUDA cores) match the CPU's bf16") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();

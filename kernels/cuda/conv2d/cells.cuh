@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/core/bf16.h"
 #include "kiln/kernels/cuda/conv2d/common.cuh"
@@ -93,6 +94,98 @@ __global__ void pack_cell_weights_kernel(const bf16* w, bf16* wp, Dims d, CellPl
   }
 }
 
+// The copy of a patch into cells: `rows` input rows from row iy0 (given at each gather, so that
+// one copy serves patches at any height), `cols` columns from column -pw, 16 channels from c0.
+// Its units are 8 channels (half cells) of one pixel, or with kPairs of two neighbouring pixels
+// (an input of even width: one 4-byte load per channel, the pair's first at an even column, so
+// both are in the image or neither). Units u < units count as (h, patch row, pixel or pair) and go
+// in rounds: round r takes u = (r * kUnits + i) * THREADS + tid. A unit's row, column and where
+// it writes (byte offsets in the patch, -1 outside it) are the same for every patch: round 0's are
+// kept in registers. gather loads a round into registers (zeros for padding and channels past
+// C/G), put stores it: a block can issue the next patch's loads, multiply, then store.
+template <int THREADS, bool kPairs>
+struct CellCopy {
+  static constexpr int kUnits = kPairs ? kCellUnits / 2 : kCellUnits, kPixels = kPairs ? 2 : 1;
+  struct Unit {
+    int r, ix, c;  // c: the unit's first channel within the 16 (0 or 8)
+    int dst[kPixels];
+  };
+  int tid, rows, cols, h_in, w_in, hw, cg, pw, ix_lo, per_row, units, rounds;
+  float inv_per_row;
+  Unit first[kUnits];
+  uint4 held[kUnits][kPixels];
+
+  __device__ CellCopy(int tid_, int rows_, int cols_, const Dims& d)
+      : tid(tid_), rows(rows_), cols(cols_), h_in(static_cast<int>(d.h)), w_in(static_cast<int>(d.w)),
+        hw(static_cast<int>(d.hw)), cg(static_cast<int>(d.cg)), pw(static_cast<int>(d.pw)) {
+    ix_lo = kPairs ? -((pw + 1) / 2 * 2) : -pw;  // the first unit's column in the input
+    per_row = (cols - pw - ix_lo + kPixels - 1) / kPixels;
+    units = 2 * rows * per_row;
+    rounds = (units + kUnits * THREADS - 1) / (kUnits * THREADS);
+    inv_per_row = 1.0f / static_cast<float>(per_row);
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) first[i] = unit(0, i);
+  }
+
+  __device__ Unit unit(int round, int i) const {
+    Unit v{};
+    const int u = (round * kUnits + i) * THREADS + tid, hr = div_small(u, inv_per_row), h = hr >= rows;
+    v.r = u < units ? hr - h * rows : -1;
+    v.ix = ix_lo + (u - hr * per_row) * kPixels;
+    v.c = 8 * h;
+#pragma unroll
+    for (int e = 0; e < kPixels; ++e) {
+      const int col = v.ix + e + pw;
+      v.dst[e] = u < units && col >= 0 && col < cols ? cell_half(v.r * cols + col, h) : -1;
+    }
+    return v;
+  }
+
+  // x_group: the image's first channel of the group; c0: the first of the 16 channels.
+  __device__ void gather(const bf16* x_group, int iy0, int c0, int round) {
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const Unit u = round == 0 ? first[i] : unit(round, i);
+      const int iy = iy0 + u.r, c = c0 + u.c;
+      const bool in = u.r >= 0 && static_cast<unsigned>(iy) < static_cast<unsigned>(h_in) &&
+                      static_cast<unsigned>(u.ix) < static_cast<unsigned>(w_in);
+      const int valid = in ? min(8, cg - c) : 0;
+      const int64_t at = int64_t{c} * hw + iy * w_in + u.ix;
+      if constexpr (kPairs) {  // v[j]: channel j at both pixels; the cells take their halves
+        const uint32_t* src = reinterpret_cast<const uint32_t*>(x_group) + at / 2;
+        uint32_t v[8];
+        if (valid == 8) {  // a whole half cell: no tests
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = __ldg(src + j * (hw / 2));
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = j < valid ? __ldg(src + j * (hw / 2)) : 0u;
+        }
+        held[i][0] = make_uint4(__byte_perm(v[0], v[1], 0x5410), __byte_perm(v[2], v[3], 0x5410),
+                                __byte_perm(v[4], v[5], 0x5410), __byte_perm(v[6], v[7], 0x5410));
+        held[i][1] = make_uint4(__byte_perm(v[0], v[1], 0x7632), __byte_perm(v[2], v[3], 0x7632),
+                                __byte_perm(v[4], v[5], 0x7632), __byte_perm(v[6], v[7], 0x7632));
+      } else {
+        const uint16_t* src = reinterpret_cast<const uint16_t*>(x_group) + at;
+        uint32_t v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = j < valid ? uint32_t{__ldg(src + j * hw)} : 0u;
+        held[i][0] = make_uint4(v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16);
+      }
+    }
+  }
+
+  __device__ void put(unsigned char* patch, int round) const {
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const Unit u = round == 0 ? first[i] : unit(round, i);
+#pragma unroll
+      for (int e = 0; e < kPixels; ++e)
+        if (u.dst[e] >= 0) *reinterpret_cast<uint4*>(patch + u.dst[e]) = held[i][e];
+    }
+  }
+};
+
 struct CellArgs {
   const bf16* x;   // [N, C, H, W]
   const bf16* wp;  // packed
@@ -107,7 +200,7 @@ struct CellArgs {
 // output channels blockIdx.y * BN onward of group blockIdx.z; the stages are 16 input channels,
 // and within a stage a k-step is one tap.
 template <class G, bool kPairs>
-__global__ void __launch_bounds__(G::THREADS) cell_conv_kernel(CellArgs a) {
+__global__ void __launch_bounds__(G::THREADS, 2) cell_conv_kernel(CellArgs a) {
   extern __shared__ __align__(128) unsigned char smem_cells[];
   constexpr int MI = G::MI, NI = G::NI;
   const Dims& d = a.d;
@@ -138,81 +231,11 @@ __global__ void __launch_bounds__(G::THREADS) cell_conv_kernel(CellArgs a) {
   }
   const int a_h = lane / 16, b_row = wn0 + lane % 8 + 8 * (lane / 16), b_h = lane / 8 % 2;
 
-  // The copy of a stage's patch, in units of 8 channels (half cells) of one pixel, or with
-  // kPairs of two neighbouring pixels (an input of even width: one 4-byte load per channel, the
-  // pair's first at an even column, so both are in the image or neither). Units u < units count
-  // as (h, patch row, pixel or pair) and go in rounds: round r takes u = (r * kUnits + i) *
-  // THREADS + tid. Where a unit reads (its first pixel's offset in an input plane, -1 for padding)
-  // and writes (byte offsets in the stage, -1 outside the patch) is the same at every stage: round
-  // 0's are kept in registers.
-  constexpr int kUnits = kPairs ? kCellUnits / 2 : kCellUnits, kPixels = kPairs ? 2 : 1;
-  const int h_in = static_cast<int>(d.h), w_in = static_cast<int>(d.w), hw = static_cast<int>(d.hw);
-  const int iy0 = y_first - static_cast<int>(d.ph), pw = static_cast<int>(d.pw), cg = static_cast<int>(d.cg);
-  const int ix_lo = kPairs ? -((pw + 1) / 2 * 2) : -pw;  // the first unit's column in the input
-  const int per_row = (cols - pw - ix_lo + kPixels - 1) / kPixels, units = 2 * rows * per_row;
-  const int rounds = (units + kUnits * G::THREADS - 1) / (kUnits * G::THREADS);
-  struct Unit {
-    int src, c;          // c: the unit's first channel within the stage (0 or 8)
-    int dst[kPixels];
-  };
-  const float inv_per_row = 1.0f / static_cast<float>(per_row);
-  auto unit = [&](int round, int i) {
-    Unit v{-1, 0, {}};
-    const int u = (round * kUnits + i) * G::THREADS + tid, hr = div_small(u, inv_per_row), h = hr >= rows;
-    const int r = hr - h * rows, ix = ix_lo + (u - hr * per_row) * kPixels, iy = iy0 + r;
-    const bool in = u < units && static_cast<unsigned>(iy) < static_cast<unsigned>(h_in) &&
-                    static_cast<unsigned>(ix) < static_cast<unsigned>(w_in);
-    v.src = in ? iy * w_in + ix : -1;
-    v.c = 8 * h;
-#pragma unroll
-    for (int e = 0; e < kPixels; ++e) {
-      const int col = ix + e + pw;
-      v.dst[e] = u < units && col >= 0 && col < cols ? cell_half(r * cols + col, h) : -1;
-    }
-    return v;
-  };
-  Unit first[kUnits];
-#pragma unroll
-  for (int i = 0; i < kUnits; ++i) first[i] = unit(0, i);
-  const int64_t x_at = (img * d.c + group * d.cg) * d.hw;
-  uint4 held[kUnits][kPixels];
-  auto gather = [&](int64_t chunk, int round) {
-#pragma unroll
-    for (int i = 0; i < kUnits; ++i) {
-      const Unit u = round == 0 ? first[i] : unit(round, i);
-      const int c0 = static_cast<int>(chunk) * kCellChannels + u.c, valid = u.src < 0 ? 0 : min(8, cg - c0);
-      if constexpr (kPairs) {  // v[j]: channel j at both pixels; the cells take their halves
-        const uint32_t* src = reinterpret_cast<const uint32_t*>(a.x) + (x_at + int64_t{c0} * hw + u.src) / 2;
-        uint32_t v[8];
-        if (valid == 8) {  // a whole half cell: no tests
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = __ldg(src + j * (hw / 2));
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = j < valid ? __ldg(src + j * (hw / 2)) : 0u;
-        }
-        held[i][0] = make_uint4(__byte_perm(v[0], v[1], 0x5410), __byte_perm(v[2], v[3], 0x5410),
-                                __byte_perm(v[4], v[5], 0x5410), __byte_perm(v[6], v[7], 0x5410));
-        held[i][1] = make_uint4(__byte_perm(v[0], v[1], 0x7632), __byte_perm(v[2], v[3], 0x7632),
-                                __byte_perm(v[4], v[5], 0x7632), __byte_perm(v[6], v[7], 0x7632));
-      } else {
-        const uint16_t* src = reinterpret_cast<const uint16_t*>(a.x) + x_at + int64_t{c0} * hw + u.src;
-        uint32_t v[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = j < valid ? uint32_t{__ldg(src + j * hw)} : 0u;
-        held[i][0] = make_uint4(v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16);
-      }
-    }
-  };
-  auto put = [&](unsigned char* stage, int round) {
-#pragma unroll
-    for (int i = 0; i < kUnits; ++i) {
-      const Unit u = round == 0 ? first[i] : unit(round, i);
-#pragma unroll
-      for (int e = 0; e < kPixels; ++e)
-        if (u.dst[e] >= 0) *reinterpret_cast<uint4*>(stage + u.dst[e]) = held[i][e];
-    }
-  };
+  CellCopy<G::THREADS, kPairs> copy(tid, rows, cols, d);
+  const bf16* x_group = a.x + (img * d.c + group * d.cg) * d.hw;
+  const int iy0 = y_first - static_cast<int>(d.ph);
+  auto gather = [&](int64_t chunk, int round) { copy.gather(x_group, iy0, static_cast<int>(chunk) * kCellChannels, round); };
+  auto put = [&](unsigned char* stage, int round) { copy.put(stage, round); };
   // The stage's weights: rows (tap, n0 .. n0 + BN) of the packed group, 16 bytes a copy.
   const bf16* w_group = a.wp + (group * plan.chunks * taps * plan.np + n0) * kCellChannels;
   const int tap_words = static_cast<int>(plan.np) * kCellChannels;  // bf16 values between taps
@@ -252,7 +275,7 @@ __global__ void __launch_bounds__(G::THREADS) cell_conv_kernel(CellArgs a) {
 
   auto stage_at = [&](int64_t s) { return smem_cells + (s % 2) * stage_bytes; };
   load_weights(0, stage_at(0));
-  for (int r = 0; r < rounds; ++r) gather(0, r), put(stage_at(0), r);
+  for (int r = 0; r < copy.rounds; ++r) gather(0, r), put(stage_at(0), r);
   matmul::cp_async_wait<0>();
   __syncthreads();
   for (int64_t s = 0; s < plan.chunks; ++s) {
@@ -263,7 +286,7 @@ __global__ void __launch_bounds__(G::THREADS) cell_conv_kernel(CellArgs a) {
     }
     multiply(stage_at(s));
     if (next)
-      for (int r = 0; r < rounds; ++r) {
+      for (int r = 0; r < copy.rounds; ++r) {
         if (r > 0) gather(s + 1, r);
         put(stage_at(s + 1), r);
       }
@@ -318,6 +341,163 @@ __global__ void __launch_bounds__(G::THREADS) cell_conv_kernel(CellArgs a) {
       if (m < pixels) y[int64_t{n} * ohw + m] = *reinterpret_cast<const bf16*>(tile + (n * LDT + m) * 2);
     }
   }
+}
+
+// ---- backward weight, version 4: bf16 in cells ----
+//
+// grad_w[o, c, tap] = sum over images and output pixels p of grad_y[o, p] * x[c, p moved by tap].
+// A block owns 64 outputs (two warps' 32, mma's M) and 16 input channels (one cell: N is those 16
+// at every tap), and sums over a range of "bands": BR output rows of one image, a stage each. A
+// stage holds grad_y's rows of the band ([64][pixels], k running along them: mma's A, read by
+// ldmatrix) and the input rows under them as cells (B: a pixel's 8 channels are a 16-byte row of
+// the tap's k x n tile, read by ldmatrix .trans). Warp w takes outputs 32 (w % 2) onward and
+// kernel row w / 2, all its KW taps: KH x KW x 2 tiles of 16 x 8 a k-step for two ldmatrix of A.
+// The blocks' sums over their ranges are f32 partials [S][O][C/G][KH][KW], added in order by
+// conv2d.cu's sum_splits.
+constexpr int kBandPixels = 96;  // a band: as many whole output rows as fill about this many pixels
+
+template <int KH, int KW>
+struct CellWeightTile {
+  static constexpr int BM = 64, WARPS = 2 * KH, THREADS = WARPS * 32, MI = 2, NI = 2 * KW;
+};
+
+struct CellWeightPlan {
+  int band_rows = 0, band_pixels = 0, lda = 0;  // lda: grad_y's row in the stage (bf16 values)
+  int rows = 0, cols = 0;                       // the input patch of a band, in cells
+  int64_t bands = 0, splits = 0, stage_bytes = 0;
+};
+
+struct CellWeightArgs {
+  const bf16* x;
+  const bf16* gy;
+  float* partials;  // [splits][O][C/G][KH][KW]
+  Dims d;
+  CellWeightPlan plan;
+};
+
+template <int KH, int KW, bool kPairs, bool kVec>
+__global__ void __launch_bounds__(CellWeightTile<KH, KW>::THREADS) cell_weight_kernel(CellWeightArgs a) {
+  using G = CellWeightTile<KH, KW>;
+  extern __shared__ __align__(128) unsigned char smem_cell_weight[];
+  const Dims& d = a.d;
+  const CellWeightPlan& plan = a.plan;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int wm0 = warp % 2 * 32, ky = warp / 2;
+  const int64_t split = blockIdx.x, c0 = int64_t{blockIdx.y} * kCellChannels;
+  const int64_t otiles = (d.og + G::BM - 1) / G::BM, group = blockIdx.z / otiles, o0 = blockIdx.z % otiles * G::BM;
+  const int ow = static_cast<int>(d.ow), ohw = static_cast<int>(d.ohw), oh = static_cast<int>(d.oh);
+  const int band_rows = plan.band_rows, band_pixels = plan.band_pixels, lda = plan.lda, cols = plan.cols;
+  const int patch_at = G::BM * lda * 2;  // the stage: grad_y's tile, then the patch
+  // the bands this block sums: [t0, t1) of N * bands, band b of image b / bands
+  const int64_t total = d.n * plan.bands, t0 = total * split / plan.splits, t1 = total * (split + 1) / plan.splits;
+
+  // grad_y's tile: units of 8 pixels (kVec: 16-byte loads, the planes and bands 8-aligned) or 1
+  constexpr int kPix = kVec ? 8 : 1, kUnits = kVec ? 4 : 16;
+  const int per_row = (band_pixels + 15) / 16 * 16 / kPix, gy_units = G::BM * per_row;
+  const float inv_per_row = 1.0f / static_cast<float>(per_row);
+  const int gy_rounds = (gy_units + kUnits * G::THREADS - 1) / (kUnits * G::THREADS);
+  using Held = std::conditional_t<kVec, uint4, uint16_t>;
+  Held gy_held[kUnits];
+  auto gy_gather = [&](int64_t t, int round) {
+    const int64_t img = t / plan.bands;
+    const int r0 = static_cast<int>(t % plan.bands) * band_rows, pixels = min(band_rows, oh - r0) * ow;
+    const bf16* src = a.gy + ((img * d.o + group * d.og + o0) * d.ohw + int64_t{r0} * ow);
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const int u = (round * kUnits + i) * G::THREADS + tid, o = div_small(u, inv_per_row), q = (u - o * per_row) * kPix;
+      const bool ok = u < gy_units && o0 + o < d.og && q < pixels;
+      if constexpr (kVec) gy_held[i] = ok ? __ldg(reinterpret_cast<const uint4*>(src + int64_t{o} * ohw + q)) : uint4{};
+      else gy_held[i] = ok ? __ldg(reinterpret_cast<const uint16_t*>(src + int64_t{o} * ohw + q)) : uint16_t{0};
+    }
+  };
+  auto gy_put = [&](unsigned char* stage, int round) {
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const int u = (round * kUnits + i) * G::THREADS + tid, o = div_small(u, inv_per_row), q = (u - o * per_row) * kPix;
+      if (u < gy_units) *reinterpret_cast<Held*>(stage + (o * lda + q) * 2) = gy_held[i];
+    }
+  };
+  CellCopy<G::THREADS, kPairs> copy(tid, plan.rows, cols, d);
+  auto x_gather = [&](int64_t t, int round) {
+    const int64_t img = t / plan.bands;
+    const int iy0 = static_cast<int>(t % plan.bands) * band_rows - static_cast<int>(d.ph);
+    copy.gather(a.x + (img * d.c + group * d.cg) * d.hw, iy0, static_cast<int>(c0), round);
+  };
+  const int rounds = max(gy_rounds, copy.rounds);
+  auto load = [&](int64_t t, unsigned char* stage) {  // the whole stage, round by round
+    for (int r = 0; r < rounds; ++r) {
+      if (r < gy_rounds) gy_gather(t, r);
+      if (r < copy.rounds) x_gather(t, r);
+      if (r < gy_rounds) gy_put(stage, r);
+      if (r < copy.rounds) copy.put(stage + patch_at, r);
+    }
+  };
+
+  // This lane's ldmatrix rows: A as in cell_conv_kernel (rows = outputs, k = pixels of the band);
+  // B (.trans): matrices 0 and 2 pixels 0-7 of the k-step, 1 and 3 pixels 8-15, 0 and 1 the cells'
+  // first halves.
+  const int a_row = wm0 + lane % 8 + 8 * (lane / 8 % 2), a_k = 8 * (lane / 16);
+  const int b_pixel = lane % 8 + 8 * (lane / 8 % 2), b_h = lane / 16;
+  const float inv_ow = 1.0f / static_cast<float>(ow);
+  const int dh = static_cast<int>(d.dh), dw = static_cast<int>(d.dw);
+  float acc[G::MI][G::NI][4] = {};
+  auto multiply = [&](const unsigned char* stage) {
+    const unsigned char* patch = stage + patch_at;
+    for (int k0 = 0; k0 < band_pixels; k0 += 16) {
+      uint32_t af[G::MI][4];
+#pragma unroll
+      for (int mi = 0; mi < G::MI; ++mi) matmul::ldmatrix_x4(af[mi], stage + ((a_row + mi * 16) * lda + k0 + a_k) * 2);
+      // the lane's pixel (past the band: cell 0, whose products meet grad_y's zeros)
+      const int q = k0 + b_pixel, row = div_small(q, inv_ow);
+      const int cell = q < band_pixels ? (row + ky * dh) * cols + q - row * ow : 0;
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx) {
+        uint32_t r[4];
+        matmul::ldmatrix_x4_trans(r, patch + cell_half(cell + (q < band_pixels ? kx * dw : 0), b_h));
+        const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+#pragma unroll
+        for (int mi = 0; mi < G::MI; ++mi) {
+          matmul::mma_bf16_16x8x16(acc[mi][2 * kx], af[mi], b0);
+          matmul::mma_bf16_16x8x16(acc[mi][2 * kx + 1], af[mi], b1);
+        }
+      }
+    }
+  };
+
+  const int stage_bytes = static_cast<int>(plan.stage_bytes);
+  auto stage_at = [&](int64_t t) { return smem_cell_weight + (t % 2) * stage_bytes; };
+  if (t0 < t1) {
+    load(t0, stage_at(t0));
+    __syncthreads();
+    for (int64_t t = t0; t < t1; ++t) {
+      const bool next = t + 1 < t1;
+      if (next) gy_gather(t + 1, 0), x_gather(t + 1, 0);  // into the buffer band t - 1 used
+      multiply(stage_at(t));
+      if (next) {
+        if (gy_rounds == 1 && copy.rounds == 1) gy_put(stage_at(t + 1), 0), copy.put(stage_at(t + 1) + patch_at, 0);
+        else load(t + 1, stage_at(t + 1));
+      }
+      __syncthreads();
+    }
+  }
+
+  // acc[mi][2 kx + j]: outputs (rows g, g + 8), channels 8j + 2t, + 1 at tap (ky, kx)
+  const int g = lane / 4, t = lane % 4;
+  float* out = a.partials + (split * d.o + group * d.og) * d.cg * d.khkw;
+#pragma unroll
+  for (int mi = 0; mi < G::MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t o = o0 + wm0 + mi * 16 + g + 8 * h;
+      if (o >= d.og) continue;
+#pragma unroll
+      for (int n = 0; n < G::NI; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t c = c0 + n % 2 * 8 + 2 * t + e;
+          if (c < d.cg) out[(o * d.cg + c) * d.khkw + ky * KW + n / 2] = acc[mi][n][2 * h + e];
+        }
+    }
 }
 
 }  // namespace

@@ -80,6 +80,16 @@ __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
                : "r"(s));
 }
 
+// ldmatrix .x4 .trans: as ldmatrix_x4, each matrix transposed on the way: lane l receives the
+// 16-bit values (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4) of matrix i, rows being the 16-byte
+// lines the lanes point at. From lines that run along n (one k each), an mma B fragment.
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
 // stmatrix .x4 .trans: the inverse of ldmatrix .x4 with .trans. Lane l holds, in r[i], the 16-bit
 // pair (l / 4, 2 * (l % 4) .. + 1) of matrix i (an mma accumulator tile's rows, rounded to 16-bit
 // pairs), and lanes 8i .. 8i + 7 give the addresses of its 8 columns: column c (8 values, 16
