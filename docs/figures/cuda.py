@@ -328,6 +328,14 @@ def define(figure, table, runs):
                                   ("cudnn", f"{what} cuDNN BF16")):
                 figure(f"cuda.conv2d.cells.{tag}.{what}.{name}.us", cells,
                        cells.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+    # ---- conv2d backward weight version 4 (bf16 in cells) beside version 3 on image pairs and cuDNN
+    # BF16, in one call (docs/runs/2026-11-27-h100-cells-weight, build 4f9e4ec) ----
+    cw = runs["2026-11-27-h100-cells-weight"]
+    for tag, shape in layers.items():
+        for name, version in (("v4", "bwd-weight 4 cells BF16"), ("v3", "bwd-weight 3 tensor cores BF16, image pairs"),
+                              ("cudnn", "bwd-weight cuDNN BF16")):
+            figure(f"cuda.conv2d.cells-weight.{tag}.{name}.us", cw, cw.kernel("conv2d", version, shape)["ms"] * 1000,
+                   f"conv2d {version} at {shape}, µs")
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

@@ -216,3 +216,12 @@ def define(figure, table, runs):
                              ("b512", "train_b512_bf16.jsonl", "CNN batch 512, bf16")):
         figure(f"kernels.cells.{name}.epoch2", cells, cells.epoch(file, 2)["seconds"],
                f"mnist-train {what}: epoch 2 (conv2 on version 9), s")
+    # and conv2's weight gradient on version 4 where it pays (batch 512)
+    cw = runs["2026-11-27-h100-cells-weight"]
+    summary = step_profile.summary(step_profile.kernels(cw.file("profile_b512_bf16.csv")))
+    figure("kernels.cells-weight.b512-bf16.kernels", cw, summary["kernels_per_step"],
+           "kernels a training step, CNN batch 512 bf16, conv2's weight gradient on version 4")
+    figure("kernels.cells-weight.b512-bf16.us", cw, summary["us_per_step"],
+           "kernel time a step (ncu), CNN batch 512 bf16, conv2's weight gradient on version 4, µs")
+    figure("kernels.cells-weight.b512.epoch2", cw, cw.epoch("train_b512_bf16.jsonl", 2)["seconds"],
+           "mnist-train CNN batch 512, bf16: epoch 2 (conv2's weight gradient on version 4), s")

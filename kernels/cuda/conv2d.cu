@@ -75,6 +75,8 @@
 //     0.1190 [fig cuda.conv2d.bwd-weight.v2.conv2.ms].
 //   3 1 on the tensor cores, as forward 5. 0.0679 [fig cuda.conv2d.bwd-weight.v3-3xtf32.conv2.ms] /
 //     0.0458 [fig cuda.conv2d.bwd-weight.v3-tf32.conv2.ms].
+//   4 bf16 only: grad_y's rows and x's rows as cells (version 9's copy) in shared memory, a block
+//     summing bands of output rows one after another; figures in the bf16 section below.
 //
 // Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
@@ -1005,8 +1007,9 @@ KILN_CONV2D_INSTANTIATE(double)
 //     301.4 [fig cuda.conv2d.cells.large.bwd-input.v9.us] / 404.1 [fig cuda.conv2d.cells.large.bwd-input.v7.us] /
 //     199.2 [fig cuda.conv2d.cells.large.bwd-input.cudnn.us]
 // On the MNIST layer version 9 beats cuDNN's bf16 at both batches; the large layer (a reduction of
-// 1152) still takes half as long again as cuDNN, where mma.sync's 32 x 32 warp tiles and not the copy are the
-// limit. The weight gradient still pairs its operands (version 3 on image pairs).
+// 1152) still takes half as long again as cuDNN, where mma.sync's 32 x 32 warp tiles and not the
+// copy are the limit. The weight gradient's version 4 reads x and grad_y the same way (below,
+// backward_weight_cells_bf16_pays says where production takes it).
 namespace {
 
 int64_t round_up4(int64_t words) { return (words + 3) / 4 * 4; }  // 16-byte alignment, in 32-bit words
@@ -1218,9 +1221,12 @@ bool backward_weight_cells_bf16_applies(const Geometry& g) { return cell_weight_
 // does few multiply-adds per value moved, (O/G)(C/G) / (O/G + C/G) (MNIST's conv2: 21; the large
 // layer's 64, where version 3's 64 x 64 tiles win); and it runs its bands one after another, so a
 // split needs several to hide their loads (at batch 64 conv2 has 3 a split at one full wave, at 512
-// 23). Measured (kernel-bench, H100, 2026-11-27, the calls after docs/runs/2026-11-27-h100-cells;
-// the recorded figures are in kernels/README.md's tables): conv2 batch 512 104 against version 3's
-// 217 us, batch 64 43 against 34, the large layer 879 against 729.
+// 23). Measured (µs, version 4 / version 3 on image pairs / cuDNN BF16; H100, kernel-bench,
+// docs/runs/2026-11-27-h100-cells-weight): conv2 at batch 512 103.4 [fig cuda.conv2d.cells-weight.conv2-b512.v4.us] /
+// 217.5 [fig cuda.conv2d.cells-weight.conv2-b512.v3.us] / 176.8 [fig cuda.conv2d.cells-weight.conv2-b512.cudnn.us],
+// at batch 64 42.3 [fig cuda.conv2d.cells-weight.conv2.v4.us] / 33.4 [fig cuda.conv2d.cells-weight.conv2.v3.us] /
+// 102.9 [fig cuda.conv2d.cells-weight.conv2.cudnn.us], the large layer 878 [fig cuda.conv2d.cells-weight.large.v4.us] /
+// 720.1 [fig cuda.conv2d.cells-weight.large.v3.us] / 191.7 [fig cuda.conv2d.cells-weight.large.cudnn.us].
 bool backward_weight_cells_bf16_pays(const Geometry& g) {
   const CellWeightPlan plan = cell_weight_plan(g);
   if (plan.splits == 0) return false;
@@ -1427,7 +1433,8 @@ struct Widened {
 // 26.5 [fig cuda.conv2d.rows.conv1-b512.v8-bf16.us], 62.2 [fig cuda.conv2d.rows.conv1-b512.v3-bf16.us]
 // and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512), else version 9 where it
 // applies and 7 where it does not (a patch over 9's shared memory), the backward input's 9 (else
-// 7) where the f32 path would take 7, the weight gradient's version 3 (on image pairs) always.
+// 7) where the f32 path would take 7, the weight gradient's version 4 where it pays (a 3 x 3 layer
+// of few multiply-adds per value moved, several bands a split), else version 3 on image pairs.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
 // C/G <= 4 or outside the forward form) it runs the f32 versions on operands widened to f32, at
 // TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits, which TF32's 11 hold, so each

@@ -1,6 +1,7 @@
-// Forward convolution at stride 1 in bf16 on the tensor cores, read straight from the NCHW input
-// (forward and backward input version 9; kernels/cuda/conv2d.cu gives its figures,
-// kernels/cuda/NOTES.md its story). Included by conv2d.cu only.
+// Convolution at stride 1 in bf16 on the tensor cores, read straight from the NCHW tensors: the
+// forward (and the backward input as a forward) version 9, and the backward weight version 4,
+// which shares its copy (kernels/cuda/conv2d.cu gives their figures, kernels/cuda/NOTES.md their
+// story). Included by conv2d.cu only.
 //
 // Version 7 in bf16 first writes its input again with channels paired (mma m16n8k16 wants two
 // neighbouring k in one 32-bit register, and its 4-byte cp.async gathers could not move single
@@ -11,9 +12,9 @@
 // tap) then loads each A fragment with one ldmatrix.x4 whose lanes point at the cells of their
 // pixels moved by the tap: every tap is a whole number of cells away, so every row stays aligned.
 //
-// The copy: a thread takes half a cell (8 channels of one pixel: eight 2-byte loads, neighbouring
-// lanes on neighbouring pixels, so each load is one coalesced row) and stores it as one 16-byte
-// word. The next stage's loads are issued before the block multiplies this one and stored after
+// The copy (CellCopy): a thread takes half a cell (8 channels of one pixel: eight 2-byte loads,
+// neighbouring lanes on neighbouring pixels, so each load is one coalesced row; at an even width
+// two pixels, eight 4-byte loads) and stores it as one 16-byte word. The next stage's loads are issued before the block multiplies this one and stored after
 // it, two stages of shared memory alternating. The weights are packed beforehand as rows of 16
 // channels too, one row per output and tap, and arrive by 16-byte cp.async.
 //
@@ -83,14 +84,15 @@ inline CellPlan cell_plan(const Dims& d, int64_t max_smem) {
 
 // The packed weights: rows of 16 channels (cell_half's order), wp[g][chunk][tap][np][16] = the
 // weight of output n (of group g) for input channel chunk*16 + c at tap, zero past C/G or O/G.
-// flip: w is the layer's own weight, read as the backward input's forward form (patch.cuh's
+// flip: w is the layer's own weight, read as the backward input's forward form (common.cuh's
 // weight_at).
 __global__ void pack_cell_weights_kernel(const bf16* w, bf16* wp, Dims d, CellPlan plan, bool flip, int64_t total) {
   KILN_GRID_STRIDE(i, total) {  // i runs over (g, chunk, tap, n, c)
     const int64_t c = i % kCellChannels, r = i / kCellChannels, n = r % plan.np, r2 = r / plan.np;
     const int64_t tap = r2 % d.khkw, r3 = r2 / d.khkw, chunk = r3 % plan.chunks, g = r3 / plan.chunks;
     const int64_t row = ((g * plan.chunks + chunk) * d.khkw + tap) * plan.np + n;
-    wp[row * kCellChannels + (c / 8 ^ (n >> 2 & 1)) * 8 + c % 8] = weight_at(w, d, flip, g, chunk * kCellChannels + c, tap, n);
+    wp[row * kCellChannels + (c / 8 ^ (n >> 2 & 1)) * 8 + c % 8] =
+        weight_at(w, d, flip, g, chunk * kCellChannels + c, tap, n);
   }
 }
 
@@ -234,7 +236,9 @@ __global__ void __launch_bounds__(G::THREADS, 2) cell_conv_kernel(CellArgs a) {
   CellCopy<G::THREADS, kPairs> copy(tid, rows, cols, d);
   const bf16* x_group = a.x + (img * d.c + group * d.cg) * d.hw;
   const int iy0 = y_first - static_cast<int>(d.ph);
-  auto gather = [&](int64_t chunk, int round) { copy.gather(x_group, iy0, static_cast<int>(chunk) * kCellChannels, round); };
+  auto gather = [&](int64_t chunk, int round) {
+    copy.gather(x_group, iy0, static_cast<int>(chunk) * kCellChannels, round);
+  };
   auto put = [&](unsigned char* stage, int round) { copy.put(stage, round); };
   // The stage's weights: rows (tap, n0 .. n0 + BN) of the packed group, 16 bytes a copy.
   const bf16* w_group = a.wp + (group * plan.chunks * taps * plan.np + n0) * kCellChannels;
@@ -404,7 +408,8 @@ __global__ void __launch_bounds__(CellWeightTile<KH, KW>::THREADS) cell_weight_k
     const bf16* src = a.gy + ((img * d.o + group * d.og + o0) * d.ohw + int64_t{r0} * ow);
 #pragma unroll
     for (int i = 0; i < kUnits; ++i) {
-      const int u = (round * kUnits + i) * G::THREADS + tid, o = div_small(u, inv_per_row), q = (u - o * per_row) * kPix;
+      const int u = (round * kUnits + i) * G::THREADS + tid, o = div_small(u, inv_per_row);
+      const int q = (u - o * per_row) * kPix;
       const bool ok = u < gy_units && o0 + o < d.og && q < pixels;
       if constexpr (kVec) gy_held[i] = ok ? __ldg(reinterpret_cast<const uint4*>(src + int64_t{o} * ohw + q)) : uint4{};
       else gy_held[i] = ok ? __ldg(reinterpret_cast<const uint16_t*>(src + int64_t{o} * ohw + q)) : uint16_t{0};
@@ -413,7 +418,8 @@ __global__ void __launch_bounds__(CellWeightTile<KH, KW>::THREADS) cell_weight_k
   auto gy_put = [&](unsigned char* stage, int round) {
 #pragma unroll
     for (int i = 0; i < kUnits; ++i) {
-      const int u = (round * kUnits + i) * G::THREADS + tid, o = div_small(u, inv_per_row), q = (u - o * per_row) * kPix;
+      const int u = (round * kUnits + i) * G::THREADS + tid, o = div_small(u, inv_per_row);
+      const int q = (u - o * per_row) * kPix;
       if (u < gy_units) *reinterpret_cast<Held*>(stage + (o * lda + q) * 2) = gy_held[i];
     }
   };
