@@ -15,7 +15,7 @@ def printed(fn, *args):
 
 
 def define(figure, table, runs):
-    h100 = runs["2026-11-27-h100-bench"]
+    h100 = runs["2026-11-27-h100-bench-cells"]
     # kernels/README.md: kernel-bench's every version against cuBLAS, cuDNN and copy bandwidth
     table("kernel-bench", lambda: kernel_table.tables(h100.json("kernels.json"), h100.meta))
     # docs/benchmarks.md: the data-parallel runs, all-reduce, DDP step and mnist-train on 2 and 4 GPUs
