@@ -320,8 +320,9 @@ def define(figure, table, runs):
             figure(f"cuda.conv2d.rows.conv1-b{batch}.{name}.us", rows,
                    rows.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
     # ---- conv2d version 9 (bf16 in cells, no pairing pass) beside version 7 on channel pairs (its
-    # pairing pass included) and cuDNN BF16, in one call (docs/runs/2026-11-27-h100-cells, build 9cb1410) ----
-    cells = runs["2026-11-27-h100-cells"]
+    # pairing pass included) and cuDNN BF16, in one call: the final tree's (docs/runs/2026-11-27-h100-bench-cells,
+    # build c0beadf; the first run of version 9, 2026-11-27-h100-cells, had its backward input at 96.9 µs) ----
+    cells = runs["2026-11-27-h100-bench-cells"]
     for tag, shape in layers.items():
         for what in ("fwd", "bwd-input"):
             for name, version in (("v9", f"{what} 9 cells BF16"), ("v7", f"{what} 7 channel pairs BF16"),

@@ -992,20 +992,22 @@ KILN_CONV2D_INSTANTIATE(double)
 // Version 9 (conv2d/cells.cuh) then dropped the forward's and the backward input's pairing pass:
 // the block copies the input itself, transposing as it goes, into cells of 16 channels a pixel
 // that ldmatrix reads whole. Measured (µs: version 9 / version 7 with its pairing pass / cuDNN
-// BF16; H100 80GB HBM3, 2026-11-27, kernel-bench, docs/runs/2026-11-27-h100-cells):
-//   conv2 batch 64: forward 17.2 [fig cuda.conv2d.cells.conv2.fwd.v9.us] /
-//     24.8 [fig cuda.conv2d.cells.conv2.fwd.v7.us] / 40.7 [fig cuda.conv2d.cells.conv2.fwd.cudnn.us];
-//     backward input 17.5 [fig cuda.conv2d.cells.conv2.bwd-input.v9.us] /
-//     32.1 [fig cuda.conv2d.cells.conv2.bwd-input.v7.us] / 59.5 [fig cuda.conv2d.cells.conv2.bwd-input.cudnn.us]
-//   conv2 batch 512: forward 82.1 [fig cuda.conv2d.cells.conv2-b512.fwd.v9.us] /
-//     122.5 [fig cuda.conv2d.cells.conv2-b512.fwd.v7.us] / 271 [fig cuda.conv2d.cells.conv2-b512.fwd.cudnn.us];
-//     backward input 96.9 [fig cuda.conv2d.cells.conv2-b512.bwd-input.v9.us] /
-//     162.8 [fig cuda.conv2d.cells.conv2-b512.bwd-input.v7.us] /
-//     169.1 [fig cuda.conv2d.cells.conv2-b512.bwd-input.cudnn.us]
-//   large: forward 303.8 [fig cuda.conv2d.cells.large.fwd.v9.us] / 410.4 [fig cuda.conv2d.cells.large.fwd.v7.us] /
-//     202.6 [fig cuda.conv2d.cells.large.fwd.cudnn.us]; backward input
-//     301.4 [fig cuda.conv2d.cells.large.bwd-input.v9.us] / 404.1 [fig cuda.conv2d.cells.large.bwd-input.v7.us] /
-//     199.2 [fig cuda.conv2d.cells.large.bwd-input.cudnn.us]
+// BF16; H100 80GB HBM3, 2026-11-27, kernel-bench, docs/runs/2026-11-27-h100-bench-cells; the
+// backward input was faster at batch 512 in version 9's first run, before its copy was shared
+// with the weight gradient's version 4, and NOTES.md says what is known of why):
+//   conv2 batch 64: forward 16.8 [fig cuda.conv2d.cells.conv2.fwd.v9.us] /
+//     24.6 [fig cuda.conv2d.cells.conv2.fwd.v7.us] / 44.0 [fig cuda.conv2d.cells.conv2.fwd.cudnn.us];
+//     backward input 17.4 [fig cuda.conv2d.cells.conv2.bwd-input.v9.us] /
+//     31.8 [fig cuda.conv2d.cells.conv2.bwd-input.v7.us] / 59.4 [fig cuda.conv2d.cells.conv2.bwd-input.cudnn.us]
+//   conv2 batch 512: forward 83.1 [fig cuda.conv2d.cells.conv2-b512.fwd.v9.us] /
+//     121.2 [fig cuda.conv2d.cells.conv2-b512.fwd.v7.us] / 269 [fig cuda.conv2d.cells.conv2-b512.fwd.cudnn.us];
+//     backward input 111.9 [fig cuda.conv2d.cells.conv2-b512.bwd-input.v9.us] /
+//     161.9 [fig cuda.conv2d.cells.conv2-b512.bwd-input.v7.us] /
+//     167.3 [fig cuda.conv2d.cells.conv2-b512.bwd-input.cudnn.us]
+//   large: forward 310.4 [fig cuda.conv2d.cells.large.fwd.v9.us] / 413.7 [fig cuda.conv2d.cells.large.fwd.v7.us] /
+//     202.0 [fig cuda.conv2d.cells.large.fwd.cudnn.us]; backward input
+//     310.5 [fig cuda.conv2d.cells.large.bwd-input.v9.us] / 404.2 [fig cuda.conv2d.cells.large.bwd-input.v7.us] /
+//     201.5 [fig cuda.conv2d.cells.large.bwd-input.cudnn.us]
 // On the MNIST layer version 9 beats cuDNN's bf16 at both batches; the large layer (a reduction of
 // 1152) still takes half as long again as cuDNN, where mma.sync's 32 x 32 warp tiles and not the
 // copy are the limit. The weight gradient's version 4 reads x and grad_y the same way (below,
