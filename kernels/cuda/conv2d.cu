@@ -1198,7 +1198,7 @@ CellWeightPlan cell_weight_plan(const Geometry& g) {
   p.cols = static_cast<int>(d.ow + (d.kw - 1) * d.dw);
   p.bands = (d.oh + p.band_rows - 1) / p.band_rows;
   p.stage_bytes = int64_t{CellWeightTile<3, 3>::BM} * p.lda * 2 + int64_t{p.rows} * p.cols * 32;
-  if (2 * p.stage_bytes > kCellWeightMaxSmem || kCellChannels * d.hw >= (int64_t{1} << 31) ||
+  if (2 * p.stage_bytes > kCellWeightMaxSmem || kCellPlanes * d.hw >= (int64_t{1} << 31) ||
       d.ohw >= (int64_t{1} << 31))
     return {};
   const int64_t blocks = (d.cg + kCellChannels - 1) / kCellChannels * ((d.og + 63) / 64) * g.groups;
@@ -1433,10 +1433,11 @@ struct Widened {
 // 11.4 [fig cuda.conv2d.rows.conv1-b64.v3-bf16.us] and cuDNN BF16's
 // 19.1 [fig cuda.conv2d.rows.conv1-b64.cudnn-bf16.us] at batch 64;
 // 26.5 [fig cuda.conv2d.rows.conv1-b512.v8-bf16.us], 62.2 [fig cuda.conv2d.rows.conv1-b512.v3-bf16.us]
-// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512), else version 9 where it
-// applies and 7 where it does not (a patch over 9's shared memory), the backward input's 9 (else
-// 7) where the f32 path would take 7, the weight gradient's version 4 where it pays (a 3 x 3 layer
-// of few multiply-adds per value moved, several bands a split), else version 3 on image pairs.
+// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512), else version 9, the backward
+// input's 9 where the f32 path would take 7 (version 9 runs wherever 7 on channel pairs would, so
+// 7 in bf16 is left to kernel-bench and the tests), the weight gradient's version 4 where it pays
+// (a 3 x 3 layer of few multiply-adds per value moved, several bands a split), else version 3 on
+// image pairs.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
 // C/G <= 4 or outside the forward form) it runs the f32 versions on operands widened to f32, at
 // TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits, which TF32's 11 hold, so each
@@ -1461,12 +1462,6 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
                                stream());
     return;
   }
-  if (y.dtype == DType::bf16 && conv2d::forward_patch_bf16_applies(g)) {
-    Workspace ws(*this, static_cast<size_t>(conv2d::forward_patch_bf16_workspace(g)));
-    conv2d::forward_patch_bf16(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue), y.data<bf16>(), ws.p, g,
-                               stream());
-    return;
-  }
   if (y.dtype == DType::bf16) {
     const Widened xf(*this, x), wf(*this, w), bf(*this, epilogue.bias), yf(*this, y, false);
     forward<float>(*this, xf.data(), wf.data(), {bf.data(), epilogue.activation}, yf.data(), g,
@@ -1487,11 +1482,6 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
   if (grad_x.dtype == DType::bf16 && g.c / g.groups > 4 && conv2d::backward_input_cells_bf16_applies(g)) {
     Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
     conv2d::backward_input_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());
-    return;
-  }
-  if (grad_x.dtype == DType::bf16 && g.c / g.groups > 4 && conv2d::backward_input_patch_bf16_applies(g)) {
-    Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_patch_bf16_workspace(g)));
-    conv2d::backward_input_patch_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());
     return;
   }
   if (grad_x.dtype == DType::bf16) {

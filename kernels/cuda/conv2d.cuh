@@ -139,9 +139,10 @@ void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, 
                           cudaStream_t stream);
 
 // bf16 (mixed precision) on the tensor cores: bf16 operands and result, each product exact in f32,
-// the sums in f32, each result rounded once. Each pass first writes its operands as pairs along
-// the reduction (conv2d.cu's bf16 section says why) into `workspace` (the *_workspace(g) bytes),
-// then runs the f32 version named on the pairs with mma m16n8k16. Forward version 3 also takes
+// the sums in f32, each result rounded once. Versions 7 and 3 first write their operands as pairs
+// along the reduction (conv2d.cu's bf16 section says why) into `workspace` (the *_workspace(g)
+// bytes), then run the f32 version named on the pairs with mma m16n8k16; versions 9 and 4 read
+// them as they are. Forward version 3 also takes
 // bf16 (a first layer's short reduction: f32 arithmetic on the CUDA cores, each element widened as
 // it is loaded). Where none applies, CudaBackend widens the operands to f32 and runs the f32
 // versions at TF32 (exact for bf16 values).

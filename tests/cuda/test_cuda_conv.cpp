@@ -453,7 +453,22 @@ TEST_CASE("the bf16 versions (9 in cells, 7 on channel pairs, 3 on image pairs, 
   auto device_buffer = [](int64_t bytes) {
     return full({std::max<int64_t>(1, bytes / 4)}, 7.0, TensorOptions(DType::f32).device(kCuda));
   };
-  int forward = 0, input = 0, input_form = 0, small = 0, short_k = 0, rows = 0, cells = 0, input_cells = 0, even_width = 0;
+  struct PatchVersion {
+    const char* name;
+    decltype(&cv::forward_cells_bf16_applies) forward_applies, input_applies;
+    decltype(&cv::forward_cells_bf16_workspace) forward_workspace, input_workspace;
+    decltype(&cv::forward_cells_bf16) forward;
+    decltype(&cv::backward_input_cells_bf16) input;
+    int forwards = 0, inputs = 0;
+  };
+  PatchVersion patch_versions[] = {
+      {"7 (channel pairs)", cv::forward_patch_bf16_applies, cv::backward_input_patch_bf16_applies,
+       cv::forward_patch_bf16_workspace, cv::backward_input_patch_bf16_workspace, cv::forward_patch_bf16,
+       cv::backward_input_patch_bf16},
+      {"9 (cells)", cv::forward_cells_bf16_applies, cv::backward_input_cells_bf16_applies,
+       cv::forward_cells_bf16_workspace, cv::backward_input_cells_bf16_workspace, cv::forward_cells_bf16,
+       cv::backward_input_cells_bf16}};
+  int input_form = 0, small = 0, short_k = 0, rows = 0, even_width = 0;
   for (int trial = 0; trial < 40; ++trial) {
     // odd channel counts (a pair with a zero partner) and counts past one stage of 16; odd batches
     // (an image pair with a zero partner); widths past 32; any padding and dilation; bias and ReLU
@@ -468,44 +483,27 @@ TEST_CASE("the bf16 versions (9 in cells, 7 on channel pairs, 3 on image pairs, 
     Tensor dx = x.to(kCuda), dw = w.to(kCuda), dgy = gy.to(kCuda), db = b.to(kCuda);
     const std::string name = c.str();
     input_form += cv::backward_input_as_forward_applies(g);
-    if (cv::forward_patch_bf16_applies(g)) {
-      ++forward;
-      Tensor ws = device_buffer(cv::forward_patch_bf16_workspace(g));
-      Tensor y = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
-      const cuda::DeviceEpilogue<bf16> epilogue{c.bias ? device_ptr<bf16>(db) : nullptr, act};
-      cv::forward_patch_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue, device_ptr<bf16>(y),
-                             device_ptr<float>(ws), g, stream);
-      check_close(y, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
-                  "forward_patch_bf16 " + name);
-    }
-    if (cv::forward_cells_bf16_applies(g)) {
-      ++cells;
-      even_width += c.x[3] % 2 == 0;  // version 9 reads pixel pairs
-      Tensor ws = device_buffer(cv::forward_cells_bf16_workspace(g));
-      Tensor y = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
-      const cuda::DeviceEpilogue<bf16> epilogue{c.bias ? device_ptr<bf16>(db) : nullptr, act};
-      cv::forward_cells_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue, device_ptr<bf16>(y),
-                             device_ptr<float>(ws), g, stream);
-      check_close(y, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
-                  "forward_cells_bf16 " + name);
-    }
-    if (cv::backward_input_cells_bf16_applies(g)) {
-      ++input_cells;
-      Tensor ws = device_buffer(cv::backward_input_cells_bf16_workspace(g));
-      Tensor gx = full(c.x, 7.0, TensorOptions(DType::bf16).device(kCuda));
-      cv::backward_input_cells_bf16(device_ptr<bf16>(dgy), device_ptr<bf16>(dw), device_ptr<bf16>(gx),
-                                    device_ptr<float>(ws), g, stream);
-      check_close(gx, conv2d_backward_input(gy, w, c.x, c.config), kRtol, atol(og * k[0] * k[1]),
-                  "backward_input_cells_bf16 " + name);
-    }
-    if (cv::backward_input_patch_bf16_applies(g)) {
-      ++input;
-      Tensor ws = device_buffer(cv::backward_input_patch_bf16_workspace(g));
-      Tensor gx = full(c.x, 7.0, TensorOptions(DType::bf16).device(kCuda));
-      cv::backward_input_patch_bf16(device_ptr<bf16>(dgy), device_ptr<bf16>(dw), device_ptr<bf16>(gx),
-                                    device_ptr<float>(ws), g, stream);
-      check_close(gx, conv2d_backward_input(gy, w, c.x, c.config), kRtol, atol(og * k[0] * k[1]),
-                  "backward_input_patch_bf16 " + name);
+    // versions 7 (channel pairs) and 9 (cells): the forward, and the backward input in its forward form
+    Tensor want_y = conv2d(x, w, c.bias ? b : Tensor(), c.config, act);
+    Tensor want_x = conv2d_backward_input(gy, w, c.x, c.config);
+    const cuda::DeviceEpilogue<bf16> epilogue{c.bias ? device_ptr<bf16>(db) : nullptr, act};
+    even_width += c.x[3] % 2 == 0;  // version 9 reads pixel pairs
+    for (PatchVersion& v : patch_versions) {
+      if (v.forward_applies(g)) {
+        ++v.forwards;
+        Tensor ws = device_buffer(v.forward_workspace(g));
+        Tensor y = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
+        v.forward(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue, device_ptr<bf16>(y), device_ptr<float>(ws), g,
+                  stream);
+        check_close(y, want_y, kRtol, atol(cg * k[0] * k[1]), std::string("forward ") + v.name + " " + name);
+      }
+      if (v.input_applies(g)) {
+        ++v.inputs;
+        Tensor ws = device_buffer(v.input_workspace(g));
+        Tensor gx = full(c.x, 7.0, TensorOptions(DType::bf16).device(kCuda));
+        v.input(device_ptr<bf16>(dgy), device_ptr<bf16>(dw), device_ptr<bf16>(gx), device_ptr<float>(ws), g, stream);
+        check_close(gx, want_x, kRtol, atol(og * k[0] * k[1]), std::string("backward input ") + v.name + " " + name);
+      }
     }
     // version 3 on image pairs, and version 1 (32 x 32 tiles where the layer is small)
     small += cg * k[0] * k[1] <= 32 && og <= 32;
@@ -521,29 +519,26 @@ TEST_CASE("the bf16 versions (9 in cells, 7 on channel pairs, 3 on image pairs, 
     if (cg * k[0] * k[1] < 32) {  // forward version 3 (CUDA cores) in bf16
       ++short_k;
       Tensor y = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
-      const cuda::DeviceEpilogue<bf16> epilogue{c.bias ? device_ptr<bf16>(db) : nullptr, act};
       cv::forward_implicit_gemm_prefetch<bf16>(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue,
                                                device_ptr<bf16>(y), g, stream);
-      check_close(y, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
-                  "forward_implicit_gemm_prefetch<bf16> " + name);
+      check_close(y, want_y, kRtol, atol(cg * k[0] * k[1]), "forward_implicit_gemm_prefetch<bf16> " + name);
       // and version 8 (a thread per pixel, O/G <= 32), which production runs there first
       Tensor y8 = full(c.y, 7.0, TensorOptions(DType::bf16).device(kCuda));
       if (cv::forward_few_outputs_rows_applies<bf16>(device_ptr<bf16>(dx), device_ptr<bf16>(dw), epilogue,
                                                      device_ptr<bf16>(y8), g, stream)) {
         ++rows;
-        check_close(y8, conv2d(x, w, c.bias ? b : Tensor(), c.config, act), kRtol, atol(cg * k[0] * k[1]),
-                    "forward_few_outputs_rows_applies<bf16> " + name);
+        check_close(y8, want_y, kRtol, atol(cg * k[0] * k[1]), "forward_few_outputs_rows_applies<bf16> " + name);
       }
     }
   }
-  // every case fits the patch's shared memory (the backward input where its forward form applies);
-  // both weight-gradient versions and forward version 3 ran
-  CHECK(forward == 40);
-  CHECK(input == input_form);
-  CHECK(cells == 40);
-  CHECK(even_width >= 5);  // both of version 9's copies ran
+  // every case fits both patches' shared memory (the backward input where its forward form
+  // applies); both of version 9's copies ran; both weight-gradient versions and forward version 3
+  for (const PatchVersion& v : patch_versions) {
+    CHECK_MESSAGE(v.forwards == 40, v.name);
+    CHECK_MESSAGE(v.inputs == input_form, v.name);
+  }
+  CHECK(even_width >= 5);
   CHECK(40 - even_width >= 5);
-  CHECK(input_cells == input_form);
   CHECK(small >= 5);
   CHECK(40 - small >= 5);
   CHECK(short_k >= 5);

@@ -39,6 +39,7 @@ namespace kiln::cuda::conv2d {
 namespace {
 
 constexpr int kCellChannels = 16;  // a cell: 16 bf16 channels of one pixel, 32 bytes
+constexpr int64_t kCellPlanes = 8;  // the input planes one unit of the copy reads, as int offsets
 // The half cells a thread carries from global to shared memory at a time: a stage's copy is
 // rounds of kCellUnits * THREADS, the first issued before the block multiplies the stage before.
 constexpr int kCellUnits = 4;  // (pixel pairs: 2 units of two cells)
@@ -66,7 +67,9 @@ struct CellPlan {
 };
 
 // The plan, or an empty one (smem = 0) where version 9 does not run: stride 1, two blocks' shared
-// memory on an SM, offsets within an int.
+// memory on an SM, offsets within an int (kCellPlanes: the copy's loads reach 7 planes past a
+// unit's first channel). It runs wherever version 7 on channel pairs would: the same patch in the
+// same bytes, with fewer bytes of weights, under the same offset rule.
 inline CellPlan cell_plan(const Dims& d, int64_t max_smem) {
   if (d.sh != 1 || d.sw != 1 || d.n * d.o * d.ohw == 0) return {};
   CellPlan p;
@@ -78,7 +81,7 @@ inline CellPlan cell_plan(const Dims& d, int64_t max_smem) {
   p.np = (d.og + p.bn - 1) / p.bn * p.bn;
   // two stages; the output tile (BN rows of 128 + 8 pixels) reuses them
   p.smem = std::max(2 * (int64_t{p.cells} * 32 + d.khkw * p.bn * 32), int64_t{p.bn} * 136 * 2);
-  const bool fits = p.smem <= max_smem && kCellChannels * d.hw < (int64_t{1} << 31) && d.ohw < (int64_t{1} << 31);
+  const bool fits = p.smem <= max_smem && kCellPlanes * d.hw < (int64_t{1} << 31) && d.ohw < (int64_t{1} << 31);
   return fits ? p : CellPlan{};
 }
 
