@@ -158,11 +158,18 @@ void convert_held(std::vector<HeldConversion>& held) {
   }
 }
 
+// The gradient reaching a node so far, and whether every part of it came with the node's relu
+// mask applied (Needed: masked_relu); the root's seed did not.
+struct Pending {
+  Tensor grad;
+  bool masked = true;
+};
+
 // The walk from a non-leaf root: every node reachable from `start`, consumers first.
 void walk(Node* start, const Tensor& seed, bool retain_graph) {
   std::vector<Node*> order = reverse_topological_order(start);
   LeafWaits waits = count_leaf_edges(order);
-  std::unordered_map<Node*, Tensor> pending{{start, seed}};
+  std::unordered_map<Node*, Pending> pending{{start, Pending{seed, false}}};
   std::vector<HeldConversion> held;
   for (Node* node : order) {
     auto it = pending.find(node);
@@ -172,7 +179,8 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
           if (e.leaf) edge_done(waits, e.leaf, false);
       continue;
     }
-    Tensor grad = std::move(it->second);
+    Tensor grad = std::move(it->second.grad);
+    const bool grad_masked = node->relu_output && it->second.masked;
     pending.erase(it);
 
     KILN_CHECK(node->backward, AutogradError, "backward through '", node->op, "': its graph was "
@@ -183,9 +191,13 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
       continue;
     }
     check_saved(*node);
-    std::vector<bool> needed;
-    for (const Edge& e : node->inputs) needed.push_back(e.needed());
-    Grads grads = node->backward(grad, needed);
+    std::vector<bool> needed, relu_inputs;
+    for (const Edge& e : node->inputs) {
+      needed.push_back(e.needed());
+      relu_inputs.push_back(e.node && e.node->relu_output);
+    }
+    Needed need(std::move(needed), std::move(relu_inputs), grad_masked);
+    Grads grads = node->backward(grad, need);
     if (!retain_graph) {
       node->backward = nullptr;
       node->saved.clear();
@@ -208,7 +220,9 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
                  g.shape(), " and dtype ", g.dtype(), ", but the input has shape ",
                  node->input_shapes[i], " and dtype ", node->input_dtypes[i]);
       if (edge.node) {
-        accumulate(pending[edge.node.get()], g);
+        Pending& p = pending[edge.node.get()];
+        accumulate(p.grad, g);
+        p.masked = p.masked && need.masked(i);
       } else {
         accumulate_into_leaf(*edge.leaf, g);
         if (!waits.empty()) edge_done(waits, edge.leaf, true);

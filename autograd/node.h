@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/tensor.h"
@@ -19,9 +20,43 @@ namespace kiln::autograd {
 
 // One gradient per op input, in order; an undefined Tensor where an input gets none.
 using Grads = std::vector<Tensor>;
-// needed[i] says whether input i wants a gradient, so a formula can skip work nobody uses
-// (the input gradient of a network's first layer, say).
-using BackwardFn = std::function<Grads(const Tensor& grad_output, const std::vector<bool>& needed)>;
+
+// What backward tells a formula about its inputs and its incoming gradient, and what the formula
+// tells it back.
+//
+// need[i] says whether input i wants a gradient, so a formula can skip work nobody uses (the
+// input gradient of a network's first layer, say).
+//
+// ReLU's gradient, folded into the pass before it. A node whose formula starts with relu's
+// gradient read from its own output y (relu, and matmul or conv2d with a ReLU epilogue:
+// Node::relu_output) spends a pass over y on g -> (y > 0 ? g : 0), NaN passing. The formula of a
+// node that reads y (a max pool, the next convolution) often writes y's gradient in a kernel of
+// its own, which could zero it there for the price of reading y. So:
+//   may_mask_relu(i)  input i is such a node's output;
+//   masked_relu(i)    the formula returned gradient i already zeroed where input i is <= 0;
+//   grad_masked()     every gradient that reached this node was masked so: its formula skips
+//                     the pass.
+// Masking twice is masking once, so where only some of the gradients reaching a node were masked,
+// it masks their sum and the result is the same. The masked gradient of y itself is seen by
+// nobody: y is not a leaf, and kiln keeps no gradient of a non-leaf.
+class Needed {
+ public:
+  explicit Needed(std::vector<bool> needed, std::vector<bool> relu_inputs = {}, bool grad_masked = false)
+      : needed_(std::move(needed)), relu_inputs_(std::move(relu_inputs)), masked_(needed_.size()),
+        grad_masked_(grad_masked) {}
+  bool operator[](size_t i) const { return needed_[i]; }
+  size_t size() const { return needed_.size(); }
+  bool may_mask_relu(size_t i) const { return i < relu_inputs_.size() && relu_inputs_[i]; }
+  void masked_relu(size_t i) { masked_[i] = may_mask_relu(i); }
+  bool masked(size_t i) const { return masked_[i]; }
+  bool grad_masked() const { return grad_masked_; }
+
+ private:
+  std::vector<bool> needed_, relu_inputs_, masked_;
+  bool grad_masked_ = false;
+};
+
+using BackwardFn = std::function<Grads(const Tensor& grad_output, Needed& need)>;
 
 struct Node;
 
@@ -75,6 +110,8 @@ struct Node : GradFn {
   // A conversion (to_dtype): its formula is to_dtype(g, input_dtypes[0]), so backward may convert
   // the gradients of many such nodes together instead of running each formula alone.
   bool converts = false;
+  // Its formula starts with relu's gradient read from its output (Needed: may_mask_relu).
+  bool relu_output = false;
 
   Node() = default;
   Node(const Node&) = delete;

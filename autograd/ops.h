@@ -182,8 +182,10 @@ Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key);
 // per-sample losses' gradient [N] -> logits' gradient [N, C]
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                               const Tensor& grad_losses, double label_smoothing);
+// relu_x, where defined, is x itself, the output of a relu: the gradient is then also taken back
+// through that relu in the same pass, zero wherever relu_x <= 0 (relu_backward(relu_x, grad_x)).
 Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& weight, const Shape& x_shape,
-                             const Conv2dConfig& config);
+                             const Conv2dConfig& config, const Tensor& relu_x = {});
 Tensor conv2d_backward_weight(const Tensor& x, const Tensor& grad_y, const Shape& weight_shape,
                               const Conv2dConfig& config);
 struct PoolResult {
@@ -192,7 +194,10 @@ struct PoolResult {
 };
 PoolResult max_pool2d_with_indices(const Tensor& x, const Pool2dConfig& config = {});
 Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,
-                           const Pool2dConfig& config);
+                           const Pool2dConfig& config, const Tensor& relu_y = {});
+// relu_y, where defined, is the pool's output y where x is the output of a relu: the gradient is then
+// also taken back through that relu, read from y (each window's maximum is x's value where the
+// window's gradient goes), zero wherever relu_y <= 0.
 Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dConfig& config);
 
 }  // namespace kiln

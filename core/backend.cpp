@@ -29,6 +29,24 @@ void Backend::batch_norm_train(const TensorRef& x, const TensorRef& weight, cons
   batch_norm_apply(x, mean, invstd, weight, bias, y);
 }
 
+void Backend::conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
+                                         const TensorRef& grad_x, const Conv2dParams& p) {
+  conv2d_backward_input(grad_y, w, grad_x, p);
+  unary_backward(UnaryOp::relu, relu_x, grad_x, grad_x, 0.0);
+}
+
+void Backend::max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& relu_y,
+                                       const TensorRef& grad_x, const Pool2dParams& p) {
+  struct Buffer {  // freed however this ends; queued work keeps its order, as for any tensor's storage
+    Backend& be;
+    void* p;
+    ~Buffer() { be.deallocate(p); }
+  } masked_buffer{*this, allocate(static_cast<size_t>(grad_y.numel()) * dtype_size(grad_y.dtype))};
+  const TensorRef masked{masked_buffer.p, 0, grad_y.shape, contiguous_strides(grad_y.shape), grad_y.dtype};
+  unary_backward(UnaryOp::relu, relu_y, grad_y, masked, 0.0);
+  max_pool2d_backward(masked, indices, grad_x, p);
+}
+
 void Backend::begin_capture() {
   KILN_FAIL(BackendUnavailable, "the ", name(), " backend cannot capture a graph (CUDA graphs need a CUDA device)");
 }

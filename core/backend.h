@@ -254,6 +254,11 @@ class Backend {
                       const Conv2dParams& p, const Epilogue& e) = 0;
   virtual void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w,
                                      const TensorRef& grad_x, const Conv2dParams& p) = 0;
+  // The same, where x is the output of a relu (relu_x: x itself, contiguous), taken back through
+  // it: grad_x is 0 wherever relu_x <= 0, as unary_backward(relu, relu_x, grad_x) would make it.
+  // By default those two passes; a backend may zero grad_x in the kernel that writes it (CUDA).
+  virtual void conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
+                                          const TensorRef& grad_x, const Conv2dParams& p);
   virtual void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y,
                                       const TensorRef& grad_w, const Conv2dParams& p) = 0;
 
@@ -263,6 +268,12 @@ class Backend {
                           const Pool2dParams& p) = 0;
   virtual void max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices,
                                    const TensorRef& grad_x, const Pool2dParams& p) = 0;
+  // The same, where x is the output of a relu, taken back through it: relu_y is the pool's output
+  // (contiguous), which holds x's value at each window's maximum, so grad_y is zeroed wherever
+  // relu_y <= 0 before it goes to x. By default a masked copy of grad_y, then max_pool2d_backward;
+  // a backend may mask in the kernel that scatters grad_y (CUDA).
+  virtual void max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& relu_y,
+                                        const TensorRef& grad_x, const Pool2dParams& p);
   virtual void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) = 0;
   virtual void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x,
                                    const Pool2dParams& p) = 0;

@@ -122,6 +122,10 @@ inline void check_conv(const Run& r, const ConvCase& c, const Take& t) {
   r.check(conv2d_backward_input(gy.to(r.device), w.to(r.device), c.x, c.config),
           conv2d_backward_input(gy, w, c.x, c.config), t.tol.atol_times(static_cast<double>(og * c.w[2] * c.w[3])),
           "conv2d_backward_input " + what);
+  // taken back through a relu that made x (x's values as its output: about half of them <= 0)
+  r.check(conv2d_backward_input(gy.to(r.device), w.to(r.device), c.x, c.config, x.to(r.device)),
+          conv2d_backward_input(gy, w, c.x, c.config, x), t.tol.atol_times(static_cast<double>(og * c.w[2] * c.w[3])),
+          "conv2d_backward_input through relu " + what);
   r.check(conv2d_backward_weight(x.to(r.device), gy.to(r.device), c.w, c.config),
           conv2d_backward_weight(x, gy, c.w, c.config), t.tol.atol_times(static_cast<double>(c.y[0] * c.y[2] * c.y[3])),
           "conv2d_backward_weight " + what);
@@ -290,6 +294,10 @@ inline void max_pool2d_cases(const Run& r) {
     Tensor gy = uniform(want.values.shape(), -1, 1, t.dtype);
     r.check(max_pool2d_backward(gy.to(r.device), got.indices, c.x, c.config),
             max_pool2d_backward(gy, want.indices, c.x, c.config), t.tol, "max_pool2d_backward " + what);
+    // taken back through a relu that made x, read from y (values <= 0 and NaNs among them)
+    r.check(max_pool2d_backward(gy.to(r.device), got.indices, c.x, c.config, got.values),
+            max_pool2d_backward(gy, want.indices, c.x, c.config, want.values), t.tol,
+            "max_pool2d_backward through relu " + what);
   };
   auto check = [&](const PoolCase& c, int trial) {
     for (const Take& t : r.takes) compare(c, pool_input(rng, c.x, trial, t.dtype), t, trial % 2 == 1, "");

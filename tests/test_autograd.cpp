@@ -113,6 +113,69 @@ TEST_CASE("only inputs that need a gradient get one") {
   CHECK_FALSE(x.grad().defined());
 }
 
+TEST_CASE("relu's gradient is applied once: by the op after it where that op folds it in, else by its own node") {
+  // probe(x): x's values, recorded as a node whose formula starts with relu's gradient (as relu's
+  // and a ReLU epilogue's do); it notes whether the gradient reaching it came masked already
+  struct Seen {
+    bool reached = false, masked = false;
+  };
+  auto probe = [](const Tensor& x, Seen& seen) {
+    Tensor y = x.detach().clone();
+    autograd::record(y, "probe", {x}, [&seen](const Tensor& g, const autograd::Needed& need) -> autograd::Grads {
+      seen.reached = true;
+      seen.masked = need.grad_masked();
+      return {g};
+    });
+    autograd::node_of(y)->relu_output = true;
+    return y;
+  };
+  const Tensor w = random({3, 2, 3, 3}, 2).requires_grad_(), frozen = random({3, 2, 3, 3}, 3);
+  const Pool2dConfig k2{.kernel = {2, 2}};
+  auto masked = [&](const std::function<Tensor(const Tensor&)>& after) {
+    Tensor x = random({2, 2, 6, 6}, 1).requires_grad_();
+    Seen seen;
+    after(probe(x, seen)).sum().backward();
+    CHECK(seen.reached);
+    return seen.masked;
+  };
+  CHECK(masked([&](const Tensor& y) { return max_pool2d(y, k2); }));
+  CHECK(masked([&](const Tensor& y) { return conv2d(y, w, {}, {}); }));
+  CHECK(masked([&](const Tensor& y) { return max_pool2d(y, k2).sum() + conv2d(y, w, {}, {}).sum(); }));
+  // a consumer that does not fold it: the node masks the sum (masking twice is masking once)
+  CHECK_FALSE(masked([&](const Tensor& y) { return max_pool2d(y, k2).sum() + y.sum(); }));
+  CHECK_FALSE(masked([&](const Tensor& y) { return y * 2.0; }));
+  // a view between: the pool's input is the view's output, not the probe's
+  CHECK_FALSE(masked([&](const Tensor& y) { return max_pool2d(y.reshape({2, 2, 6, 6}), k2); }));
+  // a weight that wants no gradient: the convolution keeps no x to mask with
+  CHECK_FALSE(masked([&](const Tensor& y) { return conv2d(y, frozen, {}, {}); }));
+  // the root itself: its seed comes unmasked
+  Tensor x = random({4}, 4).requires_grad_();
+  Seen seen;
+  probe(x, seen).backward(random({4}, 5));
+  CHECK((seen.reached && !seen.masked));
+}
+
+TEST_CASE("folding relu's gradient into the pool and the convolution after it gives the same bits") {
+  // relu (an op, and a conv2d's epilogue) feeding max_pool2d and a second conv2d, against the same
+  // graph with a view after each relu (no folding there), in f32 and f64
+  for (DType t : {DType::f32, DType::f64}) {
+    CAPTURE(dtype_name(t));
+    Tensor x = random({3, 2, 10, 10}, 6).to(t), g = random({3, 4, 4, 4}, 7).to(t);
+    auto grads = [&](bool fold) {
+      Tensor w1 = random({5, 2, 3, 3}, 8).to(t).requires_grad_(), b1 = random({5}, 9).to(t).requires_grad_();
+      Tensor w2 = random({4, 5, 3, 3}, 10).to(t).requires_grad_(), xl = x.detach().requires_grad_();
+      auto cut = [fold](const Tensor& y) { return fold ? y : y.reshape(y.shape()); };
+      Tensor h = cut(conv2d(relu(cut(relu(xl))), w1, b1, {}, Activation::relu));  // [3, 5, 8, 8]
+      Tensor out = conv2d(cut(relu(max_pool2d(h, {.kernel = {2, 2}}))), w2, {}, {.padding = {1, 1}});
+      (out * g).sum().backward();
+      std::vector<std::vector<double>> all;
+      for (const Tensor& p : {xl, w1, b1, w2}) all.push_back(p.grad().to(DType::f64).to_vector<double>());
+      return all;
+    };
+    CHECK(grads(true) == grads(false));
+  }
+}
+
 TEST_CASE("a deep chain does not overflow the stack") {
   Tensor x = leaf({1}, {1});
   Tensor y = x;

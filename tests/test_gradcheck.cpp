@@ -648,6 +648,16 @@ TEST_CASE("gradcheck: matmul and conv2d with a fused epilogue (bias, ReLU)") {
       {"conv2d groups 2 pad 1 + relu, no bias",
        [groups2](const Args& x) { return conv2d(x[0], x[1], {}, groups2, Activation::relu); },
        {rand({2, 4, 5, 6}, 261), rand({6, 2, 3, 3}, 262)}},
+      // relu's gradient folded into the op after it (autograd::Needed): a pool, a convolution, both
+      {"conv2d + relu, then max_pool2d 2x2",
+       [](const Args& x) { return max_pool2d(conv2d(x[0], x[1], x[2], {}, Activation::relu), {.kernel = {2, 2}}); },
+       {distinct({2, 2, 7, 7}, 263), rand({3, 2, 2, 2}, 264), rand({3}, 265)}},
+      {"relu, then conv2d and an overlapping max_pool2d",
+       [](const Args& x) {
+         Tensor r = relu(x[0]);
+         return conv2d(r, x[1], {}, {.padding = {1, 1}}) + sum(max_pool2d(r, {{3, 3}, {1, 1}, {1, 1}, true}), {1}, true);
+       },
+       {rand({2, 3, 5, 6}, 266), rand({1, 3, 3, 3}, 267)}},
   });
 }
 

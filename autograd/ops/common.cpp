@@ -43,8 +43,12 @@ Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool k
   return out;
 }
 
-Tensor before_activation(Activation activation, const Tensor& y, const Tensor& g) {
-  return activation == Activation::relu ? relu_backward(y, g) : g;
+Tensor before_activation(Activation activation, const Tensor& y, const Tensor& g, const Needed& need) {
+  return activation == Activation::relu && !need.grad_masked() ? relu_backward(y, g) : g;
+}
+
+void mark_relu_output(const Tensor& y, bool relu) {
+  if (relu && y.grad_fn()) autograd::node_of(y)->relu_output = true;
 }
 
 }  // namespace kiln::detail

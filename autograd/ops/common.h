@@ -18,7 +18,7 @@ namespace kiln {
 using autograd::BackwardFn;
 using autograd::Grads;
 using autograd::Saves;
-using Needed = std::vector<bool>;
+using autograd::Needed;
 
 // t when `other` requires grad, else undefined (nothing to save): what a formula saves of a tensor
 // it reads only for other's gradient (mul reads a for b's), so that, as in PyTorch, writing to t
@@ -40,8 +40,12 @@ std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ra
 Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdim);
 // The gradient g of a fused epilogue's output y (matmul, conv2d) taken back through its activation,
 // read from y alone (relu: y > 0 exactly where the input was; relu_backward(y, g) ==
-// relu_backward(x, g), NaN included).
-Tensor before_activation(Activation activation, const Tensor& y, const Tensor& g);
+// relu_backward(x, g), NaN included); g itself where the consumers of y applied relu's mask already
+// (Needed: grad_masked).
+Tensor before_activation(Activation activation, const Tensor& y, const Tensor& g, const Needed& need);
+// Records y's op as one whose formula starts with relu's gradient (autograd::Node::relu_output),
+// when y was recorded and `relu` holds.
+void mark_relu_output(const Tensor& y, bool relu = true);
 
 }  // namespace detail
 

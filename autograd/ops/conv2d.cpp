@@ -66,30 +66,47 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
                      Epilogue{bc.defined() ? bc.ref() : TensorRef{}, activation});
   if (autograd::is_recording({x, weight, bias})) {
     // the gradient before the activation (read from y, kept only then), then the two backward
-    // kernels (x read for the weight's gradient, the weight for x's) and the bias's sum
+    // kernels (x read for the weight's gradient, the weight for x's) and the bias's sum; x's
+    // gradient taken back through the relu that made x, when one did and x is kept anyway
     Saves saved;
     auto gradient = [x = saved(for_grad_of(weight, xc)), w = saved(for_grad_of(x, wc)), x_shape = x.shape(),
                      w_shape = weight.shape(), has_bias = bias.defined(), config, activation,
                      y = saved(activation == Activation::none ? Tensor() : y)](const Tensor& g,
-                                                                               const Needed& need) -> Grads {
-      const Tensor gz = detail::before_activation(activation, y, g);
-      return {need[0] ? conv2d_backward_input(gz, w, x_shape, config) : Tensor(),
-              need[1] ? conv2d_backward_weight(x, gz, w_shape, config) : Tensor(),
+                                                                               Needed& need) -> Grads {
+      const Tensor gz = detail::before_activation(activation, y, g, need);
+      Tensor gx;
+      if (need[0] && x.defined() && need.may_mask_relu(0)) {
+        gx = conv2d_backward_input(gz, w, x_shape, config, x);
+        need.masked_relu(0);
+      } else if (need[0]) {
+        gx = conv2d_backward_input(gz, w, x_shape, config);
+      }
+      return {gx, need[1] ? conv2d_backward_weight(x, gz, w_shape, config) : Tensor(),
               has_bias && need[2] ? sum(gz, {0, 2, 3}) : Tensor()};
     };
     autograd::record(y, "conv2d", {x, weight, bias}, gradient, saved);
+    detail::mark_relu_output(y, activation == Activation::relu);
   }
   return y;
 }
 
 Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& weight, const Shape& x_shape,
-                             const Conv2dConfig& config) {
+                             const Conv2dConfig& config, const Tensor& relu_x) {
   Shape y_shape = conv_output_shape("conv2d_backward_input", x_shape, weight.shape(), config);
   KILN_CHECK(grad_y.shape() == y_shape, ShapeError, "conv2d_backward_input: gradient ",
              grad_y.shape(), " for an output of shape ", y_shape);
   Tensor g = grad_y.contiguous(), w = weight.contiguous();
   Tensor grad_x = empty_as(x_shape, g);
-  g.backend().conv2d_backward_input(g.ref(), w.ref(), grad_x.ref(), conv_params(config));
+  if (relu_x.defined()) {
+    detail::check_same_device("conv2d_backward_input", g, relu_x);
+    KILN_CHECK(relu_x.shape() == x_shape && relu_x.dtype() == g.dtype(), ShapeError,
+               "conv2d_backward_input: relu_x ", relu_x.shape(), " ", relu_x.dtype(), " for an input ", x_shape,
+               " ", g.dtype());
+    g.backend().conv2d_backward_input_relu(g.ref(), w.ref(), relu_x.contiguous().ref(), grad_x.ref(),
+                                           conv_params(config));
+  } else {
+    g.backend().conv2d_backward_input(g.ref(), w.ref(), grad_x.ref(), conv_params(config));
+  }
   return grad_x;
 }
 

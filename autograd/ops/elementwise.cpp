@@ -240,10 +240,18 @@ int64_t count_nonfinite(const Tensor& x) {
   return x.numel() - static_cast<int64_t>(finite.item());
 }
 
-// The activations' gradients are fused kernels (relu_backward, ... below).
+// The activations' gradients are fused kernels (relu_backward, ... below). relu's reads its output
+// (the same mask as its input's, NaN included), which the op after it may then apply for it
+// (autograd::Needed: may_mask_relu).
 Tensor relu(const Tensor& x) {
   Tensor y = run_unary(UnaryOp::relu, x);
-  record_unary(y, "relu", x, x, [](const Tensor& g, const Tensor& in) { return relu_backward(in, g); });
+  if (autograd::is_recording({x})) {
+    Saves saved;
+    autograd::record(y, "relu", {x}, [y = saved(y)](const Tensor& g, const Needed& need) -> Grads {
+      return {need.grad_masked() ? g : relu_backward(y, g)};
+    }, saved);
+    detail::mark_relu_output(y);
+  }
   return y;
 }
 

@@ -151,11 +151,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in, Act
     auto gradient = [a = saved(for_grad_of(b, a)), b = saved(for_grad_of(a, b)), has_bias = bias.defined(),
                      activation, y = saved(activation == Activation::none ? Tensor() : y), a_t = transposed_view(a),
                      b_t = transposed_view(b)](const Tensor& g, const Needed& need) -> Grads {
-      const Tensor gz = detail::before_activation(activation, y, g);
+      const Tensor gz = detail::before_activation(activation, y, g, need);
       return {need[0] ? grad_a(gz, b, a_t) : Tensor(), need[1] ? grad_b(gz, a, b_t) : Tensor(),
               has_bias && need[2] ? sum(gz, {0}) : Tensor()};
     };
     autograd::record(y, "matmul_epilogue", {a, b, bias}, gradient, saved);
+    detail::mark_relu_output(y, activation == Activation::relu);
   }
   return y;
 }

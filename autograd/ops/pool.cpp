@@ -41,11 +41,15 @@ PoolResult max_pool2d_with_indices(const Tensor& x, const Pool2dConfig& config) 
   Tensor indices = empty_as(y_shape, x, DType::i32);
   x.backend().max_pool2d(xc.ref(), y.ref(), indices.ref(), p);
   if (autograd::is_recording({x})) {
-    // each window's gradient goes to the position of its maximum
+    // each window's gradient goes to the position of its maximum; where a relu made x, taken back
+    // through it in the same pass, read from y (a quarter of x's size at 2 x 2)
+    const bool after_relu = x.grad_fn() && autograd::node_of(x)->relu_output;
     Saves saved;
-    auto gradient = [indices = saved(indices, "indices"), x_shape = x.shape(), config](const Tensor& g,
-                                                                                       const Needed&) -> Grads {
-      return {max_pool2d_backward(g, indices, x_shape, config)};
+    auto gradient = [indices = saved(indices, "indices"), relu_y = saved(after_relu ? y : Tensor()),
+                     x_shape = x.shape(), config](const Tensor& g, Needed& need) -> Grads {
+      if (!relu_y.defined() || !need.may_mask_relu(0)) return {max_pool2d_backward(g, indices, x_shape, config)};
+      need.masked_relu(0);
+      return {max_pool2d_backward(g, indices, x_shape, config, relu_y)};
     };
     autograd::record(y, "max_pool2d", {x}, gradient, saved);
   }
@@ -57,7 +61,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dConfig& config) {
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,
-                           const Pool2dConfig& config) {
+                           const Pool2dConfig& config, const Tensor& relu_y) {
   Pool2dParams p = pool_params(config);
   Shape y_shape = pool_output_shape("max_pool2d_backward", x_shape, p);
   KILN_CHECK(grad_y.shape() == y_shape && indices.shape() == y_shape && indices.dtype() == DType::i32,
@@ -65,7 +69,15 @@ Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Sh
              indices.shape(), " for an output of shape ", y_shape);
   Tensor g = grad_y.contiguous(), idx = indices.contiguous();
   Tensor grad_x = empty_as(x_shape, g);
-  g.backend().max_pool2d_backward(g.ref(), idx.ref(), grad_x.ref(), p);
+  if (relu_y.defined()) {
+    detail::check_same_device("max_pool2d_backward", g, relu_y);
+    KILN_CHECK(relu_y.shape() == y_shape && relu_y.dtype() == g.dtype(), ShapeError,
+               "max_pool2d_backward: relu_y ", relu_y.shape(), " ", relu_y.dtype(), " for an output ", y_shape, " ",
+               g.dtype());
+    g.backend().max_pool2d_backward_relu(g.ref(), idx.ref(), relu_y.contiguous().ref(), grad_x.ref(), p);
+  } else {
+    g.backend().max_pool2d_backward(g.ref(), idx.ref(), grad_x.ref(), p);
+  }
   return grad_x;
 }
 

@@ -1132,7 +1132,7 @@ int64_t cell_workspace(const Geometry& f) {
 // Version 9 on the forward view f: packs w (flip: the layer's own weights, for the backward
 // input) into the workspace and runs the cell kernel.
 void cell_forward_bf16(const bf16* x, const bf16* w, bool flip, void* workspace, const DeviceEpilogue<bf16>& e, bf16* y,
-                       const Geometry& f, cudaStream_t stream, const char* op) {
+                       const Geometry& f, cudaStream_t stream, const char* op, const bf16* relu_x = nullptr) {
   const CellPlan plan = cell_plan_for(f);
   KILN_CHECK(plan.smem > 0, ValueError, "cuda ", op, ": version 9 does not apply to this geometry");
   KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": needs a workspace of ", cell_workspace(f), " bytes");
@@ -1142,7 +1142,7 @@ void cell_forward_bf16(const bf16* x, const bf16* w, bool flip, void* workspace,
   pack_cell_weights_kernel<<<blocks_for(count), kThreads, 0, stream>>>(w, packed, d, plan, flip, count);
   KILN_CUDA_LAUNCH_CHECK(op);
   const int tiles = static_cast<int>((d.ohw + 127) / 128);
-  const CellArgs args{x, packed, e, y, d, plan, tiles};
+  const CellArgs args{x, packed, e, y, d, plan, tiles, relu_x};
   // pixel pairs where every input row starts at an even element, 4-byte aligned
   const bool pairs = d.w % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0;
   auto launch = [&]<int BN>() {
@@ -1179,6 +1179,11 @@ int64_t backward_input_cells_bf16_workspace(const Geometry& g) {
 void backward_input_cells_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
                                cudaStream_t stream) {
   cell_forward_bf16(grad_y, w, true, workspace, {}, grad_x, checked_forward_form(g), stream, "conv2d_backward_input");
+}
+void backward_input_relu_cells_bf16(const bf16* grad_y, const bf16* w, const bf16* relu_x, bf16* grad_x,
+                                    void* workspace, const Geometry& g, cudaStream_t stream) {
+  cell_forward_bf16(grad_y, w, true, workspace, {}, grad_x, checked_forward_form(g), stream, "conv2d_backward_input",
+                    relu_x);
 }
 
 namespace {
@@ -1475,11 +1480,32 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
   });
 }
 
+namespace {
+bool backward_input_runs_cells(const TensorRef& grad_x, const conv2d::Geometry& g) {
+  return grad_x.dtype == DType::bf16 && g.c / g.groups > 4 && conv2d::backward_input_cells_bf16_applies(g);
+}
+}  // namespace
+
+// Version 9 zeroes the gradient where x <= 0 as it stores it; elsewhere relu's gradient is a pass
+// of its own after the convolution's.
+void CudaBackend::conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
+                                             const TensorRef& grad_x, const Conv2dParams& p) {
+  check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
+  KILN_CHECK(relu_x.dtype == grad_x.dtype && relu_x.shape == grad_x.shape && relu_x.is_contiguous(), ShapeError,
+             "cuda conv2d_backward_input: relu_x ", relu_x.shape, " ", relu_x.dtype,
+             " must be contiguous and match the input gradient ", grad_x.shape, " ", grad_x.dtype);
+  const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
+  if (!backward_input_runs_cells(grad_x, g)) return Backend::conv2d_backward_input_relu(grad_y, w, relu_x, grad_x, p);
+  Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
+  conv2d::backward_input_relu_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), relu_x.data<bf16>(), grad_x.data<bf16>(),
+                                         ws.p, g, stream());
+}
+
 void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
                                         const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
-  if (grad_x.dtype == DType::bf16 && g.c / g.groups > 4 && conv2d::backward_input_cells_bf16_applies(g)) {
+  if (backward_input_runs_cells(grad_x, g)) {
     Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
     conv2d::backward_input_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());
     return;

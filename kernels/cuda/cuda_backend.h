@@ -128,6 +128,8 @@ class CudaBackend final : public Backend {
               const Epilogue& e) override;
   void conv2d_backward_input(const TensorRef& grad_y, const TensorRef& w, const TensorRef& grad_x,
                              const Conv2dParams& p) override;
+  void conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
+                                  const TensorRef& grad_x, const Conv2dParams& p) override;
   void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                               const Conv2dParams& p) override;
 
@@ -147,6 +149,8 @@ class CudaBackend final : public Backend {
                   const Pool2dParams& p) override;
   void max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& grad_x,
                            const Pool2dParams& p) override;
+  void max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& relu_y,
+                                const TensorRef& grad_x, const Pool2dParams& p) override;
   void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) override;
   void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x, const Pool2dParams& p) override;
 

@@ -8,7 +8,8 @@
 //   avg_pool2d   y = mean over the window, summed in double; divided by KH * KW when
 //                count_include_pad, else by the number of real input elements in the window.
 //   backward     grad_x is overwritten: each input element gets the sum of the grad_y elements
-//                that came from it.
+//                that came from it; through a relu that made x (max_pool2d_backward_relu), each
+//                grad_y element first zeroed where y <= 0 (y holds x's value at the maximum).
 // Bench: none of its own yet (memory-bound); pooling runs inside a training step (`mnist-train
 // --device cuda`). What its backward cost under ncu, step by step: kernels/cuda/NOTES.md.
 //
@@ -25,6 +26,8 @@
 // Max backward where the windows tile the input (2x2 at stride 2 on an even size): one thread per
 // window writes all of it, with no division per input element; where windows do not overlap, the
 // one window of an element is found with one division.
+// 2 x 2 windows that tile the input (the MNIST CNN's) have kernels of their own, forward and
+// backward, whose window rows are one two-element load or store each.
 #include <algorithm>
 #include <cstdint>
 
@@ -130,14 +133,22 @@ __device__ void covering_disjoint(I at, I pad, I kernel, I stride, I outputs, I*
   *last = i < outputs && t - i * stride < kernel ? i + 1 : i;
 }
 
+// grad_y[e], or 0 where relu_y (the pool's output, where a relu made x; or null) is <= 0: relu's
+// gradient for the element of x that output e came from, which holds the same value.
+template <class T, class I>
+__device__ T grad_through_relu(const T* gy, const T* relu_y, I e) {
+  return relu_y && cast<compute_t<T>>(relu_y[e]) <= compute_t<T>(0) ? T{} : gy[e];
+}
+
 template <class T, class I, bool kDisjoint>
-__global__ void max_pool_backward_kernel(const T* gy, const int32_t* indices, T* gx, Geom<I> d, I total) {
+__global__ void max_pool_backward_kernel(const T* gy, const T* relu_y, const int32_t* indices, T* gx, Geom<I> d,
+                                         I total) {
   KILN_GRID_STRIDE(e64, total) {
     const I e = static_cast<I>(e64);
     const I w = e % d.w, h = (e / d.w) % d.h, plane = e / (d.w * d.h);
     const I at = h * d.w + w;
-    const T* gyp = gy + plane * d.oh * d.ow;
-    const int32_t* ip = indices + plane * d.oh * d.ow;
+    const I first = plane * d.oh * d.ow;
+    const int32_t* ip = indices + first;
     I i0, i1, j0, j1;
     if constexpr (kDisjoint) {
       covering_disjoint(h, d.ph, d.kh, d.sh, d.oh, &i0, &i1);
@@ -149,7 +160,7 @@ __global__ void max_pool_backward_kernel(const T* gy, const int32_t* indices, T*
     compute_t<T> acc = 0;
     for (I i = i0; i < i1; ++i)
       for (I j = j0; j < j1; ++j)
-        if (ip[i * d.ow + j] == at) acc += cast<compute_t<T>>(gyp[i * d.ow + j]);
+        if (ip[i * d.ow + j] == at) acc += cast<compute_t<T>>(grad_through_relu(gy, relu_y, first + i * d.ow + j));
     gx[e] = cast<T>(acc);
   }
 }
@@ -159,16 +170,68 @@ __global__ void max_pool_backward_kernel(const T* gy, const int32_t* indices, T*
 // its index points and 0 elsewhere, with no division per input element. The same values as the
 // gather form, which also drops an index outside its window.
 template <class T, class I>
-__global__ void max_pool_backward_tiled_kernel(const T* gy, const int32_t* indices, T* gx, Geom<I> d, I total) {
+__global__ void max_pool_backward_tiled_kernel(const T* gy, const T* relu_y, const int32_t* indices, T* gx, Geom<I> d,
+                                               I total) {
   KILN_GRID_STRIDE(e64, total) {
     const I e = static_cast<I>(e64);
     const I j = e % d.ow, i = (e / d.ow) % d.oh, plane = e / (d.ow * d.oh);
     const I at = indices[e];
-    const T g = gy[e];
+    const T g = grad_through_relu(gy, relu_y, e);
     T* gxp = gx + plane * d.h * d.w;
     for (I r = i * d.kh; r < (i + 1) * d.kh; ++r)
       for (I c = j * d.kw; c < (j + 1) * d.kw; ++c) gxp[r * d.w + c] = r * d.w + c == at ? g : T{};
   }
+}
+
+// ---- 2 x 2 windows that tile the input ----
+//
+// The MNIST CNN's pooling (kernel 2 x 2 at stride 2, no padding, H = 2 OH, W = 2 OW): no window is
+// clipped, and each row of a window is two neighbouring elements at an even position, so one
+// aligned load or store of a Pair (4 bytes in bf16). Output e = (plane * OH + i) * OW + j, so its
+// window's top row starts at element 2 (e / OW) * W + 2 j of x.
+template <class T>
+struct alignas(2 * sizeof(T)) Pair {
+  T lo, hi;
+};
+
+template <class T, class I>
+__global__ void max_pool_2x2_kernel(const T* x, T* y, int32_t* indices, Geom<I> d, I total) {
+  KILN_GRID_STRIDE(e64, total) {
+    const I e = static_cast<I>(e64);
+    const I j = e % d.ow, rows = e / d.ow;
+    const T* top = x + 2 * rows * d.w + 2 * j;
+    const Pair<T> r0 = *reinterpret_cast<const Pair<T>*>(top), r1 = *reinterpret_cast<const Pair<T>*>(top + d.w);
+    // the window in row-major order, as max_pool_kernel walks it: ties keep the first, the last NaN wins
+    const compute_t<T> v[4] = {cast<compute_t<T>>(r0.lo), cast<compute_t<T>>(r0.hi), cast<compute_t<T>>(r1.lo),
+                               cast<compute_t<T>>(r1.hi)};
+    compute_t<T> best = v[0];
+    int at = 0;
+#pragma unroll
+    for (int k = 1; k < 4; ++k)
+      if (v[k] > best || v[k] != v[k]) best = v[k], at = k;
+    y[e] = cast<T>(best);
+    indices[e] = static_cast<int32_t>((2 * (rows % d.oh) + at / 2) * d.w + 2 * j + at % 2);
+  }
+}
+
+template <class T, class I>
+__global__ void max_pool_2x2_backward_kernel(const T* gy, const T* relu_y, const int32_t* indices, T* gx, Geom<I> d,
+                                             I total) {
+  KILN_GRID_STRIDE(e64, total) {
+    const I e = static_cast<I>(e64);
+    const I j = e % d.ow, rows = e / d.ow;
+    const I first = 2 * (rows % d.oh) * d.w + 2 * j, at = indices[e];  // in the plane
+    const T g = grad_through_relu(gy, relu_y, e);
+    T* top = gx + 2 * rows * d.w + 2 * j;
+    *reinterpret_cast<Pair<T>*>(top) = {at == first ? g : T{}, at == first + 1 ? g : T{}};
+    *reinterpret_cast<Pair<T>*>(top + d.w) = {at == first + d.w ? g : T{}, at == first + d.w + 1 ? g : T{}};
+  }
+}
+
+// Whether the 2 x 2 kernels above apply: such windows, and x (or grad_x) aligned for Pair loads.
+bool tiles_2x2(const PoolDims& d, const TensorRef& x) {
+  return d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2 && d.ph == 0 && d.pw == 0 && d.h == 2 * d.oh &&
+         d.w == 2 * d.ow && reinterpret_cast<uintptr_t>(x.address()) % (2 * dtype_size(x.dtype)) == 0;
 }
 
 template <class I>
@@ -221,13 +284,14 @@ void CudaBackend::max_pool2d(const TensorRef& x, const TensorRef& y, const Tenso
   check_indices("max_pool2d", indices);
   const int64_t total = y.numel();
   if (total == 0) return;
+  const bool two_by_two = tiles_2x2(d, x);
   visit_floating_bf16(x.dtype, "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
-      max_pool_kernel<T, I><<<blocks_for(total), kThreads, 0, stream_>>>(x.data<T>(), y.data<T>(),
-                                                                          indices.data<int32_t>(), geom<I>(d),
-                                                                          static_cast<I>(total));
+      auto kernel = two_by_two ? max_pool_2x2_kernel<T, I> : max_pool_kernel<T, I>;
+      kernel<<<blocks_for(total), kThreads, 0, stream_>>>(x.data<T>(), y.data<T>(), indices.data<int32_t>(),
+                                                          geom<I>(d), static_cast<I>(total));
     });
   });
   KILN_CUDA_LAUNCH_CHECK("max_pool2d");
@@ -235,25 +299,36 @@ void CudaBackend::max_pool2d(const TensorRef& x, const TensorRef& y, const Tenso
 
 void CudaBackend::max_pool2d_backward(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& grad_x,
                                       const Pool2dParams& p) {
+  max_pool2d_backward_relu(grad_y, indices, TensorRef{}, grad_x, p);
+}
+
+void CudaBackend::max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& relu_y,
+                                           const TensorRef& grad_x, const Pool2dParams& p) {
   const PoolDims d = pool_dims("max_pool2d_backward", grad_x, grad_y, p);
   check_indices("max_pool2d_backward", indices);
+  KILN_CHECK(!relu_y.defined() || (relu_y.dtype == grad_y.dtype && relu_y.shape == grad_y.shape &&
+                                   relu_y.is_contiguous()),
+             ShapeError, "cuda max_pool2d_backward: relu_y ", relu_y.shape, " ", relu_y.dtype,
+             " must be contiguous and match the gradient ", grad_y.shape, " ", grad_y.dtype);
   const int64_t total = grad_x.numel();
   if (total == 0) return;
   const bool tiled = d.kh == d.sh && d.kw == d.sw && d.ph == 0 && d.pw == 0 && d.h == d.oh * d.kh &&
                      d.w == d.ow * d.kw;
   visit_floating_bf16(grad_y.dtype, "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
+    const T* mask = relu_y.defined() ? relu_y.data<T>() : nullptr;
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
       if (tiled) {
         const int64_t outputs = grad_y.numel();
-        max_pool_backward_tiled_kernel<T, I><<<blocks_for(outputs), kThreads, 0, stream_>>>(
-            grad_y.data<T>(), indices.data<int32_t>(), grad_x.data<T>(), geom<I>(d), static_cast<I>(outputs));
+        auto kernel = tiles_2x2(d, grad_x) ? max_pool_2x2_backward_kernel<T, I> : max_pool_backward_tiled_kernel<T, I>;
+        kernel<<<blocks_for(outputs), kThreads, 0, stream_>>>(grad_y.data<T>(), mask, indices.data<int32_t>(),
+                                                              grad_x.data<T>(), geom<I>(d), static_cast<I>(outputs));
         return;
       }
       auto kernel = d.kh <= d.sh && d.kw <= d.sw ? max_pool_backward_kernel<T, I, true>
                                                  : max_pool_backward_kernel<T, I, false>;
-      kernel<<<blocks_for(total), kThreads, 0, stream_>>>(grad_y.data<T>(), indices.data<int32_t>(),
+      kernel<<<blocks_for(total), kThreads, 0, stream_>>>(grad_y.data<T>(), mask, indices.data<int32_t>(),
                                                           grad_x.data<T>(), geom<I>(d), static_cast<I>(total));
     });
   });

@@ -503,6 +503,14 @@ TEST_CASE("the bf16 versions (9 in cells, 7 on channel pairs, 3 on image pairs, 
         Tensor gx = full(c.x, 7.0, TensorOptions(DType::bf16).device(kCuda));
         v.input(device_ptr<bf16>(dgy), device_ptr<bf16>(dw), device_ptr<bf16>(gx), device_ptr<float>(ws), g, stream);
         check_close(gx, want_x, kRtol, atol(og * k[0] * k[1]), std::string("backward input ") + v.name + " " + name);
+        if (v.input == cv::backward_input_cells_bf16) {  // through the relu that made x (dx: about half <= 0)
+          Tensor masked = full(c.x, 7.0, TensorOptions(DType::bf16).device(kCuda));
+          cv::backward_input_relu_cells_bf16(device_ptr<bf16>(dgy), device_ptr<bf16>(dw), device_ptr<bf16>(dx),
+                                             device_ptr<bf16>(masked), device_ptr<float>(ws), g, stream);
+          CHECK_MESSAGE(masked.to(DType::f32).to_vector<float>() ==
+                            relu_backward(dx, gx).to(DType::f32).to_vector<float>(),
+                        "backward input through relu, version 9 " << name);
+        }
       }
     }
     // version 3 on image pairs, and version 1 (32 x 32 tiles where the layer is small)

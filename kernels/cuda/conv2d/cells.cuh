@@ -199,7 +199,27 @@ struct CellArgs {
   Dims d;
   CellPlan plan;
   int tiles;  // pixel tiles per image
+  // A backward input may take the gradient back through the relu that made x: then y is 0
+  // wherever relu_x (x itself, y's shape) is <= 0. Null: no relu.
+  const bf16* relu_x = nullptr;
 };
+
+// V bf16 values as one load or store: 16, 4 or 2 bytes.
+template <int V>
+using Bf16s = std::conditional_t<V == 8, uint4, std::conditional_t<V == 2, uint32_t, uint16_t>>;
+
+// bf16 values with relu's gradient applied, read from the relu's output r: 0 where r <= 0 (a NaN
+// passes, as relu_backward).
+__device__ inline uint16_t through_relu(uint16_t v, uint16_t r) {
+  return __uint_as_float(uint32_t{r} << 16) <= 0.0f ? uint16_t{0} : v;
+}
+__device__ inline uint32_t through_relu(uint32_t v, uint32_t r) {
+  const float lo = __uint_as_float(r << 16), hi = __uint_as_float(r & 0xffff0000u);
+  return v & ((lo <= 0.0f ? 0u : 0xffffu) | (hi <= 0.0f ? 0u : 0xffff0000u));
+}
+__device__ inline uint4 through_relu(uint4 v, uint4 r) {
+  return {through_relu(v.x, r.x), through_relu(v.y, r.y), through_relu(v.z, r.z), through_relu(v.w, r.w)};
+}
 
 // One block: BM consecutive output pixels of image blockIdx.x / tiles (tile blockIdx.x % tiles),
 // output channels blockIdx.y * BN onward of group blockIdx.z; the stages are 16 input channels,
@@ -334,20 +354,37 @@ __global__ void __launch_bounds__(G::THREADS, 2) cell_conv_kernel(CellArgs a) {
                                 packed[mi][ni + 1][1]);
     }
   __syncthreads();
-  bf16* y = a.y + (img * d.o + group * d.og + n0) * d.ohw + p0;
+  const int64_t y0 = (img * d.o + group * d.og + n0) * d.ohw + p0;
   const int pixels = min(G::BM, ohw - p0), outputs = static_cast<int>(min(int64_t{G::BN}, d.og - n0));
-  if (ohw % 8 == 0) {  // p0 is a multiple of 128, so each row of 8 starts 16-byte aligned
-    for (int i = tid; i < outputs * (G::BM / 8); i += G::THREADS) {
-      const int n = i / (G::BM / 8), m = i % (G::BM / 8) * 8;
-      if (m < pixels)
-        *reinterpret_cast<uint4*>(y + int64_t{n} * ohw + m) = *reinterpret_cast<const uint4*>(tile + (n * LDT + m) * 2);
+  // Runs of V pixels of an output as one store (p0 is a multiple of 128, so a run starts aligned
+  // where OH*OW is a multiple of V). Through a relu, each thread reads kBatch runs of relu_x
+  // before it stores any, so that the loads wait together rather than one after another.
+  auto store = [&]<int V>() {
+    constexpr int kRuns = G::BM / V, kBatch = 4;
+    const int count = outputs * kRuns;
+    for (int first = tid; first < count; first += kBatch * G::THREADS) {
+      Bf16s<V> relu[kBatch];
+      if (a.relu_x) {
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int i = first + b * G::THREADS, n = i / kRuns, m = i % kRuns * V;
+          if (i < count && m < pixels)
+            relu[b] = *reinterpret_cast<const Bf16s<V>*>(a.relu_x + y0 + int64_t{n} * ohw + m);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = first + b * G::THREADS, n = i / kRuns, m = i % kRuns * V;
+        if (i >= count || m >= pixels) continue;
+        Bf16s<V> v = *reinterpret_cast<const Bf16s<V>*>(tile + (n * LDT + m) * 2);
+        if (a.relu_x) v = through_relu(v, relu[b]);
+        *reinterpret_cast<Bf16s<V>*>(a.y + y0 + int64_t{n} * ohw + m) = v;
+      }
     }
-  } else {
-    for (int i = tid; i < outputs * G::BM; i += G::THREADS) {
-      const int n = i / G::BM, m = i % G::BM;
-      if (m < pixels) y[int64_t{n} * ohw + m] = *reinterpret_cast<const bf16*>(tile + (n * LDT + m) * 2);
-    }
-  }
+  };
+  if (ohw % 8 == 0) store.template operator()<8>();
+  else if (ohw % 2 == 0) store.template operator()<2>();
+  else store.template operator()<1>();
 }
 
 // ---- backward weight, version 4: bf16 in cells ----
