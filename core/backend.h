@@ -261,6 +261,15 @@ class Backend {
                                           const TensorRef& grad_x, const Conv2dParams& p);
   virtual void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y,
                                       const TensorRef& grad_w, const Conv2dParams& p) = 0;
+  // The weight's gradient and the bias's, grad_b [O] = grad_y summed over images and pixels, from
+  // one pass over grad_y, where the backend has a kernel that does both for this geometry (CUDA:
+  // a first layer's). Returns false, having written nothing, where it has none: the caller then
+  // sums grad_y itself. By default none.
+  virtual bool conv2d_backward_weight_and_bias(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                                               const TensorRef& grad_b, const Conv2dParams& p) {
+    (void)x, (void)grad_y, (void)grad_w, (void)grad_b, (void)p;
+    return false;
+  }
 
   // ---- pooling: x [N, C, H, W], y [N, C, OH, OW] ----
   // indices i32, same shape as y: the argmax's position h * W + w in its input plane.

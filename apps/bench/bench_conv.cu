@@ -355,6 +355,11 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     kiln_version("bwd-weight 3 tensor cores TF32", [&] {
       cv::backward_weight_tensor_cores<float>(x, gy, gw, kiln_ws, g, cv::TensorMath::tf32, stream);
     }, gw, gw_ref, nw, kTf32Tolerance);
+    if (const int64_t bytes = cv::backward_weight_rows_workspace<float>(g); bytes > 0) {
+      void* ws = bench.device_bytes(static_cast<size_t>(bytes));
+      kiln_version("bwd-weight 5 short reduction, input rows in shared memory",
+                   [&] { cv::backward_weight_rows<float>(x, gy, gw, ws, g, stream); }, gw, gw_ref, nw);
+    }
   }
 
   // ---- cuDNN with TF32 allowed: the peer of kiln's TF32 versions above ----
@@ -443,6 +448,12 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
       production("bwd-weight 4 cells BF16", [&] {
         cv::backward_weight_cells_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
       }, gw16, gw, want_gw);
+    if (const int64_t bytes = cv::backward_weight_rows_workspace<bf16>(g); bytes > 0) {
+      void* ws = bench.device_bytes(static_cast<size_t>(bytes));
+      production("bwd-weight 5 short reduction, input rows in shared memory BF16", [&] {
+        cv::backward_weight_rows<bf16>(bx, bgy, static_cast<bf16*>(gw16.buffer), ws, g, stream);
+      }, gw16, gw, want_gw);
+    }
     production("bwd-weight 3 tensor cores BF16, image pairs", [&] {
       cv::backward_weight_tensor_cores_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);
     }, gw16, gw, want_gw);

@@ -3,6 +3,8 @@
 #include "kiln/autograd/autocast.h"
 #include "kiln/autograd/ops/common.h"
 
+#include <utility>
+
 namespace kiln {
 
 namespace {
@@ -40,6 +42,17 @@ Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, const Co
              c.dilation[0], "x", c.dilation[1], ") does not fit the padded input ", x[2] + 2 * c.padding[0],
              "x", x[3] + 2 * c.padding[1]);
   return {x[0], w[0], oh, ow};
+}
+
+// The weight's and the bias's gradients from one pass over grad_y where the backend has a kernel
+// for it (Backend::conv2d_backward_weight_and_bias), else conv2d_backward_weight and a sum.
+std::pair<Tensor, Tensor> weight_and_bias_grads(const Tensor& x, const Tensor& grad_y, const Shape& weight_shape,
+                                                const Conv2dConfig& config) {
+  Tensor xc = x.contiguous(), g = grad_y.contiguous();
+  Tensor grad_w = empty_as(weight_shape, g), grad_b = empty_as({weight_shape[0]}, g);
+  if (g.backend().conv2d_backward_weight_and_bias(xc.ref(), g.ref(), grad_w.ref(), grad_b.ref(), conv_params(config)))
+    return {grad_w, grad_b};
+  return {conv2d_backward_weight(x, grad_y, weight_shape, config), sum(grad_y, {0, 2, 3})};
 }
 
 }  // namespace
@@ -80,6 +93,10 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
         need.masked_relu(0);
       } else if (need[0]) {
         gx = conv2d_backward_input(gz, w, x_shape, config);
+      }
+      if (need[1] && has_bias && need[2]) {
+        auto [gw, gb] = weight_and_bias_grads(x, gz, w_shape, config);
+        return {gx, gw, gb};
       }
       return {gx, need[1] ? conv2d_backward_weight(x, gz, w_shape, config) : Tensor(),
               has_bias && need[2] ? sum(gz, {0, 2, 3}) : Tensor()};

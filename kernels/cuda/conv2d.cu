@@ -331,7 +331,8 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
 // docs/runs/2026-11-27-h100-conv1-rows and -bf16-kernels).
 constexpr int kSumRows = 8, kSumUnroll = 4;
 template <class T, class Out = T>
-__global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits) {
+__global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits,
+                                                                   Out* tail, int64_t head) {
   __shared__ T rows[kSumRows][32];
   const int64_t i = blockIdx.x * int64_t{32} + threadIdx.x;
   T acc = 0;
@@ -352,15 +353,119 @@ __global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, 
     T total = rows[0][threadIdx.x];
 #pragma unroll
     for (int r = 1; r < kSumRows; ++r) total += rows[r][threadIdx.x];
-    gw[i] = cast<Out>(total);
+    (i < head ? gw[i] : tail[i - head]) = cast<Out>(total);
   }
 }
 
-// Launches sum_splits_kernel over count elements.
+// Launches sum_splits_kernel over count elements; those from `head` on go to `tail` (a second
+// output summed in the same launch: version 5's bias gradient).
 template <class T, class Out>
-void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_t stream) {
-  sum_splits_kernel<T, Out><<<static_cast<unsigned>((count + 31) / 32), dim3(32, kSumRows), 0, stream>>>(ws, gw, count,
-                                                                                                      splits);
+void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_t stream, Out* tail = nullptr,
+                int64_t head = -1) {
+  sum_splits_kernel<T, Out><<<static_cast<unsigned>((count + 31) / 32), dim3(32, kSumRows), 0, stream>>>(
+      ws, gw, count, splits, tail, tail ? head : count);
+}
+
+// ---- backward weight, version 5: a short reduction per output, the input rows in shared memory ----
+//
+// Where K = C/G*KH*KW is small (a first layer: the MNIST CNN's conv1 has 9 taps), the implicit
+// GEMMs' slices of k are mostly empty, and versions 3 and 4 first pair their operands' rows. Here
+// one output's K sums are a warp's registers. A block holds the input rows of a band of output
+// rows of `images` images in shared memory (padding as zeros, as forward 8); each warp takes one
+// output channel, and its lanes walk the band's pixels (neighbouring lanes on neighbouring
+// columns, kRowsWeightUnroll grad_y loads in flight at once), adding grad_y times the input under
+// each tap, and (where the bias's gradient is wanted too) grad_y itself. Shuffles then add up the
+// lanes, and each block writes its partial sums [split][O][K] (then [split][O] for the bias),
+// which sum_splits adds in split order (deterministic).
+constexpr int kRowsWeightTaps = 32, kRowsWeightWarps = 8, kRowsWeightUnroll = 4, kRowsWeightSplits = 256;
+constexpr int64_t kRowsWeightSmem = 48 * 1024;
+
+struct RowsWeightPlan {
+  int band = 0, bands = 0;  // output rows a block, and bands an image
+  int rows = 0, cols = 0;   // a band's input rows and columns (padding included)
+  int images = 0;           // a block's images
+  int64_t splits = 0;       // blocks along x: image chunks x bands (0: the version does not apply)
+  int64_t smem = 0;
+};
+
+template <class T, int kTaps>
+__global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_kernel(const T* x, const T* gy,
+                                                                                     compute_t<T>* partials, bool bias,
+                                                                                     Dims d, RowsWeightPlan plan) {
+  using C = compute_t<T>;
+  extern __shared__ __align__(16) unsigned char smem_weight_rows[];
+  C* patch = reinterpret_cast<C*>(smem_weight_rows);  // [images][C/G][rows][cols]
+  const int64_t g = blockIdx.z, img0 = blockIdx.x / plan.bands * int64_t{plan.images};
+  const int oy0 = static_cast<int>(blockIdx.x % plan.bands) * plan.band;
+  const int band_rows = min(plan.band, static_cast<int>(d.oh) - oy0), images = static_cast<int>(min(int64_t{plan.images}, d.n - img0));
+  const int rows = (band_rows - 1) * d.sh + static_cast<int>(d.kh - 1) * d.dh + 1, plane = plan.rows * plan.cols;
+  const int cg = static_cast<int>(d.cg), per_image = cg * plane;
+  // positions within a block's patch and pixels within a band are below 2^21 (the shared memory
+  // holds 12288 values), so div_small divides them exactly: an integer division by a value known
+  // only at run time costs about forty instructions, more than a pixel's nine taps
+  const float inv_cols = 1.0f / static_cast<float>(plan.cols), inv_ow = 1.0f / static_cast<float>(d.ow);
+  for (int i = threadIdx.x; i < images * per_image; i += blockDim.x) {
+    const int row = div_small(i, inv_cols), col = i - row * plan.cols;  // row of all images' planes
+    const int r = row % plan.rows, img = row / plan.rows / cg, c = row / plan.rows % cg;
+    const int iy = oy0 * d.sh - d.ph + r, ix = col - d.pw;
+    patch[i] = r < rows && iy >= 0 && iy < d.h && ix >= 0 && ix < d.w
+                   ? cast<C>(x[((img0 + img) * d.c + g * d.cg + c) * d.hw + int64_t{iy} * d.w + ix])
+                   : C(0);
+  }
+  __syncthreads();
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t o = blockIdx.y * int64_t{kRowsWeightWarps} + warp;
+  if (o >= d.og) return;
+  // tap k = (c, ky, kx) reads the patch this far from the pixel's top-left tap (0 past K)
+  const int K = cg * static_cast<int>(d.khkw), kh = static_cast<int>(d.kh), kw = static_cast<int>(d.kw);
+  int off[kTaps];
+  int c = 0, ky = 0, kx = 0;
+#pragma unroll
+  for (int k = 0; k < kTaps; ++k) {
+    off[k] = k < K ? c * plane + ky * d.dh * plan.cols + kx * d.dw : 0;
+    if (++kx == kw) kx = 0, ++ky;
+    if (ky == kh) ky = 0, ++c;
+  }
+  C acc[kTaps] = {}, acc_bias = 0;  // acc past K: sums of nothing useful, never written
+  const int pixels = band_rows * static_cast<int>(d.ow), ow = static_cast<int>(d.ow), row_step = d.sh * plan.cols;
+  for (int img = 0; img < images; ++img) {
+    const T* gp = gy + ((img0 + img) * d.o + g * d.og + o) * d.ohw + int64_t{oy0} * ow;
+    const C* pp = patch + img * per_image;
+    for (int p0 = lane; p0 < pixels; p0 += 32 * kRowsWeightUnroll) {
+      C gv[kRowsWeightUnroll];
+      int at[kRowsWeightUnroll];
+#pragma unroll
+      for (int u = 0; u < kRowsWeightUnroll; ++u) {  // past the band: the last pixel, times 0
+        const int p = p0 + 32 * u, q = min(p, pixels - 1), r = div_small(q, inv_ow);
+        const C v = cast<C>(gp[q]);
+        gv[u] = p < pixels ? v : C(0);
+        at[u] = r * row_step + (q - r * ow) * d.sw;
+      }
+#pragma unroll
+      for (int u = 0; u < kRowsWeightUnroll; ++u)
+#pragma unroll
+        for (int k = 0; k < kTaps; ++k) acc[k] += gv[u] * pp[at[u] + off[k]];
+      if (bias)
+#pragma unroll
+        for (int u = 0; u < kRowsWeightUnroll; ++u) acc_bias += gv[u];
+    }
+  }
+  auto lanes_sum = [](C v) {
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) v += __shfl_xor_sync(0xffffffffu, v, s);
+    return v;
+  };
+  const int64_t count = d.o * (K + bias);
+  C* out = partials + blockIdx.x * count;
+#pragma unroll
+  for (int k = 0; k < kTaps; ++k) {
+    const C v = lanes_sum(acc[k]);
+    if (lane == 0 && k < K) out[(g * d.og + o) * K + k] = v;
+  }
+  if (bias) {
+    const C v = lanes_sum(acc_bias);
+    if (lane == 0) out[d.o * K + g * d.og + o] = v;
+  }
 }
 
 // How many blocks of `kernel` (launched with `threads`) fit on one SM (registers, shared memory,
@@ -901,6 +1006,67 @@ void backward_input_few_outputs_rows(const T* grad_y, const T* w, T* grad_x, T* 
                        forward_gemm<T, true>(p, groups, stream, op);
                    });
 }
+
+// Version 5's plan for sums in `csize`-byte values: the tallest band of output rows whose input
+// rows fit the shared memory, and as many images a block as keep about kRowsWeightSplits splits.
+RowsWeightPlan rows_weight_plan(const Geometry& g, int64_t csize) {
+  const Dims d = dims_of(g);
+  if (d.cg * d.khkw > kRowsWeightTaps || d.n * d.o * d.ohw == 0) return {};
+  RowsWeightPlan p;
+  p.cols = static_cast<int>((d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1);
+  const int64_t fit_rows = kRowsWeightSmem / (d.cg * p.cols * csize), reach = (d.kh - 1) * d.dh + 1;
+  if (fit_rows < reach) return {};
+  p.band = static_cast<int>(std::min(d.oh, (fit_rows - reach) / d.sh + 1));
+  p.rows = static_cast<int>((p.band - 1) * d.sh + reach);
+  p.bands = static_cast<int>((d.oh + p.band - 1) / p.band);
+  const int64_t image_bytes = d.cg * p.rows * p.cols * csize;
+  p.images = static_cast<int>(std::clamp<int64_t>((d.n * p.bands + kRowsWeightSplits - 1) / kRowsWeightSplits, 1,
+                                                  kRowsWeightSmem / image_bytes));
+  p.splits = (d.n + p.images - 1) / p.images * p.bands;
+  p.smem = p.images * image_bytes;
+  return p;
+}
+
+template <class T>
+int64_t backward_weight_rows_workspace(const Geometry& g) {
+  const int64_t csize = sizeof(compute_t<T>);
+  return rows_weight_plan(g, csize).splits * g.o * ((g.c / g.groups) * g.kh * g.kw + 1) * csize;
+}
+
+template <class T>
+void backward_weight_rows(const T* x, const T* grad_y, T* grad_w, void* workspace, const Geometry& g,
+                          cudaStream_t stream, T* grad_b) {
+  using C = compute_t<T>;
+  const RowsWeightPlan plan = rows_weight_plan(g, sizeof(C));
+  const Dims d = dims_of(g);
+  KILN_CHECK(plan.splits > 0, ValueError, "cuda conv2d_backward_weight: version 5 needs C/G*KH*KW <= ",
+             kRowsWeightTaps, " (got ", d.cg * d.khkw, ") and one output row's input rows within ", kRowsWeightSmem,
+             " bytes of shared memory");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_weight: needs a workspace of ",
+             backward_weight_rows_workspace<T>(g), " bytes");
+  const int64_t K = d.cg * d.khkw, outputs = (d.og + kRowsWeightWarps - 1) / kRowsWeightWarps;
+  KILN_CHECK(plan.splits < (int64_t{1} << 31) && outputs <= 65535 && g.groups <= 65535, ShapeError,
+             "cuda conv2d_backward_weight: the problem is too large for one launch (", plan.splits, " x ", outputs,
+             " x ", g.groups, " blocks)");
+  C* partials = static_cast<C*>(workspace);
+  const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(outputs), static_cast<unsigned>(g.groups));
+  const bool bias = grad_b != nullptr;
+  dispatch<9, 16, 32>(K <= 9 ? 9 : K <= 16 ? 16 : 32, [&](auto taps) {
+    backward_weight_rows_kernel<T, taps()><<<grid, 32 * kRowsWeightWarps, plan.smem, stream>>>(x, grad_y, partials,
+                                                                                               bias, d, plan);
+  });
+  KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
+  sum_splits<C, T>(partials, grad_w, d.o * (K + bias), plan.splits, stream, grad_b, d.o * K);
+}
+
+template int64_t backward_weight_rows_workspace<float>(const Geometry&);
+template int64_t backward_weight_rows_workspace<double>(const Geometry&);
+template int64_t backward_weight_rows_workspace<bf16>(const Geometry&);
+template void backward_weight_rows<float>(const float*, const float*, float*, void*, const Geometry&, cudaStream_t,
+                                          float*);
+template void backward_weight_rows<double>(const double*, const double*, double*, void*, const Geometry&, cudaStream_t,
+                                           double*);
+template void backward_weight_rows<bf16>(const bf16*, const bf16*, bf16*, void*, const Geometry&, cudaStream_t, bf16*);
 
 template <class T>
 void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, TensorMath math,
@@ -1522,10 +1688,39 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
   });
 }
 
+namespace {
+// Version 5 where it applies (a short reduction per output: a first layer), in every dtype, with
+// the bias's gradient where grad_b is defined; false where it does not.
+bool backward_weight_rows(CudaBackend& be, const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                          const TensorRef& grad_b, const conv2d::Geometry& g) {
+  bool done = false;
+  visit_floating_bf16(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t bytes = conv2d::backward_weight_rows_workspace<T>(g);
+    if (bytes == 0) return;
+    Workspace ws(be, static_cast<size_t>(bytes));
+    conv2d::backward_weight_rows<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(), ws.p, g, be.stream(),
+                                    grad_b.defined() ? grad_b.data<T>() : nullptr);
+    done = true;
+  });
+  return done;
+}
+}  // namespace
+
+bool CudaBackend::conv2d_backward_weight_and_bias(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                                                  const TensorRef& grad_b, const Conv2dParams& p) {
+  check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
+  KILN_CHECK(grad_b.dtype == grad_w.dtype && grad_b.shape == Shape{grad_w.shape[0]} && grad_b.is_contiguous(),
+             ShapeError, "cuda conv2d_backward_weight: the bias's gradient ", grad_b.shape, " ", grad_b.dtype,
+             " for ", grad_w.shape[0], " outputs of ", grad_w.dtype);
+  return backward_weight_rows(*this, x, grad_y, grad_w, grad_b, geometry_of(x.shape, grad_w.shape, grad_y.shape, p));
+}
+
 void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                                          const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
+  if (backward_weight_rows(*this, x, grad_y, grad_w, TensorRef{}, g)) return;
   if (grad_w.dtype == DType::bf16) {
     Workspace ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
     if (conv2d::backward_weight_cells_bf16_pays(g)) {

@@ -132,6 +132,8 @@ class CudaBackend final : public Backend {
                                   const TensorRef& grad_x, const Conv2dParams& p) override;
   void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                               const Conv2dParams& p) override;
+  bool conv2d_backward_weight_and_bias(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
+                                       const TensorRef& grad_b, const Conv2dParams& p) override;
 
   // batch_norm.cu
   void batch_norm_stats(const TensorRef& x, const TensorRef& mean, const TensorRef& var) override;

@@ -394,6 +394,58 @@ TEST_CASE("conv2d at the MNIST CNN's shapes matches the CPU, with a fused bias a
   conv2d_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}}, mnist_conv_layers(64, 16));
 }
 
+TEST_CASE("the weight gradient's version 5 (a short reduction per output) matches the CPU, f32, f64 and bf16") {
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  std::mt19937 rng(31);
+  // random geometries whose K = C/G*KH*KW is at most 32 (any stride, padding, dilation, groups),
+  // then a wide input (bands of a few rows), many small images (several a block) and conv1
+  std::vector<ConvCase> cases;
+  for (int trial = 0; cases.size() < 40; ++trial) {
+    const ConvCase c = random_conv(rng, trial);
+    if (c.w[1] * c.w[2] * c.w[3] <= 32) cases.push_back(c);
+  }
+  Conv2dConfig grouped_padded;
+  grouped_padded.groups = 3, grouped_padded.padding = {1, 2};
+  cases.push_back({{2, 3, 40, 700}, {6, 1, 3, 3}, grouped_padded, false, {2, 6, 40, 702}});  // bands of 15 rows (f64: 6)
+  cases.push_back({{600, 2, 9, 11}, {9, 2, 3, 3}, {}, false, {600, 9, 7, 9}});  // 3 images a block
+  cases.push_back({{64, 1, 28, 28}, {32, 1, 3, 3}, {}, false, {64, 32, 26, 26}});  // conv1
+  for (const ConvCase& c : cases) {
+    const cv::Geometry g = geometry(c);
+    auto check = [&](auto tag, DType t) {
+      using T = decltype(tag);
+      Tensor x = uniform(c.x, -1, 1).to(t), gy = uniform(c.y, -1, 1).to(t);
+      Tensor dx = x.to(kCuda), dgy = gy.to(kCuda), got = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+      const int64_t bytes = cv::backward_weight_rows_workspace<T>(g);
+      REQUIRE_MESSAGE(bytes > 0, c.str());
+      Tensor ws = full({bytes / 4 + 1}, 7.0, TensorOptions(DType::f32).device(kCuda));
+      const Tensor want = conv2d_backward_weight(x, gy, c.w, c.config), want_b = sum(gy, {0, 2, 3});
+      const int64_t length = c.y[0] * c.y[2] * c.y[3];
+      const std::string what = "version 5 " + std::string(dtype_name(t)) + " " + c.str();
+      auto close = [&](const Tensor& a, const Tensor& b, const std::string& note) {
+        if (t == DType::bf16) check_close(a, b, 8e-3, 1e-6 * static_cast<double>(length), what + note);
+        else check_close(a, b, rtol_for(t), atol_for(t, length), what + note);
+      };
+      // the weight's gradient alone, then with the bias's from the same pass
+      cv::backward_weight_rows<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(got), device_ptr<float>(ws), g,
+                                  stream);
+      close(got, want, "");
+      Tensor got_b = full({c.w[0]}, 7.0, TensorOptions(t).device(kCuda));
+      got = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_weight_rows<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(got), device_ptr<float>(ws), g,
+                                  stream, device_ptr<T>(got_b));
+      close(got, want, " (with the bias)");
+      close(got_b, want_b, " bias");
+    };
+    check(float{}, DType::f32);
+    check(double{}, DType::f64);
+    check(bf16{}, DType::bf16);
+  }
+  // where it does not apply: K past 32
+  ConvCase wide{{2, 4, 9, 9}, {3, 4, 3, 3}, {}, false, {2, 3, 7, 7}};
+  CHECK(cv::backward_weight_rows_workspace<float>(geometry(wide)) == 0);
+}
+
 TEST_CASE("the bf16 weight gradient's version 4 (cells, 3 x 3 kernels) matches the CPU's bf16") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
