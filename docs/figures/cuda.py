@@ -337,6 +337,18 @@ def define(figure, table, runs):
                               ("cudnn", "bwd-weight cuDNN BF16")):
             figure(f"cuda.conv2d.cells-weight.{tag}.{name}.us", cw, cw.kernel("conv2d", version, shape)["ms"] * 1000,
                    f"conv2d {version} at {shape}, µs")
+    # ---- conv2d backward weight version 5 (a first layer: one output's sums in a warp's registers)
+    # beside version 3 and cuDNN, in one call (docs/runs/2026-11-27-h100-weight-rows, build be5ffe8) ----
+    wr = runs["2026-11-27-h100-weight-rows"]
+    for batch in (64, 512):
+        shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
+        for name, version in (("v5", "bwd-weight 5 short reduction, input rows in shared memory"),
+                              ("v3-3xtf32", "bwd-weight 3 tensor cores 3xTF32"), ("cudnn", "bwd-weight cuDNN"),
+                              ("v5-bf16", "bwd-weight 5 short reduction, input rows in shared memory BF16"),
+                              ("v3-bf16", "bwd-weight 3 tensor cores BF16, image pairs"),
+                              ("cudnn-bf16", "bwd-weight cuDNN BF16")):
+            figure(f"cuda.conv2d.weight-rows.conv1-b{batch}.{name}.us", wr,
+                   wr.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

@@ -225,3 +225,32 @@ def define(figure, table, runs):
            "kernel time a step (ncu), CNN batch 512 bf16, conv2's weight gradient on version 4, µs")
     figure("kernels.cells-weight.b512.epoch2", cw, cw.epoch("train_b512_bf16.jsonl", 2)["seconds"],
            "mnist-train CNN batch 512, bf16: epoch 2 (conv2's weight gradient on version 4), s")
+    # relu's gradient folded into the pool's backward and version 9's backward input, the 2 x 2 pool
+    # kernels (docs/runs/2026-11-27-h100-relu-fold); then conv1's weight and bias gradients on
+    # version 5 (docs/runs/2026-11-27-h100-weight-rows)
+    for run_name, key, what_changed in (("2026-11-27-h100-relu-fold", "fold", "relu's gradient folded"),
+                                        ("2026-11-27-h100-weight-rows", "weight-rows", "conv1's gradients on version 5")):
+        run = runs[run_name]
+        for tag, csv, what in (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
+                               ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16")):
+            summary = step_profile.summary(step_profile.kernels(run.file(csv)))
+            figure(f"kernels.{key}.{tag}.kernels", run, summary["kernels_per_step"],
+                   f"kernels a training step, {what}, {what_changed}")
+            figure(f"kernels.{key}.{tag}.us", run, summary["us_per_step"],
+                   f"kernel time a step (ncu), {what}, {what_changed}, µs")
+        for name, file, what in (("cnn", "train_bf16.jsonl", "CNN batch 64, bf16"),
+                                 ("b512", "train_b512_bf16.jsonl", "CNN batch 512, bf16"),
+                                 ("cnn-f32", "train.jsonl", "CNN batch 64, f32"),
+                                 ("cnn-tf32", "train_tf32.jsonl", "CNN batch 64, --tf32")):
+            figure(f"kernels.{key}.{name}.epoch2", run, run.epoch(file, 2)["seconds"],
+                   f"mnist-train {what}: epoch 2 ({what_changed}), s")
+    fold = runs["2026-11-27-h100-relu-fold"]
+    for name, run, kernels in (("pool.before", cw, {"max_pool_kernel"}), ("pool", fold, {"max_pool_2x2_kernel"}),
+                               ("pool-backward.before", cw, {"max_pool_backward_tiled_kernel"}),
+                               ("pool-backward", fold, {"max_pool_2x2_backward_kernel"}),
+                               ("relu-backward.before", cw, {"map_vec_kernel (UnaryGrad)"}),
+                               ("relu-backward", fold, {"map_vec_kernel (UnaryGrad)"}),
+                               ("cell-conv.before", cw, {"conv2d::cell_conv_kernel"}),
+                               ("cell-conv", fold, {"conv2d::cell_conv_kernel"})):
+        figure(f"kernels.fold.b512-bf16.{name}.us", run, per_step(run, kernels),
+               f"CNN batch 512, bf16: {', '.join(sorted(kernels))} a step ({run.name}), µs")

@@ -77,14 +77,31 @@
 //     0.0458 [fig cuda.conv2d.bwd-weight.v3-tf32.conv2.ms].
 //   4 bf16 only: grad_y's rows and x's rows as cells (version 9's copy) in shared memory, a block
 //     summing bands of output rows one after another; figures in the bf16 section below.
+//   5 for a short reduction per output (K = C/G*KH*KW <= 32: a first layer), where the GEMM
+//     versions' tiles of k are mostly empty: one output's K sums in a warp's registers, the input
+//     rows of a band in shared memory, and the bias's gradient from the same pass. conv1 (9 taps)
+//     in f32 at batch 64: 13.2 µs [fig cuda.conv2d.weight-rows.conv1-b64.v5.us] against 3's
+//     36.0 [fig cuda.conv2d.weight-rows.conv1-b64.v3-3xtf32.us] and cuDNN FP32's
+//     34.9 [fig cuda.conv2d.weight-rows.conv1-b64.cudnn.us]; at batch 512
+//     63.8 [fig cuda.conv2d.weight-rows.conv1-b512.v5.us], 85.2 [fig cuda.conv2d.weight-rows.conv1-b512.v3-3xtf32.us]
+//     and 97.5 [fig cuda.conv2d.weight-rows.conv1-b512.cudnn.us]; in bf16
+//     13.1 [fig cuda.conv2d.weight-rows.conv1-b64.v5-bf16.us] against version 3 on image pairs'
+//     23.1 [fig cuda.conv2d.weight-rows.conv1-b64.v3-bf16.us] and cuDNN BF16's
+//     43.8 [fig cuda.conv2d.weight-rows.conv1-b64.cudnn-bf16.us], at batch 512
+//     44.6 [fig cuda.conv2d.weight-rows.conv1-b512.v5-bf16.us], 54.5 [fig cuda.conv2d.weight-rows.conv1-b512.v3-bf16.us]
+//     and 144.1 [fig cuda.conv2d.weight-rows.conv1-b512.cudnn-bf16.us] (H100, kernel-bench,
+//     docs/runs/2026-11-27-h100-weight-rows). It issues instructions, not loads: the first form
+//     divided each pixel's index by the row width, about forty instructions where the taps take
+//     twenty-seven, and took twice as long (kernels/cuda/NOTES.md).
 //
 // Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
 // there, else 7 in f32 at stride 1 where its patch fits
 // in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8 where 3
 // applies and C/G <= 4, else 7 where 3 applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8,
-// else 2. The backward weight runs 3 (2 for small layers and f64). The tensor-core versions take
-// TF32 under allow_tf32, else 3xTF32.
+// else 2. The backward weight runs 5 where it applies (with the bias's gradient where the layer has
+// a bias: Backend::conv2d_backward_weight_and_bias), else 3 (2 for small layers and f64). The
+// tensor-core versions take TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
