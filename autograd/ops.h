@@ -177,8 +177,10 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad);
 // as [N, C, S] = nc_s, mean and invstd [C] the batch's, weight [C] or undefined.
 std::vector<Tensor> batch_norm_backward(const Tensor& x, const Tensor& grad, const Tensor& mean,
                                         const Tensor& invstd, const Tensor& weight, const Shape& nc_s);
-// grad through the dropout mask of (p, key): the mask dropout drew in the forward pass
-Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key);
+// grad through the dropout mask of (p, key): the mask dropout drew in the forward pass; relu_x, where
+// defined, is dropout's input, the output of a relu: the gradient is then also taken back through
+// that relu, zero wherever relu_x <= 0
+Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key, const Tensor& relu_x = {});
 // per-sample losses' gradient [N] -> logits' gradient [N, C]
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                               const Tensor& grad_losses, double label_smoothing);

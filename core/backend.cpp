@@ -47,6 +47,12 @@ void Backend::max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef&
   max_pool2d_backward(masked, indices, grad_x, p);
 }
 
+void Backend::dropout_relu(const TensorRef& grad, const TensorRef& relu_x, const TensorRef& out, double p,
+                           const philox::Key& key) {
+  dropout(grad, out, p, key);
+  unary_backward(UnaryOp::relu, relu_x, out, out, 0.0);
+}
+
 void Backend::begin_capture() {
   KILN_FAIL(BackendUnavailable, "the ", name(), " backend cannot capture a graph (CUDA graphs need a CUDA device)");
 }

@@ -205,6 +205,11 @@ class Backend {
   // same key it is also dropout's backward (the gradient takes the same mask).
   // x and out contiguous, f32 or f64; 0 < p < 1.
   virtual void dropout(const TensorRef& x, const TensorRef& out, double p, const philox::Key& key) = 0;
+  // dropout's backward where the dropped tensor is the output of a relu (relu_x, contiguous), taken
+  // back through that relu too: out = 0 where relu_x <= 0, else dropout(grad) (NaN in relu_x
+  // passing, as unary_backward(relu)). By default those two passes; CUDA masks in the dropout kernel.
+  virtual void dropout_relu(const TensorRef& grad, const TensorRef& relu_x, const TensorRef& out, double p,
+                            const philox::Key& key);
 
   // ---- elementwise (inputs take strides, so broadcasts and views need no copy) ----
   virtual void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) = 0;

@@ -467,6 +467,12 @@ inline void dropout_cases(const Run& r) {
     yd.backward(g.to(r.device));
     yc.backward(g);
     r.check(xd.grad(), xc.grad(), r.tol(t), what + " gradient");
+    // after a relu, whose gradient dropout's backward applies for it (autograd::Needed)
+    Tensor hd = x.to(r.device).requires_grad_(), hc = x.detach().requires_grad_();
+    Tensor zd = dropout(relu(hd), 0.3, true, &a), zc = dropout(relu(hc), 0.3, true, &b);
+    zd.backward(g.to(r.device));
+    zc.backward(g);
+    r.check(hd.grad(), hc.grad(), r.tol(t), what + " after a relu, gradient");
     if (n > 1)
       r.check(dropout(xd.detach().slice(0, 1, n), 0.6, true, &a), dropout(x.slice(0, 1, n), 0.6, true, &b), r.tol(t),
               what + " of a view one element in");

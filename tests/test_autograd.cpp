@@ -141,6 +141,8 @@ TEST_CASE("relu's gradient is applied once: by the op after it where that op fol
   CHECK(masked([&](const Tensor& y) { return max_pool2d(y, k2); }));
   CHECK(masked([&](const Tensor& y) { return conv2d(y, w, {}, {}); }));
   CHECK(masked([&](const Tensor& y) { return max_pool2d(y, k2).sum() + conv2d(y, w, {}, {}).sum(); }));
+  Generator gen(12);
+  CHECK(masked([&](const Tensor& y) { return dropout(y, 0.5, true, &gen); }));
   // a consumer that does not fold it: the node masks the sum (masking twice is masking once)
   CHECK_FALSE(masked([&](const Tensor& y) { return max_pool2d(y, k2).sum() + y.sum(); }));
   CHECK_FALSE(masked([&](const Tensor& y) { return y * 2.0; }));
@@ -155,9 +157,9 @@ TEST_CASE("relu's gradient is applied once: by the op after it where that op fol
   CHECK((seen.reached && !seen.masked));
 }
 
-TEST_CASE("folding relu's gradient into the pool and the convolution after it gives the same bits") {
-  // relu (an op, and a conv2d's epilogue) feeding max_pool2d and a second conv2d, against the same
-  // graph with a view after each relu (no folding there), in f32 and f64
+TEST_CASE("folding relu's gradient into the pool, dropout and the convolution after it gives the same bits") {
+  // relu (an op, and a conv2d's epilogue) feeding max_pool2d, dropout and a second conv2d, against
+  // the same graph with a view after each relu (no folding there), in f32 and f64
   for (DType t : {DType::f32, DType::f64}) {
     CAPTURE(dtype_name(t));
     Tensor x = random({3, 2, 10, 10}, 6).to(t), g = random({3, 4, 4, 4}, 7).to(t);
@@ -166,7 +168,9 @@ TEST_CASE("folding relu's gradient into the pool and the convolution after it gi
       Tensor w2 = random({4, 5, 3, 3}, 10).to(t).requires_grad_(), xl = x.detach().requires_grad_();
       auto cut = [fold](const Tensor& y) { return fold ? y : y.reshape(y.shape()); };
       Tensor h = cut(conv2d(relu(cut(relu(xl))), w1, b1, {}, Activation::relu));  // [3, 5, 8, 8]
-      Tensor out = conv2d(cut(relu(max_pool2d(h, {.kernel = {2, 2}}))), w2, {}, {.padding = {1, 1}});
+      Generator gen(13);  // the same dropout mask in both graphs
+      Tensor pooled = dropout(cut(relu(max_pool2d(h, {.kernel = {2, 2}}))), 0.25, true, &gen);
+      Tensor out = conv2d(cut(relu(pooled)), w2, {}, {.padding = {1, 1}});
       (out * g).sum().backward();
       std::vector<std::vector<double>> all;
       for (const Tensor& p : {xl, w1, b1, w2}) all.push_back(p.grad().to(DType::f64).to_vector<double>());

@@ -17,18 +17,31 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   Tensor y = empty_as(x.shape(), x);
   x.backend().dropout(xc.ref(), y.ref(), p, key);
   if (autograd::is_recording({x})) {
-    // the gradient takes the same mask, drawn again from the same key rather than stored
-    autograd::record(y, "dropout", {x}, [p, key](const Tensor& g, const Needed&) -> Grads {
-      return {dropout_backward(g, p, key)};
-    });
+    // the gradient takes the same mask, drawn again from the same key rather than stored; where a
+    // relu made x (whose node keeps x for its own formula), taken back through it in the same pass
+    const bool after_relu = x.grad_fn() && autograd::node_of(x)->relu_output;
+    Saves saved;
+    auto gradient = [p, key, relu_x = saved(after_relu ? xc : Tensor())](const Tensor& g, Needed& need) -> Grads {
+      if (!relu_x.defined() || !need.may_mask_relu(0)) return {dropout_backward(g, p, key)};
+      need.masked_relu(0);
+      return {dropout_backward(g, p, key, relu_x)};
+    };
+    autograd::record(y, "dropout", {x}, gradient, saved);
   }
   return y;
 }
 
-Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key) {
+Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key, const Tensor& relu_x) {
   Tensor g = grad.contiguous();
   Tensor out = empty_as(g.shape(), g);
-  g.backend().dropout(g.ref(), out.ref(), p, key);
+  if (relu_x.defined()) {
+    detail::check_same_device("dropout_backward", g, relu_x);
+    KILN_CHECK(relu_x.shape() == g.shape() && relu_x.dtype() == g.dtype(), ShapeError, "dropout_backward: relu_x ",
+               relu_x.shape(), " ", relu_x.dtype(), " for a gradient ", g.shape(), " ", g.dtype());
+    g.backend().dropout_relu(g.ref(), relu_x.contiguous().ref(), out.ref(), p, key);
+  } else {
+    g.backend().dropout(g.ref(), out.ref(), p, key);
+  }
   return out;
 }
 

@@ -100,6 +100,8 @@ class CudaBackend final : public Backend {
   void uniform(const TensorRef& out, double low, double high, const philox::Key& key) override;
   void normal(const TensorRef& out, double mean, double stddev, const philox::Key& key) override;
   void dropout(const TensorRef& x, const TensorRef& out, double p, const philox::Key& key) override;
+  void dropout_relu(const TensorRef& grad, const TensorRef& relu_x, const TensorRef& out, double p,
+                    const philox::Key& key) override;
 
   // reduce.cu
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;

@@ -54,9 +54,10 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, phi
 // 99% [fig cuda.dropout.kernel.8192x8192.pct-copy] of the copy bandwidth (H100 80GB HBM3,
 // kernel-bench, docs/runs/2026-11-26-h100). bf16 compares, scales and multiplies in f32 (C) and
 // rounds the product, as the CPU's widened f32 kernel does, four elements at a time (8 bytes).
+// relu_x (or null): dropout's backward through the relu that made its input, 0 where relu_x <= 0.
 template <class T>
-__global__ void dropout_kernel(const T* x, T* out, int64_t n, compute_t<T> threshold, compute_t<T> scale,
-                               philox::Key key, bool vec) {
+__global__ void dropout_kernel(const T* x, const T* relu_x, T* out, int64_t n, compute_t<T> threshold,
+                               compute_t<T> scale, philox::Key key, bool vec) {
   using C = compute_t<T>;
   const philox::Key at = key.resolve();
   const uint64_t seed = at.seed, offset = at.offset;  // in a captured step, read from its replay value
@@ -75,10 +76,18 @@ __global__ void dropout_kernel(const T* x, T* out, int64_t n, compute_t<T> thres
         T* e = reinterpret_cast<T*>(&v);
 #pragma unroll
         for (int r = 0; r < kPerVector; ++r) e[r] = cast<T>(cast<C>(e[r]) * mask[h * kPerVector + r]);
+        if (relu_x) {
+          const V rv = *reinterpret_cast<const V*>(relu_x + i + h * kPerVector);
+          const T* re = reinterpret_cast<const T*>(&rv);
+#pragma unroll
+          for (int r = 0; r < kPerVector; ++r)
+            if (cast<C>(re[r]) <= C(0)) e[r] = T{};
+        }
         *reinterpret_cast<V*>(out + i + h * kPerVector) = v;
       }
     } else {
-      for (int r = 0; r < 4 && i + r < n; ++r) out[i + r] = cast<T>(cast<C>(x[i + r]) * mask[r]);
+      for (int r = 0; r < 4 && i + r < n; ++r)
+        out[i + r] = relu_x && cast<C>(relu_x[i + r]) <= C(0) ? T{} : cast<T>(cast<C>(x[i + r]) * mask[r]);
     }
   }
 }
@@ -114,8 +123,15 @@ void CudaBackend::normal(const TensorRef& out, double mean, double stddev, const
 }
 
 void CudaBackend::dropout(const TensorRef& x, const TensorRef& out, double p, const philox::Key& key) {
+  dropout_relu(x, TensorRef{}, out, p, key);
+}
+
+void CudaBackend::dropout_relu(const TensorRef& x, const TensorRef& relu_x, const TensorRef& out, double p,
+                               const philox::Key& key) {
   KILN_CHECK(x.is_contiguous() && x.dtype == out.dtype && x.numel() == out.numel(), ValueError,
              "cuda backend: dropout takes contiguous x and out of one dtype and size");
+  KILN_CHECK(!relu_x.defined() || (relu_x.is_contiguous() && relu_x.dtype == x.dtype && relu_x.numel() == x.numel()),
+             ValueError, "cuda backend: dropout's relu_x must be contiguous, of x's dtype and size");
   int64_t n = out.numel();
   if (n == 0) return;
   KILN_CHECK(out.is_contiguous(), ValueError, "cuda dropout: writes a contiguous tensor");
@@ -123,10 +139,12 @@ void CudaBackend::dropout(const TensorRef& x, const TensorRef& out, double p, co
     using T = decltype(tag);
     using C = compute_t<T>;
     const size_t align = 4 * sizeof(T) < 16 ? 4 * sizeof(T) : 16;
+    const T* mask = relu_x.defined() ? relu_x.data<T>() : nullptr;
     const bool vec = reinterpret_cast<uintptr_t>(x.data<T>()) % align == 0 &&
-                     reinterpret_cast<uintptr_t>(out.data<T>()) % align == 0;
+                     reinterpret_cast<uintptr_t>(out.data<T>()) % align == 0 &&
+                     reinterpret_cast<uintptr_t>(mask) % align == 0;
     dropout_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(
-        x.data<T>(), out.data<T>(), n, static_cast<C>(p), static_cast<C>(1.0 / (1.0 - p)), key, vec);
+        x.data<T>(), mask, out.data<T>(), n, static_cast<C>(p), static_cast<C>(1.0 / (1.0 - p)), key, vec);
   });
   KILN_CUDA_LAUNCH_CHECK("dropout");
 }
