@@ -229,7 +229,8 @@ def define(figure, table, runs):
     # kernels (docs/runs/2026-11-27-h100-relu-fold); then conv1's weight and bias gradients on
     # version 5 (docs/runs/2026-11-27-h100-weight-rows)
     for run_name, key, what_changed in (("2026-11-27-h100-relu-fold", "fold", "relu's gradient folded"),
-                                        ("2026-11-27-h100-weight-rows", "weight-rows", "conv1's gradients on version 5")):
+                                        ("2026-11-27-h100-weight-rows", "weight-rows", "conv1's gradients on version 5"),
+                                        ("2026-11-27-h100-dropout-fold", "dropout-fold", "fc1's relu folded into dropout")):
         run = runs[run_name]
         for tag, csv, what in (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
                                ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16")):
