@@ -50,7 +50,8 @@ std::pair<Tensor, Tensor> weight_and_bias_grads(const Tensor& x, const Tensor& g
                                                 const Conv2dConfig& config) {
   Tensor xc = x.contiguous(), g = grad_y.contiguous();
   Tensor grad_w = empty_as(weight_shape, g), grad_b = empty_as({weight_shape[0]}, g);
-  if (!g.backend().conv2d_backward_weight_and_bias(xc.ref(), g.ref(), grad_w.ref(), grad_b.ref(), conv_params(config))) {
+  Backend& be = g.backend();
+  if (!be.conv2d_backward_weight_and_bias(xc.ref(), g.ref(), grad_w.ref(), grad_b.ref(), conv_params(config))) {
     g.backend().conv2d_backward_weight(xc.ref(), g.ref(), grad_w.ref(), conv_params(config));
     grad_b = sum(g, {0, 2, 3});
   }

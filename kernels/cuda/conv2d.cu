@@ -88,7 +88,8 @@
 //     13.1 [fig cuda.conv2d.weight-rows.conv1-b64.v5-bf16.us] against version 3 on image pairs'
 //     23.1 [fig cuda.conv2d.weight-rows.conv1-b64.v3-bf16.us] and cuDNN BF16's
 //     43.8 [fig cuda.conv2d.weight-rows.conv1-b64.cudnn-bf16.us], at batch 512
-//     44.6 [fig cuda.conv2d.weight-rows.conv1-b512.v5-bf16.us], 54.5 [fig cuda.conv2d.weight-rows.conv1-b512.v3-bf16.us]
+//     44.6 [fig cuda.conv2d.weight-rows.conv1-b512.v5-bf16.us],
+//     54.5 [fig cuda.conv2d.weight-rows.conv1-b512.v3-bf16.us]
 //     and 144.1 [fig cuda.conv2d.weight-rows.conv1-b512.cudnn-bf16.us] (H100, kernel-bench,
 //     docs/runs/2026-11-27-h100-weight-rows). It issues instructions, not loads: the first form
 //     divided each pixel's index by the row width, about forty instructions where the taps take
@@ -414,7 +415,8 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
   C* patch = reinterpret_cast<C*>(smem_weight_rows);  // [images][C/G][rows][cols]
   const int64_t g = blockIdx.z, img0 = blockIdx.x / plan.bands * int64_t{plan.images};
   const int oy0 = static_cast<int>(blockIdx.x % plan.bands) * plan.band;
-  const int band_rows = min(plan.band, static_cast<int>(d.oh) - oy0), images = static_cast<int>(min(int64_t{plan.images}, d.n - img0));
+  const int band_rows = min(plan.band, static_cast<int>(d.oh) - oy0);
+  const int images = static_cast<int>(min(int64_t{plan.images}, d.n - img0));
   const int rows = (band_rows - 1) * d.sh + static_cast<int>(d.kh - 1) * d.dh + 1, plane = plan.rows * plan.cols;
   const int cg = static_cast<int>(d.cg), per_image = cg * plane;
   // positions within a block's patch and pixels within a band are below 2^21 (the shared memory

@@ -407,7 +407,8 @@ TEST_CASE("the weight gradient's version 5 (a short reduction per output) matche
   }
   Conv2dConfig grouped_padded;
   grouped_padded.groups = 3, grouped_padded.padding = {1, 2};
-  cases.push_back({{2, 3, 40, 700}, {6, 1, 3, 3}, grouped_padded, false, {2, 6, 40, 702}});  // bands of 15 rows (f64: 6)
+  // bands of 15 rows (f64: 6)
+  cases.push_back({{2, 3, 40, 700}, {6, 1, 3, 3}, grouped_padded, false, {2, 6, 40, 702}});
   cases.push_back({{600, 2, 9, 11}, {9, 2, 3, 3}, {}, false, {600, 9, 7, 9}});  // 3 images a block
   cases.push_back({{64, 1, 28, 28}, {32, 1, 3, 3}, {}, false, {64, 32, 26, 26}});  // conv1
   for (const ConvCase& c : cases) {

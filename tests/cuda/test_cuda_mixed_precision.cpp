@@ -116,7 +116,9 @@ TEST_CASE("relu's gradient folds into the max pool and the convolution after it:
   // its own.
   auto run = [](bool fold) {
     Generator gen(11);
-    auto bf16_leaf = [&](const Shape& s) { return uniform(s, -0.5, 0.5, kCuda, &gen).to(DType::bf16).requires_grad_(); };
+    auto bf16_leaf = [&](const Shape& s) {
+      return uniform(s, -0.5, 0.5, kCuda, &gen).to(DType::bf16).requires_grad_();
+    };
     Tensor w1 = bf16_leaf({32, 16, 3, 3}), b1 = bf16_leaf({32}), w2 = bf16_leaf({32, 32, 3, 3}), b2 = bf16_leaf({32});
     Tensor x = uniform({8, 16, 14, 14}, -1.0, 1.0, kCuda, &gen).to(DType::bf16);
     Tensor g = uniform({8, 32, 5, 5}, -1.0, 1.0, kCuda, &gen);
