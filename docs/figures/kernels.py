@@ -165,16 +165,28 @@ def define(figure, table, runs):
     summary = step_profile.summary(step_profile.kernels(final.file("profile_b64_bf16.csv")))
     figure("kernels.mean-grad.b64-bf16.us", final, summary["us_per_step"],
            "kernel time a step (ncu), CNN batch 64 bf16, a small mean's gradient in one kernel, µs")
+    # kernels.KEY.TAG.kernels and .us: a step's launches and kernel time (ncu) in each of run's profiles
+    cnn_bf16 = (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
+                ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16"))
+    def step_figures(key, run, profiles, what_changed):
+        for tag, csv, what in profiles:
+            summary = step_profile.summary(step_profile.kernels(run.file(csv)))
+            figure(f"kernels.{key}.{tag}.kernels", run, summary["kernels_per_step"],
+                   f"kernels a training step, {what}, {what_changed}")
+            figure(f"kernels.{key}.{tag}.us", run, summary["us_per_step"],
+                   f"kernel time a step (ncu), {what}, {what_changed}, µs")
+    # kernels.KEY.NAME.epoch2: mnist-train's second epoch in run, for each of `names`
+    epoch_files = {"cnn": ("train_bf16.jsonl", "CNN batch 64, bf16"), "b512": ("train_b512_bf16.jsonl", "CNN batch 512, bf16"),
+                   "cnn-f32": ("train.jsonl", "CNN batch 64, f32"), "cnn-tf32": ("train_tf32.jsonl", "CNN batch 64, --tf32")}
+    def epoch_figures(key, run, names, what_changed):
+        for name in names:
+            file, what = epoch_files[name]
+            figure(f"kernels.{key}.{name}.epoch2", run, run.epoch(file, 2)["seconds"],
+                   f"mnist-train {what}: epoch 2 ({what_changed}), s")
     # backward's gradient conversions in one launch, fc1 on matmul 16 and the bias gradients N first
     held = runs["2026-11-27-h100-fc1-split"]
-    for tag, csv, what in (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
-                           ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16"),
-                           ("mlp-bf16", "profile_mlp_bf16.csv", "MLP bf16")):
-        summary = step_profile.summary(step_profile.kernels(held.file(csv)))
-        figure(f"kernels.held.{tag}.kernels", held, summary["kernels_per_step"],
-               f"kernels a training step, {what}, conversions held and fc1 on matmul 16")
-        figure(f"kernels.held.{tag}.us", held, summary["us_per_step"],
-               f"kernel time a step (ncu), {what}, conversions held and fc1 on matmul 16, µs")
+    step_figures("held", held, cnn_bf16 + (("mlp-bf16", "profile_mlp_bf16.csv", "MLP bf16"),),
+                 "conversions held and fc1 on matmul 16")
     for name, file, what in (("mlp-f32", "train_mlp_3.jsonl", "MLP, f32"), ("mlp", "train_mlp_bf16.jsonl", "MLP, bf16")):
         for tag, run in (("launches", after), ("mean-grad", final), ("held", held)):
             epochs = [e["seconds"] for e in run.epochs(file)][1:]
@@ -205,17 +217,8 @@ def define(figure, table, runs):
                f"mnist-train {what}, batch 64: epochs 2 and 3 ({rows.name}; one number where they agree), s")
     # conv2's forward and backward input on version 9 (no pairing passes)
     cells = runs["2026-11-27-h100-cells"]
-    for tag, csv, what in (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
-                           ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16")):
-        summary = step_profile.summary(step_profile.kernels(cells.file(csv)))
-        figure(f"kernels.cells.{tag}.kernels", cells, summary["kernels_per_step"],
-               f"kernels a training step, {what}, conv2 on version 9")
-        figure(f"kernels.cells.{tag}.us", cells, summary["us_per_step"],
-               f"kernel time a step (ncu), {what}, conv2 on version 9, µs")
-    for name, file, what in (("cnn", "train_bf16.jsonl", "CNN batch 64, bf16"),
-                             ("b512", "train_b512_bf16.jsonl", "CNN batch 512, bf16")):
-        figure(f"kernels.cells.{name}.epoch2", cells, cells.epoch(file, 2)["seconds"],
-               f"mnist-train {what}: epoch 2 (conv2 on version 9), s")
+    step_figures("cells", cells, cnn_bf16, "conv2 on version 9")
+    epoch_figures("cells", cells, ("cnn", "b512"), "conv2 on version 9")
     # and conv2's weight gradient on version 4 where it pays (batch 512)
     cw = runs["2026-11-27-h100-cells-weight"]
     summary = step_profile.summary(step_profile.kernels(cw.file("profile_b512_bf16.csv")))
@@ -231,20 +234,8 @@ def define(figure, table, runs):
     for run_name, key, what_changed in (("2026-11-27-h100-relu-fold", "fold", "relu's gradient folded"),
                                         ("2026-11-27-h100-weight-rows", "weight-rows", "conv1's gradients on version 5"),
                                         ("2026-11-27-h100-dropout-fold", "dropout-fold", "fc1's relu folded into dropout")):
-        run = runs[run_name]
-        for tag, csv, what in (("b64-bf16", "profile_b64_bf16.csv", "CNN batch 64 bf16"),
-                               ("b512-bf16", "profile_b512_bf16.csv", "CNN batch 512 bf16")):
-            summary = step_profile.summary(step_profile.kernels(run.file(csv)))
-            figure(f"kernels.{key}.{tag}.kernels", run, summary["kernels_per_step"],
-                   f"kernels a training step, {what}, {what_changed}")
-            figure(f"kernels.{key}.{tag}.us", run, summary["us_per_step"],
-                   f"kernel time a step (ncu), {what}, {what_changed}, µs")
-        for name, file, what in (("cnn", "train_bf16.jsonl", "CNN batch 64, bf16"),
-                                 ("b512", "train_b512_bf16.jsonl", "CNN batch 512, bf16"),
-                                 ("cnn-f32", "train.jsonl", "CNN batch 64, f32"),
-                                 ("cnn-tf32", "train_tf32.jsonl", "CNN batch 64, --tf32")):
-            figure(f"kernels.{key}.{name}.epoch2", run, run.epoch(file, 2)["seconds"],
-                   f"mnist-train {what}: epoch 2 ({what_changed}), s")
+        step_figures(key, runs[run_name], cnn_bf16, what_changed)
+        epoch_figures(key, runs[run_name], ("cnn", "b512", "cnn-f32", "cnn-tf32"), what_changed)
     fold = runs["2026-11-27-h100-relu-fold"]
     for name, run, kernels in (("pool.before", cw, {"max_pool_kernel"}), ("pool", fold, {"max_pool_2x2_kernel"}),
                                ("pool-backward.before", cw, {"max_pool_backward_tiled_kernel"}),

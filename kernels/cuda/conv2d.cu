@@ -1363,7 +1363,7 @@ int64_t backward_input_cells_bf16_workspace(const Geometry& g) {
 }
 void backward_input_cells_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
                                cudaStream_t stream) {
-  cell_forward_bf16(grad_y, w, true, workspace, {}, grad_x, checked_forward_form(g), stream, "conv2d_backward_input");
+  backward_input_relu_cells_bf16(grad_y, w, nullptr, grad_x, workspace, g, stream);
 }
 void backward_input_relu_cells_bf16(const bf16* grad_y, const bf16* w, const bf16* relu_x, bf16* grad_x,
                                     void* workspace, const Geometry& g, cudaStream_t stream) {

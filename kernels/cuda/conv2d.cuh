@@ -175,8 +175,8 @@ int64_t forward_cells_bf16_workspace(const Geometry& g);
 void forward_cells_bf16(const bf16* x, const bf16* w, const DeviceEpilogue<bf16>& e, bf16* y, void* workspace,
                         const Geometry& g, cudaStream_t stream);
 // Backward input, version 9 in bf16 (version 3's forward form on the forward above); _relu where x
-// is the output of a relu (relu_x: x itself), taken back through it: grad_x is 0 wherever
-// relu_x <= 0, zeroed as the tile is stored.
+// is the output of a relu (relu_x: x itself; null: none), taken back through it: grad_x is 0
+// wherever relu_x <= 0, zeroed as the tile is stored.
 bool backward_input_cells_bf16_applies(const Geometry& g);
 int64_t backward_input_cells_bf16_workspace(const Geometry& g);
 void backward_input_cells_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
