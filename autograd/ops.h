@@ -119,7 +119,8 @@ Tensor log_softmax(const Tensor& x, int64_t axis);
 
 enum class Reduction : uint8_t { none, mean, sum };
 
-// logits [N, C], targets i32 [N] with values in [0, C): log-softmax and NLL in one kernel.
+// logits [N, C], targets i32 [N] with values in [0, C): log-softmax and NLL in one kernel. bf16
+// logits give an f32 loss under autocast (computed in f32, without a cast of the logits).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                      Reduction reduction = Reduction::mean, double label_smoothing = 0.0);
 // log_probs [N, C], targets i32 [N]: -log_probs[i, targets[i]], reduced.
@@ -181,9 +182,10 @@ std::vector<Tensor> batch_norm_backward(const Tensor& x, const Tensor& grad, con
 // defined, is dropout's input, the output of a relu: the gradient is then also taken back through
 // that relu, zero wherever relu_x <= 0
 Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key, const Tensor& relu_x = {});
-// per-sample losses' gradient [N] -> logits' gradient [N, C]
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                              const Tensor& grad_losses, double label_smoothing);
+// the losses' gradient -> logits' gradient [N, C] (logits' dtype): grad [N] per sample for
+// Reduction::none, else grad [] of their mean or sum; f32 for bf16 logits
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad,
+                              double label_smoothing, Reduction reduction = Reduction::none);
 // relu_x, where defined, is x itself, the output of a relu: the gradient is then also taken back
 // through that relu in the same pass, zero wherever relu_x <= 0 (relu_backward(relu_x, grad_x)).
 Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& weight, const Shape& x_shape,

@@ -37,14 +37,34 @@ void Backend::conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRe
 
 void Backend::max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& relu_y,
                                        const TensorRef& grad_x, const Pool2dParams& p) {
-  struct Buffer {  // freed however this ends; queued work keeps its order, as for any tensor's storage
-    Backend& be;
-    void* p;
-    ~Buffer() { be.deallocate(p); }
-  } masked_buffer{*this, allocate(static_cast<size_t>(grad_y.numel()) * dtype_size(grad_y.dtype))};
-  const TensorRef masked{masked_buffer.p, 0, grad_y.shape, contiguous_strides(grad_y.shape), grad_y.dtype};
+  const Scratch buffer(*this, static_cast<size_t>(grad_y.numel()) * dtype_size(grad_y.dtype));
+  const TensorRef masked = buffer.ref(grad_y.shape, grad_y.dtype);
   unary_backward(UnaryOp::relu, relu_y, grad_y, masked, 0.0);
   max_pool2d_backward(masked, indices, grad_x, p);
+}
+
+void Backend::cross_entropy_reduced(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
+                                    double label_smoothing, bool mean) {
+  const int64_t n = logits.shape[0];
+  const Scratch buffer(*this, static_cast<size_t>(n) * dtype_size(out.dtype));
+  cross_entropy(logits, targets, buffer.ref({n}, out.dtype), label_smoothing);
+  TensorRef in = buffer.ref({1, n, 1}, out.dtype), sum = out;  // reduce's [outer, n, inner] -> [outer, inner]
+  sum.shape = {1, 1};
+  sum.strides = {1, 1};
+  reduce(mean ? ReduceOp::mean : ReduceOp::sum, in, sum);
+}
+
+void Backend::cross_entropy_reduced_backward(const TensorRef& logits, const TensorRef& targets,
+                                             const TensorRef& grad, const TensorRef& grad_logits,
+                                             double label_smoothing, bool mean) {
+  const int64_t n = logits.shape[0];
+  const Scratch buffer(*this, static_cast<size_t>(n) * dtype_size(grad.dtype));
+  TensorRef each = grad;  // the one gradient broadcast to every row
+  each.shape = {n};
+  each.strides = {0};
+  const TensorRef grad_losses = buffer.ref({n}, grad.dtype);
+  unary(UnaryOp::mul_scalar, each, grad_losses, mean ? 1.0 / static_cast<double>(n) : 1.0);
+  cross_entropy_backward(logits, targets, grad_losses, grad_logits, label_smoothing);
 }
 
 void Backend::dropout_relu(const TensorRef& grad, const TensorRef& relu_x, const TensorRef& out, double p,

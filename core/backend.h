@@ -240,12 +240,25 @@ class Backend {
   // ---- losses ----
   // logits [N, C], targets i32 [N] in [0, C), losses [N]:
   //   losses[i] = (1 - s) * -log p[i, t_i] + s * mean_c(-log p[i, c]),  p = softmax(logits[i])
+  // bf16 logits (on the backends that store bf16) are read as they are and the losses are f32, the
+  // same values as from the logits converted to f32 first; otherwise the losses are the logits' dtype.
   virtual void cross_entropy(const TensorRef& logits, const TensorRef& targets,
                              const TensorRef& losses, double label_smoothing) = 0;
-  // grad_logits[i, c] = grad_losses[i] * (p[i, c] - (1 - s) * [c == t_i] - s / C)
+  // grad_logits[i, c] = grad_losses[i] * (p[i, c] - (1 - s) * [c == t_i] - s / C), grad_losses
+  // of the losses' dtype, grad_logits of the logits' (bf16: computed in f32, rounded once).
   virtual void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
                                       const TensorRef& grad_losses, const TensorRef& grad_logits,
                                       double label_smoothing) = 0;
+  // The losses' mean (or sum) in one call: out [] of the losses' dtype. By default cross_entropy
+  // into a buffer, then a reduce; CUDA sums a small batch's losses in the kernel that makes them,
+  // one launch where a training step's loss took three.
+  virtual void cross_entropy_reduced(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
+                                     double label_smoothing, bool mean);
+  // Its gradient: cross_entropy_backward with every row's loss given grad [] (divided by N for a
+  // mean). By default that gradient is written out per row first; CUDA reads the one value.
+  virtual void cross_entropy_reduced_backward(const TensorRef& logits, const TensorRef& targets,
+                                              const TensorRef& grad, const TensorRef& grad_logits,
+                                              double label_smoothing, bool mean);
   // indices i32 [N] in [0, C) -> out [N, C] of out's dtype, 1 at the index and 0 elsewhere.
   virtual void one_hot(const TensorRef& indices, const TensorRef& out) = 0;
 
@@ -330,6 +343,21 @@ class Backend {
                             std::span<const TensorRef> square_avgs,
                             std::span<const TensorRef> momentum_buffers,
                             std::span<const TensorRef> grad_avgs, const RmspropStep& h) = 0;
+};
+
+// A buffer of a backend's for the length of one call (a default method's intermediate, a kernel's
+// workspace), handed back when it leaves scope: right after the launches that use it are queued,
+// which keep their order on the backend's queue as for any tensor's storage.
+struct Scratch {
+  Scratch(Backend& b, size_t bytes) : backend(b), p(bytes > 0 ? b.allocate(bytes) : nullptr) {}
+  ~Scratch() { backend.deallocate(p); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  // The buffer seen as a contiguous tensor (it must hold shape.numel() elements of dtype).
+  TensorRef ref(const Shape& shape, DType dtype) const { return {p, 0, shape, contiguous_strides(shape), dtype}; }
+
+  Backend& backend;
+  void* const p;
 };
 
 // The backend that serves `device`; throws BackendUnavailable when kiln was built without it

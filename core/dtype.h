@@ -38,6 +38,9 @@ constexpr std::string_view dtype_name(DType t) {
 
 constexpr bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16; }
 
+// The dtype arithmetic on `t` happens in: f32 for bf16, t itself otherwise.
+constexpr DType compute_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
+
 inline std::ostream& operator<<(std::ostream& out, DType t) { return out << dtype_name(t); }
 
 // The C++ type behind each dtype, and back.

@@ -137,10 +137,13 @@ inline void softmax_special_cases(const Run& r) {
     }
 }
 
-// cross_entropy (per-sample losses, with and without label smoothing), the gradient of the mean
-// loss through autograd, and cross_entropy_backward with arbitrary per-sample gradients, on rows
-// of any length (random_length) at scales up to 1e3. Tolerances as softmax's: the row's base,
-// the loss's atol ten times, the backward op's twice.
+// cross_entropy (per-sample losses, with and without label smoothing), its mean and sum (one
+// kernel on CUDA for a small batch, the losses and a reduce for a large one), their gradients
+// through autograd, and cross_entropy_backward with arbitrary per-sample gradients and with the
+// one gradient of a mean or sum, on rows of any length (random_length) at scales up to 1e3.
+// Tolerances as softmax's: the row's base, the loss's atol ten times (a sum's a thousand: up to
+// 300 rows), the backward op's twice. bf16 logits compute in f32: the same bits as the logits
+// converted to f32 first, losses and gradients both (the gradient rounded to bf16 once).
 inline void cross_entropy_cases(const Run& r) {
   std::mt19937 rng(12);
   for (int trial = 0; trial < 60; ++trial) {
@@ -154,17 +157,41 @@ inline void cross_entropy_cases(const Run& r) {
       const std::string what = "cross_entropy [" + std::to_string(rows) + ", " + std::to_string(classes) + "] " +
                                std::string(dtype_name(k.dtype)) + " scale " + std::to_string(scale) + " smoothing " +
                                std::to_string(smoothing);
+      const DType wide = compute_dtype(k.dtype);
       Tensor cpu = uniform({rows, classes}, -scale, scale, k.dtype);
       Tensor dev = cpu.to(r.device);
       r.check(cross_entropy(dev, dev_targets, Reduction::none, smoothing),
               cross_entropy(cpu, targets, Reduction::none, smoothing), k.tol.atol_times(10), what);
-      Tensor cpu_leaf = cpu.detach().requires_grad_(), dev_leaf = dev.detach().requires_grad_();
-      cross_entropy(cpu_leaf, targets, Reduction::mean, smoothing).backward();
-      cross_entropy(dev_leaf, dev_targets, Reduction::mean, smoothing).backward();
-      r.check(dev_leaf.grad(), cpu_leaf.grad(), k.tol, what + " autograd");
-      Tensor g = uniform({rows}, -2, 2, k.dtype);
-      r.check(cross_entropy_backward(dev, dev_targets, g.to(r.device), smoothing),
-              cross_entropy_backward(cpu, targets, g, smoothing), k.tol.atol_times(2), what + " backward");
+      for (Reduction reduction : {Reduction::mean, Reduction::sum}) {
+        const std::string how = what + (reduction == Reduction::mean ? " mean" : " sum");
+        r.check(cross_entropy(dev, dev_targets, reduction, smoothing),
+                cross_entropy(cpu, targets, reduction, smoothing), k.tol.atol_times(1000), how);
+        Tensor cpu_leaf = cpu.detach().requires_grad_(), dev_leaf = dev.detach().requires_grad_();
+        cross_entropy(cpu_leaf, targets, reduction, smoothing).backward();
+        cross_entropy(dev_leaf, dev_targets, reduction, smoothing).backward();
+        r.check(dev_leaf.grad(), cpu_leaf.grad(), k.tol, how + " autograd");
+        Tensor g = full({}, -1.5, TensorOptions(wide));
+        Tensor dev_grad = cross_entropy_backward(dev, dev_targets, g.to(r.device), smoothing, reduction);
+        r.check(dev_grad, cross_entropy_backward(cpu, targets, g, smoothing, reduction), k.tol.atol_times(2),
+                how + " backward");
+        if (k.dtype == DType::bf16) {
+          AutocastGuard autocast(DType::bf16);  // an f32 loss, as from the logits cast to f32
+          r.check(cross_entropy(dev, dev_targets, reduction, smoothing),
+                  cross_entropy(dev.to(wide), dev_targets, reduction, smoothing), {0, 0}, how + " as f32");
+          r.check(dev_grad, cross_entropy_backward(dev.to(wide), dev_targets, g.to(r.device), smoothing, reduction)
+                                .to(DType::bf16), {0, 0}, how + " backward as f32");
+        }
+      }
+      Tensor g = uniform({rows}, -2, 2, wide);
+      Tensor dev_grad = cross_entropy_backward(dev, dev_targets, g.to(r.device), smoothing);
+      r.check(dev_grad, cross_entropy_backward(cpu, targets, g, smoothing), k.tol.atol_times(2), what + " backward");
+      if (k.dtype == DType::bf16) {
+        AutocastGuard autocast(DType::bf16);
+        r.check(cross_entropy(dev, dev_targets, Reduction::none, smoothing),
+                cross_entropy(dev.to(wide), dev_targets, Reduction::none, smoothing), {0, 0}, what + " as f32");
+        r.check(dev_grad, cross_entropy_backward(dev.to(wide), dev_targets, g.to(r.device), smoothing).to(DType::bf16),
+                {0, 0}, what + " backward as f32");
+      }
     }
   }
 }
@@ -183,7 +210,7 @@ inline void cross_entropy_special_cases(const Run& r) {
                                  " smoothing " + std::to_string(smoothing);
         r.check(cross_entropy(cpu.to(r.device), targets.to(r.device), Reduction::none, smoothing),
                 cross_entropy(cpu, targets, Reduction::none, smoothing), k.tol.atol_times(10), what);
-        Tensor g = full({6}, 0.5, TensorOptions(k.dtype));
+        Tensor g = full({6}, 0.5, TensorOptions(compute_dtype(k.dtype)));
         r.check(cross_entropy_backward(cpu.to(r.device), targets.to(r.device), g.to(r.device), smoothing),
                 cross_entropy_backward(cpu, targets, g, smoothing), k.tol, what + " backward");
       }

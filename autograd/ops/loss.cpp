@@ -32,35 +32,53 @@ void check_class_targets(const char* op, const Tensor& scores, const Tensor& tar
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, Reduction reduction,
-                     double label_smoothing) {
-  const Tensor logits = autocast::widen(logits_in);
+// bf16 logits are read as they are and the loss computed in f32: the values autocast's cast to f32
+// would give, without the cast's pass (nor its gradient's, since the gradient is written in bf16
+// where the cast's backward would round an f32 one). A mean or sum is taken in the same backend
+// call (one kernel for a batch on CUDA), and its gradient reads the one incoming value per row.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction, double label_smoothing) {
   check_class_targets("cross_entropy", logits, targets);
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
              "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   Tensor x = logits.contiguous(), t = targets.contiguous();
-  Tensor losses = empty_as({x.size(0)}, x);
-  x.backend().cross_entropy(x.ref(), t.ref(), losses.ref(), label_smoothing);
+  const DType wide = compute_dtype(x.dtype());
+  Tensor loss;
+  if (reduction == Reduction::none) {
+    loss = empty_as({x.size(0)}, x, wide);
+    x.backend().cross_entropy(x.ref(), t.ref(), loss.ref(), label_smoothing);
+  } else {
+    loss = empty_as({}, x, wide);
+    x.backend().cross_entropy_reduced(x.ref(), t.ref(), loss.ref(), label_smoothing, reduction == Reduction::mean);
+  }
   if (autograd::is_recording({logits})) {
     // the fused backward kernel: softmax(x) - the (smoothed) one-hot target, times each loss's gradient
     Saves saved;
-    auto gradient = [x = saved(x), t = saved(t, "targets"), label_smoothing](const Tensor& g, const Needed&) -> Grads {
-      return {cross_entropy_backward(x, t, g, label_smoothing)};
+    auto gradient = [x = saved(x), t = saved(t, "targets"), label_smoothing, reduction](const Tensor& g,
+                                                                                      const Needed&) -> Grads {
+      return {cross_entropy_backward(x, t, g, label_smoothing, reduction)};
     };
-    autograd::record(losses, "cross_entropy", {logits}, gradient, saved);
+    autograd::record(loss, "cross_entropy", {logits}, gradient, saved);
   }
-  return apply_reduction(losses, reduction);
+  // outside autocast an op runs in its input's dtype: a bf16 loss for bf16 logits
+  const bool keep_wide = autograd::is_autocast_enabled() || wide == x.dtype();
+  return keep_wide ? loss : to_dtype(loss, x.dtype());
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad_losses,
-                              double label_smoothing) {
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad,
+                              double label_smoothing, Reduction reduction) {
   check_class_targets("cross_entropy_backward", logits, targets);
-  Tensor x = logits.contiguous(), t = targets.contiguous(), g = grad_losses.contiguous();
-  KILN_CHECK(g.shape() == Shape{x.size(0)} && g.dtype() == x.dtype(), ShapeError,
-             "cross_entropy_backward: gradient ", g.shape(), " for ", x.size(0), " samples");
-  Tensor grad = empty_as(x.shape(), x);
-  x.backend().cross_entropy_backward(x.ref(), t.ref(), g.ref(), grad.ref(), label_smoothing);
-  return grad;
+  Tensor x = logits.contiguous(), t = targets.contiguous(), g = grad.contiguous();
+  const Shape expected = reduction == Reduction::none ? Shape{x.size(0)} : Shape{};
+  KILN_CHECK(g.shape() == expected && g.dtype() == compute_dtype(x.dtype()), ShapeError,
+             "cross_entropy_backward: gradient ", g.shape(), " ", g.dtype(), " for ", x.size(0), " samples of ",
+             x.dtype(), " logits (expected ", expected, " ", compute_dtype(x.dtype()), ")");
+  Tensor grad_logits = empty_as(x.shape(), x);
+  if (reduction == Reduction::none)
+    x.backend().cross_entropy_backward(x.ref(), t.ref(), g.ref(), grad_logits.ref(), label_smoothing);
+  else
+    x.backend().cross_entropy_reduced_backward(x.ref(), t.ref(), g.ref(), grad_logits.ref(), label_smoothing,
+                                               reduction == Reduction::mean);
+  return grad_logits;
 }
 
 Tensor nll_loss(const Tensor& log_probs_in, const Tensor& targets, Reduction reduction) {

@@ -1531,18 +1531,6 @@ conv2d::Geometry geometry_of(const Shape& x, const Shape& w, const Shape& y, con
   return g;
 }
 
-// A buffer from the backend's stream-ordered pool, handed back when it leaves scope: right after
-// the launches that use it are queued, and a later kernel on the stream cannot reuse it before
-// they finish.
-struct Workspace {
-  CudaBackend& backend;
-  void* p;
-  Workspace(CudaBackend& b, size_t bytes) : backend(b), p(bytes > 0 ? b.allocate(bytes) : nullptr) {}
-  ~Workspace() { backend.deallocate(p); }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-};
-
 // TF32 where allow_tf32 permits it, else 3xTF32 (f32 accuracy).
 conv2d::TensorMath tensor_math() { return allow_tf32() ? conv2d::TensorMath::tf32 : conv2d::TensorMath::tf32x3; }
 
@@ -1572,7 +1560,7 @@ void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b
     if (!conv2d::forward_few_outputs_rows_applies<T>(x, w, b, y, g, be.stream()))
       conv2d::forward_implicit_gemm_prefetch<T>(x, w, b, y, g, be.stream());
   } else if (const int64_t packed = std::is_same_v<T, float> ? conv2d::forward_patch_workspace(g) : 0; packed > 0) {
-    Workspace ws(be, sizeof(T) * static_cast<size_t>(packed));
+    Scratch ws(be, sizeof(T) * static_cast<size_t>(packed));
     conv2d::forward_patch<T>(x, w, b, y, static_cast<T*>(ws.p), g, math, be.stream());
   } else {
     conv2d::forward_tensor_cores<T>(x, w, b, y, g, math, be.stream());
@@ -1583,10 +1571,10 @@ template <class T>
 void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2d::Geometry& g,
                     conv2d::TensorMath math) {
   if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
-    Workspace ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
+    Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
     conv2d::backward_input_few_outputs_rows<T>(gy, w, gx, static_cast<T*>(ws.p), g, be.stream());
   } else if (conv2d::backward_input_as_forward_applies(g)) {
-    Workspace ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
+    Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
     conv2d::backward_input_patch<T>(gy, w, gx, static_cast<T*>(ws.p), g, math, be.stream());
   } else if (conv2d::backward_input_uses_direct(g)) {
     conv2d::backward_input_direct<T>(gy, w, gx, g, be.stream());
@@ -1598,23 +1586,9 @@ void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2
 template <class T>
 void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv2d::Geometry& g,
                      conv2d::TensorMath math) {
-  Workspace ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
+  Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
   conv2d::backward_weight_tensor_cores<T>(x, gy, gw, static_cast<T*>(ws.p), g, math, be.stream());
 }
-
-// bf16 (mixed precision): a bf16 operand widened to f32 (exactly) in a buffer of the pool, or a
-// buffer for an f32 result to round into a bf16 one; nothing for an undefined operand.
-struct Widened {
-  Workspace buffer;
-  TensorRef ref;
-  Widened(CudaBackend& be, const TensorRef& bf16, bool copy_in = true)
-      : buffer(be, bf16.defined() ? sizeof(float) * static_cast<size_t>(bf16.numel()) : 0) {
-    if (!bf16.defined()) return;
-    ref = TensorRef{buffer.p, 0, bf16.shape, contiguous_strides(bf16.shape), DType::f32};
-    if (copy_in) be.copy(bf16, ref);
-  }
-  float* data() const { return static_cast<float*>(ref.buffer); }
-};
 
 }  // namespace
 
@@ -1647,7 +1621,7 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
     return;
   }
   if (y.dtype == DType::bf16 && conv2d::forward_cells_bf16_applies(g)) {
-    Workspace ws(*this, static_cast<size_t>(conv2d::forward_cells_bf16_workspace(g)));
+    Scratch ws(*this, static_cast<size_t>(conv2d::forward_cells_bf16_workspace(g)));
     conv2d::forward_cells_bf16(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue), y.data<bf16>(), ws.p, g,
                                stream());
     return;
@@ -1681,7 +1655,7 @@ void CudaBackend::conv2d_backward_input_relu(const TensorRef& grad_y, const Tens
              " must be contiguous and match the input gradient ", grad_x.shape, " ", grad_x.dtype);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
   if (!backward_input_runs_cells(grad_x, g)) return Backend::conv2d_backward_input_relu(grad_y, w, relu_x, grad_x, p);
-  Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
+  Scratch ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
   conv2d::backward_input_relu_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), relu_x.data<bf16>(), grad_x.data<bf16>(),
                                          ws.p, g, stream());
 }
@@ -1691,7 +1665,7 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
   if (backward_input_runs_cells(grad_x, g)) {
-    Workspace ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
+    Scratch ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
     conv2d::backward_input_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());
     return;
   }
@@ -1717,7 +1691,7 @@ bool backward_weight_rows(CudaBackend& be, const TensorRef& x, const TensorRef& 
     using T = decltype(tag);
     const int64_t bytes = conv2d::backward_weight_rows_workspace<T>(g);
     if (bytes == 0) return;
-    Workspace ws(be, static_cast<size_t>(bytes));
+    Scratch ws(be, static_cast<size_t>(bytes));
     conv2d::backward_weight_rows<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(), ws.p, g, be.stream(),
                                     grad_b.defined() ? grad_b.data<T>() : nullptr);
     done = true;
@@ -1741,7 +1715,7 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
   if (backward_weight_rows(*this, x, grad_y, grad_w, TensorRef{}, g)) return;
   if (grad_w.dtype == DType::bf16) {
-    Workspace ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
+    Scratch ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
     if (conv2d::backward_weight_cells_bf16_pays(g)) {
       conv2d::backward_weight_cells_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g, stream());
       return;

@@ -95,17 +95,14 @@ __device__ inline T grad_of(T v, const MaxSum<T>& a, T g, bool is_target, T on, 
   return g * (exp_of(v - a.m) / a.s - (is_target ? on : off));
 }
 
-// Row r's loss, written by one thread: row_loss where the target t is in [0, C), else NaN and the
-// fault recorded. target_logit() reads the target's logit; it is called only for a valid t.
+// Row r's loss: row_loss where the target t is in [0, C), else NaN and the fault recorded.
+// target_logit() reads the target's logit; it is called only for a valid t.
 template <class T, class Logit>
-__device__ inline void store_loss(T* losses, int64_t r, int32_t t, int64_t classes, const MaxSum<T>& a, double total,
-                                  double s, DeviceFault* fault, Logit target_logit) {
-  if (valid(t, classes)) {
-    losses[r] = row_loss(a, target_logit(), total, classes, s);
-  } else {
-    losses[r] = T(NAN);
-    if (fault) report_fault(fault, FaultOp::cross_entropy, t, r, classes);
-  }
+__device__ inline T loss_or_fault(int64_t r, int32_t t, int64_t classes, const MaxSum<T>& a, double total, double s,
+                                  DeviceFault* fault, Logit target_logit) {
+  if (valid(t, classes)) return row_loss(a, static_cast<T>(target_logit()), total, classes, s);
+  if (fault) report_fault(fault, FaultOp::cross_entropy, t, r, classes);
+  return T(NAN);
 }
 
 // The backward's check of row r's target: outside [0, C) the row's sum becomes NaN, so its whole
@@ -119,20 +116,63 @@ __device__ inline void check_target(MaxSum<T>& a, int32_t t, int64_t r, int64_t 
   }
 }
 
-template <class T>
-__global__ void cross_entropy_warp_kernel(const T* x, const int32_t* targets, T* losses, int64_t rows,
+// Row at.r's loss, made by the G lanes of its group: version 5's pass (G <= 8, C <= 4G lanes' worth)
+// or version 2's (G = 32: a warp a row, any C). Every lane of the warp calls it (the group's
+// shuffles); the group's first lane gets the loss of a live row (it reads the target and records a
+// fault), the others 0. S is the logits' storage type (bf16 too); the loss is compute_t<S>.
+template <int G, class S, class T = compute_t<S>>
+__device__ inline T group_row_loss(const S* x, const int32_t* targets, const GroupRow& at, int64_t classes, double s,
+                                   DeviceFault* fault) {
+  double total = 0;
+  auto add_up = [&](T v) { total += static_cast<double>(v); };
+  MaxSum<T> a;
+  if constexpr (G == 32) {
+    a = warp_row_state(x + at.r * classes, classes, add_up);  // one row a warp: every lane's row is live
+  } else {
+    T v[kGroupValues];
+    a = group_row_state<G>(x, classes, at, v, add_up);
+  }
+  total = group_sum<G>(total);
+  if (!at.live || at.sub != 0) return T(0);
+  const int32_t t = targets[at.r];
+  return loss_or_fault(at.r, t, classes, a, total, s, fault, [&] { return x[at.r * classes + t]; });
+}
+
+// Versions 2 (G = 32) and 5: each row's loss, written by its group's first lane.
+template <class S, int G>
+__global__ void cross_entropy_rows_kernel(const S* x, const int32_t* targets, compute_t<S>* losses, int64_t rows,
                                           int64_t classes, double s, DeviceFault* fault) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps_per_block = blockDim.x / 32;
-  for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / 32; r < rows; r += gridDim.x * warps_per_block) {
-    const T* row = x + r * classes;
+  for_each_group_row<G>(rows, [&](const GroupRow& at) {
+    const compute_t<S> loss = group_row_loss<G>(x, targets, at, classes, s, fault);
+    if (at.live && at.sub == 0) losses[at.r] = loss;
+  });
+}
+
+// Version 8: the batch's loss, summed (or averaged) in the kernel that makes the rows' losses, in
+// one block: each lane that makes a loss adds it (as rounded to compute_t<S>, the losses a
+// per-row kernel would write) to its own double, in row order, and the block adds those in a fixed
+// order, so the bits repeat. A block of kReducedThreads handles kReducedMaxElements of logits in a
+// few microseconds; a larger batch takes the per-row kernel and a reduce, where one more launch
+// costs little beside the rows.
+constexpr int kReducedThreads = 1024;
+
+template <class S, int G>
+__global__ void __launch_bounds__(kReducedThreads)
+    cross_entropy_reduced_kernel(const S* x, const int32_t* targets, compute_t<S>* out, int64_t rows,
+                                 int64_t classes, double s, double divisor, DeviceFault* fault) {
+  __shared__ double warps[kReducedThreads / 32];
+  double sum = 0;
+  for_each_group_row<G>(rows, [&](const GroupRow& at) {
+    const compute_t<S> loss = group_row_loss<G>(x, targets, at, classes, s, fault);
+    if (at.live && at.sub == 0) sum += static_cast<double>(loss);
+  });
+  sum = warp_sum(sum);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
     double total = 0;
-    const MaxSum<T> a = warp_row_state(row, classes, [&](T v) { total += static_cast<double>(v); });
-    total = warp_sum(total);
-    if (lane == 0) {
-      const int32_t t = targets[r];
-      store_loss(losses, r, t, classes, a, total, s, fault, [&] { return row[t]; });
-    }
+    for (int w = 0; w < kReducedThreads / 32; ++w) total += warps[w];
+    out[0] = static_cast<compute_t<S>>(total / divisor);  // a mean of no rows: 0 / 0, NaN as PyTorch
   }
 }
 
@@ -154,27 +194,28 @@ __global__ void cross_entropy_block_kernel(const T* x, const int32_t* targets, T
       total = 0;
       for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += totals[w];
       const int32_t t = targets[r];
-      store_loss(losses, r, t, classes, a, total, s, fault, [&] { return row[t]; });
+      losses[r] = loss_or_fault(r, t, classes, a, total, s, fault, [&] { return row[t]; });
     }
     __syncthreads();  // thread 0 has read totals before the next row overwrites it
   }
 }
 
-template <class T>
-__global__ void cross_entropy_backward_warp_kernel(const T* x, const int32_t* targets, const T* grad_losses,
-                                                   T* grad_x, int64_t rows, int64_t classes, double s,
+template <class S>
+__global__ void cross_entropy_backward_warp_kernel(const S* x, const int32_t* targets, RowGrads<compute_t<S>> grads,
+                                                   S* grad_x, int64_t rows, int64_t classes, double s,
                                                    DeviceFault* fault) {
+  using T = compute_t<S>;
   const int lane = threadIdx.x % 32;
   const int64_t warps_per_block = blockDim.x / 32;
   const T on = static_cast<T>(1.0 - s + s / static_cast<double>(classes)), off = static_cast<T>(s / static_cast<double>(classes));
   for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / 32; r < rows; r += gridDim.x * warps_per_block) {
-    const T* row = x + r * classes;
-    T* gx = grad_x + r * classes;
+    const S* row = x + r * classes;
+    S* gx = grad_x + r * classes;
     MaxSum<T> a = warp_row_state(row, classes);
     const int32_t t = targets[r];
     check_target(a, t, r, classes, lane == 0, fault);
-    const T g = grad_losses[r];
-    for (int64_t c = lane; c < classes; c += 32) gx[c] = grad_of(row[c], a, g, c == t, on, off);
+    const T g = grads[r];
+    for (int64_t c = lane; c < classes; c += 32) gx[c] = cast<S>(grad_of(static_cast<T>(row[c]), a, g, c == t, on, off));
   }
 }
 
@@ -201,28 +242,13 @@ __global__ void cross_entropy_backward_block_kernel(const T* x, const int32_t* t
   }
 }
 
-// Rows of C <= 4G classes, G lanes per row, 32 / G rows per warp (softmax.cu's version 5); the
-// group's first lane writes the loss.
-template <class T, int G>
-__global__ void cross_entropy_rows_per_warp_kernel(const T* x, const int32_t* targets, T* losses, int64_t rows,
-                                                   int64_t classes, double s, DeviceFault* fault) {
-  for_each_group_row<G>(rows, [&](const GroupRow& at) {
-    T v[kGroupValues];
-    double total = 0;
-    const MaxSum<T> a = group_row_state<G>(x, classes, at, v, [&](T e) { total += static_cast<double>(e); });
-    total = group_sum<G>(total);
-    if (at.live && at.sub == 0) {
-      const int64_t r = at.r;
-      const int32_t t = targets[r];
-      store_loss(losses, r, t, classes, a, total, s, fault, [&] { return x[r * classes + t]; });
-    }
-  });
-}
-
-template <class T, int G>
-__global__ void cross_entropy_backward_rows_per_warp_kernel(const T* x, const int32_t* targets, const T* grad_losses,
-                                                            T* grad_x, int64_t rows, int64_t classes, double s,
-                                                            DeviceFault* fault) {
+// Rows of C <= 4G classes, G lanes per row, 32 / G rows per warp (softmax.cu's version 5): each
+// lane keeps its elements in registers between the row's state and its writes.
+template <class S, int G>
+__global__ void cross_entropy_backward_rows_per_warp_kernel(const S* x, const int32_t* targets,
+                                                            RowGrads<compute_t<S>> grads, S* grad_x, int64_t rows,
+                                                            int64_t classes, double s, DeviceFault* fault) {
+  using T = compute_t<S>;
   const T on = static_cast<T>(1.0 - s + s / static_cast<double>(classes)), off = static_cast<T>(s / static_cast<double>(classes));
   for_each_group_row<G>(rows, [&](const GroupRow& at) {
     T v[kGroupValues];
@@ -231,11 +257,11 @@ __global__ void cross_entropy_backward_rows_per_warp_kernel(const T* x, const in
     const int64_t r = at.r;
     const int32_t t = targets[r];
     check_target(a, t, r, classes, at.sub == 0, fault);
-    const T g = grad_losses[r];
+    const T g = grads[r];
 #pragma unroll
     for (int k = 0; k < kGroupValues; ++k) {
       const int64_t c = at.sub + k * G;
-      if (c < classes) grad_x[r * classes + c] = grad_of(v[k], a, g, c == t, on, off);
+      if (c < classes) grad_x[r * classes + c] = cast<S>(grad_of(v[k], a, g, c == t, on, off));
     }
   });
 }
@@ -328,7 +354,7 @@ __global__ void __launch_bounds__(Threads)
       a = finish(warp_combine(a));
       total = warp_sum(total);
       if (lane == 0) {
-        store_loss(losses, r, t, classes, a, total, s, fault, [&] { return target_logit; });
+        losses[r] = loss_or_fault(r, t, classes, a, total, s, fault, [&] { return target_logit; });
       }
     }
   }
@@ -425,11 +451,11 @@ constexpr int kWarps = kThreads / 32;
 
 }  // namespace
 
-template <class T>
-void cross_entropy_warp(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
+template <class S>
+void cross_entropy_warp(const S* logits, const int32_t* targets, compute_t<S>* losses, int64_t rows, int64_t classes,
                         double label_smoothing, DeviceFault* fault, cudaStream_t stream) {
   if (rows == 0) return;
-  cross_entropy_warp_kernel<T><<<row_blocks((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+  cross_entropy_rows_kernel<S, 32><<<row_blocks((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
       logits, targets, losses, rows, classes, label_smoothing, fault);
   KILN_CUDA_LAUNCH_CHECK("cross_entropy");
 }
@@ -446,12 +472,12 @@ void cross_entropy_block(const T* logits, const int32_t* targets, T* losses, int
   KILN_CUDA_LAUNCH_CHECK("cross_entropy");
 }
 
-template <class T>
-void cross_entropy_backward_warp(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
-                                 int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
-                                 cudaStream_t stream) {
+template <class S>
+void cross_entropy_backward_warp(const S* logits, const int32_t* targets, RowGrads<compute_t<S>> grad_losses,
+                                 S* grad_logits, int64_t rows, int64_t classes, double label_smoothing,
+                                 DeviceFault* fault, cudaStream_t stream) {
   if (rows == 0) return;
-  cross_entropy_backward_warp_kernel<T><<<row_blocks((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+  cross_entropy_backward_warp_kernel<S><<<row_blocks((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
       logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault);
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
@@ -469,24 +495,23 @@ void cross_entropy_backward_block(const T* logits, const int32_t* targets, const
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
 
-template <class T>
-void cross_entropy_rows_per_warp(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
-                                 double label_smoothing, DeviceFault* fault, cudaStream_t stream) {
+template <class S>
+void cross_entropy_rows_per_warp(const S* logits, const int32_t* targets, compute_t<S>* losses, int64_t rows,
+                                 int64_t classes, double label_smoothing, DeviceFault* fault, cudaStream_t stream) {
   if (rows == 0) return;
   if (classes > kSubWarpRowMax || classes == 0)
     return cross_entropy_warp(logits, targets, losses, rows, classes, label_smoothing, fault, stream);
   dispatch<1, 2, 4, 8>(lane_group(classes), [&](auto group) {
     constexpr int64_t rows_per_block = kWarps * (32 / group());
-    cross_entropy_rows_per_warp_kernel<T, group()><<<row_blocks((rows + rows_per_block - 1) / rows_per_block),
-                                                     kThreads, 0, stream>>>(logits, targets, losses, rows, classes,
-                                                                            label_smoothing, fault);
+    cross_entropy_rows_kernel<S, group()><<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0,
+                                            stream>>>(logits, targets, losses, rows, classes, label_smoothing, fault);
   });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy");
 }
 
-template <class T>
-void cross_entropy_backward_rows_per_warp(const T* logits, const int32_t* targets, const T* grad_losses,
-                                          T* grad_logits, int64_t rows, int64_t classes, double label_smoothing,
+template <class S>
+void cross_entropy_backward_rows_per_warp(const S* logits, const int32_t* targets, RowGrads<compute_t<S>> grad_losses,
+                                          S* grad_logits, int64_t rows, int64_t classes, double label_smoothing,
                                           DeviceFault* fault, cudaStream_t stream) {
   if (rows == 0) return;
   if (classes > kSubWarpRowMax || classes == 0)
@@ -494,11 +519,24 @@ void cross_entropy_backward_rows_per_warp(const T* logits, const int32_t* target
                                        stream);
   dispatch<1, 2, 4, 8>(lane_group(classes), [&](auto group) {
     constexpr int64_t rows_per_block = kWarps * (32 / group());
-    cross_entropy_backward_rows_per_warp_kernel<T, group()>
+    cross_entropy_backward_rows_per_warp_kernel<S, group()>
         <<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, stream>>>(
             logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault);
   });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
+}
+
+template <class S>
+bool cross_entropy_reduced(const S* logits, const int32_t* targets, compute_t<S>* out, int64_t rows, int64_t classes,
+                           double label_smoothing, bool mean, DeviceFault* fault, cudaStream_t stream) {
+  if (classes == 0 || classes > kWarpRowMax || rows * classes > kReducedMaxElements) return false;
+  const double divisor = mean ? static_cast<double>(rows) : 1.0;
+  dispatch<1, 2, 4, 8, 32>(classes <= kSubWarpRowMax ? lane_group(classes) : 32, [&](auto group) {
+    cross_entropy_reduced_kernel<S, group()><<<1, kReducedThreads, 0, stream>>>(logits, targets, out, rows, classes,
+                                                                               label_smoothing, divisor, fault);
+  });
+  KILN_CUDA_LAUNCH_CHECK("cross_entropy");
+  return true;
 }
 
 template <class T>
@@ -559,69 +597,139 @@ void cross_entropy_backward_split(const T* logits, const int32_t* targets, const
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
 
-#define KILN_CROSS_ENTROPY_INSTANTIATE(T)                                                                        \
-  template void cross_entropy_warp<T>(const T*, const int32_t*, T*, int64_t, int64_t, double, DeviceFault*,      \
-                                      cudaStream_t);                                                             \
-  template void cross_entropy_block<T>(const T*, const int32_t*, T*, int64_t, int64_t, double, DeviceFault*,     \
-                                       cudaStream_t);                                                            \
-  template void cross_entropy_backward_warp<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t, double, \
-                                               DeviceFault*, cudaStream_t);                                      \
-  template void cross_entropy_backward_block<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t,        \
-                                                double, DeviceFault*, cudaStream_t);
-#define KILN_CROSS_ENTROPY_INSTANTIATE_NEW(T)                                                                   \
-  template void cross_entropy_rows_per_warp<T>(const T*, const int32_t*, T*, int64_t, int64_t, double, DeviceFault*, \
-                                               cudaStream_t);                                                    \
-  template void cross_entropy_backward_rows_per_warp<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t,  \
-                                                        double, DeviceFault*, cudaStream_t);                     \
-  template void cross_entropy_backward_registers<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t,      \
-                                                    double, DeviceFault*, cudaStream_t);                     \
+#define KILN_CROSS_ENTROPY_INSTANTIATE_ROWS(S)                                                                    \
+  template void cross_entropy_warp<S>(const S*, const int32_t*, compute_t<S>*, int64_t, int64_t, double, DeviceFault*, \
+                                      cudaStream_t);                                                                 \
+  template void cross_entropy_rows_per_warp<S>(const S*, const int32_t*, compute_t<S>*, int64_t, int64_t, double,      \
+                                               DeviceFault*, cudaStream_t);                                          \
+  template void cross_entropy_backward_warp<S>(const S*, const int32_t*, RowGrads<compute_t<S>>, S*, int64_t,          \
+                                               int64_t, double, DeviceFault*, cudaStream_t);                         \
+  template void cross_entropy_backward_rows_per_warp<S>(const S*, const int32_t*, RowGrads<compute_t<S>>, S*,          \
+                                                        int64_t, int64_t, double, DeviceFault*, cudaStream_t);       \
+  template bool cross_entropy_reduced<S>(const S*, const int32_t*, compute_t<S>*, int64_t, int64_t, double, bool,      \
+                                         DeviceFault*, cudaStream_t);
+#define KILN_CROSS_ENTROPY_INSTANTIATE_BLOCKS(T)                                                                   \
+  template void cross_entropy_block<T>(const T*, const int32_t*, T*, int64_t, int64_t, double, DeviceFault*,         \
+                                       cudaStream_t);                                                                \
+  template void cross_entropy_backward_block<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t, double,    \
+                                                DeviceFault*, cudaStream_t);                                         \
+  template void cross_entropy_backward_registers<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t,        \
+                                                    double, DeviceFault*, cudaStream_t);                             \
   template void cross_entropy_block_unrolled<T>(const T*, const int32_t*, T*, int64_t, int64_t, double, DeviceFault*, \
-                                                cudaStream_t);                                               \
-  template void cross_entropy_backward_split<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t, double,   \
+                                                cudaStream_t);                                                       \
+  template void cross_entropy_backward_split<T>(const T*, const int32_t*, const T*, T*, int64_t, int64_t, double,    \
                                                 DeviceFault*, cudaStream_t);
-KILN_CROSS_ENTROPY_INSTANTIATE_NEW(float)
-KILN_CROSS_ENTROPY_INSTANTIATE_NEW(double)
-#undef KILN_CROSS_ENTROPY_INSTANTIATE_NEW
-KILN_CROSS_ENTROPY_INSTANTIATE(float)
-KILN_CROSS_ENTROPY_INSTANTIATE(double)
-#undef KILN_CROSS_ENTROPY_INSTANTIATE
+KILN_CROSS_ENTROPY_INSTANTIATE_ROWS(float)
+KILN_CROSS_ENTROPY_INSTANTIATE_ROWS(double)
+KILN_CROSS_ENTROPY_INSTANTIATE_ROWS(bf16)
+KILN_CROSS_ENTROPY_INSTANTIATE_BLOCKS(float)
+KILN_CROSS_ENTROPY_INSTANTIATE_BLOCKS(double)
+#undef KILN_CROSS_ENTROPY_INSTANTIATE_ROWS
+#undef KILN_CROSS_ENTROPY_INSTANTIATE_BLOCKS
 
 }  // namespace kiln::cuda::softmax
 
 namespace kiln::cuda {
 
+namespace {
+
+namespace ce = cuda::softmax;
+
+void check_loss_refs(const char* op, const TensorRef& logits, const TensorRef& targets, const TensorRef& losses) {
+  KILN_CHECK(logits.shape.size() == 2, ShapeError, "cuda ", op, ": logits must be [N, C], got ", logits.shape);
+  KILN_CHECK(targets.dtype == DType::i32, DTypeError, "cuda ", op, ": targets must be i32, got ", targets.dtype);
+  KILN_CHECK(losses.dtype == compute_dtype(logits.dtype), DTypeError, "cuda ", op, ": ", logits.dtype,
+             " logits take ", compute_dtype(logits.dtype), " losses and gradients, got ", losses.dtype);
+}
+
+// The backward from each row's gradient (grads [N]) or from one for every row (one_grad: grads [],
+// times scale): the version that fits C. Production picks rows per warp up to 32 classes, warp per
+// row below kRegisterRowMin, then the registers and split versions, which read f32 and f64 only (so
+// longer bf16 rows are widened first) and each row's own gradient (the reduced backward does not
+// send them one).
+void backward_rows(CudaBackend& be, const TensorRef& logits, const TensorRef& targets, const TensorRef& grads,
+                   bool one_grad, double scale, const TensorRef& grad_logits, double s) {
+  const int64_t rows = logits.shape[0], classes = logits.shape[1];
+  if (logits.dtype == DType::bf16 && classes >= ce::kRegisterRowMin) {
+    const Widened x(be, logits), gx(be, grad_logits, false);
+    backward_rows(be, x.ref, targets, grads, one_grad, scale, gx.ref, s);
+    be.copy(gx.ref, grad_logits);
+    return;
+  }
+  visit_floating_bf16(logits.dtype, "cross_entropy_backward", [&](auto tag) {
+    using S = decltype(tag);
+    using T = compute_t<S>;
+    const ce::RowGrads<T> g(grads.data<T>(), one_grad ? 0 : 1, static_cast<T>(scale));
+    const S* x = logits.data<S>();
+    const int32_t* t = targets.data<int32_t>();
+    S* gx = grad_logits.data<S>();
+    if (classes < ce::kRegisterRowMin) {  // rows per warp (warp per row past kSubWarpRowMax)
+      ce::cross_entropy_backward_rows_per_warp<S>(x, t, g, gx, rows, classes, s, be.fault_slot(), be.stream());
+    } else if constexpr (!std::is_same_v<S, bf16>) {
+      KILN_CHECK(!one_grad, ValueError, "cuda cross_entropy_backward: one gradient for every row of ", classes,
+                 " classes (the reduced backward sends rows this long their own)");
+      auto version = classes < ce::kSplitRowMin ? ce::cross_entropy_backward_registers<S>
+                                                : ce::cross_entropy_backward_split<S>;
+      version(x, t, grads.data<T>(), gx, rows, classes, s, be.fault_slot(), be.stream());
+    }
+  });
+}
+
+}  // namespace
+
+// Production picks by C: rows per warp up to 32 classes, warp per row to kWarpRowMax, then the
+// unrolled block version, which reads f32 and f64 only (longer bf16 rows are widened first).
 void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& targets, const TensorRef& losses,
                                 double label_smoothing) {
-  KILN_CHECK(logits.shape.size() == 2, ShapeError, "cuda cross_entropy: logits must be [N, C], got ", logits.shape);
-  KILN_CHECK(targets.dtype == DType::i32, DTypeError, "cuda cross_entropy: targets must be i32, got ", targets.dtype);
+  check_loss_refs("cross_entropy", logits, targets, losses);
   const int64_t rows = logits.shape[0], classes = logits.shape[1];
-  visit_floating(logits.dtype, "cross_entropy", [&](auto tag) {
-    using T = decltype(tag);
-    auto version = classes <= cuda::softmax::kSubWarpRowMax ? cuda::softmax::cross_entropy_rows_per_warp<T>
-                   : classes <= cuda::softmax::kWarpRowMax ? cuda::softmax::cross_entropy_warp<T>
-                                                           : cuda::softmax::cross_entropy_block_unrolled<T>;
-    version(logits.data<T>(), targets.data<int32_t>(), losses.data<T>(), rows, classes, label_smoothing, fault_, stream_);
+  if (logits.dtype == DType::bf16 && classes > ce::kWarpRowMax) {
+    const Widened x(*this, logits);
+    return cross_entropy(x.ref, targets, losses, label_smoothing);
+  }
+  visit_floating_bf16(logits.dtype, "cross_entropy", [&](auto tag) {
+    using S = decltype(tag);
+    const S* x = logits.data<S>();
+    const int32_t* t = targets.data<int32_t>();
+    compute_t<S>* out = losses.data<compute_t<S>>();
+    if (classes <= ce::kWarpRowMax)  // rows per warp (warp per row past kSubWarpRowMax)
+      ce::cross_entropy_rows_per_warp<S>(x, t, out, rows, classes, label_smoothing, fault_, stream_);
+    else if constexpr (!std::is_same_v<S, bf16>)
+      ce::cross_entropy_block_unrolled<S>(x, t, out, rows, classes, label_smoothing, fault_, stream_);
   });
 }
 
 void CudaBackend::cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
                                          const TensorRef& grad_losses, const TensorRef& grad_logits,
                                          double label_smoothing) {
-  KILN_CHECK(logits.shape.size() == 2, ShapeError, "cuda cross_entropy_backward: logits must be [N, C], got ",
-             logits.shape);
-  KILN_CHECK(targets.dtype == DType::i32, DTypeError, "cuda cross_entropy_backward: targets must be i32, got ",
-             targets.dtype);
+  check_loss_refs("cross_entropy_backward", logits, targets, grad_losses);
+  backward_rows(*this, logits, targets, grad_losses, false, 1.0, grad_logits, label_smoothing);
+}
+
+// Version 8 where the batch fits one block, else the per-row kernel and a reduce (Backend's).
+void CudaBackend::cross_entropy_reduced(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
+                                        double label_smoothing, bool mean) {
+  check_loss_refs("cross_entropy", logits, targets, out);
   const int64_t rows = logits.shape[0], classes = logits.shape[1];
-  visit_floating(logits.dtype, "cross_entropy_backward", [&](auto tag) {
-    using T = decltype(tag);
-    // the registers and split versions fall back to the block version where the row does not fit
-    auto version = classes <= cuda::softmax::kSubWarpRowMax ? cuda::softmax::cross_entropy_backward_rows_per_warp<T>
-                   : classes < cuda::softmax::kRegisterRowMin ? cuda::softmax::cross_entropy_backward_warp<T>
-                   : classes < cuda::softmax::kSplitRowMin    ? cuda::softmax::cross_entropy_backward_registers<T>
-                                                              : cuda::softmax::cross_entropy_backward_split<T>;
-    version(logits.data<T>(), targets.data<int32_t>(), grad_losses.data<T>(), grad_logits.data<T>(), rows, classes,
-            label_smoothing, fault_, stream_);
+  bool done = false;
+  visit_floating_bf16(logits.dtype, "cross_entropy", [&](auto tag) {
+    using S = decltype(tag);
+    done = ce::cross_entropy_reduced<S>(logits.data<S>(), targets.data<int32_t>(), out.data<compute_t<S>>(), rows,
+                                        classes, label_smoothing, mean, fault_, stream_);
   });
+  if (!done) Backend::cross_entropy_reduced(logits, targets, out, label_smoothing, mean);
+}
+
+// The one gradient read by every row's kernel, where C is below kRegisterRowMin.
+void CudaBackend::cross_entropy_reduced_backward(const TensorRef& logits, const TensorRef& targets,
+                                                 const TensorRef& grad, const TensorRef& grad_logits,
+                                                 double label_smoothing, bool mean) {
+  check_loss_refs("cross_entropy_backward", logits, targets, grad);
+  const int64_t rows = logits.shape[0], classes = logits.shape[1];
+  if (classes >= cuda::softmax::kRegisterRowMin)
+    return Backend::cross_entropy_reduced_backward(logits, targets, grad, grad_logits, label_smoothing, mean);
+  backward_rows(*this, logits, targets, grad, true, mean ? 1.0 / static_cast<double>(rows) : 1.0, grad_logits,
+                label_smoothing);
 }
 
 }  // namespace kiln::cuda

@@ -120,6 +120,10 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(const TensorRef& logits, const TensorRef& targets,
                               const TensorRef& grad_losses, const TensorRef& grad_logits,
                               double label_smoothing) override;
+  void cross_entropy_reduced(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
+                             double label_smoothing, bool mean) override;
+  void cross_entropy_reduced_backward(const TensorRef& logits, const TensorRef& targets, const TensorRef& grad,
+                                      const TensorRef& grad_logits, double label_smoothing, bool mean) override;
 
   // matmul.cu (the versions: matmul/)
   void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& out, const MatmulParams& p,
@@ -192,6 +196,21 @@ class CudaBackend final : public Backend {
   // Takes back a block of a graph's pool, or keeps (while a capture is open) a buffer made before
   // it; false for an ordinary buffer.
   bool deallocate_in_pool(void* buffer) noexcept;
+};
+
+// bf16 where a kernel has only f32 and f64 versions: a bf16 operand widened to f32 (exactly) in a
+// buffer of the pool, or (copy_in false) a buffer for an f32 result to round into the bf16 one;
+// nothing for an undefined operand.
+struct Widened {
+  Scratch buffer;
+  TensorRef ref;
+  Widened(CudaBackend& be, const TensorRef& bf16, bool copy_in = true)
+      : buffer(be, bf16.defined() ? sizeof(float) * static_cast<size_t>(bf16.numel()) : 0) {
+    if (!bf16.defined()) return;
+    ref = buffer.ref(bf16.shape, DType::f32);
+    if (copy_in) be.copy(bf16, ref);
+  }
+  float* data() const { return static_cast<float*>(ref.buffer); }
 };
 
 // The backend of GPU `index`, created on first use. Throws BackendUnavailable when there is no

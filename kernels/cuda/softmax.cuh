@@ -2,8 +2,9 @@
 // kernel-bench and the tests. CudaBackend::softmax and cross_entropy(_backward) are the
 // production path; they call `best` and the cross-entropy version that fits the row length.
 //
-// Every function queues its kernel on `stream` and returns; f32 and f64 are instantiated. Buffers
-// are contiguous. out may alias x (each element is read before it is written).
+// Every function queues its kernel on `stream` and returns; f32 and f64 are instantiated (and bf16
+// logits for the cross-entropy versions that take S). Buffers are contiguous. out may alias x (each
+// element is read before it is written).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda::softmax {
 
@@ -54,19 +56,38 @@ void best(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool log,
 // (may be null), which CudaBackend throws at its next synchronisation.
 constexpr int64_t kWarpRowMax = 1024;  // cross_entropy forward: rows up to this long use the warp version
 constexpr int64_t kSplitRowMin = 2048;  // cross_entropy backward: rows from this long use the split version
+// The versions that take S read logits of any storage type (f32, f64, bf16) and compute in
+// compute_t<S>: the losses and their gradients are f32 for bf16 logits, the logits' gradient is S.
+// Their backward takes RowGrads: each row's gradient, or one for every row.
 template <class T>
-void cross_entropy_warp(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
+struct RowGrads {
+  const T* values;
+  int64_t stride;  // 1: values[r] for row r; 0: values[0] for every row (the gradient of the losses' sum)
+  T scale;         // times this (1 / rows for a mean)
+  RowGrads(const T* v, int64_t stride_ = 1, T scale_ = T(1)) : values(v), stride(stride_), scale(scale_) {}  // NOLINT
+#if defined(__CUDACC__)
+  __device__ T operator[](int64_t r) const { return values[r * stride] * scale; }
+#endif
+};
+template <class S>  // version 2: a warp a row
+void cross_entropy_warp(const S* logits, const int32_t* targets, compute_t<S>* losses, int64_t rows, int64_t classes,
                         double label_smoothing, DeviceFault* fault, cudaStream_t stream);
 template <class T>
 void cross_entropy_block(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
                          double label_smoothing, DeviceFault* fault, cudaStream_t stream);
-template <class T>  // C <= kSubWarpRowMax (longer rows go to cross_entropy_warp)
-void cross_entropy_rows_per_warp(const T* logits, const int32_t* targets, T* losses, int64_t rows, int64_t classes,
-                                 double label_smoothing, DeviceFault* fault, cudaStream_t stream);
-template <class T>  // C <= kSubWarpRowMax (longer rows go to cross_entropy_backward_warp)
-void cross_entropy_backward_rows_per_warp(const T* logits, const int32_t* targets, const T* grad_losses,
-                                          T* grad_logits, int64_t rows, int64_t classes, double label_smoothing,
+template <class S>  // version 5: C <= kSubWarpRowMax (longer rows go to cross_entropy_warp)
+void cross_entropy_rows_per_warp(const S* logits, const int32_t* targets, compute_t<S>* losses, int64_t rows,
+                                 int64_t classes, double label_smoothing, DeviceFault* fault, cudaStream_t stream);
+template <class S>  // C <= kSubWarpRowMax (longer rows go to cross_entropy_backward_warp)
+void cross_entropy_backward_rows_per_warp(const S* logits, const int32_t* targets, RowGrads<compute_t<S>> grad_losses,
+                                          S* grad_logits, int64_t rows, int64_t classes, double label_smoothing,
                                           DeviceFault* fault, cudaStream_t stream);
+// version 8: out[0] = the rows' losses summed (divided by rows where `mean`), in one block. Returns
+// false, queuing nothing, where rows * C > kReducedMaxElements or C > kWarpRowMax (or C == 0).
+constexpr int64_t kReducedMaxElements = int64_t{1} << 16;
+template <class S>
+bool cross_entropy_reduced(const S* logits, const int32_t* targets, compute_t<S>* out, int64_t rows, int64_t classes,
+                           double label_smoothing, bool mean, DeviceFault* fault, cudaStream_t stream);
 template <class T>  // the row in registers, as row_in_registers (too long: cross_entropy_backward_block)
 void cross_entropy_backward_registers(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
                                       int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
@@ -78,10 +99,10 @@ template <class T>  // the row split between registers and shared memory, two ro
 void cross_entropy_backward_split(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
                                   int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
                                   cudaStream_t stream);
-template <class T>
-void cross_entropy_backward_warp(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
-                                 int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
-                                 cudaStream_t stream);
+template <class S>
+void cross_entropy_backward_warp(const S* logits, const int32_t* targets, RowGrads<compute_t<S>> grad_losses,
+                                 S* grad_logits, int64_t rows, int64_t classes, double label_smoothing,
+                                 DeviceFault* fault, cudaStream_t stream);
 template <class T>
 void cross_entropy_backward_block(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
                                   int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,
@@ -93,6 +114,8 @@ void cross_entropy_backward_block(const T* logits, const int32_t* targets, const
 // ---- device pieces shared by softmax.cu and cross_entropy.cu ----
 #include <algorithm>
 #include <cmath>
+
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda::softmax::detail {
 
@@ -257,7 +280,8 @@ inline unsigned row_blocks(int64_t units) {
 
 // ---- the passes over a row that the softmax versions and cross-entropy share ----
 // Each returns the row's online state; `each(v)` sees every element a thread adds, for what
-// cross-entropy sums beside the state (its logits' plain sum). Softmax passes nothing.
+// cross-entropy sums beside the state (its logits' plain sum). Softmax passes nothing. Versions 2
+// and 5 read a row of any storage type S (cross-entropy's bf16 logits) and compute in compute_t<S>.
 struct NoEach {
   template <class T>
   __device__ void operator()(T) const {}
@@ -265,12 +289,13 @@ struct NoEach {
 
 // Version 2: the 32 lanes of a warp walk a row of n elements together (lane k takes elements
 // k, k + 32, ...: coalesced); five shuffles combine their states. Every lane gets the finished state.
-template <class T, class Each = NoEach>
-__device__ inline MaxSum<T> warp_row_state(const T* row, int64_t n, Each each = {}) {
+template <class S, class Each = NoEach, class T = compute_t<S>>
+__device__ inline MaxSum<T> warp_row_state(const S* row, int64_t n, Each each = {}) {
   MaxSum<T> a = none<T>();
   for (int64_t k = threadIdx.x % 32; k < n; k += 32) {
-    add(a, row[k]);
-    each(row[k]);
+    const T v = row[k];
+    add(a, v);
+    each(v);
   }
   return finish(warp_combine(a));
 }
@@ -323,8 +348,8 @@ constexpr int kGroupValues = 4;  // the elements a lane holds at most in version
 // Version 5's pass over row `at.r` of x [rows, n]: the lane keeps its elements sub, sub + G, ... in
 // v (registers); shuffles within the group combine the states. A lane past the last row carries
 // an empty state.
-template <int G, class T, class Each = NoEach>
-__device__ inline MaxSum<T> group_row_state(const T* x, int64_t n, const GroupRow& at, T (&v)[kGroupValues],
+template <int G, class S, class T, class Each = NoEach>
+__device__ inline MaxSum<T> group_row_state(const S* x, int64_t n, const GroupRow& at, T (&v)[kGroupValues],
                                             Each each = {}) {
   MaxSum<T> a = none<T>();
 #pragma unroll
