@@ -73,6 +73,20 @@ void Backend::dropout_relu(const TensorRef& grad, const TensorRef& relu_x, const
   unary_backward(UnaryOp::relu, relu_x, out, out, 0.0);
 }
 
+void Backend::count_correct(const TensorRef& logits, const TensorRef& targets, const TensorRef& count) {
+  const int64_t n = logits.shape[0];
+  const Scratch predicted_buffer(*this, static_cast<size_t>(n) * sizeof(int32_t)),
+      hits_buffer(*this, static_cast<size_t>(n) * sizeof(int32_t)), sum_buffer(*this, sizeof(int32_t));
+  TensorRef rows = logits, predicted = predicted_buffer.ref({1, n}, DType::i32);
+  rows.shape = {n, logits.shape[1], 1};  // reduce's [outer, n, inner] -> [outer, inner]
+  rows.strides = contiguous_strides(rows.shape);
+  reduce(ReduceOp::argmax, rows, predicted);
+  TensorRef hits = hits_buffer.ref({1, n, 1}, DType::i32), sum = sum_buffer.ref({1, 1}, DType::i32);
+  binary(BinaryOp::eq, predicted_buffer.ref({n}, DType::i32), targets, hits_buffer.ref({n}, DType::i32));
+  reduce(ReduceOp::sum, hits, sum);
+  binary(BinaryOp::add, count, sum_buffer.ref({}, DType::i32), count);
+}
+
 void Backend::begin_capture() {
   KILN_FAIL(BackendUnavailable, "the ", name(), " backend cannot capture a graph (CUDA graphs need a CUDA device)");
 }

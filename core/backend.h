@@ -259,6 +259,11 @@ class Backend {
   virtual void cross_entropy_reduced_backward(const TensorRef& logits, const TensorRef& targets,
                                               const TensorRef& grad, const TensorRef& grad_logits,
                                               double label_smoothing, bool mean);
+  // count (i32 [], accumulating) += the rows i of logits [N, C] whose argmax (the first maximum;
+  // a NaN counts as the maximum) is targets[i] (i32 [N]; one outside [0, C) matches no row): a
+  // classifier's correct predictions. By default argmax, eq, sum and an add, four passes with
+  // their buffers; CUDA counts in one kernel.
+  virtual void count_correct(const TensorRef& logits, const TensorRef& targets, const TensorRef& count);
   // indices i32 [N] in [0, C) -> out [N, C] of out's dtype, 1 at the index and 0 elsewhere.
   virtual void one_hot(const TensorRef& indices, const TensorRef& out) = 0;
 

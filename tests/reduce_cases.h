@@ -77,6 +77,41 @@ inline void reduce_cases(const Run& r, int trials) {
   }
 }
 
+// add_correct: the rows whose argmax is their target, added to a count on the device, against
+// the CPU's, in every dtype taken: random rows with ties (small integer values: the first maximum
+// wins), NaN rows (the first NaN wins), targets outside [0, C) (never a match), batches from
+// empty to past a block's rows, and the count accumulating over calls.
+inline void add_correct_cases(const Run& r) {
+  std::mt19937 rng(15);
+  auto integers = [&](int32_t low, int32_t high, const Shape& shape) {  // uniform in [low, high]
+    std::vector<int32_t> v(static_cast<size_t>(shape.numel()));
+    for (auto& e : v) e = std::uniform_int_distribution<int32_t>(low, high)(rng);
+    return from_vector<int32_t>(v, shape);
+  };
+  for (int trial = 0; trial < 20; ++trial) {
+    const int64_t classes = random_length(rng) % 1100 + 1;
+    const int64_t rows = std::uniform_int_distribution<int64_t>(0, 700)(rng);
+    for (const Take& k : r.takes) {
+      Tensor cpu = integers(0, trial % 2 ? 3 : 1000, {rows, classes}).to(k.dtype);
+      if (is_floating(k.dtype) && rows > 2) {  // a NaN in row 1, two in row 2
+        cpu.slice(0, 1, 2).slice(1, classes / 2, classes / 2 + 1).fill_(NAN);
+        cpu.slice(0, 2, 3).fill_(NAN);
+      }
+      Tensor targets = integers(-1, static_cast<int32_t>(classes), {rows});
+      Tensor want = zeros({}, TensorOptions(DType::i32)), got = zeros({}, TensorOptions(DType::i32).device(r.device));
+      for (int call = 0; call < 2; ++call) {
+        add_correct(want, cpu, targets);
+        add_correct(got, cpu.to(r.device), targets.to(r.device));
+      }
+      const std::string what = "add_correct [" + std::to_string(rows) + ", " + std::to_string(classes) + "] " +
+                               std::string(dtype_name(k.dtype));
+      r.check(got, want, {0, 0}, what);
+      if (rows > 0)  // the CPU's, as argmax, eq and sum
+        CHECK_MESSAGE(want.item() == 2 * sum(eq(argmax(cpu, 1), targets)).item(), what);
+    }
+  }
+}
+
 // softmax and log_softmax over any axis (negative ones too), of any length (random_length: the
 // thresholds of the CUDA versions), at scales up to logits of 1e3, contiguous and not; then a
 // long axis that is not the last with few columns, and more column groups than a launch holds.

@@ -216,12 +216,11 @@ LabelledSet read_labelled_set(const fs::path& images_path, const fs::path& label
 int64_t count_correct(nn::Module& model, const LabelledSet& set, const Device& device, int64_t batch_size) {
   const int64_t n = set.images.size(0);
   Tensor targets = set.labels.to(device);
-  Tensor correct;
+  Tensor correct = zeros({}, TensorOptions(DType::i32).device(device));
   for (int64_t start = 0; start < n; start += batch_size) {
     const int64_t end = std::min(n, start + batch_size);
     Tensor logits = model(data::normalize_images(set.images.slice(0, start, end), device, kMean, kStd));
-    Tensor ok = eq(argmax(logits, 1), targets.slice(0, start, end)).sum();
-    correct = correct.defined() ? correct + ok : ok;
+    add_correct(correct, logits, targets.slice(0, start, end));
   }
   return static_cast<int64_t>(correct.item());
 }

@@ -180,9 +180,10 @@ struct Training {
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::LRScheduler> scheduler;  // null with --scheduler none
   apps::RunState state;                           // where the run stands: epoch, batch, step
-  // The epoch's training loss (summed over its images) and correct predictions, on the device,
-  // updated in place by every step: a captured step's graph writes them where they are.
-  Tensor loss_sum, correct;
+  // The epoch's correct predictions, on the device, updated in place by every step: a captured
+  // step's graph writes them where they are. (Its loss is summed on the host, from the losses the
+  // progress updates read anyway.)
+  Tensor correct;
   std::unique_ptr<optim::CapturedStep> captured;  // --graph: the step as CUDA graphs, one per batch shape
   bool bf16 = false;  // --precision bf16: forward and loss under autocast
 };
@@ -194,15 +195,16 @@ std::vector<Tensor> train_step(Training& t, const std::vector<Tensor>& batch) {
   Tensor logits, loss;
   {
     AutocastGuard autocast(DType::bf16, t.bf16);  // bf16 products, an f32 loss (autograd/autocast.h)
-    autocast.cast_ahead(t.model->parameters());   // the weights' bf16 copies in one launch
+    std::vector<Tensor> cast = t.model->parameters();
+    cast.push_back(batch[0]);
+    autocast.cast_ahead(cast);  // the weights' and the images' bf16 copies in one launch
     logits = (*t.net)(batch[0]);
     loss = cross_entropy(logits, batch[1]);
   }
   loss.backward();
   t.optimizer->step();
   NoGradGuard no_grad;
-  t.loss_sum.add_(loss.detach(), static_cast<double>(batch[1].numel()));
-  t.correct.add_(eq(argmax(logits.detach(), 1), batch[1]).sum());
+  add_correct(t.correct, logits, batch[1]);
   return {loss.detach()};
 }
 
@@ -356,7 +358,6 @@ Training build_training(const Config& c, const Device& device, int64_t steps_per
     Generator& g = default_generator();
     g.set_state(g.seed(), g.offset() + static_cast<uint64_t>(par.rank()) * kRankStreamStride);
   }
-  t.loss_sum = zeros({}, device);
   t.correct = zeros({}, TensorOptions(DType::i32).device(device));
   return t;
 }
@@ -441,18 +442,20 @@ struct TrainResult {
   int64_t images = 0;
 };
 
-// Trains on epoch t.state.epoch from batch t.state.batch on (not 0 when resuming inside it). Loss
-// and accuracy accumulate on the device and are read once, at the end. Returns nothing when Ctrl-C
-// asked to stop; t.state then stands after the last step taken.
+// Trains on epoch t.state.epoch from batch t.state.batch on (not 0 when resuming inside it). The
+// correct predictions accumulate on the device and are read once, at the end; the loss is summed
+// here from the losses each progress update reads. Returns nothing when Ctrl-C asked to stop;
+// t.state then stands after the last step taken.
 std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, const Config& c, Metrics& metrics,
                                        const Parallel& par) {
   t.net->train();
   loader.set_epoch(t.state.epoch);
   Progress progress{.first_batch = t.state.batch};
   const int64_t batches = loader.num_batches();
-  t.loss_sum.zero_();
   t.correct.zero_();
   std::vector<Tensor> window;  // the losses since the last progress update, detached
+  std::vector<int64_t> window_sizes;  // and their batches' images
+  double loss_sum = 0;  // the epoch's loss, summed over its images
   int64_t seen = 0;
   for (int64_t i = t.state.batch; i < batches; ++i) {
     data::Batch b = loader.batch(i);
@@ -467,6 +470,7 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
     seen += b.targets.numel();
     progress.window_images += b.targets.numel() * par.size();
     window.push_back(loss);
+    window_sizes.push_back(b.targets.numel());
     // One process looks at Ctrl-C every step; data-parallel ranks vote at the progress updates.
     const bool update = (i + 1) % c.log_interval == 0 || i + 1 == batches;
     StopVote stop;
@@ -476,20 +480,24 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
       const std::vector<float> values = losses.to_vector<float>();
       check_losses(values, i + 1 - static_cast<int64_t>(window.size()), batches, t.state, stop, par);
       log_progress(c, t.state, batches, values.back(), progress, metrics);
+      for (size_t j = 0; j < values.size(); ++j) loss_sum += values[j] * static_cast<double>(window_sizes[j]);
       window.clear();
+      window_sizes.clear();
     }
     if ((update || !par.group) && stop.interrupted()) return std::nullopt;
   }
   if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch
   TrainResult r;
   if (seen > 0) {  // data-parallel: every rank trained on as many images (equal shards)
-    par.sum(t.loss_sum);
+    const Tensor summed = full({}, loss_sum, TensorOptions(DType::f32).device(t.correct.device()));
+    par.sum(summed);
+    loss_sum = summed.item();
     par.sum(t.correct);
     seen *= par.size();
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - progress.epoch_start).count();
   r.images = seen;
-  r.loss = seen ? t.loss_sum.item() / static_cast<double>(seen) : 0.0;
+  r.loss = seen ? loss_sum / static_cast<double>(seen) : 0.0;
   r.accuracy = seen ? t.correct.item() / static_cast<double>(seen) : 0.0;
   return r;
 }

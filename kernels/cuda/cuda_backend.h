@@ -105,6 +105,7 @@ class CudaBackend final : public Backend {
 
   // reduce.cu
   void reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) override;
+  void count_correct(const TensorRef& logits, const TensorRef& targets, const TensorRef& count) override;
 
   // softmax.cu
   void softmax(const TensorRef& x, const TensorRef& out, bool log) override;

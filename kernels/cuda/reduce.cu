@@ -103,6 +103,40 @@ __device__ bool beats(T a, int64_t ia, T b, int64_t ib, bool largest) {
   return ia < ib;
 }
 
+// count += the rows whose argmax is their target (Backend::count_correct), a classifier's correct
+// predictions, in one launch where argmax, eq, sum and an add took four: a warp a row, each lane
+// the best of its elements, the lanes' bests combined by beats() in five shuffles (a total order,
+// so every lane ends with argmax's answer), then one shared-memory add a hit and one atomicAdd a
+// block. Integer adds: the count is exact in any order.
+constexpr int kCountThreads = 256;
+
+template <class T>
+__global__ void count_correct_kernel(const T* x, const int32_t* targets, int32_t* count, int64_t rows,
+                                     int64_t classes) {
+  __shared__ int hits;
+  if (threadIdx.x == 0) hits = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32; r < rows; r += warps) {
+    const T* row = x + r * classes;
+    compute_t<T> best{};
+    int64_t best_i = -1;
+    for (int64_t c = lane; c < classes; c += 32) {
+      const compute_t<T> v = cast<compute_t<T>>(row[c]);
+      if (best_i < 0 || beats(v, c, best, best_i, true)) best = v, best_i = c;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const compute_t<T> v = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int64_t i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+      if (i >= 0 && (best_i < 0 || beats(v, i, best, best_i, true))) best = v, best_i = i;
+    }
+    if (lane == 0 && best_i == targets[r]) atomicAdd(&hits, 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && hits > 0) atomicAdd(count, hits);
+}
+
 // What sums accumulate in; values and extremes are compared in compute_t<T> (float for bf16).
 template <class T>
 using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
@@ -517,6 +551,19 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& x, const TensorRef& out) 
     default: KILN_FAIL(DTypeError, "cuda backend: ", name, " does not take ", x.dtype);
   }
   KILN_CUDA_LAUNCH_CHECK(name);
+}
+
+void CudaBackend::count_correct(const TensorRef& logits, const TensorRef& targets, const TensorRef& count) {
+  const int64_t rows = logits.shape[0], classes = logits.shape[1];
+  if (!is_floating(logits.dtype)) return Backend::count_correct(logits, targets, count);  // i32 scores
+  if (rows == 0) return;
+  const int64_t blocks = std::min<int64_t>((rows + kCountThreads / 32 - 1) / (kCountThreads / 32), 4096);
+  visit_floating_bf16(logits.dtype, "count_correct", [&](auto tag) {
+    using T = decltype(tag);
+    count_correct_kernel<T><<<static_cast<unsigned>(blocks), kCountThreads, 0, stream_>>>(
+        logits.data<T>(), targets.data<int32_t>(), count.data<int32_t>(), rows, classes);
+  });
+  KILN_CUDA_LAUNCH_CHECK("count_correct");
 }
 
 }  // namespace kiln::cuda
