@@ -72,8 +72,8 @@ def define(figure, table, runs):
                f"kernel time a step (ncu), CNN batch 64, {what}, µs")
     # the bf16 step at batch 512: the ReLU backward and conv2d's pairing passes before the elementwise
     # kernels' vectorised path and pair_rows (docs/runs/2026-11-27-h100-bf16-profile) and after
-    def per_step(run, kernel_names):
-        table = step_profile.summary(step_profile.kernels(run.file("profile_b512_bf16.csv")))["kernels"]
+    def per_step(run, kernel_names, csv="profile_b512_bf16.csv"):
+        table = step_profile.summary(step_profile.kernels(run.file(csv)))["kernels"]
         return sum(e["us_per_step"] for e in table if e["kernel"] in kernel_names)
     before = runs["2026-11-27-h100-bf16-profile"]
     figure("kernels.step.b512-bf16.relu-backward.before.us", before, per_step(before, {"unary_backward_kernel"}),
@@ -177,7 +177,8 @@ def define(figure, table, runs):
                    f"kernel time a step (ncu), {what}, {what_changed}, µs")
     # kernels.KEY.NAME.epoch2: mnist-train's second epoch in run, for each of `names`
     epoch_files = {"cnn": ("train_bf16.jsonl", "CNN batch 64, bf16"), "b512": ("train_b512_bf16.jsonl", "CNN batch 512, bf16"),
-                   "cnn-f32": ("train.jsonl", "CNN batch 64, f32"), "cnn-tf32": ("train_tf32.jsonl", "CNN batch 64, --tf32")}
+                   "cnn-f32": ("train.jsonl", "CNN batch 64, f32"), "cnn-tf32": ("train_tf32.jsonl", "CNN batch 64, --tf32"),
+                   "mlp": ("train_mlp_bf16.jsonl", "MLP batch 64, bf16"), "mlp-f32": ("train_mlp_3.jsonl", "MLP batch 64, f32")}
     def epoch_figures(key, run, names, what_changed):
         for name in names:
             file, what = epoch_files[name]
@@ -246,3 +247,14 @@ def define(figure, table, runs):
                                ("cell-conv", fold, {"conv2d::cell_conv_kernel"})):
         figure(f"kernels.fold.b512-bf16.{name}.us", run, per_step(run, kernels),
                f"CNN batch 512, bf16: {', '.join(sorted(kernels))} a step ({run.name}), µs")
+    # the loss in one kernel each way (cross_entropy's version 8, its gradient from the one incoming
+    # value, bf16 logits read as they are), add_correct and the host's loss sum
+    loss = runs["2026-11-27-h100-loss-kernels"]
+    step_figures("loss", loss, cnn_bf16 + (("b64-f32", "profile_b64.csv", "CNN batch 64 f32"),),
+                 "the loss in one kernel each way")
+    epoch_figures("loss", loss, ("cnn", "b512", "cnn-f32", "cnn-tf32", "mlp", "mlp-f32"), "the loss in one kernel each way")
+    for tag, csv, what in cnn_bf16:
+        for name, kernel in (("forward", "softmax::cross_entropy_reduced_kernel"),
+                             ("backward", "softmax::cross_entropy_backward_rows_per_warp_kernel")):
+            figure(f"kernels.loss.{tag}.{name}.us", loss, per_step(loss, {kernel}, csv),
+                   f"{what}: the loss's {name} kernel a step ({kernel}), µs")

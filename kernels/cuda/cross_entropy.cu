@@ -42,10 +42,20 @@
 //   rows share an SM: one row's loads run while the other reduces and writes. [8192, 32000]
 //   0.7205 ms [fig cuda.cross_entropy.bwd-split.8192x32000.ms],
 //   97% [fig cuda.cross_entropy.bwd-split.8192x32000.pct-copy].
+// the batch's loss in one block (forward, a mean or sum of rows * C <= kReducedMaxElements, 65536,
+//   C <= 1024): version 8. Each row's loss as versions 5 and 2 make it, added by the lane that
+//   makes it to its own double in row order, then the block's in a fixed order; with the backward
+//   reading the one incoming gradient (RowGrads) it is the whole loss of a training step, one
+//   launch each way where logits widened, losses, their mean, the mean's gradient and the
+//   narrowing took five. MNIST's bf16 step: 4.68 µs [fig kernels.loss.b64-bf16.forward.us] at
+//   batch 64, 7.32 µs [fig kernels.loss.b512-bf16.forward.us] at 512 (Nsight Compute,
+//   docs/runs/2026-11-27-h100-loss-kernels).
 // Production picks by C: rows per warp up to 32, then warp per row; the forward uses the unrolled
 //   block version above 1024; the backward the registers version from 512 and the split version
 //   from kSplitRowMin, 2048, where the two tied on an H100 (history: NOTES.md; block where it does
-//   not fit).
+//   not fit). A mean or sum takes version 8 where the batch fits it. bf16 logits are read by
+//   versions 2, 5 and 8 as they are, computing in f32 (the losses f32, the gradient rounded to bf16
+//   once); the block versions read f32 and f64, so longer bf16 rows are widened first.
 //
 // Precision: the (max, sum) state accumulates in the working type (float for f32, as softmax.cu
 // explains); the loss itself is assembled in double from m, the target's logit and log S, and
