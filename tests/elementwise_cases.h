@@ -502,6 +502,11 @@ inline void bad_index_cases(const Run& r) {
     CHECK_THROWS_WITH_AS(cross_entropy(logits, bad, Reduction::none).to_vector<float>(),
                          doctest::Contains("cross_entropy: index"), ValueError);
     CHECK_THROWS_AS(cross_entropy_backward(logits, bad, ones({4}, r.device), 0.0).to_vector<float>(), ValueError);
+    // the batch's mean (CUDA: version 8 at 10 classes) and its gradient from the one value
+    CHECK_THROWS_WITH_AS(cross_entropy(logits, bad, Reduction::mean).item(), doctest::Contains("cross_entropy: index"),
+                         ValueError);
+    CHECK_THROWS_AS(cross_entropy_backward(logits, bad, ones({}, r.device), 0.0, Reduction::mean).to_vector<float>(),
+                    ValueError);
     std::vector<float> losses =
         cross_entropy(logits, from_vector<int32_t>({0, 1, 2, 3}, {4}).to(r.device), Reduction::none).to_vector<float>();
     CHECK(std::isfinite(losses[0]));
