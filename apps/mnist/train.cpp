@@ -489,9 +489,11 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
   if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch
   TrainResult r;
   if (seen > 0) {  // data-parallel: every rank trained on as many images (equal shards)
-    const Tensor summed = full({}, loss_sum, TensorOptions(DType::f32).device(t.correct.device()));
-    par.sum(summed);
-    loss_sum = summed.item();
+    if (par.group) {  // the ranks' losses summed through the group, which reduces device tensors
+      const Tensor summed = full({}, loss_sum, TensorOptions(DType::f32).device(t.correct.device()));
+      par.sum(summed);
+      loss_sum = summed.item();
+    }
     par.sum(t.correct);
     seen *= par.size();
   }

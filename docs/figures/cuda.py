@@ -309,46 +309,38 @@ def define(figure, table, runs):
                            f"the sum over N, H and W of {shape}, {version}, µs")
     # ---- conv2d forward version 8 at up to 32 outputs a pixel, a first layer's forward in f32 and
     # bf16 (docs/runs/2026-11-27-h100-conv1-rows, build dd21837) ----
-    rows = runs["2026-11-27-h100-conv1-rows"]
-    for batch in (64, 512):
-        shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
-        for name, version in (("v8", "fwd 8 few outputs, input rows in shared memory"),
-                              ("v3", "fwd 3 implicit GEMM prefetch"), ("cudnn", "fwd cuDNN"),
-                              ("v8-bf16", "fwd 8 few outputs, input rows in shared memory BF16"),
-                              ("v3-bf16", "fwd 3 implicit GEMM prefetch BF16"), ("cudnn-bf16", "fwd cuDNN BF16"),
-                              ("bwd-weight-bf16", "bwd-weight production (BF16)")):
-            figure(f"cuda.conv2d.rows.conv1-b{batch}.{name}.us", rows,
-                   rows.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+    # cuda.conv2d.KEY.TAG.NAME.us: kernel-bench's conv2d `version` at each shape (TAG: shape), µs
+    def conv_figures(key, run, shapes, versions):
+        for tag, shape in shapes.items():
+            for name, version in versions:
+                figure(f"cuda.conv2d.{key}.{tag}.{name}.us", run, run.kernel("conv2d", version, shape)["ms"] * 1000,
+                       f"conv2d {version} at {shape}, µs")
+    conv1 = {f"conv1-b{batch}": f"conv1 x[{batch},1,28,28] w[32,1,3,3]" for batch in (64, 512)}
+    conv_figures("rows", runs["2026-11-27-h100-conv1-rows"], conv1,
+                 (("v8", "fwd 8 few outputs, input rows in shared memory"),
+                  ("v3", "fwd 3 implicit GEMM prefetch"), ("cudnn", "fwd cuDNN"),
+                  ("v8-bf16", "fwd 8 few outputs, input rows in shared memory BF16"),
+                  ("v3-bf16", "fwd 3 implicit GEMM prefetch BF16"), ("cudnn-bf16", "fwd cuDNN BF16"),
+                  ("bwd-weight-bf16", "bwd-weight production (BF16)")))
     # ---- conv2d version 9 (bf16 in cells, no pairing pass) beside version 7 on channel pairs (its
     # pairing pass included) and cuDNN BF16, in one call: the final tree's (docs/runs/2026-11-27-h100-bench-cells,
     # build c0beadf; the first run of version 9, 2026-11-27-h100-cells, had its backward input at 96.9 µs) ----
-    cells = runs["2026-11-27-h100-bench-cells"]
-    for tag, shape in layers.items():
-        for what in ("fwd", "bwd-input"):
-            for name, version in (("v9", f"{what} 9 cells BF16"), ("v7", f"{what} 7 channel pairs BF16"),
-                                  ("cudnn", f"{what} cuDNN BF16")):
-                figure(f"cuda.conv2d.cells.{tag}.{what}.{name}.us", cells,
-                       cells.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+    conv_figures("cells", runs["2026-11-27-h100-bench-cells"], layers,
+                 [(f"{what}.{name}", f"{what} {version}") for what in ("fwd", "bwd-input")
+                  for name, version in (("v9", "9 cells BF16"), ("v7", "7 channel pairs BF16"), ("cudnn", "cuDNN BF16"))])
     # ---- conv2d backward weight version 4 (bf16 in cells) beside version 3 on image pairs and cuDNN
     # BF16, in one call (docs/runs/2026-11-27-h100-cells-weight, build 4f9e4ec) ----
-    cw = runs["2026-11-27-h100-cells-weight"]
-    for tag, shape in layers.items():
-        for name, version in (("v4", "bwd-weight 4 cells BF16"), ("v3", "bwd-weight 3 tensor cores BF16, image pairs"),
-                              ("cudnn", "bwd-weight cuDNN BF16")):
-            figure(f"cuda.conv2d.cells-weight.{tag}.{name}.us", cw, cw.kernel("conv2d", version, shape)["ms"] * 1000,
-                   f"conv2d {version} at {shape}, µs")
+    conv_figures("cells-weight", runs["2026-11-27-h100-cells-weight"], layers,
+                 (("v4", "bwd-weight 4 cells BF16"), ("v3", "bwd-weight 3 tensor cores BF16, image pairs"),
+                  ("cudnn", "bwd-weight cuDNN BF16")))
     # ---- conv2d backward weight version 5 (a first layer: one output's sums in a warp's registers)
     # beside version 3 and cuDNN, in one call (docs/runs/2026-11-27-h100-weight-rows, build be5ffe8) ----
-    wr = runs["2026-11-27-h100-weight-rows"]
-    for batch in (64, 512):
-        shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
-        for name, version in (("v5", "bwd-weight 5 short reduction, input rows in shared memory"),
-                              ("v3-3xtf32", "bwd-weight 3 tensor cores 3xTF32"), ("cudnn", "bwd-weight cuDNN"),
-                              ("v5-bf16", "bwd-weight 5 short reduction, input rows in shared memory BF16"),
-                              ("v3-bf16", "bwd-weight 3 tensor cores BF16, image pairs"),
-                              ("cudnn-bf16", "bwd-weight cuDNN BF16")):
-            figure(f"cuda.conv2d.weight-rows.conv1-b{batch}.{name}.us", wr,
-                   wr.kernel("conv2d", version, shape)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+    conv_figures("weight-rows", runs["2026-11-27-h100-weight-rows"], conv1,
+                 (("v5", "bwd-weight 5 short reduction, input rows in shared memory"),
+                  ("v3-3xtf32", "bwd-weight 3 tensor cores 3xTF32"), ("cudnn", "bwd-weight cuDNN"),
+                  ("v5-bf16", "bwd-weight 5 short reduction, input rows in shared memory BF16"),
+                  ("v3-bf16", "bwd-weight 3 tensor cores BF16, image pairs"),
+                  ("cudnn-bf16", "bwd-weight cuDNN BF16")))
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

@@ -46,8 +46,8 @@
 //   C <= 1024): version 8. Each row's loss as versions 5 and 2 make it, added by the lane that
 //   makes it to its own double in row order, then the block's in a fixed order; with the backward
 //   reading the one incoming gradient (RowGrads) it is the whole loss of a training step, one
-//   launch each way where logits widened, losses, their mean, the mean's gradient and the
-//   narrowing took five. MNIST's bf16 step: 4.68 µs [fig kernels.loss.b64-bf16.forward.us] at
+//   launch each way where the widened logits, the losses, their mean, the mean's gradient, the
+//   backward and its narrowing took six. MNIST's bf16 step: 4.68 µs [fig kernels.loss.b64-bf16.forward.us] at
 //   batch 64, 7.32 µs [fig kernels.loss.b512-bf16.forward.us] at 512 (Nsight Compute,
 //   docs/runs/2026-11-27-h100-loss-kernels).
 // Production picks by C: rows per warp up to 32, then warp per row; the forward uses the unrolled
@@ -225,7 +225,8 @@ __global__ void cross_entropy_backward_warp_kernel(const S* x, const int32_t* ta
     const int32_t t = targets[r];
     check_target(a, t, r, classes, lane == 0, fault);
     const T g = grads[r];
-    for (int64_t c = lane; c < classes; c += 32) gx[c] = cast<S>(grad_of(static_cast<T>(row[c]), a, g, c == t, on, off));
+    for (int64_t c = lane; c < classes; c += 32)
+      gx[c] = cast<S>(grad_of(static_cast<T>(row[c]), a, g, c == t, on, off));
   }
 }
 
