@@ -93,7 +93,9 @@
 //     and 144.1 [fig cuda.conv2d.weight-rows.conv1-b512.cudnn-bf16.us] (H100, kernel-bench,
 //     docs/runs/2026-11-27-h100-weight-rows). It issues instructions, not loads: the first form
 //     divided each pixel's index by the row width, about forty instructions where the taps take
-//     twenty-seven, and took twice as long (kernels/cuda/NOTES.md).
+//     twenty-seven, and took twice as long (kernels/cuda/NOTES.md). Then a register window for 3 x 3
+//     and 5 x 5 taps (a lane walks a column of pixels down the band; each pixel loads one new row
+//     of taps, three values where nine were loaded).
 //
 // Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
@@ -390,12 +392,19 @@ void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_
 // GEMMs' slices of k are mostly empty, and versions 3 and 4 first pair their operands' rows. Here
 // one output's K sums are a warp's registers. A block holds the input rows of a band of output
 // rows of `images` images in shared memory (padding as zeros, as forward 8); each warp takes one
-// output channel, and its lanes walk the band's pixels (neighbouring lanes on neighbouring
-// columns, kRowsWeightUnroll grad_y loads in flight at once), adding grad_y times the input under
-// each tap, and (where the bias's gradient is wanted too) grad_y itself. Shuffles then add up the
-// lanes, and each block writes its partial sums [split][O][K] (then [split][O] for the bias),
-// which sum_splits adds in split order (deterministic).
+// output channel and adds, over the band's pixels, grad_y times the input under each tap, and
+// (where the bias's gradient is wanted too) grad_y itself. Shuffles then add up the lanes, and each
+// block writes its partial sums [split][O][K] (then [split][O] for the bias), which sum_splits
+// adds in split order (deterministic).
+//
+// Two kernels walk the band. The window kernel, for the common first layers (3 x 3 taps of up to 3
+// channels, 5 x 5 of one) where the row stride equals the row dilation: each lane walks a column
+// of output pixels down the band and keeps the pixel's taps in registers. The next pixel down
+// reads the same input rows but the first, moved up a row, and one new row: KW shared loads per
+// channel where the taps kernel makes KH*KW. The taps kernel, for the rest: lanes on neighbouring
+// pixels of the band, every tap loaded at every pixel.
 constexpr int kRowsWeightTaps = 32, kRowsWeightWarps = 8, kRowsWeightUnroll = 4, kRowsWeightSplits = 256;
+constexpr int kWindowRowsAhead = 8;  // grad_y loads a lane has in flight on its walk down a column
 constexpr int64_t kRowsWeightSmem = 48 * 1024;
 
 struct RowsWeightPlan {
@@ -406,6 +415,66 @@ struct RowsWeightPlan {
   int64_t smem = 0;
 };
 
+// Where a block of either kernel stands: its group, first image and first output row, and how
+// many of each it has.
+struct WeightBand {
+  int64_t g, img0;
+  int oy0, band_rows, images;
+  __device__ WeightBand(const Dims& d, const RowsWeightPlan& plan)
+      : g(blockIdx.z), img0(blockIdx.x / plan.bands * int64_t{plan.images}),
+        oy0(static_cast<int>(blockIdx.x % plan.bands) * plan.band),
+        band_rows(min(plan.band, static_cast<int>(d.oh) - oy0)),
+        images(static_cast<int>(min(int64_t{plan.images}, d.n - img0))) {}
+};
+
+// Copies the band's input rows into patch [images][C/G][plan.rows][plan.cols], zeros where the
+// taps read padding. Positions within the patch are below 2^21 (the shared memory holds 12288
+// values), so div_small divides them exactly: an integer division by a value known only at run
+// time costs about forty instructions.
+template <class T>
+__device__ void load_weight_band(compute_t<T>* patch, const T* x, const Dims& d, const RowsWeightPlan& plan,
+                                 const WeightBand& b) {
+  using C = compute_t<T>;
+  const int rows = (b.band_rows - 1) * d.sh + static_cast<int>(d.kh - 1) * d.dh + 1;
+  const int cg = static_cast<int>(d.cg), count = b.images * cg * plan.rows * plan.cols;
+  const float inv_cols = 1.0f / static_cast<float>(plan.cols), inv_rows = 1.0f / static_cast<float>(plan.rows);
+  const float inv_cg = 1.0f / static_cast<float>(cg);
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int row = div_small(i, inv_cols), col = i - row * plan.cols;  // row of all images' planes
+    const int plane = div_small(row, inv_rows), r = row - plane * plan.rows;
+    const int img = div_small(plane, inv_cg), c = plane - img * cg;
+    const int iy = b.oy0 * d.sh - d.ph + r, ix = col - d.pw;
+    patch[i] = r < rows && iy >= 0 && iy < d.h && ix >= 0 && ix < d.w
+                   ? cast<C>(x[((b.img0 + img) * d.c + b.g * d.cg + c) * d.hw + int64_t{iy} * d.w + ix])
+                   : C(0);
+  }
+}
+
+// Adds up the warp's lanes' sums of output o (acc[k] for tap k < K, then the bias's) and writes
+// them to the block's partials.
+template <int kTaps, class C>
+__device__ void store_weight_partials(const C (&acc)[kTaps], C acc_bias, C* partials, bool bias, const Dims& d,
+                                      int64_t g, int64_t o, int K) {
+  auto lanes_sum = [](C v) {
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) v += __shfl_xor_sync(0xffffffffu, v, s);
+    return v;
+  };
+  const bool lane0 = threadIdx.x % 32 == 0;
+  C* out = partials + blockIdx.x * (d.o * (K + bias));
+#pragma unroll
+  for (int k = 0; k < kTaps; ++k) {
+    const C v = lanes_sum(acc[k]);
+    if (lane0 && k < K) out[(g * d.og + o) * K + k] = v;
+  }
+  if (bias) {
+    const C v = lanes_sum(acc_bias);
+    if (lane0) out[d.o * K + g * d.og + o] = v;
+  }
+}
+
+// The taps kernel: lanes on neighbouring pixels (neighbouring columns), kRowsWeightUnroll grad_y
+// loads in flight at once, each pixel's K taps read from the patch.
 template <class T, int kTaps>
 __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_kernel(const T* x, const T* gy,
                                                                                      compute_t<T>* partials, bool bias,
@@ -413,30 +482,15 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
   using C = compute_t<T>;
   extern __shared__ __align__(16) unsigned char smem_weight_rows[];
   C* patch = reinterpret_cast<C*>(smem_weight_rows);  // [images][C/G][rows][cols]
-  const int64_t g = blockIdx.z, img0 = blockIdx.x / plan.bands * int64_t{plan.images};
-  const int oy0 = static_cast<int>(blockIdx.x % plan.bands) * plan.band;
-  const int band_rows = min(plan.band, static_cast<int>(d.oh) - oy0);
-  const int images = static_cast<int>(min(int64_t{plan.images}, d.n - img0));
-  const int rows = (band_rows - 1) * d.sh + static_cast<int>(d.kh - 1) * d.dh + 1, plane = plan.rows * plan.cols;
-  const int cg = static_cast<int>(d.cg), per_image = cg * plane;
-  // positions within a block's patch and pixels within a band are below 2^21 (the shared memory
-  // holds 12288 values), so div_small divides them exactly: an integer division by a value known
-  // only at run time costs about forty instructions, more than a pixel's nine taps
-  const float inv_cols = 1.0f / static_cast<float>(plan.cols), inv_ow = 1.0f / static_cast<float>(d.ow);
-  for (int i = threadIdx.x; i < images * per_image; i += blockDim.x) {
-    const int row = div_small(i, inv_cols), col = i - row * plan.cols;  // row of all images' planes
-    const int r = row % plan.rows, img = row / plan.rows / cg, c = row / plan.rows % cg;
-    const int iy = oy0 * d.sh - d.ph + r, ix = col - d.pw;
-    patch[i] = r < rows && iy >= 0 && iy < d.h && ix >= 0 && ix < d.w
-                   ? cast<C>(x[((img0 + img) * d.c + g * d.cg + c) * d.hw + int64_t{iy} * d.w + ix])
-                   : C(0);
-  }
+  const WeightBand b(d, plan);
+  load_weight_band(patch, x, d, plan, b);
   __syncthreads();
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int64_t o = blockIdx.y * int64_t{kRowsWeightWarps} + warp;
   if (o >= d.og) return;
   // tap k = (c, ky, kx) reads the patch this far from the pixel's top-left tap (0 past K)
-  const int K = cg * static_cast<int>(d.khkw), kh = static_cast<int>(d.kh), kw = static_cast<int>(d.kw);
+  const int plane = plan.rows * plan.cols, per_image = static_cast<int>(d.cg) * plane;
+  const int K = static_cast<int>(d.cg * d.khkw), kh = static_cast<int>(d.kh), kw = static_cast<int>(d.kw);
   int off[kTaps];
   int c = 0, ky = 0, kx = 0;
 #pragma unroll
@@ -446,9 +500,10 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
     if (ky == kh) ky = 0, ++c;
   }
   C acc[kTaps] = {}, acc_bias = 0;  // acc past K: sums of nothing useful, never written
-  const int pixels = band_rows * static_cast<int>(d.ow), ow = static_cast<int>(d.ow), row_step = d.sh * plan.cols;
-  for (int img = 0; img < images; ++img) {
-    const T* gp = gy + ((img0 + img) * d.o + g * d.og + o) * d.ohw + int64_t{oy0} * ow;
+  const int pixels = b.band_rows * static_cast<int>(d.ow), ow = static_cast<int>(d.ow), row_step = d.sh * plan.cols;
+  const float inv_ow = 1.0f / static_cast<float>(d.ow);
+  for (int img = 0; img < b.images; ++img) {
+    const T* gp = gy + ((b.img0 + img) * d.o + b.g * d.og + o) * d.ohw + int64_t{b.oy0} * ow;
     const C* pp = patch + img * per_image;
     for (int p0 = lane; p0 < pixels; p0 += 32 * kRowsWeightUnroll) {
       C gv[kRowsWeightUnroll];
@@ -469,22 +524,75 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
         for (int u = 0; u < kRowsWeightUnroll; ++u) acc_bias += gv[u];
     }
   }
-  auto lanes_sum = [](C v) {
+  store_weight_partials(acc, acc_bias, partials, bias, d, b.g, o, K);
+}
+
+// The window kernel: KH x KW taps (exactly) of up to kC channels, where d.sh == d.dh (or KH = 1).
+// A lane walks a column of output pixels (image, ox) down the band, win[c][ky][kx] the taps of
+// its pixel, kWindowRowsAhead grad_y loads ahead; lanes on neighbouring columns read grad_y's rows
+// coalesced and the patch's rows without bank conflicts.
+template <class T, int kC, int kKH, int kKW>
+__global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_kernel(const T* x, const T* gy,
+                                                                                       compute_t<T>* partials, bool bias,
+                                                                                       Dims d, RowsWeightPlan plan) {
+  using C = compute_t<T>;
+  constexpr int kTaps = kC * kKH * kKW;  // tap (c, ky, kx) is k = (c * KH + ky) * KW + kx, as in w
+  extern __shared__ __align__(16) unsigned char smem_weight_rows[];
+  C* patch = reinterpret_cast<C*>(smem_weight_rows);  // [images][C/G][rows][cols]
+  const WeightBand b(d, plan);
+  load_weight_band(patch, x, d, plan, b);
+  __syncthreads();
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t o = blockIdx.y * int64_t{kRowsWeightWarps} + warp;
+  if (o >= d.og) return;
+  const int cg = static_cast<int>(d.cg), plane = plan.rows * plan.cols, per_image = cg * plane;
+  const int ow = static_cast<int>(d.ow), row_step = d.sh * plan.cols, tap_row = d.dh * plan.cols;
+  const float inv_ow = 1.0f / static_cast<float>(d.ow);
+  C acc[kTaps] = {}, acc_bias = 0;  // channels past C/G: sums of zeros, never written
+  for (int j = lane; j < b.images * ow; j += 32) {
+    const int img = div_small(j, inv_ow), ox = j - img * ow;
+    const T* gp = gy + ((b.img0 + img) * d.o + b.g * d.og + o) * d.ohw + int64_t{b.oy0} * ow + ox;
+    const C* pp = patch + img * per_image + ox * d.sw;  // output row y's tap (c, ky, kx):
+    auto tap = [&](int c, int row, int kx) {            //   pp[c * plane + y * row_step + ky * tap_row + kx * dw]
+      return c < cg ? pp[c * plane + row + kx * d.dw] : C(0);
+    };
+    C win[kC][kKH][kKW];
+    // rows 0 .. KH-2 of output row 0's taps, where the first step down expects them: one row lower
 #pragma unroll
-    for (int s = 16; s > 0; s /= 2) v += __shfl_xor_sync(0xffffffffu, v, s);
-    return v;
-  };
-  const int64_t count = d.o * (K + bias);
-  C* out = partials + blockIdx.x * count;
+    for (int c = 0; c < kC; ++c)
 #pragma unroll
-  for (int k = 0; k < kTaps; ++k) {
-    const C v = lanes_sum(acc[k]);
-    if (lane == 0 && k < K) out[(g * d.og + o) * K + k] = v;
+      for (int ky = 0; ky + 1 < kKH; ++ky)
+#pragma unroll
+        for (int kx = 0; kx < kKW; ++kx) win[c][ky + 1][kx] = tap(c, ky * tap_row, kx);
+    // one output row: the window moves down (its new last row y * row_step + (KH-1) * tap_row),
+    // then every tap times the pixel's grad_y
+    auto step = [&](int y, C g) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+#pragma unroll
+        for (int ky = 0; ky + 1 < kKH; ++ky)
+#pragma unroll
+          for (int kx = 0; kx < kKW; ++kx) win[c][ky][kx] = win[c][ky + 1][kx];
+#pragma unroll
+        for (int kx = 0; kx < kKW; ++kx) win[c][kKH - 1][kx] = tap(c, y * row_step + (kKH - 1) * tap_row, kx);
+#pragma unroll
+        for (int ky = 0; ky < kKH; ++ky)
+#pragma unroll
+          for (int kx = 0; kx < kKW; ++kx) acc[(c * kKH + ky) * kKW + kx] += g * win[c][ky][kx];
+      }
+      acc_bias += g;
+    };
+    int y = 0;
+    for (; y + kWindowRowsAhead <= b.band_rows; y += kWindowRowsAhead) {
+      C gv[kWindowRowsAhead];
+#pragma unroll
+      for (int u = 0; u < kWindowRowsAhead; ++u) gv[u] = cast<C>(gp[(y + u) * ow]);
+#pragma unroll
+      for (int u = 0; u < kWindowRowsAhead; ++u) step(y + u, gv[u]);
+    }
+    for (; y < b.band_rows; ++y) step(y, cast<C>(gp[y * ow]));
   }
-  if (bias) {
-    const C v = lanes_sum(acc_bias);
-    if (lane == 0) out[d.o * K + g * d.og + o] = v;
-  }
+  store_weight_partials(acc, acc_bias, partials, bias, d, b.g, o, cg * kKH * kKW);
 }
 
 // How many blocks of `kernel` (launched with `threads`) fit on one SM (registers, shared memory,
@@ -1070,10 +1178,22 @@ void backward_weight_rows(const T* x, const T* grad_y, T* grad_w, void* workspac
   C* partials = static_cast<C*>(workspace);
   const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(outputs), static_cast<unsigned>(g.groups));
   const bool bias = grad_b != nullptr;
-  dispatch<9, 16, 32>(K <= 9 ? 9 : K <= 16 ? 16 : 32, [&](auto taps) {
-    backward_weight_rows_kernel<T, taps()><<<grid, 32 * kRowsWeightWarps, plan.smem, stream>>>(x, grad_y, partials,
-                                                                                               bias, d, plan);
-  });
+  // the window kernel for 3 x 3 taps of up to 3 channels and 5 x 5 of one, moving down by its
+  // dilation; the taps kernel for the rest
+  const bool slides = d.sh == d.dh;
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, 32 * kRowsWeightWarps, plan.smem, stream>>>(x, grad_y, partials, bias, d, plan);
+  };
+  if (slides && d.kh == 3 && d.kw == 3 && d.cg == 1) {
+    launch(backward_weight_window_kernel<T, 1, 3, 3>);
+  } else if (slides && d.kh == 3 && d.kw == 3) {  // C/G <= 3, K being at most 32
+    launch(backward_weight_window_kernel<T, 3, 3, 3>);
+  } else if (slides && d.kh == 5 && d.kw == 5) {  // C/G = 1
+    launch(backward_weight_window_kernel<T, 1, 5, 5>);
+  } else {
+    dispatch<9, 16, 32>(K <= 9 ? 9 : K <= 16 ? 16 : 32,
+                        [&](auto taps) { launch(backward_weight_rows_kernel<T, taps()>); });
+  }
   KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
   sum_splits<C, T>(partials, grad_w, d.o * (K + bias), plan.splits, stream, grad_b, d.o * K);
 }

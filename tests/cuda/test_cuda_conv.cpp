@@ -411,6 +411,20 @@ TEST_CASE("the weight gradient's version 5 (a short reduction per output) matche
   cases.push_back({{2, 3, 40, 700}, {6, 1, 3, 3}, grouped_padded, false, {2, 6, 40, 702}});
   cases.push_back({{600, 2, 9, 11}, {9, 2, 3, 3}, {}, false, {600, 9, 7, 9}});  // 3 images a block
   cases.push_back({{64, 1, 28, 28}, {32, 1, 3, 3}, {}, false, {64, 32, 26, 26}});  // conv1
+  // the window kernel's shapes (3 x 3 of 1 to 3 channels, 5 x 5 of one; row stride = row
+  // dilation), with bands shorter and longer than its grad_y loads ahead; and a 3 x 3 that does not
+  // slide (stride 2, dilation 1), for the taps kernel
+  Conv2dConfig strided_dilated, grouped_dilated, padded, strided;
+  strided_dilated.stride = {1, 2}, strided_dilated.dilation = {1, 2}, strided_dilated.padding = {1, 0};
+  grouped_dilated.groups = 2, grouped_dilated.stride = {2, 1}, grouped_dilated.dilation = {2, 1};
+  grouped_dilated.padding = {2, 1};
+  padded.padding = {2, 2};
+  strided.stride = {2, 1};
+  cases.push_back({{3, 2, 13, 17}, {4, 2, 3, 3}, strided_dilated, false, {3, 4, 13, 7}});
+  cases.push_back({{2, 6, 15, 12}, {6, 3, 3, 3}, grouped_dilated, false, {2, 6, 8, 12}});
+  cases.push_back({{2, 1, 20, 19}, {5, 1, 5, 5}, padded, false, {2, 5, 20, 19}});
+  cases.push_back({{4, 1, 6, 9}, {2, 1, 3, 3}, {}, false, {4, 2, 4, 7}});
+  cases.push_back({{3, 2, 11, 11}, {3, 2, 3, 3}, strided, false, {3, 3, 5, 9}});
   for (const ConvCase& c : cases) {
     const cv::Geometry g = geometry(c);
     auto check = [&](auto tag, DType t) {
