@@ -341,6 +341,13 @@ def define(figure, table, runs):
                   ("v5-bf16", "bwd-weight 5 short reduction, input rows in shared memory BF16"),
                   ("v3-bf16", "bwd-weight 3 tensor cores BF16, image pairs"),
                   ("cudnn-bf16", "bwd-weight cuDNN BF16")))
+    # ---- the same with version 5's register window (a lane walks a column down the band, three
+    # new taps a pixel), in one call (docs/runs/2026-11-27-h100-weight-window) ----
+    conv_figures("weight-window", runs["2026-11-27-h100-weight-window"], conv1,
+                 (("v5", "bwd-weight 5 short reduction, input rows in shared memory"),
+                  ("cudnn", "bwd-weight cuDNN"),
+                  ("v5-bf16", "bwd-weight 5 short reduction, input rows in shared memory BF16"),
+                  ("cudnn-bf16", "bwd-weight cuDNN BF16")))
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

@@ -95,7 +95,14 @@
 //     divided each pixel's index by the row width, about forty instructions where the taps take
 //     twenty-seven, and took twice as long (kernels/cuda/NOTES.md). Then a register window for 3 x 3
 //     and 5 x 5 taps (a lane walks a column of pixels down the band; each pixel loads one new row
-//     of taps, three values where nine were loaded).
+//     of taps, three values where nine were loaded): in bf16 9.5 [fig cuda.conv2d.weight-window.conv1-b64.v5-bf16.us]
+//     at batch 64 and 33.1 [fig cuda.conv2d.weight-window.conv1-b512.v5-bf16.us] at 512, in f32
+//     12.0 [fig cuda.conv2d.weight-window.conv1-b64.v5.us] and 54.3 [fig cuda.conv2d.weight-window.conv1-b512.v5.us]
+//     (docs/runs/2026-11-27-h100-weight-window; cuDNN BF16 in the same call
+//     55.4 [fig cuda.conv2d.weight-window.conv1-b64.cudnn-bf16.us] and 144.8 [fig cuda.conv2d.weight-window.conv1-b512.cudnn-bf16.us],
+//     FP32 35.4 [fig cuda.conv2d.weight-window.conv1-b64.cudnn.us] and 95.3 [fig cuda.conv2d.weight-window.conv1-b512.cudnn.us]):
+//     now waiting on grad_y's loads, a lane's eight
+//     rows ahead at a time, with DRAM a quarter busy (NOTES.md).
 //
 // Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
