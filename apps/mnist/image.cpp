@@ -350,11 +350,16 @@ Tensor load_digit_image(const std::string& path) {
   clear_stb_reason();
   KILN_CHECK(stbi_info_from_callbacks(reader.callbacks(), &reader, &width, &height, &channels),
              data::DataError, path, ": not a picture kiln reads (", kPictureFormats, "): ", stb_reason());
-  const int64_t pixels = int64_t{width} * height;
-  KILN_CHECK(width <= kMaxImageSide && height <= kMaxImageSide && pixels <= kMaxImagePixels,
-             data::DataError, path, ": ", width, "x", height,
+  // stb_image 2.27 gives a top-down BMP's height as its header has it, negative (and decodes it
+  // as its size, whose absolute value it takes only then)
+  const int64_t wide = width, high = height < 0 ? -int64_t{height} : height, pixels = wide * high;
+  KILN_CHECK(wide <= kMaxImageSide && high <= kMaxImageSide && pixels <= kMaxImagePixels,
+             data::DataError, path, ": ", wide, "x", high,
              " pixels in its header; a digit's picture may have at most ", kMaxImageSide,
              " on a side and ", kMaxImagePixels, " pixels in all (scale it down)");
+  if (std::optional<PictureFlaw> flaw = picture_too_short(bytes, width, static_cast<int>(high)))
+    KILN_FAIL(data::DataError, path, ": truncated: its ", bytes.size(), " bytes end before the picture does (",
+              flaw->what, ")");
 
   reader.restart();
   clear_stb_reason();

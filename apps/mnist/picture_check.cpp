@@ -26,6 +26,11 @@ uint32_t big_endian(Bytes bytes, size_t at, size_t size) {
   for (size_t i = 0; i < size; ++i) v = v << 8 | bytes[at + i];
   return v;
 }
+uint32_t little_endian(Bytes bytes, size_t at, size_t size) {
+  uint32_t v = 0;
+  for (size_t i = size; i-- > 0;) v = v << 8 | bytes[at + i];
+  return v;
+}
 
 std::string hex(uint32_t v, int digits) {
   char text[16];
@@ -46,6 +51,14 @@ std::string chunk_name(Bytes bytes, size_t at) {
 PictureFlaw past_end(const std::string& part, size_t at, uint64_t claimed, size_t remaining) {
   return {concat("its ", part, " at byte ", at, " claims ", claimed, " bytes, and ", remaining, " remain from there"),
           true};
+}
+
+// A JPEG starts with its start-of-image marker after any number of fill bytes, as stb_image reads
+// it: where the marker ends, or 0 for a file that is not a JPEG.
+size_t jpeg_start(Bytes bytes) {
+  const size_t fill = static_cast<size_t>(std::find_if(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0xFF; }) -
+                                          bytes.begin());
+  return fill > 0 && fill < bytes.size() && bytes[fill] == 0xD8 ? fill + 1 : 0;
 }
 
 // PNG: 8 signature bytes, then chunks of a 4-byte length, a 4-byte type, the data and a CRC.
@@ -139,16 +152,45 @@ std::optional<PictureFlaw> picture_flaw(std::span<const uint8_t> bytes) {
     return PictureFlaw{concat("a ", format, " picture (kiln reads ", kPictureFormats, ")")};
   };
   if (starts_with(bytes, "\x89PNG\r\n\x1a\n")) return png_flaw(bytes);
-  // a JPEG starts with its start-of-image marker, after any number of fill bytes (as stb_image reads it)
-  const size_t fill = static_cast<size_t>(std::find_if(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0xFF; }) -
-                                          bytes.begin());
-  if (fill > 0 && fill < bytes.size() && bytes[fill] == 0xD8) return jpeg_flaw(bytes, fill + 1);
+  if (const size_t after = jpeg_start(bytes)) return jpeg_flaw(bytes, after);
   if (starts_with(bytes, "P5") || starts_with(bytes, "P6")) return pnm_flaw(bytes);
   if (starts_with(bytes, "#?RADIANCE\n") || starts_with(bytes, "#?RGBE\n")) return left_out("Radiance HDR");
   if (starts_with(bytes, "8BPS")) return left_out("Photoshop (PSD)");
   if (starts_with(bytes, "\x53\x80\xF6\x34") && bytes.size() >= 92 && starts_with(bytes.subspan(88), "PICT"))
     return left_out("Softimage PIC");
   return std::nullopt;
+}
+
+std::optional<PictureFlaw> picture_too_short(std::span<const uint8_t> bytes, int width, int height) {
+  const uint64_t w = static_cast<uint64_t>(width), h = static_cast<uint64_t>(height), pixels = w * h;
+  const char* format = nullptr;
+  uint64_t least = 0;
+  if (starts_with(bytes, "\x89PNG\r\n\x1a\n") || starts_with(bytes, "GIF8")) {
+    return std::nullopt;  // their decoders stop where the data does
+  } else if (jpeg_start(bytes) > 0) {
+    // every 8 x 8 block of the component with the most of them (ceil(w/8) x ceil(h/8)) starts with
+    // a Huffman code of its DC term, one bit at the least, in baseline and progressive files alike
+    format = "JPEG", least = ((w + 7) / 8 * ((h + 7) / 8) + 7) / 8;
+  } else if (starts_with(bytes, "P5") || starts_with(bytes, "P6")) {
+    format = "PNM", least = pixels * (bytes[1] == '6' ? 3 : 1);  // a byte a sample at the least
+  } else if (starts_with(bytes, "BM") && bytes.size() >= 18) {
+    // uncompressed rows of width * bits / 8 bytes (stb_image reads no compressed BMP)
+    const bool core = little_endian(bytes, 14, 4) == 12;  // OS/2's header: 16-bit sizes, bits at 24
+    if (bytes.size() < (core ? 26u : 34u)) return std::nullopt;  // stb_image finds the header short
+    const uint64_t bits = little_endian(bytes, core ? 24 : 28, 2);
+    const uint32_t compression = core ? 0 : little_endian(bytes, 30, 4);
+    if (compression != 0 && compression != 3) return std::nullopt;
+    format = "BMP", least = h * ((w * bits + 7) / 8);
+  } else if (bytes.size() >= 18 && (bytes[2] & ~8) >= 1 && (bytes[2] & ~8) <= 3) {
+    // TGA (the format stb_image tries last, with no signature): types 1-3 raw, 9-11 run-length
+    // encoded, whose packets cover at most 128 pixels with a header byte and at least a pixel
+    const uint64_t per_pixel = std::max<uint64_t>(1, (bytes[16] + 7u) / 8);
+    format = "TGA", least = 18 + (bytes[2] & 8 ? (pixels + 127) / 128 * (1 + per_pixel) : pixels * per_pixel);
+  } else {
+    return std::nullopt;
+  }
+  if (bytes.size() >= least) return std::nullopt;
+  return PictureFlaw{concat("a ", width, "x", height, " ", format, " picture takes at least ", least, " bytes"), true};
 }
 
 }  // namespace kiln::apps
