@@ -253,6 +253,17 @@ def define(figure, table, runs):
     step_figures("loss", loss, cnn_bf16 + (("b64-f32", "profile_b64.csv", "CNN batch 64 f32"),),
                  "the loss in one kernel each way")
     epoch_figures("loss", loss, ("cnn", "b512", "cnn-f32", "cnn-tf32", "mlp", "mlp-f32"), "the loss in one kernel each way")
+    # conv1's weight gradient on version 5's register window
+    window = runs["2026-11-27-h100-weight-window"]
+    step_figures("window", window, cnn_bf16 + (("b64-f32", "profile_b64.csv", "CNN batch 64 f32"),),
+                 "conv1's weight gradient on a register window")
+    epoch_figures("window", window, ("cnn", "b512", "cnn-f32", "cnn-tf32", "mlp", "mlp-f32"),
+                  "conv1's weight gradient on a register window")
+    for tag, csv, what in cnn_bf16 + (("b64-f32", "profile_b64.csv", "CNN batch 64 f32"),):
+        for name, run in (("before", loss), ("after", window)):
+            figure(f"kernels.window.{tag}.weight-grad.{name}.us", run,
+                   per_step(run, {"conv2d::backward_weight_rows_kernel", "conv2d::backward_weight_window_kernel"}, csv),
+                   f"{what}: conv1's weight gradient kernel a step ({run.name}), µs")
     for tag, csv, what in cnn_bf16:
         for name, kernel in (("forward", "softmax::cross_entropy_reduced_kernel"),
                              ("backward", "softmax::cross_entropy_backward_rows_per_warp_kernel")):
