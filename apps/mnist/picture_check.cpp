@@ -174,12 +174,13 @@ std::optional<PictureFlaw> picture_too_short(std::span<const uint8_t> bytes, int
   } else if (starts_with(bytes, "P5") || starts_with(bytes, "P6")) {
     format = "PNM", least = pixels * (bytes[1] == '6' ? 3 : 1);  // a byte a sample at the least
   } else if (starts_with(bytes, "BM") && bytes.size() >= 18) {
-    // uncompressed rows of width * bits / 8 bytes (stb_image reads no compressed BMP)
+    // rows of width * bits / 8 bytes: stb_image refuses run-length encoding (compression 1 and 2)
+    // and reads any other compression value as uncompressed rows
     const bool core = little_endian(bytes, 14, 4) == 12;  // OS/2's header: 16-bit sizes, bits at 24
     if (bytes.size() < (core ? 26u : 34u)) return std::nullopt;  // stb_image finds the header short
     const uint64_t bits = little_endian(bytes, core ? 24 : 28, 2);
     const uint32_t compression = core ? 0 : little_endian(bytes, 30, 4);
-    if (compression != 0 && compression != 3) return std::nullopt;
+    if (compression == 1 || compression == 2) return std::nullopt;
     format = "BMP", least = h * ((w * bits + 7) / 8);
   } else if (bytes.size() >= 18 && (bytes[2] & ~8) >= 1 && (bytes[2] & ~8) <= 3) {
     // TGA (the format stb_image tries last, with no signature): types 1-3 raw, 9-11 run-length

@@ -653,12 +653,17 @@ TEST_CASE("image: a header that claims more pixels than its file can hold is ref
   put_le(raw_tga, 12, 4000, 2);
   put_le(raw_tga, 14, 3000, 2);
   cases.emplace_back("raw.tga", raw_tga);
+  // a compression field that is neither 0 nor 3: stb_image still reads the rows as uncompressed
+  Bytes odd_bmp = std::find_if(cases.begin(), cases.end(), [](const auto& c) { return c.first == "huge.bmp"; })->second;
+  put_le(odd_bmp, 30, 0xFFFFFB00u, 4);
+  cases.emplace_back("odd-compression.bmp", odd_bmp);
   cases.emplace_back("fuzzed.tga",
                      read_file(std::string(KILN_FUZZ_PICTURES) + "/found-tga-rle-43-bytes-claim-28m-pixels.tga"));
   const std::map<std::string, std::string> claims = {
       {"huge.jpg", "a 4000x3000 JPEG picture takes at least 23438 bytes"},
       {"huge.bmp", "a 4000x3000 BMP picture takes at least"},
       {"huge-top-down.bmp", "a 4000x3000 BMP picture takes at least"},
+      {"odd-compression.bmp", "a 4000x3000 BMP picture takes at least"},
       {"huge.tga", "a 4000x3000 TGA picture takes at least"},
       {"huge.pgm", "a 4000x3000 PNM picture takes at least 12000000 bytes"},
       {"raw.tga", "a 4000x3000 TGA picture takes at least 12000018 bytes"},
