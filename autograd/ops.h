@@ -152,6 +152,13 @@ struct Pool2dConfig {
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dConfig& config = {});
 Tensor avg_pool2d(const Tensor& x, const Pool2dConfig& config = {});
+class Generator;
+// dropout(max_pool2d(x, config), p, training, generator): the same values, gradient and draw from
+// the generator, in one pass each way where the backend has a kernel for the pool (CUDA: 2 x 2
+// windows at stride 2 on an even size), keeping one byte a window for the gradient; else those
+// two ops.
+Tensor max_pool2d_dropout(const Tensor& x, const Pool2dConfig& config, double p, bool training,
+                          Generator* generator = nullptr);
 
 // x [N, C] or [N, C, ...]. In training, normalises with the batch's statistics and updates the
 // running ones in place (unbiased variance, as PyTorch); in eval, uses the running ones.
@@ -160,7 +167,6 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training,
                   double momentum = 0.1, double eps = 1e-5);
 
-class Generator;
 // Zeroes each element with probability p (Philox mask) and scales the rest by 1 / (1 - p), in one
 // kernel; the mask is drawn again from the same seed and offset for the gradient, not stored.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* generator = nullptr);

@@ -43,6 +43,12 @@ void Backend::max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef&
   max_pool2d_backward(masked, indices, grad_x, p);
 }
 
+void Backend::max_pool2d_dropout_backward(const TensorRef&, const TensorRef&, const TensorRef&, const Pool2dParams&,
+                                          double, bool) {
+  KILN_FAIL(BackendUnavailable, "the ", name(),
+            " backend has no max_pool2d_dropout_backward: it reads the codes of a max_pool2d_dropout it did not write");
+}
+
 void Backend::cross_entropy_reduced(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
                                     double label_smoothing, bool mean) {
   const int64_t n = logits.shape[0];

@@ -306,6 +306,25 @@ class Backend {
   // a backend may mask in the kernel that scatters grad_y (CUDA).
   virtual void max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& relu_y,
                                         const TensorRef& grad_x, const Pool2dParams& p);
+  // Max pooling with dropout on its output, in one pass, where the backend has a kernel for this
+  // geometry (CUDA: 2 x 2 windows that tile x, x aligned): y = dropout(max_pool2d(x)) at `key`,
+  // the bits of those two kernels, and instead of the indices, codes (u8, y's shape), one byte a
+  // window: bits 0-5 the maximum's place in its window in row-major order (windows of at most 64
+  // elements), bit 6 set where dropout kept the output, bit 7 where the maximum is not <= 0 (the
+  // gradient of a relu that made x lets it through). 0 < p < 1. Returns false, having written
+  // nothing, where it has no such kernel: the caller then pools and drops in two passes. By default
+  // none.
+  virtual bool max_pool2d_dropout(const TensorRef& x, const TensorRef& y, const TensorRef& codes,
+                                  const Pool2dParams& pool, double p, const philox::Key& key) {
+    (void)x, (void)y, (void)codes, (void)pool, (void)p, (void)key;
+    return false;
+  }
+  // Its backward from the codes it wrote: grad_x (overwritten) is 0 but at each window's maximum,
+  // which takes dropout's backward of grad_y there (grad_y * (kept ? 1 / (1 - p) : 0), as
+  // Backend::dropout computes it), and, where `relu`, 0 where bit 7 is clear. Only a backend whose
+  // max_pool2d_dropout wrote the codes is asked; by default it throws BackendUnavailable.
+  virtual void max_pool2d_dropout_backward(const TensorRef& grad_y, const TensorRef& codes, const TensorRef& grad_x,
+                                           const Pool2dParams& pool, double p, bool relu);
   virtual void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) = 0;
   virtual void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x,
                                    const Pool2dParams& p) = 0;

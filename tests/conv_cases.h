@@ -333,6 +333,65 @@ inline void max_pool2d_cases(const Run& r) {
   pool_gradient_cases(r, [](const Tensor& x, const Pool2dConfig& c) { return max_pool2d(x, c); });
 }
 
+// max_pool2d_dropout on the device (CUDA: one kernel each way for 2 x 2 windows that tile x; else
+// and elsewhere the two ops) against dropout(max_pool2d(x)) on the CPU with the same generator:
+// the same values, the same gradient, the generator moved as far. 2 x 2 windows four to a row
+// (OW a multiple of 4) and not (OW 7, OW 1), windows of ties and NaNs, x the output of a relu (the
+// gradient masked for it: autograd::Needed) or not, x one element into its buffer (not aligned
+// for the kernel's loads), poolings it does not fuse, and eval, p = 0 and p = 1.
+inline void max_pool2d_dropout_cases(const Run& r) {
+  std::mt19937 rng(18);
+  auto compare = [&](const PoolCase& c, const Tensor& x, const Take& t, double p, bool training, bool relu_first,
+                     const std::string& note) {
+    const std::string what = "max_pool2d_dropout " + c.str() + " " + std::string(dtype_name(t.dtype)) + " p " +
+                             std::to_string(p) + (training ? "" : " eval") + (relu_first ? " after a relu" : "") + note;
+    const Tensor gy = uniform(max_pool2d(x.detach(), c.config).shape(), -1, 1, t.dtype);
+    Tensor y[2], grads[2];
+    uint64_t offsets[2];
+    for (int side = 0; side < 2; ++side) {
+      Generator gen(40 + static_cast<uint64_t>(p * 100));
+      const Device on = side ? r.device : Device::cpu();
+      Tensor xl = x.detach().to(on).requires_grad_();
+      Tensor in = relu_first ? relu(xl) : xl;
+      y[side] = side ? max_pool2d_dropout(in, c.config, p, training, &gen)
+                     : dropout(max_pool2d(in, c.config), p, training, &gen);
+      (y[side] * gy.to(on)).sum().backward();
+      grads[side] = xl.grad();
+      offsets[side] = gen.offset();
+    }
+    r.check(y[1], y[0], {}, what);
+    r.check(grads[1], grads[0], {}, what + " gradient");
+    CHECK_MESSAGE(offsets[1] == offsets[0], what << ": the generator moved as far");
+  };
+  auto cases = [&](const PoolCase& c, int trial) {
+    for (const Take& t : r.takes) {
+      const Tensor x = pool_input(rng, c.x, trial, t.dtype);
+      compare(c, x, t, trial % 2 ? 0.5 : 0.25, true, trial % 4 < 2, "");
+    }
+  };
+  int trial = 0;
+  for (const Shape& x : {Shape{2, 3, 24, 24}, Shape{4, 64, 24, 24}, Shape{3, 5, 10, 14}, Shape{2, 3, 2, 2},
+                         Shape{1, 1, 8, 16}, Shape{5, 2, 6, 6}, Shape{1, 3, 7, 8}}) {
+    PoolCase c;
+    c.x = x;
+    c.config.kernel = {2, 2};
+    for (int k = 0; k < 4; ++k) cases(c, trial++);
+  }
+  for (int i = 0; i < 12; ++i) cases(random_pool(rng), trial++);
+  // x one element into its buffer: contiguous, but not aligned for the kernel's Pair loads
+  PoolCase c;
+  c.x = {2, 3, 12, 16};
+  c.config.kernel = {2, 2};
+  for (const Take& t : r.takes) {
+    const Tensor buffer = uniform({c.x.numel() + 1}, -1, 1, t.dtype);
+    compare(c, buffer.slice(0, 1, c.x.numel() + 1).reshape(c.x), t, 0.25, true, false, " one element in");
+  }
+  for (const auto& [p, training] : {std::pair{0.5, false}, std::pair{0.0, true}, std::pair{1.0, true}})
+    for (const Take& t : r.takes) {
+      compare(c, pool_input(rng, c.x, 1, t.dtype), t, p, training, true, "");
+    }
+}
+
 // avg_pool2d and its backward on 60 random poolings, with and without the padding counted, and
 // the gradient through autograd.
 inline void avg_pool2d_cases(const Run& r) {

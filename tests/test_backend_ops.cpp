@@ -224,6 +224,7 @@ const std::vector<Row>& table() {
        [](const Run& r) { conv2d_bias_relu_cases(r, mnist_conv_layers(8, 8)); }},
       // values and indices exact; the tolerance is the backward's and the gradient's
       {"max_pool2d", {{f32, 0}, {f64, 0}, {b16, 0}}, {{f32, 0}}, max_pool2d_cases},
+      {"max_pool2d_dropout", {{f32, 0}, {f64, 0}, {b16, 0}}, {{f32, 0}}, max_pool2d_dropout_cases},
       {"avg_pool2d", {{f32, 1e-6}, {f64, 1e-14}, {b16, bf16_ulp}}, {{f32, 1e-6}}, avg_pool2d_cases},
       {"batch_norm", {{f32, 1e-4}, {f64, 1e-10}}, {{f32, 1e-4}}, batch_norm_cases},
 

@@ -881,6 +881,18 @@ TEST_CASE("gradcheck: dropout with a fixed generator") {
       {"dropout p 0 (identity)", drop(0.0, 9), {rand({37}, 702)}},
       {"dropout p 1 (all zero)", drop(1.0, 9), {rand({13}, 703)}},
       {"dropout in eval", [](const Args& x) { return dropout(x[0], 0.5, false) * 2.0; }, {rand({13}, 704)}},
+      {"max_pool2d_dropout 2x2 p 0.3",
+       [](const Args& x) {
+         Generator gen(10);
+         return max_pool2d_dropout(x[0], {.kernel = {2, 2}}, 0.3, true, &gen);
+       },
+       {distinct({2, 3, 6, 8}, 705)}},
+      {"max_pool2d_dropout 3x3 stride 1 pad 1 (overlapping) p 0.5",
+       [](const Args& x) {
+         Generator gen(11);
+         return max_pool2d_dropout(x[0], {{3, 3}, {1, 1}, {1, 1}, true}, 0.5, true, &gen);
+       },
+       {distinct({1, 2, 5, 6}, 706)}},
   });
 }
 

@@ -15,7 +15,8 @@ Tensor Net::forward(const Tensor& input) {
   // each layer's ReLU runs in the layer's own kernel (its epilogue)
   Tensor x = conv1->forward(input, Activation::relu);        // [N, 32, 26, 26]
   x = conv2->forward(x, Activation::relu);                   // [N, 64, 24, 24]
-  x = dropout1->forward(max_pool2d(x, {.kernel = {2, 2}}));  // [N, 64, 12, 12]
+  // dropout1 in the pool's pass (the same values as dropout1->forward(max_pool2d(x, ...)))
+  x = max_pool2d_dropout(x, {.kernel = {2, 2}}, dropout1->p, is_training());  // [N, 64, 12, 12]
   x = fc1->forward(x.flatten(1), Activation::relu);          // [N, 128]
   return fc2->forward(dropout2->forward(x));          // [N, 10]
 }

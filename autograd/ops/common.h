@@ -43,6 +43,8 @@ Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool k
 // relu_backward(x, g), NaN included); g itself where the consumers of y applied relu's mask already
 // (Needed: grad_masked).
 Tensor before_activation(Activation activation, const Tensor& y, const Tensor& g, const Needed& need);
+// dropout(x, p) with the mask of the draw at `key` (reserved already, x.numel() elements), 0 < p < 1.
+Tensor dropout_at(const Tensor& x, double p, const philox::Key& key);
 // Records y's op as one whose formula starts with relu's gradient (autograd::Node::relu_output),
 // when y was recorded and `relu` holds.
 void mark_relu_output(const Tensor& y, bool relu = true);

@@ -12,7 +12,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   // Keep an element when its Philox uniform exceeds p: probability 1 - p. The draw is the one
   // uniform(x.shape(), 0, 1) would take from the generator: the same numbers and the same advance.
   Generator& gen = generator ? *generator : default_generator();
-  const philox::Key key = gen.reserve(static_cast<uint64_t>(x.numel()), x.backend());
+  return detail::dropout_at(x, p, gen.reserve(static_cast<uint64_t>(x.numel()), x.backend()));
+}
+
+namespace detail {
+
+Tensor dropout_at(const Tensor& x, double p, const philox::Key& key) {
   Tensor xc = x.contiguous();
   Tensor y = empty_as(x.shape(), x);
   x.backend().dropout(xc.ref(), y.ref(), p, key);
@@ -30,6 +35,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   }
   return y;
 }
+
+}  // namespace detail
 
 Tensor dropout_backward(const Tensor& grad, double p, const philox::Key& key, const Tensor& relu_x) {
   Tensor g = grad.contiguous();

@@ -1,5 +1,6 @@
-// max_pool2d (with the indices of its maxima) and avg_pool2d, and their backward kernels as ops.
+// max_pool2d (with the indices of its maxima), max_pool2d_dropout and avg_pool2d, and their backward kernels as ops.
 #include "kiln/autograd/ops/common.h"
+#include "kiln/core/random.h"
 
 namespace kiln {
 
@@ -79,6 +80,38 @@ Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Sh
     g.backend().max_pool2d_backward(g.ref(), idx.ref(), grad_x.ref(), p);
   }
   return grad_x;
+}
+
+Tensor max_pool2d_dropout(const Tensor& x, const Pool2dConfig& config, double p, bool training,
+                          Generator* generator) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, ValueError, "max_pool2d_dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0.0 || p == 1.0) return dropout(max_pool2d(x, config), p, training, generator);
+  detail::check_floating("max_pool2d_dropout", x);
+  Pool2dParams pp = pool_params(config);
+  Shape y_shape = pool_output_shape("max_pool2d_dropout", x.shape(), pp);
+  // the draw dropout would take of the pool's output: the same key, so the same mask
+  Generator& gen = generator ? *generator : default_generator();
+  const philox::Key key = gen.reserve(static_cast<uint64_t>(y_shape.numel()), x.backend());
+  Tensor xc = x.contiguous();
+  Tensor y = empty_as(y_shape, x);
+  Tensor codes = empty_as(y_shape, x, DType::u8);
+  if (!x.backend().max_pool2d_dropout(xc.ref(), y.ref(), codes.ref(), pp, p, key))
+    return detail::dropout_at(max_pool2d(x, config), p, key);  // no kernel for this pool here: two passes
+  if (autograd::is_recording({x})) {
+    const bool after_relu = x.grad_fn() && autograd::node_of(x)->relu_output;
+    Saves saved;
+    auto gradient = [codes = saved(codes, "codes"), x_shape = x.shape(), pp, p, after_relu](const Tensor& g,
+                                                                                              Needed& need) -> Grads {
+      const bool relu = after_relu && need.may_mask_relu(0);
+      if (relu) need.masked_relu(0);
+      Tensor gc = g.contiguous();
+      Tensor grad_x = empty_as(x_shape, gc);
+      gc.backend().max_pool2d_dropout_backward(gc.ref(), codes.ref(), grad_x.ref(), pp, p, relu);
+      return {grad_x};
+    };
+    autograd::record(y, "max_pool2d_dropout", {x}, gradient, saved);
+  }
+  return y;
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dConfig& config) {

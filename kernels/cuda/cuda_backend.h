@@ -160,6 +160,10 @@ class CudaBackend final : public Backend {
                            const Pool2dParams& p) override;
   void max_pool2d_backward_relu(const TensorRef& grad_y, const TensorRef& indices, const TensorRef& relu_y,
                                 const TensorRef& grad_x, const Pool2dParams& p) override;
+  bool max_pool2d_dropout(const TensorRef& x, const TensorRef& y, const TensorRef& codes, const Pool2dParams& pool,
+                          double p, const philox::Key& key) override;
+  void max_pool2d_dropout_backward(const TensorRef& grad_y, const TensorRef& codes, const TensorRef& grad_x,
+                                   const Pool2dParams& pool, double p, bool relu) override;
   void avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) override;
   void avg_pool2d_backward(const TensorRef& grad_y, const TensorRef& grad_x, const Pool2dParams& p) override;
 

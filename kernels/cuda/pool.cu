@@ -10,6 +10,8 @@
 //   backward     grad_x is overwritten: each input element gets the sum of the grad_y elements
 //                that came from it; through a relu that made x (max_pool2d_backward_relu), each
 //                grad_y element first zeroed where y <= 0 (y holds x's value at the maximum).
+//   max_pool2d_dropout  dropout(max_pool2d(x)) with dropout's Philox mask (random.cu), in one pass
+//                each way for 2 x 2 windows that tile x, a byte a window kept for the backward.
 // Bench: none of its own yet (memory-bound); pooling runs inside a training step (`mnist-train
 // --device cuda`). What its backward cost under ncu, step by step: kernels/cuda/NOTES.md.
 //
@@ -37,6 +39,7 @@
 #include <cstdint>
 
 #include "kiln/core/error.h"
+#include "kiln/core/philox.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 #include "kiln/kernels/cuda/layout.cuh"
@@ -199,6 +202,20 @@ struct alignas(2 * sizeof(T)) Pair {
   T lo, hi;
 };
 
+// The maximum of a 2 x 2 window given as its rows (top-left, top-right, bottom-left, bottom-right),
+// as max_pool_kernel walks it: ties keep the first, the last NaN wins. Returns its place, 0 to 3.
+template <class T>
+__device__ int window_max(T a, T b, T c, T e, compute_t<T>* best) {
+  const compute_t<T> v[4] = {cast<compute_t<T>>(a), cast<compute_t<T>>(b), cast<compute_t<T>>(c),
+                             cast<compute_t<T>>(e)};
+  *best = v[0];
+  int at = 0;
+#pragma unroll
+  for (int k = 1; k < 4; ++k)
+    if (v[k] > *best || v[k] != v[k]) *best = v[k], at = k;
+  return at;
+}
+
 template <class T, class I>
 __global__ void max_pool_2x2_kernel(const T* x, T* y, int32_t* indices, Geom<I> d, I total) {
   KILN_GRID_STRIDE(e64, total) {
@@ -206,14 +223,8 @@ __global__ void max_pool_2x2_kernel(const T* x, T* y, int32_t* indices, Geom<I> 
     const I j = e % d.ow, rows = e / d.ow;
     const T* top = x + 2 * rows * d.w + 2 * j;
     const Pair<T> r0 = *reinterpret_cast<const Pair<T>*>(top), r1 = *reinterpret_cast<const Pair<T>*>(top + d.w);
-    // the window in row-major order, as max_pool_kernel walks it: ties keep the first, the last NaN wins
-    const compute_t<T> v[4] = {cast<compute_t<T>>(r0.lo), cast<compute_t<T>>(r0.hi), cast<compute_t<T>>(r1.lo),
-                               cast<compute_t<T>>(r1.hi)};
-    compute_t<T> best = v[0];
-    int at = 0;
-#pragma unroll
-    for (int k = 1; k < 4; ++k)
-      if (v[k] > best || v[k] != v[k]) best = v[k], at = k;
+    compute_t<T> best;
+    const int at = window_max(r0.lo, r0.hi, r1.lo, r1.hi, &best);
     y[e] = cast<T>(best);
     indices[e] = static_cast<int32_t>((2 * (rows % d.oh) + at / 2) * d.w + 2 * j + at % 2);
   }
@@ -237,6 +248,128 @@ __global__ void max_pool_2x2_backward_kernel(const T* gy, const T* relu_y, const
 bool tiles_2x2(const PoolDims& d, const TensorRef& x) {
   return d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2 && d.ph == 0 && d.pw == 0 && d.h == 2 * d.oh &&
          d.w == 2 * d.ow && reinterpret_cast<uintptr_t>(x.address()) % (2 * dtype_size(x.dtype)) == 0;
+}
+
+// ---- 2 x 2 max pool with dropout in its epilogue (Backend::max_pool2d_dropout) ----
+//
+// y = dropout(max_pool2d(x)), the MNIST CNN's pool and dropout1, in one pass: a thread per Philox
+// block, the four outputs whose uniforms it draws once. For the backward it keeps one byte a window
+// (its maximum's place, whether dropout kept it, whether it is positive) where the two ops keep i32
+// indices and y, and the backward draws no mask again: it reads grad_y and the bytes and writes
+// grad_x. Where OW is a multiple of 4, a thread's four windows lie side by side in one pair of
+// rows: each row's eight elements are one aligned load (16 bytes in bf16) or store, y's four one
+// store, the codes one 4-byte store; otherwise each window is placed on its own, by Pairs.
+constexpr uint8_t kPlace = 0x3f, kKept = 0x40, kPositive = 0x80;
+
+// N elements as one aligned access (16-byte vectors where N * sizeof(T) is more).
+template <class T, int N>
+struct alignas(N * sizeof(T) < 16 ? N * sizeof(T) : 16) Vec {
+  T v[N];
+};
+
+inline bool aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// Element e's place: the top-left of its window in x, in x's elements.
+template <class I>
+__device__ I window_top(const Geom<I>& d, I e) {
+  return 2 * (e / d.ow) * d.w + 2 * (e % d.ow);
+}
+
+template <class T, class I>
+__global__ void max_pool_2x2_dropout_kernel(const T* x, T* y, uint8_t* codes, Geom<I> d, I total,
+                                            compute_t<T> threshold, compute_t<T> scale, philox::Key key,
+                                            bool rows_of_four) {
+  using C = compute_t<T>;
+  const philox::Key at = key.resolve();  // in a captured step, read from its replay value
+  KILN_GRID_STRIDE(b64, (total + 3) / 4) {
+    const I b = static_cast<I>(b64), e0 = 4 * b;
+    const philox::Block words = philox::block(at.seed, at.offset + static_cast<uint64_t>(b64));
+    T window[4][4] = {};  // each output's window in row-major order (past the end: zeros)
+    if (rows_of_four) {
+      const T* top = x + window_top(d, e0);
+      const Vec<T, 8> r0 = *reinterpret_cast<const Vec<T, 8>*>(top), r1 = *reinterpret_cast<const Vec<T, 8>*>(top + d.w);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        window[k][0] = r0.v[2 * k], window[k][1] = r0.v[2 * k + 1], window[k][2] = r1.v[2 * k],
+        window[k][3] = r1.v[2 * k + 1];
+    } else {
+      for (int k = 0; k < 4 && e0 + k < total; ++k) {
+        const T* top = x + window_top(d, e0 + k);
+        const Pair<T> r0 = *reinterpret_cast<const Pair<T>*>(top), r1 = *reinterpret_cast<const Pair<T>*>(top + d.w);
+        window[k][0] = r0.lo, window[k][1] = r0.hi, window[k][2] = r1.lo, window[k][3] = r1.hi;
+      }
+    }
+    Vec<T, 4> out;
+    Vec<uint8_t, 4> code;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      C best;
+      const int place = window_max(window[k][0], window[k][1], window[k][2], window[k][3], &best);
+      const C pooled = cast<C>(cast<T>(best));  // max_pool2d's y, then dropout's product of it
+      const bool kept = static_cast<C>(philox::to_unit(words[k])) > threshold;
+      out.v[k] = cast<T>(pooled * (kept ? scale : C(0)));
+      code.v[k] = static_cast<uint8_t>(place | (kept ? kKept : 0) | (pooled <= C(0) ? 0 : kPositive));
+    }
+    if (rows_of_four) {
+      *reinterpret_cast<Vec<T, 4>*>(y + e0) = out;
+      *reinterpret_cast<Vec<uint8_t, 4>*>(codes + e0) = code;
+    } else {
+      for (int k = 0; k < 4 && e0 + k < total; ++k) y[e0 + k] = out.v[k], codes[e0 + k] = code.v[k];
+    }
+  }
+}
+
+// grad_x of the windows of grad_y's outputs: a thread per four, as the forward.
+template <class T, class I>
+__global__ void max_pool_2x2_dropout_backward_kernel(const T* gy, const uint8_t* codes, T* gx, Geom<I> d, I total,
+                                                     compute_t<T> scale, bool relu, bool rows_of_four) {
+  using C = compute_t<T>;
+  KILN_GRID_STRIDE(b64, (total + 3) / 4) {
+    const I e0 = 4 * static_cast<I>(b64);
+    Vec<T, 4> g;
+    Vec<uint8_t, 4> code;
+    if (rows_of_four) {
+      g = *reinterpret_cast<const Vec<T, 4>*>(gy + e0);
+      code = *reinterpret_cast<const Vec<uint8_t, 4>*>(codes + e0);
+    } else {
+      for (int k = 0; k < 4; ++k) g.v[k] = e0 + k < total ? gy[e0 + k] : T{}, code.v[k] = e0 + k < total ? codes[e0 + k] : 0;
+    }
+    T window[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      // dropout's backward (Backend::dropout's product), then relu's mask, at the maximum's place
+      T v = cast<T>(cast<C>(g.v[k]) * (code.v[k] & kKept ? scale : C(0)));
+      if (relu && !(code.v[k] & kPositive)) v = T{};
+#pragma unroll
+      for (int place = 0; place < 4; ++place) window[k][place] = (code.v[k] & kPlace) == place ? v : T{};
+    }
+    if (rows_of_four) {
+      Vec<T, 8> r0, r1;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        r0.v[2 * k] = window[k][0], r0.v[2 * k + 1] = window[k][1], r1.v[2 * k] = window[k][2],
+        r1.v[2 * k + 1] = window[k][3];
+      T* top = gx + window_top(d, e0);
+      *reinterpret_cast<Vec<T, 8>*>(top) = r0;
+      *reinterpret_cast<Vec<T, 8>*>(top + d.w) = r1;
+    } else {
+      for (int k = 0; k < 4 && e0 + k < total; ++k) {
+        T* top = gx + window_top(d, e0 + k);
+        *reinterpret_cast<Pair<T>*>(top) = {window[k][0], window[k][1]};
+        *reinterpret_cast<Pair<T>*>(top + d.w) = {window[k][2], window[k][3]};
+      }
+    }
+  }
+}
+
+// Whether the four-a-row path applies to these buffers: OW a multiple of 4, each buffer aligned
+// for its vectors (x and grad_x: 8 elements, y and grad_y: 4, the codes: 4 bytes).
+template <class T>
+bool rows_of_four(const PoolDims& d, const void* x, const void* y, const void* codes) {
+  return d.ow % 4 == 0 && aligned(x, alignof(Vec<T, 8>)) && aligned(y, alignof(Vec<T, 4>)) &&
+         aligned(codes, 4);
 }
 
 template <class I>
@@ -338,6 +471,57 @@ void CudaBackend::max_pool2d_backward_relu(const TensorRef& grad_y, const Tensor
     });
   });
   KILN_CUDA_LAUNCH_CHECK("max_pool2d_backward");
+}
+
+bool CudaBackend::max_pool2d_dropout(const TensorRef& x, const TensorRef& y, const TensorRef& codes,
+                                     const Pool2dParams& pool, double p, const philox::Key& key) {
+  const PoolDims d = pool_dims("max_pool2d_dropout", x, y, pool);
+  KILN_CHECK(codes.dtype == DType::u8 && codes.shape == y.shape && y.dtype == x.dtype, ShapeError,
+             "cuda max_pool2d_dropout: codes ", codes.shape, " ", codes.dtype, " and y ", y.dtype,
+             " for an output ", y.shape, " of x ", x.dtype, " (codes: u8 of y's shape)");
+  KILN_CHECK(p > 0.0 && p < 1.0, ValueError, "cuda max_pool2d_dropout: p must be in (0, 1), got ", p);
+  if (!tiles_2x2(d, x)) return false;
+  const int64_t total = y.numel();
+  if (total == 0) return true;
+  visit_floating_bf16(x.dtype, "max_pool2d_dropout", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const bool four = rows_of_four<T>(d, x.address(), y.address(), codes.address());
+    with_index_type(d, [&](auto index) {
+      using I = decltype(index);
+      max_pool_2x2_dropout_kernel<T, I><<<blocks_for((total + 3) / 4), kThreads, 0, stream_>>>(
+          x.data<T>(), y.data<T>(), codes.data<uint8_t>(), geom<I>(d), static_cast<I>(total), static_cast<C>(p),
+          static_cast<C>(1.0 / (1.0 - p)), key, four);
+    });
+  });
+  KILN_CUDA_LAUNCH_CHECK("max_pool2d_dropout");
+  return true;
+}
+
+void CudaBackend::max_pool2d_dropout_backward(const TensorRef& grad_y, const TensorRef& codes,
+                                              const TensorRef& grad_x, const Pool2dParams& pool, double p,
+                                              bool relu) {
+  const PoolDims d = pool_dims("max_pool2d_dropout_backward", grad_x, grad_y, pool);
+  KILN_CHECK(codes.dtype == DType::u8 && codes.shape == grad_y.shape && grad_x.dtype == grad_y.dtype, ShapeError,
+             "cuda max_pool2d_dropout_backward: codes ", codes.shape, " ", codes.dtype, " and grad_x ",
+             grad_x.dtype, " for a gradient ", grad_y.shape, " ", grad_y.dtype);
+  KILN_CHECK(tiles_2x2(d, grad_x), ValueError,
+             "cuda max_pool2d_dropout_backward: takes the 2 x 2 windows (stride 2, no padding, an even size, "
+             "grad_x aligned) that max_pool2d_dropout fuses, got ", grad_x.shape, " -> ", grad_y.shape);
+  const int64_t total = grad_y.numel();
+  if (total == 0) return;
+  visit_floating_bf16(grad_y.dtype, "max_pool2d_dropout_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const bool four = rows_of_four<T>(d, grad_x.address(), grad_y.address(), codes.address());
+    with_index_type(d, [&](auto index) {
+      using I = decltype(index);
+      max_pool_2x2_dropout_backward_kernel<T, I><<<blocks_for((total + 3) / 4), kThreads, 0, stream_>>>(
+          grad_y.data<T>(), codes.data<uint8_t>(), grad_x.data<T>(), geom<I>(d), static_cast<I>(total),
+          static_cast<C>(1.0 / (1.0 - p)), relu, four);
+    });
+  });
+  KILN_CUDA_LAUNCH_CHECK("max_pool2d_dropout_backward");
 }
 
 void CudaBackend::avg_pool2d(const TensorRef& x, const TensorRef& y, const Pool2dParams& p) {

@@ -1,10 +1,12 @@
 // Captured CUDA graphs (core/capture.h) and captured training steps (optim/captured_step.h): a
 // replayed step computes the eager step's bits, with dropout, every optimizer and a scheduler,
-// across a change of batch shape; and what a capture cannot do is refused by name.
+// across a change of batch shape; dropout fused into a max pool keeps those bits in fewer kernels;
+// and what a capture cannot do is refused by name.
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/cuda/cuda_test.h"
@@ -155,6 +157,50 @@ TEST_CASE("a replay reads what its inputs hold then, and dropout draws a fresh m
     graph.replay();
     const Tensor expected = dropout(x * 2.0, 0.5, true, &eager);
     CHECK(out.to_vector<float>() == expected.to_vector<float>());
+  }
+  CHECK(gen.offset() == eager.offset());
+}
+
+TEST_CASE("max_pool2d_dropout: one kernel each way where the pool and dropout take two, a fresh mask each replay") {
+  // conv2d + relu, then the 2 x 2 pool with dropout, as the MNIST CNN's conv2, pool and dropout1,
+  // forward and backward in one graph: fused, and as max_pool2d then dropout.
+  Generator init(21);
+  const Tensor x = uniform({6, 4, 18, 18}, -1.0, 1.0, kCuda, &init);
+  const Tensor w0 = uniform({8, 4, 3, 3}, -0.5, 0.5, kCuda, &init);
+  const Tensor g = uniform({6, 8, 8, 8}, -1.0, 1.0, kCuda, &init);
+  auto run = [&](bool fused) {
+    Tensor w = w0.clone().requires_grad_();
+    Tensor out = zeros({6, 8, 8, 8}, kCuda);
+    Generator gen(3);
+    Graph graph = capture(kCuda, [&] {
+      Tensor h = conv2d(x, w, {}, {}, Activation::relu);  // [6, 8, 16, 16]
+      Tensor y = fused ? max_pool2d_dropout(h, {.kernel = {2, 2}}, 0.25, true, &gen)
+                       : dropout(max_pool2d(h, {.kernel = {2, 2}}), 0.25, true, &gen);
+      out.copy_(y.detach());
+      (y * g).sum().backward();
+    });
+    graph.replay();
+    return std::make_tuple(graph.kernels(), out.to_vector<float>(), w.grad().to_vector<float>(), gen.offset());
+  };
+  const auto [fused_kernels, fused_y, fused_grad, fused_offset] = run(true);
+  const auto [kernels, y, grad, offset] = run(false);
+  CHECK(kernels == fused_kernels + 2);
+  CHECK(fused_y == y);
+  CHECK(fused_grad == grad);
+  CHECK(fused_offset == offset);
+
+  // replayed, each draws the mask eager dropout would draw then
+  Tensor h = conv2d(x, w0, {}, {}, Activation::relu);
+  Tensor out = zeros({6, 8, 8, 8}, kCuda);
+  Generator gen(5);
+  Graph graph = capture(kCuda, [&] {
+    NoGradGuard no_grad;
+    out.copy_(max_pool2d_dropout(h, {.kernel = {2, 2}}, 0.5, true, &gen));
+  });
+  Generator eager(5);
+  for (int r = 0; r < 3; ++r) {
+    graph.replay();
+    CHECK(out.to_vector<float>() == dropout(max_pool2d(h, {.kernel = {2, 2}}), 0.5, true, &eager).to_vector<float>());
   }
   CHECK(gen.offset() == eager.offset());
 }
