@@ -264,6 +264,25 @@ def define(figure, table, runs):
             figure(f"kernels.window.{tag}.weight-grad.{name}.us", run,
                    per_step(run, {"conv2d::backward_weight_rows_kernel", "conv2d::backward_weight_window_kernel"}, csv),
                    f"{what}: conv1's weight gradient kernel a step ({run.name}), µs")
+    # dropout1 in the 2 x 2 max pool's pass (max_pool2d_dropout), a byte a window for the backward
+    fused = runs["2026-11-28-h100-pool-dropout"]
+    f32_b512 = (("b512-f32", "profile_b512.csv", "CNN batch 512 f32"),)
+    step_figures("pool-dropout", fused, cnn_bf16 + (("b64-f32", "profile_b64.csv", "CNN batch 64 f32"),) + f32_b512,
+                 "dropout1 in the max pool's pass")
+    epoch_figures("pool-dropout", fused, ("cnn", "b512", "cnn-f32", "cnn-tf32", "mlp", "mlp-f32"),
+                  "dropout1 in the max pool's pass")
+    figure("kernels.pool-dropout.b512-f32.epoch2", fused, fused.epoch("train_b512.jsonl", 2)["seconds"],
+           "mnist-train CNN batch 512, f32: epoch 2 (dropout1 in the max pool's pass), s")
+    # the pool's and both dropouts' kernels a step (dropout2's, on fc1's output, in both)
+    for tag, csv, what in cnn_bf16:
+        for name, run, kernels in (("before", window, {"max_pool_2x2_kernel", "max_pool_2x2_backward_kernel", "dropout_kernel"}),
+                                   ("after", fused, {"max_pool_2x2_dropout_kernel",
+                                                     "max_pool_2x2_dropout_backward_kernel", "dropout_kernel"})):
+            figure(f"kernels.pool-dropout.{tag}.pool-and-dropouts.{name}.us", run, per_step(run, kernels, csv),
+                   f"{what}: the max pool's and the dropouts' kernels a step ({run.name}), µs")
+    for name, kernel in (("forward", "max_pool_2x2_dropout_kernel"), ("backward", "max_pool_2x2_dropout_backward_kernel")):
+        figure(f"kernels.pool-dropout.b512-bf16.{name}.us", fused, per_step(fused, {kernel}),
+               f"CNN batch 512 bf16: {kernel} a step, µs")
     for tag, csv, what in cnn_bf16:
         for name, kernel in (("forward", "softmax::cross_entropy_reduced_kernel"),
                              ("backward", "softmax::cross_entropy_backward_rows_per_warp_kernel")):
