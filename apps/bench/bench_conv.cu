@@ -194,6 +194,8 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
   float* kiln_ws = buffer(std::max<int64_t>(1, cv::backward_weight_workspace(g)));
   float* kiln_wt = buffer(std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g)));  // flipped w
   float* kiln_wp = buffer(std::max<int64_t>(1, cv::forward_patch_workspace(g)));  // packed w (version 7)
+  float* kiln_wq = buffer(std::max<int64_t>(  // packed w (version 10)
+      {1, cv::forward_wgmma_workspace(g), cv::backward_input_wgmma_workspace(g)}));
 
   Cudnn dnn(s, g.oh, g.ow, stream);
   const float one = 1, zero = 0;
@@ -253,6 +255,13 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     kiln_version("fwd 7 input patch in shared memory TF32",
                  [&] { cv::forward_patch<float>(x, w, {}, y, kiln_wp, g, cv::TensorMath::tf32, stream); }, y,
                  y_ref, ny, kTf32Tolerance);
+    if (cv::forward_wgmma_applies(g, cv::TensorMath::tf32x3)) {  // an sm_90 GPU
+      kiln_version("fwd 10 wgmma 3xTF32",
+                   [&] { cv::forward_wgmma(x, w, {}, y, kiln_wq, g, cv::TensorMath::tf32x3, stream); }, y, y_ref, ny);
+      kiln_version("fwd 10 wgmma TF32",
+                   [&] { cv::forward_wgmma(x, w, {}, y, kiln_wq, g, cv::TensorMath::tf32, stream); }, y, y_ref, ny,
+                   kTf32Tolerance);
+    }
     if (s.o <= 32)  // version 8 takes up to 32 outputs a pixel (else it runs 6, else 3)
       kiln_version("fwd 8 few outputs, input rows in shared memory",
                    [&] { cv::forward_few_outputs_rows<float>(x, w, {}, y, g, stream); }, y, y_ref, ny);
@@ -329,6 +338,14 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
       kiln_version("bwd-input 7 input patch in shared memory TF32", [&] {
         cv::backward_input_patch<float>(gy, w, gx, kiln_wt, g, cv::TensorMath::tf32, stream);
       }, gx, gx_ref, nx, kTf32Tolerance);
+      if (cv::backward_input_wgmma_applies(g, cv::TensorMath::tf32x3)) {
+        kiln_version("bwd-input 10 wgmma 3xTF32", [&] {
+          cv::backward_input_wgmma(gy, w, gx, kiln_wq, g, cv::TensorMath::tf32x3, stream);
+        }, gx, gx_ref, nx);
+        kiln_version("bwd-input 10 wgmma TF32", [&] {
+          cv::backward_input_wgmma(gy, w, gx, kiln_wq, g, cv::TensorMath::tf32, stream);
+        }, gx, gx_ref, nx, kTf32Tolerance);
+      }
     }
   }
 

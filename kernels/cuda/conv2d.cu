@@ -842,9 +842,6 @@ bool backward_input_as_forward_applies(const Geometry& g) {
          g.dilation_w * (g.kw - 1) - g.pad_w >= 0;
 }
 
-namespace {
-
-// The forward convolution gy -> grad_x that backward input versions 3-9 run (see version 3).
 Geometry as_forward(const Geometry& g) {
   Geometry f;
   f.n = g.n, f.c = g.o, f.h = g.oh, f.w = g.ow;
@@ -855,6 +852,8 @@ Geometry as_forward(const Geometry& g) {
   f.groups = g.groups;
   return f;
 }
+
+namespace {
 
 // as_forward(g), refused where the forward form does not apply.
 Geometry checked_forward_form(const Geometry& g) {

@@ -150,6 +150,23 @@ template <class T>
 void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, TensorMath math,
                           cudaStream_t stream);
 
+// Forward, version 10: version 7 on Hopper's warpgroup tensor cores (wgmma; conv2d/wgmma.cu): the
+// same patch, the weights packed for wgmma to read from shared memory, 128 pixels by up to 64
+// outputs a block; f32 at TF32 or 3xTF32. Runs where forward_wgmma_applies: an sm_90 GPU with
+// kiln built for sm_90a, stride 1, two blocks' shared memory an SM; workspace
+// forward_wgmma_workspace(g) floats.
+bool forward_wgmma_applies(const Geometry& g, TensorMath math);
+int64_t forward_wgmma_workspace(const Geometry& g);
+void forward_wgmma(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
+                   const Geometry& g, TensorMath math, cudaStream_t stream);
+// Backward input, version 10: version 3's forward form on forward version 10.
+bool backward_input_wgmma_applies(const Geometry& g, TensorMath math);
+int64_t backward_input_wgmma_workspace(const Geometry& g);
+void backward_input_wgmma(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
+                          TensorMath math, cudaStream_t stream);
+// The forward convolution grad_y -> grad_x that the backward input versions 3-10 run (version 3).
+Geometry as_forward(const Geometry& g);
+
 // bf16 (mixed precision) on the tensor cores: bf16 operands and result, each product exact in f32,
 // the sums in f32, each result rounded once. Versions 7 and 3 first write their operands as pairs
 // along the reduction (conv2d.cu's bf16 section says why) into `workspace` (the *_workspace(g)

@@ -64,12 +64,19 @@ T* device_ptr(const Tensor& t) {
   return t.ref().data<T>();
 }
 
+// Whether the GPU is an sm_90 (H100, H200), where version 10 (wgmma) runs where kiln was built for it.
+bool sm90() {
+  return cuda::device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 &&
+         cuda::device_attribute(cudaDevAttrComputeCapabilityMinor) == 0;
+}
+
 }  // namespace
 
 TEST_CASE("every conv2d version matches the CPU on device buffers") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(14);
+  int wgmma_runs = 0;  // version 10's, on an sm_90 GPU
   for (int trial = 0; trial < 50; ++trial) {
     const ConvCase c = random_conv(rng, trial);
     const cv::Geometry g = geometry(c);
@@ -168,6 +175,27 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
         cv::forward_patch<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y7), device_ptr<T>(packed),
                              g, math, stream);
         check_close(y7, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_patch" + name + c.str());
+        if constexpr (std::is_same_v<T, float>) {
+          if (cv::forward_wgmma_applies(g, math)) {  // version 10 (an sm_90 GPU)
+            Tensor y10 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+            Tensor packed10 = full({std::max<int64_t>(1, cv::forward_wgmma_workspace(g))}, 7.0,
+                                   TensorOptions(t).device(kCuda));
+            cv::forward_wgmma(device_ptr<float>(dx), device_ptr<float>(dw), epilogue, device_ptr<float>(y10),
+                              device_ptr<float>(packed10), g, math, stream);
+            check_close(y10, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_wgmma" + name + c.str());
+            ++wgmma_runs;
+          }
+          if (cv::backward_input_wgmma_applies(g, math)) {
+            Tensor gx10 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+            Tensor packed10 = full({std::max<int64_t>(1, cv::backward_input_wgmma_workspace(g))}, 7.0,
+                                   TensorOptions(t).device(kCuda));
+            cv::backward_input_wgmma(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx10),
+                                     device_ptr<float>(packed10), g, math, stream);
+            check_close(gx10, want_gx, r, atol(c.w[0] / c.config.groups * c.w[2] * c.w[3]),
+                        "backward_input_wgmma" + name + c.str());
+            ++wgmma_runs;
+          }
+        }
         if (cv::backward_input_as_forward_applies(g)) {
           Tensor gx5 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
           Tensor wt = full({std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g))}, 7.0,
@@ -193,6 +221,63 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
     run(float{}, DType::f32);
     run(double{}, DType::f64);
   }
+  MESSAGE("version 10 ran on ", wgmma_runs, " of the random geometries");
+  if (sm90()) CHECK(wgmma_runs > 0);
+}
+
+TEST_CASE("version 10 (wgmma) matches the CPU at the MNIST CNN's conv2, wide layers, odd sizes and groups") {
+  // forward and backward input, 3xTF32 within f32's tolerance and TF32 within TF32's; 32 and 64
+  // outputs a block, several stages of channels with a short last one, padding, dilation, groups
+  namespace cv = cuda::conv2d;
+  if (!sm90()) return;
+  cudaStream_t stream = cuda::backend(0).stream();
+  struct Shape4 {
+    Shape x, w;
+    int64_t pad, dilation, groups;
+  };
+  const std::vector<Shape4> shapes = {
+      {{8, 32, 26, 26}, {64, 32, 3, 3}, 0, 1, 1},   // conv2
+      {{3, 20, 30, 17}, {40, 20, 3, 3}, 1, 1, 1},   // a short last stage, 40 outputs: 64 a block
+      {{2, 13, 19, 23}, {24, 13, 5, 3}, 2, 1, 1},   // 32 outputs a block, a 5 x 3 kernel
+      {{2, 16, 21, 18}, {96, 8, 3, 3}, 2, 2, 2},    // dilation, two groups of 48 outputs
+      {{1, 64, 56, 56}, {130, 64, 3, 3}, 1, 1, 1},  // wide rows, outputs past a block's 64
+  };
+  int runs = 0;
+  for (const Shape4& s : shapes) {
+    ConvCase c;
+    c.x = s.x, c.w = s.w;
+    c.config.padding = {s.pad, s.pad};
+    c.config.dilation = {s.dilation, s.dilation};
+    c.config.groups = s.groups;
+    const int64_t span = s.dilation * (s.w[2] - 1) + 1, span_w = s.dilation * (s.w[3] - 1) + 1;
+    c.y = {s.x[0], s.w[0], s.x[2] + 2 * s.pad - span + 1, s.x[3] + 2 * s.pad - span_w + 1};
+    const cv::Geometry g = geometry(c);
+    Tensor x = uniform(c.x, -1, 1), w = uniform(c.w, -1, 1), gy = uniform(c.y, -1, 1), b = uniform({c.w[0]}, -1, 1);
+    Tensor dx = x.to(kCuda), dw = w.to(kCuda), dgy = gy.to(kCuda), db = b.to(kCuda);
+    const Tensor want = conv2d(x, w, b, c.config, Activation::relu);
+    const Tensor want_gx = conv2d_backward_input(gy, w, c.x, c.config);
+    for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
+      const bool tf32 = math == cv::TensorMath::tf32;
+      const std::string name = (tf32 ? " (TF32) " : " (3xTF32) ") + c.str();
+      const int64_t fwd_len = c.w[1] * c.w[2] * c.w[3], in_len = c.w[0] / s.groups * c.w[2] * c.w[3];
+      REQUIRE(cv::forward_wgmma_applies(g, math));
+      Tensor y = full(c.y, 7.0, kCuda);
+      Tensor packed = full({cv::forward_wgmma_workspace(g)}, 7.0, kCuda);
+      cv::forward_wgmma(device_ptr<float>(dx), device_ptr<float>(dw), {device_ptr<float>(db), Activation::relu},
+                        device_ptr<float>(y), device_ptr<float>(packed), g, math, stream);
+      check_close(y, want, tf32 ? kTf32Rtol : rtol_for(DType::f32),
+                  tf32 ? tf32_atol(fwd_len) : atol_for(DType::f32, fwd_len), "forward_wgmma" + name);
+      REQUIRE(cv::backward_input_wgmma_applies(g, math));
+      Tensor gx = full(c.x, 7.0, kCuda);
+      Tensor packed_in = full({cv::backward_input_wgmma_workspace(g)}, 7.0, kCuda);
+      cv::backward_input_wgmma(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx),
+                               device_ptr<float>(packed_in), g, math, stream);
+      check_close(gx, want_gx, tf32 ? kTf32Rtol : rtol_for(DType::f32),
+                  tf32 ? tf32_atol(in_len) : atol_for(DType::f32, in_len), "backward_input_wgmma" + name);
+      runs += 2;
+    }
+  }
+  CHECK(runs == 20);
 }
 
 TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, and falls back otherwise") {

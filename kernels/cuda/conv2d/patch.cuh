@@ -69,7 +69,7 @@ struct PatchPlan {
   int64_t smem = 0;    // dynamic shared memory bytes
 };
 
-PatchPlan patch_plan(const Dims& d, int bm, int bn) {
+inline PatchPlan patch_plan(const Dims& d, int bm, int bn) {
   PatchPlan p;
   p.rows = static_cast<int>(std::min<int64_t>((bm - 1) / d.ow + 2, d.oh) + (d.kh - 1) * d.dh);
   p.cols = static_cast<int>(d.ow + (d.kw - 1) * d.dw);
@@ -122,20 +122,55 @@ struct PatchArgs {
   int tiles;  // pixel tiles per image
 };
 
-// y(m, n) as a plain f32 sum over the taps that exist: the 3xTF32 answer for results that came
-// out NaN (an infinite input splits into inf + NaN inside the mma; tensor_cores.cuh's dot_f32).
-__device__ inline float patch_dot_f32(const PatchArgs<float>& a, int64_t img, int64_t g, int64_t m, int64_t n) {
-  const Dims& d = a.d;
+// y(m, n) as a plain f32 sum over the taps that exist, weight(c, tap) giving output n's weights:
+// the 3xTF32 answer for results that came out NaN (an infinite input splits into inf + NaN inside
+// the mma; tensor_cores.cuh's dot_f32). Versions 7 and 10.
+template <class Weight>
+__device__ float patch_dot_f32(const float* x_all, const Dims& d, int64_t img, int64_t g, int64_t m, Weight weight) {
   const int64_t oy = m / d.ow, ox = m % d.ow;
-  const float* x = a.x + (img * d.c + g * d.cg) * d.hw;
+  const float* x = x_all + (img * d.c + g * d.cg) * d.hw;
   float sum = 0;
   for (int64_t c = 0; c < d.cg; ++c)
     for (int64_t tap = 0; tap < d.khkw; ++tap) {
       const int64_t iy = oy - d.ph + tap / d.kw * d.dh, ix = ox - d.pw + tap % d.kw * d.dw;
       if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
-      sum = fmaf(x[c * d.hw + iy * d.w + ix], a.wp[packed_at(d, a.plan, g, c, tap, n)], sum);
+      sum = fmaf(x[c * d.hw + iy * d.w + ix], weight(c, tap), sum);
     }
   return sum;
+}
+
+// The patch of a block whose output pixels span output rows y_first onward, `rows` input rows
+// (versions 7 and 10). lines[l] for each line l = (channel c < 8, patch row r): where it starts
+// in a stage's first input plane (-1 for rows outside the input) and in the patch (whose columns
+// are 2 floats apart). Written once per block by its `threads` threads.
+__device__ inline void patch_lines(int2* lines, int rows, int y_first, const Dims& d, const PatchPlan& plan, int tid,
+                                   int threads) {
+  for (int l = tid; l < kPatchChannels * rows; l += threads) {
+    const int c = l / rows, r = l % rows, iy = y_first - static_cast<int>(d.ph) + r;
+    lines[l] = {iy >= 0 && iy < d.h ? c * static_cast<int>(d.hw) + iy * static_cast<int>(d.w) : -1,
+                2 * ((c % 4) * plan.plane + r * plan.cols) + c / 4};
+  }
+}
+
+// Queues the copy of stage `chunk`'s patch (channels chunk * 8 onward of x_img, the block's image
+// and group) into st: a warp a line at a time, 4-byte cp.async, zeros outside the input and past C/G.
+__device__ inline void copy_patch(float* st, const float* x_img, int64_t chunk, const int2* lines, int rows,
+                                  const Dims& d, const PatchPlan& plan, int warp, int lane, int warps) {
+  const int64_t left = d.cg - chunk * kPatchChannels;
+  const int valid_lines = static_cast<int>(left < kPatchChannels ? left : kPatchChannels) * rows;
+  const float* src = x_img + chunk * kPatchChannels * d.hw;
+  const int width = static_cast<int>(d.w), pw = static_cast<int>(d.pw);
+#pragma unroll 1
+  for (int l = warp; l < kPatchChannels * rows; l += warps) {
+    const int2 line = lines[l];
+    const bool row_ok = line.x >= 0 && l < valid_lines;
+#pragma unroll 1
+    for (int col = lane; col < plan.cols; col += 32) {
+      const int ix = col - pw;
+      const bool ok = row_ok && static_cast<unsigned>(ix) < static_cast<unsigned>(width);
+      matmul::cp_async4(st + line.y + 2 * col, src + (ok ? line.x + ix : 0), ok);
+    }
+  }
 }
 
 // One block: BM consecutive output pixels of image blockIdx.x / tiles (tile blockIdx.x % tiles),
@@ -160,14 +195,8 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs<Y> a) 
   const int rows = y_last - y_first + 1 + static_cast<int>((d.kh - 1) * d.dh);
 
   const int patch_floats = C8 * plan.plane, stage = patch_floats + taps * 4 * G::LDB;
-  // Each patch line (channel c, row r) once per block: where it starts in the stage's first input
-  // plane (-1 for rows outside the input) and in the patch (whose columns are 2 floats apart).
   int2* lines = reinterpret_cast<int2*>(smem_patch + 2 * stage);
-  for (int l = tid; l < C8 * rows; l += G::THREADS) {
-    const int c = l / rows, r = l % rows, iy = y_first - static_cast<int>(d.ph) + r;
-    lines[l] = {iy >= 0 && iy < d.h ? c * static_cast<int>(d.hw) + iy * static_cast<int>(d.w) : -1,
-                2 * ((c % 4) * plan.plane + r * plan.cols) + c / 4};
-  }
+  patch_lines(lines, rows, y_first, d, plan, tid, G::THREADS);
   // The patch offsets of this thread's fragment rows (pixels past the image read row 0).
   int pix[MI][2];
 #pragma unroll
@@ -181,22 +210,8 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs<Y> a) 
 
   const float* x_img = a.x + (img * d.c + group * d.cg) * d.hw;
   const float* w_group = a.wp + group * plan.chunks * taps * C8 * plan.np + 2 * n0;
-  const int width = static_cast<int>(d.w), pw = static_cast<int>(d.pw);
   auto load = [&](int64_t chunk, float* st) {
-    const int64_t left = d.cg - chunk * C8;
-    const int valid_lines = static_cast<int>(left < C8 ? left : C8) * rows;
-    const float* src = x_img + chunk * C8 * d.hw;
-#pragma unroll 1
-    for (int l = warp; l < C8 * rows; l += G::WARPS) {
-      const int2 line = lines[l];
-      const bool row_ok = line.x >= 0 && l < valid_lines;
-#pragma unroll 1
-      for (int col = lane; col < plan.cols; col += 32) {
-        const int ix = col - pw;
-        const bool ok = row_ok && static_cast<unsigned>(ix) < static_cast<unsigned>(width);
-        cp_async4(st + line.y + 2 * col, src + (ok ? line.x + ix : 0), ok);
-      }
-    }
+    copy_patch(st, x_img, chunk, lines, rows, d, plan, warp, lane, G::WARPS);
     float* bs = st + patch_floats;  // rows (tap, t) of the stage: 2 * BN floats from column 2 * n0
     const float* ws = w_group + chunk * taps * 4 * 2 * plan.np;
     for (int i = tid; i < taps * 4 * (2 * G::BN / 4); i += G::THREADS) {
@@ -292,7 +307,11 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs<Y> a) 
           if (n >= d.og) continue;
           float v = acc[mi][ni][h * 2 + e];
           if constexpr (kExact) {
-            if (v != v) v = patch_dot_f32(a, img, group, m, n);
+            if (v != v) {
+              v = patch_dot_f32(a.x, d, img, group, m, [&](int64_t c, int64_t tap) {
+                return a.wp[packed_at(d, plan, group, c, tap, n)];
+              });
+            }
           }
           y[n * d.ohw + m] = cast<Y>(a.epilogue(v, group * d.og + n));
         }

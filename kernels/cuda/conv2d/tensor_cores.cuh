@@ -113,12 +113,6 @@ __device__ inline bool inside(const Tap& x, const Tap& k, int h, int w) {
          static_cast<unsigned>(x.dx + k.dx) < static_cast<unsigned>(w);
 }
 
-// cp.async of one 4-byte element, zero-filled when `valid` is false (nothing is read then).
-__device__ inline void cp_async4(void* dst, const void* src, bool valid) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 4 : 0) : "memory");
-}
-
 // Queues the copies of one operand's BK x BX tile for matmul::cp_async_pipeline, element by
 // element (a gather has no 16-byte runs to count on), the k taps read from a table in shared
 // memory. KC (k-fast): neighbouring threads take neighbouring k, each thread a fixed k position
@@ -156,7 +150,7 @@ struct GatherTileLoader {
       const Tap& x = x_taps[KC ? r : 0];
       const Tap k = KC || r == 0 ? k0 : k_taps[p0 + ki];
       const bool valid = inside(x, k, h, w);
-      cp_async4(S + T::at(ki, xi), valid ? data + x.off + k.off : data, valid);
+      matmul::cp_async4(S + T::at(ki, xi), valid ? data + x.off + k.off : data, valid);
     }
   }
 };

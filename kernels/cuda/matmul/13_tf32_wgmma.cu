@@ -73,12 +73,11 @@
 #include "kiln/kernels/cuda/matmul/common.cuh"
 #include "kiln/kernels/cuda/matmul/matmul.cuh"
 #include "kiln/kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/matmul/wgmma.cuh"
 
-// wgmma and setmaxnreg exist only in the arch-specific target sm_90a. The other device passes of
-// this file (sm_90 from CMAKE_CUDA_ARCHITECTURES) compile the kernel to a trap, never launched.
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define KILN_WGMMA 1
-#endif
+// wgmma and setmaxnreg exist only in the arch-specific target sm_90a (KILN_WGMMA, wgmma.cuh). The
+// other device passes of this file (sm_90 from CMAKE_CUDA_ARCHITECTURES) compile the kernel to a
+// trap, never launched.
 
 namespace kiln::cuda::matmul {
 namespace {
@@ -143,8 +142,6 @@ struct WgmmaArgs {
 };
 
 #ifdef KILN_WGMMA
-__device__ inline uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
 // ---- mbarriers: an arrival count and a byte count (tx) per phase; waiters name the phase parity ----
 __device__ inline void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
@@ -191,114 +188,12 @@ __device__ inline uint64_t smem_descriptor(uint32_t addr) {
 __device__ inline uint64_t mn_descriptor(uint32_t addr) {
   return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{8192 >> 4} << 16 | uint64_t{1024 >> 4} << 32 | uint64_t{1} << 62;
 }
-__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ inline void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Tells the compiler that the accumulators may change under it (the tensor cores write them
-// asynchronously), so that no read of them moves across a wait.
-template <int R>
-__device__ inline void fence_accumulators(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-#define KILN_D8(i)                                                                                       \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
-      "+f"(d[i + 7])
-// A 64 x N product's accumulators, N / 2 per thread: as asm operands, and as the list of their names.
-#define KILN_ACC64 KILN_D8(0), KILN_D8(8), KILN_D8(16), KILN_D8(24)
-#define KILN_ACC128 KILN_ACC64, KILN_D8(32), KILN_D8(40), KILN_D8(48), KILN_D8(56)
-#define KILN_ACC256 \
-  KILN_ACC128, KILN_D8(64), KILN_D8(72), KILN_D8(80), KILN_D8(88), KILN_D8(96), KILN_D8(104), KILN_D8(112), KILN_D8(120)
-#define KILN_REGS64 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define KILN_REGS128 \
-  KILN_REGS64 ", " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define KILN_REGS256 \
-  KILN_REGS128 ", " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-// d += A * B for a 64 x N x 8 product, N = 256, 128 or 64 (from d's size): A (64 x 8) and B
-// (N x 8) K-major in shared memory, d the warpgroup's 64 x N accumulators (N / 2 per thread, laid
-// out as N / 8 mma.sync 16 x 8 tiles side by side, warp w holding rows 16w .. 16w + 15:
-// store_mma_tiles' layout).
-__device__ inline void wgmma_tf32(float (&d)[128], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {" KILN_REGS256 "}, %128, %129, 1, 1, 1;\n"
-               : KILN_ACC256
-               : "l"(a), "l"(b));
-}
-__device__ inline void wgmma_tf32(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" KILN_REGS128 "}, %64, %65, 1, 1, 1;\n"
-               : KILN_ACC128
-               : "l"(a), "l"(b));
-}
-__device__ inline void wgmma_tf32(float (&d)[32], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" KILN_REGS64 "}, %32, %33, 1, 1, 1;\n"
-               : KILN_ACC64
-               : "l"(a), "l"(b));
-}
-// The same with A (64 x 8) from registers, in mma.sync's m16n8k8 fragment layout per warp (warp w
-// holding rows 16w .. 16w + 15; tensor_core.cuh's mma_16x8x8 names the four registers' places).
-__device__ inline void wgmma_tf32(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {" KILN_REGS256
-               "}, {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
-               : KILN_ACC256
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-__device__ inline void wgmma_tf32(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" KILN_REGS128
-               "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
-               : KILN_ACC128
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-__device__ inline void wgmma_tf32(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" KILN_REGS64
-               "}, {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
-               : KILN_ACC64
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-// bf16: d += A * B for a 64 x N x 16 product from shared memory, each operand K-major or, when its
-// flag (TA, TB) is 1, MN-major (wgmma's transpose, which 16-bit types have).
-template <int TA, int TB>
-__device__ inline void wgmma_bf16(float (&d)[128], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" KILN_REGS256
-               "}, %128, %129, 1, 1, 1, %130, %131;\n"
-               : KILN_ACC256
-               : "l"(a), "l"(b), "n"(TA), "n"(TB));
-}
-template <int TA, int TB>
-__device__ inline void wgmma_bf16(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" KILN_REGS128 "}, %64, %65, 1, 1, 1, %66, %67;\n"
-               : KILN_ACC128
-               : "l"(a), "l"(b), "n"(TA), "n"(TB));
-}
-template <int TA, int TB>
-__device__ inline void wgmma_bf16(float (&d)[32], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" KILN_REGS64 "}, %32, %33, 1, 1, 1, %34, %35;\n"
-               : KILN_ACC64
-               : "l"(a), "l"(b), "n"(TA), "n"(TB));
-}
 // One k-step of both operands from shared memory, in E's instruction (TF32: both K-major).
 template <class E, bool A_MN, bool B_MN, int R>
 __device__ inline void wgmma_shared(float (&d)[R], uint64_t a, uint64_t b) {
   if constexpr (std::is_same_v<E, float>) wgmma_tf32(d, a, b);
   else wgmma_bf16<A_MN, B_MN>(d, a, b);
 }
-#undef KILN_REGS256
-#undef KILN_REGS128
-#undef KILN_REGS64
-#undef KILN_ACC256
-#undef KILN_ACC128
-#undef KILN_ACC64
-#undef KILN_D8
 
 // Moves registers from the producer warpgroup, which needs few, to the consumers, which hold the
 // accumulators: the block starts with 168 per thread (65536 / 384, its cap under

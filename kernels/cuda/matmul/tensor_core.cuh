@@ -107,6 +107,11 @@ __device__ inline void cp_async16(void* dst, const void* src, int bytes) {
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes) : "memory");
 }
+// cp.async of one 4-byte element, zero-filled when `valid` is false (nothing is read then).
+__device__ inline void cp_async4(void* dst, const void* src, bool valid) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>

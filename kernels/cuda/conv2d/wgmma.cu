@@ -1,0 +1,341 @@
+// Forward convolution at stride 1 on Hopper's warpgroup tensor cores: forward and backward input
+// version 10 (kernels/cuda/conv2d.cu gives the versions and their figures, kernels/cuda/NOTES.md
+// their story). Built for sm_90a (kernels/cuda/CMakeLists.txt); elsewhere version 7 runs.
+//
+// Version 7 (conv2d/patch.cuh) copies the input rows a block of output pixels reads into shared
+// memory once per stage of 8 channels (the "patch"), and each warp loads its mma.sync fragments of
+// the im2col matrix out of it with one address add per tap. Its warps also load the weights'
+// fragments from shared memory into registers, for 32 x 32 warp tiles of m16n8k8: per k-step a
+// warp reads as many bytes of weights as of patch. Here the block is two warpgroups of 64 pixels
+// each, and each k-step (one tap, the stage's 8 channels) is one wgmma m64nNk8 per warpgroup (N =
+// the block's 32 or 64 output channels): A, the im2col rows, still comes from the patch through
+// registers (wgmma takes A from registers in mma.sync's fragment layout, so version 7's loads serve
+// unchanged), but B, the weights, is read by the tensor cores straight from shared memory, and each
+// A fragment serves all N outputs where version 7's served 32.
+//
+// The weights are packed beforehand in the layout wgmma reads without a swizzle: "core matrices"
+// of 8 outputs by 4 values of k (16 bytes each, 128 bytes together), the two of a k-step's 8
+// values side by side (leading byte offset 128: the step along k), then the next 8 outputs (stride
+// byte offset 256). 3xTF32 packs each weight's TF32 high part and the rest apart, the two halves
+// of a stage one after the other: no split in the kernel, three wgmma a k-step (lo x hi, hi x lo,
+// hi x hi), each pair of taps summed from zero and added to the accumulators in f32, as version 7.
+#include <algorithm>
+#include <cstdint>
+
+#include "kiln/core/error.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/conv2d/common.cuh"
+#include "kiln/kernels/cuda/conv2d/patch.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/matmul/wgmma.cuh"
+
+namespace kiln::cuda::conv2d {
+
+namespace {
+
+constexpr int kWgBM = 128, kWgThreads = 256;  // two warpgroups of 64 output pixels
+constexpr int64_t kWgMaxSmem = 113 * 1024;    // two blocks an SM
+
+// Version 7's patch (patch.cuh: its rows, columns, planes and stages of 8 channels) and a stage's
+// weights: a block of bn x 8 floats a tap (and a second set for 3xTF32's low parts).
+struct WgPlan {
+  PatchPlan patch;
+  int bn = 0;
+  int64_t np = 0, smem = 0;
+  bool exact = false;
+};
+
+WgPlan wg_plan(const Dims& d, bool exact) {
+  WgPlan p;
+  p.exact = exact;
+  p.bn = d.og > 32 ? 64 : 32;
+  p.patch = patch_plan(d, kWgBM, p.bn);
+  p.np = (d.og + p.bn - 1) / p.bn * p.bn;
+  const int64_t weights = d.khkw * p.bn * kPatchChannels * (exact ? 2 : 1);
+  p.smem = (2 * (kPatchChannels * int64_t{p.patch.plane} + weights) + 2 * kPatchChannels * int64_t{p.patch.rows}) * 4;
+  return p;
+}
+
+// The packed weights' elements for one set (3xTF32 keeps two).
+int64_t wg_weights(const Dims& d, const WgPlan& p) {
+  return d.cg > 0 ? (d.c / d.cg) * p.patch.chunks * d.khkw * p.np * kPatchChannels : 0;
+}
+
+// The plan where version 10 runs (a Hopper GPU, this file built for it, stride 1, the shared
+// memory of two blocks an SM, offsets within an int), else an empty one (smem = 0).
+WgPlan wg_plan_for(const Geometry& f, bool exact) {
+#ifdef KILN_NO_SM90A
+  (void)f, (void)exact;
+  return {};
+#else
+  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
+  if (device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
+      device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
+    return {};
+  const Dims d = dims_of(f);
+  const WgPlan p = wg_plan(d, exact);
+  const bool fits = p.smem <= kWgMaxSmem && kPatchChannels * d.hw < (int64_t{1} << 31) && d.ohw < (int64_t{1} << 31);
+  return fits ? p : WgPlan{};
+#endif
+}
+
+// Packs w: element (n, k) of the k-step (g, chunk, tap) at
+// ((g * chunks + chunk) * taps + tap) * np * 8 + ((n / 8) * 2 + k / 4) * 32 + (n % 8) * 4 + k % 4,
+// zero past C/G or O/G; 3xTF32: the TF32 high parts there, the rest `set` elements later.
+__global__ void pack_wgmma_weights_kernel(const float* w, float* wp, Dims d, int64_t chunks, int64_t np, bool flip,
+                                          bool exact, int64_t set) {
+  KILN_GRID_STRIDE(i, set) {  // i runs over (g, chunk, tap, n, k)
+    const int64_t k = i % kPatchChannels, r = i / kPatchChannels, n = r % np, r2 = r / np;
+    const int64_t tap = r2 % d.khkw, r3 = r2 / d.khkw, chunk = r3 % chunks, g = r3 / chunks;
+    const int64_t at = r2 * np * kPatchChannels + ((n / 8) * 2 + k / 4) * 32 + (n % 8) * 4 + k % 4;
+    const float v = weight_at(w, d, flip, g, chunk * kPatchChannels + k, tap, n);
+    if (exact) {
+      uint32_t hi, lo;
+      matmul::split_tf32(__float_as_uint(v), hi, lo);
+      wp[at] = __uint_as_float(hi);
+      wp[set + at] = __uint_as_float(lo);
+    } else {
+      wp[at] = v;
+    }
+  }
+}
+
+struct WgArgs {
+  const float* x;   // [N, C, H, W]
+  const float* wp;  // packed
+  const float* w;   // the layer's weights, for 3xTF32's NaN fallback
+  bool flip;        // w read as the backward input's forward form
+  DeviceEpilogue<float> epilogue;
+  float* y;  // [N, O, OH, OW]
+  Dims d;
+  WgPlan plan;
+  int tiles;  // pixel tiles per image
+  int64_t set;  // elements of one set of packed weights
+};
+
+#ifdef KILN_WGMMA
+// The descriptor of a k-step's weights at shared address addr: no swizzle (bits 62-63 zero),
+// leading byte offset 128 (the next 4 values of k), stride byte offset 256 (the next 8 outputs).
+__device__ inline uint64_t wg_descriptor(uint32_t addr) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{128 >> 4} << 16 | uint64_t{256 >> 4} << 32;
+}
+
+#endif
+
+// One block: 128 consecutive output pixels of image blockIdx.x / tiles, output channels
+// blockIdx.y * BN onward of group blockIdx.z; warpgroup wg owns pixels 64 wg .. 64 wg + 63. Per
+// stage (8 input channels) the patch and the stage's packed weights are copied into one of two
+// buffers while the block multiplies the other.
+template <int BN, bool kExact>
+__global__ void __launch_bounds__(kWgThreads) wgmma_conv_kernel(WgArgs a) {
+#ifdef KILN_WGMMA
+  extern __shared__ __align__(128) float smem_wg[];
+  constexpr int R = BN / 2;  // accumulators a thread
+  const Dims& d = a.d;
+  const WgPlan& plan = a.plan;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t img = blockIdx.x / a.tiles, group = blockIdx.z, n0 = int64_t{blockIdx.y} * BN;
+  const int ohw = static_cast<int>(d.ohw), ow = static_cast<int>(d.ow), taps = static_cast<int>(d.khkw);
+  const int p0 = static_cast<int>(blockIdx.x % a.tiles) * kWgBM;
+  const int y_first = p0 / ow, y_last = (min(p0 + kWgBM, ohw) - 1) / ow;
+  const int rows = y_last - y_first + 1 + static_cast<int>((d.kh - 1) * d.dh);
+
+  const int patch_floats = kPatchChannels * plan.patch.plane, step_floats = BN * kPatchChannels;  // a k-step's weights
+  const int weight_floats = taps * step_floats * (kExact ? 2 : 1), stage = patch_floats + weight_floats;
+  int2* lines = reinterpret_cast<int2*>(smem_wg + 2 * stage);
+  patch_lines(lines, rows, y_first, d, plan.patch, tid, kWgThreads);
+  // The patch offsets of this thread's fragment rows g and g + 8 (pixels past the image read row 0).
+  int pix[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = p0 + warp * 16 + g + 8 * h;
+    pix[h] = m < ohw ? (m / ow - y_first) * plan.patch.cols + m % ow : 0;
+  }
+  __syncthreads();
+
+  const float* x_img = a.x + (img * d.c + group * d.cg) * d.hw;
+  auto load = [&](int64_t chunk, float* st) {
+    copy_patch(st, x_img, chunk, lines, rows, d, plan.patch, warp, lane, kWgThreads / 32);
+    // The stage's k-steps, BN outputs of each from output n0: one contiguous run per tap and set.
+    float* ws = st + patch_floats;
+    const float* from = a.wp + ((group * plan.patch.chunks + chunk) * taps) * plan.np * kPatchChannels + n0 * kPatchChannels;
+    const int pieces = step_floats / 4;  // 16-byte copies a k-step
+    for (int i = tid; i < (kExact ? 2 : 1) * taps * pieces; i += kWgThreads) {
+      const int run = i / pieces, q = i % pieces * 4, set = run / taps, tap = run % taps;
+      matmul::cp_async16(ws + run * step_floats + q, from + set * a.set + tap * plan.np * kPatchChannels + q, 16);
+    }
+  };
+
+  float acc[R] = {};
+  [[maybe_unused]] float part[R];
+  constexpr int kGroup = kExact ? 2 : 1;  // taps a commit group
+  load(0, smem_wg);
+  matmul::cp_async_commit();
+  const int kw = static_cast<int>(d.kw), dh = static_cast<int>(d.dh), dw = static_cast<int>(d.dw);
+  const uint32_t smem_base = matmul::smem_u32(smem_wg);
+  for (int64_t s = 0; s < plan.patch.chunks; ++s) {
+    matmul::cp_async_wait<0>();
+    __syncthreads();
+    if (s + 1 < plan.patch.chunks) load(s + 1, smem_wg + (s + 1) % 2 * stage);
+    matmul::cp_async_commit();
+    const float* patch = smem_wg + s % 2 * stage;
+    const uint32_t weights = smem_base + static_cast<uint32_t>((s % 2 * stage + patch_floats) * 4);
+    int ky = 0, kx = 0;
+    auto fragment = [&](uint32_t (&av)[4]) {  // the next tap's: rows g, g + 8 at k = t, t + 4
+      const float* pt = patch + 2 * (t * plan.patch.plane + ky * dh * plan.patch.cols + kx * dw);
+      if (++kx == kw) kx = 0, ++ky;
+      const uint2 v0 = *reinterpret_cast<const uint2*>(pt + 2 * pix[0]);
+      const uint2 v1 = *reinterpret_cast<const uint2*>(pt + 2 * pix[1]);
+      av[0] = v0.x, av[1] = v1.x, av[2] = v0.y, av[3] = v1.y;
+    };
+    auto step = [&](int tap) {  // the descriptor of a tap's weights (3xTF32: its high parts)
+      return wg_descriptor(weights + static_cast<uint32_t>(tap * step_floats * 4));
+    };
+    // One commit group at a time, waited for before the next group's fragments load: a tap in
+    // TF32, a pair of taps in 3xTF32, whose sum is formed from zero and then added to acc in f32
+    // (mma rounds toward zero as it adds: matmul/12_3xtf32.cu). Keeping the next group's
+    // fragments loading while a group runs (two buffers, wgmma_wait<1>) measured slower in TF32
+    // (kernels/cuda/NOTES.md).
+    for (int tap = 0; tap < taps; tap += kGroup) {
+      const int n = min(kGroup, taps - tap);
+      uint32_t frag[kGroup][4];
+#pragma unroll
+      for (int u = 0; u < kGroup; ++u)
+        if (u < n) fragment(frag[u]);
+      if constexpr (kExact) {
+        uint32_t hi[kGroup][4], lo[kGroup][4];
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) matmul::split_tf32(frag[u][r], hi[u][r], lo[u][r]);
+#pragma unroll
+        for (int i = 0; i < R; ++i) part[i] = 0.0f;
+        matmul::wgmma_fence();
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          if (u >= n) break;
+          const uint64_t b_hi = step(tap + u), b_lo = step(taps + tap + u);  // the low parts follow the high
+          matmul::wgmma_tf32(part, lo[u], b_hi);
+          matmul::wgmma_tf32(part, hi[u], b_lo);
+          matmul::wgmma_tf32(part, hi[u], b_hi);
+        }
+        matmul::wgmma_commit();
+        matmul::wgmma_wait<0>();
+        matmul::fence_accumulators(part);
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[i] += part[i];
+      } else {
+        matmul::wgmma_fence();
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u)
+          if (u < n) matmul::wgmma_tf32(acc, frag[u], step(tap + u));
+        matmul::wgmma_commit();
+        matmul::wgmma_wait<0>();
+      }
+    }
+  }
+  matmul::cp_async_wait<0>();
+  matmul::fence_accumulators(acc);
+
+  // wgmma's accumulators: rows g and g + 8 of the warp, columns 8j + 2t and + 1 (acc[4j + 2h + e]).
+  float* y = a.y + (img * d.o + group * d.og) * d.ohw;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = p0 + warp * 16 + g + 8 * h;
+    if (m >= ohw) continue;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t n = n0 + j * 8 + 2 * t + e;
+        if (n >= d.og) continue;
+        float v = acc[4 * j + 2 * h + e];
+        if constexpr (kExact) {
+          if (v != v)
+            v = patch_dot_f32(a.x, d, img, group, m,
+                              [&](int64_t c, int64_t tap) { return weight_at(a.w, d, a.flip, group, c, tap, n); });
+        }
+        y[n * d.ohw + m] = a.epilogue(v, group * d.og + n);
+      }
+  }
+#else
+  (void)a;
+  __trap();
+#endif
+}
+
+// Packs w (flip: the layer's own weights, for the backward input) and runs version 10 on the
+// forward view f.
+void wgmma_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e, float* y,
+                   const Geometry& f, const WgPlan& plan, cudaStream_t stream, const char* op) {
+  const Dims d = dims_of(f);
+  const int64_t set = wg_weights(d, plan);
+  pack_wgmma_weights_kernel<<<blocks_for(set), kThreads, 0, stream>>>(w, packed, d, plan.patch.chunks, plan.np, flip,
+                                                                        plan.exact, set);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  const int tiles = static_cast<int>((d.ohw + kWgBM - 1) / kWgBM);
+  const WgArgs args{x, packed, w, flip, e, y, d, plan, tiles, set};
+  auto launch = [&]<int BN, bool kExact>() {
+    auto* kernel = wgmma_conv_kernel<BN, kExact>;
+    const int64_t gx = d.n * tiles, gy = plan.np / BN;
+    KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && f.groups <= 65535, ShapeError, "cuda ", op,
+               ": the problem is too large for one launch (", gx, " x ", gy, " x ", f.groups, " blocks)");
+    const int bytes = static_cast<int>(plan.smem);
+    allow_dynamic_smem(kernel, bytes);
+    kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(f.groups)), kWgThreads,
+             bytes, stream>>>(args);
+    KILN_CUDA_LAUNCH_CHECK(op);
+  };
+  if (plan.bn == 64) {
+    if (plan.exact) launch.template operator()<64, true>();
+    else launch.template operator()<64, false>();
+  } else {
+    if (plan.exact) launch.template operator()<32, true>();
+    else launch.template operator()<32, false>();
+  }
+}
+
+}  // namespace
+
+bool forward_wgmma_applies(const Geometry& g, TensorMath math) {
+  return wg_plan_for(g, math == TensorMath::tf32x3).smem > 0;
+}
+
+int64_t forward_wgmma_workspace(const Geometry& g) {
+  const WgPlan p = wg_plan_for(g, true);
+  return p.smem > 0 ? 2 * wg_weights(dims_of(g), p) : 0;
+}
+
+void forward_wgmma(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
+                   const Geometry& g, TensorMath math, cudaStream_t stream) {
+  const WgPlan plan = wg_plan_for(g, math == TensorMath::tf32x3);
+  KILN_CHECK(plan.smem > 0, ValueError, "cuda conv2d: version 10 (wgmma) does not apply to this geometry or GPU");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: version 10 needs a workspace of ",
+             forward_wgmma_workspace(g), " elements");
+  wgmma_forward(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
+}
+
+bool backward_input_wgmma_applies(const Geometry& g, TensorMath math) {
+  return backward_input_as_forward_applies(g) && forward_wgmma_applies(as_forward(g), math);
+}
+
+int64_t backward_input_wgmma_workspace(const Geometry& g) {
+  return backward_input_as_forward_applies(g) ? forward_wgmma_workspace(as_forward(g)) : 0;
+}
+
+void backward_input_wgmma(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
+                          TensorMath math, cudaStream_t stream) {
+  KILN_CHECK(backward_input_wgmma_applies(g, math), ValueError,
+             "cuda conv2d_backward_input: version 10 (wgmma) does not apply to this geometry or GPU");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_input: version 10 needs a workspace of ",
+             backward_input_wgmma_workspace(g), " elements");
+  const Geometry f = as_forward(g);
+  wgmma_forward(grad_y, w, true, workspace, {}, grad_x, f, wg_plan_for(f, math == TensorMath::tf32x3), stream,
+                "conv2d_backward_input");
+}
+
+}  // namespace kiln::cuda::conv2d
