@@ -348,6 +348,19 @@ def define(figure, table, runs):
                   ("cudnn", "bwd-weight cuDNN"),
                   ("v5-bf16", "bwd-weight 5 short reduction, input rows in shared memory BF16"),
                   ("cudnn-bf16", "bwd-weight cuDNN BF16")))
+    # ---- conv2d version 10 (version 7's patch on wgmma) beside 7 and cuDNN, forward and backward
+    # input, 3xTF32 and TF32, in one call (docs/runs/2026-11-28-h100-wgmma-conv, build 71c19af) ----
+    wgmma = runs["2026-11-28-h100-wgmma-conv"]
+    conv_figures("wgmma", wgmma, {"conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]",
+                                  "large": "large x[64,128,56,56] w[128,128,3,3] pad 1"},
+                 [(f"fwd.{name}", f"fwd {version}")
+                  for name, version in (("v10-3xtf32", "10 wgmma 3xTF32"), ("v10-tf32", "10 wgmma TF32"),
+                                        ("v7-3xtf32", "7 input patch in shared memory 3xTF32"),
+                                        ("v7-tf32", "7 input patch in shared memory TF32"),
+                                        ("cudnn", "cuDNN"), ("cudnn-tf32", "cuDNN TF32"))])
+    conv_figures("wgmma", wgmma, {"conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]"},
+                 (("bwd-input.v10-3xtf32", "bwd-input 10 wgmma 3xTF32"),
+                  ("bwd-input.v7-3xtf32", "bwd-input 7 input patch in shared memory 3xTF32")))
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

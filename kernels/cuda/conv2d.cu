@@ -49,6 +49,9 @@
 //   9 bf16 only: 7's patch with each pixel a "cell" of 16 channels, copied from x as it is (no
 //     pass pairing its channels first), the fragments loaded by ldmatrix. Figures in the bf16
 //     section below.
+//   10 7 on Hopper's warpgroup tensor cores (conv2d/wgmma.cu): wgmma m64nNk8 with A from the
+//     patch through registers and the packed weights read from shared memory; sm_90 only. It ties
+//     7 (figures in its file) and is not in production.
 // Backward input (cuDNN 0.0738 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms]; conv1
 //   0.0246 [fig cuda.conv2d.bwd-input.cudnn.conv1.ms]):
 //   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes.
@@ -58,7 +61,7 @@
 //   3 as a forward convolution: at stride 1 grad_x = conv2d(grad_y, w') with w' the flipped,
 //     channel-swapped weights (written to a workspace) and padding dh*(KH-1) - ph, on forward 3;
 //     needs padding <= dilation*(kernel-1). 0.1263 [fig cuda.conv2d.bwd-input.v3.conv2.ms].
-//   4, 5, 6, 7, 8, 9: 3's forward form on forward 4, 5, 6, 7, 8, 9.
+//   4, 5, 6, 7, 8, 9, 10: 3's forward form on forward 4, 5, 6, 7, 8, 9, 10.
 //     4: 0.1263 [fig cuda.conv2d.bwd-input.v4.conv2.ms];
 //     5: 0.0820 [fig cuda.conv2d.bwd-input.v5-3xtf32.conv2.ms] /
 //     0.0651 [fig cuda.conv2d.bwd-input.v5-tf32.conv2.ms];

@@ -1,6 +1,6 @@
 // Forward convolution at stride 1 on Hopper's warpgroup tensor cores: forward and backward input
 // version 10 (kernels/cuda/conv2d.cu gives the versions and their figures, kernels/cuda/NOTES.md
-// their story). Built for sm_90a (kernels/cuda/CMakeLists.txt); elsewhere version 7 runs.
+// their story). Built for sm_90a (kernels/cuda/CMakeLists.txt); runs on an sm_90 GPU only.
 //
 // Version 7 (conv2d/patch.cuh) copies the input rows a block of output pixels reads into shared
 // memory once per stage of 8 channels (the "patch"), and each warp loads its mma.sync fragments of
@@ -19,6 +19,21 @@
 // byte offset 256). 3xTF32 packs each weight's TF32 high part and the rest apart, the two halves
 // of a stage one after the other: no split in the kernel, three wgmma a k-step (lo x hi, hi x lo,
 // hi x hi), each pair of taps summed from zero and added to the accumulators in f32, as version 7.
+//
+// Measured (H100, kernel-bench, docs/runs/2026-11-28-h100-wgmma-conv), it ties version 7 and is
+// not in production: conv2's forward at batch 512 in 3xTF32 296.3 µs [fig cuda.conv2d.wgmma.conv2-b512.fwd.v10-3xtf32.us]
+// against 7's 296.4 [fig cuda.conv2d.wgmma.conv2-b512.fwd.v7-3xtf32.us] and cuDNN FP32's
+// 275.8 [fig cuda.conv2d.wgmma.conv2-b512.fwd.cudnn.us], in TF32 171 [fig cuda.conv2d.wgmma.conv2-b512.fwd.v10-tf32.us]
+// against 164.3 [fig cuda.conv2d.wgmma.conv2-b512.fwd.v7-tf32.us] and cuDNN TF32's
+// 169 [fig cuda.conv2d.wgmma.conv2-b512.fwd.cudnn-tf32.us]; the large layer's forward in 3xTF32
+// 1215 µs [fig cuda.conv2d.wgmma.large.fwd.v10-3xtf32.us] against 1246 [fig cuda.conv2d.wgmma.large.fwd.v7-3xtf32.us]
+// (cuDNN FP32 683.5 [fig cuda.conv2d.wgmma.large.fwd.cudnn.us]), in TF32 713.1 [fig cuda.conv2d.wgmma.large.fwd.v10-tf32.us]
+// against 695.6 [fig cuda.conv2d.wgmma.large.fwd.v7-tf32.us] (cuDNN TF32 344.4 [fig cuda.conv2d.wgmma.large.fwd.cudnn-tf32.us]);
+// conv2's backward input (32 outputs, so n32 products) in 3xTF32 448.7 [fig cuda.conv2d.wgmma.conv2-b512.bwd-input.v10-3xtf32.us]
+// against 363.4 [fig cuda.conv2d.wgmma.conv2-b512.bwd-input.v7-3xtf32.us]. Nsight Compute says it
+// is bound by the instructions around each small product (the fragments' loads and split, each
+// pair's partial sums zeroed and added, a wait per group), not by the tensor cores: the figures and
+// what to try next are in kernels/cuda/NOTES.md.
 #include <algorithm>
 #include <cstdint>
 
