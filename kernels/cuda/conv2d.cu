@@ -483,6 +483,17 @@ __device__ void store_weight_partials(const C (&acc)[kTaps], C acc_bias, C* part
   }
 }
 
+// What both kernels do first: the band's input rows into the patch (the block's shared memory),
+// then this warp's output channel o, or -1 past O/G (the warp has nothing to sum).
+template <class T>
+__device__ int64_t weight_band_start(compute_t<T>* patch, const T* x, const Dims& d, const RowsWeightPlan& plan,
+                                     const WeightBand& b) {
+  load_weight_band(patch, x, d, plan, b);
+  __syncthreads();
+  const int64_t o = blockIdx.y * int64_t{kRowsWeightWarps} + threadIdx.x / 32;
+  return o < d.og ? o : -1;
+}
+
 // The taps kernel: lanes on neighbouring pixels (neighbouring columns), kRowsWeightUnroll grad_y
 // loads in flight at once, each pixel's K taps read from the patch.
 template <class T, int kTaps>
@@ -493,11 +504,9 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
   extern __shared__ __align__(16) unsigned char smem_weight_rows[];
   C* patch = reinterpret_cast<C*>(smem_weight_rows);  // [images][C/G][rows][cols]
   const WeightBand b(d, plan);
-  load_weight_band(patch, x, d, plan, b);
-  __syncthreads();
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t o = blockIdx.y * int64_t{kRowsWeightWarps} + warp;
-  if (o >= d.og) return;
+  const int64_t o = weight_band_start(patch, x, d, plan, b);
+  if (o < 0) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
   // tap k = (c, ky, kx) reads the patch this far from the pixel's top-left tap (0 past K)
   const int plane = plan.rows * plan.cols, per_image = static_cast<int>(d.cg) * plane;
   const int K = static_cast<int>(d.cg * d.khkw), kh = static_cast<int>(d.kh), kw = static_cast<int>(d.kw);
@@ -550,11 +559,9 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
   extern __shared__ __align__(16) unsigned char smem_weight_rows[];
   C* patch = reinterpret_cast<C*>(smem_weight_rows);  // [images][C/G][rows][cols]
   const WeightBand b(d, plan);
-  load_weight_band(patch, x, d, plan, b);
-  __syncthreads();
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t o = blockIdx.y * int64_t{kRowsWeightWarps} + warp;
-  if (o >= d.og) return;
+  const int64_t o = weight_band_start(patch, x, d, plan, b);
+  if (o < 0) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const int cg = static_cast<int>(d.cg), plane = plan.rows * plan.cols, per_image = cg * plane;
   const int ow = static_cast<int>(d.ow), row_step = d.sh * plan.cols, tap_row = d.dh * plan.cols;
   const float inv_ow = 1.0f / static_cast<float>(d.ow);

@@ -295,7 +295,8 @@ __global__ void max_pool_2x2_dropout_kernel(const T* x, T* y, uint8_t* codes, Ge
     T window[4][4] = {};  // each output's window in row-major order (past the end: zeros)
     if (rows_of_four) {
       const T* top = x + window_top(d, e0);
-      const Vec<T, 8> r0 = *reinterpret_cast<const Vec<T, 8>*>(top), r1 = *reinterpret_cast<const Vec<T, 8>*>(top + d.w);
+      const Vec<T, 8> r0 = *reinterpret_cast<const Vec<T, 8>*>(top);
+      const Vec<T, 8> r1 = *reinterpret_cast<const Vec<T, 8>*>(top + d.w);
 #pragma unroll
       for (int k = 0; k < 4; ++k)
         window[k][0] = r0.v[2 * k], window[k][1] = r0.v[2 * k + 1], window[k][2] = r1.v[2 * k],
@@ -340,7 +341,11 @@ __global__ void max_pool_2x2_dropout_backward_kernel(const T* gy, const uint8_t*
       g = *reinterpret_cast<const Vec<T, 4>*>(gy + e0);
       code = *reinterpret_cast<const Vec<uint8_t, 4>*>(codes + e0);
     } else {
-      for (int k = 0; k < 4; ++k) g.v[k] = e0 + k < total ? gy[e0 + k] : T{}, code.v[k] = e0 + k < total ? codes[e0 + k] : 0;
+      for (int k = 0; k < 4; ++k) {
+        const bool in = e0 + k < total;
+        g.v[k] = in ? gy[e0 + k] : T{};
+        code.v[k] = in ? codes[e0 + k] : 0;
+      }
     }
     T window[4][4];
 #pragma unroll
