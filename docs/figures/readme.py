@@ -62,7 +62,7 @@ def define(figure, table, runs):
 
     # --- bf16 mixed precision (--precision bf16) beside f32, and PyTorch under autocast to bf16, in one
     # call ---
-    bf16 = bf16_torch = runs["2026-11-28-h100-pool-dropout"]
+    bf16 = bf16_torch = runs["2026-11-28-h100-review"]
     for name, what, b16_file, f32_file in (("cnn", "CNN batch 64", "train_bf16.jsonl", "train.jsonl"),
                                            ("mlp", "MLP batch 64", "train_mlp_bf16.jsonl", "train_mlp_3.jsonl"),
                                            ("b512", "CNN batch 512", "train_b512_bf16.jsonl", "train_b512.jsonl")):
