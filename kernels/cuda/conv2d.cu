@@ -999,10 +999,10 @@ namespace {
 // one), x and the packed weights as 32-bit elements, at the plan's tile.
 template <Mma M, class Y>
 void patch_launch(const float* x, const float* packed, const DeviceEpilogue<Y>& e, Y* y, const Geometry& f,
-                  const PatchPlan& plan, cudaStream_t stream, const char* op, const Y* relu_x = nullptr) {
+                  const PatchPlan& plan, cudaStream_t stream, const char* op) {
   const Dims d = dims_of(f);
   const int tiles = static_cast<int>((d.ohw + kPatchBM - 1) / kPatchBM);
-  const PatchArgs<Y> args{x, packed, e, y, d, plan, tiles, relu_x};
+  const PatchArgs<Y> args{x, packed, e, y, d, plan, tiles};
   auto launch = [&]<int BN>() {
     using G = PatchTile<kPatchBM, BN>;
     auto* kernel = patch_conv_kernel<G, M, Y>;
@@ -1023,13 +1023,12 @@ void patch_launch(const float* x, const float* packed, const DeviceEpilogue<Y>& 
 // backward input) into `packed` and runs the patch kernel.
 template <Mma M>
 void patch_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e, float* y,
-                   const Geometry& f, const PatchPlan& plan, cudaStream_t stream, const char* op,
-                   const float* relu_x = nullptr) {
+                   const Geometry& f, const PatchPlan& plan, cudaStream_t stream, const char* op) {
   const int64_t count = packed_weights(f, plan);
   pack_patch_weights_kernel<float, float><<<blocks_for(count), kThreads, 0, stream>>>(w, packed, dims_of(f), plan,
                                                                                        flip, count);
   KILN_CUDA_LAUNCH_CHECK(op);
-  patch_launch<M>(x, packed, e, y, f, plan, stream, op, relu_x);
+  patch_launch<M>(x, packed, e, y, f, plan, stream, op);
 }
 }  // namespace
 
@@ -1052,30 +1051,22 @@ void forward_patch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, T* 
   forward_tensor_cores<T>(x, w, e, y, g, math, stream);
 }
 
-bool backward_input_patch_applies(const Geometry& g) {
-  return backward_input_as_forward_applies(g) && patch_plan_for(as_forward(g)).smem > 0;
-}
-
 template <class T>
 void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, TensorMath math,
-                          cudaStream_t stream, const T* relu_x) {
+                          cudaStream_t stream) {
   if constexpr (std::is_same_v<T, float>) {
-    if (backward_input_patch_applies(g)) {
+    const PatchPlan plan = backward_input_as_forward_applies(g) ? patch_plan_for(as_forward(g)) : PatchPlan{};
+    if (plan.smem > 0) {
       KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_input: needs a workspace of ",
                  backward_input_as_forward_workspace(g), " elements");
       const Geometry f = as_forward(g);
-      const PatchPlan plan = patch_plan_for(f);
       if (math == TensorMath::tf32x3)
-        patch_forward<Mma::tf32x3>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input",
-                                   relu_x);
+        patch_forward<Mma::tf32x3>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input");
       else
-        patch_forward<Mma::tf32>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input",
-                                 relu_x);
+        patch_forward<Mma::tf32>(grad_y, w, true, workspace, {}, grad_x, f, plan, stream, "conv2d_backward_input");
       return;
     }
   }
-  KILN_CHECK(relu_x == nullptr, ValueError,
-             "cuda conv2d_backward_input: version 7 takes relu's mask, and does not apply here (f32, stride 1)");
   backward_input_tensor_cores<T>(grad_y, w, grad_x, workspace, g, math, stream);
 }
 
@@ -1259,8 +1250,7 @@ void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T*
                                                 cudaStream_t);                                                 \
   template void forward_few_outputs<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&, cudaStream_t);       \
   template void backward_input_few_outputs<T>(const T*, const T*, T*, T*, const Geometry&, cudaStream_t);      \
-  template void backward_input_patch<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath, cudaStream_t,     \
-                                        const T*);                                                             \
+  template void backward_input_patch<T>(const T*, const T*, T*, T*, const Geometry&, TensorMath, cudaStream_t);   \
   template void forward_patch<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, T*, const Geometry&, TensorMath, \
                                  cudaStream_t);                                                                \
   template void forward_few_outputs_rows<T>(const T*, const T*, const DeviceEpilogue<T>&, T*, const Geometry&,      \
@@ -1713,20 +1703,9 @@ void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b
   }
 }
 
-// The backward input's production path; where relu_x (f32: the relu output the layer read) is not
-// null, only version 7 is taken, which applies relu's mask as it stores (backward_input_takes_mask).
-bool backward_input_takes_mask(const conv2d::Geometry& g) {
-  return g.c / g.groups > 4 && conv2d::backward_input_patch_applies(g);
-}
-
 template <class T>
 void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2d::Geometry& g,
-                    conv2d::TensorMath math, const T* relu_x = nullptr) {
-  if (relu_x) {
-    Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
-    conv2d::backward_input_patch<T>(gy, w, gx, static_cast<T*>(ws.p), g, math, be.stream(), relu_x);
-    return;
-  }
+                    conv2d::TensorMath math) {
   if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
     Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
     conv2d::backward_input_few_outputs_rows<T>(gy, w, gx, static_cast<T*>(ws.p), g, be.stream());
@@ -1802,8 +1781,8 @@ bool backward_input_runs_cells(const TensorRef& grad_x, const conv2d::Geometry& 
 }
 }  // namespace
 
-// Versions 9 (bf16) and 7 (f32) zero the gradient where x <= 0 as they store it; elsewhere relu's
-// gradient is a pass of its own after the convolution's.
+// Version 9 zeroes the gradient where x <= 0 as it stores it; elsewhere relu's gradient is a pass
+// of its own after the convolution's.
 void CudaBackend::conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
                                              const TensorRef& grad_x, const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
@@ -1811,9 +1790,6 @@ void CudaBackend::conv2d_backward_input_relu(const TensorRef& grad_y, const Tens
              "cuda conv2d_backward_input: relu_x ", relu_x.shape, " ", relu_x.dtype,
              " must be contiguous and match the input gradient ", grad_x.shape, " ", grad_x.dtype);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
-  if (grad_x.dtype == DType::f32 && backward_input_takes_mask(g))
-    return backward_input<float>(*this, grad_y.data<float>(), w.data<float>(), grad_x.data<float>(), g, tensor_math(),
-                                 relu_x.data<float>());
   if (!backward_input_runs_cells(grad_x, g)) return Backend::conv2d_backward_input_relu(grad_y, w, relu_x, grad_x, p);
   Scratch ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
   conv2d::backward_input_relu_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), relu_x.data<bf16>(), grad_x.data<bf16>(),

@@ -144,14 +144,11 @@ template <class T>
 void forward_patch(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, T* workspace, const Geometry& g,
                    TensorMath math, cudaStream_t stream);
 // Backward input, version 7: version 3's forward form on the tensor cores with the input patch
-// in shared memory (f32, stride-1 forward view, up to 110 KB of shared memory per block:
-// backward_input_patch_applies; else version 5). Same workspace as version 3. relu_x (f32, where
-// version 7 applies; else null): x itself where a relu made it, grad_x stored 0 wherever
-// relu_x <= 0 (relu's gradient in the same store).
-bool backward_input_patch_applies(const Geometry& g);
+// in shared memory (f32, stride-1 forward view, up to 110 KB of shared memory per block; else
+// version 5). Same applicability and workspace as version 3.
 template <class T>
 void backward_input_patch(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g, TensorMath math,
-                          cudaStream_t stream, const T* relu_x = nullptr);
+                          cudaStream_t stream);
 
 // Forward, version 10: version 7 on Hopper's warpgroup tensor cores (wgmma; conv2d/wgmma.cu): the
 // same patch, the weights packed for wgmma to read from shared memory, 128 pixels by up to 64

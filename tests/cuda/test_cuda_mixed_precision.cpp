@@ -4,7 +4,6 @@
 // The op-by-op dtype rules and the kernels' bf16 columns: test_mixed_precision, test_backend_ops.
 #include <cmath>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "tests/cuda/cuda_test.h"
@@ -111,34 +110,32 @@ TEST_CASE("backward converts the gradients of a model's bf16 casts back in one l
 }
 
 TEST_CASE("relu's gradient folds into the max pool and the convolution after it: two kernels fewer, the same bits") {
-  // conv -> relu -> conv -> relu -> 2 x 2 max pool, as the MNIST CNN's, in bf16 and f32: the pool's
-  // backward masks for the second relu, the second convolution's backward input (version 9 in bf16,
-  // 7 in f32) for the first. Against the same graph with a view after each relu, where each relu's
-  // node masks in a pass of its own.
-  for (const DType dtype : {DType::bf16, DType::f32}) {
-    const std::string name(dtype_name(dtype));
-    CAPTURE(name);
-    auto run = [dtype](bool fold) {
-      Generator gen(11);
-      auto leaf = [&](const Shape& s) { return uniform(s, -0.5, 0.5, kCuda, &gen).to(dtype).requires_grad_(); };
-      Tensor w1 = leaf({32, 16, 3, 3}), b1 = leaf({32}), w2 = leaf({32, 32, 3, 3}), b2 = leaf({32});
-      Tensor x = uniform({8, 16, 14, 14}, -1.0, 1.0, kCuda, &gen).to(dtype);
-      Tensor g = uniform({8, 32, 5, 5}, -1.0, 1.0, kCuda, &gen);
-      auto cut = [fold](const Tensor& y) { return fold ? y : y.reshape(y.shape()); };
-      Tensor h = cut(conv2d(x, w1, b1, {}, Activation::relu));                                  // [8, 32, 12, 12]
-      Tensor p = max_pool2d(cut(conv2d(h, w2, b2, {}, Activation::relu)), {.kernel = {2, 2}});  // [8, 32, 5, 5]
-      Tensor loss = (p.to(DType::f32) * g).sum();
-      Graph graph = capture(kCuda, [&] { loss.backward(); });
-      graph.replay();
-      std::vector<std::vector<float>> grads;
-      for (const Tensor& t : {w1, b1, w2, b2}) grads.push_back(t.grad().to(DType::f32).to_vector<float>());
-      return std::make_pair(graph.kernels(), grads);
+  // conv -> relu -> conv -> relu -> 2 x 2 max pool in bf16, as the MNIST CNN's: the pool's backward
+  // masks for the second relu, the second convolution's backward input (version 9) for the first.
+  // Against the same graph with a view after each relu, where each relu's node masks in a pass of
+  // its own.
+  auto run = [](bool fold) {
+    Generator gen(11);
+    auto bf16_leaf = [&](const Shape& s) {
+      return uniform(s, -0.5, 0.5, kCuda, &gen).to(DType::bf16).requires_grad_();
     };
-    const auto [folded, folded_grads] = run(true);
-    const auto [masked, masked_grads] = run(false);
-    CHECK(masked == folded + 2);
-    CHECK(folded_grads == masked_grads);
-  }
+    Tensor w1 = bf16_leaf({32, 16, 3, 3}), b1 = bf16_leaf({32}), w2 = bf16_leaf({32, 32, 3, 3}), b2 = bf16_leaf({32});
+    Tensor x = uniform({8, 16, 14, 14}, -1.0, 1.0, kCuda, &gen).to(DType::bf16);
+    Tensor g = uniform({8, 32, 5, 5}, -1.0, 1.0, kCuda, &gen);
+    auto cut = [fold](const Tensor& y) { return fold ? y : y.reshape(y.shape()); };
+    Tensor h = cut(conv2d(x, w1, b1, {}, Activation::relu));           // [8, 32, 12, 12]
+    Tensor p = max_pool2d(cut(conv2d(h, w2, b2, {}, Activation::relu)), {.kernel = {2, 2}});  // [8, 32, 5, 5]
+    Tensor loss = (p.to(DType::f32) * g).sum();
+    Graph graph = capture(kCuda, [&] { loss.backward(); });
+    graph.replay();
+    std::vector<std::vector<float>> grads;
+    for (const Tensor& t : {w1, b1, w2, b2}) grads.push_back(t.grad().to(DType::f32).to_vector<float>());
+    return std::make_pair(graph.kernels(), grads);
+  };
+  const auto [folded, folded_grads] = run(true);
+  const auto [masked, masked_grads] = run(false);
+  CHECK(masked == folded + 2);
+  CHECK(folded_grads == masked_grads);
 }
 
 TEST_CASE("copy_many copies pairs that each keep their dtype, of several dtypes, in one launch") {

@@ -120,9 +120,6 @@ struct PatchArgs {
   Dims d;
   PatchPlan plan;
   int tiles;  // pixel tiles per image
-  // The backward input through the relu that made x: relu_x (x itself, y's shape here) or null;
-  // y is stored 0 wherever relu_x <= 0 (a NaN passing), relu's gradient in the same store.
-  const Y* relu_x = nullptr;
 };
 
 // y(m, n) as a plain f32 sum over the taps that exist, weight(c, tap) giving output n's weights:
@@ -296,7 +293,6 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs<Y> a) 
 
   // The mma accumulator layout: rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile.
   Y* y = a.y + (img * d.o + group * d.og) * d.ohw;
-  const Y* relu_x = a.relu_x ? a.relu_x + (img * d.o + group * d.og) * d.ohw : nullptr;
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -317,7 +313,6 @@ __global__ void __launch_bounds__(G::THREADS) patch_conv_kernel(PatchArgs<Y> a) 
               });
             }
           }
-          if (relu_x && cast<float>(relu_x[n * d.ohw + m]) <= 0.0f) v = 0.0f;
           y[n * d.ohw + m] = cast<Y>(a.epilogue(v, group * d.og + n));
         }
     }
