@@ -483,15 +483,24 @@ __device__ void store_weight_partials(const C (&acc)[kTaps], C acc_bias, C* part
   }
 }
 
-// What both kernels do first: the band's input rows into the patch (the block's shared memory),
-// then this warp's output channel o, or -1 past O/G (the warp has nothing to sum).
+// What both kernels start from: the block's band, its input rows in the patch (the block's shared
+// memory, [images][C/G][rows][cols]), and this warp's output channel o, -1 past O/G (the warp has
+// nothing to sum).
 template <class T>
-__device__ int64_t weight_band_start(compute_t<T>* patch, const T* x, const Dims& d, const RowsWeightPlan& plan,
-                                     const WeightBand& b) {
+struct BandStart {
+  compute_t<T>* patch;
+  WeightBand b;
+  int64_t o;
+};
+template <class T>
+__device__ BandStart<T> weight_band_start(const T* x, const Dims& d, const RowsWeightPlan& plan) {
+  extern __shared__ __align__(16) unsigned char smem_weight_rows[];
+  auto* patch = reinterpret_cast<compute_t<T>*>(smem_weight_rows);
+  const WeightBand b(d, plan);
   load_weight_band(patch, x, d, plan, b);
   __syncthreads();
   const int64_t o = blockIdx.y * int64_t{kRowsWeightWarps} + threadIdx.x / 32;
-  return o < d.og ? o : -1;
+  return {patch, b, o < d.og ? o : -1};
 }
 
 // The taps kernel: lanes on neighbouring pixels (neighbouring columns), kRowsWeightUnroll grad_y
@@ -501,10 +510,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
                                                                                      compute_t<T>* partials, bool bias,
                                                                                      Dims d, RowsWeightPlan plan) {
   using C = compute_t<T>;
-  extern __shared__ __align__(16) unsigned char smem_weight_rows[];
-  C* patch = reinterpret_cast<C*>(smem_weight_rows);  // [images][C/G][rows][cols]
-  const WeightBand b(d, plan);
-  const int64_t o = weight_band_start(patch, x, d, plan, b);
+  const auto [patch, b, o] = weight_band_start(x, d, plan);
   if (o < 0) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
   // tap k = (c, ky, kx) reads the patch this far from the pixel's top-left tap (0 past K)
@@ -556,10 +562,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
                                                                                        Dims d, RowsWeightPlan plan) {
   using C = compute_t<T>;
   constexpr int kTaps = kC * kKH * kKW;  // tap (c, ky, kx) is k = (c * KH + ky) * KW + kx, as in w
-  extern __shared__ __align__(16) unsigned char smem_weight_rows[];
-  C* patch = reinterpret_cast<C*>(smem_weight_rows);  // [images][C/G][rows][cols]
-  const WeightBand b(d, plan);
-  const int64_t o = weight_band_start(patch, x, d, plan, b);
+  const auto [patch, b, o] = weight_band_start(x, d, plan);
   if (o < 0) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int cg = static_cast<int>(d.cg), plane = plan.rows * plan.cols, per_image = cg * plane;
