@@ -10,12 +10,11 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <string_view>
 #include <system_error>
 #include <vector>
 
 #include "apps/mnist/picture_check.h"
-#include "apps/mnist/stb.h"
+#include "apps/mnist/picture_decode.h"
 
 namespace kiln::apps {
 namespace {
@@ -238,55 +237,6 @@ Tensor field_tensor(const std::vector<float>& values) {
 struct FileCloser {
   void operator()(std::FILE* file) const { std::fclose(file); }
 };
-struct StbFree {
-  void operator()(stbi_uc* pixels) const { stbi_image_free(pixels); }
-};
-
-// stb_image reads the file's bytes through these callbacks (as from a file), which also notice
-// when the decoder wants bytes that the file does not hold. stb reads through a buffer of
-// kStbBuffer (128) bytes, whose refills may get fewer at the end of the file, and reads blocks of
-// pixels directly, asking for exactly what it needs: a refill that gets nothing, or a direct read
-// that gets less than it asked for, means the file ends before the picture does. stb itself
-// decodes zeros for what is missing (BMP, TGA, PNM) or fails for another reason.
-class StbReader {
- public:
-  explicit StbReader(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
-
-  const stbi_io_callbacks* callbacks() const { return &kCallbacks; }
-  bool ran_out() const { return ran_out_; }
-  // Back to the first byte, for the next call into stb.
-  void restart() {
-    at_ = 0;
-    ran_out_ = false;
-  }
-
- private:
-  static constexpr int kStbBuffer = sizeof(stbi__context::buffer_start);
-
-  static int read(void* user, char* data, int size) {
-    auto* self = static_cast<StbReader*>(user);
-    const size_t got = std::min(static_cast<size_t>(size), self->bytes_.size() - self->at_);
-    std::memcpy(data, self->bytes_.data() + self->at_, got);
-    self->at_ += got;
-    if (got == 0 || (size != kStbBuffer && got < static_cast<size_t>(size))) self->ran_out_ = true;
-    return static_cast<int>(got);
-  }
-  static void skip(void* user, int n) {  // n < 0 steps back (stb's GIF reader does)
-    auto* self = static_cast<StbReader*>(user);
-    const int64_t to = static_cast<int64_t>(self->at_) + n;
-    if (to > static_cast<int64_t>(self->bytes_.size())) self->ran_out_ = true;
-    self->at_ = static_cast<size_t>(std::clamp<int64_t>(to, 0, static_cast<int64_t>(self->bytes_.size())));
-  }
-  static int eof(void* user) {
-    auto* self = static_cast<StbReader*>(user);
-    return self->at_ >= self->bytes_.size();
-  }
-  static constexpr stbi_io_callbacks kCallbacks = {&StbReader::read, &StbReader::skip, &StbReader::eof};
-
-  const std::vector<uint8_t>& bytes_;
-  size_t at_ = 0;
-  bool ran_out_ = false;
-};
 
 // The whole of the picture file at `path` (a regular file of 1 to kMaxPictureBytes bytes).
 std::vector<uint8_t> read_picture(const std::string& path) {
@@ -309,20 +259,6 @@ std::vector<uint8_t> read_picture(const std::string& path) {
   return bytes;
 }
 
-// stb keeps the reason for its last failure in a global that only failures write, and its probes
-// for each format write it too while ruling formats out: a JPEG's decoder may fail silently after
-// the PNG probe has said "Not a PNG". So the global is cleared before each call into stb, and an
-// empty reason, or a probe's, is reported as no reason at all.
-void clear_stb_reason() { stbi__g_failure_reason = nullptr; }  // stb has no call for it
-
-std::string stb_reason() {
-  const char* reason = stbi_failure_reason();
-  const std::string_view text = reason ? reason : "";
-  if (text.empty() || text == "Not a PNG")
-    return "stb_image gives no reason (corrupt data, or a feature it does not support)";
-  return std::string(text);
-}
-
 }  // namespace
 
 Tensor to_mnist_digit(const uint8_t* grey, int width, int height) {
@@ -343,34 +279,24 @@ Tensor load_digit_image(const std::string& path) {
                " bytes end before the picture does (", flaw->what, ")");
     KILN_FAIL(data::DataError, path, ": not a picture kiln reads: ", flaw->what);
   }
-  StbReader reader(bytes);
-
   // The header first, so a huge (or corrupt) size is refused before anything is allocated.
-  int width = 0, height = 0, channels = 0;
-  clear_stb_reason();
-  KILN_CHECK(stbi_info_from_callbacks(reader.callbacks(), &reader, &width, &height, &channels),
-             data::DataError, path, ": not a picture kiln reads (", kPictureFormats, "): ", stb_reason());
   // stb_image 2.27 gives a top-down BMP's height as its header has it, negative (and decodes it
   // as its size, whose absolute value it takes only then)
-  const int64_t wide = width, high = height < 0 ? -int64_t{height} : height, pixels = wide * high;
+  const PictureSize size = picture_size(bytes, path);
+  const int64_t wide = size.width, high = size.height < 0 ? -int64_t{size.height} : size.height,
+                pixels = wide * high;
   KILN_CHECK(wide <= kMaxImageSide && high <= kMaxImageSide && pixels <= kMaxImagePixels,
              data::DataError, path, ": ", wide, "x", high,
              " pixels in its header; a digit's picture may have at most ", kMaxImageSide,
              " on a side and ", kMaxImagePixels, " pixels in all (scale it down)");
-  if (std::optional<PictureFlaw> flaw = picture_too_short(bytes, width, static_cast<int>(high)))
+  if (std::optional<PictureFlaw> flaw = picture_too_short(bytes, size.width, static_cast<int>(high)))
     KILN_FAIL(data::DataError, path, ": truncated: its ", bytes.size(), " bytes end before the picture does (",
               flaw->what, ")");
 
-  reader.restart();
-  clear_stb_reason();
-  std::unique_ptr<stbi_uc, StbFree> decoded(
-      stbi_load_from_callbacks(reader.callbacks(), &reader, &width, &height, &channels, 0));
-  KILN_CHECK(!reader.ran_out(), data::DataError, path, ": truncated: its ", bytes.size(),
-             " bytes end before the picture does (an interrupted download or copy?)");
-  KILN_CHECK(decoded != nullptr, data::DataError, path, ": cannot decode: ", stb_reason());
-
-  std::vector<uint8_t> grey = to_grey(decoded.get(), width, height, channels);
-  decoded.reset();
+  DecodedPicture decoded = decode_picture(bytes, path);
+  const int width = decoded.size.width, height = decoded.size.height;
+  std::vector<uint8_t> grey = to_grey(decoded.pixels.get(), width, height, decoded.size.channels);
+  decoded.pixels.reset();
   InkLevels levels = ink_levels(grey.data(), width, height);
   KILN_CHECK(levels.contrast >= kMinInkContrast, data::DataError, path, ": the image ", no_ink(levels));
   return field_tensor(mnist_digit(grey.data(), width, height, levels));

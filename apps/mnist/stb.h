@@ -2,7 +2,8 @@
 // includes this, once per program: static, so their symbols stay in that file and cannot clash
 // with another copy, and not held to kiln's warning flags. stb_image's failure reasons come as
 // sentences ("Image not of any known type, or corrupt", not "unknown type"). stb_image decodes
-// PNG, JPEG, BMP, GIF, TGA and PNM only: the formats of a digit's picture.
+// PNG, BMP, GIF, TGA and PNM only: the formats of a digit's picture but JPEG, which libjpeg-turbo
+// decodes (apps/mnist/picture_decode.h says why).
 #pragma once
 
 #pragma GCC diagnostic push
@@ -22,7 +23,6 @@
 #define STBI_FAILURE_USERMSG
 // the formats a digit's picture comes in (apps/mnist/picture_check.h says why not HDR, PSD, PIC)
 #define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
 #define STBI_ONLY_BMP
 #define STBI_ONLY_GIF
 #define STBI_ONLY_TGA
