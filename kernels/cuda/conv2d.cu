@@ -52,6 +52,9 @@
 //   10 7 on Hopper's warpgroup tensor cores (conv2d/wgmma.cu): wgmma m64nNk8 with A from the
 //     patch through registers and the packed weights read from shared memory; sm_90 only. It ties
 //     7 (figures in its file) and is not in production.
+//   11 10 with A read from shared memory by the tensor cores too: the pixels numbered over the
+//     patch's whole width, so that a tap's im2col rows are a window of the patch (conv2d/wgmma.cu).
+//     It ties too (figures in its file) and is not in production.
 // Backward input (cuDNN 0.0738 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms]; conv1
 //   0.0246 [fig cuda.conv2d.bwd-input.cudnn.conv1.ms]):
 //   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes.

@@ -164,7 +164,23 @@ bool backward_input_wgmma_applies(const Geometry& g, TensorMath math);
 int64_t backward_input_wgmma_workspace(const Geometry& g);
 void backward_input_wgmma(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
                           TensorMath math, cudaStream_t stream);
-// The forward convolution grad_y -> grad_x that the backward input versions 3-10 run (version 3).
+// Forward, version 11: version 10 with A read by the tensor cores from shared memory too (wgmma;
+// conv2d/wgmma.cu): the pixels numbered over the patch's whole width, so that each tap's im2col
+// rows are a window of the patch, (KW - 1) dw columns a row computed and dropped. Where
+// forward_window_applies (as version 10's); workspace forward_window_workspace(g) floats. `sums`:
+// how 3xTF32 groups its products before adding them in f32, a pair of taps (versions 7 and 10) or
+// a whole stage of 8 channels.
+enum class WindowSums { pairs, stages };
+bool forward_window_applies(const Geometry& g, TensorMath math);
+int64_t forward_window_workspace(const Geometry& g);
+void forward_window(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
+                    const Geometry& g, TensorMath math, cudaStream_t stream, WindowSums sums = WindowSums::pairs);
+// Backward input, version 11: version 3's forward form on forward version 11.
+bool backward_input_window_applies(const Geometry& g, TensorMath math);
+int64_t backward_input_window_workspace(const Geometry& g);
+void backward_input_window(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
+                           TensorMath math, cudaStream_t stream, WindowSums sums = WindowSums::pairs);
+// The forward convolution grad_y -> grad_x that the backward input versions 3-11 run (version 3).
 Geometry as_forward(const Geometry& g);
 
 // bf16 (mixed precision) on the tensor cores: bf16 operands and result, each product exact in f32,

@@ -3,7 +3,7 @@
 // sizes, kernels 1..5, stride 1..3, padding 0..2, dilation 1..2, groups 1..3, with and without
 // bias), f32 and f64, and the weight and wide versions on long reductions; the backward input as a
 // forward convolution on stride-1 geometries of its own, with the cases it refuses
-// (padding > dilation*(kernel-1)) checked to fall back; versions 7 and 8 (input rows in shared
+// (padding > dilation*(kernel-1)) checked to fall back; versions 7, 8, 10 and 11 (input rows in shared
 // memory) on stride-1 geometries with wide rows and channels past one stage; conv2d under
 // allow_tf32; the bf16 versions against the CPU's bf16; the MNIST CNN's layers at the batches that
 // take the production versions, with the fused bias and ReLU. (conv2d and pooling through the ops on every backend: test_backend_ops.)
@@ -11,6 +11,9 @@
 #include "tests/conv_cases.h"
 
 #include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "kiln/core/precision.h"
 #include "kiln/kernels/cuda/conv2d.cuh"
@@ -76,7 +79,7 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(14);
-  int wgmma_runs = 0;  // version 10's, on an sm_90 GPU
+  int wgmma_runs = 0, window_runs = 0;  // versions 10's and 11's, on an sm_90 GPU
   for (int trial = 0; trial < 50; ++trial) {
     const ConvCase c = random_conv(rng, trial);
     const cv::Geometry g = geometry(c);
@@ -195,6 +198,28 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
                         "backward_input_wgmma" + name + c.str());
             ++wgmma_runs;
           }
+          for (const cv::WindowSums sums : {cv::WindowSums::pairs, cv::WindowSums::stages}) {  // version 11
+            const std::string sums_name = sums == cv::WindowSums::pairs ? " (pairs)" : " (stages)";
+            if (cv::forward_window_applies(g, math)) {
+              Tensor y11 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+              Tensor packed11 = full({std::max<int64_t>(1, cv::forward_window_workspace(g))}, 7.0,
+                                     TensorOptions(t).device(kCuda));
+              cv::forward_window(device_ptr<float>(dx), device_ptr<float>(dw), epilogue, device_ptr<float>(y11),
+                                 device_ptr<float>(packed11), g, math, stream, sums);
+              check_close(y11, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_window" + sums_name + name + c.str());
+              ++window_runs;
+            }
+            if (cv::backward_input_window_applies(g, math)) {
+              Tensor gx11 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+              Tensor packed11 = full({std::max<int64_t>(1, cv::backward_input_window_workspace(g))}, 7.0,
+                                     TensorOptions(t).device(kCuda));
+              cv::backward_input_window(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx11),
+                                        device_ptr<float>(packed11), g, math, stream, sums);
+              check_close(gx11, want_gx, r, atol(c.w[0] / c.config.groups * c.w[2] * c.w[3]),
+                          "backward_input_window" + sums_name + name + c.str());
+              ++window_runs;
+            }
+          }
         }
         if (cv::backward_input_as_forward_applies(g)) {
           Tensor gx5 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
@@ -221,13 +246,14 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
     run(float{}, DType::f32);
     run(double{}, DType::f64);
   }
-  MESSAGE("version 10 ran on ", wgmma_runs, " of the random geometries");
-  if (sm90()) CHECK(wgmma_runs > 0);
+  MESSAGE("version 10 ran on ", wgmma_runs, " of the random geometries, version 11 on ", window_runs);
+  if (sm90()) CHECK((wgmma_runs > 0 && window_runs > 0));
 }
 
-TEST_CASE("version 10 (wgmma) matches the CPU at the MNIST CNN's conv2, wide layers, odd sizes and groups") {
+TEST_CASE("versions 10 and 11 (wgmma) match the CPU at the MNIST CNN's conv2, wide layers, odd sizes and groups") {
   // forward and backward input, 3xTF32 within f32's tolerance and TF32 within TF32's; 32 and 64
-  // outputs a block, several stages of channels with a short last one, padding, dilation, groups
+  // outputs a block, several stages of channels with a short last one, padding, dilation, groups;
+  // version 11 with 3xTF32's sums by pairs of taps and by stages
   namespace cv = cuda::conv2d;
   if (!sm90()) return;
   cudaStream_t stream = cuda::backend(0).stream();
@@ -241,6 +267,42 @@ TEST_CASE("version 10 (wgmma) matches the CPU at the MNIST CNN's conv2, wide lay
       {{2, 13, 19, 23}, {24, 13, 5, 3}, 2, 1, 1},   // 32 outputs a block, a 5 x 3 kernel
       {{2, 16, 21, 18}, {96, 8, 3, 3}, 2, 2, 2},    // dilation, two groups of 48 outputs
       {{1, 64, 56, 56}, {130, 64, 3, 3}, 1, 1, 1},  // wide rows, outputs past a block's 64
+  };
+  // a version: whether it applies, its workspace and its run, forward and backward input
+  struct Version {
+    std::string name;
+    std::function<bool(const cv::Geometry&, cv::TensorMath)> applies, input_applies;
+    std::function<int64_t(const cv::Geometry&)> workspace, input_workspace;
+    std::function<void(const float*, const float*, const cuda::DeviceEpilogue<float>&, float*, float*,
+                       const cv::Geometry&, cv::TensorMath)>
+        forward;
+    std::function<void(const float*, const float*, float*, float*, const cv::Geometry&, cv::TensorMath)> input;
+  };
+  auto window = [&](cv::WindowSums sums, const std::string& name) {
+    return Version{name,
+                   cv::forward_window_applies,
+                   cv::backward_input_window_applies,
+                   cv::forward_window_workspace,
+                   cv::backward_input_window_workspace,
+                   [=](const float* x, const float* w, const cuda::DeviceEpilogue<float>& e, float* y, float* ws,
+                       const cv::Geometry& g, cv::TensorMath math) { cv::forward_window(x, w, e, y, ws, g, math, stream, sums); },
+                   [=](const float* gy, const float* w, float* gx, float* ws, const cv::Geometry& g, cv::TensorMath math) {
+                     cv::backward_input_window(gy, w, gx, ws, g, math, stream, sums);
+                   }};
+  };
+  const std::vector<Version> versions = {
+      {"version 10",
+       cv::forward_wgmma_applies,
+       cv::backward_input_wgmma_applies,
+       cv::forward_wgmma_workspace,
+       cv::backward_input_wgmma_workspace,
+       [&](const float* x, const float* w, const cuda::DeviceEpilogue<float>& e, float* y, float* ws,
+           const cv::Geometry& g, cv::TensorMath math) { cv::forward_wgmma(x, w, e, y, ws, g, math, stream); },
+       [&](const float* gy, const float* w, float* gx, float* ws, const cv::Geometry& g, cv::TensorMath math) {
+         cv::backward_input_wgmma(gy, w, gx, ws, g, math, stream);
+       }},
+      window(cv::WindowSums::pairs, "version 11 (pairs)"),
+      window(cv::WindowSums::stages, "version 11 (stages)"),
   };
   int runs = 0;
   for (const Shape4& s : shapes) {
@@ -256,28 +318,29 @@ TEST_CASE("version 10 (wgmma) matches the CPU at the MNIST CNN's conv2, wide lay
     Tensor dx = x.to(kCuda), dw = w.to(kCuda), dgy = gy.to(kCuda), db = b.to(kCuda);
     const Tensor want = conv2d(x, w, b, c.config, Activation::relu);
     const Tensor want_gx = conv2d_backward_input(gy, w, c.x, c.config);
-    for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
-      const bool tf32 = math == cv::TensorMath::tf32;
-      const std::string name = (tf32 ? " (TF32) " : " (3xTF32) ") + c.str();
-      const int64_t fwd_len = c.w[1] * c.w[2] * c.w[3], in_len = c.w[0] / s.groups * c.w[2] * c.w[3];
-      REQUIRE(cv::forward_wgmma_applies(g, math));
-      Tensor y = full(c.y, 7.0, kCuda);
-      Tensor packed = full({cv::forward_wgmma_workspace(g)}, 7.0, kCuda);
-      cv::forward_wgmma(device_ptr<float>(dx), device_ptr<float>(dw), {device_ptr<float>(db), Activation::relu},
-                        device_ptr<float>(y), device_ptr<float>(packed), g, math, stream);
-      check_close(y, want, tf32 ? kTf32Rtol : rtol_for(DType::f32),
-                  tf32 ? tf32_atol(fwd_len) : atol_for(DType::f32, fwd_len), "forward_wgmma" + name);
-      REQUIRE(cv::backward_input_wgmma_applies(g, math));
-      Tensor gx = full(c.x, 7.0, kCuda);
-      Tensor packed_in = full({cv::backward_input_wgmma_workspace(g)}, 7.0, kCuda);
-      cv::backward_input_wgmma(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx),
-                               device_ptr<float>(packed_in), g, math, stream);
-      check_close(gx, want_gx, tf32 ? kTf32Rtol : rtol_for(DType::f32),
-                  tf32 ? tf32_atol(in_len) : atol_for(DType::f32, in_len), "backward_input_wgmma" + name);
-      runs += 2;
-    }
+    for (const Version& v : versions)
+      for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
+        const bool tf32 = math == cv::TensorMath::tf32;
+        const std::string name = v.name + (tf32 ? " (TF32) " : " (3xTF32) ") + c.str();
+        const int64_t fwd_len = c.w[1] * c.w[2] * c.w[3], in_len = c.w[0] / s.groups * c.w[2] * c.w[3];
+        REQUIRE_MESSAGE(v.applies(g, math), name);
+        Tensor y = full(c.y, 7.0, kCuda);
+        Tensor packed = full({v.workspace(g)}, 7.0, kCuda);
+        v.forward(device_ptr<float>(dx), device_ptr<float>(dw), {device_ptr<float>(db), Activation::relu},
+                  device_ptr<float>(y), device_ptr<float>(packed), g, math);
+        check_close(y, want, tf32 ? kTf32Rtol : rtol_for(DType::f32),
+                    tf32 ? tf32_atol(fwd_len) : atol_for(DType::f32, fwd_len), "forward " + name);
+        REQUIRE_MESSAGE(v.input_applies(g, math), name);
+        Tensor gx = full(c.x, 7.0, kCuda);
+        Tensor packed_in = full({v.input_workspace(g)}, 7.0, kCuda);
+        v.input(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx), device_ptr<float>(packed_in), g,
+                math);
+        check_close(gx, want_gx, tf32 ? kTf32Rtol : rtol_for(DType::f32),
+                    tf32 ? tf32_atol(in_len) : atol_for(DType::f32, in_len), "backward input " + name);
+        runs += 2;
+      }
   }
-  CHECK(runs == 20);
+  CHECK(runs == 60);
 }
 
 TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, and falls back otherwise") {

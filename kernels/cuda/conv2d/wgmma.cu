@@ -314,6 +314,275 @@ void wgmma_forward(const float* x, const float* w, bool flip, float* packed, con
   }
 }
 
+// ---- Version 11: A from shared memory too, the im2col rows as a window of the patch
+
+// wgmma reads A from shared memory in "core matrices" of 8 rows of 16 contiguous bytes, the core
+// matrices along M one stride apart. Version 10's rows (output pixels) are not evenly spaced in its
+// patch: where an output row ends, the next pixel is (KW - 1) dw patch columns on. Version 11
+// numbers the pixels over the patch's whole width instead, m = oy * cols + ox with ox < cols (=
+// OW + (KW - 1) dw), and drops the (KW - 1) dw extra columns of each row at the store. Then a tap's
+// im2col rows for a block are the patch's pixels from a fixed offset on, in order: the patch stored
+// [channel quad][pixel][4 channels] (16 bytes a pixel) is already in the core-matrix layout, and
+// a tap's A is a descriptor at that offset (leading byte offset: one quad's plane; stride byte
+// offset 128, the next 8 pixels). No thread loads or splits a fragment. 3xTF32 splits each stage's
+// patch once, after its copy lands, into the high parts (in place) and the rest (a second plane).
+struct WinPlan {
+  int cols = 0, rows = 0;  // the patch's columns and rows (a block's 128 pixels, their taps' reach)
+  int pixels = 0;          // a channel quad's plane: rows * cols, rounded up to 8
+  int64_t chunks = 0;      // stages of 8 channels
+  int bn = 0;
+  int64_t np = 0, smem = 0;
+  bool exact = false;
+};
+
+WinPlan win_plan(const Dims& d, bool exact) {
+  WinPlan p;
+  p.exact = exact;
+  p.cols = static_cast<int>(d.ow + (d.kw - 1) * d.dw);
+  // a block's pixels start up to cols - 1 into its first row; the last tap reaches
+  // (KH - 1) dh rows and (KW - 1) dw columns past its last pixel
+  const int64_t reach = p.cols - 1 + kWgBM + (d.kh - 1) * d.dh * p.cols + (d.kw - 1) * d.dw;
+  p.rows = static_cast<int>((reach + p.cols - 1) / p.cols);
+  p.pixels = (p.rows * p.cols + 7) / 8 * 8;
+  p.chunks = (d.cg + kPatchChannels - 1) / kPatchChannels;
+  p.bn = d.og > 32 ? 64 : 32;
+  p.np = (d.og + p.bn - 1) / p.bn * p.bn;
+  const int64_t plane = kPatchChannels * int64_t{p.pixels}, weights = d.khkw * p.bn * kPatchChannels * (exact ? 2 : 1);
+  // two stages of patch and weights, 3xTF32's one plane of low parts, the copy's line table
+  p.smem = (2 * (plane + weights) + (exact ? plane : 0) + 2 * kPatchChannels * int64_t{p.rows}) * 4;
+  return p;
+}
+
+WinPlan win_plan_for(const Geometry& f, bool exact) {
+#ifdef KILN_NO_SM90A
+  (void)f, (void)exact;
+  return {};
+#else
+  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
+  if (device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
+      device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
+    return {};
+  const Dims d = dims_of(f);
+  const WinPlan p = win_plan(d, exact);
+  // the descriptors' 14-bit fields: a plane of pixels * 16 bytes; the pixel index within an int
+  const bool fits = p.smem <= kWgMaxSmem && p.pixels < (1 << 14) && kPatchChannels * d.hw < (int64_t{1} << 31) &&
+                    d.oh * p.cols + kWgBM < (int64_t{1} << 31);
+  return fits ? p : WinPlan{};
+#endif
+}
+
+// The packed weights (version 10's packing) for version 11's plan.
+WgPlan win_weights_plan(const WinPlan& w) {
+  WgPlan p;
+  p.patch.chunks = w.chunks;
+  p.bn = w.bn;
+  p.np = w.np;
+  p.exact = w.exact;
+  return p;
+}
+
+struct WinArgs {
+  const float* x;   // [N, C, H, W]
+  const float* wp;  // packed as version 10's
+  const float* w;   // the layer's weights, for 3xTF32's NaN fallback
+  bool flip;
+  DeviceEpilogue<float> epilogue;
+  float* y;
+  Dims d;
+  WinPlan plan;
+  int tiles;    // 128-pixel tiles of an image's oh * cols pixels
+  int64_t set;  // elements of one set of packed weights
+};
+
+#ifdef KILN_WGMMA
+// A descriptor of A in the patch at shared address addr: no swizzle, leading byte offset one
+// channel quad's plane (`plane_bytes`), stride byte offset 128 (the next 8 pixels).
+__device__ inline uint64_t win_descriptor(uint32_t addr, uint32_t plane_bytes) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{plane_bytes >> 4} << 16 | uint64_t{128 >> 4} << 32;
+}
+#endif
+
+// One block: pixels 128 blockIdx.x % tiles onward (over the patch's width) of image
+// blockIdx.x / tiles, output channels blockIdx.y * BN onward of group blockIdx.z; warpgroup wg
+// owns 64 of them. kStageSums (3xTF32): each stage's products summed from zero before they are
+// added to the accumulators in f32, rather than each pair of taps' (versions 7 and 10).
+template <int BN, bool kExact, bool kStageSums>
+__global__ void __launch_bounds__(kWgThreads) window_conv_kernel(WinArgs a) {
+#ifdef KILN_WGMMA
+  extern __shared__ __align__(128) float smem_win[];
+  constexpr int R = BN / 2;
+  const Dims& d = a.d;
+  const WinPlan& plan = a.plan;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int64_t img = blockIdx.x / a.tiles, group = blockIdx.z, n0 = int64_t{blockIdx.y} * BN;
+  const int cols = plan.cols, taps = static_cast<int>(d.khkw);
+  const int p0 = static_cast<int>(blockIdx.x % a.tiles) * kWgBM, y_first = p0 / cols;
+
+  const int plane = kPatchChannels * plan.pixels, step_floats = BN * kPatchChannels;
+  const int weight_floats = taps * step_floats * (kExact ? 2 : 1), stage = plane + weight_floats;
+  float* low = smem_win + 2 * stage;  // 3xTF32: the current stage's low parts
+  int2* lines = reinterpret_cast<int2*>(low + (kExact ? plane : 0));
+  // lines[l], l = (channel c < 8, patch row r): where it starts in a stage's first input plane (-1
+  // outside the input) and in the patch ([quad][pixel][4]: pixel r * cols, channel c % 4)
+  const int lines_n = kPatchChannels * plan.rows;
+  for (int l = tid; l < lines_n; l += kWgThreads) {
+    const int c = l / plan.rows, r = l % plan.rows, iy = y_first - static_cast<int>(d.ph) + r;
+    lines[l] = {iy >= 0 && iy < d.h ? c * static_cast<int>(d.hw) + iy * static_cast<int>(d.w) : -1,
+                (c / 4) * 4 * plan.pixels + r * cols * 4 + c % 4};
+  }
+  __syncthreads();
+
+  const float* x_img = a.x + (img * d.c + group * d.cg) * d.hw;
+  auto load = [&](int64_t chunk, float* st) {
+    const int64_t left = d.cg - chunk * kPatchChannels;
+    const int valid_lines = static_cast<int>(left < kPatchChannels ? left : kPatchChannels) * plan.rows;
+    const float* src = x_img + chunk * kPatchChannels * d.hw;
+    const int width = static_cast<int>(d.w), pw = static_cast<int>(d.pw);
+#pragma unroll 1
+    for (int l = warp; l < lines_n; l += kWgThreads / 32) {
+      const int2 line = lines[l];
+      const bool row_ok = line.x >= 0 && l < valid_lines;
+#pragma unroll 1
+      for (int col = lane; col < cols; col += 32) {
+        const int ix = col - pw;
+        const bool ok = row_ok && static_cast<unsigned>(ix) < static_cast<unsigned>(width);
+        matmul::cp_async4(st + line.y + 4 * col, src + (ok ? line.x + ix : 0), ok);
+      }
+    }
+    float* ws = st + plane;
+    const float* from = a.wp + ((group * plan.chunks + chunk) * taps) * plan.np * kPatchChannels + n0 * kPatchChannels;
+    const int pieces = step_floats / 4;
+    for (int i = tid; i < (kExact ? 2 : 1) * taps * pieces; i += kWgThreads) {
+      const int run = i / pieces, q = i % pieces * 4, set = run / taps, tap = run % taps;
+      matmul::cp_async16(ws + run * step_floats + q, from + set * a.set + tap * plan.np * kPatchChannels + q, 16);
+    }
+  };
+
+  float acc[R] = {};
+  [[maybe_unused]] float part[R];
+  load(0, smem_win);
+  matmul::cp_async_commit();
+  const int kw = static_cast<int>(d.kw), dh = static_cast<int>(d.dh), dw = static_cast<int>(d.dw);
+  const uint32_t smem_base = matmul::smem_u32(smem_win), plane_bytes = static_cast<uint32_t>(plan.pixels) * 16;
+  const int first = p0 - y_first * cols + wg * 64;  // the warpgroup's first pixel in the patch
+  for (int64_t s = 0; s < plan.chunks; ++s) {
+    matmul::cp_async_wait<0>();
+    const int at = static_cast<int>(s % 2) * stage;
+    if constexpr (kExact) {  // split this stage's patch: high parts in place, the rest to `low`
+      __syncthreads();
+      for (int i = tid; i < plane; i += kWgThreads) {
+        uint32_t hi, lo;
+        matmul::split_tf32(__float_as_uint(smem_win[at + i]), hi, lo);
+        smem_win[at + i] = __uint_as_float(hi);
+        low[i] = __uint_as_float(lo);
+      }
+    }
+    matmul::fence_async_shared();
+    __syncthreads();
+    if (s + 1 < plan.chunks) load(s + 1, smem_win + (s + 1) % 2 * stage);
+    matmul::cp_async_commit();
+    const uint32_t a_hi = smem_base + static_cast<uint32_t>(at * 4), a_lo = matmul::smem_u32(low);
+    const uint32_t weights = smem_base + static_cast<uint32_t>((at + plane) * 4);
+    auto b_desc = [&](int run) { return wg_descriptor(weights + static_cast<uint32_t>(run * step_floats * 4)); };
+    auto a_desc = [&](uint32_t base, int tap) {  // the tap's window: pixel first + ky dh cols + kx dw
+      const int offset = first + tap / kw * dh * cols + tap % kw * dw;
+      return win_descriptor(base + static_cast<uint32_t>(offset) * 16, plane_bytes);
+    };
+    if constexpr (kExact) {
+      // sums from zero over a group of taps (a pair, or the stage), added to acc in f32: the
+      // tensor cores round toward zero as they add (matmul/12_3xtf32.cu)
+      constexpr int kGroup = kStageSums ? 1 << 20 : 2;
+      for (int tap = 0; tap < taps; tap += kGroup) {
+        const int end = min(taps, tap + kGroup);
+#pragma unroll
+        for (int i = 0; i < R; ++i) part[i] = 0.0f;
+        matmul::fence_accumulators(part);  // zeroed before the fence, not moved in among the products
+        matmul::wgmma_fence();
+        for (int u = tap; u < end; ++u) {
+          const uint64_t hi = a_desc(a_hi, u), b_hi = b_desc(u), b_lo = b_desc(taps + u);
+          matmul::wgmma_tf32(part, a_desc(a_lo, u), b_hi);
+          matmul::wgmma_tf32(part, hi, b_lo);
+          matmul::wgmma_tf32(part, hi, b_hi);
+        }
+        matmul::wgmma_commit();
+        matmul::wgmma_wait<0>();
+        matmul::fence_accumulators(part);
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[i] += part[i];
+      }
+    } else {
+      matmul::wgmma_fence();
+      for (int tap = 0; tap < taps; ++tap) matmul::wgmma_tf32(acc, a_desc(a_hi, tap), b_desc(tap));
+      matmul::wgmma_commit();
+      matmul::wgmma_wait<0>();
+    }
+  }
+  matmul::cp_async_wait<0>();
+  matmul::fence_accumulators(acc);
+
+  // wgmma's accumulators: rows g and g + 8 of the warp (of its warpgroup's 64), columns 8j + 2t
+  // and + 1 (acc[4j + 2h + e]); a row is pixel p0 + 64 wg + row over the patch's width.
+  const int g = lane / 4, t = lane % 4;
+  float* y = a.y + (img * d.o + group * d.og) * d.ohw;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int q = p0 + warp * 16 + g + 8 * h, oy = q / cols, ox = q - oy * cols;
+    if (oy >= d.oh || ox >= d.ow) continue;
+    const int64_t m = int64_t{oy} * d.ow + ox;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t n = n0 + j * 8 + 2 * t + e;
+        if (n >= d.og) continue;
+        float v = acc[4 * j + 2 * h + e];
+        if constexpr (kExact) {
+          if (v != v)
+            v = patch_dot_f32(a.x, d, img, group, m,
+                              [&](int64_t c, int64_t tap) { return weight_at(a.w, d, a.flip, group, c, tap, n); });
+        }
+        y[n * d.ohw + m] = a.epilogue(v, group * d.og + n);
+      }
+  }
+#else
+  (void)a;
+  __trap();
+#endif
+}
+
+// Packs w as version 10 does and runs version 11 on the forward view f.
+void window_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e,
+                    float* y, const Geometry& f, const WinPlan& plan, WindowSums sums, cudaStream_t stream,
+                    const char* op) {
+  const Dims d = dims_of(f);
+  const WgPlan packing = win_weights_plan(plan);
+  const int64_t set = wg_weights(d, packing);
+  pack_wgmma_weights_kernel<<<blocks_for(set), kThreads, 0, stream>>>(w, packed, d, plan.chunks, plan.np, flip,
+                                                                        plan.exact, set);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  const int tiles = static_cast<int>((d.oh * plan.cols + kWgBM - 1) / kWgBM);
+  const WinArgs args{x, packed, w, flip, e, y, d, plan, tiles, set};
+  auto launch = [&]<int BN, bool kExact, bool kStageSums>() {
+    auto* kernel = window_conv_kernel<BN, kExact, kStageSums>;
+    const int64_t gx = d.n * tiles, gy = plan.np / BN;
+    KILN_CHECK(gx < (int64_t{1} << 31) && gy <= 65535 && f.groups <= 65535, ShapeError, "cuda ", op,
+               ": the problem is too large for one launch (", gx, " x ", gy, " x ", f.groups, " blocks)");
+    const int bytes = static_cast<int>(plan.smem);
+    allow_dynamic_smem(kernel, bytes);
+    kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(f.groups)), kWgThreads,
+             bytes, stream>>>(args);
+    KILN_CUDA_LAUNCH_CHECK(op);
+  };
+  const bool stages = sums == WindowSums::stages;
+  auto with_bn = [&]<int BN>() {
+    if (!plan.exact) launch.template operator()<BN, false, false>();
+    else if (stages) launch.template operator()<BN, true, true>();
+    else launch.template operator()<BN, true, false>();
+  };
+  if (plan.bn == 64) with_bn.template operator()<64>();
+  else with_bn.template operator()<32>();
+}
+
 }  // namespace
 
 bool forward_wgmma_applies(const Geometry& g, TensorMath math) {
@@ -351,6 +620,44 @@ void backward_input_wgmma(const float* grad_y, const float* w, float* grad_x, fl
   const Geometry f = as_forward(g);
   wgmma_forward(grad_y, w, true, workspace, {}, grad_x, f, wg_plan_for(f, math == TensorMath::tf32x3), stream,
                 "conv2d_backward_input");
+}
+
+
+bool forward_window_applies(const Geometry& g, TensorMath math) {
+  return win_plan_for(g, math == TensorMath::tf32x3).smem > 0;
+}
+
+int64_t forward_window_workspace(const Geometry& g) {
+  const WinPlan p = win_plan_for(g, true);
+  return p.smem > 0 ? 2 * wg_weights(dims_of(g), win_weights_plan(p)) : 0;
+}
+
+void forward_window(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
+                    const Geometry& g, TensorMath math, cudaStream_t stream, WindowSums sums) {
+  const WinPlan plan = win_plan_for(g, math == TensorMath::tf32x3);
+  KILN_CHECK(plan.smem > 0, ValueError, "cuda conv2d: version 11 (wgmma window) does not apply to this geometry or GPU");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: version 11 needs a workspace of ",
+             forward_window_workspace(g), " elements");
+  window_forward(x, w, false, workspace, e, y, g, plan, sums, stream, "conv2d");
+}
+
+bool backward_input_window_applies(const Geometry& g, TensorMath math) {
+  return backward_input_as_forward_applies(g) && forward_window_applies(as_forward(g), math);
+}
+
+int64_t backward_input_window_workspace(const Geometry& g) {
+  return backward_input_as_forward_applies(g) ? forward_window_workspace(as_forward(g)) : 0;
+}
+
+void backward_input_window(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
+                           TensorMath math, cudaStream_t stream, WindowSums sums) {
+  KILN_CHECK(backward_input_window_applies(g, math), ValueError,
+             "cuda conv2d_backward_input: version 11 (wgmma window) does not apply to this geometry or GPU");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_input: version 11 needs a workspace of ",
+             backward_input_window_workspace(g), " elements");
+  const Geometry f = as_forward(g);
+  window_forward(grad_y, w, true, workspace, {}, grad_x, f, win_plan_for(f, math == TensorMath::tf32x3), sums, stream,
+                 "conv2d_backward_input");
 }
 
 }  // namespace kiln::cuda::conv2d

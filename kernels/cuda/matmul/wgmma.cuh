@@ -34,6 +34,10 @@ template <int N>
 __device__ inline void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Makes this thread's writes to shared memory (stores, cp.async) visible to the tensor cores'
+// reads of it (wgmma operands come through the async proxy): after the writes, before the
+// barrier that lets a warpgroup issue the products.
+__device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Tells the compiler that the accumulators may change under it (the tensor cores write them
 // asynchronously), so that no read of them moves across a wait.
 template <int R>
@@ -65,7 +69,7 @@ __device__ inline void fence_accumulators(float (&d)[R]) {
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-// d += A * B for a 64 x N x 8 product, N = 256, 128 or 64 (from d's size; 32 with A from registers): A (64 x 8) and B
+// d += A * B for a 64 x N x 8 product, N = 256, 128, 64 or 32 (from d's size): A (64 x 8) and B
 // (N x 8) K-major in shared memory, d the warpgroup's 64 x N accumulators (N / 2 per thread, laid
 // out as N / 8 mma.sync 16 x 8 tiles side by side, warp w holding rows 16w .. 16w + 15:
 // store_mma_tiles' layout).
@@ -82,6 +86,11 @@ __device__ inline void wgmma_tf32(float (&d)[64], uint64_t a, uint64_t b) {
 __device__ inline void wgmma_tf32(float (&d)[32], uint64_t a, uint64_t b) {
   asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" KILN_REGS64 "}, %32, %33, 1, 1, 1;\n"
                : KILN_ACC64
+               : "l"(a), "l"(b));
+}
+__device__ inline void wgmma_tf32(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {" KILN_REGS32 "}, %16, %17, 1, 1, 1;\n"
+               : KILN_ACC32
                : "l"(a), "l"(b));
 }
 // The same with A (64 x 8) from registers, in mma.sync's m16n8k8 fragment layout per warp (warp w
