@@ -361,6 +361,25 @@ def define(figure, table, runs):
     conv_figures("wgmma", wgmma, {"conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]"},
                  (("bwd-input.v10-3xtf32", "bwd-input 10 wgmma 3xTF32"),
                   ("bwd-input.v7-3xtf32", "bwd-input 7 input patch in shared memory 3xTF32")))
+    # ---- conv2d version 11 (A from shared memory, the im2col rows a window of the patch) beside
+    # versions 7 and 10 and cuDNN, forward and backward input, in one call
+    # (docs/runs/2026-11-28-h100-window-conv, built from 0f7b223 with version 11, committed as d33fbf9) ----
+    window = runs["2026-11-28-h100-window-conv"]
+    conv_figures("window", window, {"conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]",
+                                    "large": "large x[64,128,56,56] w[128,128,3,3] pad 1"},
+                 [(f"fwd.{name}", f"fwd {version}")
+                  for name, version in (("v11-3xtf32", "11 wgmma window 3xTF32 stage sums"),
+                                        ("v11-3xtf32-pairs", "11 wgmma window 3xTF32"),
+                                        ("v11-tf32", "11 wgmma window TF32"),
+                                        ("v7-3xtf32", "7 input patch in shared memory 3xTF32"),
+                                        ("v7-tf32", "7 input patch in shared memory TF32"),
+                                        ("cudnn", "cuDNN"), ("cudnn-tf32", "cuDNN TF32"))])
+    conv_figures("window", window, {"conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]"},
+                 [(f"bwd-input.{name}", f"bwd-input {version}")
+                  for name, version in (("v11-3xtf32", "11 wgmma window 3xTF32 stage sums"),
+                                        ("v11-tf32", "11 wgmma window TF32"),
+                                        ("v7-3xtf32", "7 input patch in shared memory 3xTF32"),
+                                        ("v7-tf32", "7 input patch in shared memory TF32"))])
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

@@ -1,6 +1,6 @@
 // Forward convolution at stride 1 on Hopper's warpgroup tensor cores: forward and backward input
-// version 10 (kernels/cuda/conv2d.cu gives the versions and their figures, kernels/cuda/NOTES.md
-// their story). Built for sm_90a (kernels/cuda/CMakeLists.txt); runs on an sm_90 GPU only.
+// versions 10 and 11 (kernels/cuda/conv2d.cu gives the versions and their figures,
+// kernels/cuda/NOTES.md their story). Built for sm_90a (kernels/cuda/CMakeLists.txt); runs on an sm_90 GPU only.
 //
 // Version 7 (conv2d/patch.cuh) copies the input rows a block of output pixels reads into shared
 // memory once per stage of 8 channels (the "patch"), and each warp loads its mma.sync fragments of
@@ -34,6 +34,34 @@
 // is bound by the instructions around each small product (the fragments' loads and split, each
 // pair's partial sums zeroed and added, a wait per group), not by the tensor cores: the figures and
 // what to try next are in kernels/cuda/NOTES.md.
+//
+// Version 11 (below version 10) takes that away: A comes from shared memory too, the im2col rows
+// of a tap being a window of the patch once the pixels are numbered over the patch's whole width,
+// so no thread loads or splits a fragment. It ties as well (H100, kernel-bench,
+// docs/runs/2026-11-28-h100-window-conv). conv2's forward at batch 512:
+//   TF32 161.7 µs [fig cuda.conv2d.window.conv2-b512.fwd.v11-tf32.us]
+//     against version 7's 167.3 [fig cuda.conv2d.window.conv2-b512.fwd.v7-tf32.us]
+//     and cuDNN TF32's 169.7 [fig cuda.conv2d.window.conv2-b512.fwd.cudnn-tf32.us];
+//   3xTF32, a stage's products summed from zero, 304.6 [fig cuda.conv2d.window.conv2-b512.fwd.v11-3xtf32.us]
+//     and a pair's 348.3 [fig cuda.conv2d.window.conv2-b512.fwd.v11-3xtf32-pairs.us]
+//     against 7's 299.4 [fig cuda.conv2d.window.conv2-b512.fwd.v7-3xtf32.us]
+//     and cuDNN FP32's 277.7 [fig cuda.conv2d.window.conv2-b512.fwd.cudnn.us].
+// The large layer's forward:
+//   TF32 727.6 [fig cuda.conv2d.window.large.fwd.v11-tf32.us]
+//     against 696.8 [fig cuda.conv2d.window.large.fwd.v7-tf32.us]
+//     and cuDNN TF32's 352.3 [fig cuda.conv2d.window.large.fwd.cudnn-tf32.us];
+//   3xTF32 1338 [fig cuda.conv2d.window.large.fwd.v11-3xtf32.us]
+//     (pairs 1573 [fig cuda.conv2d.window.large.fwd.v11-3xtf32-pairs.us])
+//     against 1246 [fig cuda.conv2d.window.large.fwd.v7-3xtf32.us]
+//     and cuDNN FP32's 690.1 [fig cuda.conv2d.window.large.fwd.cudnn.us].
+// conv2's backward input at batch 512:
+//   3xTF32 473.9 [fig cuda.conv2d.window.conv2-b512.bwd-input.v11-3xtf32.us]
+//     against 362.8 [fig cuda.conv2d.window.conv2-b512.bwd-input.v7-3xtf32.us];
+//   TF32 280.1 [fig cuda.conv2d.window.conv2-b512.bwd-input.v11-tf32.us]
+//     against 247.1 [fig cuda.conv2d.window.conv2-b512.bwd-input.v7-tf32.us].
+// So the instructions around the products were not what held versions 10 and 11 back: with none
+// left in TF32, the m64nNk8 products still run at about a seventh of the tensor cores' TF32 rate
+// (kernels/cuda/NOTES.md says what that leaves).
 #include <algorithm>
 #include <cstdint>
 
