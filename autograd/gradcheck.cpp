@@ -22,7 +22,7 @@ void check_inputs(const std::vector<Tensor>& inputs) {
 }
 
 // L = sum(f(inputs) * r) in double.
-double objective(const Function& f, const std::vector<Tensor>& inputs, const Tensor& r) {
+double objective(const CheckedFn& f, const std::vector<Tensor>& inputs, const Tensor& r) {
   NoGradGuard no_grad;
   return sum(f(inputs) * r).item();
 }
@@ -36,7 +36,7 @@ void write_element(const Tensor& x, int64_t i, double value) {
 }
 
 // Runs backward of L and returns each input's gradient (undefined where none is wanted).
-std::vector<Tensor> analytic(const Function& f, const std::vector<Tensor>& inputs, Tensor& r,
+std::vector<Tensor> analytic(const CheckedFn& f, const std::vector<Tensor>& inputs, Tensor& r,
                              uint64_t seed) {
   for (const Tensor& x : inputs)
     if (x.defined()) x.zero_grad();
@@ -60,7 +60,7 @@ bool close(double numeric, double analytic_value, const GradcheckOptions& o) {
 
 }  // namespace
 
-GradcheckResult gradcheck(const Function& f, const std::vector<Tensor>& inputs,
+GradcheckResult gradcheck(const CheckedFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options) {
   check_inputs(inputs);
   Tensor r;
@@ -95,7 +95,7 @@ GradcheckResult gradcheck(const Function& f, const std::vector<Tensor>& inputs,
   return result;
 }
 
-GradcheckResult gradcheck_directional(const Function& f, const std::vector<Tensor>& inputs,
+GradcheckResult gradcheck_directional(const CheckedFn& f, const std::vector<Tensor>& inputs,
                                       const GradcheckOptions& options) {
   check_inputs(inputs);
   Tensor r;

@@ -30,11 +30,12 @@ struct GradcheckResult {
   std::string message;  // on failure: which input, which element, both values
 };
 
-using Function = std::function<Tensor(const std::vector<Tensor>&)>;
+// The function checked: inputs in, one tensor out.
+using CheckedFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-GradcheckResult gradcheck(const Function& f, const std::vector<Tensor>& inputs,
+GradcheckResult gradcheck(const CheckedFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
-GradcheckResult gradcheck_directional(const Function& f, const std::vector<Tensor>& inputs,
+GradcheckResult gradcheck_directional(const CheckedFn& f, const std::vector<Tensor>& inputs,
                                       const GradcheckOptions& options = {});
 
 }  // namespace kiln::autograd

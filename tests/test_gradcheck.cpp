@@ -29,7 +29,7 @@ using Reduce = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
 
 struct Case {
   std::string name;
-  autograd::Function f;
+  autograd::CheckedFn f;
   Args inputs;
   GradcheckOptions options = {};
 };

@@ -49,7 +49,7 @@ inline void gradcheck_cases(const Run& r) {
   using Args = std::vector<Tensor>;
   struct Case {
     std::string name;
-    autograd::Function f;
+    autograd::CheckedFn f;
     Args inputs;
   };
   const Case cases[] = {

@@ -1,6 +1,8 @@
 // fit-sine: kiln used from outside, as any C++ program would use it. A two-layer MLP learns
 // y = sin(x) on [-pi, pi] with Adam on the CPU, is saved as safetensors, and is loaded back into
-// a fresh model that must predict exactly the same values. Exit status 1 when either check fails.
+// a fresh model that must predict exactly the same values. Its activation is a custom op with a
+// backward of its own (autograd::Function), checked against finite differences before training.
+// Exit status 1 when any check fails.
 //
 // Build it against an installed kiln (tests/install does this on every test run):
 //   cmake --install build/release --prefix /tmp/kiln
@@ -25,19 +27,42 @@ constexpr double kLearningRate = 1e-2;
 constexpr double kMaxFinalLoss = 1e-3;  // mean squared error the fit must get below
 constexpr uint64_t kSeed = 1;
 
+// softsign(x) = x / (1 + |x|), whose derivative is 1 / (1 + |x|)^2: an op kiln does not have,
+// written as libtorch's torch::autograd::Function would be.
+struct Softsign : autograd::Function<Softsign> {
+  static constexpr const char* name = "softsign";
+  static Tensor forward(autograd::Context& ctx, const Tensor& x) {
+    ctx.save_for_backward({x});
+    return x / (abs(x) + 1.0);
+  }
+  static autograd::Grads backward(autograd::Context& ctx, const Tensor& grad) {
+    const Tensor d = abs(ctx.saved()[0]) + 1.0;
+    return {grad / (d * d)};
+  }
+};
+
 struct SineNet : nn::Module {
   SineNet() {
     fc1 = register_module("fc1", std::make_shared<nn::Linear>(1, kHidden));
     fc2 = register_module("fc2", std::make_shared<nn::Linear>(kHidden, 1));
   }
   // x: [N, 1] -> [N, 1]
-  Tensor forward(const Tensor& x) override { return fc2->forward(tanh(fc1->forward(x))); }
+  Tensor forward(const Tensor& x) override { return fc2->forward(Softsign::apply(fc1->forward(x))); }
   std::shared_ptr<nn::Linear> fc1, fc2;
 };
 
 int main(int argc, char** argv) {
   const std::string path = argc > 1 ? argv[1] : "fit-sine.safetensors";
   manual_seed(kSeed);
+
+  // The custom op's backward against central differences, in f64.
+  const autograd::GradcheckResult check =
+      autograd::gradcheck([](const std::vector<Tensor>& in) { return Softsign::apply(in[0]); },
+                          {uniform({16}, -3.0, 3.0, DType::f64).requires_grad_()});
+  if (!check.ok) {
+    std::fprintf(stderr, "fit-sine: softsign's backward fails gradcheck: %s\n", check.message.c_str());
+    return 1;
+  }
 
   // The data, made on the host: x and y = sin(x), both [kPoints, 1].
   std::vector<float> xs(kPoints), ys(kPoints);
