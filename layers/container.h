@@ -1,5 +1,6 @@
-// Sequential chains modules, each fed the previous one's output; Flatten reshapes between the
-// convolutional and the linear part of a network.
+// Containers: Sequential chains modules, each fed the previous one's output; ModuleList and
+// ModuleDict hold modules, in order or by name, for a forward of the program's own. Flatten
+// reshapes between the convolutional and the linear part of a network.
 //
 //   auto net = std::make_shared<nn::Sequential>(
 //       nn::Conv2d(1, 8, 3), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(8 * 13 * 13, 10));
@@ -7,6 +8,11 @@
 #pragma once
 
 #include <concepts>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/layers/module.h"
 
@@ -20,13 +26,19 @@ class Flatten : public Module {
   int64_t start_dim, end_dim;
 };
 
-class Sequential : public Module {
+// Modules in order under "0", "1", ...: the blocks a model's forward walks, say. Like PyTorch's
+// ModuleList it has no forward of its own.
+//
+//   nn::ModuleList blocks;                                   // a member, registered with
+//   for (int i = 0; i < 4; ++i) blocks.push_back(nn::Linear(64, 64));   // register_module
+//   for (const auto& block : blocks) x = relu((*block)(x));  // parameters "blocks.0.weight", ...
+class ModuleList : public Module {
  public:
-  Sequential() = default;
+  ModuleList() = default;
   // Each argument is a std::shared_ptr to a module, or a module by value (moved into one).
   template <class... Ms>
-    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::same_as<std::remove_cvref_t<Ms>, Sequential> && ...)))
-  explicit Sequential(Ms&&... modules) {
+    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::derived_from<std::remove_cvref_t<Ms>, ModuleList> && ...)))
+  explicit ModuleList(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
   }
 
@@ -46,13 +58,83 @@ class Sequential : public Module {
   }
 
   size_t size() const { return named_children().size(); }
-  const std::shared_ptr<Module>& operator[](size_t i) const { return named_children().at(i).second; }
+  bool empty() const { return size() == 0; }
+  // Module i; ValueError past the end.
+  const std::shared_ptr<Module>& operator[](size_t i) const;
+  // Module i as an M (libtorch's ptr<M>(i)); ValueError naming its class when it is not one.
+  template <class M>
+  std::shared_ptr<M> at(size_t i) const {
+    std::shared_ptr<M> typed = std::dynamic_pointer_cast<M>((*this)[i]);
+    KILN_CHECK(typed != nullptr, ValueError, name(), "[", i, "] is a ", (*this)[i]->name(), ", not the class asked for");
+    return typed;
+  }
+  // The modules, in order (for (const auto& m : list)).
+  class Iterator {
+   public:
+    using Base = std::vector<std::pair<std::string, std::shared_ptr<Module>>>::const_iterator;
+    explicit Iterator(Base at) : at_(at) {}
+    const std::shared_ptr<Module>& operator*() const { return at_->second; }
+    Iterator& operator++() {
+      ++at_;
+      return *this;
+    }
+    bool operator==(const Iterator&) const = default;
+
+   private:
+    Base at_;
+  };
+  Iterator begin() const { return Iterator(named_children().begin()); }
+  Iterator end() const { return Iterator(named_children().end()); }
+};
+
+class Sequential : public ModuleList {
+ public:
+  Sequential() = default;
+  template <class... Ms>
+    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::derived_from<std::remove_cvref_t<Ms>, ModuleList> && ...)))
+  explicit Sequential(Ms&&... modules) {
+    (push_back(std::forward<Ms>(modules)), ...);
+  }
 
   // x through every module, in order. A Linear or Conv2d followed by a ReLU runs as one kernel,
   // the layer's forward with the ReLU in its epilogue (forward(x, Activation::relu)): the same
   // values and gradients to the bit, one pass over the activations fewer each way. Only those exact
-  // classes are fused, never subclasses, which may have forwards of their own.
+  // classes are fused, never subclasses, which may have forwards of their own, and never modules
+  // with hooks.
   Tensor forward(const Tensor& x) override;
+};
+
+// Modules under names of the program's choosing, in insertion order (PyTorch's ModuleDict): heads
+// chosen at run time, say. No forward of its own.
+//
+//   nn::ModuleDict heads({{"digits", std::make_shared<nn::Linear>(128, 10)},
+//                         {"parity", std::make_shared<nn::Linear>(128, 2)}});
+//   Tensor logits = (*heads["digits"])(features);        // parameters "heads.digits.weight", ...
+class ModuleDict : public Module {
+ public:
+  ModuleDict() = default;
+  ModuleDict(std::initializer_list<std::pair<std::string, std::shared_ptr<Module>>> modules);
+
+  // Adds module under `key` (unique, no '.': ValueError otherwise).
+  template <class M>
+  void insert(std::string key, std::shared_ptr<M> module) {
+    register_module(std::move(key), std::move(module));
+  }
+  size_t size() const { return named_children().size(); }
+  bool contains(const std::string& key) const;
+  std::vector<std::string> keys() const;
+  // The module under key; ValueError naming the key and the keys there are.
+  const std::shared_ptr<Module>& operator[](const std::string& key) const;
+  template <class M>
+  std::shared_ptr<M> at(const std::string& key) const {
+    std::shared_ptr<M> typed = std::dynamic_pointer_cast<M>((*this)[key]);
+    KILN_CHECK(typed != nullptr, ValueError, name(), "[\"", key, "\"] is a ", (*this)[key]->name(),
+               ", not the class asked for");
+    return typed;
+  }
+  // (key, module) pairs in insertion order.
+  auto begin() const { return named_children().begin(); }
+  auto end() const { return named_children().end(); }
 };
 
 }  // namespace kiln::nn

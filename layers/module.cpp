@@ -2,11 +2,15 @@
 
 #include <cxxabi.h>
 
+#include <any>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <typeinfo>
+
+#include "kiln/autograd/function.h"
 
 namespace kiln::nn {
 
@@ -47,6 +51,117 @@ std::string Module::name() const { return name_.empty() ? demangled_class_name(t
 Tensor Module::forward(const Tensor&) {
   KILN_FAIL(Error, name(), " has no forward(const Tensor&): it takes other inputs, call its own "
             "forward(...) overload");
+}
+
+// ---- hooks ----
+
+struct ModuleHooks {
+  uint64_t next_id = 1;
+  std::vector<std::pair<uint64_t, Module::ForwardPreHook>> pre;
+  std::vector<std::pair<uint64_t, Module::ForwardHook>> post;
+  std::vector<std::pair<uint64_t, Module::BackwardHook>> backward;
+  bool empty() const { return pre.empty() && post.empty() && backward.empty(); }
+};
+
+void Module::HookHandle::remove() {
+  const std::shared_ptr<ModuleHooks> hooks = table_.lock();
+  if (!hooks) return;
+  auto drop = [this](auto& list) {
+    std::erase_if(list, [this](const auto& entry) { return entry.first == id_; });
+  };
+  drop(hooks->pre);
+  drop(hooks->post);
+  drop(hooks->backward);
+}
+
+namespace {
+
+// A call's backward hooks, shared by the two pass-through ops around the module: the hooks as
+// they were at the call, and the output's gradient once backward has reached the output.
+struct BackwardCall {
+  Module* module = nullptr;
+  std::vector<Module::BackwardHook> hooks;
+  Tensor grad_output;
+  bool input_tracked = false;  // the input needs a gradient: the hooks run when it is known
+  Tensor run(Tensor grad_input) {
+    for (const auto& hook : hooks)
+      if (std::optional<Tensor> replaced = hook(*module, grad_input, grad_output)) grad_input = *replaced;
+    return grad_input;
+  }
+};
+
+std::shared_ptr<BackwardCall> call_of(autograd::Context& ctx) {
+  return std::any_cast<std::shared_ptr<BackwardCall>>(ctx.data.at("call"));
+}
+
+// The identity on the module's output: its backward keeps the output's gradient, and where the
+// input needs none, runs the hooks there (with no input gradient, as PyTorch gives None).
+struct HookOutput : autograd::Function<HookOutput> {
+  static constexpr const char* name = "module backward hook (output)";
+  static Tensor forward(autograd::Context& ctx, const Tensor& y, const std::shared_ptr<BackwardCall>& call) {
+    ctx.data["call"] = call;
+    return y;
+  }
+  static autograd::Grads backward(autograd::Context& ctx, const Tensor& grad) {
+    const std::shared_ptr<BackwardCall> call = call_of(ctx);
+    call->grad_output = grad;
+    if (!call->input_tracked) call->run(Tensor());
+    return {grad};
+  }
+};
+
+// The identity on the module's input: its backward runs the hooks on the input's gradient.
+struct HookInput : autograd::Function<HookInput> {
+  static constexpr const char* name = "module backward hook (input)";
+  static Tensor forward(autograd::Context& ctx, const Tensor& x, const std::shared_ptr<BackwardCall>& call) {
+    ctx.data["call"] = call;
+    return x;
+  }
+  static autograd::Grads backward(autograd::Context& ctx, const Tensor& grad) { return {call_of(ctx)->run(grad)}; }
+};
+
+template <class List, class Hook>
+Module::HookHandle add_hook(std::shared_ptr<ModuleHooks>& hooks, List ModuleHooks::*list, Hook hook) {
+  KILN_CHECK(hook != nullptr, ValueError, "register hook: the hook is empty");
+  if (!hooks) hooks = std::make_shared<ModuleHooks>();
+  const uint64_t id = hooks->next_id++;
+  ((*hooks).*list).emplace_back(id, std::move(hook));
+  return {hooks, id};
+}
+
+}  // namespace
+
+Module::HookHandle Module::register_forward_pre_hook(ForwardPreHook hook) {
+  return add_hook(hooks_, &ModuleHooks::pre, std::move(hook));
+}
+Module::HookHandle Module::register_forward_hook(ForwardHook hook) {
+  return add_hook(hooks_, &ModuleHooks::post, std::move(hook));
+}
+Module::HookHandle Module::register_full_backward_hook(BackwardHook hook) {
+  return add_hook(hooks_, &ModuleHooks::backward, std::move(hook));
+}
+
+bool Module::has_hooks() const { return hooks_ && !hooks_->empty(); }
+
+Tensor Module::operator()(const Tensor& x) {
+  if (!has_hooks()) return forward(x);
+  const ModuleHooks hooks = *hooks_;  // as they are now: a hook may add or remove hooks
+  Tensor input = x;
+  for (const auto& [id, hook] : hooks.pre)
+    if (std::optional<Tensor> replaced = hook(*this, input)) input = *replaced;
+  std::shared_ptr<BackwardCall> call;
+  if (!hooks.backward.empty() && autograd::is_grad_enabled()) {
+    call = std::make_shared<BackwardCall>();
+    call->module = this;
+    for (const auto& [id, hook] : hooks.backward) call->hooks.push_back(hook);
+    call->input_tracked = input.defined() && input.requires_grad();
+    if (call->input_tracked) input = HookInput::apply(input, call);
+  }
+  Tensor output = forward(input);
+  for (const auto& [id, hook] : hooks.post)
+    if (std::optional<Tensor> replaced = hook(*this, input, output)) output = *replaced;
+  if (call) output = HookOutput::apply(output, call);
+  return output;
 }
 
 // ---- registration ----

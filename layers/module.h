@@ -23,6 +23,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -33,6 +34,8 @@
 #include "kiln/autograd/ops.h"
 
 namespace kiln::nn {
+
+struct ModuleHooks;  // a module's hooks (module.cpp)
 
 // Named tensors in a fixed order: parameters, buffers, state dicts.
 using StateDict = NamedTensors;  // kiln::NamedTensors (core/tensor.h)
@@ -56,7 +59,35 @@ class Module {
   // Layers that map one tensor to one tensor override this. The default throws: a module that
   // takes other inputs (a loss takes input and target) defines its own forward overloads.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x) with the module's hooks around it (below); Sequential calls its modules so.
+  Tensor operator()(const Tensor& x);
+
+  // ---- hooks, as PyTorch's (they run when the module is called, m(x), not on m.forward(x)) ----
+  // Before forward: the input, and a replacement for it or nothing.
+  using ForwardPreHook = std::function<std::optional<Tensor>(Module& module, const Tensor& input)>;
+  // After forward: the input and output, and a replacement for the output or nothing.
+  using ForwardHook = std::function<std::optional<Tensor>(Module& module, const Tensor& input, const Tensor& output)>;
+  // In backward, once the gradient of the module's input is known (PyTorch's full backward hook):
+  // that gradient (undefined where the input needs none) and the output's, and a replacement for
+  // the input's gradient or nothing. The module must outlive the backward.
+  using BackwardHook =
+      std::function<std::optional<Tensor>(Module& module, const Tensor& grad_input, const Tensor& grad_output)>;
+  // What a register_*_hook returns: remove() takes the hook away (a handle outliving its module
+  // does nothing).
+  class HookHandle {
+   public:
+    HookHandle() = default;
+    HookHandle(std::weak_ptr<ModuleHooks> table, uint64_t id) : table_(std::move(table)), id_(id) {}
+    void remove();
+
+   private:
+    std::weak_ptr<ModuleHooks> table_;
+    uint64_t id_ = 0;
+  };
+  HookHandle register_forward_pre_hook(ForwardPreHook hook);
+  HookHandle register_forward_hook(ForwardHook hook);
+  HookHandle register_full_backward_hook(BackwardHook hook);
+  bool has_hooks() const;
 
   // ---- registration (names must be unique within a module and contain no '.') ----
   // Makes `tensor` a leaf parameter (a tensor an op produced is detached first, sharing its data)
@@ -123,6 +154,7 @@ class Module {
   void collect_buffers(const std::string& prefix, bool recurse, NamedTensors& out) const;
   void collect_state(const std::string& prefix, NamedTensors& out) const;
 
+  std::shared_ptr<ModuleHooks> hooks_;  // made by the first register_*_hook
   std::string name_;  // empty: derived from the class name
   bool training_ = true;
   NamedTensors parameters_;
