@@ -12,6 +12,25 @@ Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim)
 
 std::string Flatten::extra_repr() const { return detail::concat("start_dim=", start_dim, ", end_dim=", end_dim); }
 
+Tensor Unflatten::forward(const Tensor& x) {
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  KILN_CHECK(d >= 0 && d < x.dim(), ValueError, "Unflatten: dim ", dim, " is outside the input ", x.shape());
+  KILN_CHECK(!sizes.empty(), ValueError, "Unflatten: no sizes to unflatten dimension ", dim, " into");
+  Shape shape;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (i == d)
+      for (int64_t size : sizes) shape.push_back(size);
+    else
+      shape.push_back(x.size(i));
+  return x.reshape(shape);  // its own error when the sizes do not make dimension dim
+}
+
+std::string Unflatten::extra_repr() const {
+  std::string s = "dim=" + std::to_string(dim) + ", unflattened_size=(";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + ")";
+}
+
 const std::shared_ptr<Module>& ModuleList::operator[](size_t i) const {
   KILN_CHECK(i < size(), ValueError, name(), "[", i, "]: it holds ", size(), " modules");
   return named_children()[i].second;

@@ -26,6 +26,23 @@ class Flatten : public Module {
   int64_t start_dim, end_dim;
 };
 
+// Dimension dim made into `sizes` (one may be -1), Flatten's inverse: Unflatten(1, {32, 7, 7})
+// takes [N, 1568] to [N, 32, 7, 7].
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim_, std::vector<int64_t> sizes_) : dim(dim_), sizes(std::move(sizes_)) {}
+  Tensor forward(const Tensor& x) override;  // a view where the layout allows
+  std::string extra_repr() const override;
+  int64_t dim;
+  std::vector<int64_t> sizes;
+};
+
+// x as it is: a placeholder where a model's structure wants a module (an optional layer left out).
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
 // Modules in order under "0", "1", ...: the blocks a model's forward walks, say. Like PyTorch's
 // ModuleList it has no forward of its own.
 //

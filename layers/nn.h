@@ -7,6 +7,7 @@
 #include "kiln/layers/conv.h"
 #include "kiln/layers/distributed.h"
 #include "kiln/layers/dropout.h"
+#include "kiln/layers/embedding.h"
 #include "kiln/layers/init.h"
 #include "kiln/layers/linear.h"
 #include "kiln/layers/loss.h"

@@ -1,4 +1,5 @@
 // MaxPool2d and AvgPool2d over NCHW input. The stride defaults to the kernel size, as in PyTorch.
+// AdaptiveAvgPool2d: an output size rather than a kernel.
 #pragma once
 
 #include "kiln/layers/module.h"
@@ -37,6 +38,20 @@ class AvgPool2d : public Module {
   Tensor forward(const Tensor& x) override;  // [N, C, H, W] -> [N, C, OH, OW]
   std::string extra_repr() const override;
   AvgPool2dOptions options;
+};
+
+// x [N, C, H, W] averaged into an output_size grid, as PyTorch's adaptive_avg_pool2d: output
+// cell (i, j) averages rows floor(i H / OH) to ceil((i + 1) H / OH) and the columns likewise.
+// Where OH divides H and OW divides W the cells tile x and it is one avg_pool2d; otherwise (cells
+// of different sizes, or overlapping) a mean per cell, which suits the small grids it is used for.
+Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size);
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(ExpandingArray<2> output_size_) : output_size(output_size_) {}
+  Tensor forward(const Tensor& x) override;  // [N, C, H, W] -> [N, C, OH, OW]
+  std::string extra_repr() const override;
+  ExpandingArray<2> output_size;
 };
 
 }  // namespace kiln::nn

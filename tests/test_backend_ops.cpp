@@ -31,6 +31,7 @@
 #include "tests/conv_cases.h"
 #include "tests/device_backends.h"
 #include "tests/elementwise_cases.h"
+#include "tests/layer_cases.h"
 #include "tests/matmul_cases.h"
 #include "tests/optim_cases.h"
 #include "tests/reduce_cases.h"
@@ -227,6 +228,8 @@ const std::vector<Row>& table() {
       {"max_pool2d_dropout", {{f32, 0}, {f64, 0}, {b16, 0}}, {{f32, 0}}, max_pool2d_dropout_cases},
       {"avg_pool2d", {{f32, 1e-6}, {f64, 1e-14}, {b16, bf16_ulp}}, {{f32, 1e-6}}, avg_pool2d_cases},
       {"batch_norm", {{f32, 1e-4}, {f64, 1e-10}}, {{f32, 1e-4}}, batch_norm_cases},
+      // LayerNorm, GroupNorm, Embedding, AdaptiveAvgPool2d, Unflatten, Identity: kiln's ops put together
+      {"layers of ops", {{f32, 1e-4}, {f64, 1e-10}}, {{f32, 1e-4}}, layer_cases},
 
       // every rule, on tensors that are empty, of one element, and of a few launches' worth
       {"optimizer", {{f32, 2e-5}, {f64, 1e-12}}, {{f32, 2e-5}},
