@@ -43,6 +43,15 @@ class Identity : public Module {
   Tensor forward(const Tensor& x) override { return x; }
 };
 
+// `child` (held by `holder` under `key`) as an M; ValueError naming the class it is when it is not
+// one. What ModuleList::at and ModuleDict::at return.
+template <class M>
+std::shared_ptr<M> child_as(const Module& holder, const std::shared_ptr<Module>& child, const std::string& key) {
+  std::shared_ptr<M> typed = std::dynamic_pointer_cast<M>(child);
+  KILN_CHECK(typed != nullptr, ValueError, holder.name(), "[", key, "] is a ", child->name(), ", not the class asked for");
+  return typed;
+}
+
 // Modules in order under "0", "1", ...: the blocks a model's forward walks, say. Like PyTorch's
 // ModuleList it has no forward of its own.
 //
@@ -81,9 +90,7 @@ class ModuleList : public Module {
   // Module i as an M (libtorch's ptr<M>(i)); ValueError naming its class when it is not one.
   template <class M>
   std::shared_ptr<M> at(size_t i) const {
-    std::shared_ptr<M> typed = std::dynamic_pointer_cast<M>((*this)[i]);
-    KILN_CHECK(typed != nullptr, ValueError, name(), "[", i, "] is a ", (*this)[i]->name(), ", not the class asked for");
-    return typed;
+    return child_as<M>(*this, (*this)[i], std::to_string(i));
   }
   // The modules, in order (for (const auto& m : list)).
   class Iterator {
@@ -107,11 +114,7 @@ class ModuleList : public Module {
 class Sequential : public ModuleList {
  public:
   Sequential() = default;
-  template <class... Ms>
-    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::derived_from<std::remove_cvref_t<Ms>, ModuleList> && ...)))
-  explicit Sequential(Ms&&... modules) {
-    (push_back(std::forward<Ms>(modules)), ...);
-  }
+  using ModuleList::ModuleList;  // Sequential(modules...)
 
   // x through every module, in order. A Linear or Conv2d followed by a ReLU runs as one kernel,
   // the layer's forward with the ReLU in its epilogue (forward(x, Activation::relu)): the same
@@ -144,10 +147,7 @@ class ModuleDict : public Module {
   const std::shared_ptr<Module>& operator[](const std::string& key) const;
   template <class M>
   std::shared_ptr<M> at(const std::string& key) const {
-    std::shared_ptr<M> typed = std::dynamic_pointer_cast<M>((*this)[key]);
-    KILN_CHECK(typed != nullptr, ValueError, name(), "[\"", key, "\"] is a ", (*this)[key]->name(),
-               ", not the class asked for");
-    return typed;
+    return child_as<M>(*this, (*this)[key], "\"" + key + "\"");
   }
   // (key, module) pairs in insertion order.
   auto begin() const { return named_children().begin(); }

@@ -68,12 +68,6 @@ Tensor normalized(const Tensor& x, const std::vector<int64_t>& axes, double eps)
   return centred / sqrt(mean(centred * centred, axes, true) + eps);
 }
 
-std::string shape_text(const std::vector<int64_t>& sizes) {
-  std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
-  return s + "]";
-}
-
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
@@ -82,11 +76,11 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   bool fits = d >= 1 && x.dim() >= d;
   for (int64_t i = 0; fits && i < d; ++i) fits = x.size(x.dim() - d + i) == normalized_shape[static_cast<size_t>(i)];
   KILN_CHECK(fits, ShapeError, "layer_norm: input ", x.shape(), " does not end in the normalized shape ",
-             shape_text(normalized_shape));
+             Shape(normalized_shape));
   KILN_CHECK(eps >= 0, ValueError, "layer_norm: eps must be >= 0, got ", eps);
   for (const Tensor& t : {weight, bias})
     KILN_CHECK(!t.defined() || t.shape() == Shape(normalized_shape), ShapeError, "layer_norm: weight and bias must be ",
-               shape_text(normalized_shape), ", got ", t.shape());
+               Shape(normalized_shape), ", got ", t.shape());
   std::vector<int64_t> axes;
   for (int64_t i = x.dim() - d; i < x.dim(); ++i) axes.push_back(i);
   Tensor y = normalized(x, axes, eps);
@@ -117,7 +111,7 @@ LayerNorm::LayerNorm(const LayerNormOptions& options_) : options(options_) {
   bool positive = !shape.empty();
   for (int64_t size : shape) positive = positive && size > 0;
   KILN_CHECK(positive, ValueError, "LayerNorm: normalized_shape must be one or more positive sizes, got ",
-             shape_text(shape));
+             Shape(shape));
   if (options.elementwise_affine()) {
     weight = register_parameter("weight", empty(Shape(shape)));
     bias = register_parameter("bias", empty(Shape(shape)));

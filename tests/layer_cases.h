@@ -63,6 +63,7 @@ inline void layer_cases(const Run& r) {
       if (!c.indices) r.check(gx[1], gx[0], k.tol, "grad x " + what);
       REQUIRE(gp[0].size() == gp[1].size());
       for (size_t i = 0; i < gp[0].size(); ++i)
+        // a parameter's gradient sums over the batch and positions (up to 9 x 7 x 4 terms here)
         r.check(gp[1][i], gp[0][i], k.tol.atol_times(8), "grad parameter " + std::to_string(i) + " " + what);
     }
 }
