@@ -353,14 +353,15 @@ void bench_dropout_shape(Bench& bench, int64_t rows, int64_t cols) {
 }
 
 // Batch norm in training (f32, eps 1e-5) over x [N, C, H, W]: the forward and the backward by
-// each of batch_norm.cuh's paths (one kernel where the GPU holds x at once; two passes), each
-// checked against the CPU backend on the same data. GB/s counts x read and y written (forward),
+// each of batch_norm.cuh's paths (a cluster a channel on sm_90; one kernel where the GPU holds x
+// at once; two passes), each checked against the CPU backend on the same data. GB/s counts x read and y written (forward),
 // x and the gradient read and grad_x written (backward): what a copy of the same tensors moves.
 void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
   namespace bn = cuda::batch_norm;
   cudaStream_t stream = bench.stream();
   const int64_t numel = n * c * hw * hw, s = hw * hw;
   const std::string shape = shape_of({n, c, hw, hw});
+  if (!bench.wants(shape)) return;
   auto device = [&](int64_t count) { return static_cast<float*>(bench.device_bytes(static_cast<size_t>(count) * sizeof(float))); };
   float* x = bench.random_floats(numel, 9);
   float* g = bench.random_floats(numel, 10);
@@ -383,6 +384,7 @@ void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
   const bool forward_fits = bn::one_kernel_fits(backend, f32_ref(x, ncs), false),
              backward_fits = bn::one_kernel_fits(backend, f32_ref(x, ncs), true);
   if (forward_fits) paths.insert(paths.begin(), {bn::Path::one_kernel, "one kernel"});
+  if (bn::cluster_available(backend, f32_ref(x, ncs))) paths.insert(paths.begin(), {bn::Path::cluster, "cluster"});
   for (const auto& [path, name] : paths) {
     auto forward = [&, path = path] {
       bn::train(backend, f32_ref(x, ncs), {}, {}, 1e-5, f32_ref(y, ncs), f32_ref(mean, {c}), f32_ref(var, {c}),
@@ -591,6 +593,8 @@ void bench_softmax(Bench& bench) {
   if (bench.runs("batch_norm")) {
     bench_batch_norm_shape(bench, 64, 32, 26);  // after the MNIST CNN's first convolution
     bench_batch_norm_shape(bench, quick ? 16 : 128, 64, 56);
+    // twice that: more than the GPU's registers, shared memory and L2 hold at once
+    if (!quick) bench_batch_norm_shape(bench, 256, 64, 56);
   }
   if (bench.runs("optim")) bench_optim(bench);
 }

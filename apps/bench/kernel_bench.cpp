@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
                  "one family: matmul, conv, softmax, cross_entropy, reduce, dropout, batch_norm or optim")
       ->check(CLI::IsMember({"matmul", "conv", "softmax", "cross_entropy", "reduce", "dropout", "batch_norm", "optim"}))
       ->type_name("FAMILY");
-  app.add_option("--shape", shape, "conv: only the shapes whose label contains TEXT, e.g. 'conv2 x[512'");
+  app.add_option("--shape", shape, "conv and batch_norm: only the shapes whose label contains TEXT, e.g. 'conv2 x[512', '[128, 64'");
   app.add_flag("--quick", quick, "fewer shapes and shorter timings (a smoke run)");
   app.add_option("--json", json, "write the results to this JSON file")->type_name("FILE");
   if (std::optional<int> code = kiln::apps::parse_command_line(app, argc, argv)) return *code;

@@ -18,7 +18,17 @@
 // mean), added in a fixed order: each thread's, the block's warps, then a channel's parts by a
 // warp's butterfly (the same in every block), so a run repeats its bits.
 //
-// Two ways to finish (Path in batch_norm.cuh):
+// Three ways to finish (Path in batch_norm.cuh):
+// - cluster, on sm_90 GPUs (H100, H200), any size: a channel's runs are the blocks of one
+//   thread-block cluster (up to 16 blocks, which the GPU places on one GPC at once). Each thread
+//   copies its run's vectors into shared memory (cp.async: all in flight at once, no registers)
+//   and its last few into registers, adds them, and the blocks' sums meet through distributed
+//   shared memory behind the cluster's barrier (hardware, no global memory, no grid-wide wait);
+//   every block adds them in rank order, then writes y from what it holds. Where a run is more
+//   than a block holds (two blocks an SM: 8 vectors a thread in registers, about 100 KB of shared
+//   memory), the rest is read again after the sums, latest first, from L2 where it still is. The
+//   cluster's size is chosen per shape for the least time in waves of the clusters the GPU runs
+//   at once (a size that leaves some of a GPC's SMs idle runs fewer). x is read once.
 // - one_kernel, when every run fits in the registers of the GPU's resident threads at once (a few
 //   vectors a thread; MNIST-sized inputs): one cooperative launch loads its run, stores the block's
 //   sums, waits at a grid-wide barrier, adds its channel's parts and writes y from the registers.
@@ -29,7 +39,8 @@
 //   H100), so the second pass starts there instead of in DRAM; its loads and stores are marked
 //   evict-first, so that its writes do not push out what it has yet to read. (What this gains is
 //   small, a few per cent: NOTES.md.)
-// The backward is the same with (x, g) for x and grad_x for y.
+// The backward is the same with (x, g) for x and grad_x for y. Backend calls take cluster where the
+// GPU has it, else one_kernel where it fits, else two_passes.
 //
 // Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, docs/runs/2026-11-27-h100-batch-norm,
 // f32 training; GB/s counts x read and y written, x and g read and grad_x written, as a copy would):
@@ -210,18 +221,26 @@ struct Normalise {
   }
 };
 
-// Training: channel c's statistics from the parts' sums; the run's first block (part 0) writes
+// Training: channel c's statistics from its sums s1, s2; the run's first block (part 0) writes
 // mean, var and invstd.
+template <class T>
+__device__ Normalise<T> normalise_from_sums(const T* x, double s1, double s2, const T* weight, const T* bias,
+                                            double eps, T* mean_out, T* var_out, T* invstd_out, const Dims& d,
+                                            int64_t c, int64_t part) {
+  const Moments s = moments(x, s1, s2, d, c);
+  const T mean = static_cast<T>(s.mean), invstd = static_cast<T>(1.0 / sqrt(s.var + eps));
+  if (part == 0 && threadIdx.x == 0) mean_out[c] = mean, var_out[c] = static_cast<T>(s.var), invstd_out[c] = invstd;
+  return Normalise<T>(mean, invstd, weight, bias, c);
+}
+
+// The same from the parts' sums in `partial`.
 template <class T>
 __device__ Normalise<T> normalise_from_parts(const T* x, const double* partial, const T* weight, const T* bias,
                                              double eps, T* mean_out, T* var_out, T* invstd_out, const Dims& d,
                                              int64_t c, int64_t part) {
   double s1, s2;
   channel_sums(partial, d, c, s1, s2);
-  const Moments s = moments(x, s1, s2, d, c);
-  const T mean = static_cast<T>(s.mean), invstd = static_cast<T>(1.0 / sqrt(s.var + eps));
-  if (part == 0 && threadIdx.x == 0) mean_out[c] = mean, var_out[c] = static_cast<T>(s.var), invstd_out[c] = invstd;
-  return Normalise<T>(mean, invstd, weight, bias, c);
+  return normalise_from_sums(x, s1, s2, weight, bias, eps, mean_out, var_out, invstd_out, d, c, part);
 }
 
 // Adds a vector's (x - x0) and (x - x0)^2 to s1, s2.
@@ -343,10 +362,8 @@ template <class T>
 struct GradX {
   double mu, r, scale, mean_g, mean_gx;
 
-  __device__ GradX(const double* partial, const T* mean, const T* invstd, const T* weight, T* grad_weight,
+  __device__ GradX(double sum_g, double sum_gx, const T* mean, const T* invstd, const T* weight, T* grad_weight,
                    T* grad_bias, const Dims& d, int64_t c, int64_t part) {
-    double sum_g, sum_gx;
-    channel_sums(partial, d, c, sum_g, sum_gx);
     const double m = static_cast<double>(d.n * d.sv * d.v);
     mu = mean[c], r = invstd[c], scale = (weight ? static_cast<double>(weight[c]) : 1.0) * r;
     mean_g = sum_g / m, mean_gx = sum_gx / m;
@@ -392,7 +409,9 @@ __global__ void __launch_bounds__(kBlock)
     grad_x_kernel(const T* x, const T* g, const double* partial, const T* mean, const T* invstd, const T* weight,
                   T* grad_x, T* grad_weight, T* grad_bias, Dims d) {
   const int64_t part = blockIdx.x, c = blockIdx.y;
-  const GradX<T> f(partial, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
+  double sum_g, sum_gx;
+  channel_sums(partial, d, c, sum_g, sum_gx);
+  const GradX<T> f(sum_g, sum_gx, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
   const auto* xv = reinterpret_cast<const Vec<T, V>*>(x);
   const auto* gv = reinterpret_cast<const Vec<T, V>*>(g);
   auto* out = reinterpret_cast<Vec<T, V>*>(grad_x);
@@ -421,7 +440,8 @@ __global__ void __launch_bounds__(kBlock, 3)  // at most 85 registers: three blo
     if (w.more()) add_grads(hx[i], hg[i], mu, r, sum_g, sum_gx);
   store_part(sum_g, sum_gx, partial, d, c, part);
   cooperative_groups::this_grid().sync();
-  const GradX<T> f(partial, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
+  channel_sums(partial, d, c, sum_g, sum_gx);
+  const GradX<T> f(sum_g, sum_gx, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
   auto* out = reinterpret_cast<Vec<T, V>*>(grad_x);
   w = Walk<int32_t>(d, c, part, threadIdx.x);
 #pragma unroll
@@ -429,9 +449,184 @@ __global__ void __launch_bounds__(kBlock, 3)  // at most 85 registers: three blo
     if (w.more()) out[w.at()] = f(hx[i], hg[i]);
 }
 
+// ---- cluster: a channel on one thread-block cluster (sm_90) ----
+
+// P vectors at one place of P tensors (x; or x and g).
+template <class T, int V, int P>
+struct Vecs {
+  Vec<T, V> v[P];
+};
+
+// Copies one vector from global to shared memory without passing through registers (cp.async, in
+// L1 for vectors under 16 bytes): a thread's copies are all in flight at once, until
+// cp.async.wait_all.
+template <class T, int V>
+__device__ void copy_async(Vec<T, V>* to, const Vec<T, V>* from) {
+  const auto shared = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  if constexpr (sizeof(Vec<T, V>) == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(shared), "l"(from), "n"(sizeof(Vec<T, V>))
+                 : "memory");
+}
+
+// A block's pass over its run (part, c) when the channel's runs are the blocks of one cluster.
+// Each thread keeps the last K of its vectors (of every input) in registers and the `slots`
+// before them in shared memory, and reads the rest again once the channel's sums are known:
+//   in order: the copies into shared memory (cp.async, all at once), the loads into registers,
+//   the loads of the vectors to read again (U at a time, added as they come), then once the
+//   copies land their vectors are added too: the two sums (`add`) of every vector, in an order
+//   fixed by the shape;
+//   the blocks' sums meet through distributed shared memory, and every block adds the cluster's
+//   in rank order, so all of them (and every run) have the same bits;
+//   `finish(a, b)` turns the channel's sums into the output function, out[i] = f(inputs at i),
+//   written from the registers first (which frees them), then from shared memory, then for the
+//   vectors read again, backwards, so that the last ones read (likeliest still in L2) come first,
+//   U at a time and evict-first, as the two passes' second kernel does.
+template <class T, int V, int K, int P, class Add, class Finish>
+__device__ void cluster_pass(const T* const (&in)[P], T* out, const Dims& d, int64_t slots, Add&& add,
+                             Finish&& finish) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Vs = Vecs<T, V, P>;
+  constexpr int U = 4 / P;  // vectors of each input in flight a thread, in the loops that load U at a time
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  const int64_t part = blockIdx.x, c = blockIdx.y, t = threadIdx.x;
+  // slot s of input p of this thread: [slot][input][thread], so that a warp's vectors are adjacent
+  auto slot = [&](int64_t s, int p) { return reinterpret_cast<Vec<T, V>*>(dynamic_smem) + (s * P + p) * kBlock + t; };
+  auto source = [&](int p) { return reinterpret_cast<const Vec<T, V>*>(in[p]); };
+  auto load = [&](int64_t at) {
+    Vs v;
+#pragma unroll
+    for (int p = 0; p < P; ++p) v.v[p] = source(p)[at];
+    return v;
+  };
+  auto load_again = [&](int64_t at) {
+    Vs v;
+#pragma unroll
+    for (int p = 0; p < P; ++p) v.v[p] = load_last(source(p) + at);
+    return v;
+  };
+  auto from_slot = [&](int64_t s) {
+    Vs v;
+#pragma unroll
+    for (int p = 0; p < P; ++p) v.v[p] = *slot(s, p);
+    return v;
+  };
+  // the thread's vectors: [0, first_kept) read again, [first_kept, lead) in shared memory, the
+  // rest (at most K) in registers
+  const Walk<int64_t> start(d, c, part, t);
+  const int64_t n = start.count > t ? (start.count - t + kBlock - 1) / kBlock : 0;
+  const int64_t lead = std::max<int64_t>(n - K, 0), first_kept = std::max<int64_t>(lead - slots, 0);
+  Walk<int64_t> w(d, c, part, t + first_kept * kBlock);
+  for (int64_t i = first_kept; i < lead; ++i, w.next())
+#pragma unroll
+    for (int p = 0; p < P; ++p) copy_async(slot(i - first_kept, p), source(p) + w.at());
+  const Walk<int64_t> at_registers = w;
+  Vs held[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (lead + k < n) held[k] = load(w.at()), w.next();
+  double a = 0, b = 0;
+  w = start;
+  for (int64_t i = 0; i < first_kept;) {
+    Vs buf[U];
+    int got = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u < first_kept) buf[u] = load(w.at()), w.next(), got = u + 1;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < got) add(buf[u], a, b);
+    i += got;
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (lead + k < n) add(held[k], a, b);
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // a thread reads back only its own copies
+  for (int64_t s = 0; s < lead - first_kept; ++s) add(from_slot(s), a, b);
+
+  __shared__ double scratch[kBlock / 32];
+  __shared__ double sums[2];
+  a = block_sum(a, scratch);
+  b = block_sum(b, scratch);
+  if (t == 0) sums[0] = a, sums[1] = b;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  a = 0, b = 0;
+  for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
+    const double* s = cluster.map_shared_rank(sums, static_cast<int>(r));
+    a += s[0], b += s[1];
+  }
+  // the other blocks may still read this block's sums: it leaves only once they all have
+  auto read = cluster.barrier_arrive();
+  const auto f = finish(a, b);
+
+  auto* o = reinterpret_cast<Vec<T, V>*>(out);
+  w = at_registers;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (lead + k < n) o[w.at()] = f(held[k]), w.next();
+  w = Walk<int64_t>(d, c, part, t + first_kept * kBlock);
+  for (int64_t s = 0; s < lead - first_kept; ++s, w.next()) o[w.at()] = f(from_slot(s));
+  if (first_kept > 0) {
+    Walk<int64_t> back(d, c, part, t + (first_kept - 1) * kBlock);
+    for (int64_t i = first_kept - 1; i >= 0;) {
+      Vs buf[U];
+      int64_t at[U];
+      int got = 0;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (i - u >= 0) at[u] = back.at(), buf[u] = load_again(at[u]), back.previous(), got = u + 1;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < got) store_streaming(o + at[u], f(buf[u]));
+      i -= got;
+    }
+  }
+  cluster.barrier_wait(std::move(read));
+#else
+  (void)in, (void)out, (void)d, (void)slots, (void)add, (void)finish;
+  __trap();  // the host runs this path only on sm_90 code (cluster_limits)
+#endif
+}
+
+template <class T, int V, int K>
+__global__ void __launch_bounds__(kBlock, 2)
+    train_cluster_kernel(const T* x, const T* weight, const T* bias, double eps, T* y, T* mean, T* var, T* invstd,
+                         Dims d, int64_t slots) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const double x0 = x[c * d.sv * V];
+  const T* in[1] = {x};
+  cluster_pass<T, V, K, 1>(
+      in, y, d, slots, [&](const Vecs<T, V, 1>& v, double& s1, double& s2) { add_stats(v.v[0], x0, s1, s2); },
+      [&](double s1, double s2) {
+        const Normalise<T> f = normalise_from_sums(x, s1, s2, weight, bias, eps, mean, var, invstd, d, c, part);
+        return [f](const Vecs<T, V, 1>& v) { return f(v.v[0]); };
+      });
+}
+
+template <class T, int V, int K>
+__global__ void __launch_bounds__(kBlock, 2)
+    backward_cluster_kernel(const T* x, const T* g, const T* mean, const T* invstd, const T* weight, T* grad_x,
+                            T* grad_weight, T* grad_bias, Dims d, int64_t slots) {
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const double mu = mean[c], r = invstd[c];
+  const T* in[2] = {x, g};
+  cluster_pass<T, V, K, 2>(
+      in, grad_x, d, slots,
+      [&](const Vecs<T, V, 2>& v, double& sum_g, double& sum_gx) { add_grads(v.v[0], v.v[1], mu, r, sum_g, sum_gx); },
+      [&](double sum_g, double sum_gx) {
+        const GradX<T> f(sum_g, sum_gx, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
+        return [f](const Vecs<T, V, 2>& v) { return f(v.v[0], v.v[1]); };
+      });
+}
+
 // ---- the host side ----
 
 constexpr int kVectorsOneKernel = 4;  // one_kernel's vectors a thread: 64 bytes of x (and of g)
+// cluster's vectors a thread in registers: 128 bytes of x, or 64 of x and of g (ptxas: no spills
+// under two blocks an SM)
+constexpr int kRegistersForward = 8, kRegistersBackward = 4;
 
 // x [N, C, S] contiguous, read in vectors of `v` (1, or 16 bytes' worth where S and every tensor
 // the pass touches allow), cut into runs of `per` planes.
@@ -496,18 +691,113 @@ int resident_blocks(const void* kernel, int sms) {
   return it->second * sms;
 }
 
+// Launches `kernel` on a block per (part, channel) with one launch attribute: cooperative
+// (one_kernel), or a cluster of a channel's parts (cluster, with `smem` bytes of shared memory).
 template <class Kernel, class... Args>
-void launch_cooperative(Kernel kernel, const Dims& d, cudaStream_t stream, Args... args) {
+void launch_with(cudaLaunchAttribute attribute, size_t smem, Kernel kernel, const Dims& d, cudaStream_t stream,
+                 Args... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(d.parts), static_cast<unsigned>(d.c));
   config.blockDim = dim3(kBlock);
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute cooperative{};
-  cooperative.id = cudaLaunchAttributeCooperative;
-  cooperative.val.cooperative = 1;
-  config.attrs = &cooperative;
+  config.attrs = &attribute;
   config.numAttrs = 1;
   KILN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
+cudaLaunchAttribute cooperative() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeCooperative;
+  a.val.cooperative = 1;
+  return a;
+}
+
+cudaLaunchAttribute cluster_of(int64_t blocks) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = static_cast<unsigned>(blocks);
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
+// What cluster can do with `kernel` (P inputs a place) on the current GPU, found once per kernel:
+// the most shared-memory slots a thread, sized for two blocks an SM, and for each cluster size up
+// to 16 how many such clusters the GPU runs at once (a cluster's blocks must share one GPC, so a
+// size that leaves a GPC's last SMs idle runs fewer blocks in all). No size runs where the GPU or
+// the code is older than sm_90.
+constexpr int kMaxCluster = 16;
+struct ClusterLimits {
+  int64_t slots = 0;
+  int active[kMaxCluster + 1] = {};  // active[b]: clusters of b blocks at once (0: none)
+  bool any() const { return active[1] > 0; }
+};
+
+template <int P, class T, int V, class Kernel>
+ClusterLimits cluster_limits(Kernel kernel) {
+  static std::mutex mutex;
+  static std::map<const void*, ClusterLimits> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const void* key = reinterpret_cast<const void*>(kernel);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  ClusterLimits limits;
+  cudaFuncAttributes attributes{};
+  KILN_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  if (device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9 && attributes.ptxVersion >= 90) {
+    const int64_t per_sm = device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
+                  per_block = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin),
+                  reserved = device_attribute(cudaDevAttrReservedSharedMemoryPerBlock);
+    const int64_t room = std::min(per_block, per_sm / 2 - reserved) - static_cast<int64_t>(attributes.sharedSizeBytes);
+    limits.slots = std::max<int64_t>(room / static_cast<int64_t>(sizeof(Vecs<T, V, P>) * kBlock), 0);
+    const size_t smem = static_cast<size_t>(limits.slots) * sizeof(Vecs<T, V, P>) * kBlock;
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    for (int blocks = 1; blocks <= kMaxCluster; ++blocks) {
+      cudaLaunchAttribute attribute = cluster_of(blocks);
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(static_cast<unsigned>(blocks));
+      config.blockDim = dim3(kBlock);
+      config.dynamicSmemBytes = smem;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) limits.active[blocks] = clusters;
+      (void)cudaGetLastError();  // a size the GPU refuses is an answer, not a fault
+    }
+  }
+  known.emplace(key, limits);
+  return limits;
+}
+
+// cluster's runs of x: a channel's planes cut into `blocks` runs, the cluster's size, chosen for
+// the least estimated time. The clusters run in waves of limits.active[blocks]; a wave takes as
+// long as a run's bytes take to read and write, plus those of it that its block cannot hold (K
+// vectors a thread in registers, the slots in shared memory) and reads again. With the slots a
+// thread takes (where a run does not fit, all of them).
+struct ClusterPlan {
+  Dims d;
+  int64_t slots;
+  size_t smem;
+};
+
+template <int P, class T, int V>
+ClusterPlan plan_cluster(const TensorRef& x, const ClusterLimits& limits, int K) {
+  const int64_t n = std::max<int64_t>(x.shape[0], 1), c = std::max<int64_t>(x.shape[1], 1), sv = x.shape[2] / V;
+  auto vectors_a_thread = [&](int64_t per) { return (per * sv + kBlock - 1) / kBlock; };
+  int64_t best_per = n;
+  double best = -1;
+  for (int64_t cut = 1; cut <= std::min<int64_t>(n, kMaxCluster); ++cut) {
+    const int64_t per = (n + cut - 1) / cut, parts = (n + per - 1) / per;  // parts <= cut
+    if (parts < cut || limits.active[parts] == 0) continue;  // a cut seen already, or a size the GPU lacks
+    const double waves = static_cast<double>((c + limits.active[parts] - 1) / limits.active[parts]);
+    const double vectors = static_cast<double>(vectors_a_thread(per));
+    const double again = std::max(vectors - static_cast<double>(K + limits.slots), 0.0);
+    const double time = waves * (2 * vectors + again);
+    if (best < 0 || time < best) best = time, best_per = per;
+  }
+  const int64_t slots = std::clamp<int64_t>(vectors_a_thread(best_per) - K, 0, limits.slots);
+  return {dims_of(x, V, best_per), slots, static_cast<size_t>(slots) * sizeof(Vecs<T, V, P>) * kBlock};
 }
 
 dim3 grid_of(const Dims& d) { return dim3(static_cast<unsigned>(d.parts), static_cast<unsigned>(d.c)); }
@@ -517,7 +807,8 @@ const T* data_or_null(const TensorRef& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
-// The path to take, one_kernel's runs in *per when it is that.
+// Whether one_kernel takes x (`path` automatic or one_kernel), its runs in *per when it does and
+// two_passes' otherwise.
 template <class Kernel>
 bool use_one_kernel(CudaBackend& b, Kernel kernel, const TensorRef& x, int64_t v, Path path, int64_t* per,
                     const char* op) {
@@ -531,20 +822,36 @@ bool use_one_kernel(CudaBackend& b, Kernel kernel, const TensorRef& x, int64_t v
   return path != Path::two_passes && fits;
 }
 
-// A training pass's launch: which path, x's runs for it, and the buffer of the runs' sums (from
-// b's stream-ordered pool; the caller frees it right after queuing its kernels).
+// A training pass's launch: the path (automatic becomes cluster where the GPU has it, else
+// one_kernel where it fits, else two_passes), x's runs for it, cluster's slots and shared memory,
+// and for the other two the buffer of the runs' sums (from b's stream-ordered pool; the caller
+// frees it right after queuing its kernels).
 struct Plan {
-  bool one_kernel;
+  Path path;
   Dims d;
-  double* partial;
+  int64_t slots = 0;
+  size_t smem = 0;
+  double* partial = nullptr;
 };
 
-template <class Kernel>
-Plan plan(CudaBackend& b, Kernel one_kernel, const TensorRef& x, int64_t v, Path path, const char* op) {
+// P inputs a place (1 forward, 2 backward); K: the cluster kernel's vectors a thread in registers.
+template <int P, class T, int V, int K, class OneKernel, class ClusterKernel>
+Plan plan(CudaBackend& b, OneKernel one_kernel, ClusterKernel cluster_kernel, const TensorRef& x, Path path,
+          const char* op) {
+  if (path == Path::automatic || path == Path::cluster) {
+    const ClusterLimits limits = cluster_limits<P, T, V>(cluster_kernel);
+    KILN_CHECK(path != Path::cluster || limits.any(), ValueError, "cuda ", op,
+               ": the cluster path needs an sm_90 GPU and code built for sm_90 (take one_kernel or two_passes)");
+    if (limits.any()) {
+      const ClusterPlan c = plan_cluster<P, T, V>(x, limits, K);
+      return {Path::cluster, c.d, c.slots, c.smem};
+    }
+  }
   int64_t per = 0;
-  const bool one = use_one_kernel(b, one_kernel, x, v, path, &per, op);
-  const Dims d = dims_of(x, v, per);
-  return {one, d, static_cast<double*>(b.allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)))};
+  const bool one = use_one_kernel(b, one_kernel, x, V, path, &per, op);
+  const Dims d = dims_of(x, V, per);
+  return {one ? Path::one_kernel : Path::two_passes, d, 0, 0,
+          static_cast<double*>(b.allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)))};
 }
 
 }  // namespace
@@ -562,26 +869,44 @@ bool one_kernel_fits(CudaBackend& b, const TensorRef& x, bool backward) {
   return fits;
 }
 
+bool cluster_available(CudaBackend& b, const TensorRef& x) {
+  check_shape("batch_norm", x);
+  (void)b;  // the current device's, as every kernel's attributes here
+  bool available = false;
+  visit_vectors("batch_norm", x, {&x}, [&](auto tag, auto width) {
+    using T = decltype(tag);
+    constexpr int V = decltype(width)::value;
+    available = cluster_limits<1, T, V>(train_cluster_kernel<T, V, kRegistersForward>).any() &&
+                cluster_limits<2, T, V>(backward_cluster_kernel<T, V, kRegistersBackward>).any();
+  });
+  return available;
+}
+
 void train(CudaBackend& b, const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
            const TensorRef& y, const TensorRef& mean, const TensorRef& var, const TensorRef& invstd, Path path) {
   check_shape("batch_norm_train", x);
   if (x.shape[0] * x.shape[1] * x.shape[2] == 0) return;
   visit_vectors("batch_norm_train", x, {&x, &y}, [&](auto tag, auto width) {
     using T = decltype(tag);
-    constexpr int V = decltype(width)::value;
-    const auto [one, d, partial] = plan(b, train_one_kernel<T, V, kVectorsOneKernel>, x, V, path, "batch_norm_train");
+    constexpr int V = decltype(width)::value, K = kRegistersForward;
+    const auto one_kernel = train_one_kernel<T, V, kVectorsOneKernel>;
+    const auto cluster = train_cluster_kernel<T, V, K>;
+    const Plan p = plan<1, T, V, K>(b, one_kernel, cluster, x, path, "batch_norm_train");
     const T *w = data_or_null<T>(weight), *bi = data_or_null<T>(bias);
-    if (one) {
-      launch_cooperative(train_one_kernel<T, V, kVectorsOneKernel>, d, b.stream(), x.data<T>(), partial, w, bi, eps,
-                         y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), d);
+    if (p.path == Path::cluster) {
+      launch_with(cluster_of(p.d.parts), p.smem, cluster, p.d, b.stream(), x.data<T>(), w, bi, eps, y.data<T>(),
+                  mean.data<T>(), var.data<T>(), invstd.data<T>(), p.d, p.slots);
+    } else if (p.path == Path::one_kernel) {
+      launch_with(cooperative(), 0, one_kernel, p.d, b.stream(), x.data<T>(), p.partial, w, bi, eps, y.data<T>(),
+                  mean.data<T>(), var.data<T>(), invstd.data<T>(), p.d);
     } else {
-      stats_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), partial, d);
+      stats_kernel<T, V><<<grid_of(p.d), kBlock, 0, b.stream()>>>(x.data<T>(), p.partial, p.d);
       KILN_CUDA_LAUNCH_CHECK("batch_norm_train");
-      normalise_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(
-          x.data<T>(), partial, w, bi, eps, y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), d);
+      normalise_kernel<T, V><<<grid_of(p.d), kBlock, 0, b.stream()>>>(
+          x.data<T>(), p.partial, w, bi, eps, y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(), p.d);
       KILN_CUDA_LAUNCH_CHECK("batch_norm_train");
     }
-    b.deallocate(partial);  // the pool is stream-ordered: free once the kernels queued before are done
+    if (p.partial) b.deallocate(p.partial);  // the pool is stream-ordered: free once the kernels queued before are done
   });
 }
 
@@ -592,25 +917,30 @@ void backward(CudaBackend& b, const TensorRef& x, const TensorRef& grad, const T
   if (x.shape[0] * x.shape[1] * x.shape[2] == 0) return;
   visit_vectors("batch_norm_backward", x, {&x, &grad, &grad_x}, [&](auto tag, auto width) {
     using T = decltype(tag);
-    constexpr int V = decltype(width)::value;
-    const auto [one, d, partial] =
-        plan(b, backward_one_kernel<T, V, kVectorsOneKernel>, x, V, path, "batch_norm_backward");
+    constexpr int V = decltype(width)::value, K = kRegistersBackward;
+    const auto one_kernel = backward_one_kernel<T, V, kVectorsOneKernel>;
+    const auto cluster = backward_cluster_kernel<T, V, K>;
+    const Plan p = plan<2, T, V, K>(b, one_kernel, cluster, x, path, "batch_norm_backward");
     const T* w = data_or_null<T>(weight);
-    if (one) {
-      launch_cooperative(backward_one_kernel<T, V, kVectorsOneKernel>, d, b.stream(), x.data<T>(), grad.data<T>(),
-                         partial, mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(), grad_weight.data<T>(),
-                         grad_bias.data<T>(), d);
+    if (p.path == Path::cluster) {
+      launch_with(cluster_of(p.d.parts), p.smem, cluster, p.d, b.stream(), x.data<T>(), grad.data<T>(),
+                  mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(), grad_weight.data<T>(), grad_bias.data<T>(),
+                  p.d, p.slots);
+    } else if (p.path == Path::one_kernel) {
+      launch_with(cooperative(), 0, one_kernel, p.d, b.stream(), x.data<T>(), grad.data<T>(), p.partial,
+                  mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(), grad_weight.data<T>(), grad_bias.data<T>(),
+                  p.d);
     } else {
-      grad_sums_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), mean.data<T>(),
-                                                                    invstd.data<T>(), partial, d);
+      grad_sums_kernel<T, V><<<grid_of(p.d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), mean.data<T>(),
+                                                                      invstd.data<T>(), p.partial, p.d);
       KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
-      grad_x_kernel<T, V><<<grid_of(d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), partial,
-                                                                 mean.data<T>(), invstd.data<T>(), w,
-                                                                 grad_x.data<T>(), grad_weight.data<T>(),
-                                                                 grad_bias.data<T>(), d);
+      grad_x_kernel<T, V><<<grid_of(p.d), kBlock, 0, b.stream()>>>(x.data<T>(), grad.data<T>(), p.partial,
+                                                                   mean.data<T>(), invstd.data<T>(), w,
+                                                                   grad_x.data<T>(), grad_weight.data<T>(),
+                                                                   grad_bias.data<T>(), p.d);
       KILN_CUDA_LAUNCH_CHECK("batch_norm_backward");
     }
-    b.deallocate(partial);
+    if (p.partial) b.deallocate(p.partial);
   });
 }
 

@@ -1,9 +1,11 @@
-// Batch norm's two CUDA paths (kernels/cuda/batch_norm.cuh) against the CPU backend: one kernel
-// (x in registers across a grid-wide barrier) and two passes, on shapes with a plane that is a
-// multiple of the 16-byte vector and one that is not, a misaligned start, planes longer than a
-// block's walk step and a [N, C] input (S = 1); the same bits on a second run; the statistics
-// and gradients each path writes; batch_norm_stats and batch_norm_apply on their own; and both
-// paths inside a captured graph, replayed.
+// Batch norm's three CUDA paths (kernels/cuda/batch_norm.cuh) against the CPU backend: a cluster
+// a channel (sm_90: x held in registers and shared memory, the rest read again), one kernel (x in
+// registers across a grid-wide barrier) and two passes, on shapes with a plane that is a multiple
+// of the 16-byte vector and one that is not, a misaligned start, planes longer than a block's walk
+// step, a [N, C] input (S = 1), one image, and channels a cluster holds whole, in part, or in
+// registers alone; the same bits on a second run; the statistics and gradients each path writes;
+// batch_norm_stats and batch_norm_apply on their own; and the paths inside a captured graph,
+// replayed.
 // (batch_norm through autograd on every backend: test_backend_ops's "batch_norm" row.)
 #include "tests/cuda/cuda_test.h"
 
@@ -60,7 +62,8 @@ bool same_bits(const Tensor& a, const Tensor& b) { return a.to_vector<double>() 
 
 TEST_CASE("batch norm's one-kernel and two-pass paths match the CPU, with the same bits on a second run") {
   // [N, C, S]: S a multiple of four or not, a plane longer than 256 vectors, S = 1 ([N, C]), one
-  // image, and sizes one kernel cannot hold (two passes only)
+  // image, and sizes one kernel cannot hold (two passes only; a cluster holds [8, 2, 2^18]'s
+  // channels in part and reads the rest again)
   const std::vector<Shape> shapes = {{64, 32, 676}, {16, 5, 33},   {3, 7, 2000}, {200, 12, 1},  {1, 3, 4096},
                                      {9, 4, 1024},  {64, 8, 4096}, {8, 2, 1 << 18}};
   Backend& cuda = backend_for(kCuda);
@@ -83,6 +86,8 @@ TEST_CASE("batch norm's one-kernel and two-pass paths match the CPU, with the sa
           // the forward holds x, the backward x and g: where one kernel holds both, it runs both
           if (bn::one_kernel_fits(cb, x.ref(), true)) paths.push_back(bn::Path::one_kernel);
           if (!bn::one_kernel_fits(cb, x.ref(), false)) CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::one_kernel), ValueError);
+          if (bn::cluster_available(cb, x.ref())) paths.push_back(bn::Path::cluster);
+          else CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::cluster), ValueError);
           for (bn::Path path : paths) {
             CAPTURE(static_cast<int>(path));
             const Outputs got = run(cuda, x, g, w, b, path);
@@ -120,7 +125,9 @@ TEST_CASE("batch norm's paths inside a captured graph: each replay computes the 
   for (const Shape& s : {Shape{64, 32, 676}, Shape{64, 8, 4096}}) {
     CAPTURE(s.str());
     Tensor x = device_input(s, DType::f32, 0, 5), g = device_input(s, DType::f32, 0, 6);
-    for (bn::Path path : {bn::Path::automatic, bn::Path::two_passes}) {
+    std::vector<bn::Path> paths = {bn::Path::automatic, bn::Path::two_passes};
+    if (bn::cluster_available(cuda, x.ref())) paths.push_back(bn::Path::cluster);
+    for (bn::Path path : paths) {
       const Outputs eager = run(cuda, x, g, Tensor(), Tensor(), path);
       Outputs captured;
       Graph graph = capture(kCuda, [&] { captured = run(cuda, x, g, Tensor(), Tensor(), path); });
