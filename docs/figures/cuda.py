@@ -121,6 +121,24 @@ def define(figure, table, runs):
            "batch_norm by two passes on [128, 64, 56, 56], forward and backward: the bytes they move "
            "(x, and g, read twice) over their time, % of the copy bandwidth")
 
+    # the cluster path, beside two passes on a shape twice the large one (their own run, build of
+    # the cluster path's commit)
+    bc = runs["2026-11-28-h100-batch-norm-cluster"]
+    for key, shape in [("64x32x26x26", "[64, 32, 26, 26]"), ("128x64x56x56", "[128, 64, 56, 56]"),
+                       ("256x64x56x56", "[256, 64, 56, 56]")]:
+        for tag, pass_ in [("fwd", "forward"), ("bwd", "backward")]:
+            version = f"{pass_}, cluster"
+            name = f"cuda.batch_norm.{tag}.cluster.{key}"
+            what = f"batch_norm {version} on {shape}"
+            if key != "256x64x56x56":
+                figure(f"{name}.ms", bc, bc.kernel("batch_norm", version, shape)["ms"], f"{what}, ms")
+            figure(f"{name}.pct-copy", bc, bc.kernel_share("batch_norm", version, shape),
+                   f"{what}, % of the copy bandwidth")
+    for tag, pass_ in [("fwd", "forward"), ("bwd", "backward")]:
+        figure(f"cuda.batch_norm.{tag}.two-passes.256x64x56x56.pct-copy", bc,
+               bc.kernel_share("batch_norm", f"{pass_}, two passes", "[256, 64, 56, 56]"),
+               f"batch_norm {pass_}, two passes on [256, 64, 56, 56], % of the copy bandwidth")
+
     # ---- conv2d.cu: each version's time on MNIST's layers at batch 64 ----
     conv_shapes = {"conv1": "conv1 x[64,1,28,28] w[32,1,3,3]", "conv2": "conv2 x[64,32,26,26] w[64,32,3,3]"}
 

@@ -114,10 +114,9 @@ def define(figure, table, runs):
     figure("gpu.softmax.mnist.pct-copy", h100,
            h100.kernel_share("softmax", "production (CudaBackend)", "[65536, 10]"),
            "softmax over MNIST's logits [65536, 10]: % of copy bandwidth")
-    bn_run = runs["2026-11-27-h100-batch-norm"]
-    bn = [bn_run.kernel_share("batch_norm", f"{pass_}, {path}", shape)
-          for shape, path in (("[64, 32, 26, 26]", "one kernel"), ("[128, 64, 56, 56]", "two passes"))
-          for pass_ in ("forward", "backward")]
+    bn_run = runs["2026-11-28-h100-batch-norm-cluster"]
+    bn = [bn_run.kernel_share("batch_norm", f"{pass_}, cluster", shape)
+          for shape in ("[64, 32, 26, 26]", "[128, 64, 56, 56]") for pass_ in ("forward", "backward")]
     figure("gpu.batch-norm.pct-copy", bn_run, (min(bn), max(bn)),
            "batch norm, forward and backward on both shapes by the path each takes: % of copy")
 

@@ -61,6 +61,21 @@
 // of the copy's bandwidth, and what holds them back is that second read, which L2 keeps only in
 // part. The small shape's one kernel is not bandwidth-bound (NOTES.md: what Nsight Compute says of
 // it). The version before these two (a separate statistics kernel, scalar loads): NOTES.md.
+// The cluster path (docs/runs/2026-11-28-h100-batch-norm-cluster, same GPU): [64, 32, 26, 26]
+// forward 0.0087 ms [fig cuda.batch_norm.fwd.cluster.64x32x26x26.ms]
+// (42% [fig cuda.batch_norm.fwd.cluster.64x32x26x26.pct-copy]), backward
+// 0.0101 ms [fig cuda.batch_norm.bwd.cluster.64x32x26x26.ms]
+// (55% [fig cuda.batch_norm.bwd.cluster.64x32x26x26.pct-copy]); [128, 64, 56, 56] forward
+// 0.101 ms [fig cuda.batch_norm.fwd.cluster.128x64x56x56.ms]
+// (68% [fig cuda.batch_norm.fwd.cluster.128x64x56x56.pct-copy]), backward
+// 0.176 ms [fig cuda.batch_norm.bwd.cluster.128x64x56x56.ms]
+// (58% [fig cuda.batch_norm.bwd.cluster.128x64x56x56.pct-copy]); twice that, [256, 64, 56, 56],
+// forward 63% [fig cuda.batch_norm.fwd.cluster.256x64x56x56.pct-copy] and backward
+// 57% [fig cuda.batch_norm.bwd.cluster.256x64x56x56.pct-copy] (two passes:
+// 60% [fig cuda.batch_norm.fwd.two-passes.256x64x56x56.pct-copy] and
+// 55% [fig cuda.batch_norm.bwd.two-passes.256x64x56x56.pct-copy]). It gains most where it holds a
+// whole channel (the large forward: a channel of 1.6 MB on 16 blocks); what holds it back is that
+// its clusters run in waves, each reading everything before writing anything (NOTES.md).
 #include <cooperative_groups.h>
 
 #include <algorithm>
