@@ -1,7 +1,13 @@
 // The backends this build of kiln compiled, behind core's backend_for (core/backend.h), and the
 // process groups, behind init_process_group (core/process_group.h): core names no backend, so
-// the lists live here, beside them. A new backend adds its case here.
+// the lists live here, beside them, with what core/devices.h asks of them. A new backend adds its
+// case here.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "kiln/core/backend.h"
+#include "kiln/core/devices.h"
 #include "kiln/core/error.h"
 #include "kiln/core/process_group.h"
 #include "kiln/kernels/cpu/cpu_backend.h"
@@ -46,6 +52,41 @@ Backend& backend_for(const Device& device) {
 #endif
   }
   KILN_FAIL(DeviceError, "unknown device type");
+}
+
+#ifndef KILN_WITH_CUDA
+int cuda::device_count() { return 0; }
+#endif
+#ifndef KILN_WITH_VULKAN
+int vulkan::device_count() { return 0; }
+#endif
+
+DeviceChoice choose_device() {
+  DeviceChoice choice;
+  // cuda:0, then every Vulkan device in the driver's order (vulkan:0 at least, for its error)
+  std::vector<Device> candidates = {Device::cuda(0)};
+  for (int i = 0; i < std::max(vulkan::device_count(), 1); ++i) candidates.push_back(Device::vulkan(i));
+  for (const Device& d : candidates) {
+    try {
+      Backend& b = backend_for(d);
+#ifdef KILN_WITH_VULKAN
+      if (d.type == DeviceType::vulkan && static_cast<vulkan::VulkanBackend&>(b).software()) {
+        choice.passed.push_back(detail::concat(d, ": ", static_cast<vulkan::VulkanBackend&>(b).description(),
+                                               " runs on the CPU, where kiln's CPU backend is faster"));
+        continue;
+      }
+#endif
+      (void)b;
+      choice.device = d;
+      choice.reason = "the first available of cuda, a vulkan GPU, cpu";
+      return choice;
+    } catch (const BackendUnavailable& e) {
+      choice.passed.push_back(std::string(e.message()));
+    }
+  }
+  choice.device = Device::cpu();
+  choice.reason = "no CUDA device or Vulkan GPU";
+  return choice;
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(DeviceType type, const ProcessGroupOptions& options) {

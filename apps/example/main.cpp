@@ -1,7 +1,8 @@
 // fit-sine: kiln used from outside, as any C++ program would use it. A two-layer MLP learns
-// y = sin(x) on [-pi, pi] with Adam on the CPU, is saved as safetensors, and is loaded back into
-// a fresh model that must predict exactly the same values. Its activation is a custom op with a
-// backward of its own (autograd::Function), checked against finite differences before training.
+// y = sin(x) on [-pi, pi] with Adam on the best device here (kiln::best_device(): the CPU where
+// there is no GPU), is saved as safetensors, and is loaded back into a fresh model that must
+// predict exactly the same values. Its activation is a custom op with a backward of its own
+// (autograd::Function), checked against finite differences before training.
 // Exit status 1 when any check fails.
 //
 // Build it against an installed kiln (tests/install does this on every test run):
@@ -71,10 +72,14 @@ int main(int argc, char** argv) {
     xs[i] = static_cast<float>(std::numbers::pi * (2.0 * t - 1.0));
     ys[i] = std::sin(xs[i]);
   }
-  const Tensor x = from_vector(xs, {kPoints, 1});
-  const Tensor y = from_vector(ys, {kPoints, 1});
+  // On the best device here (a CUDA GPU, else a Vulkan GPU, else the CPU).
+  const Device device = best_device();
+  std::printf("training on %s\n", device.str().c_str());
+  const Tensor x = from_vector(xs, {kPoints, 1}).to(device);
+  const Tensor y = from_vector(ys, {kPoints, 1}).to(device);
 
   SineNet model;
+  model.to(device);
   optim::Adam optimizer(model.parameters(), optim::AdamOptions(kLearningRate));
   nn::MSELoss criterion;
   for (int step = 1; step <= kSteps; ++step) {
@@ -96,6 +101,7 @@ int main(int argc, char** argv) {
   save_safetensors(path, model.state_dict());
   SineNet restored;  // freshly initialised, then overwritten by the file's weights
   restored.load_state_dict(load_safetensors(path).tensors);
+  restored.to(device);
   // Same weights, same kernels: the same bits.
   const double difference = abs(model(x) - restored(x)).max().item();
   if (difference != 0.0) {

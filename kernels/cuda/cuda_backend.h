@@ -222,4 +222,8 @@ struct Widened {
 // such device (or no usable driver), with the CUDA runtime's reason.
 CudaBackend& backend(int index);
 
+// How many CUDA devices this process sees (0 without a driver or a device; core/devices.h
+// declares it too).
+int device_count();
+
 }  // namespace kiln::cuda

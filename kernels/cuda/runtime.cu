@@ -114,6 +114,15 @@ void CudaBackend::sync_and_check_fault() {
             f.bound, ") (found on the device, reported at the next synchronisation)");
 }
 
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: none, and nothing left pending
+    return 0;
+  }
+  return count;
+}
+
 CudaBackend& backend(int index) {
   static std::mutex mutex;
   // Never destroyed: tensors freed during static destruction still return their memory here.

@@ -509,6 +509,77 @@ struct Runtime {
 
 // ---- creation ----
 
+namespace {
+
+// The devices "vulkan:N" numbers, in the driver's order: those with a compute queue, Vulkan 1.2,
+// push descriptors and std430 uniform buffers (kernels read their parameters from a uniform buffer
+// laid out as std430), each with its first compute queue family; `seen`, where given, gets the
+// names of every device the driver lists.
+std::vector<std::pair<VkPhysicalDevice, uint32_t>> usable_devices(VkInstance instance, std::string* seen) {
+  uint32_t count = 0;
+  KILN_VK_CHECK(vkEnumeratePhysicalDevices(instance, &count, nullptr));
+  std::vector<VkPhysicalDevice> all(count);
+  KILN_VK_CHECK(vkEnumeratePhysicalDevices(instance, &count, all.data()));
+  std::vector<std::pair<VkPhysicalDevice, uint32_t>> usable;
+  for (VkPhysicalDevice p : all) {
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(p, &props);
+    if (seen) *seen += detail::concat(seen->empty() ? "" : ", ", props.deviceName);
+    uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(p, &n, nullptr);
+    std::vector<VkQueueFamilyProperties> families(n);
+    vkGetPhysicalDeviceQueueFamilyProperties(p, &n, families.data());
+    uint32_t ext_count = 0;
+    KILN_VK_CHECK(vkEnumerateDeviceExtensionProperties(p, nullptr, &ext_count, nullptr));
+    std::vector<VkExtensionProperties> exts(ext_count);
+    KILN_VK_CHECK(vkEnumerateDeviceExtensionProperties(p, nullptr, &ext_count, exts.data()));
+    const bool push = std::any_of(exts.begin(), exts.end(), [](const VkExtensionProperties& e) {
+      return std::strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
+    });
+    if (props.apiVersion < VK_API_VERSION_1_2 || !push) continue;
+    // kernels read their parameters from a uniform buffer laid out as std430
+    auto features12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+    auto features = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
+    features.pNext = &features12;
+    vkGetPhysicalDeviceFeatures2(p, &features);
+    if (!features12.uniformBufferStandardLayout) continue;
+    for (uint32_t f = 0; f < n; ++f)
+      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+        usable.emplace_back(p, f);
+        break;
+      }
+  }
+  return usable;
+}
+
+}  // namespace
+
+int device_count() {
+  static std::once_flag once;
+  static int count = 0;
+  std::call_once(once, [] {
+    try {
+      open_loader();
+    } catch (const BackendUnavailable&) {
+      return;  // no loader: no device
+    }
+    auto app = make<VkApplicationInfo>(VK_STRUCTURE_TYPE_APPLICATION_INFO);
+    app.apiVersion = VK_API_VERSION_1_2;
+    auto info = make<VkInstanceCreateInfo>(VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO);
+    info.pApplicationInfo = &app;
+    VkInstance instance = VK_NULL_HANDLE;
+    if (vkCreateInstance(&info, nullptr, &instance) != VK_SUCCESS) return;  // no driver
+    try {
+      load_functions(instance);
+      count = static_cast<int>(usable_devices(instance, nullptr).size());
+    } catch (const Error&) {
+      count = 0;  // a loader without the functions kiln needs, or a driver that fails to list
+    }
+    if (vkDestroyInstance) vkDestroyInstance(instance, nullptr);
+  });
+  return count;
+}
+
 VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   Runtime& r = *rt_;
   r.index = device;
@@ -549,40 +620,8 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   }
 
   // "vulkan:N": the N-th device with a compute queue, push descriptors and std430 uniform buffers
-  uint32_t count = 0;
-  KILN_VK_CHECK(vkEnumeratePhysicalDevices(r.instance, &count, nullptr));
-  std::vector<VkPhysicalDevice> all(count);
-  KILN_VK_CHECK(vkEnumeratePhysicalDevices(r.instance, &count, all.data()));
-  std::vector<std::pair<VkPhysicalDevice, uint32_t>> usable;
   std::string seen;
-  for (VkPhysicalDevice p : all) {
-    VkPhysicalDeviceProperties props;
-    vkGetPhysicalDeviceProperties(p, &props);
-    seen += detail::concat(seen.empty() ? "" : ", ", props.deviceName);
-    uint32_t n = 0;
-    vkGetPhysicalDeviceQueueFamilyProperties(p, &n, nullptr);
-    std::vector<VkQueueFamilyProperties> families(n);
-    vkGetPhysicalDeviceQueueFamilyProperties(p, &n, families.data());
-    uint32_t ext_count = 0;
-    KILN_VK_CHECK(vkEnumerateDeviceExtensionProperties(p, nullptr, &ext_count, nullptr));
-    std::vector<VkExtensionProperties> exts(ext_count);
-    KILN_VK_CHECK(vkEnumerateDeviceExtensionProperties(p, nullptr, &ext_count, exts.data()));
-    const bool push = std::any_of(exts.begin(), exts.end(), [](const VkExtensionProperties& e) {
-      return std::strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
-    });
-    if (props.apiVersion < VK_API_VERSION_1_2 || !push) continue;
-    // kernels read their parameters from a uniform buffer laid out as std430
-    auto features12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
-    auto features = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
-    features.pNext = &features12;
-    vkGetPhysicalDeviceFeatures2(p, &features);
-    if (!features12.uniformBufferStandardLayout) continue;
-    for (uint32_t f = 0; f < n; ++f)
-      if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-        usable.emplace_back(p, f);
-        break;
-      }
-  }
+  const std::vector<std::pair<VkPhysicalDevice, uint32_t>> usable = usable_devices(r.instance, &seen);
   KILN_CHECK(device >= 0 && static_cast<size_t>(device) < usable.size(), BackendUnavailable, "vulkan:", device,
              ": no such device; ", usable.size(),
              " Vulkan device(s) with compute, Vulkan 1.2, push descriptors and std430 uniform buffers (",

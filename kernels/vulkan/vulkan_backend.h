@@ -238,6 +238,10 @@ class Workspace {
   void* p_;
 };
 
+// How many devices "vulkan:N" numbers here (lavapipe, on the CPU, included): 0 without a loader,
+// a driver or a device kiln can use. Asked of the driver once (core/devices.h declares it too).
+int device_count();
+
 // The backend of Vulkan device `index`, created on first use. Throws BackendUnavailable when
 // there is no loader, no driver or no such device, with the reason.
 VulkanBackend& backend(int index);
