@@ -179,44 +179,43 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
                              g, math, stream);
         check_close(y7, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_patch" + name + c.str());
         if constexpr (std::is_same_v<T, float>) {
-          if (cv::forward_wgmma_applies(g, math)) {  // version 10 (an sm_90 GPU)
-            Tensor y10 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
-            Tensor packed10 = full({std::max<int64_t>(1, cv::forward_wgmma_workspace(g))}, 7.0,
-                                   TensorOptions(t).device(kCuda));
-            cv::forward_wgmma(device_ptr<float>(dx), device_ptr<float>(dw), epilogue, device_ptr<float>(y10),
-                              device_ptr<float>(packed10), g, math, stream);
-            check_close(y10, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_wgmma" + name + c.str());
+          // versions 10 and 11 (an sm_90 GPU): each writes a buffer of `shape` (filled with 7s) with
+          // a workspace of its own, checked against `expect`
+          const double fwd_tol = atol(c.w[1] * c.w[2] * c.w[3]),
+                       in_tol = atol(c.w[0] / c.config.groups * c.w[2] * c.w[3]);
+          auto check_version = [&](const Shape& shape, int64_t workspace, const Tensor& expect, double tol,
+                                   const std::string& what, auto&& launch) {
+            Tensor out = full(shape, 7.0, TensorOptions(t).device(kCuda));
+            Tensor space = full({std::max<int64_t>(1, workspace)}, 7.0, TensorOptions(t).device(kCuda));
+            launch(device_ptr<float>(out), device_ptr<float>(space));
+            check_close(out, expect, r, tol, what + name + c.str());
+          };
+          const float *x_ = device_ptr<float>(dx), *w_ = device_ptr<float>(dw), *gy_ = device_ptr<float>(dgy);
+          if (cv::forward_wgmma_applies(g, math)) {
+            check_version(c.y, cv::forward_wgmma_workspace(g), want, fwd_tol, "forward_wgmma", [&](float* y, float* space) {
+              cv::forward_wgmma(x_, w_, epilogue, y, space, g, math, stream);
+            });
             ++wgmma_runs;
           }
           if (cv::backward_input_wgmma_applies(g, math)) {
-            Tensor gx10 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
-            Tensor packed10 = full({std::max<int64_t>(1, cv::backward_input_wgmma_workspace(g))}, 7.0,
-                                   TensorOptions(t).device(kCuda));
-            cv::backward_input_wgmma(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx10),
-                                     device_ptr<float>(packed10), g, math, stream);
-            check_close(gx10, want_gx, r, atol(c.w[0] / c.config.groups * c.w[2] * c.w[3]),
-                        "backward_input_wgmma" + name + c.str());
+            check_version(c.x, cv::backward_input_wgmma_workspace(g), want_gx, in_tol, "backward_input_wgmma",
+                          [&](float* gx, float* space) { cv::backward_input_wgmma(gy_, w_, gx, space, g, math, stream); });
             ++wgmma_runs;
           }
-          for (const cv::WindowSums sums : {cv::WindowSums::pairs, cv::WindowSums::stages}) {  // version 11
+          for (const cv::WindowSums sums : {cv::WindowSums::pairs, cv::WindowSums::stages}) {
             const std::string sums_name = sums == cv::WindowSums::pairs ? " (pairs)" : " (stages)";
             if (cv::forward_window_applies(g, math)) {
-              Tensor y11 = full(c.y, 7.0, TensorOptions(t).device(kCuda));
-              Tensor packed11 = full({std::max<int64_t>(1, cv::forward_window_workspace(g))}, 7.0,
-                                     TensorOptions(t).device(kCuda));
-              cv::forward_window(device_ptr<float>(dx), device_ptr<float>(dw), epilogue, device_ptr<float>(y11),
-                                 device_ptr<float>(packed11), g, math, stream, sums);
-              check_close(y11, want, r, atol(c.w[1] * c.w[2] * c.w[3]), "forward_window" + sums_name + name + c.str());
+              check_version(c.y, cv::forward_window_workspace(g), want, fwd_tol, "forward_window" + sums_name,
+                            [&](float* y, float* space) {
+                              cv::forward_window(x_, w_, epilogue, y, space, g, math, stream, sums);
+                            });
               ++window_runs;
             }
             if (cv::backward_input_window_applies(g, math)) {
-              Tensor gx11 = full(c.x, 7.0, TensorOptions(t).device(kCuda));
-              Tensor packed11 = full({std::max<int64_t>(1, cv::backward_input_window_workspace(g))}, 7.0,
-                                     TensorOptions(t).device(kCuda));
-              cv::backward_input_window(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx11),
-                                        device_ptr<float>(packed11), g, math, stream, sums);
-              check_close(gx11, want_gx, r, atol(c.w[0] / c.config.groups * c.w[2] * c.w[3]),
-                          "backward_input_window" + sums_name + name + c.str());
+              check_version(c.x, cv::backward_input_window_workspace(g), want_gx, in_tol,
+                            "backward_input_window" + sums_name, [&](float* gx, float* space) {
+                              cv::backward_input_window(gy_, w_, gx, space, g, math, stream, sums);
+                            });
               ++window_runs;
             }
           }

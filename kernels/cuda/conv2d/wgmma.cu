@@ -168,6 +168,36 @@ __device__ inline uint64_t wg_descriptor(uint32_t addr) {
 
 #endif
 
+// Stores a warp's wgmma accumulators: rows g and g + 8 of the warp's 16, columns 8j + 2t and + 1
+// (acc[4j + 2h + e]), as output channels n0 + column of pixel pixel(row) (negative: a row past
+// the image, dropped), through the epilogue. With kExact, a NaN (a 3xTF32 product whose split
+// overflowed) is computed again in f32 from x and w.
+template <int BN, bool kExact, class Args, class Pixel>
+__device__ void store_accumulators(const Args& a, const Dims& d, const float* acc, int64_t img, int64_t group,
+                                   int64_t n0, int lane, Pixel&& pixel) {
+  const int g = lane / 4, t = lane % 4;
+  float* y = a.y + (img * d.o + group * d.og) * d.ohw;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t m = pixel(g + 8 * h);
+    if (m < 0) continue;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t n = n0 + j * 8 + 2 * t + e;
+        if (n >= d.og) continue;
+        float v = acc[4 * j + 2 * h + e];
+        if constexpr (kExact) {
+          if (v != v)
+            v = patch_dot_f32(a.x, d, img, group, m,
+                              [&](int64_t c, int64_t tap) { return weight_at(a.w, d, a.flip, group, c, tap, n); });
+        }
+        y[n * d.ohw + m] = a.epilogue(v, group * d.og + n);
+      }
+  }
+}
+
 // One block: 128 consecutive output pixels of image blockIdx.x / tiles, output channels
 // blockIdx.y * BN onward of group blockIdx.z; warpgroup wg owns pixels 64 wg .. 64 wg + 63. Per
 // stage (8 input channels) the patch and the stage's packed weights are copied into one of two
@@ -284,27 +314,10 @@ __global__ void __launch_bounds__(kWgThreads) wgmma_conv_kernel(WgArgs a) {
   matmul::cp_async_wait<0>();
   matmul::fence_accumulators(acc);
 
-  // wgmma's accumulators: rows g and g + 8 of the warp, columns 8j + 2t and + 1 (acc[4j + 2h + e]).
-  float* y = a.y + (img * d.o + group * d.og) * d.ohw;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = p0 + warp * 16 + g + 8 * h;
-    if (m >= ohw) continue;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t n = n0 + j * 8 + 2 * t + e;
-        if (n >= d.og) continue;
-        float v = acc[4 * j + 2 * h + e];
-        if constexpr (kExact) {
-          if (v != v)
-            v = patch_dot_f32(a.x, d, img, group, m,
-                              [&](int64_t c, int64_t tap) { return weight_at(a.w, d, a.flip, group, c, tap, n); });
-        }
-        y[n * d.ohw + m] = a.epilogue(v, group * d.og + n);
-      }
-  }
+  store_accumulators<BN, kExact>(a, d, acc, img, group, n0, lane, [&](int row) -> int64_t {
+    const int m = p0 + warp * 16 + row;
+    return m < ohw ? m : -1;
+  });
 #else
   (void)a;
   __trap();
@@ -548,30 +561,11 @@ __global__ void __launch_bounds__(kWgThreads) window_conv_kernel(WinArgs a) {
   matmul::cp_async_wait<0>();
   matmul::fence_accumulators(acc);
 
-  // wgmma's accumulators: rows g and g + 8 of the warp (of its warpgroup's 64), columns 8j + 2t
-  // and + 1 (acc[4j + 2h + e]); a row is pixel p0 + 64 wg + row over the patch's width.
-  const int g = lane / 4, t = lane % 4;
-  float* y = a.y + (img * d.o + group * d.og) * d.ohw;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int q = p0 + warp * 16 + g + 8 * h, oy = q / cols, ox = q - oy * cols;
-    if (oy >= d.oh || ox >= d.ow) continue;
-    const int64_t m = int64_t{oy} * d.ow + ox;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t n = n0 + j * 8 + 2 * t + e;
-        if (n >= d.og) continue;
-        float v = acc[4 * j + 2 * h + e];
-        if constexpr (kExact) {
-          if (v != v)
-            v = patch_dot_f32(a.x, d, img, group, m,
-                              [&](int64_t c, int64_t tap) { return weight_at(a.w, d, a.flip, group, c, tap, n); });
-        }
-        y[n * d.ohw + m] = a.epilogue(v, group * d.og + n);
-      }
-  }
+  // a row is pixel p0 + 64 wg + row over the patch's width; its extra columns are dropped
+  store_accumulators<BN, kExact>(a, d, acc, img, group, n0, lane, [&](int row) -> int64_t {
+    const int q = p0 + warp * 16 + row, oy = q / cols, ox = q - oy * cols;
+    return oy < d.oh && ox < d.ow ? int64_t{oy} * d.ow + ox : -1;
+  });
 #else
   (void)a;
   __trap();
