@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "apps/mnist/image.h"
+#include "apps/mnist/picture_decode.h"
 #include "kiln/datasets/mnist.h"
 #include "tests/datasets/idx_writer.h"
 #include "tests/skip.h"
@@ -855,6 +856,24 @@ TEST_CASE("image: JPEGs as libjpeg writes them, progressive and CMYK (Adobe), co
                                   write_libjpeg(dir, "cmyk-progressive", 64, 64, JCS_CMYK, 4, cmyk, true)}) {
     CAPTURE(path);
     CHECK(difference(load_digit_image(path), reference).mean < 0.03);  // JPEG's loss at quality 95
+  }
+  // The digit's loader finds the ink's polarity itself, so it would take an inverted CMYK too: the
+  // decoded RGB must be the grey levels written, not 255 minus them.
+  for (bool progressive : {false, true}) {
+    CAPTURE(progressive);
+    const std::string path = write_libjpeg(dir, "cmyk-rgb", 64, 64, JCS_CMYK, 4, cmyk, progressive);
+    const Bytes bytes = read_file(path);
+    const DecodedPicture decoded = decode_picture(bytes, path);
+    REQUIRE(decoded.size.channels == 3);
+    double off = 0, off_inverted = 0;
+    for (size_t i = 0; i < grey.size(); ++i)
+      for (int c = 0; c < 3; ++c) {
+        const int v = decoded.pixels.get()[3 * i + static_cast<size_t>(c)];
+        off += std::abs(v - grey[i]), off_inverted += std::abs(v - (255 - grey[i]));
+      }
+    const double samples = 3.0 * static_cast<double>(grey.size());
+    CHECK(off / samples < 4.0);             // JPEG's loss at quality 95, in levels of 255
+    CHECK(off_inverted / samples > 100.0);  // and far from the inverse (the picture is mostly paper)
   }
 }
 
