@@ -194,9 +194,9 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
   float* kiln_ws = buffer(std::max<int64_t>(1, cv::backward_weight_workspace(g)));
   float* kiln_wt = buffer(std::max<int64_t>(1, cv::backward_input_as_forward_workspace(g)));  // flipped w
   float* kiln_wp = buffer(std::max<int64_t>(1, cv::forward_patch_workspace(g)));  // packed w (version 7)
-  float* kiln_wq = buffer(std::max<int64_t>(  // packed w (versions 10 and 11)
+  float* kiln_wq = buffer(std::max<int64_t>(  // packed w (versions 10, 11 and 12)
       {1, cv::forward_wgmma_workspace(g), cv::backward_input_wgmma_workspace(g), cv::forward_window_workspace(g),
-       cv::backward_input_window_workspace(g)}));
+       cv::backward_input_window_workspace(g), cv::forward_ring_workspace(g), cv::backward_input_ring_workspace(g)}));
 
   Cudnn dnn(s, g.oh, g.ow, stream);
   const float one = 1, zero = 0;
@@ -272,6 +272,15 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
       }, y, y_ref, ny);
       kiln_version("fwd 11 wgmma window TF32",
                    [&] { cv::forward_window(x, w, {}, y, kiln_wq, g, cv::TensorMath::tf32, stream); }, y, y_ref, ny,
+                   kTf32Tolerance);
+    }
+    if (cv::forward_ring_applies(g, cv::TensorMath::tf32x3)) {
+      kiln_version("fwd 12 wgmma ring 3xTF32",
+                   [&] { cv::forward_ring(x, w, {}, y, kiln_wq, g, cv::TensorMath::tf32x3, stream); }, y, y_ref, ny);
+    }
+    if (cv::forward_ring_applies(g, cv::TensorMath::tf32)) {
+      kiln_version("fwd 12 wgmma ring TF32",
+                   [&] { cv::forward_ring(x, w, {}, y, kiln_wq, g, cv::TensorMath::tf32, stream); }, y, y_ref, ny,
                    kTf32Tolerance);
     }
     if (s.o <= 32)  // version 8 takes up to 32 outputs a pixel (else it runs 6, else 3)
@@ -369,6 +378,14 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
           cv::backward_input_window(gy, w, gx, kiln_wq, g, cv::TensorMath::tf32, stream);
         }, gx, gx_ref, nx, kTf32Tolerance);
       }
+      if (cv::backward_input_ring_applies(g, cv::TensorMath::tf32x3))
+        kiln_version("bwd-input 12 wgmma ring 3xTF32", [&] {
+          cv::backward_input_ring(gy, w, gx, kiln_wq, g, cv::TensorMath::tf32x3, stream);
+        }, gx, gx_ref, nx);
+      if (cv::backward_input_ring_applies(g, cv::TensorMath::tf32))
+        kiln_version("bwd-input 12 wgmma ring TF32", [&] {
+          cv::backward_input_ring(gy, w, gx, kiln_wq, g, cv::TensorMath::tf32, stream);
+        }, gx, gx_ref, nx, kTf32Tolerance);
     }
   }
 

@@ -55,6 +55,10 @@
 //   11 10 with A read from shared memory by the tensor cores too: the pixels numbered over the
 //     patch's whole width, so that a tap's im2col rows are a window of the patch (conv2d/wgmma.cu).
 //     It ties too (figures in its file) and is not in production.
+//   12 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an SM walks the tiles, a
+//     producer warpgroup gathering the patch into a ring of stages (split for 3xTF32 as it is
+//     stored) that two consumer warpgroups multiply, 256 pixels a block, the weights brought by
+//     bulk copies, once a block where they fit. In production on sm_90 (figures in its file).
 // Backward input (cuDNN 0.0738 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms]; conv1
 //   0.0246 [fig cuda.conv2d.bwd-input.cudnn.conv1.ms]):
 //   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes.
@@ -64,7 +68,7 @@
 //   3 as a forward convolution: at stride 1 grad_x = conv2d(grad_y, w') with w' the flipped,
 //     channel-swapped weights (written to a workspace) and padding dh*(KH-1) - ph, on forward 3;
 //     needs padding <= dilation*(kernel-1). 0.1263 [fig cuda.conv2d.bwd-input.v3.conv2.ms].
-//   4, 5, 6, 7, 8, 9, 10: 3's forward form on forward 4, 5, 6, 7, 8, 9, 10.
+//   4, 5, 6, 7, 8, 9, 10, 11, 12: 3's forward form on forward 4, 5, 6, 7, 8, 9, 10, 11, 12.
 //     4: 0.1263 [fig cuda.conv2d.bwd-input.v4.conv2.ms];
 //     5: 0.0820 [fig cuda.conv2d.bwd-input.v5-3xtf32.conv2.ms] /
 //     0.0651 [fig cuda.conv2d.bwd-input.v5-tf32.conv2.ms];
@@ -112,10 +116,10 @@
 //
 // Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
-// there, else 7 in f32 at stride 1 where its patch fits
-// in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8 where 3
-// applies and C/G <= 4, else 7 where 3 applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8,
-// else 2. The backward weight runs 5 where it applies (with the bias's gradient where the layer has
+// there, else 12 in f32 at stride 1 on an sm_90 GPU, else 7 in f32 at stride 1 where its patch
+// fits in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8
+// where 3 applies and C/G <= 4, else 12 where it runs (but in TF32 with C/G <= 32), else 7 where 3
+// applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the bias's gradient where the layer has
 // a bias: Backend::conv2d_backward_weight_and_bias), else 3 (2 for small layers and f64). The
 // tensor-core versions take TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
@@ -1697,10 +1701,19 @@ void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b
   // 20.2 [fig cuda.conv2d.rows.conv1-b64.cudnn.us] and 41.9 [fig cuda.conv2d.rows.conv1-b512.cudnn.us]
   // (docs/runs/2026-11-27-h100-conv1-rows). TF32's version 5 also beats 3
   // (0.0080 ms [fig cuda.conv2d.fwd.v5-tf32.conv1.ms]), but this rule takes 8, else 3, under
-  // either math. Elsewhere version 7 where it runs (stride 1), else version 5.
+  // either math. Elsewhere version 12 on an sm_90 GPU where it runs (f32, stride 1), else version
+  // 7 where it runs (stride 1), else version 5.
   if (g.c / g.groups * g.kh * g.kw < 32) {
     if (!conv2d::forward_few_outputs_rows_applies<T>(x, w, b, y, g, be.stream()))
       conv2d::forward_implicit_gemm_prefetch<T>(x, w, b, y, g, be.stream());
+  } else if (const int64_t ring = std::is_same_v<T, float> && conv2d::forward_ring_applies(g, math)
+                                      ? conv2d::forward_ring_workspace(g)
+                                      : 0;
+             ring > 0) {
+    if constexpr (std::is_same_v<T, float>) {
+      Scratch ws(be, sizeof(float) * static_cast<size_t>(ring));
+      conv2d::forward_ring(x, w, b, y, static_cast<float*>(ws.p), g, math, be.stream());
+    }
   } else if (const int64_t packed = std::is_same_v<T, float> ? conv2d::forward_patch_workspace(g) : 0; packed > 0) {
     Scratch ws(be, sizeof(T) * static_cast<size_t>(packed));
     conv2d::forward_patch<T>(x, w, b, y, static_cast<T*>(ws.p), g, math, be.stream());
@@ -1709,12 +1722,25 @@ void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b
   }
 }
 
+// Version 12 for the backward input where it runs, but for TF32 products of 32 outputs or fewer
+// (conv2's, whose forward form has its 32 input channels as outputs): m64n32 products are too
+// small for its one producer warpgroup to keep fed, and version 7 is faster there
+// (kernels/cuda/NOTES.md).
+bool ring_input_pays(const conv2d::Geometry& g, conv2d::TensorMath math) {
+  return conv2d::backward_input_ring_applies(g, math) && (math == conv2d::TensorMath::tf32x3 || g.c / g.groups > 32);
+}
+
 template <class T>
 void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2d::Geometry& g,
                     conv2d::TensorMath math) {
   if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
     Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
     conv2d::backward_input_few_outputs_rows<T>(gy, w, gx, static_cast<T*>(ws.p), g, be.stream());
+  } else if (std::is_same_v<T, float> && ring_input_pays(g, math)) {
+    if constexpr (std::is_same_v<T, float>) {
+      Scratch ws(be, sizeof(float) * static_cast<size_t>(conv2d::backward_input_ring_workspace(g)));
+      conv2d::backward_input_ring(gy, w, gx, static_cast<float*>(ws.p), g, math, be.stream());
+    }
   } else if (conv2d::backward_input_as_forward_applies(g)) {
     Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
     conv2d::backward_input_patch<T>(gy, w, gx, static_cast<T*>(ws.p), g, math, be.stream());

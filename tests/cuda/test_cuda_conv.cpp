@@ -79,7 +79,7 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(14);
-  int wgmma_runs = 0, window_runs = 0;  // versions 10's and 11's, on an sm_90 GPU
+  int wgmma_runs = 0, window_runs = 0, ring_runs = 0;  // versions 10's, 11's and 12's, on an sm_90 GPU
   for (int trial = 0; trial < 50; ++trial) {
     const ConvCase c = random_conv(rng, trial);
     const cv::Geometry g = geometry(c);
@@ -202,6 +202,17 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
                           [&](float* gx, float* space) { cv::backward_input_wgmma(gy_, w_, gx, space, g, math, stream); });
             ++wgmma_runs;
           }
+          if (cv::forward_ring_applies(g, math)) {
+            check_version(c.y, cv::forward_ring_workspace(g), want, fwd_tol, "forward_ring", [&](float* y, float* space) {
+              cv::forward_ring(x_, w_, epilogue, y, space, g, math, stream);
+            });
+            ++ring_runs;
+          }
+          if (cv::backward_input_ring_applies(g, math)) {
+            check_version(c.x, cv::backward_input_ring_workspace(g), want_gx, in_tol, "backward_input_ring",
+                          [&](float* gx, float* space) { cv::backward_input_ring(gy_, w_, gx, space, g, math, stream); });
+            ++ring_runs;
+          }
           for (const cv::WindowSums sums : {cv::WindowSums::pairs, cv::WindowSums::stages}) {
             const std::string sums_name = sums == cv::WindowSums::pairs ? " (pairs)" : " (stages)";
             if (cv::forward_window_applies(g, math)) {
@@ -245,14 +256,15 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
     run(float{}, DType::f32);
     run(double{}, DType::f64);
   }
-  MESSAGE("version 10 ran on ", wgmma_runs, " of the random geometries, version 11 on ", window_runs);
-  if (sm90()) CHECK((wgmma_runs > 0 && window_runs > 0));
+  MESSAGE("version 10 ran on ", wgmma_runs, " of the random geometries, version 11 on ", window_runs, ", version 12 on ",
+          ring_runs);
+  if (sm90()) CHECK((wgmma_runs > 0 && window_runs > 0 && ring_runs > 0));
 }
 
-TEST_CASE("versions 10 and 11 (wgmma) match the CPU at the MNIST CNN's conv2, wide layers, odd sizes and groups") {
+TEST_CASE("versions 10, 11 and 12 (wgmma) match the CPU at the MNIST CNN's conv2, wide layers, odd sizes and groups") {
   // forward and backward input, 3xTF32 within f32's tolerance and TF32 within TF32's; 32 and 64
   // outputs a block, several stages of channels with a short last one, padding, dilation, groups;
-  // version 11 with 3xTF32's sums by pairs of taps and by stages
+  // version 11 with 3xTF32's sums by pairs of taps and by stages; version 12 on a conv2 of more tiles than SMs
   namespace cv = cuda::conv2d;
   if (!sm90()) return;
   cudaStream_t stream = cuda::backend(0).stream();
@@ -262,6 +274,7 @@ TEST_CASE("versions 10 and 11 (wgmma) match the CPU at the MNIST CNN's conv2, wi
   };
   const std::vector<Shape4> shapes = {
       {{8, 32, 26, 26}, {64, 32, 3, 3}, 0, 1, 1},   // conv2
+      {{160, 32, 26, 26}, {64, 32, 3, 3}, 0, 1, 1}, // conv2 with more tiles than SMs: version 12's blocks take several
       {{3, 20, 30, 17}, {40, 20, 3, 3}, 1, 1, 1},   // a short last stage, 40 outputs: 64 a block
       {{2, 13, 19, 23}, {24, 13, 5, 3}, 2, 1, 1},   // 32 outputs a block, a 5 x 3 kernel
       {{2, 16, 21, 18}, {96, 8, 3, 3}, 2, 2, 2},    // dilation, two groups of 48 outputs
@@ -302,6 +315,16 @@ TEST_CASE("versions 10 and 11 (wgmma) match the CPU at the MNIST CNN's conv2, wi
        }},
       window(cv::WindowSums::pairs, "version 11 (pairs)"),
       window(cv::WindowSums::stages, "version 11 (stages)"),
+      {"version 12",
+       cv::forward_ring_applies,
+       cv::backward_input_ring_applies,
+       cv::forward_ring_workspace,
+       cv::backward_input_ring_workspace,
+       [&](const float* x, const float* w, const cuda::DeviceEpilogue<float>& e, float* y, float* ws,
+           const cv::Geometry& g, cv::TensorMath math) { cv::forward_ring(x, w, e, y, ws, g, math, stream); },
+       [&](const float* gy, const float* w, float* gx, float* ws, const cv::Geometry& g, cv::TensorMath math) {
+         cv::backward_input_ring(gy, w, gx, ws, g, math, stream);
+       }},
   };
   int runs = 0;
   for (const Shape4& s : shapes) {
@@ -339,7 +362,7 @@ TEST_CASE("versions 10 and 11 (wgmma) match the CPU at the MNIST CNN's conv2, wi
         runs += 2;
       }
   }
-  CHECK(runs == 60);
+  CHECK(runs == 96);
 }
 
 TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, and falls back otherwise") {

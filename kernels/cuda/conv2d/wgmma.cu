@@ -605,6 +605,433 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
   else with_bn.template operator()<32>();
 }
 
+
+// ---- Version 12: version 11 warp-specialised and persistent, the patch through a ring of stages
+
+// Version 11's 256 threads copy a stage, wait for it, multiply it and wait for the products in
+// step, a block-wide barrier a stage, so each stage pays the copy's latency and the products' in
+// full, with only a second block on the SM to cover them. Version 12 splits the work as matmul 13
+// does: warpgroup 0 fills a ring of stages, warpgroups 1 and 2 multiply, and they meet at two
+// mbarriers a stage, "full" (the producer's 128 threads have stored the stage and the copy engine
+// has brought its weights) and "empty" (the 8 consumer warps are done reading it). One block an
+// SM walks the problem's tiles (persistent), and the ring runs on from one tile into the next.
+// - The producer gathers a stage's patch with plain loads, 4 channels of a pixel a thread at a
+//   time (lanes on neighbouring pixels: coalesced), the next stage's loads in flight while it
+//   waits for a free stage and stores this one, splitting it for 3xTF32 as it stores it (the high
+//   parts, then the rest a plane further on).
+// - The weights come by bulk copies of the copy engine: once for the block where every stage's
+//   fit beside the ring (MNIST's conv2, both passes: 74 KB in TF32, 147 KB in 3xTF32), else with
+//   each stage.
+// - Each consumer warpgroup multiplies mw products of 64 pixels a tap (128 mw pixels a block), so
+//   that a stage's weights serve twice as many pixels and the patch's extra rows weigh less.
+// - TF32 keeps a stage's products in flight while the next stage's are issued (wgmma_wait<1>);
+//   3xTF32 sums each stage from zero, as version 11's stage sums, and waits for it to add it.
+constexpr int kRingThreads = 384;   // warpgroup 0 produces, 1 and 2 consume
+constexpr int kRingTasks = 8;       // 16-byte pieces of a stage's patch a producer thread stores
+constexpr int kRingMaxStages = 8;
+constexpr int64_t kRingSmem = 227 * 1024;  // one block an SM
+
+struct RingPlan {
+  int cols = 0, rows = 0, pixels = 0;  // version 11's patch, for a block of 128 mw pixels
+  int64_t chunks = 0, np = 0;
+  int bn = 0, mw = 0, stages = 0;
+  bool exact = false;
+  bool resident = false;      // every stage's weights loaded once for the block
+  int64_t patch_bytes = 0;    // a stage's patch: 2 planes of pixels x 16 bytes (3xTF32: then the low parts' 2)
+  int64_t step_bytes = 0;     // a k-step's weights, bn x 8 floats (3xTF32: a set of them)
+  int64_t stage_bytes = 0;    // the patch, and the stage's weights where they are not resident
+  int64_t weight_bytes = 0;   // every stage's weights, both sets
+  int64_t smem = 0;
+};
+
+RingPlan ring_plan(const Dims& d, bool exact) {
+  RingPlan p;
+  p.exact = exact;
+  p.bn = d.og > 64 ? 128 : d.og > 32 ? 64 : 32;
+  p.mw = exact && p.bn == 128 ? 1 : 2;  // 3xTF32's stage sums double the accumulators
+  const int64_t bm = 128 * p.mw;
+  p.cols = static_cast<int>(d.ow + (d.kw - 1) * d.dw);
+  const int64_t reach = p.cols - 1 + bm + (d.kh - 1) * d.dh * p.cols + (d.kw - 1) * d.dw;
+  p.rows = static_cast<int>((reach + p.cols - 1) / p.cols);
+  p.pixels = (p.rows * p.cols + 7) / 8 * 8;
+  p.chunks = (d.cg + kPatchChannels - 1) / kPatchChannels;
+  p.np = (d.og + p.bn - 1) / p.bn * p.bn;
+  const int sets = exact ? 2 : 1;
+  p.patch_bytes = int64_t{32} * p.pixels * sets;
+  p.step_bytes = int64_t{p.bn} * kPatchChannels * 4;
+  p.weight_bytes = p.chunks * d.khkw * p.step_bytes * sets;
+  const int64_t room = kRingSmem - 128 - (2 * kRingMaxStages + 1) * 8;  // the base's alignment, the mbarriers
+  const bool one_block = p.np == p.bn && d.c == d.cg;  // every block the same weights
+  p.resident = one_block && p.weight_bytes + 2 * p.patch_bytes <= room;
+  p.stage_bytes = p.patch_bytes + (p.resident ? 0 : d.khkw * p.step_bytes * sets);
+  p.stages = static_cast<int>(std::min<int64_t>(kRingMaxStages, (room - (p.resident ? p.weight_bytes : 0)) / p.stage_bytes));
+  p.smem = 128 + (p.resident ? p.weight_bytes : 0) + p.stages * p.stage_bytes + (2 * kRingMaxStages + 1) * 8;
+  return p;
+}
+
+RingPlan ring_plan_for(const Geometry& f, bool exact) {
+#ifdef KILN_NO_SM90A
+  (void)f, (void)exact;
+  return {};
+#else
+  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
+  if (device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
+      device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
+    return {};
+  const Dims d = dims_of(f);
+  const RingPlan p = ring_plan(d, exact);
+  // two stages at least; a stage's patch within the producer's 128 x kRingTasks pieces; the
+  // descriptors' 14-bit fields; pixel indices within an int
+  const bool fits = p.stages >= 2 && 2 * p.pixels <= 128 * kRingTasks && p.pixels < (1 << 14) &&
+                    d.c * d.hw < (int64_t{1} << 31) && d.oh * p.cols + 128 * p.mw < (int64_t{1} << 31);
+  return fits ? p : RingPlan{};
+#endif
+}
+
+struct RingArgs {
+  const float* x;   // [N, C, H, W]
+  const float* wp;  // packed as version 10's
+  const float* w;   // the layer's weights, for 3xTF32's NaN fallback
+  bool flip;
+  DeviceEpilogue<float> epilogue;
+  float* y;
+  Dims d;
+  RingPlan plan;
+  unsigned tiles;    // pixel tiles of an image's oh * cols pixels
+  unsigned nblocks;  // blocks of bn outputs of a group
+  int items;         // groups * nblocks * n * tiles
+  int64_t set;      // elements of one set of packed weights
+};
+
+// One block an SM; item i = blockIdx.x + j gridDim.x of the problem is pixel tile i % tiles (128 MW
+// pixels over the patch's width) of image i / tiles % n, outputs n0 = (i / (tiles n) % nblocks) BN
+// onward of group i / (tiles n nblocks). Consumer warpgroup wg owns the tile's pixels
+// 64 (MW wg + sub) onward, sub < MW.
+template <int BN, int MW, bool kExact>
+__global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid_constant__ RingArgs a) {
+#ifdef KILN_WGMMA
+  extern __shared__ __align__(128) uint8_t smem_ring[];
+  constexpr int R = BN / 2, BM = 128 * MW, kSets = kExact ? 2 : 1;
+  const Dims& d = a.d;
+  const RingPlan& plan = a.plan;
+  uint8_t* weights = smem_ring + (128 - matmul::smem_u32(smem_ring) % 128) % 128;  // resident weights
+  uint8_t* ring = weights + (plan.resident ? plan.weight_bytes : 0);
+  auto* full = reinterpret_cast<uint64_t*>(ring + plan.stages * plan.stage_bytes);
+  uint64_t* empty = full + kRingMaxStages;
+  uint64_t* loaded = empty + kRingMaxStages;  // the resident weights
+  const int tid = static_cast<int>(threadIdx.x), stages = plan.stages, taps = static_cast<int>(d.khkw);
+  const int cols = plan.cols, pixels = plan.pixels;
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      matmul::mbar_init(&full[s], 128);  // every producer thread
+      matmul::mbar_init(&empty[s], 8);   // every consumer warp
+    }
+    matmul::mbar_init(loaded, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  struct Item {
+    int64_t group, n0, img;
+    int p0;
+  };
+  auto item_at = [&](int i) {  // 32-bit divisions (items < 2^31: ring_plan_for)
+    const unsigned r = static_cast<unsigned>(i) / a.tiles, r2 = r / static_cast<unsigned>(d.n);
+    return Item{r2 / a.nblocks, int64_t{r2 % a.nblocks} * BN, r % static_cast<unsigned>(d.n),
+                static_cast<int>(static_cast<unsigned>(i) % a.tiles) * BM};
+  };
+
+  if (tid < 128) {
+    matmul::setmaxnreg_dec<152>();  // 128 x 152 + 256 x 176 <= 65536 registers
+    // ---- producer: piece i = tid + 128 k of a stage is channel quad i / pixels at patch pixel
+    // i % pixels, stored at byte 16 i of the stage ([quad][pixel][4 channels], version 11's). Its
+    // offset in a stage's first input plane and whether it lies inside the input depend only on
+    // the item (its first patch row), so they are worked out once an item, and a stage's loads are
+    // four offsets from there, unconditional (a piece outside reads x[0] and keeps zero).
+    const int h = static_cast<int>(d.h), w = static_cast<int>(d.w), hw = static_cast<int>(d.hw);
+    int place[kRingTasks];   // the piece's patch row << 16 | column (the same for every item)
+#pragma unroll
+    for (int k = 0; k < kRingTasks; ++k) {
+      const int p = (tid + 128 * k) % pixels;
+      place[k] = (p / cols) << 16 | (p % cols);
+    }
+    int offset[kRingTasks];  // the piece's first channel in a stage's input planes
+    unsigned inside = 0;     // bit k: piece k reads the input
+    int gathered = -1;       // the item `offset` and `inside` are for
+    const float* image = a.x;
+    auto locate = [&](int i) {
+      const Item it = item_at(i);
+      const int y0 = it.p0 / cols - d.ph;  // the input row of the patch's row 0
+      image = a.x + (it.img * d.c + it.group * d.cg) * d.hw;
+      inside = 0;
+#pragma unroll
+      for (int k = 0; k < kRingTasks; ++k) {
+        const int piece = tid + 128 * k, iy = y0 + (place[k] >> 16), ix = (place[k] & 0xffff) - d.pw;
+        const bool ok = piece < 2 * pixels && static_cast<unsigned>(iy) < static_cast<unsigned>(h) &&
+                        static_cast<unsigned>(ix) < static_cast<unsigned>(w);
+        // a piece outside reads its quad's first input value instead (and keeps zero)
+        offset[k] = (piece >= pixels ? 4 * hw : 0) + (ok ? iy * w + ix : 0);
+        inside |= static_cast<unsigned>(ok) << k;
+      }
+      gathered = i;
+    };
+    auto gather = [&](int i, int64_t chunk, float (&v)[kRingTasks][4]) {
+      if (i != gathered) locate(i);
+      const float* src = image + chunk * kPatchChannels * d.hw;
+      const int64_t rest = d.cg - chunk * kPatchChannels;  // the stage's channels, up to 8
+      if (rest >= kPatchChannels) {  // all 8 channels: every piece's four loads are in the input
+#pragma unroll
+        for (int k = 0; k < kRingTasks; ++k) {
+          const float* at = src + offset[k];
+          const bool in = inside >> k & 1;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float value = at[j * hw];
+            v[k][j] = in ? value : 0.0f;
+          }
+        }
+      } else {  // the last stage's channels: those past C/G read the stage's first plane, and keep zero
+        const int left = static_cast<int>(rest);
+#pragma unroll
+        for (int k = 0; k < kRingTasks; ++k) {
+          const int c0 = tid + 128 * k >= pixels ? 4 : 0;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const bool ok = (inside >> k & 1) && c0 + j < left;
+            const float value = *(ok ? src + offset[k] + j * hw : src);
+            v[k][j] = ok ? value : 0.0f;
+          }
+        }
+      }
+    };
+    auto put = [&](uint8_t* st, const float (&v)[kRingTasks][4]) {
+#pragma unroll
+      for (int k = 0; k < kRingTasks; ++k) {
+        const int i = tid + 128 * k;
+        if (i >= 2 * pixels) continue;
+        if constexpr (kExact) {
+          uint32_t hi[4], lo[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) matmul::split_tf32(__float_as_uint(v[k][j]), hi[j], lo[j]);
+          *reinterpret_cast<uint4*>(st + 16 * i) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+          *reinterpret_cast<uint4*>(st + 32 * pixels + 16 * i) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        } else {
+          *reinterpret_cast<float4*>(st + 16 * i) = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
+        }
+      }
+    };
+    // the packed weights of (group, chunk, tap 0) from output n0, set 0
+    auto packed = [&](const Item& it, int64_t chunk) {
+      return a.wp + ((it.group * plan.chunks + chunk) * taps) * plan.np * kPatchChannels + it.n0 * kPatchChannels;
+    };
+    const uint32_t step = static_cast<uint32_t>(plan.step_bytes);
+    if (plan.resident && tid == 0) {  // one run a set: every chunk and tap of the one block of outputs
+      const uint32_t bytes = static_cast<uint32_t>(plan.weight_bytes / kSets);
+      matmul::mbar_arrive_expect_tx(loaded, bytes * kSets);
+      for (int s = 0; s < kSets; ++s) matmul::bulk_load(weights + s * bytes, a.wp + s * a.set, bytes, loaded);
+    }
+    float cur[kRingTasks][4], next[kRingTasks][4];
+    int item = static_cast<int>(blockIdx.x);
+    int64_t chunk = 0;
+    if (item < a.items) gather(item, chunk, cur);
+    for (int n = 0; item < a.items; ++n) {
+      int item2 = item;
+      int64_t chunk2 = chunk + 1;
+      if (chunk2 == plan.chunks) chunk2 = 0, item2 += static_cast<int>(gridDim.x);
+      if (item2 < a.items) gather(item2, chunk2, next);  // in flight while this stage is stored
+      const int stage = n % stages;
+      if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
+      uint8_t* st = ring + stage * plan.stage_bytes;
+      if (!plan.resident && tid == 0) {  // the stage's weights: a run a set, or a run a tap and set
+        const Item it = item_at(item);
+        matmul::mbar_expect_tx(&full[stage], static_cast<uint32_t>(kSets * taps) * step);
+        const float* from = packed(it, chunk);
+        uint8_t* to = st + plan.patch_bytes;
+        for (int s = 0; s < kSets; ++s) {
+          if (plan.np == BN) {
+            matmul::bulk_load(to + s * taps * step, from + s * a.set, taps * step, &full[stage]);
+          } else {
+            for (int tap = 0; tap < taps; ++tap)
+              matmul::bulk_load(to + (s * taps + tap) * step, from + s * a.set + tap * plan.np * kPatchChannels, step,
+                                &full[stage]);
+          }
+        }
+      }
+      put(st, cur);
+      matmul::fence_async_shared();
+      matmul::mbar_arrive(&full[stage]);
+#pragma unroll
+      for (int k = 0; k < kRingTasks; ++k)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) cur[k][j] = next[k][j];
+      item = item2, chunk = chunk2;
+    }
+  } else {
+    // ---- consumers
+    matmul::setmaxnreg_inc<176>();
+    const int wg = tid / 128 - 1, warp = tid / 32 % 4, lane = tid % 32;
+    const int kw = static_cast<int>(d.kw), dh = static_cast<int>(d.dh), dw = static_cast<int>(d.dw);
+    const uint32_t plane_bytes = static_cast<uint32_t>(pixels) * 16, step = static_cast<uint32_t>(plan.step_bytes);
+    const uint32_t ring_at = matmul::smem_u32(ring), weights_at = matmul::smem_u32(weights);
+    // bytes from a set of weights to the other: every stage's (resident) or the stage's
+    const uint32_t set_bytes = static_cast<uint32_t>((plan.resident ? plan.chunks : 1) * taps) * step;
+    if (plan.resident) matmul::mbar_wait(loaded, 0);
+    int n = 0;
+    for (int i = static_cast<int>(blockIdx.x); i < a.items; i += static_cast<int>(gridDim.x)) {
+      const Item it = item_at(i);
+      const int first = it.p0 - it.p0 / cols * cols + wg * MW * 64;  // the warpgroup's first pixel in the patch
+      float acc[MW][R];
+#pragma unroll
+      for (int s = 0; s < MW; ++s)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[s][r] = 0.0f;
+      [[maybe_unused]] float part[MW][R];
+      for (int64_t chunk = 0; chunk < plan.chunks; ++chunk, ++n) {
+        const int stage = n % stages;
+        matmul::mbar_wait(&full[stage], (n / stages) & 1);
+        const uint32_t st = ring_at + static_cast<uint32_t>(stage * plan.stage_bytes);
+        const uint32_t w0 = plan.resident ? weights_at + static_cast<uint32_t>(chunk * taps) * step
+                                          : st + static_cast<uint32_t>(plan.patch_bytes);
+        // The descriptors of tap 0; a descriptor's address is in 16-byte units in its low bits, so
+        // a tap moves it by an add: A by the tap's window offset in pixels, B by a k-step's weights.
+        const uint64_t b0 = wg_descriptor(w0), b_set = set_bytes / 16, b_step = step / 16;
+        const uint64_t a0 = win_descriptor(st + static_cast<uint32_t>(first) * 16, plane_bytes);
+        [[maybe_unused]] const uint64_t a_low = 2 * plane_bytes / 16;  // 3xTF32: the low parts' planes
+        int window = 0, kx = 0;  // the tap's offset ky dh cols + kx dw, and its kx
+        auto next_tap = [&] {
+          if (++kx == kw) kx = 0, window += dh * cols - (kw - 1) * dw;
+          else window += dw;
+        };
+        if constexpr (kExact) {
+#pragma unroll
+          for (int s = 0; s < MW; ++s) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) part[s][r] = 0.0f;
+            matmul::fence_accumulators(part[s]);
+          }
+          matmul::wgmma_fence();
+          for (int tap = 0; tap < taps; ++tap, next_tap()) {
+            const uint64_t b_hi = b0 + tap * b_step, b_lo = b_hi + b_set;
+#pragma unroll
+            for (int s = 0; s < MW; ++s) {
+              const uint64_t hi = a0 + (window + s * 64);
+              matmul::wgmma_tf32(part[s], hi + a_low, b_hi);
+              matmul::wgmma_tf32(part[s], hi, b_lo);
+              matmul::wgmma_tf32(part[s], hi, b_hi);
+            }
+          }
+          matmul::wgmma_commit();
+          matmul::wgmma_wait<0>();
+          if (lane == 0) matmul::mbar_arrive(&empty[stage]);
+#pragma unroll
+          for (int s = 0; s < MW; ++s) {
+            matmul::fence_accumulators(part[s]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[s][r] += part[s][r];
+          }
+        } else {
+          matmul::wgmma_fence();
+          for (int tap = 0; tap < taps; ++tap, next_tap()) {
+            const uint64_t b = b0 + tap * b_step;
+#pragma unroll
+            for (int s = 0; s < MW; ++s) matmul::wgmma_tf32(acc[s], a0 + (window + s * 64), b);
+          }
+          matmul::wgmma_commit();
+          matmul::wgmma_wait<1>();  // the stage before is done: hand it back
+          if (chunk > 0 && lane == 0) matmul::mbar_arrive(&empty[(n - 1) % stages]);
+        }
+      }
+      if constexpr (!kExact) {
+        matmul::wgmma_wait<0>();
+        if (lane == 0) matmul::mbar_arrive(&empty[(n - 1) % stages]);
+      }
+      // The thread's outputs are channels n0 + 8j + 2t + e of rows g and g + 8 of each product.
+      // Their pixels are worked out once (-1: an extra column of the patch's width, or past the
+      // image), each channel's bias is loaded once, and an output costs its add, the activation
+      // and a store at a fixed distance from its row's first channel.
+      const int t = lane % 4;
+      int64_t pixel[MW][2];
+#pragma unroll
+      for (int s = 0; s < MW; ++s) {
+        matmul::fence_accumulators(acc[s]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int q = it.p0 + (wg * MW + s) * 64 + warp * 16 + lane / 4 + 8 * h, oy = q / cols, ox = q - oy * cols;
+          pixel[s][h] = oy < d.oh && ox < d.ow ? int64_t{oy} * d.ow + ox : -1;
+        }
+      }
+      const bool relu = a.epilogue.activation == Activation::relu;
+      float* y = a.y + (it.img * d.o + it.group * d.og + it.n0 + 2 * t) * d.ohw;
+      const int64_t left = d.og - it.n0;
+      const int outputs = (left < BN ? static_cast<int>(left) : BN) - 2 * t;  // columns 8j + e below this
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (8 * j + e >= outputs) continue;
+          const int64_t n = it.n0 + 8 * j + 2 * t + e;
+          const float bias = a.epilogue.bias != nullptr ? a.epilogue.bias[it.group * d.og + n] : 0.0f;
+          float* out = y + (8 * j + e) * d.ohw;
+#pragma unroll
+          for (int s = 0; s < MW; ++s)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (pixel[s][h] < 0) continue;
+              float v = acc[s][4 * j + 2 * h + e];
+              if constexpr (kExact) {
+                if (v != v)  // a 3xTF32 product whose split overflowed: again in f32 from x and w
+                  v = patch_dot_f32(a.x, d, it.img, it.group, pixel[s][h], [&](int64_t c, int64_t tap) {
+                    return weight_at(a.w, d, a.flip, it.group, c, tap, n);
+                  });
+              }
+              v += bias;
+              out[pixel[s][h]] = relu && v < 0.0f ? 0.0f : v;  // a NaN passes, as UnaryOp::relu
+            }
+        }
+    }
+  }
+#else
+  (void)a;
+  __trap();
+#endif
+}
+
+// Packs w as version 10 does and runs version 12 on the forward view f.
+void ring_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e, float* y,
+                  const Geometry& f, const RingPlan& plan, cudaStream_t stream, const char* op) {
+  const Dims d = dims_of(f);
+  WgPlan packing;
+  packing.patch.chunks = plan.chunks, packing.bn = plan.bn, packing.np = plan.np, packing.exact = plan.exact;
+  const int64_t set = wg_weights(d, packing);
+  pack_wgmma_weights_kernel<<<blocks_for(set), kThreads, 0, stream>>>(w, packed, d, plan.chunks, plan.np, flip,
+                                                                        plan.exact, set);
+  KILN_CUDA_LAUNCH_CHECK(op);
+  const int64_t tiles = (d.oh * plan.cols + 128 * plan.mw - 1) / (128 * plan.mw), nblocks = plan.np / plan.bn;
+  const int64_t items = f.groups * nblocks * d.n * tiles;
+  KILN_CHECK(items < (int64_t{1} << 31) - 1024, ShapeError, "cuda ", op, ": the problem is too large (", items,
+             " tiles)");
+  const RingArgs args{x,       packed, w, flip, e, y, d, plan, static_cast<unsigned>(tiles), static_cast<unsigned>(nblocks),
+                      static_cast<int>(items), set};
+  const int64_t blocks = std::min<int64_t>(items, device_attribute(cudaDevAttrMultiProcessorCount));
+  auto launch = [&]<int BN, int MW, bool kExact>() {
+    auto* kernel = ring_conv_kernel<BN, MW, kExact>;
+    const int bytes = static_cast<int>(plan.smem);
+    allow_dynamic_smem(kernel, bytes);
+    kernel<<<static_cast<unsigned>(blocks), kRingThreads, bytes, stream>>>(args);
+    KILN_CUDA_LAUNCH_CHECK(op);
+  };
+  if (plan.bn == 128) {
+    if (plan.exact) launch.template operator()<128, 1, true>();
+    else launch.template operator()<128, 2, false>();
+  } else if (plan.bn == 64) {
+    if (plan.exact) launch.template operator()<64, 2, true>();
+    else launch.template operator()<64, 2, false>();
+  } else {
+    if (plan.exact) launch.template operator()<32, 2, true>();
+    else launch.template operator()<32, 2, false>();
+  }
+}
+
 }  // namespace
 
 bool forward_wgmma_applies(const Geometry& g, TensorMath math) {
@@ -680,6 +1107,47 @@ void backward_input_window(const float* grad_y, const float* w, float* grad_x, f
   const Geometry f = as_forward(g);
   window_forward(grad_y, w, true, workspace, {}, grad_x, f, win_plan_for(f, math == TensorMath::tf32x3), sums, stream,
                  "conv2d_backward_input");
+}
+
+
+bool forward_ring_applies(const Geometry& g, TensorMath math) {
+  return ring_plan_for(g, math == TensorMath::tf32x3).smem > 0;
+}
+
+int64_t forward_ring_workspace(const Geometry& g) {
+  const RingPlan p = ring_plan_for(g, true);
+  if (p.smem == 0) return 0;
+  WgPlan packing;
+  packing.patch.chunks = p.chunks, packing.np = p.np;
+  return 2 * wg_weights(dims_of(g), packing);
+}
+
+void forward_ring(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
+                  const Geometry& g, TensorMath math, cudaStream_t stream) {
+  const RingPlan plan = ring_plan_for(g, math == TensorMath::tf32x3);
+  KILN_CHECK(plan.smem > 0, ValueError, "cuda conv2d: version 12 (wgmma ring) does not apply to this geometry or GPU");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: version 12 needs a workspace of ",
+             forward_ring_workspace(g), " elements");
+  ring_forward(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
+}
+
+bool backward_input_ring_applies(const Geometry& g, TensorMath math) {
+  return backward_input_as_forward_applies(g) && forward_ring_applies(as_forward(g), math);
+}
+
+int64_t backward_input_ring_workspace(const Geometry& g) {
+  return backward_input_as_forward_applies(g) ? forward_ring_workspace(as_forward(g)) : 0;
+}
+
+void backward_input_ring(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
+                         TensorMath math, cudaStream_t stream) {
+  KILN_CHECK(backward_input_ring_applies(g, math), ValueError,
+             "cuda conv2d_backward_input: version 12 (wgmma ring) does not apply to this geometry or GPU");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_input: version 12 needs a workspace of ",
+             backward_input_ring_workspace(g), " elements");
+  const Geometry f = as_forward(g);
+  ring_forward(grad_y, w, true, workspace, {}, grad_x, f, ring_plan_for(f, math == TensorMath::tf32x3), stream,
+               "conv2d_backward_input");
 }
 
 }  // namespace kiln::cuda::conv2d

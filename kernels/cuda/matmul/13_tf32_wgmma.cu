@@ -142,28 +142,6 @@ struct WgmmaArgs {
 };
 
 #ifdef KILN_WGMMA
-// ---- mbarriers: an arrival count and a byte count (tx) per phase; waiters name the phase parity ----
-__device__ inline void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
-}
-// The producer's arrival, announcing `bytes` still to come from the copy engine.
-__device__ inline void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ inline void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-}
-
 // ---- TMA: the box at (x0, y0, z) of a 3-D tensor map into shared memory, completing on `bar` ----
 __device__ inline void tma_load(void* dst, const CUtensorMap* map, int x0, int y0, int z, uint64_t* bar) {
   asm volatile(
@@ -195,18 +173,6 @@ __device__ inline void wgmma_shared(float (&d)[R], uint64_t a, uint64_t b) {
   else wgmma_bf16<A_MN, B_MN>(d, a, b);
 }
 
-// Moves registers from the producer warpgroup, which needs few, to the consumers, which hold the
-// accumulators: the block starts with 168 per thread (65536 / 384, its cap under
-// __launch_bounds__(384, 1)); the producer drops to 40 and the consumers rise to 232
-// (128 x 40 + 256 x 232 <= 65536).
-template <int N>
-__device__ inline void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ inline void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
 #endif  // KILN_WGMMA
 
 #ifdef KILN_WGMMA
@@ -294,6 +260,9 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (warpgroup == 0) {
     // Producer: one thread keeps the ring full. Slice s goes to stage s % STAGES once the
     // consumers have released that stage's previous slice (s - STAGES).
+    // The block starts with 168 registers a thread (65536 / 384, its cap under
+    // __launch_bounds__(384, 1)); the producer drops to 40 and the consumers, which hold the
+    // accumulators, rise to 232 (128 x 40 + 256 x 232 <= 65536).
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       for (int s = 0; s < slices; ++s) {
