@@ -398,6 +398,25 @@ def define(figure, table, runs):
                                         ("v11-tf32", "11 wgmma window TF32"),
                                         ("v7-3xtf32", "7 input patch in shared memory 3xTF32"),
                                         ("v7-tf32", "7 input patch in shared memory TF32"))])
+    # ---- conv2d version 12 (version 11 warp-specialised and persistent) beside version 7 and
+    # cuDNN, forward and backward input, in one call on an H200 (docs/runs/2026-11-28-h200-ring-conv,
+    # built from eccfe3e with version 12, committed as ce7fe1c), and mnist-train's epochs after it ----
+    ring = runs["2026-11-28-h200-ring-conv"]
+    six = (("v12-3xtf32", "12 wgmma ring 3xTF32"), ("v12-tf32", "12 wgmma ring TF32"),
+           ("v7-3xtf32", "7 input patch in shared memory 3xTF32"), ("v7-tf32", "7 input patch in shared memory TF32"),
+           ("cudnn", "cuDNN"), ("cudnn-tf32", "cuDNN TF32"))
+    conv_figures("ring", ring, {"conv2-b64": "conv2 x[64,32,26,26] w[64,32,3,3]",
+                                "large": "large x[64,128,56,56] w[128,128,3,3] pad 1"},
+                 [(f"fwd.{name}", f"fwd {version}") for name, version in six])
+    conv_figures("ring", ring, {"conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]"},
+                 [(f"{what}.{name}", f"{what} {version}") for what in ("fwd", "bwd-input") for name, version in six])
+    conv_figures("ring", ring, {"large": "large x[64,128,56,56] w[128,128,3,3] pad 1"},
+                 (("bwd-input.v12-tf32", "bwd-input 12 wgmma ring TF32"), ("bwd-input.cudnn-tf32", "bwd-input cuDNN TF32")))
+    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b64-tf32", "train_tf32.jsonl", "batch 64, --tf32"),
+                            ("b512", "train_b512.jsonl", "batch 512, f32"),
+                            ("b512-tf32", "train_b512_tf32.jsonl", "batch 512, --tf32")):
+        figure(f"cuda.conv2d.ring.cnn.{tag}.epoch2", ring, ring.epoch(file, 2)["seconds"],
+               f"mnist-train CNN {what}, conv2d version 12 in production (H200): epoch 2, s")
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

@@ -61,7 +61,9 @@
 //     against 247.1 [fig cuda.conv2d.window.conv2-b512.bwd-input.v7-tf32.us].
 // So the instructions around the products were not what held versions 10 and 11 back: with none
 // left in TF32, the m64nNk8 products still run at about a seventh of the tensor cores' TF32 rate
-// (kernels/cuda/NOTES.md says what that leaves).
+// (kernels/cuda/NOTES.md says what that leaves). What did: each stage's copy, products and
+// barrier in step. Version 12 (at the end) is version 11 warp-specialised and persistent, and the
+// production forward on sm_90.
 #include <algorithm>
 #include <cstdint>
 
@@ -618,7 +620,7 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 // - The producer gathers a stage's patch with plain loads, 4 channels of a pixel a thread at a
 //   time (lanes on neighbouring pixels: coalesced), the next stage's loads in flight while it
 //   waits for a free stage and stores this one, splitting it for 3xTF32 as it stores it (the high
-//   parts, then the rest a plane further on).
+//   parts, then the rest a plane further on). It gives registers to the consumers (setmaxnreg).
 // - The weights come by bulk copies of the copy engine: once for the block where every stage's
 //   fit beside the ring (MNIST's conv2, both passes: 74 KB in TF32, 147 KB in 3xTF32), else with
 //   each stage.
@@ -626,6 +628,43 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   that a stage's weights serve twice as many pixels and the patch's extra rows weigh less.
 // - TF32 keeps a stage's products in flight while the next stage's are issued (wgmma_wait<1>);
 //   3xTF32 sums each stage from zero, as version 11's stage sums, and waits for it to add it.
+// - Nothing the producer or a consumer does a stage is more than it must: a piece's input offset
+//   is worked out once a tile, its loads have no branch, a tap moves a descriptor by one add, and
+//   the epilogue finds its pixels and loads its biases once a tile. The first build, which did
+//   those a stage and an output at a time, tied version 11: its producer issued about 830
+//   instructions a stage and set the pace (kernels/cuda/NOTES.md).
+//
+// Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-ring-conv), µs. conv2 at batch 512,
+// forward:
+//   TF32 104.3 [fig cuda.conv2d.ring.conv2-b512.fwd.v12-tf32.us]
+//     against version 7's 169.0 [fig cuda.conv2d.ring.conv2-b512.fwd.v7-tf32.us]
+//     and cuDNN TF32's 161.5 [fig cuda.conv2d.ring.conv2-b512.fwd.cudnn-tf32.us];
+//   3xTF32 255.0 [fig cuda.conv2d.ring.conv2-b512.fwd.v12-3xtf32.us]
+//     against 7's 303.3 [fig cuda.conv2d.ring.conv2-b512.fwd.v7-3xtf32.us]
+//     and cuDNN FP32's 252.2 [fig cuda.conv2d.ring.conv2-b512.fwd.cudnn.us].
+// conv2 at batch 64, forward: TF32 24.1 [fig cuda.conv2d.ring.conv2-b64.fwd.v12-tf32.us]
+//   (7: 31.8 [fig cuda.conv2d.ring.conv2-b64.fwd.v7-tf32.us], cuDNN TF32 39.3 [fig cuda.conv2d.ring.conv2-b64.fwd.cudnn-tf32.us]),
+//   3xTF32 51.4 [fig cuda.conv2d.ring.conv2-b64.fwd.v12-3xtf32.us]
+//   (7: 55.0 [fig cuda.conv2d.ring.conv2-b64.fwd.v7-3xtf32.us], cuDNN FP32 71.7 [fig cuda.conv2d.ring.conv2-b64.fwd.cudnn.us]).
+// conv2's backward input at batch 512 (its forward form has 32 outputs: m64n32 products):
+//   3xTF32 265.3 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v12-3xtf32.us]
+//     against 7's 366.4 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v7-3xtf32.us]
+//     and cuDNN FP32's 236.7 [fig cuda.conv2d.ring.conv2-b512.bwd-input.cudnn.us];
+//   TF32 288.2 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v12-tf32.us]
+//     against 7's 244.7 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v7-tf32.us]
+//     and cuDNN TF32's 193.3 [fig cuda.conv2d.ring.conv2-b512.bwd-input.cudnn-tf32.us]:
+//     the producer cannot fill stages of 16-cycle products fast enough, so production keeps 7 there.
+// The large layer, forward:
+//   TF32 257.9 [fig cuda.conv2d.ring.large.fwd.v12-tf32.us]
+//     against 7's 706.0 [fig cuda.conv2d.ring.large.fwd.v7-tf32.us]
+//     and cuDNN TF32's 316.9 [fig cuda.conv2d.ring.large.fwd.cudnn-tf32.us]
+//     (backward input 260.2 [fig cuda.conv2d.ring.large.bwd-input.v12-tf32.us],
+//     cuDNN TF32 312.2 [fig cuda.conv2d.ring.large.bwd-input.cudnn-tf32.us]);
+//   3xTF32 652.9 [fig cuda.conv2d.ring.large.fwd.v12-3xtf32.us]
+//     against 7's 1263.1 [fig cuda.conv2d.ring.large.fwd.v7-3xtf32.us]
+//     and cuDNN FP32's 623.9 [fig cuda.conv2d.ring.large.fwd.cudnn.us].
+// The tensor cores still run at about a fifth of their TF32 rate at conv2 (64 outputs: m64n64)
+// and a half at the large layer (m64n128); NOTES.md says what is next.
 constexpr int kRingThreads = 384;   // warpgroup 0 produces, 1 and 2 consume
 constexpr int kRingTasks = 8;       // 16-byte pieces of a stage's patch a producer thread stores
 constexpr int kRingMaxStages = 8;
