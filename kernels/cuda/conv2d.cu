@@ -118,8 +118,8 @@
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
 // there, else 12 in f32 at stride 1 on an sm_90 GPU, else 7 in f32 at stride 1 where its patch
 // fits in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8
-// where 3 applies and C/G <= 4, else 12 where it runs (but in TF32 with C/G <= 32), else 7 where 3
-// applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the bias's gradient where the layer has
+// where 3 applies and C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot,
+// 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the bias's gradient where the layer has
 // a bias: Backend::conv2d_backward_weight_and_bias), else 3 (2 for small layers and f64). The
 // tensor-core versions take TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
@@ -1722,21 +1722,13 @@ void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b
   }
 }
 
-// Version 12 for the backward input where it runs, but for TF32 products of 32 outputs or fewer
-// (conv2's, whose forward form has its 32 input channels as outputs): m64n32 products are too
-// small for its one producer warpgroup to keep fed, and version 7 is faster there
-// (kernels/cuda/NOTES.md).
-bool ring_input_pays(const conv2d::Geometry& g, conv2d::TensorMath math) {
-  return conv2d::backward_input_ring_applies(g, math) && (math == conv2d::TensorMath::tf32x3 || g.c / g.groups > 32);
-}
-
 template <class T>
 void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2d::Geometry& g,
                     conv2d::TensorMath math) {
   if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
     Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
     conv2d::backward_input_few_outputs_rows<T>(gy, w, gx, static_cast<T*>(ws.p), g, be.stream());
-  } else if (std::is_same_v<T, float> && ring_input_pays(g, math)) {
+  } else if (std::is_same_v<T, float> && conv2d::backward_input_ring_applies(g, math)) {
     if constexpr (std::is_same_v<T, float>) {
       Scratch ws(be, sizeof(float) * static_cast<size_t>(conv2d::backward_input_ring_workspace(g)));
       conv2d::backward_input_ring(gy, w, gx, static_cast<float*>(ws.p), g, math, be.stream());

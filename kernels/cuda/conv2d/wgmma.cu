@@ -617,10 +617,14 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 // mbarriers a stage, "full" (the producer's 128 threads have stored the stage and the copy engine
 // has brought its weights) and "empty" (the 8 consumer warps are done reading it). One block an
 // SM walks the problem's tiles (persistent), and the ring runs on from one tile into the next.
-// - The producer gathers a stage's patch with plain loads, 4 channels of a pixel a thread at a
-//   time (lanes on neighbouring pixels: coalesced), the next stage's loads in flight while it
-//   waits for a free stage and stores this one, splitting it for 3xTF32 as it stores it (the high
-//   parts, then the rest a plane further on). It gives registers to the consumers (setmaxnreg).
+// - The producer takes a stage's patch 4 channels of a pixel a thread at a time (lanes on
+//   neighbouring pixels: coalesced). TF32 copies it by cp.async, nothing in registers and no
+//   wait: the copies themselves arrive on "full" as they land. 3xTF32 must split it, so it loads
+//   it into registers, the next stage's loads in flight while it waits for a free stage and
+//   stores this one, split: the high parts, then the rest a plane further on. (3xTF32 by
+//   cp.async, each stage split in place once its copies had landed while the next one's flew,
+//   measured slower: the large layer 913 µs against 653, its ring of two stages a stage shorter.)
+//   The producer gives registers to the consumers (setmaxnreg).
 // - The weights come by bulk copies of the copy engine: once for the block where every stage's
 //   fit beside the ring (MNIST's conv2, both passes: 74 KB in TF32, 147 KB in 3xTF32), else with
 //   each stage.
@@ -742,6 +746,14 @@ struct RingArgs {
   int64_t set;      // elements of one set of packed weights
 };
 
+#ifdef KILN_WGMMA
+// An arrival on `bar` once every cp.async this thread has issued has landed (the barrier's count
+// includes it: noinc).
+__device__ inline void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(matmul::smem_u32(bar)) : "memory");
+}
+#endif
+
 // One block an SM; item i = blockIdx.x + j gridDim.x of the problem is pixel tile i % tiles (128 MW
 // pixels over the patch's width) of image i / tiles % n, outputs n0 = (i / (tiles n) % nblocks) BN
 // onward of group i / (tiles n nblocks). Consumer warpgroup wg owns the tile's pixels
@@ -785,8 +797,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     // ---- producer: piece i = tid + 128 k of a stage is channel quad i / pixels at patch pixel
     // i % pixels, stored at byte 16 i of the stage ([quad][pixel][4 channels], version 11's). Its
     // offset in a stage's first input plane and whether it lies inside the input depend only on
-    // the item (its first patch row), so they are worked out once an item, and a stage's loads are
-    // four offsets from there, unconditional (a piece outside reads x[0] and keeps zero).
+    // the item (its first patch row), so they are worked out once an item, and a stage's copies
+    // are four offsets from there.
     const int h = static_cast<int>(d.h), w = static_cast<int>(d.w), hw = static_cast<int>(d.hw);
     int place[kRingTasks];   // the piece's patch row << 16 | column (the same for every item)
 #pragma unroll
@@ -808,13 +820,35 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         const int piece = tid + 128 * k, iy = y0 + (place[k] >> 16), ix = (place[k] & 0xffff) - d.pw;
         const bool ok = piece < 2 * pixels && static_cast<unsigned>(iy) < static_cast<unsigned>(h) &&
                         static_cast<unsigned>(ix) < static_cast<unsigned>(w);
-        // a piece outside reads its quad's first input value instead (and keeps zero)
+        // (a piece outside is zero-filled; its offset stays a valid address all the same)
         offset[k] = (piece >= pixels ? 4 * hw : 0) + (ok ? iy * w + ix : 0);
         inside |= static_cast<unsigned>(ok) << k;
       }
       gathered = i;
     };
-    auto gather = [&](int i, int64_t chunk, float (&v)[kRingTasks][4]) {
+    // A stage's copies: each piece's four values by cp.async, straight into shared memory (no
+    // registers, no wait), zero-filled outside the input and past C/G.
+    auto issue = [&](int i, int64_t chunk, uint8_t* st) {
+      if (i != gathered) locate(i);
+      const float* src = image + chunk * kPatchChannels * d.hw;
+      const int64_t rest = d.cg - chunk * kPatchChannels;  // the stage's channels
+      const int left = rest < kPatchChannels ? static_cast<int>(rest) : kPatchChannels;
+#pragma unroll
+      for (int k = 0; k < kRingTasks; ++k) {
+        const int piece = tid + 128 * k, c0 = piece >= pixels ? 4 : 0;
+        if (piece >= 2 * pixels) continue;
+        const float* at = src + offset[k];
+        const bool in = inside >> k & 1;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const bool ok = in && c0 + j < left;
+          matmul::cp_async4(st + 16 * piece + 4 * j, ok ? at + j * hw : src, ok);
+        }
+      }
+    };
+    // 3xTF32: the stage gathered into registers (the next stage's loads in flight while this one is
+    // stored), split as it is stored: the high parts, then the rest a plane further on
+    [[maybe_unused]] auto gather = [&](int i, int64_t chunk, float (&v)[kRingTasks][4]) {
       if (i != gathered) locate(i);
       const float* src = image + chunk * kPatchChannels * d.hw;
       const int64_t rest = d.cg - chunk * kPatchChannels;  // the stage's channels, up to 8
@@ -843,20 +877,16 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         }
       }
     };
-    auto put = [&](uint8_t* st, const float (&v)[kRingTasks][4]) {
+    [[maybe_unused]] auto put = [&](uint8_t* st, const float (&v)[kRingTasks][4]) {
 #pragma unroll
       for (int k = 0; k < kRingTasks; ++k) {
         const int i = tid + 128 * k;
         if (i >= 2 * pixels) continue;
-        if constexpr (kExact) {
-          uint32_t hi[4], lo[4];
+        uint32_t hi[4], lo[4];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) matmul::split_tf32(__float_as_uint(v[k][j]), hi[j], lo[j]);
-          *reinterpret_cast<uint4*>(st + 16 * i) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-          *reinterpret_cast<uint4*>(st + 32 * pixels + 16 * i) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        } else {
-          *reinterpret_cast<float4*>(st + 16 * i) = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
-        }
+        for (int j = 0; j < 4; ++j) matmul::split_tf32(__float_as_uint(v[k][j]), hi[j], lo[j]);
+        *reinterpret_cast<uint4*>(st + 16 * i) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(st + 32 * pixels + 16 * i) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
       }
     };
     // the packed weights of (group, chunk, tap 0) from output n0, set 0
@@ -869,41 +899,55 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
       matmul::mbar_arrive_expect_tx(loaded, bytes * kSets);
       for (int s = 0; s < kSets; ++s) matmul::bulk_load(weights + s * bytes, a.wp + s * a.set, bytes, loaded);
     }
-    float cur[kRingTasks][4], next[kRingTasks][4];
-    int item = static_cast<int>(blockIdx.x);
-    int64_t chunk = 0;
-    if (item < a.items) gather(item, chunk, cur);
-    for (int n = 0; item < a.items; ++n) {
-      int item2 = item;
-      int64_t chunk2 = chunk + 1;
-      if (chunk2 == plan.chunks) chunk2 = 0, item2 += static_cast<int>(gridDim.x);
-      if (item2 < a.items) gather(item2, chunk2, next);  // in flight while this stage is stored
-      const int stage = n % stages;
-      if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
-      uint8_t* st = ring + stage * plan.stage_bytes;
-      if (!plan.resident && tid == 0) {  // the stage's weights: a run a set, or a run a tap and set
-        const Item it = item_at(item);
-        matmul::mbar_expect_tx(&full[stage], static_cast<uint32_t>(kSets * taps) * step);
-        const float* from = packed(it, chunk);
-        uint8_t* to = st + plan.patch_bytes;
-        for (int s = 0; s < kSets; ++s) {
-          if (plan.np == BN) {
-            matmul::bulk_load(to + s * taps * step, from + s * a.set, taps * step, &full[stage]);
-          } else {
-            for (int tap = 0; tap < taps; ++tap)
-              matmul::bulk_load(to + (s * taps + tap) * step, from + s * a.set + tap * plan.np * kPatchChannels, step,
-                                &full[stage]);
-          }
+    // the stage's weights, where they are not resident: a run a set, or a run a tap and set
+    auto load_weights = [&](int i, int64_t chunk, uint8_t* st, uint64_t* bar) {
+      if (plan.resident || tid != 0) return;
+      const Item it = item_at(i);
+      matmul::mbar_expect_tx(bar, static_cast<uint32_t>(kSets * taps) * step);
+      const float* from = packed(it, chunk);
+      uint8_t* to = st + plan.patch_bytes;
+      for (int s = 0; s < kSets; ++s) {
+        if (plan.np == BN) {
+          matmul::bulk_load(to + s * taps * step, from + s * a.set, taps * step, bar);
+        } else {
+          for (int tap = 0; tap < taps; ++tap)
+            matmul::bulk_load(to + (s * taps + tap) * step, from + s * a.set + tap * plan.np * kPatchChannels, step, bar);
         }
       }
-      put(st, cur);
-      matmul::fence_async_shared();
-      matmul::mbar_arrive(&full[stage]);
+    };
+    int item = static_cast<int>(blockIdx.x);
+    int64_t chunk = 0;
+    if constexpr (kExact) {
+      float cur[kRingTasks][4], next[kRingTasks][4];
+      if (item < a.items) gather(item, chunk, cur);
+      for (int n = 0; item < a.items; ++n) {
+        int item2 = item;
+        int64_t chunk2 = chunk + 1;
+        if (chunk2 == plan.chunks) chunk2 = 0, item2 += static_cast<int>(gridDim.x);
+        if (item2 < a.items) gather(item2, chunk2, next);  // in flight while this stage is stored
+        const int stage = n % stages;
+        if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
+        uint8_t* st = ring + stage * plan.stage_bytes;
+        load_weights(item, chunk, st, &full[stage]);
+        put(st, cur);
+        matmul::fence_async_shared();
+        matmul::mbar_arrive(&full[stage]);
 #pragma unroll
-      for (int k = 0; k < kRingTasks; ++k)
+        for (int k = 0; k < kRingTasks; ++k)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) cur[k][j] = next[k][j];
-      item = item2, chunk = chunk2;
+          for (int j = 0; j < 4; ++j) cur[k][j] = next[k][j];
+        item = item2, chunk = chunk2;
+      }
+    } else {
+      for (int n = 0; item < a.items; ++n) {
+        const int stage = n % stages;
+        if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
+        uint8_t* st = ring + stage * plan.stage_bytes;
+        load_weights(item, chunk, st, &full[stage]);
+        issue(item, chunk, st);
+        cp_async_arrive(&full[stage]);  // once this thread's copies have landed
+        if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x);
+      }
     }
   } else {
     // ---- consumers
@@ -928,6 +972,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
       for (int64_t chunk = 0; chunk < plan.chunks; ++chunk, ++n) {
         const int stage = n % stages;
         matmul::mbar_wait(&full[stage], (n / stages) & 1);
+        // TF32: the producer's cp.async writes, seen through the barrier, made visible to the
+        // tensor cores' reads (3xTF32's producer fences its own stores)
+        if constexpr (!kExact) matmul::fence_async_shared();
         const uint32_t st = ring_at + static_cast<uint32_t>(stage * plan.stage_bytes);
         const uint32_t w0 = plan.resident ? weights_at + static_cast<uint32_t>(chunk * taps) * step
                                           : st + static_cast<uint32_t>(plan.patch_bytes);
