@@ -398,10 +398,10 @@ def define(figure, table, runs):
                                         ("v11-tf32", "11 wgmma window TF32"),
                                         ("v7-3xtf32", "7 input patch in shared memory 3xTF32"),
                                         ("v7-tf32", "7 input patch in shared memory TF32"))])
-    # ---- conv2d version 12 (version 11 warp-specialised and persistent) beside version 7 and
-    # cuDNN, forward and backward input, in one call on an H200 (docs/runs/2026-11-28-h200-ring-conv,
-    # built from eccfe3e with version 12, committed as ce7fe1c), and mnist-train's epochs after it ----
-    ring = runs["2026-11-28-h200-ring-conv"]
+    # ---- conv2d version 12 (version 11 warp-specialised and persistent; TF32's producer copying by
+    # cp.async) beside version 7 and cuDNN, forward and backward input, in one call on an H200
+    # (docs/runs/2026-11-28-h200-ring-copies, built as 930b6f6), and mnist-train's epochs after it ----
+    ring = runs["2026-11-28-h200-ring-copies"]
     six = (("v12-3xtf32", "12 wgmma ring 3xTF32"), ("v12-tf32", "12 wgmma ring TF32"),
            ("v7-3xtf32", "7 input patch in shared memory 3xTF32"), ("v7-tf32", "7 input patch in shared memory TF32"),
            ("cudnn", "cuDNN"), ("cudnn-tf32", "cuDNN TF32"))

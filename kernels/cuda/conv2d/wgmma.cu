@@ -623,7 +623,7 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   it into registers, the next stage's loads in flight while it waits for a free stage and
 //   stores this one, split: the high parts, then the rest a plane further on. (3xTF32 by
 //   cp.async, each stage split in place once its copies had landed while the next one's flew,
-//   measured slower: the large layer 913 µs against 653, its ring of two stages a stage shorter.)
+//   measured slower, the large layer most, its ring of two stages in effect one: NOTES.md.)
 //   The producer gives registers to the consumers (setmaxnreg).
 // - The weights come by bulk copies of the copy engine: once for the block where every stage's
 //   fit beside the ring (MNIST's conv2, both passes: 74 KB in TF32, 147 KB in 3xTF32), else with
@@ -638,35 +638,36 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   those a stage and an output at a time, tied version 11: its producer issued about 830
 //   instructions a stage and set the pace (kernels/cuda/NOTES.md).
 //
-// Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-ring-conv), µs. conv2 at batch 512,
+// Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-ring-copies), µs. conv2 at batch 512,
 // forward:
-//   TF32 104.3 [fig cuda.conv2d.ring.conv2-b512.fwd.v12-tf32.us]
-//     against version 7's 169.0 [fig cuda.conv2d.ring.conv2-b512.fwd.v7-tf32.us]
-//     and cuDNN TF32's 161.5 [fig cuda.conv2d.ring.conv2-b512.fwd.cudnn-tf32.us];
-//   3xTF32 255.0 [fig cuda.conv2d.ring.conv2-b512.fwd.v12-3xtf32.us]
-//     against 7's 303.3 [fig cuda.conv2d.ring.conv2-b512.fwd.v7-3xtf32.us]
-//     and cuDNN FP32's 252.2 [fig cuda.conv2d.ring.conv2-b512.fwd.cudnn.us].
+//   TF32 102.1 [fig cuda.conv2d.ring.conv2-b512.fwd.v12-tf32.us]
+//     against version 7's 170.1 [fig cuda.conv2d.ring.conv2-b512.fwd.v7-tf32.us]
+//     and cuDNN TF32's 163.1 [fig cuda.conv2d.ring.conv2-b512.fwd.cudnn-tf32.us];
+//   3xTF32 254.3 [fig cuda.conv2d.ring.conv2-b512.fwd.v12-3xtf32.us]
+//     against 7's 304.9 [fig cuda.conv2d.ring.conv2-b512.fwd.v7-3xtf32.us]
+//     and cuDNN FP32's 256.2 [fig cuda.conv2d.ring.conv2-b512.fwd.cudnn.us].
 // conv2 at batch 64, forward: TF32 24.1 [fig cuda.conv2d.ring.conv2-b64.fwd.v12-tf32.us]
-//   (7: 31.8 [fig cuda.conv2d.ring.conv2-b64.fwd.v7-tf32.us], cuDNN TF32 39.3 [fig cuda.conv2d.ring.conv2-b64.fwd.cudnn-tf32.us]),
-//   3xTF32 51.4 [fig cuda.conv2d.ring.conv2-b64.fwd.v12-3xtf32.us]
-//   (7: 55.0 [fig cuda.conv2d.ring.conv2-b64.fwd.v7-3xtf32.us], cuDNN FP32 71.7 [fig cuda.conv2d.ring.conv2-b64.fwd.cudnn.us]).
+//   (7: 31.7 [fig cuda.conv2d.ring.conv2-b64.fwd.v7-tf32.us], cuDNN TF32 44.7 [fig cuda.conv2d.ring.conv2-b64.fwd.cudnn-tf32.us]),
+//   3xTF32 51.0 [fig cuda.conv2d.ring.conv2-b64.fwd.v12-3xtf32.us]
+//   (7: 55.1 [fig cuda.conv2d.ring.conv2-b64.fwd.v7-3xtf32.us], cuDNN FP32 71.5 [fig cuda.conv2d.ring.conv2-b64.fwd.cudnn.us]).
 // conv2's backward input at batch 512 (its forward form has 32 outputs: m64n32 products):
-//   3xTF32 265.3 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v12-3xtf32.us]
-//     against 7's 366.4 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v7-3xtf32.us]
-//     and cuDNN FP32's 236.7 [fig cuda.conv2d.ring.conv2-b512.bwd-input.cudnn.us];
-//   TF32 288.2 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v12-tf32.us]
-//     against 7's 244.7 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v7-tf32.us]
-//     and cuDNN TF32's 193.3 [fig cuda.conv2d.ring.conv2-b512.bwd-input.cudnn-tf32.us]:
-//     the producer cannot fill stages of 16-cycle products fast enough, so production keeps 7 there.
+//   3xTF32 265.7 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v12-3xtf32.us]
+//     against 7's 368.6 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v7-3xtf32.us]
+//     and cuDNN FP32's 236.6 [fig cuda.conv2d.ring.conv2-b512.bwd-input.cudnn.us];
+//   TF32 135.4 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v12-tf32.us]
+//     against 7's 246.6 [fig cuda.conv2d.ring.conv2-b512.bwd-input.v7-tf32.us]
+//     and cuDNN TF32's 194.8 [fig cuda.conv2d.ring.conv2-b512.bwd-input.cudnn-tf32.us]
+//     (288.2 while TF32's producer loaded through registers: it could not fill stages of 16-cycle
+//     products fast enough).
 // The large layer, forward:
-//   TF32 257.9 [fig cuda.conv2d.ring.large.fwd.v12-tf32.us]
-//     against 7's 706.0 [fig cuda.conv2d.ring.large.fwd.v7-tf32.us]
-//     and cuDNN TF32's 316.9 [fig cuda.conv2d.ring.large.fwd.cudnn-tf32.us]
-//     (backward input 260.2 [fig cuda.conv2d.ring.large.bwd-input.v12-tf32.us],
-//     cuDNN TF32 312.2 [fig cuda.conv2d.ring.large.bwd-input.cudnn-tf32.us]);
-//   3xTF32 652.9 [fig cuda.conv2d.ring.large.fwd.v12-3xtf32.us]
-//     against 7's 1263.1 [fig cuda.conv2d.ring.large.fwd.v7-3xtf32.us]
-//     and cuDNN FP32's 623.9 [fig cuda.conv2d.ring.large.fwd.cudnn.us].
+//   TF32 259.7 [fig cuda.conv2d.ring.large.fwd.v12-tf32.us]
+//     against 7's 702.4 [fig cuda.conv2d.ring.large.fwd.v7-tf32.us]
+//     and cuDNN TF32's 320.7 [fig cuda.conv2d.ring.large.fwd.cudnn-tf32.us]
+//     (backward input 260.9 [fig cuda.conv2d.ring.large.bwd-input.v12-tf32.us],
+//     cuDNN TF32 316.2 [fig cuda.conv2d.ring.large.bwd-input.cudnn-tf32.us]);
+//   3xTF32 656.3 [fig cuda.conv2d.ring.large.fwd.v12-3xtf32.us]
+//     against 7's 1264.0 [fig cuda.conv2d.ring.large.fwd.v7-3xtf32.us]
+//     and cuDNN FP32's 628.2 [fig cuda.conv2d.ring.large.fwd.cudnn.us].
 // The tensor cores still run at about a fifth of their TF32 rate at conv2 (64 outputs: m64n64)
 // and a half at the large layer (m64n128); NOTES.md says what is next.
 constexpr int kRingThreads = 384;   // warpgroup 0 produces, 1 and 2 consume
