@@ -56,9 +56,10 @@
 //     patch's whole width, so that a tap's im2col rows are a window of the patch (conv2d/wgmma.cu).
 //     It ties too (figures in its file) and is not in production.
 //   12 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an SM walks the tiles, a
-//     producer warpgroup gathering the patch into a ring of stages (split for 3xTF32 as it is
-//     stored) that two consumer warpgroups multiply, 256 pixels a block, the weights brought by
-//     bulk copies, once a block where they fit. In production on sm_90 (figures in its file).
+//     producer warpgroup copying the patch into a ring of stages (TF32 by cp.async; 3xTF32
+//     through registers, split as it is stored) that two consumer warpgroups multiply, 256
+//     pixels a block, the weights brought by bulk copies, once a block where they fit. In
+//     production on sm_90, forward and backward input (figures in its file).
 // Backward input (cuDNN 0.0738 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms]; conv1
 //   0.0246 [fig cuda.conv2d.bwd-input.cudnn.conv1.ms]):
 //   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes.
@@ -119,9 +120,9 @@
 // there, else 12 in f32 at stride 1 on an sm_90 GPU, else 7 in f32 at stride 1 where its patch
 // fits in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8
 // where 3 applies and C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot,
-// 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the bias's gradient where the layer has
-// a bias: Backend::conv2d_backward_weight_and_bias), else 3 (2 for small layers and f64). The
-// tensor-core versions take TF32 under allow_tf32, else 3xTF32.
+// 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the
+// bias's gradient where the layer has a bias: Backend::conv2d_backward_weight_and_bias), else 3
+// (2 for small layers and f64). The tensor-core versions take TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>

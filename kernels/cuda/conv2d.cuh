@@ -181,9 +181,9 @@ int64_t backward_input_window_workspace(const Geometry& g);
 void backward_input_window(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
                            TensorMath math, cudaStream_t stream, WindowSums sums = WindowSums::pairs);
 // Forward, version 12: version 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an
-// SM walks the tiles, a producer warpgroup gathering the patch (split for 3xTF32 as it is stored)
-// into a ring of stages that two consumer warpgroups multiply, the weights brought by bulk copies
-// (once a block where they fit). Where forward_ring_applies (an sm_90 GPU, stride 1, the patch of
+// SM walks the tiles, a producer warpgroup copying the patch (TF32 by cp.async; 3xTF32 through
+// registers, split as it is stored) into a ring of stages that two consumer warpgroups multiply,
+// the weights brought by bulk copies (once a block where they fit). Where forward_ring_applies (an sm_90 GPU, stride 1, the patch of
 // 128 or 256 pixels within the producer's reach); workspace forward_ring_workspace(g) floats.
 bool forward_ring_applies(const Geometry& g, TensorMath math);
 int64_t forward_ring_workspace(const Geometry& g);

@@ -1,10 +1,12 @@
-// wgmma, Hopper's warpgroup matrix multiply-accumulate, as inline PTX: what matmul version 13 (and
-// 15, its bf16 form) and conv2d version 10 share. Each wrapper issues one asynchronous product of
-// a warpgroup (four warps, 128 threads): d (64 x N f32 accumulators, N / 2 a thread) += A (64 x K)
-// * B (K x N), B always read from shared memory through a matrix descriptor, A from shared memory
-// too or from registers. wgmma_fence before the first product whose registers were written
-// otherwise, wgmma_commit to close a group of products, wgmma_wait<N> until at most N groups are
-// in flight, and fence_accumulators before the accumulators are read.
+// wgmma, Hopper's warpgroup matrix multiply-accumulate, as inline PTX, with what feeds it in a
+// warp-specialised kernel (mbarriers, the copy engine's bulk copies, setmaxnreg): what matmul
+// version 13 (and 15, its bf16 form) and conv2d versions 10 to 12 share. Each wrapper issues one
+// asynchronous product of a warpgroup (four warps, 128 threads): d (64 x N f32 accumulators, N / 2
+// a thread) += A (64 x K) * B (K x N), B always read from shared memory through a matrix
+// descriptor, A from shared memory too or from registers. wgmma_fence before the first product
+// whose registers were written otherwise, wgmma_commit to close a group of products,
+// wgmma_wait<N> until at most N groups are in flight, and fence_accumulators before the
+// accumulators are read.
 //
 // The accumulators' layout: N / 8 mma.sync 16 x 8 tiles side by side, warp w of the warpgroup
 // holding rows 16w .. 16w + 15 (thread lane: rows lane / 4 and + 8, columns 2 (lane % 4) and + 1
