@@ -1121,8 +1121,22 @@ void ring_forward(const float* x, const float* w, bool flip, float* packed, cons
 
 }  // namespace
 
+namespace {
+
+// What every entry of versions 10 to 12 checks before it runs: that the version applies to the
+// geometry (and the GPU) and that it was given its workspace.
+void check_entry(bool applies, const float* workspace, int64_t need, const char* op, const char* version) {
+  KILN_CHECK(applies, ValueError, "cuda ", op, ": version ", version, " does not apply to this geometry or GPU");
+  KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": version ", version, " needs a workspace of ", need,
+             " elements");
+}
+
+bool exact(TensorMath math) { return math == TensorMath::tf32x3; }
+
+}  // namespace
+
 bool forward_wgmma_applies(const Geometry& g, TensorMath math) {
-  return wg_plan_for(g, math == TensorMath::tf32x3).smem > 0;
+  return wg_plan_for(g, exact(math)).smem > 0;
 }
 
 int64_t forward_wgmma_workspace(const Geometry& g) {
@@ -1132,10 +1146,8 @@ int64_t forward_wgmma_workspace(const Geometry& g) {
 
 void forward_wgmma(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
                    const Geometry& g, TensorMath math, cudaStream_t stream) {
-  const WgPlan plan = wg_plan_for(g, math == TensorMath::tf32x3);
-  KILN_CHECK(plan.smem > 0, ValueError, "cuda conv2d: version 10 (wgmma) does not apply to this geometry or GPU");
-  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: version 10 needs a workspace of ",
-             forward_wgmma_workspace(g), " elements");
+  const WgPlan plan = wg_plan_for(g, exact(math));
+  check_entry(plan.smem > 0, workspace, forward_wgmma_workspace(g), "conv2d", "10 (wgmma)");
   wgmma_forward(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
 }
 
@@ -1149,18 +1161,14 @@ int64_t backward_input_wgmma_workspace(const Geometry& g) {
 
 void backward_input_wgmma(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
                           TensorMath math, cudaStream_t stream) {
-  KILN_CHECK(backward_input_wgmma_applies(g, math), ValueError,
-             "cuda conv2d_backward_input: version 10 (wgmma) does not apply to this geometry or GPU");
-  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_input: version 10 needs a workspace of ",
-             backward_input_wgmma_workspace(g), " elements");
+  check_entry(backward_input_wgmma_applies(g, math), workspace, backward_input_wgmma_workspace(g),
+              "conv2d_backward_input", "10 (wgmma)");
   const Geometry f = as_forward(g);
-  wgmma_forward(grad_y, w, true, workspace, {}, grad_x, f, wg_plan_for(f, math == TensorMath::tf32x3), stream,
-                "conv2d_backward_input");
+  wgmma_forward(grad_y, w, true, workspace, {}, grad_x, f, wg_plan_for(f, exact(math)), stream, "conv2d_backward_input");
 }
 
-
 bool forward_window_applies(const Geometry& g, TensorMath math) {
-  return win_plan_for(g, math == TensorMath::tf32x3).smem > 0;
+  return win_plan_for(g, exact(math)).smem > 0;
 }
 
 int64_t forward_window_workspace(const Geometry& g) {
@@ -1170,10 +1178,8 @@ int64_t forward_window_workspace(const Geometry& g) {
 
 void forward_window(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
                     const Geometry& g, TensorMath math, cudaStream_t stream, WindowSums sums) {
-  const WinPlan plan = win_plan_for(g, math == TensorMath::tf32x3);
-  KILN_CHECK(plan.smem > 0, ValueError, "cuda conv2d: version 11 (wgmma window) does not apply to this geometry or GPU");
-  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: version 11 needs a workspace of ",
-             forward_window_workspace(g), " elements");
+  const WinPlan plan = win_plan_for(g, exact(math));
+  check_entry(plan.smem > 0, workspace, forward_window_workspace(g), "conv2d", "11 (wgmma window)");
   window_forward(x, w, false, workspace, e, y, g, plan, sums, stream, "conv2d");
 }
 
@@ -1187,18 +1193,15 @@ int64_t backward_input_window_workspace(const Geometry& g) {
 
 void backward_input_window(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
                            TensorMath math, cudaStream_t stream, WindowSums sums) {
-  KILN_CHECK(backward_input_window_applies(g, math), ValueError,
-             "cuda conv2d_backward_input: version 11 (wgmma window) does not apply to this geometry or GPU");
-  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_input: version 11 needs a workspace of ",
-             backward_input_window_workspace(g), " elements");
+  check_entry(backward_input_window_applies(g, math), workspace, backward_input_window_workspace(g),
+              "conv2d_backward_input", "11 (wgmma window)");
   const Geometry f = as_forward(g);
-  window_forward(grad_y, w, true, workspace, {}, grad_x, f, win_plan_for(f, math == TensorMath::tf32x3), sums, stream,
+  window_forward(grad_y, w, true, workspace, {}, grad_x, f, win_plan_for(f, exact(math)), sums, stream,
                  "conv2d_backward_input");
 }
 
-
 bool forward_ring_applies(const Geometry& g, TensorMath math) {
-  return ring_plan_for(g, math == TensorMath::tf32x3).smem > 0;
+  return ring_plan_for(g, exact(math)).smem > 0;
 }
 
 int64_t forward_ring_workspace(const Geometry& g) {
@@ -1211,10 +1214,8 @@ int64_t forward_ring_workspace(const Geometry& g) {
 
 void forward_ring(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
                   const Geometry& g, TensorMath math, cudaStream_t stream) {
-  const RingPlan plan = ring_plan_for(g, math == TensorMath::tf32x3);
-  KILN_CHECK(plan.smem > 0, ValueError, "cuda conv2d: version 12 (wgmma ring) does not apply to this geometry or GPU");
-  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d: version 12 needs a workspace of ",
-             forward_ring_workspace(g), " elements");
+  const RingPlan plan = ring_plan_for(g, exact(math));
+  check_entry(plan.smem > 0, workspace, forward_ring_workspace(g), "conv2d", "12 (wgmma ring)");
   ring_forward(x, w, false, workspace, e, y, g, plan, stream, "conv2d");
 }
 
@@ -1228,13 +1229,10 @@ int64_t backward_input_ring_workspace(const Geometry& g) {
 
 void backward_input_ring(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
                          TensorMath math, cudaStream_t stream) {
-  KILN_CHECK(backward_input_ring_applies(g, math), ValueError,
-             "cuda conv2d_backward_input: version 12 (wgmma ring) does not apply to this geometry or GPU");
-  KILN_CHECK(workspace != nullptr, ValueError, "cuda conv2d_backward_input: version 12 needs a workspace of ",
-             backward_input_ring_workspace(g), " elements");
+  check_entry(backward_input_ring_applies(g, math), workspace, backward_input_ring_workspace(g),
+              "conv2d_backward_input", "12 (wgmma ring)");
   const Geometry f = as_forward(g);
-  ring_forward(grad_y, w, true, workspace, {}, grad_x, f, ring_plan_for(f, math == TensorMath::tf32x3), stream,
-               "conv2d_backward_input");
+  ring_forward(grad_y, w, true, workspace, {}, grad_x, f, ring_plan_for(f, exact(math)), stream, "conv2d_backward_input");
 }
 
 }  // namespace kiln::cuda::conv2d
