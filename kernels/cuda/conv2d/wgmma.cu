@@ -676,7 +676,7 @@ constexpr int kRingMaxStages = 8;
 constexpr int64_t kRingSmem = 227 * 1024;  // one block an SM
 
 struct RingPlan {
-  int cols = 0, rows = 0, pixels = 0;  // version 11's patch, for a block of 128 mw pixels
+  int cols = 0, pixels = 0;  // version 11's patch, for a block of 128 mw pixels
   int64_t chunks = 0, np = 0;
   int bn = 0, mw = 0, stages = 0;
   bool exact = false;
@@ -696,8 +696,8 @@ RingPlan ring_plan(const Dims& d, bool exact) {
   const int64_t bm = 128 * p.mw;
   p.cols = static_cast<int>(d.ow + (d.kw - 1) * d.dw);
   const int64_t reach = p.cols - 1 + bm + (d.kh - 1) * d.dh * p.cols + (d.kw - 1) * d.dw;
-  p.rows = static_cast<int>((reach + p.cols - 1) / p.cols);
-  p.pixels = (p.rows * p.cols + 7) / 8 * 8;
+  const int rows = static_cast<int>((reach + p.cols - 1) / p.cols);
+  p.pixels = (rows * p.cols + 7) / 8 * 8;
   p.chunks = (d.cg + kPatchChannels - 1) / kPatchChannels;
   p.np = (d.og + p.bn - 1) / p.bn * p.bn;
   const int sets = exact ? 2 : 1;
