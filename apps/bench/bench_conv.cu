@@ -412,6 +412,14 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     kiln_version("bwd-weight 3 tensor cores TF32", [&] {
       cv::backward_weight_tensor_cores<float>(x, gy, gw, kiln_ws, g, cv::TensorMath::tf32, stream);
     }, gw, gw_ref, nw, kTf32Tolerance);
+    for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
+      if (!cv::backward_weight_ring_applies(g, math)) continue;
+      const bool tf32 = math == cv::TensorMath::tf32;
+      float* ws = buffer(std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, math)));
+      kiln_version(std::string("bwd-weight 6 wgmma ring ") + (tf32 ? "TF32" : "3xTF32"),
+                   [&] { cv::backward_weight_ring(x, gy, gw, ws, g, math, stream); }, gw, gw_ref, nw,
+                   tf32 ? kTf32Tolerance : 1e-3);
+    }
     if (const int64_t bytes = cv::backward_weight_rows_workspace<float>(g); bytes > 0) {
       void* ws = bench.device_bytes(static_cast<size_t>(bytes));
       kiln_version("bwd-weight 5 short reduction, input rows in shared memory",

@@ -417,6 +417,31 @@ def define(figure, table, runs):
                             ("b512-tf32", "train_b512_tf32.jsonl", "batch 512, --tf32")):
         figure(f"cuda.conv2d.ring.cnn.{tag}.epoch2", ring, ring.epoch(file, 2)["seconds"],
                f"mnist-train CNN {what}, conv2d version 12 in production (H200): epoch 2, s")
+    # ---- backward weight version 6 (wgmma, A from registers) beside version 3 and cuDNN in one call
+    # on an H200 (docs/runs/2026-11-28-h200-weight-ring), mnist-train's epochs after it, and the f32
+    # step's profile at batch 512 (2026-11-28-h200-weight-ring-profile) ----
+    weight = runs["2026-11-28-h200-weight-ring"]
+    conv_figures("weight-ring", weight, {"conv2-b64": "conv2 x[64,32,26,26] w[64,32,3,3]",
+                                         "conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]",
+                                         "large": "large x[64,128,56,56] w[128,128,3,3] pad 1"},
+                 [(f"bwd-weight.{name}", f"bwd-weight {version}")
+                  for name, version in (("v6-3xtf32", "6 wgmma ring 3xTF32"), ("v6-tf32", "6 wgmma ring TF32"),
+                                        ("v3-3xtf32", "3 tensor cores 3xTF32"), ("v3-tf32", "3 tensor cores TF32"),
+                                        ("cudnn", "cuDNN"), ("cudnn-tf32", "cuDNN TF32"))])
+    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b64-tf32", "train_tf32.jsonl", "batch 64, --tf32"),
+                            ("b512", "train_b512.jsonl", "batch 512, f32"),
+                            ("b512-tf32", "train_b512_tf32.jsonl", "batch 512, --tf32")):
+        figure(f"cuda.conv2d.weight-ring.cnn.{tag}.epoch2", weight, weight.epoch(file, 2)["seconds"],
+               f"mnist-train CNN {what}, backward weight version 6 in production (H200): epoch 2, s")
+    import step_profile
+    for tag, run, names in (("before", runs["2026-11-28-h200-ring-profile"], {"conv2d::implicit_gemm_tc_kernel"}),
+                            ("after", runs["2026-11-28-h200-weight-ring-profile"], {"conv2d::weight_ring_kernel"})):
+        summary = step_profile.summary(step_profile.kernels(run.file("profile_b512.csv")))
+        figure(f"cuda.conv2d.weight-ring.step.b512.{tag}.us", run, summary["us_per_step"],
+               f"kernel time a step (ncu), CNN batch 512, f32, {tag} backward weight version 6, µs")
+        figure(f"cuda.conv2d.weight-ring.step.b512.{tag}.weight.us", run,
+               sum(e["us_per_step"] for e in summary["kernels"] if e["kernel"] in names),
+               f"the conv2 weight gradient's GEMM kernel a step (ncu), CNN batch 512, f32, {tag} version 6, µs")
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

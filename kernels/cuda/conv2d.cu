@@ -114,6 +114,11 @@
 //     FP32 35.4 [fig cuda.conv2d.weight-window.conv1-b64.cudnn.us] and 95.3 [fig cuda.conv2d.weight-window.conv1-b512.cudnn.us]):
 //     now waiting on grad_y's loads, a lane's eight
 //     rows ahead at a time, with DRAM a quarter busy (NOTES.md).
+//   6 on Hopper's warpgroup tensor cores (conv2d/wgmma_weight.cu): grad_w^T = im2col^T . grad_y^T,
+//     the im2col fragments loaded into registers from the input rows in shared memory (a tap's
+//     row of im2col is the input moved by one element, which no wgmma descriptor can address)
+//     and grad_y read by the tensor cores, warp-specialised as forward 12, split along the pixels
+//     over the SMs; sm_90 only (figures in its file).
 //
 // Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
@@ -121,8 +126,9 @@
 // fits in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8
 // where 3 applies and C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot,
 // 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the
-// bias's gradient where the layer has a bias: Backend::conv2d_backward_weight_and_bias), else 3
-// (2 for small layers and f64). The tensor-core versions take TF32 under allow_tf32, else 3xTF32.
+// bias's gradient where the layer has a bias: Backend::conv2d_backward_weight_and_bias), else 6
+// in f32 on an sm_90 GPU where it pays (backward_weight_ring_pays), else 3 (2 for small layers
+// and f64). The tensor-core versions take TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -352,56 +358,6 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
   const int bytes = static_cast<int>(G::smem_bytes(std::min(k_per_split, p.K)));
   allow_dynamic_smem(kernel, bytes);
   launch_tiles<BM, BN>(kernel, G::THREADS, p, groups, splits, k_per_split, stream, op, bytes);
-}
-
-// Sums the S partial results of each grad_w element: gw[i] = sum_s ws[s][i] (in T, rounded once
-// to Out: bf16's partials are f32). A block of 32 x kSumRows threads takes 32 neighbouring
-// elements; its rows of threads split the partials (row r adds s = r, r + kSumRows, ..., four
-// loads in flight before their adds), and row 0 adds the rows' sums in order: the order of every
-// addition is fixed by S, so the result is deterministic. One thread per element, eight loads in
-// flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory:
-// 7 µs [nofig] at batch 64 for 92 KB in the bf16 step's profile (ncu,
-// docs/runs/2026-11-27-h100-fc1-split; history: NOTES.md). conv1's whole bf16 weight gradient then took
-// 23.5 µs [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.us] at batch 64 and
-// 55.4 [fig cuda.conv2d.rows.conv1-b512.bwd-weight-bf16.us] at 512, from
-// 27.6 [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.before.us] and
-// 78.6 [fig cuda.conv2d.rows.conv1-b512.bwd-weight-bf16.before.us] (kernel-bench, H100,
-// docs/runs/2026-11-27-h100-conv1-rows and -bf16-kernels).
-constexpr int kSumRows = 8, kSumUnroll = 4;
-template <class T, class Out = T>
-__global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits,
-                                                                   Out* tail, int64_t head) {
-  __shared__ T rows[kSumRows][32];
-  const int64_t i = blockIdx.x * int64_t{32} + threadIdx.x;
-  T acc = 0;
-  if (i < count) {
-    for (int64_t s0 = threadIdx.y; s0 < splits; s0 += kSumRows * kSumUnroll) {
-      T v[kSumUnroll];
-#pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u)
-        if (s0 + u * kSumRows < splits) v[u] = ws[(s0 + u * kSumRows) * count + i];
-#pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u)
-        if (s0 + u * kSumRows < splits) acc += v[u];
-    }
-  }
-  rows[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && i < count) {
-    T total = rows[0][threadIdx.x];
-#pragma unroll
-    for (int r = 1; r < kSumRows; ++r) total += rows[r][threadIdx.x];
-    (i < head ? gw[i] : tail[i - head]) = cast<Out>(total);
-  }
-}
-
-// Launches sum_splits_kernel over count elements; those from `head` on go to `tail` (a second
-// output summed in the same launch: version 5's bias gradient).
-template <class T, class Out>
-void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_t stream, Out* tail = nullptr,
-                int64_t head = -1) {
-  sum_splits_kernel<T, Out><<<static_cast<unsigned>((count + 31) / 32), dim3(32, kSumRows), 0, stream>>>(
-      ws, gw, count, splits, tail, tail ? head : count);
 }
 
 // ---- backward weight, version 5: a short reduction per output, the input rows in shared memory ----
@@ -1747,6 +1703,13 @@ void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2
 template <class T>
 void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv2d::Geometry& g,
                      conv2d::TensorMath math) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv2d::backward_weight_ring_pays(g, math)) {
+      Scratch ws(be, sizeof(float) * static_cast<size_t>(conv2d::backward_weight_ring_workspace(g, math)));
+      conv2d::backward_weight_ring(x, gy, gw, static_cast<float*>(ws.p), g, math, be.stream());
+      return;
+    }
+  }
   Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_weight_workspace(g)));
   conv2d::backward_weight_tensor_cores<T>(x, gy, gw, static_cast<T*>(ws.p), g, math, be.stream());
 }

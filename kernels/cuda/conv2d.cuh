@@ -180,6 +180,20 @@ bool backward_input_window_applies(const Geometry& g, TensorMath math);
 int64_t backward_input_window_workspace(const Geometry& g);
 void backward_input_window(const float* grad_y, const float* w, float* grad_x, float* workspace, const Geometry& g,
                            TensorMath math, cudaStream_t stream, WindowSums sums = WindowSums::pairs);
+// Backward weight, version 6: on Hopper's warpgroup tensor cores (conv2d/wgmma_weight.cu),
+// grad_w^T = im2col^T . grad_y^T with the im2col fragments loaded from the input rows in shared
+// memory into registers and grad_y read by the tensor cores, warp-specialised (a producer
+// warpgroup filling a ring of 64-pixel stages, two consumers), split over the SMs along the pixels
+// and the splits summed in order. Any stride, padding, dilation and groups; where
+// backward_weight_ring_applies (an sm_90 GPU, two stages within shared memory); workspace
+// backward_weight_ring_workspace(g, math) floats (0: none needed).
+bool backward_weight_ring_applies(const Geometry& g, TensorMath math);
+// Where production takes it: wherever it applies in 3xTF32; in TF32 up to 64 outputs a block
+// (with 128, the large layer, its consumers spill and version 3 is faster: conv2d/wgmma_weight.cu).
+bool backward_weight_ring_pays(const Geometry& g, TensorMath math);
+int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math);
+void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
+                          TensorMath math, cudaStream_t stream);
 // Forward, version 12: version 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an
 // SM walks the tiles, a producer warpgroup copying the patch (TF32 by cp.async; 3xTF32 through
 // registers, split as it is stored) into a ring of stages that two consumer warpgroups multiply,

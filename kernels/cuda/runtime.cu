@@ -26,6 +26,11 @@ int device_attribute(cudaDeviceAttr attr, int device) {
   return value;
 }
 
+bool is_sm90(int device) {
+  return device_attribute(cudaDevAttrComputeCapabilityMajor, device) == 9 &&
+         device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
+}
+
 CudaBackend::CudaBackend(int device) : device_(device) {
   KILN_CUDA_CHECK(cudaSetDevice(device_));
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

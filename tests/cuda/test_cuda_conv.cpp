@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,7 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
   cudaStream_t stream = cuda::backend(0).stream();
   std::mt19937 rng(14);
   int wgmma_runs = 0, window_runs = 0, ring_runs = 0;  // versions 10's, 11's and 12's, on an sm_90 GPU
+  int weight_ring_runs = 0;                            // backward weight 6's
   for (int trial = 0; trial < 50; ++trial) {
     const ConvCase c = random_conv(rng, trial);
     const cv::Geometry g = geometry(c);
@@ -251,14 +253,24 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
                                             device_ptr<T>(ws3), g, math, stream);
         check_close(gw3, conv2d_backward_weight(x, gy, c.w, c.config), r, atol(c.y[0] * c.y[2] * c.y[3]),
                     "backward_weight_tensor_cores" + name + c.str());
+        if (std::is_same_v<T, float> && cv::backward_weight_ring_applies(g, math)) {  // version 6 (sm_90)
+          Tensor gw6 = full(c.w, 7.0, TensorOptions(t).device(kCuda));
+          Tensor ws6 = full({std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, math))}, 7.0,
+                            TensorOptions(t).device(kCuda));
+          cv::backward_weight_ring(device_ptr<float>(dx), device_ptr<float>(dgy), device_ptr<float>(gw6),
+                                   device_ptr<float>(ws6), g, math, stream);
+          check_close(gw6, conv2d_backward_weight(x, gy, c.w, c.config), r, atol(c.y[0] * c.y[2] * c.y[3]),
+                      "backward_weight_ring" + name + c.str());
+          ++weight_ring_runs;
+        }
       }
     };
     run(float{}, DType::f32);
     run(double{}, DType::f64);
   }
   MESSAGE("version 10 ran on ", wgmma_runs, " of the random geometries, version 11 on ", window_runs, ", version 12 on ",
-          ring_runs);
-  if (sm90()) CHECK((wgmma_runs > 0 && window_runs > 0 && ring_runs > 0));
+          ring_runs, ", backward weight 6 on ", weight_ring_runs);
+  if (sm90()) CHECK((wgmma_runs > 0 && window_runs > 0 && ring_runs > 0 && weight_ring_runs > 0));
 }
 
 TEST_CASE("versions 10, 11 and 12 (wgmma) match the CPU at the MNIST CNN's conv2, wide layers, odd sizes and groups") {
@@ -363,6 +375,73 @@ TEST_CASE("versions 10, 11 and 12 (wgmma) match the CPU at the MNIST CNN's conv2
       }
   }
   CHECK(runs == 96);
+}
+
+TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide layers, strides, groups and tails") {
+  // 3xTF32 within f32's tolerance and TF32 within TF32's: 32, 64 and 128 outputs a block (and a
+  // second block of them), taps past a block's tiles (several blocks of taps), images whose last
+  // stage is short, pixel counts not a multiple of 4 (grad_y copied by the element), one split
+  // and many; and 3xTF32's NaN fallback, where an input of FLT_MAX splits into inf and -inf
+  namespace cv = cuda::conv2d;
+  if (!sm90()) return;
+  cudaStream_t stream = cuda::backend(0).stream();
+  auto config = [](int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
+    Conv2dConfig k;
+    k.stride = {stride, stride}, k.padding = {pad, pad}, k.dilation = {dilation, dilation}, k.groups = groups;
+    return k;
+  };
+  std::vector<ConvCase> cases = {
+      {{64, 32, 26, 26}, {64, 32, 3, 3}, {}, false, {}},                 // conv2 at batch 64
+      {{16, 32, 26, 26}, {64, 32, 3, 3}, config(1, 1, 1, 1), false, {}},  // 676 pixels: a short last stage
+      {{3, 7, 23, 19}, {130, 7, 5, 3}, config(2, 1, 2, 1), false, {}},  // 128 outputs a block and 2; odd pixels
+      {{5, 66, 17, 15}, {70, 33, 3, 3}, config(1, 0, 1, 2), false, {}},  // two groups of 35 outputs
+      {{4, 256, 9, 9}, {48, 256, 1, 1}, {}, false, {}},                  // 1 x 1: 256 taps, 32 outputs a block
+      {{2, 128, 20, 20}, {128, 128, 3, 3}, config(1, 1, 1, 1), false, {}},  // 1152 taps: several blocks of them
+      {{50, 8, 5, 5}, {16, 8, 3, 3}, {}, false, {}},                     // 9 pixels an image: 64-pixel stages of one
+      {{1, 5, 300, 7}, {12, 5, 3, 3}, config(3, 0, 1, 1), false, {}},    // 1 image, few pixels: one split
+  };
+  for (ConvCase& c : cases) {
+    auto out = [&](int i) {
+      const int64_t in = c.x[2 + i], k = c.w[2 + i];
+      return (in + 2 * c.config.padding[i] - c.config.dilation[i] * (k - 1) - 1) / c.config.stride[i] + 1;
+    };
+    c.y = {c.x[0], c.w[0], out(0), out(1)};
+  }
+  for (const ConvCase& c : cases) {
+    const cv::Geometry g = geometry(c);
+    const Tensor x = uniform(c.x, -1, 1), gy = uniform(c.y, -1, 1);
+    const Tensor want = conv2d_backward_weight(x, gy, c.w, c.config);
+    for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
+      const bool tf32 = math == cv::TensorMath::tf32;
+      const std::string name = (tf32 ? "(TF32) " : "(3xTF32) ") + c.str();
+      REQUIRE_MESSAGE(cv::backward_weight_ring_applies(g, math), name);
+      Tensor dx = x.to(kCuda), dgy = gy.to(kCuda), gw = full(c.w, 7.0, kCuda);
+      Tensor ws = full({std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, math))}, 7.0, kCuda);
+      cv::backward_weight_ring(device_ptr<float>(dx), device_ptr<float>(dgy), device_ptr<float>(gw),
+                               device_ptr<float>(ws), g, math, stream);
+      const int64_t len = c.y[0] * c.y[2] * c.y[3];
+      check_close(gw, want, tf32 ? kTf32Rtol : rtol_for(DType::f32), tf32 ? tf32_atol(len) : atol_for(DType::f32, len),
+                  "backward_weight_ring " + name);
+    }
+  }
+  // production takes it in 3xTF32, and in TF32 up to 64 outputs a block
+  CHECK(cv::backward_weight_ring_pays(geometry(cases[0]), cv::TensorMath::tf32));
+  CHECK(cv::backward_weight_ring_pays(geometry(cases[5]), cv::TensorMath::tf32x3));
+  CHECK_FALSE(cv::backward_weight_ring_pays(geometry(cases[5]), cv::TensorMath::tf32));
+  // FLT_MAX in x: its 3xTF32 split overflows, the products come out NaN, and the kernel sums those
+  // outputs again in f32 (grad_y small, so that the true sums stay finite)
+  const ConvCase& c = cases[0];
+  const cv::Geometry g = geometry(c);
+  std::vector<float> xv = uniform(c.x, -1, 1).to_vector<float>();
+  xv[5 * 26 + 7] = std::numeric_limits<float>::max();
+  const Tensor x = from_vector(xv, c.x), gy = uniform(c.y, -1e-3, 1e-3);
+  const Tensor want = conv2d_backward_weight(x, gy, c.w, c.config);
+  Tensor dx = x.to(kCuda), dgy = gy.to(kCuda), gw = full(c.w, 7.0, kCuda);
+  Tensor ws = full({std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, cv::TensorMath::tf32x3))}, 7.0, kCuda);
+  cv::backward_weight_ring(device_ptr<float>(dx), device_ptr<float>(dgy), device_ptr<float>(gw), device_ptr<float>(ws),
+                           g, cv::TensorMath::tf32x3, stream);
+  check_close(gw, want, rtol_for(DType::f32), 1e-6 * std::numeric_limits<float>::max() * 1e-3,
+              "backward_weight_ring (3xTF32) with FLT_MAX in x");
 }
 
 TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, and falls back otherwise") {

@@ -1,13 +1,15 @@
 // What the conv2d kernels share (kernels/cuda/conv2d.cu, the tutorial, says what they compute):
-// the geometry as the kernels read it, and the K slice the implicit GEMM kernels step through.
-// Included by conv2d.cu only, with implicit_gemm.cuh, tensor_cores.cuh and patch.cuh, so that the
-// one file that defines the versions keeps its kernels in one translation unit.
+// the geometry as the kernels read it, the K slice the implicit GEMM kernels step through, and the
+// ordered sum of the weight gradient's split partials. Included by conv2d.cu (with
+// implicit_gemm.cuh, tensor_cores.cuh and patch.cuh) and by the sm_90a files, conv2d/wgmma.cu and
+// conv2d/wgmma_weight.cu.
 #pragma once
 
 #include <cstdint>
 
 #include "kiln/core/bf16.h"
 #include "kiln/kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda::conv2d {
 
@@ -59,6 +61,56 @@ __device__ inline uint32_t round_bf16_pair(float lo, float hi) {
 // integer division takes about twenty instructions. Exact: (a + 0.5) / b is at least 0.5 / b
 // from an integer, and the float product errs by less than (a + 0.5) / b * 2^-23.
 __device__ inline int div_small(int a, float inv_b) { return static_cast<int>((static_cast<float>(a) + 0.5f) * inv_b); }
+
+// Sums the S partial results of each grad_w element: gw[i] = sum_s ws[s][i] (in T, rounded once
+// to Out: bf16's partials are f32). A block of 32 x kSumRows threads takes 32 neighbouring
+// elements; its rows of threads split the partials (row r adds s = r, r + kSumRows, ..., four
+// loads in flight before their adds), and row 0 adds the rows' sums in order: the order of every
+// addition is fixed by S, so the result is deterministic. One thread per element, eight loads in
+// flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory:
+// 7 µs [nofig] at batch 64 for 92 KB in the bf16 step's profile (ncu,
+// docs/runs/2026-11-27-h100-fc1-split; history: NOTES.md). conv1's whole bf16 weight gradient then took
+// 23.5 µs [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.us] at batch 64 and
+// 55.4 [fig cuda.conv2d.rows.conv1-b512.bwd-weight-bf16.us] at 512, from
+// 27.6 [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.before.us] and
+// 78.6 [fig cuda.conv2d.rows.conv1-b512.bwd-weight-bf16.before.us] (kernel-bench, H100,
+// docs/runs/2026-11-27-h100-conv1-rows and -bf16-kernels).
+constexpr int kSumRows = 8, kSumUnroll = 4;
+template <class T, class Out = T>
+__global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits,
+                                                                   Out* tail, int64_t head) {
+  __shared__ T rows[kSumRows][32];
+  const int64_t i = blockIdx.x * int64_t{32} + threadIdx.x;
+  T acc = 0;
+  if (i < count) {
+    for (int64_t s0 = threadIdx.y; s0 < splits; s0 += kSumRows * kSumUnroll) {
+      T v[kSumUnroll];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u)
+        if (s0 + u * kSumRows < splits) v[u] = ws[(s0 + u * kSumRows) * count + i];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u)
+        if (s0 + u * kSumRows < splits) acc += v[u];
+    }
+  }
+  rows[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && i < count) {
+    T total = rows[0][threadIdx.x];
+#pragma unroll
+    for (int r = 1; r < kSumRows; ++r) total += rows[r][threadIdx.x];
+    (i < head ? gw[i] : tail[i - head]) = cast<Out>(total);
+  }
+}
+
+// Launches sum_splits_kernel over count elements; those from `head` on go to `tail` (a second
+// output summed in the same launch: version 5's bias gradient).
+template <class T, class Out>
+void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_t stream, Out* tail = nullptr,
+                int64_t head = -1) {
+  sum_splits_kernel<T, Out><<<static_cast<unsigned>((count + 31) / 32), dim3(32, kSumRows), 0, stream>>>(
+      ws, gw, count, splits, tail, tail ? head : count);
+}
 
 }  // namespace
 

@@ -117,9 +117,7 @@ WgPlan wg_plan_for(const Geometry& f, bool exact) {
   return {};
 #else
   if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
-  if (device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
-      device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
-    return {};
+  if (!is_sm90()) return {};
   const Dims d = dims_of(f);
   const WgPlan p = wg_plan(d, exact);
   const bool fits = p.smem <= kWgMaxSmem && kPatchChannels * d.hw < (int64_t{1} << 31) && d.ohw < (int64_t{1} << 31);
@@ -160,15 +158,6 @@ struct WgArgs {
   int tiles;  // pixel tiles per image
   int64_t set;  // elements of one set of packed weights
 };
-
-#ifdef KILN_WGMMA
-// The descriptor of a k-step's weights at shared address addr: no swizzle (bits 62-63 zero),
-// leading byte offset 128 (the next 4 values of k), stride byte offset 256 (the next 8 outputs).
-__device__ inline uint64_t wg_descriptor(uint32_t addr) {
-  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{128 >> 4} << 16 | uint64_t{256 >> 4} << 32;
-}
-
-#endif
 
 // Stores a warp's wgmma accumulators: rows g and g + 8 of the warp's 16, columns 8j + 2t and + 1
 // (acc[4j + 2h + e]), as output channels n0 + column of pixel pixel(row) (negative: a row past
@@ -268,7 +257,7 @@ __global__ void __launch_bounds__(kWgThreads) wgmma_conv_kernel(WgArgs a) {
       av[0] = v0.x, av[1] = v1.x, av[2] = v0.y, av[3] = v1.y;
     };
     auto step = [&](int tap) {  // the descriptor of a tap's weights (3xTF32: its high parts)
-      return wg_descriptor(weights + static_cast<uint32_t>(tap * step_floats * 4));
+      return matmul::packed_descriptor(weights + static_cast<uint32_t>(tap * step_floats * 4));
     };
     // One commit group at a time, waited for before the next group's fragments load: a tap in
     // TF32, a pair of taps in 3xTF32, whose sum is formed from zero and then added to acc in f32
@@ -402,9 +391,7 @@ WinPlan win_plan_for(const Geometry& f, bool exact) {
   return {};
 #else
   if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
-  if (device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
-      device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
-    return {};
+  if (!is_sm90()) return {};
   const Dims d = dims_of(f);
   const WinPlan p = win_plan(d, exact);
   // the descriptors' 14-bit fields: a plane of pixels * 16 bytes; the pixel index within an int
@@ -526,7 +513,7 @@ __global__ void __launch_bounds__(kWgThreads) window_conv_kernel(WinArgs a) {
     matmul::cp_async_commit();
     const uint32_t a_hi = smem_base + static_cast<uint32_t>(at * 4), a_lo = matmul::smem_u32(low);
     const uint32_t weights = smem_base + static_cast<uint32_t>((at + plane) * 4);
-    auto b_desc = [&](int run) { return wg_descriptor(weights + static_cast<uint32_t>(run * step_floats * 4)); };
+    auto b_desc = [&](int run) { return matmul::packed_descriptor(weights + static_cast<uint32_t>(run * step_floats * 4)); };
     auto a_desc = [&](uint32_t base, int tap) {  // the tap's window: pixel first + ky dh cols + kx dw
       const int offset = first + tap / kw * dh * cols + tap % kw * dw;
       return win_descriptor(base + static_cast<uint32_t>(offset) * 16, plane_bytes);
@@ -719,9 +706,7 @@ RingPlan ring_plan_for(const Geometry& f, bool exact) {
   return {};
 #else
   if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
-  if (device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 ||
-      device_attribute(cudaDevAttrComputeCapabilityMinor) != 0)
-    return {};
+  if (!is_sm90()) return {};
   const Dims d = dims_of(f);
   const RingPlan p = ring_plan(d, exact);
   // two stages at least; a stage's patch within the producer's 128 x kRingTasks pieces; the
@@ -981,7 +966,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
                                           : st + static_cast<uint32_t>(plan.patch_bytes);
         // The descriptors of tap 0; a descriptor's address is in 16-byte units in its low bits, so
         // a tap moves it by an add: A by the tap's window offset in pixels, B by a k-step's weights.
-        const uint64_t b0 = wg_descriptor(w0), b_set = set_bytes / 16, b_step = step / 16;
+        const uint64_t b0 = matmul::packed_descriptor(w0), b_set = set_bytes / 16, b_step = step / 16;
         const uint64_t a0 = win_descriptor(st + static_cast<uint32_t>(first) * 16, plane_bytes);
         [[maybe_unused]] const uint64_t a_low = 2 * plane_bytes / 16;  // 3xTF32: the low parts' planes
         int window = 0, kx = 0;  // the tap's offset ky dh cols + kx dw, and its kx

@@ -679,10 +679,8 @@ bool tf32_wgmma_applies(const MatmulParams& p, int device) {
   (void)p, (void)device;
   return false;  // built without sm_90a code (CMAKE_CUDA_ARCHITECTURES has no Hopper)
 #else
-  const bool sm90 = device_attribute(cudaDevAttrComputeCapabilityMajor, device) == 9 &&
-                    device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
   // Tensor-map coordinates are 32-bit.
-  return sm90 && std::max({p.m, p.n, p.k}) < (int64_t{1} << 31) - 256;
+  return is_sm90(device) && std::max({p.m, p.n, p.k}) < (int64_t{1} << 31) - 256;
 #endif
 }
 

@@ -1,0 +1,528 @@
+// The weight gradient on Hopper's warpgroup tensor cores: backward weight version 6 (kernels/cuda/
+// conv2d.cu gives the versions, kernels/cuda/NOTES.md their story). Built for sm_90a
+// (kernels/cuda/CMakeLists.txt); runs on an sm_90 GPU only.
+//
+// grad_w's GEMM sums over every pixel of every image (K = N_img*OH*OW, hundreds of thousands) into
+// a small result (O/G outputs by C/G*KH*KW taps), so the work is split along K over the SMs and the
+// splits' partial results are summed in order afterwards (version 1's split-K, deterministic).
+// wgmma wants both operands K-major in shared memory, and grad_y is: an output channel's pixels lie
+// side by side. The im2col matrix is not: a tap's row is the input moved by the tap's offset, one
+// element (4 bytes) for each step of kx, and a wgmma descriptor moves in 16-byte steps. So the
+// product is taken the other way round, grad_w^T = im2col^T . grad_y^T (M = C/G*KH*KW taps, N = the
+// outputs), with A, the im2col rows, from registers: wgmma reads A from registers in mma.sync's
+// fragment layout, and a thread may load its four values of a fragment from anywhere. The block
+// keeps the input rows that a stage's pixels read in shared memory (the "patch": every channel of
+// the block's taps, padding as zeros), and a fragment's values are single loads from it, at the
+// tap's offset in the patch plus the pixel's.
+//
+// The kernel is warp-specialised like conv2d version 12: warpgroup 0 copies stages of 64 pixels
+// (the patch and grad_y's 64 pixels of the block's outputs, both by cp.async, zero-filled past the
+// image and the input) into a ring; warpgroups 1 and 2 multiply, each owning alternate m64 tiles of
+// taps, and they meet at a "full" and an "empty" mbarrier a stage. Each k-step of 8 pixels is one
+// m64nNk8 product a tile, its fragments loaded while the step before runs (two sets of registers:
+// wgmma may read A until the group that reads it is waited for). 3xTF32 splits A as it loads it and
+// grad_y in place once a stage has landed (the two consumer warpgroups then meet at a named barrier
+// before either multiplies), and sums each stage's three products from zero before adding them to
+// the accumulators in f32, as version 12: the tensor cores truncate as they add, and a split covers
+// thousands of pixels.
+//
+// The producer sets the pace, and how it copies is most of this kernel's story (kernels/cuda/
+// NOTES.md, "Backward weight version 6"). One warp per scheduler has nothing to hide its latencies
+// behind, so each instruction of its copy loop costs several cycles: the first form, which worked
+// out each patch row's addresses afresh (about 40 instructions a row, the tiles' products under a
+// runtime `if` that ptxas serialized besides), took twice as long at conv2 in TF32;
+// a table of the plane rows in shared memory, a copy loop without branches and a straight path
+// for rows of up to 32 columns brought it to the figures below, and Nsight Compute still finds
+// the consumers waiting on "full" for about 40% [nofig] of their samples.
+//
+// Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-weight-ring), µs. conv2 at batch 512:
+//   TF32 187.9 [fig cuda.conv2d.weight-ring.conv2-b512.bwd-weight.v6-tf32.us]
+//     against version 3's 282.3 [fig cuda.conv2d.weight-ring.conv2-b512.bwd-weight.v3-tf32.us]
+//     and cuDNN TF32's 309.2 [fig cuda.conv2d.weight-ring.conv2-b512.bwd-weight.cudnn-tf32.us];
+//   3xTF32 340.2 [fig cuda.conv2d.weight-ring.conv2-b512.bwd-weight.v6-3xtf32.us]
+//     against 3's 428.7 [fig cuda.conv2d.weight-ring.conv2-b512.bwd-weight.v3-3xtf32.us]
+//     and cuDNN FP32's 545.1 [fig cuda.conv2d.weight-ring.conv2-b512.bwd-weight.cudnn.us].
+// conv2 at batch 64: TF32 38.71 [fig cuda.conv2d.weight-ring.conv2-b64.bwd-weight.v6-tf32.us]
+//   (3: 45.62 [fig cuda.conv2d.weight-ring.conv2-b64.bwd-weight.v3-tf32.us],
+//   cuDNN TF32 54.36 [fig cuda.conv2d.weight-ring.conv2-b64.bwd-weight.cudnn-tf32.us]),
+//   3xTF32 66.16 [fig cuda.conv2d.weight-ring.conv2-b64.bwd-weight.v6-3xtf32.us]
+//   (3: 66.99 [fig cuda.conv2d.weight-ring.conv2-b64.bwd-weight.v3-3xtf32.us],
+//   cuDNN FP32 65.63 [fig cuda.conv2d.weight-ring.conv2-b64.bwd-weight.cudnn.us]).
+// The large layer (128 outputs a block):
+//   3xTF32 1396 [fig cuda.conv2d.weight-ring.large.bwd-weight.v6-3xtf32.us]
+//     against 3's 1978 [fig cuda.conv2d.weight-ring.large.bwd-weight.v3-3xtf32.us]
+//     and cuDNN FP32's 2854 [fig cuda.conv2d.weight-ring.large.bwd-weight.cudnn.us];
+//   TF32 1579 [fig cuda.conv2d.weight-ring.large.bwd-weight.v6-tf32.us]
+//     against 3's 1294 [fig cuda.conv2d.weight-ring.large.bwd-weight.v3-tf32.us]
+//     and cuDNN TF32's 427.1 [fig cuda.conv2d.weight-ring.large.bwd-weight.cudnn-tf32.us]:
+//     that kernel (two tiles of 128 outputs, 64 accumulators a tile a thread) spills registers
+//     (ptxas -v), so production keeps version 3 there (backward_weight_ring_pays).
+// In the CNN's f32 step at batch 512 (Nsight Compute) the weight gradient's kernel went from
+// 431.6 µs [fig cuda.conv2d.weight-ring.step.b512.before.weight.us] to
+// 333.1 [fig cuda.conv2d.weight-ring.step.b512.after.weight.us] (its split sums apart), the step's
+// kernel time from 1517 [fig cuda.conv2d.weight-ring.step.b512.before.us] to
+// 1407 [fig cuda.conv2d.weight-ring.step.b512.after.us]
+// (docs/runs/2026-11-28-h200-weight-ring-profile, -ring-profile before).
+#include <algorithm>
+#include <cstdint>
+
+#include "kiln/core/error.h"
+#include "kiln/kernels/cuda/check.h"
+#include "kiln/kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/conv2d/common.cuh"
+#include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/layout.cuh"
+#include "kiln/kernels/cuda/matmul/tensor_core.cuh"
+#include "kiln/kernels/cuda/matmul/wgmma.cuh"
+
+namespace kiln::cuda::conv2d {
+
+namespace {
+
+constexpr int kWtThreads = 384;  // warpgroup 0 produces, 1 and 2 consume
+constexpr int kWtBK = 64;        // pixels a stage
+constexpr int kWtMaxStages = 8;
+constexpr int64_t kWtSmem = 227 * 1024;  // one block an SM
+
+struct WeightRingPlan {
+  int bn = 0;              // outputs a block: the products' N (32, 64 or 128)
+  int tiles = 0;           // m64 tiles of taps a block, alternating between the two consumers
+  int mblocks = 0;         // blocks of tiles along C/G*KH*KW
+  int nblocks = 0;         // blocks of bn outputs along O/G
+  int channels = 0;        // input channels a block's taps span: the patch's planes (and one of zeros)
+  int rows = 0, cols = 0;  // a plane: the input rows of a stage's output rows, the padded width
+  int per_image = 0;       // stages of an image's pixels
+  int64_t chunks = 0;      // stages of the whole reduction
+  int64_t splits = 0, per_split = 0;  // blocks along the reduction, and the stages of each
+  int stages = 0;
+  bool exact = false;
+  int64_t patch_bytes = 0, stage_bytes = 0, smem = 0;
+};
+
+// The tiles of taps a consumer warpgroup holds at most: its accumulators (3xTF32: and a stage's
+// sums) and two sets of fragments within about 160 registers a thread.
+constexpr int tiles_max(int bn, bool exact) {
+  return exact ? (bn == 32 ? 3 : bn == 64 ? 2 : 1) : (bn == 32 ? 4 : bn == 64 ? 3 : 2);
+}
+
+WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int sms) {
+  WeightRingPlan p;
+  p.exact = exact;
+  p.bn = d.og > 64 ? 128 : d.og > 32 ? 64 : 32;
+  p.nblocks = static_cast<int>((d.og + p.bn - 1) / p.bn);
+  const int64_t taps = d.cg * d.khkw, all = (taps + 63) / 64;
+  p.mblocks = static_cast<int>((all + 2 * tiles_max(p.bn, exact) - 1) / (2 * tiles_max(p.bn, exact)));
+  p.tiles = static_cast<int>((all + p.mblocks - 1) / p.mblocks);
+  for (int64_t mb = 0; mb < p.mblocks; ++mb) {  // the widest span of channels
+    const int64_t first = mb * p.tiles * 64, last = std::min(taps, first + p.tiles * 64) - 1;
+    if (last >= first) p.channels = std::max(p.channels, static_cast<int>(last / d.khkw - first / d.khkw + 1));
+  }
+  const int64_t spanned = std::min(d.oh, (d.ow + kWtBK - 2) / d.ow + 1);  // output rows 64 pixels touch
+  p.rows = static_cast<int>((spanned - 1) * d.sh + (d.kh - 1) * d.dh + 1);
+  p.cols = static_cast<int>((d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1);
+  p.per_image = static_cast<int>((d.ohw + kWtBK - 1) / kWtBK);
+  p.chunks = d.n * p.per_image;
+  const int64_t per_split_blocks = groups * p.nblocks * p.mblocks;
+  p.splits = std::clamp<int64_t>(sms / std::max<int64_t>(1, per_split_blocks), 1, std::max<int64_t>(1, p.chunks));
+  p.per_split = (p.chunks + p.splits - 1) / p.splits;
+  p.splits = (p.chunks + p.per_split - 1) / p.per_split;
+  p.patch_bytes = (int64_t{p.channels + 1} * p.rows * p.cols * 4 + 127) / 128 * 128;
+  p.stage_bytes = p.patch_bytes + int64_t{p.bn} * kWtBK * 4 * (exact ? 2 : 1);
+  // the base's alignment, the mbarriers, the producer's table of plane rows
+  const int64_t room = kWtSmem - 128 - (2 * kWtMaxStages) * 8 - int64_t{p.channels} * p.rows * 8;
+  p.stages = static_cast<int>(std::min<int64_t>(kWtMaxStages, room / p.stage_bytes));
+  p.smem = 128 + p.stages * p.stage_bytes + (2 * kWtMaxStages) * 8 + int64_t{p.channels} * p.rows * 8;
+  return p;
+}
+
+// The plan where version 6 runs (a Hopper GPU, this file built for it, two stages within shared
+// memory, patch rows of at most 32 columns a lane, offsets within an int), else an empty one
+// (smem = 0).
+WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact) {
+#ifdef KILN_NO_SM90A
+  (void)g, (void)exact;
+  return {};
+#else
+  if (g.n * g.oh * g.ow == 0 || g.o == 0 || g.c == 0) return {};
+  if (!is_sm90()) return {};
+  const Dims d = dims_of(g);
+  const WeightRingPlan p =
+      weight_ring_plan(d, g.groups, exact, device_attribute(cudaDevAttrMultiProcessorCount));
+  const int64_t blocks = p.splits * g.groups * p.nblocks * p.mblocks;
+  const bool fits = p.stages >= 2 && p.cols <= 32 * 32 && d.c * d.hw < (int64_t{1} << 31) && d.o * d.ohw < (int64_t{1} << 31) &&
+                    blocks < (int64_t{1} << 31) && p.chunks < (int64_t{1} << 31);
+  return fits ? p : WeightRingPlan{};
+#endif
+}
+
+struct WeightRingArgs {
+  const float* x;   // [N, C, H, W]
+  const float* gy;  // [N, O, OH, OW]
+  float* out;       // [splits][O][C/G*KH*KW]: the splits' partial sums (grad_w itself for one split)
+  Dims d;
+  int64_t groups;
+  WeightRingPlan plan;
+};
+
+#ifdef KILN_WGMMA
+// An arrival on `bar` once every cp.async this thread has issued has landed (the barrier's count
+// includes it: noinc).
+__device__ inline void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(matmul::smem_u32(bar)) : "memory");
+}
+// The two consumer warpgroups meet (named barrier 1: the producer is not held).
+__device__ inline void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+
+// grad_w^T's element (tap, output) summed in f32 over the split's pixels: the 3xTF32 answer where
+// it came out NaN (an infinite value splits into inf and NaN).
+__device__ float weight_dot_f32(const WeightRingArgs& a, int64_t group, int64_t o, int64_t tap, int64_t chunk_begin,
+                                int64_t chunk_end) {
+  const Dims& d = a.d;
+  const int64_t c = tap / d.khkw, ky = tap % d.khkw / d.kw, kx = tap % d.kw;
+  float sum = 0.0f;
+  for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+    const int64_t img = chunk / a.plan.per_image, q0 = chunk % a.plan.per_image * kWtBK;
+    const float* x = a.x + (img * d.c + group * d.cg + c) * d.hw;
+    const float* gy = a.gy + (img * d.o + group * d.og + o) * d.ohw;
+    for (int64_t q = q0; q < std::min(q0 + kWtBK, d.ohw); ++q) {
+      const int64_t ih = q / d.ow * d.sh - d.ph + ky * d.dh, iw = q % d.ow * d.sw - d.pw + kx * d.dw;
+      if (ih >= 0 && ih < d.h && iw >= 0 && iw < d.w) sum += gy[q] * x[ih * d.w + iw];
+    }
+  }
+  return sum;
+}
+#endif
+
+// Block b: taps block b % mblocks, outputs block b / mblocks % nblocks, group b / (mblocks nblocks) %
+// groups, split b / (mblocks nblocks groups), which takes stages [split per_split, + per_split).
+// T: the tiles a consumer holds at most; consumer warpgroup wg owns the block's tiles wg, wg + 2, ...
+template <int BN, int T, bool kExact>
+__global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid_constant__ WeightRingArgs a) {
+#ifdef KILN_WGMMA
+  extern __shared__ __align__(128) uint8_t smem_weight[];
+  constexpr int R = BN / 2;  // accumulators a thread a tile
+  const Dims& d = a.d;
+  const WeightRingPlan& plan = a.plan;
+  uint8_t* ring = smem_weight + (128 - matmul::smem_u32(smem_weight) % 128) % 128;
+  auto* full = reinterpret_cast<uint64_t*>(ring + plan.stages * plan.stage_bytes);
+  uint64_t* empty = full + kWtMaxStages;
+  const int tid = static_cast<int>(threadIdx.x), stages = plan.stages;
+  const int rows = plan.rows, cols = plan.cols, plane = rows * cols;
+  const int64_t block = blockIdx.x;
+  const int mb = static_cast<int>(block % plan.mblocks);
+  const int64_t n0 = block / plan.mblocks % plan.nblocks * BN;
+  const int64_t group = block / (int64_t{plan.mblocks} * plan.nblocks) % a.groups;
+  const int64_t split = block / (int64_t{plan.mblocks} * plan.nblocks * a.groups);
+  const int64_t chunk_begin = split * plan.per_split, chunk_end = std::min(plan.chunks, chunk_begin + plan.per_split);
+  const int64_t taps = d.cg * d.khkw, m0 = int64_t{mb} * plan.tiles * 64;
+  const int64_t c_first = m0 / d.khkw;  // the patch's first channel (of the group)
+  const int ohw = static_cast<int>(d.ohw), ow = static_cast<int>(d.ow);
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      matmul::mbar_init(&full[s], 128);  // every producer thread
+      matmul::mbar_init(&empty[s], 8);   // every consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // each stage's plane of zeros, read by the taps past the block's
+  for (int s = 0; s < stages; ++s)
+    for (int i = tid; i < plane; i += kWtThreads)
+      reinterpret_cast<float*>(ring + s * plan.stage_bytes)[plan.channels * plane + i] = 0.0f;
+  // The producer's table of the patch's plane rows, the same every stage: row pr (channel
+  // c_first + pr / rows, the stage's input row ih0 + pr % rows) reads x from offset .x past the
+  // stage's first input row of channel c_first, and is inside the input where ih0 + .y is a row of
+  // it (.y far below zero for a channel past the group's).
+  const int h = static_cast<int>(d.h), w = static_cast<int>(d.w), hw = static_cast<int>(d.hw);
+  const int planes = plan.channels * rows, cg_left = static_cast<int>(d.cg - c_first);
+  auto* table = reinterpret_cast<int2*>(empty + kWtMaxStages);
+  for (int pr = tid; pr < planes; pr += kWtThreads) {
+    const int c = pr / rows, r = pr % rows;
+    table[pr] = make_int2(c * hw + r * w - d.pw, c < cg_left ? r : -(1 << 30));
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    matmul::setmaxnreg_dec<56>();  // 128 x 56 + 256 x 224 <= 65536 registers
+    // ---- producer: a stage is image img's pixels q0 .. q0 + 63. The patch: plane row pr of the
+    // stage (channel c_first + pr / rows, input row ih0 + pr % rows) a warp at a time, a column a
+    // lane; grad_y: piece i = tid + 128 j is output i / 16's pixels 4 (i % 16) .. + 3, at its place
+    // in the k-step's [BN / 8][2][8][4] pack (wgmma's K-major layout, no swizzle).
+    const int warp = tid / 32, lane = tid % 32;
+    const int outputs = static_cast<int>(std::min<int64_t>(BN, d.og - n0));
+    const bool aligned = ohw % 4 == 0;                    // a piece is one 16-byte copy
+    // the patch columns a lane takes, lane + 32 j (the same count in every lane: a lane past the
+    // row's end in a branch of its own would have the warp run both); bit j of `real`: that
+    // column is in the row, of `inside`: and inside the input
+    const int lane_cols = (cols + 31) / 32;
+    const float* x = a.x;  // a valid address for the copies that read nothing
+    uint32_t real = 0, inside = 0;
+    for (int j = 0; j < lane_cols; ++j) {
+      real |= uint32_t{lane + 32 * j < cols} << j;
+      inside |= uint32_t{static_cast<unsigned>(lane + 32 * j - d.pw) < static_cast<unsigned>(w)} << j;
+    }
+    for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
+      const int stage = static_cast<int>(n % stages);
+      if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
+      uint8_t* st = ring + stage * plan.stage_bytes;
+      const int64_t img = chunk / plan.per_image;
+      const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK;
+      const int ih0 = q0 / ow * d.sh - d.ph;
+      const float* xs = a.x + (img * d.c + group * d.cg + c_first) * d.hw;
+      // A plane row a warp at a time, its columns lane + 32 j, its source from the table, and no
+      // branch a row: a column past the row's end copies zeros into the plane of zeros instead
+      // (src-size 0, as a column outside the input does into its own place).
+      const float* base = xs + ih0 * w + lane;
+      float* dst = reinterpret_cast<float*>(st) + lane;
+      float* spare = reinterpret_cast<float*>(st) + plan.channels * plane;  // the plane of zeros
+      if (lane_cols == 1) {  // rows of up to 32 columns (MNIST's): one copy a row, straight code
+        const bool col_in = inside & 1, col_real = real & 1;
+#pragma unroll 4
+        for (int pr = warp; pr < planes; pr += 4) {
+          const int2 t = table[pr];
+          const bool ok = col_in && static_cast<unsigned>(ih0 + t.y) < static_cast<unsigned>(h);
+          matmul::cp_async4(col_real ? dst + pr * cols : spare, ok ? base + t.x : x, ok);
+        }
+      } else {
+        for (int pr = warp; pr < planes; pr += 4) {
+          const int2 t = table[pr];
+          const bool row_in = static_cast<unsigned>(ih0 + t.y) < static_cast<unsigned>(h);
+          for (int j = 0; j < lane_cols; ++j) {
+            const bool ok = row_in && (inside >> j & 1);
+            matmul::cp_async4((real >> j & 1) ? dst + pr * cols + 32 * j : spare, ok ? base + t.x + 32 * j : x, ok);
+          }
+        }
+      }
+      uint8_t* grads = st + plan.patch_bytes;
+      const float* gs = a.gy + (img * d.o + group * d.og + n0) * d.ohw + q0;
+#pragma unroll
+      for (int j = 0; j < BN * kWtBK / 4 / 128; ++j) {
+        const int i = tid + 128 * j, o = i / (kWtBK / 4), k4 = i % (kWtBK / 4);
+        uint8_t* to = grads + ((k4 / 2 * 2 * BN + o / 8 * 16 + (k4 & 1) * 8 + o % 8) * 16);
+        const float* from = gs + int64_t{o} * d.ohw + 4 * k4;
+        const int left = o < outputs ? ohw - q0 - 4 * k4 : 0;  // the piece's pixels in the image
+        if (aligned) {
+          matmul::cp_async16(to, left > 0 ? from : a.gy, left > 0 ? 16 : 0);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) matmul::cp_async4(to + 4 * e, e < left ? from + e : a.gy, e < left);
+        }
+      }
+      cp_async_arrive(&full[stage]);  // once this thread's copies have landed
+    }
+  } else {
+    // ---- consumers
+    matmul::setmaxnreg_inc<224>();
+    const int wg = tid / 128 - 1, warp = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int mine = (plan.tiles - wg + 1) / 2;  // this warpgroup's tiles
+    // The warpgroup's tile count as a constant of the code that issues its products: wgmma under a
+    // branch on a value of the thread's (a tile's `if (s < mine)`) is serialized by ptxas
+    // (C7520), each product waiting for the one before.
+    auto consume = [&]<int NT>() {
+      // The patch offset of each of the thread's fragment rows (taps g and g + 8 of its warp's 16 in
+      // each tile): channel plane, input row and column of the tap; the plane of zeros past the
+      // block's taps.
+      int base[NT > 0 ? NT : 1][2];
+#pragma unroll
+      for (int s = 0; s < NT; ++s)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int64_t m = m0 + (wg + 2 * s) * 64 + warp * 16 + g + 8 * hh;
+          const bool ok = m < std::min(taps, m0 + int64_t{plan.tiles} * 64);
+          const int64_t tap = m % d.khkw;
+          base[s][hh] = ok ? static_cast<int>((m / d.khkw - c_first) * plane + tap / d.kw * d.dh * cols + tap % d.kw * d.dw)
+                           : plan.channels * plane;
+        }
+      const uint32_t ring_at = matmul::smem_u32(ring);
+      const int row_step = d.sh * cols;
+      float acc[NT > 0 ? NT : 1][R];
+#pragma unroll
+      for (int s = 0; s < NT; ++s)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[s][r] = 0.0f;
+      [[maybe_unused]] float part[NT > 0 ? NT : 1][R];
+      for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
+        const int stage = static_cast<int>(n % stages);
+        matmul::mbar_wait(&full[stage], static_cast<uint32_t>((n / stages) & 1));
+        uint8_t* st = ring + stage * plan.stage_bytes;
+        const auto* patch = reinterpret_cast<const float*>(st);
+        const uint32_t grads = ring_at + static_cast<uint32_t>(stage * plan.stage_bytes + plan.patch_bytes);
+        if constexpr (kExact) {  // grad_y split in place: the high parts, then the rest
+          auto* hi = reinterpret_cast<uint4*>(st + plan.patch_bytes);
+          for (int i = tid - 128; i < BN * kWtBK / 4; i += 256) {
+            const uint4 v = hi[i];
+            uint4 h4, l4;
+            matmul::split_tf32(v.x, h4.x, l4.x), matmul::split_tf32(v.y, h4.y, l4.y);
+            matmul::split_tf32(v.z, h4.z, l4.z), matmul::split_tf32(v.w, h4.w, l4.w);
+            hi[i] = h4, hi[i + BN * kWtBK / 4] = l4;
+          }
+          matmul::fence_async_shared();
+          consumers_sync();
+#pragma unroll
+          for (int s = 0; s < NT; ++s) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) part[s][r] = 0.0f;
+            matmul::fence_accumulators(part[s]);
+          }
+        } else {
+          // the producer's cp.async writes, seen through the barrier, made visible to the tensor
+          // cores' reads
+          matmul::fence_async_shared();
+        }
+        // The thread's pixels: columns t and t + 4 of each k-step, stage pixels 8 step + t (+ 4),
+        // walked 4 at a time from q0 + t; past the image (the last stage of an image) they read the
+        // patch's first value, times grad_y's zero.
+        const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, oh0 = q0 / ow;
+        int py = (q0 + t) / ow - oh0, px = (q0 + t) % ow, q = q0 + t;
+        auto next_offset = [&] {
+          const int off = q < ohw ? py * row_step + px * d.sw : 0;
+          q += 4, px += 4;
+          while (px >= ow) px -= ow, ++py;
+          return off;
+        };
+        uint32_t frag[2][NT > 0 ? NT : 1][kExact ? 8 : 4];
+        auto load = [&](uint32_t (&f)[NT > 0 ? NT : 1][kExact ? 8 : 4]) {
+          const int o0 = next_offset(), o1 = next_offset();
+#pragma unroll
+          for (int s = 0; s < NT; ++s) {
+            const uint32_t v[4] = {__float_as_uint(patch[base[s][0] + o0]), __float_as_uint(patch[base[s][1] + o0]),
+                                   __float_as_uint(patch[base[s][0] + o1]), __float_as_uint(patch[base[s][1] + o1])};
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              if constexpr (kExact) matmul::split_tf32(v[r], f[s][r], f[s][4 + r]);
+              else f[s][r] = v[r];
+            }
+          }
+        };
+        load(frag[0]);
+#pragma unroll
+        for (int step = 0; step < kWtBK / 8; ++step) {
+          auto& f = frag[step % 2];
+          const uint64_t b = matmul::packed_descriptor(grads + static_cast<uint32_t>(step * BN * 8 * 4));
+          matmul::wgmma_fence();
+#pragma unroll
+          for (int s = 0; s < NT; ++s) {
+            if constexpr (kExact) {
+              const uint64_t b_lo = b + BN * kWtBK * 4 / 16;
+              const uint32_t a_hi[4] = {f[s][0], f[s][1], f[s][2], f[s][3]};
+              const uint32_t a_lo[4] = {f[s][4], f[s][5], f[s][6], f[s][7]};
+              matmul::wgmma_tf32(part[s], a_lo, b);
+              matmul::wgmma_tf32(part[s], a_hi, b_lo);
+              matmul::wgmma_tf32(part[s], a_hi, b);
+            } else {
+              const uint32_t a4[4] = {f[s][0], f[s][1], f[s][2], f[s][3]};
+              matmul::wgmma_tf32(acc[s], a4, b);
+            }
+          }
+          matmul::wgmma_commit();
+          if (step + 1 < kWtBK / 8) {
+            matmul::wgmma_wait<1>();  // the step before is done with the other set of fragments
+            load(frag[(step + 1) % 2]);
+          }
+        }
+        matmul::wgmma_wait<0>();
+        if (lane == 0) matmul::mbar_arrive(&empty[stage]);
+        if constexpr (kExact) {
+#pragma unroll
+          for (int s = 0; s < NT; ++s) {
+            matmul::fence_accumulators(part[s]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[s][r] += part[s][r];
+          }
+        }
+      }
+      // The thread's results: taps (rows) g and g + 8 of its warp's 16 in each tile, outputs
+      // (columns) 8j + 2t + e, stored to out[split][group og + n0 + column][tap].
+      float* out = a.out + (split * d.o + group * d.og + n0) * taps;
+      const int64_t outputs = std::min<int64_t>(BN, d.og - n0), m_end = std::min(taps, m0 + int64_t{plan.tiles} * 64);
+#pragma unroll
+      for (int s = 0; s < NT; ++s) {
+        matmul::fence_accumulators(acc[s]);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int64_t m = m0 + (wg + 2 * s) * 64 + warp * 16 + g + 8 * hh;
+          if (m >= m_end) continue;
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = 8 * j + 2 * t + e;
+              if (col >= outputs) continue;
+              float v = acc[s][4 * j + 2 * hh + e];
+              if constexpr (kExact) {
+                if (v != v) v = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
+              }
+              out[col * taps + m] = v;
+            }
+        }
+      }
+    };
+    switch (mine) {
+      case 0: if constexpr (0 <= T) consume.template operator()<0>(); break;
+      case 1: if constexpr (1 <= T) consume.template operator()<1>(); break;
+      case 2: if constexpr (2 <= T) consume.template operator()<2>(); break;
+      case 3: if constexpr (3 <= T) consume.template operator()<3>(); break;
+      case 4: if constexpr (4 <= T) consume.template operator()<4>(); break;
+      default: break;
+    }
+  }
+#else
+  (void)a;
+  __trap();
+#endif
+}
+
+void weight_ring_run(const float* x, const float* gy, float* out, const Geometry& g, const WeightRingPlan& plan,
+                     cudaStream_t stream) {
+  const WeightRingArgs args{x, gy, out, dims_of(g), g.groups, plan};
+  const int64_t blocks = plan.splits * g.groups * plan.nblocks * plan.mblocks;
+  auto launch = [&]<int BN, bool kExact>() {
+    auto* kernel = weight_ring_kernel<BN, tiles_max(BN, kExact), kExact>;
+    const int bytes = static_cast<int>(plan.smem);
+    allow_dynamic_smem(kernel, bytes);
+    kernel<<<static_cast<unsigned>(blocks), kWtThreads, bytes, stream>>>(args);
+    KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
+  };
+  if (plan.bn == 128) {
+    if (plan.exact) launch.template operator()<128, true>();
+    else launch.template operator()<128, false>();
+  } else if (plan.bn == 64) {
+    if (plan.exact) launch.template operator()<64, true>();
+    else launch.template operator()<64, false>();
+  } else {
+    if (plan.exact) launch.template operator()<32, true>();
+    else launch.template operator()<32, false>();
+  }
+}
+
+}  // namespace
+
+bool backward_weight_ring_applies(const Geometry& g, TensorMath math) {
+  return weight_ring_plan_for(g, math == TensorMath::tf32x3).smem > 0;
+}
+
+int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math) {
+  const WeightRingPlan p = weight_ring_plan_for(g, math == TensorMath::tf32x3);
+  return p.smem > 0 && p.splits > 1 ? p.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
+}
+
+bool backward_weight_ring_pays(const Geometry& g, TensorMath math) {
+  const WeightRingPlan p = weight_ring_plan_for(g, math == TensorMath::tf32x3);
+  return p.smem > 0 && (p.exact || p.bn <= 64);
+}
+
+void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
+                          TensorMath math, cudaStream_t stream) {
+  const WeightRingPlan plan = weight_ring_plan_for(g, math == TensorMath::tf32x3);
+  KILN_CHECK(plan.smem > 0, ValueError,
+             "cuda conv2d_backward_weight: version 6 (wgmma ring) does not apply to this geometry or GPU");
+  const int64_t need = backward_weight_ring_workspace(g, math);
+  KILN_CHECK(need == 0 || workspace != nullptr, ValueError,
+             "cuda conv2d_backward_weight: version 6 (wgmma ring) needs a workspace of ", need, " elements");
+  weight_ring_run(x, grad_y, plan.splits > 1 ? workspace : grad_w, g, plan, stream);
+  if (plan.splits > 1) {
+    sum_splits(workspace, grad_w, g.o * (g.c / g.groups) * g.kh * g.kw, plan.splits, stream);
+    KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
+  }
+}
+
+}  // namespace kiln::cuda::conv2d
