@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kiln/core/bf16.h"
+#include "kiln/core/error.h"
 #include "kiln/kernels/cuda/conv2d.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 
@@ -101,6 +102,18 @@ __global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, 
     for (int r = 1; r < kSumRows; ++r) total += rows[r][threadIdx.x];
     (i < head ? gw[i] : tail[i - head]) = cast<Out>(total);
   }
+}
+
+// Whether a tensor-core version runs 3xTF32 (f32 accuracy) rather than TF32.
+inline bool exact(TensorMath math) { return math == TensorMath::tf32x3; }
+
+// What every entry of the wgmma versions (conv2d/wgmma.cu, conv2d/wgmma_weight.cu) checks before it
+// runs: that the version applies to the geometry (and the GPU) and that it was given its workspace
+// where it needs one.
+inline void check_entry(bool applies, const float* workspace, int64_t need, const char* op, const char* version) {
+  KILN_CHECK(applies, ValueError, "cuda ", op, ": version ", version, " does not apply to this geometry or GPU");
+  KILN_CHECK(need == 0 || workspace != nullptr, ValueError, "cuda ", op, ": version ", version,
+             " needs a workspace of ", need, " elements");
 }
 
 // Launches sum_splits_kernel over count elements; those from `head` on go to `tail` (a second

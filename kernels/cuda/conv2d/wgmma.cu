@@ -735,14 +735,6 @@ struct RingArgs {
   int64_t set;      // elements of one set of packed weights
 };
 
-#ifdef KILN_WGMMA
-// An arrival on `bar` once every cp.async this thread has issued has landed (the barrier's count
-// includes it: noinc).
-__device__ inline void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(matmul::smem_u32(bar)) : "memory");
-}
-#endif
-
 // One block an SM; item i = blockIdx.x + j gridDim.x of the problem is pixel tile i % tiles (128 MW
 // pixels over the patch's width) of image i / tiles % n, outputs n0 = (i / (tiles n) % nblocks) BN
 // onward of group i / (tiles n nblocks). Consumer warpgroup wg owns the tile's pixels
@@ -934,7 +926,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         uint8_t* st = ring + stage * plan.stage_bytes;
         load_weights(item, chunk, st, &full[stage]);
         issue(item, chunk, st);
-        cp_async_arrive(&full[stage]);  // once this thread's copies have landed
+        matmul::cp_async_arrive(&full[stage]);  // once this thread's copies have landed
         if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x);
       }
     }
@@ -1106,20 +1098,6 @@ void ring_forward(const float* x, const float* w, bool flip, float* packed, cons
     else launch.template operator()<32, 2, false>();
   }
 }
-
-}  // namespace
-
-namespace {
-
-// What every entry of versions 10 to 12 checks before it runs: that the version applies to the
-// geometry (and the GPU) and that it was given its workspace.
-void check_entry(bool applies, const float* workspace, int64_t need, const char* op, const char* version) {
-  KILN_CHECK(applies, ValueError, "cuda ", op, ": version ", version, " does not apply to this geometry or GPU");
-  KILN_CHECK(workspace != nullptr, ValueError, "cuda ", op, ": version ", version, " needs a workspace of ", need,
-             " elements");
-}
-
-bool exact(TensorMath math) { return math == TensorMath::tf32x3; }
 
 }  // namespace
 

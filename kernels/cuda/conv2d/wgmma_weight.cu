@@ -33,7 +33,7 @@
 // runtime `if` that ptxas serialized besides), took twice as long at conv2 in TF32;
 // a table of the plane rows in shared memory, a copy loop without branches and a straight path
 // for rows of up to 32 columns brought it to the figures below, and Nsight Compute still finds
-// the consumers waiting on "full" for about 40% [nofig] of their samples.
+// the consumers waiting on "full" for a good part of their samples.
 //
 // Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-weight-ring), µs. conv2 at batch 512:
 //   TF32 187.9 [fig cuda.conv2d.weight-ring.conv2-b512.bwd-weight.v6-tf32.us]
@@ -166,11 +166,6 @@ struct WeightRingArgs {
 };
 
 #ifdef KILN_WGMMA
-// An arrival on `bar` once every cp.async this thread has issued has landed (the barrier's count
-// includes it: noinc).
-__device__ inline void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(matmul::smem_u32(bar)) : "memory");
-}
 // The two consumer warpgroups meet (named barrier 1: the producer is not held).
 __device__ inline void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
@@ -308,7 +303,7 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
           for (int e = 0; e < 4; ++e) matmul::cp_async4(to + 4 * e, e < left ? from + e : a.gy, e < left);
         }
       }
-      cp_async_arrive(&full[stage]);  // once this thread's copies have landed
+      matmul::cp_async_arrive(&full[stage]);  // once this thread's copies have landed
     }
   } else {
     // ---- consumers
@@ -498,27 +493,24 @@ void weight_ring_run(const float* x, const float* gy, float* out, const Geometry
 }  // namespace
 
 bool backward_weight_ring_applies(const Geometry& g, TensorMath math) {
-  return weight_ring_plan_for(g, math == TensorMath::tf32x3).smem > 0;
+  return weight_ring_plan_for(g, exact(math)).smem > 0;
 }
 
 int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math) {
-  const WeightRingPlan p = weight_ring_plan_for(g, math == TensorMath::tf32x3);
+  const WeightRingPlan p = weight_ring_plan_for(g, exact(math));
   return p.smem > 0 && p.splits > 1 ? p.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
 }
 
 bool backward_weight_ring_pays(const Geometry& g, TensorMath math) {
-  const WeightRingPlan p = weight_ring_plan_for(g, math == TensorMath::tf32x3);
+  const WeightRingPlan p = weight_ring_plan_for(g, exact(math));
   return p.smem > 0 && (p.exact || p.bn <= 64);
 }
 
 void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
                           TensorMath math, cudaStream_t stream) {
-  const WeightRingPlan plan = weight_ring_plan_for(g, math == TensorMath::tf32x3);
-  KILN_CHECK(plan.smem > 0, ValueError,
-             "cuda conv2d_backward_weight: version 6 (wgmma ring) does not apply to this geometry or GPU");
-  const int64_t need = backward_weight_ring_workspace(g, math);
-  KILN_CHECK(need == 0 || workspace != nullptr, ValueError,
-             "cuda conv2d_backward_weight: version 6 (wgmma ring) needs a workspace of ", need, " elements");
+  const WeightRingPlan plan = weight_ring_plan_for(g, exact(math));
+  check_entry(plan.smem > 0, workspace, backward_weight_ring_workspace(g, math), "conv2d_backward_weight",
+              "6 (wgmma ring)");
   weight_ring_run(x, grad_y, plan.splits > 1 ? workspace : grad_w, g, plan, stream);
   if (plan.splits > 1) {
     sum_splits(workspace, grad_w, g.o * (g.c / g.groups) * g.kh * g.kw, plan.splits, stream);

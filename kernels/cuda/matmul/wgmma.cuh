@@ -74,6 +74,11 @@ __device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_u32(bar)), "r"(parity)
         : "memory");
 }
+// An arrival on `bar` once every cp.async this thread has issued has landed (noinc: the barrier's
+// arrival count includes it).
+__device__ inline void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
 // The copy engine's bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from
 // global to shared memory, its bytes counted on `bar` as they land.
 __device__ inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
