@@ -316,7 +316,8 @@ TEST_CASE("16_bf16_wgmma_split_k matches the CPU's bf16 product at any number of
   // reduce kernel, through the epilogue, rounded once: as 15 to an ulp of bf16 plus the sums'
   // reordering. Ragged m and n, a partial last slice, operands read K-major, MN-major or packed
   // (ldb 133: rows not 16-byte aligned); chunk counts of one (15 itself), a few, and more than
-  // chunks of four slices allow (capped there: kMinChunkSlices).
+  // chunks of four slices allow (capped there: kMinChunkSlices). Skipped where 16 does not run
+  // (tf32_wgmma_applies: an sm_90 GPU and a build with sm_90a code).
   struct Case {
     int64_t m, n, k;
     bool trans_a, trans_b;
@@ -328,8 +329,11 @@ TEST_CASE("16_bf16_wgmma_split_k matches the CPU's bf16 product at any number of
       {131, 77, 1000, false, false, 0, 56},
   };
   cuda::CudaBackend& be = cuda::backend(0);
+  const bool wgmma = cuda::matmul::tf32_wgmma_applies(MatmulParams{}, be.device());
+  if (!wgmma) MESSAGE("16_bf16_wgmma_split_k skipped: not an sm_90 GPU, or built without sm_90a");
   for (const Case& cs : cases)
     for (int64_t splits : {1, 3, 7, 1000}) {
+      if (!wgmma) break;
       const StoredProduct sp = stored_product(1, cs.m, cs.n, cs.k,
                                               {.trans_a = cs.trans_a, .trans_b = cs.trans_b, .lda_pad = cs.lda_pad,
                                                .ldb_pad = cs.ldb_pad});

@@ -93,12 +93,28 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
 // stmatrix .x4 .trans: the inverse of ldmatrix .x4 with .trans. Lane l holds, in r[i], the 16-bit
 // pair (l / 4, 2 * (l % 4) .. + 1) of matrix i (an mma accumulator tile's rows, rounded to 16-bit
 // pairs), and lanes 8i .. 8i + 7 give the addresses of its 8 columns: column c (8 values, 16
-// bytes) goes to lane 8i + c's address.
+// bytes) goes to lane 8i + c's address. stmatrix is new in sm_90; before it, each lane asks the
+// lanes owning its two columns for their addresses and stores its values as 16-bit halves.
 __device__ inline void stmatrix_x4_trans(void* row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+#if __CUDA_ARCH__ >= 900
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(s), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
                : "memory");
+#else
+  // Lane l holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1; column c's line starts at the
+  // address of lane 8i + c, and row r is the r-th 16-bit value of that line.
+  const int lane = static_cast<int>(threadIdx.x % 32), r = lane / 4, c = 2 * (lane % 4);
+  const uint32_t regs[4] = {r0, r1, r2, r3};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t line = __shfl_sync(0xffffffffu, s, 8 * i + c + h);
+      const auto half = static_cast<uint16_t>(regs[i] >> (16 * h));
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(line + 2 * r), "h"(half) : "memory");
+    }
+#endif
 }
 
 // Copies `bytes` (0..16) from global `src` to shared `dst` and zero-fills the rest of the 16,
