@@ -58,10 +58,11 @@ void bench_matmul(Bench& bench) {
                                                          {2048, 2048, 2048}, {2048, 2048, 2048, false, true},
                                                          {1024, 1024, 1024}, {1024, 1024, 1024, false, true},
                                                          {64, 128, 784}, {64, 10, 128}, {784, 128, 64},
-                                                         // the MNIST CNN's fc1 (9216 -> 128) at batch 64,
-                                                         // and its forward at batch 512
+                                                         // the MNIST CNN's fc1 (9216 -> 128) at batch 64
+                                                         // and 512: forward, input and weight gradients
                                                          {64, 128, 9216, false, true}, {64, 9216, 128},
                                                          {9216, 128, 64, true, false}, {512, 128, 9216, false, true},
+                                                         {512, 9216, 128}, {9216, 128, 512, true, false},
                                                          // a Linear(4096, 4096) at batch 512 (dist-bench ddp's
                                                          // layers): forward, input gradient, weight gradient
                                                          {512, 4096, 4096, false, true}, {512, 4096, 4096},

@@ -442,6 +442,35 @@ def define(figure, table, runs):
         figure(f"cuda.conv2d.weight-ring.step.b512.{tag}.weight.us", run,
                sum(e["us_per_step"] for e in summary["kernels"] if e["kernel"] in names),
                f"the conv2 weight gradient's GEMM kernel a step (ncu), CNN batch 512, f32, {tag} version 6, µs")
+    # ---- matmul 17 (3xTF32 on wgmma) beside 12, 07, 09 and cuBLAS in one call on an H200
+    # (docs/runs/2026-11-28-h200-3xtf32-wgmma), and mnist-train's f32 epochs with it in production ----
+    x3 = runs["2026-11-28-h200-3xtf32-wgmma"]
+    x3_shapes = {"4096": "4096x4096x4096", "4096Bt": "4096x4096x4096 B^T", "fc1-b64": "64x128x9216 B^T",
+                 "dx-b64": "64x9216x128", "dw-b64": "9216x128x64 A^T", "fc1-b512": "512x128x9216 B^T",
+                 "dx-b512": "512x9216x128", "dw-b512": "9216x128x512 A^T", "mlp-fc1": "64x128x784"}
+    x3_versions = {"17": "17_3xtf32_wgmma", "12": "12_3xtf32", "07": "07_warptile", "09": "09_split_k",
+                   "cublas-fp32": "cuBLAS SGEMM"}
+    for tag, names in (("4096", "17 12 cublas-fp32"), ("4096Bt", "17 cublas-fp32"), ("fc1-b64", "17 09"),
+                       ("dx-b64", "17 cublas-fp32"), ("dw-b64", "17 07"), ("fc1-b512", "17 09 cublas-fp32"),
+                       ("dx-b512", "17 07"), ("dw-b512", "17 12"), ("mlp-fc1", "17 09")):
+        shape = x3_shapes[tag]
+        for name in names.split():
+            version = x3_versions[name]
+            row_ms = x3.kernel("matmul", version, shape)["ms"]
+            if tag.startswith("4096"):
+                figure(f"cuda.matmul.x3.{tag}.{name}.ms", x3, row_ms, f"matmul {version} at {shape} (H200), ms")
+            else:
+                figure(f"cuda.matmul.x3.{tag}.{name}.us", x3, row_ms * 1000, f"matmul {version} at {shape} (H200), µs")
+    figure("cuda.matmul.x3.4096.13.tflops", x3, x3.kernel("matmul", "13_tf32_wgmma", "4096x4096x4096")["value"],
+           "matmul 13_tf32_wgmma (TF32) at 4096^3 (H200), TFLOP/s")
+    figure("cuda.matmul.x3.4096.17.tflops", x3, x3.kernel("matmul", "17_3xtf32_wgmma", "4096x4096x4096")["value"],
+           "matmul 17_3xtf32_wgmma at 4096^3 (H200), TFLOP/s")
+    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32"),
+                            ("mlp", "train_mlp_3.jsonl", "MLP batch 64, f32")):
+        figure(f"cuda.matmul.x3.epoch2.{tag}", x3, x3.epoch(file, 2)["seconds"],
+               f"mnist-train {what}, matmul 17 in production (H200): epoch 2, s")
+    figure("cuda.matmul.x3.epoch2.mlp.before", weight, weight.epoch("train_mlp_3.jsonl", 2)["seconds"],
+           "mnist-train MLP batch 64, f32, before matmul 17 (H200): epoch 2, s")
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

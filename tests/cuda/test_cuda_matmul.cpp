@@ -1,7 +1,8 @@
 // The CUDA matmul ladder against the CPU backend: every version (10 included) called directly
 // (kernels/cuda/matmul/matmul.cuh) on odd shapes and all four transpose combinations; then TF32
 // (production, 10_tf32_async on its cp.async path and on 08's, and 13_tf32_wgmma with operands
-// read in place and packed); then 12_3xtf32's f32 accuracy and special values; then 09_split_k at
+// read in place and packed); then 12_3xtf32's and 17_3xtf32_wgmma's f32 accuracy and special
+// values, 17 in every layout and split of k; then 09_split_k at
 // chosen split counts; and the fused bias and ReLU through autograd at the shapes of each
 // production kernel. (matmul through kiln::matmul on every backend, f32 and f64: the "matmul"
 // rows of test_backend_ops.)
@@ -390,12 +391,15 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
       return max(abs(out.to(DType::f64).to(Device::cpu()) - want)).item() / scale;
     };
     const double e07 = error_of(cuda::matmul::warptile), e11 = error_of(cuda::matmul::tf32_ldmatrix);
-    const double e12 = error_of(cuda::matmul::split_tf32x3);
+    const double e12 = error_of(cuda::matmul::split_tf32x3), e17 = error_of(cuda::matmul::tf32x3_wgmma);
     const std::string what = std::to_string(cs.m) + "x" + std::to_string(cs.n) + "x" + std::to_string(cs.k) +
                              (p.trans_a ? " A^T" : "") + (p.trans_b ? " B^T" : "") + ": error 07 " +
-                             std::to_string(e07) + ", 11 " + std::to_string(e11) + ", 12 " + std::to_string(e12);
+                             std::to_string(e07) + ", 11 " + std::to_string(e11) + ", 12 " + std::to_string(e12) +
+                             ", 17 " + std::to_string(e17);
     CHECK_MESSAGE(e12 <= std::max(4 * e07, 2.4e-7), what);  // 2^-22: a few f32 roundings
+    CHECK_MESSAGE(e17 <= std::max(4 * e07, 2.4e-7), what);
     CHECK_MESSAGE(e11 > 10 * e12, what);
+    CHECK_MESSAGE(e11 > 10 * e17, what);
     MESSAGE(what);
   }
   // Infinities and NaN: one inf in a row of A makes that row of C inf (B positive), as in f32; a
@@ -410,6 +414,83 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
   cuda::matmul::split_tf32x3(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), {},
                              be.stream());
   check_close(out, matmul(a, b), 1e-6, 0, "12_3xtf32 with inf and NaN inputs");
+  cuda::matmul::tf32x3_wgmma(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), {},
+                             be.stream());
+  check_close(out, matmul(a, b), 1e-6, 0, "17_3xtf32_wgmma with inf and NaN inputs");
+}
+
+TEST_CASE("17_3xtf32_wgmma matches the CPU in every layout, epilogue, batch and split of k, deterministically") {
+  // 17 is 13's kernel in 3xTF32: K-major operands from shared memory (kShared), an MN-major one
+  // through registers (kRegisters; B's: C^T stored transposed), both MN-major or misaligned: packed.
+  // Split k: each chunk's f32 sums to a workspace, added in order by 09's reduce; infinities in a
+  // chunk recomputed over that chunk's k alone. Chunk counts of one (no split), a few, and more
+  // than chunks of four slices allow. Where tf32_wgmma_applies is false, the test skips 17 (its
+  // ladder entry runs 12 there, which the case above checks).
+  cuda::CudaBackend& be = cuda::backend(0);
+  int device = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  struct Case {
+    int64_t batch, m, n, k;
+    bool trans_a, trans_b;
+    int64_t lda_pad, ldb_pad;
+    bool broadcast_b;
+  };
+  const Case cases[] = {
+      {1, 64, 128, 9216, false, true, 0, 0, false},  // the MNIST CNN's fc1 forward at batch 64
+      {1, 64, 9216, 128, false, false, 0, 0, false}, // its input gradient: B's rows through registers
+      {1, 128, 9216, 64, true, false, 0, 0, false},  // its weight gradient: both MN-major, A packed
+      {1, 131, 77, 1000, false, true, 3, 1, false},  // ldb 1001: B packed
+      {1, 200, 70, 1100, true, true, 0, 4, false},   // A^T through registers
+      {1, 33, 257, 700, true, false, 4, 3, false},   // both MN-major: A packed, C^T
+      {3, 129, 65, 67, false, false, 1, 3, true},    // a batch, B broadcast: no split
+      {1, 1, 1, 1, false, false, 3, 3, false},
+  };
+  for (const Case& cs : cases)
+    for (int64_t splits : {1, 3, 7, 1000}) {
+      if (cs.batch > 1 && splits > 1) continue;
+      const StoredProduct sp = stored_product(cs.batch, cs.m, cs.n, cs.k,
+                                              {.trans_a = cs.trans_a, .trans_b = cs.trans_b, .lda_pad = cs.lda_pad,
+                                               .ldb_pad = cs.ldb_pad, .broadcast_b = cs.broadcast_b});
+      const MatmulParams& p = sp.p;
+      if (!cuda::matmul::tf32_wgmma_applies(p, device)) {
+        MESSAGE("17_3xtf32_wgmma skipped: not an sm_90 GPU, or built without sm_90a");
+        return;
+      }
+      const SweepEpilogue ep(static_cast<int>(splits % 4), cs.n);
+      const Tensor want = ep.apply(sp.want());
+      Tensor ga = sp.a.to(kCuda), gb = sp.b.to(kCuda);
+      const float *a = ga.ref().data<float>(), *b = gb.ref().data<float>();
+      const size_t bytes = cuda::matmul::tf32x3_wgmma_workspace(p, a, b, splits);
+      Tensor ws = full({static_cast<int64_t>(bytes / 4) + 1}, 7.0, kCuda);
+      const std::string what = "17_3xtf32_wgmma " + sp.shape + ", " + std::to_string(splits) + " chunks";
+      auto run = [&] {
+        Tensor out = full({cs.batch, cs.m, cs.n}, 7.0, kCuda);  // stale values must be overwritten
+        cuda::matmul::tf32x3_wgmma_run(p, a, b, out.ref().data<float>(), ep.device(), splits, ws.ref().data<float>(),
+                                       be.stream());
+        return out;
+      };
+      const Tensor got = run();
+      check_close(got, want, 1e-4, 1e-4 * std::sqrt(static_cast<double>(cs.k)), what);
+      CHECK_MESSAGE(run().to_vector<float>() == got.to_vector<float>(), what << ": not deterministic");
+    }
+  // The MNIST fc1 at batch 64 split as production splits it, with an infinity in one chunk of a row
+  // and a NaN in another row: f32's inf and NaN, the other rows exact.
+  const StoredProduct sp = stored_product(1, 64, 128, 9216, {.trans_b = true});
+  std::vector<float> av = sp.a.to_vector<float>();
+  av[5 * 9216 + 4000] = std::numeric_limits<float>::infinity();
+  av[9 * 9216 + 100] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor a = from_vector(av, {1, 64, 9216});
+  Tensor ga = a.to(kCuda), gb = sp.b.to(kCuda);
+  const float *pa = ga.ref().data<float>(), *pb = gb.ref().data<float>();
+  const int64_t splits = cuda::matmul::tf32x3_wgmma_splits(sp.p, pa, pb, 132);
+  CHECK(splits > 1);
+  Tensor ws = empty({static_cast<int64_t>(cuda::matmul::tf32x3_wgmma_workspace(sp.p, pa, pb, splits) / 4) + 1},
+                    TensorOptions(DType::f32).device(kCuda));
+  Tensor out = full({1, 64, 128}, 7.0, kCuda);
+  cuda::matmul::tf32x3_wgmma_run(sp.p, pa, pb, out.ref().data<float>(), {}, splits, ws.ref().data<float>(),
+                                 be.stream());
+  const Tensor want = matmul(a, sp.b.transpose(1, 2));
+  check_close(out, want, 1e-4, 1e-4 * 96, "17_3xtf32_wgmma split with inf and NaN inputs");
 }
 
 TEST_CASE("the production path's large-product TF32 kernels (11 and 13) through kiln::matmul") {

@@ -214,6 +214,10 @@ void split_k_reduce(const float* partials, bf16* c, int64_t m, int64_t n, int64_
                     const DeviceEpilogue<bf16>& e, cudaStream_t stream) {
   reduce(partials, c, m, n, splits, e, stream);
 }
+void split_k_reduce(const float* partials, float* c, int64_t m, int64_t n, int64_t splits,
+                    const DeviceEpilogue<float>& e, cudaStream_t stream) {
+  reduce(partials, c, m, n, splits, e, stream);
+}
 
 void split_k_run(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
                  int64_t splits, float* workspace, cudaStream_t stream) {

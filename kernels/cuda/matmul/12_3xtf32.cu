@@ -17,8 +17,9 @@
 // - Infinities and NaN. inf splits into hi = inf and lo = inf - inf = NaN, so a row or column that
 //   holds an inf comes out NaN where f32 gives inf. Guarding every split would cost the hot loop a
 //   third of its instructions; instead the epilogue recomputes any NaN result as a plain f32 dot
-//   product of its row and column (recompute_nan), which gives f32's inf, or NaN where f32 does
-//   too. Finite data never takes that path; data full of infinities takes it often and slowly.
+//   product of its row and column (tensor_core.cuh's RecomputeNan), which gives f32's inf, or NaN
+//   where f32 does too. Finite data never takes that path; data full of infinities takes it often
+//   and slowly.
 // - The split in three instructions (tensor_core.cuh's split_tf32: add, mask, subtract) instead of
 //   the conversion instruction's five, which also test for inf and NaN: the same bits for every
 //   input but NaN, in less time (kernels/cuda/NOTES.md).
@@ -33,17 +34,6 @@
 namespace kiln::cuda::matmul {
 namespace {
 
-// C(i, j) in plain f32, for the results that came out NaN (see above).
-struct RecomputeNan {
-  Panel<float> a, b;
-  __device__ float operator()(float v, int64_t i, int64_t j) const {
-    if (v == v) return v;
-    float sum = 0;
-    for (int64_t p = 0; p < a.k; ++p) sum = fmaf(a.get(p, i), b.get(p, j), sum);
-    return sum;
-  }
-};
-
 template <class G>
 __global__ void __launch_bounds__(G::THREADS, 1) split_tf32x3_kernel(Args<float> args) {
   constexpr int MI = G::MI, NI = G::NI;
@@ -53,7 +43,7 @@ __global__ void __launch_bounds__(G::THREADS, 1) split_tf32x3_kernel(Args<float>
   cp_async_pipeline<G::STAGES>(g.load_a, g.load_b, args.k, smem_split_tf32x3, [&](const float* as, const float* bs) {
     mma_3xtf32_add_slice<typename G::TA, typename G::TB>(acc, as, bs, g.wm0, g.wn0, g.lane);
   });
-  store_mma_tiles(args, acc, g.i0, g.j0, g.wm0, g.wn0, g.lane, RecomputeNan{args.panel_a(), args.panel_b()});
+  store_mma_tiles(args, acc, g.i0, g.j0, g.wm0, g.wn0, g.lane, RecomputeNan{args.panel_a(), args.panel_b(), 0, args.k});
 }
 
 // 128 x 128 block tiles of 8 warps of 64 x 32, BK = 32, 3 stages.

@@ -95,15 +95,21 @@ constexpr int THREADS = 384;  // warpgroup 0 produces, 1 and 2 consume
 // and a wgmma k-step (8 floats, 16 bf16) is 32 bytes of a row either way.
 template <class E>
 constexpr int kStageK = 128 / static_cast<int>(sizeof(E));
-template <int BN_>
+// EXACT: version 17's 3xTF32, whose stages also hold the tails of both tiles (LOAD_BYTES further
+// on, in the same layout), on 128 x 64 tiles only (the width measured; its sums and a stage's
+// parts are 64 registers a thread there).
+template <int BN_, bool EXACT_ = false>
 struct Tile {
   static constexpr int BN = BN_;
-  static constexpr int STAGES = BN == 256 ? 3 : BN == 128 ? 4 : 6;
-  static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr bool EXACT = EXACT_;
+  static constexpr int STAGES = EXACT ? 4 : BN == 256 ? 3 : BN == 128 ? 4 : 6;
+  static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, LOAD_BYTES = A_BYTES + B_BYTES;
+  static constexpr int STAGE_BYTES = EXACT ? 2 * LOAD_BYTES : LOAD_BYTES;
   static constexpr int BARRIERS = STAGES * STAGE_BYTES;
   // + 1024: the base is rounded up to 1024 bytes, the swizzle's period (8 rows of 128 bytes).
   static constexpr int SMEM_BYTES = BARRIERS + 2 * STAGES * 8 + 1024;
   static_assert(BN == 256 || BN == 128 || BN == 64, "wgmma_tf32 has these widths");
+  static_assert(!EXACT || BN == 64, "3xTF32 runs on 128 x 64 tiles");
   static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "every tile starts on a swizzle period");
   static_assert(SMEM_BYTES <= 227 * 1024, "an H100 block has at most 227 KB of shared memory");
   // kRegisters with B as the rows operand stores C^T's tile through the ring, transposed: each
@@ -139,6 +145,10 @@ struct WgmmaArgs {
   float* partials = nullptr;
   int chunk_slices = 0;
   bool vec_partials = false;
+  // Version 17 (3xTF32): the operands as given, batch entry 0 (batch strides below), for the
+  // results that come out NaN (RecomputeNan).
+  Panel<float> a{}, b{};
+  int64_t batch_stride_a = 0, batch_stride_b = 0, k = 0;
 };
 
 #ifdef KILN_WGMMA
@@ -269,7 +279,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int stage = s % STAGES, k0 = (first_slice + s) * SK;
         if (s >= STAGES) mbar_wait(&empty[stage], (s / STAGES - 1) & 1);
         uint8_t* st = smem + stage * STAGE_BYTES;
-        mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
+        mbar_arrive_expect_tx(&full[stage], T::LOAD_BYTES);
         if constexpr (MODE == Mode::kShared && !A_MN) {
           tma_load(st, &map_a, k0, static_cast<int>(tile_m * BM), za, &full[stage]);
         } else if constexpr (MODE == Mode::kShared) {
@@ -300,7 +310,75 @@ __global__ void __launch_bounds__(THREADS, 1)
     // the warpgroup's 64 rows of A: 64 lines of 128 bytes K-major, the box wg MN-major (the same offset)
     const uint32_t a0 = smem_u32(smem) + wg * 64 * 128, b0 = smem_u32(smem) + A_BYTES;
     [[maybe_unused]] const RowFragment frag(wg, warp, lane);  // kRegisters: its loads and its rows
-    if constexpr (MODE == Mode::kShared) {
+    if constexpr (T::EXACT) {
+      // Version 17, 3xTF32. Once a stage has landed, the 256 consumer threads split both tiles in
+      // place (the heads where they are, the tails LOAD_BYTES on: the same swizzled layout, since
+      // LOAD_BYTES is a whole number of its periods) and meet at a named barrier. Each product is
+      // then lo_a * hi_b + hi_a * lo_b + hi_a * hi_b, the rows operand's fragments loaded from
+      // shared memory in kRegisters. A stage's 12 products sum from zero into `part`, which joins
+      // d in an ordinary f32 add: the tensor cores truncate as they add (version 12). The next
+      // stage is split while a stage's products run, and a stage goes back to the producer once
+      // they are done. (A second set of parts, added while the next stage's products run, made
+      // ptxas serialise the products: it reads them as accumulators in use.)
+      constexpr int R = BN / 2, KF = MODE == Mode::kRegisters ? SK / 8 : 1;
+      float part[R];
+      auto split_stage = [&](int s) {
+        const int stage = s % STAGES;
+        mbar_wait(&full[stage], (s / STAGES) & 1);
+        auto* v4 = reinterpret_cast<uint4*>(smem + stage * STAGE_BYTES);
+        constexpr int kLoads = T::LOAD_BYTES / 16;
+        for (int i = static_cast<int>(threadIdx.x) - 128; i < kLoads; i += 256) {
+          const uint4 v = v4[i];
+          uint4 hi, lo;
+          split_tf32(v.x, hi.x, lo.x), split_tf32(v.y, hi.y, lo.y);
+          split_tf32(v.z, hi.z, lo.z), split_tf32(v.w, hi.w, lo.w);
+          v4[i] = hi, v4[i + kLoads] = lo;
+        }
+        fence_async_shared();  // the writes, seen by the tensor cores after the barrier
+        named_barrier(1, 256);
+      };
+      split_stage(0);
+      for (int s = 0; s < slices; ++s) {
+        const uint32_t base = smem_u32(smem) + (s % STAGES) * STAGE_BYTES;
+        const uint64_t db = smem_descriptor(base + A_BYTES), db_lo = smem_descriptor(base + T::LOAD_BYTES + A_BYTES);
+#pragma unroll
+        for (int i = 0; i < R; ++i) part[i] = 0.0f;
+        if constexpr (MODE == Mode::kShared) {
+          const uint64_t da = smem_descriptor(base + wg * 64 * 128);
+          const uint64_t da_lo = smem_descriptor(base + T::LOAD_BYTES + wg * 64 * 128);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < SK / 8; ++kk) {
+            wgmma_tf32(part, da_lo + 2 * kk, db + 2 * kk);
+            wgmma_tf32(part, da + 2 * kk, db_lo + 2 * kk);
+            wgmma_tf32(part, da + 2 * kk, db + 2 * kk);
+          }
+        } else {
+          uint32_t hi[KF][4], lo[KF][4];
+#pragma unroll
+          for (int kk = 0; kk < KF; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              hi[kk][i] = ld_shared(base + frag.at[i] + kk * 1024);
+              lo[kk][i] = ld_shared(base + T::LOAD_BYTES + frag.at[i] + kk * 1024);
+            }
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < KF; ++kk) {
+            wgmma_tf32(part, lo[kk], db + 2 * kk);
+            wgmma_tf32(part, hi[kk], db_lo + 2 * kk);
+            wgmma_tf32(part, hi[kk], db + 2 * kk);
+          }
+        }
+        wgmma_commit();
+        if (s + 1 < slices) split_stage(s + 1);
+        wgmma_wait<0>();
+        fence_accumulators(part);
+#pragma unroll
+        for (int i = 0; i < R; ++i) d[i] += part[i];
+        if (lane == 0) mbar_arrive(&empty[s % STAGES]);
+      }
+    } else if constexpr (MODE == Mode::kShared) {
       for (int s = 0; s < slices; ++s) {
         const int stage = s % STAGES;
         mbar_wait(&full[stage], (s / STAGES) & 1);
@@ -340,6 +418,18 @@ __global__ void __launch_bounds__(THREADS, 1)
     wgmma_wait<0>();
     fence_accumulators(d);
     E* c = args.c + (split ? 0 : z) * args.m * args.n;
+    // 3xTF32's NaN results summed again in f32 over this block's k (RecomputeNan), on the
+    // operands of its batch entry.
+    const auto finish = [&] {
+      if constexpr (T::EXACT) {
+        const int64_t entry = split ? 0 : z;
+        Panel<float> pa = args.a, pb = args.b;
+        pa.data += entry * args.batch_stride_a, pb.data += entry * args.batch_stride_b;
+        return RecomputeNan{pa, pb, int64_t{first_slice} * SK, std::min(args.k, int64_t{first_slice + slices} * SK)};
+      } else {
+        return AsComputed{};
+      }
+    }();
     if constexpr (MODE == Mode::kShared) {
       // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
       // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
@@ -349,15 +439,23 @@ __global__ void __launch_bounds__(THREADS, 1)
       if (split) {
         Args<float> out{nullptr, nullptr, args.partials + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
                         false, false, false, false, args.vec_partials, {}};
-        store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane);
+        store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
       } else {
         Args<E> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
                     false, false, false, false, args.vec_c, args.epilogue};
-        store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane);
+        store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
       }
     } else {
       // The accumulators' rows are the tile rows RowFragment loaded (h = 0: d[4j], d[4j + 1];
-      // h = 1: d[4j + 2], d[4j + 3]), their columns those of mma.sync's tiles.
+      // h = 1: d[4j + 2], d[4j + 3]), their columns those of mma.sync's tiles. A chunk of a split k
+      // stores its f32 sums to its partials, without the epilogue (E is float here).
+      float* dst = split ? args.partials + z * args.m * args.n : c;
+      const bool vec = split ? args.vec_partials : args.vec_c;
+      // C's element (i, j), through the finish and, outside a split, the epilogue
+      auto value = [&](float v, int64_t i, int64_t j) {
+        v = finish(v, i, j);
+        return split ? v : args.epilogue(v, j);
+      };
       const int t = lane % 4;
       if (!args.swap) {
 #pragma unroll
@@ -368,12 +466,12 @@ __global__ void __launch_bounds__(THREADS, 1)
           for (int j = 0; j < BN / 8; ++j) {
             const int64_t col = tile_n * BN + j * 8 + 2 * t;
             const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-            if (args.vec_c && col + 1 < args.cols) {  // col even, n % 4 == 0: aligned
-              *reinterpret_cast<float2*>(c + row * args.n + col) =
-                  make_float2(args.epilogue(v0, col), args.epilogue(v1, col + 1));
+            if (vec && col + 1 < args.cols) {  // col even, n % 4 == 0: aligned
+              *reinterpret_cast<float2*>(dst + row * args.n + col) =
+                  make_float2(value(v0, row, col), value(v1, row, col + 1));
             } else {
-              if (col < args.cols) c[row * args.n + col] = args.epilogue(v0, col);
-              if (col + 1 < args.cols) c[row * args.n + col + 1] = args.epilogue(v1, col + 1);
+              if (col < args.cols) dst[row * args.n + col] = value(v0, row, col);
+              if (col + 1 < args.cols) dst[row * args.n + col + 1] = value(v1, row, col + 1);
             }
           }
         }
@@ -396,13 +494,14 @@ __global__ void __launch_bounds__(THREADS, 1)
         named_barrier(2 + wg, 128);
         const int64_t row = tile_m * BM + wg * 64 + 2 * lane;  // C's column of this lane's pair
         for (int col = warp; col < BN && tile_n * BN + col < args.cols; col += 4) {
-          float* out = c + (tile_n * BN + col) * args.n + row;
+          const int64_t i = tile_n * BN + col;  // C's row
+          float* out = dst + i * args.n + row;
           const float v0 = tile[col * LD + 2 * lane], v1 = tile[col * LD + 2 * lane + 1];
-          if (args.vec_c && row + 1 < args.rows) {  // row even, n % 4 == 0: aligned
-            *reinterpret_cast<float2*>(out) = make_float2(args.epilogue(v0, row), args.epilogue(v1, row + 1));
+          if (vec && row + 1 < args.rows) {  // row even, n % 4 == 0: aligned
+            *reinterpret_cast<float2*>(out) = make_float2(value(v0, i, row), value(v1, i, row + 1));
           } else {
-            if (row < args.rows) out[0] = args.epilogue(v0, row);
-            if (row + 1 < args.rows) out[1] = args.epilogue(v1, row + 1);
+            if (row < args.rows) out[0] = value(v0, i, row);
+            if (row + 1 < args.rows) out[1] = value(v1, i, row + 1);
           }
         }
       }
@@ -559,16 +658,22 @@ struct SplitK {
   int chunk_slices = 0;
 };
 
-template <class E, int BN, Mode MODE, bool A_MN = false, bool B_MN = false>
+// Version 17's operands as given, from which it recomputes its NaN results; none: TF32 or bf16.
+struct Exact {
+  const float* a;
+  const float* b;
+};
+
+template <class E, int BN, Mode MODE, bool A_MN = false, bool B_MN = false, bool EXACT = false>
 void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& cols, bool swap, E* c,
-                  const DeviceEpilogue<E>& e, const SplitK& split, cudaStream_t stream) {
-  using T = Tile<BN>;
+                  const DeviceEpilogue<E>& e, const SplitK& split, const Exact* exact, cudaStream_t stream) {
+  using T = Tile<BN, EXACT>;
   const int64_t tiles_m = (rows.rows + BM - 1) / BM, tiles_n = (cols.rows + BN - 1) / BN;
   const int64_t blocks = tiles_m * tiles_n * (split.partials ? split.chunks : p.batch);
   KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: ", p.batch, " x ", p.m, " x ", p.n,
              " is too large a product for one launch");
   const CUtensorMap map_a = tensor_map<E>(rows, p.k, BM), map_b = tensor_map<E>(cols, p.k, BN);
-  const WgmmaArgs<E> args{.c = c,
+  WgmmaArgs<E> args{.c = c,
                        .m = p.m,
                        .n = p.n,
                        .rows = rows.rows,
@@ -584,6 +689,10 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
                        .partials = split.partials,
                        .chunk_slices = split.chunk_slices,
                        .vec_partials = split.partials && aligned16(split.partials, p.n, p.m * p.n)};
+  if constexpr (EXACT) {
+    args.a = {exact->a, p.lda, p.k, p.m, p.trans_a}, args.b = {exact->b, p.ldb, p.k, p.n, !p.trans_b};
+    args.batch_stride_a = p.batch_stride_a, args.batch_stride_b = p.batch_stride_b, args.k = p.k;
+  }
   const auto kernel = wgmma_kernel<E, T, MODE, A_MN, B_MN>;
   allow_dynamic_smem(kernel, T::SMEM_BYTES);
   kernel<<<static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream>>>(map_a, map_b, args);
@@ -592,19 +701,25 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
 
 template <class E, int BN>
 void launch_wgmma(const MatmulParams& p, const Plan& plan, const Operand& a, const Operand& b, E* c,
-                  const DeviceEpilogue<E>& e, const SplitK& split, cudaStream_t stream) {
+                  const DeviceEpilogue<E>& e, const SplitK& split, const Exact* exact, cudaStream_t stream) {
   const Operand& rows = plan.swap ? b : a;
   const Operand& cols = plan.swap ? a : b;
+  constexpr Mode S = Mode::kShared, R = Mode::kRegisters;
+  if constexpr (std::is_same_v<E, float> && BN == 64) {
+    if (exact && plan.mode == R)
+      return launch_wgmma<E, BN, R, false, false, true>(p, rows, cols, plan.swap, c, e, split, exact, stream);
+    if (exact) return launch_wgmma<E, BN, S, false, false, true>(p, rows, cols, false, c, e, split, exact, stream);
+  }
+  KILN_CHECK(!exact, Error, "cuda matmul 17_3xtf32_wgmma: 128 x 64 tiles only, not 128 x ", BN);
   if constexpr (std::is_same_v<E, float>) {
-    if (plan.mode == Mode::kRegisters)
-      return launch_wgmma<E, BN, Mode::kRegisters>(p, rows, cols, plan.swap, c, e, split, stream);
-    return launch_wgmma<E, BN, Mode::kShared>(p, rows, cols, false, c, e, split, stream);
+    if (plan.mode == R) return launch_wgmma<E, BN, R>(p, rows, cols, plan.swap, c, e, split, nullptr, stream);
+    return launch_wgmma<E, BN, S>(p, rows, cols, false, c, e, split, nullptr, stream);
   } else {
-    constexpr Mode S = Mode::kShared;
-    if (plan.a_mn && plan.b_mn) return launch_wgmma<E, BN, S, true, true>(p, rows, cols, false, c, e, split, stream);
-    if (plan.a_mn) return launch_wgmma<E, BN, S, true, false>(p, rows, cols, false, c, e, split, stream);
-    if (plan.b_mn) return launch_wgmma<E, BN, S, false, true>(p, rows, cols, false, c, e, split, stream);
-    launch_wgmma<E, BN, S>(p, rows, cols, false, c, e, split, stream);
+    if (plan.a_mn && plan.b_mn)
+      return launch_wgmma<E, BN, S, true, true>(p, rows, cols, false, c, e, split, nullptr, stream);
+    if (plan.a_mn) return launch_wgmma<E, BN, S, true, false>(p, rows, cols, false, c, e, split, nullptr, stream);
+    if (plan.b_mn) return launch_wgmma<E, BN, S, false, true>(p, rows, cols, false, c, e, split, nullptr, stream);
+    launch_wgmma<E, BN, S>(p, rows, cols, false, c, e, split, nullptr, stream);
   }
 }
 
@@ -628,9 +743,10 @@ int pick_tile_n(const MatmulParams& p, const Plan& plan, int sms) {
   return best;
 }
 
+// exact: version 17 (f32 on 128 x 64 tiles).
 template <class E>
 void wgmma_run(const MatmulParams& p, const E* a, const E* b, E* c, const DeviceEpilogue<E>& e, int tile_n,
-               void* workspace, cudaStream_t stream, const SplitK& split = {}) {
+               void* workspace, cudaStream_t stream, const SplitK& split = {}, bool exact = false) {
   KILN_CHECK(tile_n == 0 || tile_n == 256 || tile_n == 128 || tile_n == 64, Error,
              "cuda matmul wgmma: tiles are 128 x 256, 128 x 128 or 128 x 64, not 128 x ", tile_n);
   if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
@@ -651,10 +767,13 @@ void wgmma_run(const MatmulParams& p, const E* a, const E* b, E* c, const Device
   const Operand oa = operand(pa, p.batch_stride_a, batches_a, plan.pack_a, ws, stream);
   if (plan.pack_a) ws += packed_elements<E>(p.m, p.k, batches_a);
   const Operand ob = operand(pb, p.batch_stride_b, batches_b, plan.pack_b, ws, stream);
+  Exact operands{};
+  if constexpr (std::is_same_v<E, float>) operands = {a, b};
+  const Exact* ex = exact ? &operands : nullptr;
   switch (tile_n) {
-    case 256: return launch_wgmma<E, 256>(p, plan, oa, ob, c, e, split, stream);
-    case 128: return launch_wgmma<E, 128>(p, plan, oa, ob, c, e, split, stream);
-    default: return launch_wgmma<E, 64>(p, plan, oa, ob, c, e, split, stream);
+    case 256: return launch_wgmma<E, 256>(p, plan, oa, ob, c, e, split, ex, stream);
+    case 128: return launch_wgmma<E, 128>(p, plan, oa, ob, c, e, split, ex, stream);
+    default: return launch_wgmma<E, 64>(p, plan, oa, ob, c, e, split, ex, stream);
   }
 }
 
@@ -781,22 +900,46 @@ void bf16_wgmma(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c, co
 // reduce kernel takes to read them.
 
 namespace {
-constexpr int64_t kMinChunkSlices = 4;  // 256 values of k: a ring of 4 stages, filled once
+constexpr int64_t kMinChunkSlices = 4;  // 256 values of k in bf16, 128 in f32: a ring of 4 stages, filled once
 int split_tile_n(const MatmulParams& p) { return p.n > 64 ? 128 : 64; }
-int64_t chunk_slices_for(const MatmulParams& p, int64_t splits) {
-  const int64_t slices = (p.k + kStageK<bf16> - 1) / kStageK<bf16>;
-  return std::max(kMinChunkSlices, (slices + std::max<int64_t>(splits, 1) - 1) / std::max<int64_t>(splits, 1));
+template <class E>
+int64_t slices_of(const MatmulParams& p) {
+  return (p.k + kStageK<E> - 1) / kStageK<E>;
 }
-size_t partials_offset(const MatmulParams& p, const bf16* a, const bf16* b) {
+template <class E>
+int64_t chunk_slices_for(const MatmulParams& p, int64_t splits) {
+  splits = std::max<int64_t>(splits, 1);
+  return std::max(kMinChunkSlices, (slices_of<E>(p) + splits - 1) / splits);
+}
+// The chunks for `tiles` block tiles on `sms` SMs: as many as fill the SMs once (one for k = 0).
+template <class E>
+int64_t chunks_for(const MatmulParams& p, int64_t tiles, int sms) {
+  const int64_t chunk = chunk_slices_for<E>(p, std::max<int64_t>(sms / std::max<int64_t>(tiles, 1), 1));
+  return std::max<int64_t>((slices_of<E>(p) + chunk - 1) / chunk, 1);
+}
+template <class E>
+size_t partials_offset(const MatmulParams& p, const E* a, const E* b) {
   return (wgmma_workspace(p, a, b) + 255) / 256 * 256;
+}
+// 16 and 17: the product in `splits` chunks of k at most (one: no split), its partial sums after
+// the packed operands in `workspace`, added in order by 09's reduce kernel.
+template <class E>
+void split_k_wgmma(const MatmulParams& p, const E* a, const E* b, E* c, const DeviceEpilogue<E>& e, int tile_n,
+                   int64_t splits, void* workspace, cudaStream_t stream, bool exact, const char* name) {
+  KILN_CHECK(splits >= 1, ValueError, "cuda matmul ", name, ": ", splits, " chunks of k");
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
+  const int64_t chunk = chunk_slices_for<E>(p, splits), chunks = (slices_of<E>(p) + chunk - 1) / chunk;
+  if (chunks <= 1) return wgmma_run(p, a, b, c, e, tile_n, workspace, stream, {}, exact);
+  KILN_CHECK(p.batch == 1, ShapeError, "cuda matmul ", name, ": k is split for one product at a time, got a batch of ",
+             p.batch);
+  auto* partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + partials_offset(p, a, b));
+  wgmma_run(p, a, b, c, e, tile_n, workspace, stream, SplitK{partials, chunks, static_cast<int>(chunk)}, exact);
+  split_k_reduce(partials, c, p.m, p.n, chunks, e, stream);
 }
 }  // namespace
 
 int64_t bf16_wgmma_split_k_splits(const MatmulParams& p, int sms) {
-  const int64_t tiles = ((p.m + BM - 1) / BM) * ((p.n + split_tile_n(p) - 1) / split_tile_n(p));
-  const int64_t slices = (p.k + kStageK<bf16> - 1) / kStageK<bf16>;
-  const int64_t chunk = chunk_slices_for(p, std::max<int64_t>(sms / std::max<int64_t>(tiles, 1), 1));
-  return (slices + chunk - 1) / chunk;
+  return chunks_for<bf16>(p, ((p.m + BM - 1) / BM) * ((p.n + split_tile_n(p) - 1) / split_tile_n(p)), sms);
 }
 
 size_t bf16_wgmma_split_k_workspace(const MatmulParams& p, const bf16* a, const bf16* b, int64_t splits) {
@@ -807,15 +950,63 @@ void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b,
                             const DeviceEpilogue<bf16>& e, int64_t splits, void* workspace, cudaStream_t stream) {
   KILN_CHECK(p.batch == 1, ShapeError, "cuda matmul 16_bf16_wgmma_split_k: one product at a time, got a batch of ",
              p.batch);
-  KILN_CHECK(splits >= 1, ValueError, "cuda matmul 16_bf16_wgmma_split_k: ", splits, " chunks of k");
-  if (p.m <= 0 || p.n <= 0) return;
-  const int64_t slices = (p.k + kStageK<bf16> - 1) / kStageK<bf16>;
-  const int64_t chunk = chunk_slices_for(p, splits), chunks = (slices + chunk - 1) / chunk;
-  if (chunks <= 1) return wgmma_run(p, a, b, c, e, split_tile_n(p), workspace, stream);
-  auto* partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + partials_offset(p, a, b));
-  wgmma_run(p, a, b, c, e, split_tile_n(p), workspace, stream,
-            SplitK{partials, chunks, static_cast<int>(chunk)});
-  split_k_reduce(partials, c, p.m, p.n, chunks, e, stream);
+  split_k_wgmma(p, a, b, c, e, split_tile_n(p), splits, workspace, stream, false, "16_bf16_wgmma_split_k");
+}
+
+// ---- version 17: 3xTF32 ----
+// f32 accuracy from Hopper's tensor cores: 12's 3xTF32 (each input split into a TF32 head and the
+// rest, three products each, sums of one stage at a time from zero, NaN results recomputed in f32)
+// on 13's warp-specialised kernel. The consumers split each stage in shared memory after it lands
+// (the kernel's comment says how), on 128 x 64 tiles (the stage holds both tiles' heads and tails,
+// 48 KB, four of them). Products of a few tiles and a long k (the MNIST CNN's fc1) split k as 16
+// does, as many chunks as fill the SMs once; a chunk's NaN results are recomputed over its own k.
+// Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-3xtf32-wgmma), against cuBLAS SGEMM
+// (FP32) in the same call: 4096^3 at 64.9 TFLOP/s [fig cuda.matmul.x3.4096.17.tflops], B^T
+// 2.03 ms [fig cuda.matmul.x3.4096Bt.17.ms] against 2.77 [fig cuda.matmul.x3.4096Bt.cublas-fp32.ms];
+// the CNN's fc1 at batch 512 (512 x 128 x 9216 B^T, split) 29.5 µs [fig cuda.matmul.x3.fc1-b512.17.us]
+// against 44.7 [fig cuda.matmul.x3.fc1-b512.cublas-fp32.us], its input gradient at batch 64
+// (64 x 9216 x 128) 10.6 µs [fig cuda.matmul.x3.dx-b64.17.us] against 12.5 [fig cuda.matmul.x3.dx-b64.cublas-fp32.us].
+// Its weight gradient at batch 512 (9216 x 128 x 512 A^T, B packed) takes
+// 52.4 µs [fig cuda.matmul.x3.dw-b512.17.us], no better than 12's 50.6 [fig cuda.matmul.x3.dw-b512.12.us]:
+// 144 tiles are one wave and a few blocks on 132 SMs. In production for f32 on sm_90 (matmul.cu),
+// mnist-train's f32 epoch 2 went from 0.164 s [fig cuda.conv2d.weight-ring.cnn.b512.epoch2] to
+// 0.152 [fig cuda.matmul.x3.epoch2.b512] at batch 512, 0.344 [fig cuda.conv2d.weight-ring.cnn.b64.epoch2]
+// to 0.340 [fig cuda.matmul.x3.epoch2.b64] at batch 64, and the MLP's from
+// 0.065 [fig cuda.matmul.x3.epoch2.mlp.before] to 0.063 [fig cuda.matmul.x3.epoch2.mlp].
+// 3xTF32 costs three products, so its bound is a third of 13's TF32 rate, which was
+// 328.8 TFLOP/s [fig cuda.matmul.x3.4096.13.tflops] at 4096^3 in the same call. The split's
+// shared-memory traffic (each stage read once and written twice) shares the banks with wgmma's
+// reads (kernels/cuda/NOTES.md).
+
+int64_t tf32x3_wgmma_splits(const MatmulParams& p, const float* a, const float* b, int sms) {
+  if (p.batch != 1) return 1;
+  const Plan plan = plan_for(p, a, b);
+  const int64_t rows = plan.swap ? p.n : p.m, cols = plan.swap ? p.m : p.n;
+  return chunks_for<float>(p, ((rows + BM - 1) / BM) * ((cols + 63) / 64), sms);
+}
+
+size_t tf32x3_wgmma_workspace(const MatmulParams& p, const float* a, const float* b, int64_t splits) {
+  const int64_t chunks = splits > 1 && p.batch == 1 ? splits : 0;
+  return partials_offset(p, a, b) + static_cast<size_t>(chunks * p.m * p.n) * sizeof(float);
+}
+
+void tf32x3_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c,
+                      const DeviceEpilogue<float>& e, int64_t splits, void* workspace, cudaStream_t stream) {
+  split_k_wgmma(p, a, b, c, e, 64, splits, workspace, stream, true, "17_3xtf32_wgmma");
+}
+
+void tf32x3_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                  cudaStream_t stream) {
+  if (p.batch <= 0 || p.m <= 0 || p.n <= 0) return;
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  if (!tf32_wgmma_applies(p, device)) return split_tf32x3(p, a, b, c, e, stream);
+  const int64_t splits = tf32x3_wgmma_splits(p, a, b, device_attribute(cudaDevAttrMultiProcessorCount, device));
+  const size_t bytes = tf32x3_wgmma_workspace(p, a, b, splits);
+  void* workspace = nullptr;
+  if (bytes > 0) KILN_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  tf32x3_wgmma_run(p, a, b, c, e, splits, workspace, stream);
+  if (workspace) KILN_CUDA_CHECK(cudaFreeAsync(workspace, stream));
 }
 
 }  // namespace kiln::cuda::matmul

@@ -105,10 +105,24 @@ int64_t bf16_wgmma_split_k_splits(const MatmulParams& p, int sms);
 size_t bf16_wgmma_split_k_workspace(const MatmulParams& p, const bf16* a, const bf16* b, int64_t splits);
 void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b, bf16* c,
                             const DeviceEpilogue<bf16>& e, int64_t splits, void* workspace, cudaStream_t stream);
+// 17: 3xTF32 (12's f32 accuracy) on 13's kernel, 128 x 64 tiles, k split into chunks where the
+// tiles are few (tf32x3_wgmma_splits: as many as fill the SMs once; one product at a time), each
+// block's f32 sums added in order by 09's reduce kernel. Run with `splits` chunks at most and
+// tf32x3_wgmma_workspace(p, a, b, splits) bytes (packed operands, partial sums; 0: may be null),
+// where tf32_wgmma_applies. tf32x3_wgmma, the ladder's entry, picks its splits, takes its
+// workspace from cudaMallocAsync, and runs 12 elsewhere.
+int64_t tf32x3_wgmma_splits(const MatmulParams& p, const float* a, const float* b, int sms);
+size_t tf32x3_wgmma_workspace(const MatmulParams& p, const float* a, const float* b, int64_t splits);
+void tf32x3_wgmma_run(const MatmulParams& p, const float* a, const float* b, float* c,
+                      const DeviceEpilogue<float>& e, int64_t splits, void* workspace, cudaStream_t stream);
+void tf32x3_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+                  cudaStream_t stream);
 // 09's second kernel: c[i][j] = epilogue(sum over s, in order, of partials[s][i][j]), rounded
-// once to bf16; partials [splits, m, n].
+// once to C's type; partials [splits, m, n].
 void split_k_reduce(const float* partials, bf16* c, int64_t m, int64_t n, int64_t splits,
                     const DeviceEpilogue<bf16>& e, cudaStream_t stream);
+void split_k_reduce(const float* partials, float* c, int64_t m, int64_t n, int64_t splits,
+                    const DeviceEpilogue<float>& e, cudaStream_t stream);
 // f64 (gradchecks): 03's shared-memory tiling in double.
 void smem_tiling_f64(const MatmulParams& p, const double* a, const double* b, double* c, const DeviceEpilogue<double>& e, cudaStream_t stream);
 

@@ -364,6 +364,20 @@ __device__ void mma_3xtf32_add_slice(float (&acc)[MI][NI][4], const float* as, c
 struct AsComputed {
   __device__ float operator()(float v, int64_t, int64_t) const { return v; }
 };
+// The 3xTF32 versions' finish (12, 17): C(i, j) summed again in plain f32 over k in [k0, k1) where
+// it came out NaN. An infinite input splits into inf and inf - inf = NaN, so the split products
+// give NaN where f32 gives inf; the f32 sum gives inf, or NaN where f32 does too. Finite data
+// never takes this path.
+struct RecomputeNan {
+  Panel<float> a, b;
+  int64_t k0, k1;
+  __device__ float operator()(float v, int64_t i, int64_t j) const {
+    if (v == v) return v;
+    float sum = 0;
+    for (int64_t p = k0; p < k1; ++p) sum = fmaf(a.get(p, i), b.get(p, j), sum);
+    return sum;
+  }
+};
 // Two neighbouring elements of C in one store (j even, and Args::vec_c: the row's pairs aligned).
 __device__ inline void store_pair(float* p, float v0, float v1) { *reinterpret_cast<float2*>(p) = make_float2(v0, v1); }
 __device__ inline void store_pair(bf16* p, float v0, float v1) {
