@@ -444,7 +444,7 @@ def define(figure, table, runs):
                f"the conv2 weight gradient's GEMM kernel a step (ncu), CNN batch 512, f32, {tag} version 6, µs")
     # ---- matmul 17 (3xTF32 on wgmma) beside 12, 07, 09 and cuBLAS in one call on an H200
     # (docs/runs/2026-11-28-h200-3xtf32-wgmma), and mnist-train's f32 epochs with it in production ----
-    x3 = runs["2026-11-28-h200-3xtf32-wgmma"]
+    x3 = runs["2026-11-28-h200-3xtf32-regs"]
     x3_shapes = {"4096": "4096x4096x4096", "4096Bt": "4096x4096x4096 B^T", "fc1-b64": "64x128x9216 B^T",
                  "dx-b64": "64x9216x128", "dw-b64": "9216x128x64 A^T", "fc1-b512": "512x128x9216 B^T",
                  "dx-b512": "512x9216x128", "dw-b512": "9216x128x512 A^T", "mlp-fc1": "64x128x784"}
@@ -465,12 +465,13 @@ def define(figure, table, runs):
            "matmul 13_tf32_wgmma (TF32) at 4096^3 (H200), TFLOP/s")
     figure("cuda.matmul.x3.4096.17.tflops", x3, x3.kernel("matmul", "17_3xtf32_wgmma", "4096x4096x4096")["value"],
            "matmul 17_3xtf32_wgmma at 4096^3 (H200), TFLOP/s")
-    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32"),
-                            ("mlp", "train_mlp_3.jsonl", "MLP batch 64, f32")):
+    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32")):
         figure(f"cuda.matmul.x3.epoch2.{tag}", x3, x3.epoch(file, 2)["seconds"],
                f"mnist-train {what}, matmul 17 in production (H200): epoch 2, s")
-    figure("cuda.matmul.x3.epoch2.mlp.before", weight, weight.epoch("train_mlp_3.jsonl", 2)["seconds"],
-           "mnist-train MLP batch 64, f32, before matmul 17 (H200): epoch 2, s")
+    # 17's first form, both tiles split in shared memory (the call before, same GPU)
+    first = runs["2026-11-28-h200-3xtf32-wgmma"]
+    figure("cuda.matmul.x3-smem.4096.17.ms", first, first.kernel("matmul", "17_3xtf32_wgmma", "4096x4096x4096")["ms"],
+           "matmul 17_3xtf32_wgmma at 4096^3 with both tiles split in shared memory (H200), ms")
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

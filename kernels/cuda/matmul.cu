@@ -45,19 +45,20 @@
 //     MN-major operands read in place through wgmma's transpose (16-bit types have one).
 //   16_bf16_wgmma_split_k: 15 with k cut into chunks, one tile and one chunk a block, their f32
 //     sums added in order by 09's reduce kernel (in 13's file): few tiles and a long k.
-//   17_3xtf32_wgmma: 12's 3xTF32 on 13's kernel (in 13's file), each stage split in shared memory
-//     by the consumers once it lands, 128 x 64 tiles, k split as 16 does where the tiles are few.
+//   17_3xtf32_wgmma: 12's 3xTF32 on 13's kernel (in 13's file), the rows operand split in
+//     registers and B's tile in shared memory once it lands, 128 x 64 tiles, k split as 16 does
+//     where the tiles are few.
 //     Runs 12 on other GPUs.
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32 on an sm_90 GPU: 17, unless it would first pack an operand for a k under
-//     256 (as 13 below). On an H200 (docs/runs/2026-11-28-h200-3xtf32-wgmma) 17 ran 4096^3 in
-//     2.12 ms [fig cuda.matmul.x3.4096.17.ms] against 12's 2.52 [fig cuda.matmul.x3.4096.12.ms]
-//     and cuBLAS SGEMM's 2.69 [fig cuda.matmul.x3.4096.cublas-fp32.ms], the CNN's fc1 input
-//     gradient at batch 512 (512 x 9216 x 128) in 44.9 µs [fig cuda.matmul.x3.dx-b512.17.us]
+//     256 (as 13 below). On an H200 (docs/runs/2026-11-28-h200-3xtf32-regs) 17 ran 4096^3 in
+//     1.69 ms [fig cuda.matmul.x3.4096.17.ms] against 12's 2.51 [fig cuda.matmul.x3.4096.12.ms]
+//     and cuBLAS SGEMM's 2.68 [fig cuda.matmul.x3.4096.cublas-fp32.ms], the CNN's fc1 input
+//     gradient at batch 512 (512 x 9216 x 128) in 40.8 µs [fig cuda.matmul.x3.dx-b512.17.us]
 //     against 07's 68.0 [fig cuda.matmul.x3.dx-b512.07.us]; its weight gradient at batch 64
 //     (9216 x 128 x 64 A^T, both operands MN-major: one packed) stays on 07,
-//     13.1 µs [fig cuda.matmul.x3.dw-b64.07.us] against 17's 24.6 [fig cuda.matmul.x3.dw-b64.17.us].
+//     13.3 µs [fig cuda.matmul.x3.dw-b64.07.us] against 17's 24.5 [fig cuda.matmul.x3.dw-b64.17.us].
 //   - T >= SMs / 4, f32 elsewhere: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
 //     16-byte aligned for cp.async and k >= 256, else 07. At 4096^3 12 ran
 //     1.40x [fig cuda.matmul.12-over-07.4096] faster than 07 (2.52 ms [fig cuda.matmul.12.4096.ms]
@@ -78,10 +79,10 @@
 //   - else, one batch entry and a split into S >= 4 chunks (split_k_splits: about two blocks per
 //     SM, chunks of >= 64, so k >= 256): 09, or in f32 on an sm_90 GPU with k >= 2048, 17 split
 //     into its own chunks (the CNN's fc1 at batch 512, 512 x 128 x 9216:
-//     29.5 µs [fig cuda.matmul.x3.fc1-b512.17.us] against 09's 92.7 [fig cuda.matmul.x3.fc1-b512.09.us]; at
-//     batch 64 15.9 [fig cuda.matmul.x3.fc1-b64.17.us] against 18.5 [fig cuda.matmul.x3.fc1-b64.09.us];
-//     the MLP's 64 x 128 x 784 stays on 09, 11.5 µs [fig cuda.matmul.x3.mlp-fc1.09.us] against 17's
-//     13.3 [fig cuda.matmul.x3.mlp-fc1.17.us]). Splitting pays when each of the few tiles would
+//     26.8 µs [fig cuda.matmul.x3.fc1-b512.17.us] against 09's 93.1 [fig cuda.matmul.x3.fc1-b512.09.us]; at
+//     batch 64 15.2 [fig cuda.matmul.x3.fc1-b64.17.us] against 18.5 [fig cuda.matmul.x3.fc1-b64.09.us];
+//     the MLP's 64 x 128 x 784 stays on 09, 11.6 µs [fig cuda.matmul.x3.mlp-fc1.09.us] against 17's
+//     12.3 [fig cuda.matmul.x3.mlp-fc1.17.us]). Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
 //   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
 // f64 always runs 03. bf16 runs 16 on long, thin products (a few tiles, k >= 2048) on an sm_90

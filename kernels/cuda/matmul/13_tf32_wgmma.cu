@@ -95,16 +95,16 @@ constexpr int THREADS = 384;  // warpgroup 0 produces, 1 and 2 consume
 // and a wgmma k-step (8 floats, 16 bf16) is 32 bytes of a row either way.
 template <class E>
 constexpr int kStageK = 128 / static_cast<int>(sizeof(E));
-// EXACT: version 17's 3xTF32, whose stages also hold the tails of both tiles (LOAD_BYTES further
-// on, in the same layout), on 128 x 64 tiles only (the width measured; its sums and a stage's
-// parts are 64 registers a thread there).
+// EXACT: version 17's 3xTF32, whose stages also hold the columns operand's tail (after the two
+// tiles, in B's layout), on 128 x 64 tiles only (the width measured; its sums and a stage's parts
+// are 64 registers a thread there).
 template <int BN_, bool EXACT_ = false>
 struct Tile {
   static constexpr int BN = BN_;
   static constexpr bool EXACT = EXACT_;
-  static constexpr int STAGES = EXACT ? 4 : BN == 256 ? 3 : BN == 128 ? 4 : 6;
+  static constexpr int STAGES = BN == 256 ? 3 : BN == 128 ? 4 : 6;
   static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, LOAD_BYTES = A_BYTES + B_BYTES;
-  static constexpr int STAGE_BYTES = EXACT ? 2 * LOAD_BYTES : LOAD_BYTES;
+  static constexpr int STAGE_BYTES = EXACT ? LOAD_BYTES + B_BYTES : LOAD_BYTES;
   static constexpr int BARRIERS = STAGES * STAGE_BYTES;
   // + 1024: the base is rounded up to 1024 bytes, the swizzle's period (8 rows of 128 bytes).
   static constexpr int SMEM_BYTES = BARRIERS + 2 * STAGES * 8 + 1024;
@@ -311,22 +311,24 @@ __global__ void __launch_bounds__(THREADS, 1)
     const uint32_t a0 = smem_u32(smem) + wg * 64 * 128, b0 = smem_u32(smem) + A_BYTES;
     [[maybe_unused]] const RowFragment frag(wg, warp, lane);  // kRegisters: its loads and its rows
     if constexpr (T::EXACT) {
-      // Version 17, 3xTF32. Once a stage has landed, the 256 consumer threads split both tiles in
-      // place (the heads where they are, the tails LOAD_BYTES on: the same swizzled layout, since
-      // LOAD_BYTES is a whole number of its periods) and meet at a named barrier. Each product is
-      // then lo_a * hi_b + hi_a * lo_b + hi_a * hi_b, the rows operand's fragments loaded from
-      // shared memory in kRegisters. A stage's 12 products sum from zero into `part`, which joins
-      // d in an ordinary f32 add: the tensor cores truncate as they add (version 12). The next
+      // Version 17, 3xTF32. The rows operand's fragments are loaded from shared memory (kShared:
+      // its K-major lines under the 128-byte swizzle; kRegisters: RowFragment's places) and split
+      // in registers. The columns operand, which wgmma reads from shared memory, is split there:
+      // once a stage has landed, the 256 consumer threads round its B tile in place and write the
+      // rest after the stage's two tiles (B's swizzled layout again, since LOAD_BYTES is a whole
+      // number of its periods), then meet at a named barrier. Each product is lo_a * hi_b +
+      // hi_a * lo_b + hi_a * hi_b. A stage's 12 products sum from zero into `part`, which joins d
+      // in an ordinary f32 add: the tensor cores truncate as they add (version 12). The next
       // stage is split while a stage's products run, and a stage goes back to the producer once
       // they are done. (A second set of parts, added while the next stage's products run, made
       // ptxas serialise the products: it reads them as accumulators in use.)
-      constexpr int R = BN / 2, KF = MODE == Mode::kRegisters ? SK / 8 : 1;
+      constexpr int R = BN / 2, KF = SK / 8;
       float part[R];
       auto split_stage = [&](int s) {
         const int stage = s % STAGES;
         mbar_wait(&full[stage], (s / STAGES) & 1);
-        auto* v4 = reinterpret_cast<uint4*>(smem + stage * STAGE_BYTES);
-        constexpr int kLoads = T::LOAD_BYTES / 16;
+        auto* v4 = reinterpret_cast<uint4*>(smem + stage * STAGE_BYTES + A_BYTES);
+        constexpr int kLoads = T::B_BYTES / 16;
         for (int i = static_cast<int>(threadIdx.x) - 128; i < kLoads; i += 256) {
           const uint4 v = v4[i];
           uint4 hi, lo;
@@ -337,38 +339,34 @@ __global__ void __launch_bounds__(THREADS, 1)
         fence_async_shared();  // the writes, seen by the tensor cores after the barrier
         named_barrier(1, 256);
       };
+      // kShared: the byte offsets in a stage of this thread's fragment values at k-step kk, rows
+      // g and g + 8 of its warp's 16 (h) at k = t and t + 4 (hi), register h + 2 hi: row r's
+      // 16-byte chunk c lies at chunk c ^ (r % 8).
+      const int g = lane / 4, t = lane % 4;
+      auto k_major = [&](int kk, int i) {
+        const int r = wg * 64 + warp * 16 + g + 8 * (i % 2), chunk = 2 * kk + i / 2;
+        return static_cast<uint32_t>(r * 128 + ((chunk ^ (r % 8)) * 16) + t * 4);
+      };
       split_stage(0);
       for (int s = 0; s < slices; ++s) {
         const uint32_t base = smem_u32(smem) + (s % STAGES) * STAGE_BYTES;
-        const uint64_t db = smem_descriptor(base + A_BYTES), db_lo = smem_descriptor(base + T::LOAD_BYTES + A_BYTES);
+        const uint64_t db = smem_descriptor(base + A_BYTES), db_lo = smem_descriptor(base + T::LOAD_BYTES);
+        uint32_t hi[KF][4], lo[KF][4];
+#pragma unroll
+        for (int kk = 0; kk < KF; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t at = MODE == Mode::kShared ? k_major(kk, i) : frag.at[i] + kk * 1024;
+            split_tf32(ld_shared(base + at), hi[kk][i], lo[kk][i]);
+          }
 #pragma unroll
         for (int i = 0; i < R; ++i) part[i] = 0.0f;
-        if constexpr (MODE == Mode::kShared) {
-          const uint64_t da = smem_descriptor(base + wg * 64 * 128);
-          const uint64_t da_lo = smem_descriptor(base + T::LOAD_BYTES + wg * 64 * 128);
-          wgmma_fence();
+        wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < SK / 8; ++kk) {
-            wgmma_tf32(part, da_lo + 2 * kk, db + 2 * kk);
-            wgmma_tf32(part, da + 2 * kk, db_lo + 2 * kk);
-            wgmma_tf32(part, da + 2 * kk, db + 2 * kk);
-          }
-        } else {
-          uint32_t hi[KF][4], lo[KF][4];
-#pragma unroll
-          for (int kk = 0; kk < KF; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              hi[kk][i] = ld_shared(base + frag.at[i] + kk * 1024);
-              lo[kk][i] = ld_shared(base + T::LOAD_BYTES + frag.at[i] + kk * 1024);
-            }
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < KF; ++kk) {
-            wgmma_tf32(part, lo[kk], db + 2 * kk);
-            wgmma_tf32(part, hi[kk], db_lo + 2 * kk);
-            wgmma_tf32(part, hi[kk], db + 2 * kk);
-          }
+        for (int kk = 0; kk < KF; ++kk) {
+          wgmma_tf32(part, lo[kk], db + 2 * kk);
+          wgmma_tf32(part, hi[kk], db_lo + 2 * kk);
+          wgmma_tf32(part, hi[kk], db + 2 * kk);
         }
         wgmma_commit();
         if (s + 1 < slices) split_stage(s + 1);
@@ -956,27 +954,27 @@ void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b,
 // ---- version 17: 3xTF32 ----
 // f32 accuracy from Hopper's tensor cores: 12's 3xTF32 (each input split into a TF32 head and the
 // rest, three products each, sums of one stage at a time from zero, NaN results recomputed in f32)
-// on 13's warp-specialised kernel. The consumers split each stage in shared memory after it lands
-// (the kernel's comment says how), on 128 x 64 tiles (the stage holds both tiles' heads and tails,
-// 48 KB, four of them). Products of a few tiles and a long k (the MNIST CNN's fc1) split k as 16
-// does, as many chunks as fill the SMs once; a chunk's NaN results are recomputed over its own k.
-// Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-3xtf32-wgmma), against cuBLAS SGEMM
-// (FP32) in the same call: 4096^3 at 64.9 TFLOP/s [fig cuda.matmul.x3.4096.17.tflops], B^T
-// 2.03 ms [fig cuda.matmul.x3.4096Bt.17.ms] against 2.77 [fig cuda.matmul.x3.4096Bt.cublas-fp32.ms];
-// the CNN's fc1 at batch 512 (512 x 128 x 9216 B^T, split) 29.5 µs [fig cuda.matmul.x3.fc1-b512.17.us]
-// against 44.7 [fig cuda.matmul.x3.fc1-b512.cublas-fp32.us], its input gradient at batch 64
-// (64 x 9216 x 128) 10.6 µs [fig cuda.matmul.x3.dx-b64.17.us] against 12.5 [fig cuda.matmul.x3.dx-b64.cublas-fp32.us].
-// Its weight gradient at batch 512 (9216 x 128 x 512 A^T, B packed) takes
-// 52.4 µs [fig cuda.matmul.x3.dw-b512.17.us], no better than 12's 50.6 [fig cuda.matmul.x3.dw-b512.12.us]:
-// 144 tiles are one wave and a few blocks on 132 SMs. In production for f32 on sm_90 (matmul.cu),
-// mnist-train's f32 epoch 2 went from 0.164 s [fig cuda.conv2d.weight-ring.cnn.b512.epoch2] to
-// 0.152 [fig cuda.matmul.x3.epoch2.b512] at batch 512, 0.344 [fig cuda.conv2d.weight-ring.cnn.b64.epoch2]
-// to 0.340 [fig cuda.matmul.x3.epoch2.b64] at batch 64, and the MLP's from
-// 0.065 [fig cuda.matmul.x3.epoch2.mlp.before] to 0.063 [fig cuda.matmul.x3.epoch2.mlp].
-// 3xTF32 costs three products, so its bound is a third of 13's TF32 rate, which was
-// 328.8 TFLOP/s [fig cuda.matmul.x3.4096.13.tflops] at 4096^3 in the same call. The split's
-// shared-memory traffic (each stage read once and written twice) shares the banks with wgmma's
-// reads (kernels/cuda/NOTES.md).
+// on 13's warp-specialised kernel. The consumers split the rows operand's fragments in registers
+// and the columns operand's tile in shared memory after it lands (the kernel's comment says how),
+// on 128 x 64 tiles (a stage of 32 KB with B's tail, six of them). Products of a few tiles and a
+// long k (the MNIST CNN's fc1) split k as 16 does, as many chunks as fill the SMs once; a chunk's
+// NaN results are recomputed over its own k.
+// Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-3xtf32-regs), against cuBLAS SGEMM
+// (FP32) in the same call: 4096^3 at 81.2 TFLOP/s [fig cuda.matmul.x3.4096.17.tflops], B^T
+// 1.72 ms [fig cuda.matmul.x3.4096Bt.17.ms] against 2.75 [fig cuda.matmul.x3.4096Bt.cublas-fp32.ms];
+// the CNN's fc1 at batch 512 (512 x 128 x 9216 B^T, split) 26.8 µs [fig cuda.matmul.x3.fc1-b512.17.us]
+// against 44.5 [fig cuda.matmul.x3.fc1-b512.cublas-fp32.us], its input gradient at batch 64
+// (64 x 9216 x 128) 9.7 µs [fig cuda.matmul.x3.dx-b64.17.us] against 10.0 [fig cuda.matmul.x3.dx-b64.cublas-fp32.us],
+// its weight gradient at batch 512 (9216 x 128 x 512 A^T, B packed: 144 tiles, one wave and a few
+// blocks on 132 SMs) 46.6 µs [fig cuda.matmul.x3.dw-b512.17.us] against 12's 50.8 [fig cuda.matmul.x3.dw-b512.12.us].
+// In production for f32 on sm_90 (matmul.cu), mnist-train's f32 epoch 2 went from
+// 0.164 s [fig cuda.conv2d.weight-ring.cnn.b512.epoch2] to 0.151 [fig cuda.matmul.x3.epoch2.b512] at
+// batch 512, and from 0.344 [fig cuda.conv2d.weight-ring.cnn.b64.epoch2] to 0.335 [fig cuda.matmul.x3.epoch2.b64]
+// at batch 64. Its first form split both tiles in shared memory (72 KB of traffic a stage besides
+// wgmma's reads, where B's split alone is 24 KB): 4096^3 took 2.12 ms [fig cuda.matmul.x3-smem.4096.17.ms]
+// (docs/runs/2026-11-28-h200-3xtf32-wgmma). 3xTF32 costs three products, so its bound is a third of
+// 13's TF32 rate, which was 328.9 TFLOP/s [fig cuda.matmul.x3.4096.13.tflops] at 4096^3 in the
+// same call (kernels/cuda/NOTES.md).
 
 int64_t tf32x3_wgmma_splits(const MatmulParams& p, const float* a, const float* b, int sms) {
   if (p.batch != 1) return 1;
