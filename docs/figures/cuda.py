@@ -472,6 +472,15 @@ def define(figure, table, runs):
     first = runs["2026-11-28-h200-3xtf32-wgmma"]
     figure("cuda.matmul.x3-smem.4096.17.ms", first, first.kernel("matmul", "17_3xtf32_wgmma", "4096x4096x4096")["ms"],
            "matmul 17_3xtf32_wgmma at 4096^3 with both tiles split in shared memory (H200), ms")
+    # ---- conv2d version 12 in 3xTF32 with the window's fragments split by the consumers
+    # (docs/runs/2026-11-28-h200-ring-regs, one H200) ----
+    rr = runs["2026-11-28-h200-ring-regs"]
+    conv_figures("ring-regs", rr, {"conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]"},
+                 [(f"{what}.{name}", f"{what} {version}") for what in ("fwd", "bwd-input")
+                  for name, version in (("v12-3xtf32", "12 wgmma ring 3xTF32"), ("cudnn", "cuDNN"))])
+    conv_figures("ring-regs", rr, {"conv2-b64": "conv2 x[64,32,26,26] w[64,32,3,3]",
+                                   "large": "large x[64,128,56,56] w[128,128,3,3] pad 1"},
+                 (("fwd.v12-3xtf32", "fwd 12 wgmma ring 3xTF32"), ("fwd.cudnn", "fwd cuDNN")))
     for batch in (64, 512):  # the same, the call before the split sums in tiles
         shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,

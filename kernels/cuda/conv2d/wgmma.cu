@@ -607,16 +607,16 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 // has brought its weights) and "empty" (the 8 consumer warps are done reading it). One block an
 // SM walks the problem's tiles (persistent), and the ring runs on from one tile into the next.
 // - The producer takes a stage's patch 4 channels of a pixel a thread at a time (lanes on
-//   neighbouring pixels: coalesced). TF32 copies it by cp.async, nothing in registers and no
-//   wait: the copies themselves arrive on "full" as they land. 3xTF32 must split it, so it loads
-//   it into registers, the next stage's loads in flight while it waits for a free stage and
-//   stores this one, split: the high parts, then the rest a plane further on. (3xTF32 by
-//   cp.async, each stage split in place once its copies had landed while the next one's flew,
-//   measured slower, the large layer most, its ring of two stages in effect one: NOTES.md.)
-//   The producer gives registers to the consumers (setmaxnreg).
+//   neighbouring pixels: coalesced), by cp.async, nothing in registers and no wait: the copies
+//   themselves arrive on "full" as they land. In 3xTF32 the consumers split the window
+//   themselves: each thread loads its A fragments (rows g and g + 8 of its warp's 16 pixels,
+//   channels t and t + 4, one value from each of the patch's planes) and splits them in
+//   registers, a tap's loads in flight while the tap before multiplies; the weights' heads and
+//   tails are two sets read from shared memory. The producer gives registers to the consumers
+//   (setmaxnreg).
 // - The weights come by bulk copies of the copy engine: once for the block where every stage's
-//   fit beside the ring (MNIST's conv2, both passes: 74 KB in TF32, 147 KB in 3xTF32), else with
-//   each stage.
+//   fit beside the ring (MNIST's conv2, both passes: 74 KB in TF32, 147 KB in 3xTF32's two sets),
+//   else with each stage.
 // - Each consumer warpgroup multiplies mw products of 64 pixels a tap (128 mw pixels a block), so
 //   that a stage's weights serve twice as many pixels and the patch's extra rows weigh less.
 // - TF32 keeps a stage's products in flight while the next stage's are issued (wgmma_wait<1>);
@@ -657,6 +657,15 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   3xTF32 656.3 [fig cuda.conv2d.ring.large.fwd.v12-3xtf32.us]
 //     against 7's 1264.0 [fig cuda.conv2d.ring.large.fwd.v7-3xtf32.us]
 //     and cuDNN FP32's 628.2 [fig cuda.conv2d.ring.large.fwd.cudnn.us].
+// 3xTF32 with the window split by the consumers (the producer's split, through registers, was
+// the figures above; docs/runs/2026-11-28-h200-ring-regs): conv2 at batch 512, forward
+// 251.7 µs [fig cuda.conv2d.ring-regs.conv2-b512.fwd.v12-3xtf32.us] (cuDNN FP32
+// 255.5 [fig cuda.conv2d.ring-regs.conv2-b512.fwd.cudnn.us]), backward input
+// 246.0 [fig cuda.conv2d.ring-regs.conv2-b512.bwd-input.v12-3xtf32.us] (cuDNN FP32
+// 232.3 [fig cuda.conv2d.ring-regs.conv2-b512.bwd-input.cudnn.us]); at batch 64 forward
+// 49.9 [fig cuda.conv2d.ring-regs.conv2-b64.fwd.v12-3xtf32.us] (cuDNN FP32
+// 71.8 [fig cuda.conv2d.ring-regs.conv2-b64.fwd.cudnn.us]); the large layer's forward
+// 651.4 [fig cuda.conv2d.ring-regs.large.fwd.v12-3xtf32.us] (cuDNN FP32 624.5 [fig cuda.conv2d.ring-regs.large.fwd.cudnn.us]).
 // The tensor cores still run at about a fifth of their TF32 rate at conv2 (64 outputs: m64n64)
 // and a half at the large layer (m64n128); NOTES.md says what is next.
 constexpr int kRingThreads = 384;   // warpgroup 0 produces, 1 and 2 consume
@@ -670,7 +679,7 @@ struct RingPlan {
   int bn = 0, mw = 0, stages = 0;
   bool exact = false;
   bool resident = false;      // every stage's weights loaded once for the block
-  int64_t patch_bytes = 0;    // a stage's patch: 2 planes of pixels x 16 bytes (3xTF32: then the low parts' 2)
+  int64_t patch_bytes = 0;    // a stage's patch: 2 planes of pixels x 16 bytes
   int64_t step_bytes = 0;     // a k-step's weights, bn x 8 floats (3xTF32: a set of them)
   int64_t stage_bytes = 0;    // the patch, and the stage's weights where they are not resident
   int64_t weight_bytes = 0;   // every stage's weights, both sets
@@ -690,7 +699,7 @@ RingPlan ring_plan(const Dims& d, bool exact) {
   p.chunks = (d.cg + kPatchChannels - 1) / kPatchChannels;
   p.np = (d.og + p.bn - 1) / p.bn * p.bn;
   const int sets = exact ? 2 : 1;
-  p.patch_bytes = int64_t{32} * p.pixels * sets;
+  p.patch_bytes = int64_t{32} * p.pixels;
   p.step_bytes = int64_t{p.bn} * kPatchChannels * 4;
   p.weight_bytes = p.chunks * d.khkw * p.step_bytes * sets;
   const int64_t room = kRingSmem - 128 - (2 * kRingMaxStages + 1) * 8;  // the base's alignment, the mbarriers
@@ -827,49 +836,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         }
       }
     };
-    // 3xTF32: the stage gathered into registers (the next stage's loads in flight while this one is
-    // stored), split as it is stored: the high parts, then the rest a plane further on
-    [[maybe_unused]] auto gather = [&](int i, int64_t chunk, float (&v)[kRingTasks][4]) {
-      if (i != gathered) locate(i);
-      const float* src = image + chunk * kPatchChannels * d.hw;
-      const int64_t rest = d.cg - chunk * kPatchChannels;  // the stage's channels, up to 8
-      if (rest >= kPatchChannels) {  // all 8 channels: every piece's four loads are in the input
-#pragma unroll
-        for (int k = 0; k < kRingTasks; ++k) {
-          const float* at = src + offset[k];
-          const bool in = inside >> k & 1;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float value = at[j * hw];
-            v[k][j] = in ? value : 0.0f;
-          }
-        }
-      } else {  // the last stage's channels: those past C/G read the stage's first plane, and keep zero
-        const int left = static_cast<int>(rest);
-#pragma unroll
-        for (int k = 0; k < kRingTasks; ++k) {
-          const int c0 = tid + 128 * k >= pixels ? 4 : 0;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const bool ok = (inside >> k & 1) && c0 + j < left;
-            const float value = *(ok ? src + offset[k] + j * hw : src);
-            v[k][j] = ok ? value : 0.0f;
-          }
-        }
-      }
-    };
-    [[maybe_unused]] auto put = [&](uint8_t* st, const float (&v)[kRingTasks][4]) {
-#pragma unroll
-      for (int k = 0; k < kRingTasks; ++k) {
-        const int i = tid + 128 * k;
-        if (i >= 2 * pixels) continue;
-        uint32_t hi[4], lo[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) matmul::split_tf32(__float_as_uint(v[k][j]), hi[j], lo[j]);
-        *reinterpret_cast<uint4*>(st + 16 * i) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *reinterpret_cast<uint4*>(st + 32 * pixels + 16 * i) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      }
-    };
     // the packed weights of (group, chunk, tap 0) from output n0, set 0
     auto packed = [&](const Item& it, int64_t chunk) {
       return a.wp + ((it.group * plan.chunks + chunk) * taps) * plan.np * kPatchChannels + it.n0 * kPatchChannels;
@@ -898,37 +864,14 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     };
     int item = static_cast<int>(blockIdx.x);
     int64_t chunk = 0;
-    if constexpr (kExact) {
-      float cur[kRingTasks][4], next[kRingTasks][4];
-      if (item < a.items) gather(item, chunk, cur);
-      for (int n = 0; item < a.items; ++n) {
-        int item2 = item;
-        int64_t chunk2 = chunk + 1;
-        if (chunk2 == plan.chunks) chunk2 = 0, item2 += static_cast<int>(gridDim.x);
-        if (item2 < a.items) gather(item2, chunk2, next);  // in flight while this stage is stored
-        const int stage = n % stages;
-        if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
-        uint8_t* st = ring + stage * plan.stage_bytes;
-        load_weights(item, chunk, st, &full[stage]);
-        put(st, cur);
-        matmul::fence_async_shared();
-        matmul::mbar_arrive(&full[stage]);
-#pragma unroll
-        for (int k = 0; k < kRingTasks; ++k)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) cur[k][j] = next[k][j];
-        item = item2, chunk = chunk2;
-      }
-    } else {
-      for (int n = 0; item < a.items; ++n) {
-        const int stage = n % stages;
-        if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
-        uint8_t* st = ring + stage * plan.stage_bytes;
-        load_weights(item, chunk, st, &full[stage]);
-        issue(item, chunk, st);
-        matmul::cp_async_arrive(&full[stage]);  // once this thread's copies have landed
-        if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x);
-      }
+    for (int n = 0; item < a.items; ++n) {
+      const int stage = n % stages;
+      if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
+      uint8_t* st = ring + stage * plan.stage_bytes;
+      load_weights(item, chunk, st, &full[stage]);
+      issue(item, chunk, st);
+      matmul::cp_async_arrive(&full[stage]);  // once this thread's copies have landed
+      if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x);
     }
   } else {
     // ---- consumers
@@ -953,9 +896,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
       for (int64_t chunk = 0; chunk < plan.chunks; ++chunk, ++n) {
         const int stage = n % stages;
         matmul::mbar_wait(&full[stage], (n / stages) & 1);
-        // TF32: the producer's cp.async writes, seen through the barrier, made visible to the
-        // tensor cores' reads (3xTF32's producer fences its own stores)
-        if constexpr (!kExact) matmul::fence_async_shared();
+        // the producer's cp.async writes, seen through the barrier, made visible to the tensor
+        // cores' reads
+        matmul::fence_async_shared();
         const uint32_t st = ring_at + static_cast<uint32_t>(stage * plan.stage_bytes);
         const uint32_t w0 = plan.resident ? weights_at + static_cast<uint32_t>(chunk * taps) * step
                                           : st + static_cast<uint32_t>(plan.patch_bytes);
@@ -963,31 +906,61 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         // a tap moves it by an add: A by the tap's window offset in pixels, B by a k-step's weights.
         const uint64_t b0 = matmul::packed_descriptor(w0), b_set = set_bytes / 16, b_step = step / 16;
         const uint64_t a0 = win_descriptor(st + static_cast<uint32_t>(first) * 16, plane_bytes);
-        [[maybe_unused]] const uint64_t a_low = 2 * plane_bytes / 16;  // 3xTF32: the low parts' planes
         int window = 0, kx = 0;  // the tap's offset ky dh cols + kx dw, and its kx
         auto next_tap = [&] {
           if (++kx == kw) kx = 0, window += dh * cols - (kw - 1) * dw;
           else window += dw;
         };
         if constexpr (kExact) {
+          // 3xTF32: each thread loads its A fragments (the window's rows g and g + 8 of its warp's
+          // 16, channels t and t + 4: the patch's two planes) and splits them in registers; the
+          // weights' two sets (heads, tails) come from shared memory. A tap's fragments load while
+          // the tap before multiplies, two sets alternating.
+          const float* patch = reinterpret_cast<const float*>(ring + stage * plan.stage_bytes) +
+                               (first + warp * 16 + lane / 4) * 4 + lane % 4;
+          const int plane = static_cast<int>(plane_bytes / 4);
+          uint32_t fa[2][MW][8];
+          auto load = [&](uint32_t (&f)[MW][8]) {
+#pragma unroll
+            for (int s = 0; s < MW; ++s)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                const float v = patch[(window + s * 64 + (i % 2) * 8) * 4 + (i / 2) * plane];
+                matmul::split_tf32(__float_as_uint(v), f[s][i], f[s][4 + i]);
+              }
+          };
+          auto multiply = [&](const uint32_t (&f)[MW][8], int tap) {
+            const uint64_t b_hi = b0 + tap * b_step, b_lo = b_hi + b_set;
+            matmul::wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < MW; ++s) {
+              const uint32_t hi[4] = {f[s][0], f[s][1], f[s][2], f[s][3]};
+              const uint32_t lo[4] = {f[s][4], f[s][5], f[s][6], f[s][7]};
+              matmul::wgmma_tf32(part[s], lo, b_hi);
+              matmul::wgmma_tf32(part[s], hi, b_lo);
+              matmul::wgmma_tf32(part[s], hi, b_hi);
+            }
+            matmul::wgmma_commit();
+          };
 #pragma unroll
           for (int s = 0; s < MW; ++s) {
 #pragma unroll
             for (int r = 0; r < R; ++r) part[s][r] = 0.0f;
             matmul::fence_accumulators(part[s]);
           }
-          matmul::wgmma_fence();
-          for (int tap = 0; tap < taps; ++tap, next_tap()) {
-            const uint64_t b_hi = b0 + tap * b_step, b_lo = b_hi + b_set;
-#pragma unroll
-            for (int s = 0; s < MW; ++s) {
-              const uint64_t hi = a0 + (window + s * 64);
-              matmul::wgmma_tf32(part[s], hi + a_low, b_hi);
-              matmul::wgmma_tf32(part[s], hi, b_lo);
-              matmul::wgmma_tf32(part[s], hi, b_hi);
-            }
+          load(fa[0]);
+          for (int tap = 0; tap < taps; tap += 2) {
+            multiply(fa[0], tap);
+            next_tap();
+            if (tap + 1 == taps) break;
+            matmul::wgmma_wait<1>();  // the tap before is done with fa[1]
+            load(fa[1]);
+            multiply(fa[1], tap + 1);
+            next_tap();
+            if (tap + 2 == taps) break;
+            matmul::wgmma_wait<1>();
+            load(fa[0]);
           }
-          matmul::wgmma_commit();
           matmul::wgmma_wait<0>();
           if (lane == 0) matmul::mbar_arrive(&empty[stage]);
 #pragma unroll
