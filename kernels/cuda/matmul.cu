@@ -47,8 +47,7 @@
 //     sums added in order by 09's reduce kernel (in 13's file): few tiles and a long k.
 //   17_3xtf32_wgmma: 12's 3xTF32 on 13's kernel (in 13's file), the rows operand split in
 //     registers and B's tile in shared memory once it lands, 128 x 64 tiles, k split as 16 does
-//     where the tiles are few.
-//     Runs 12 on other GPUs.
+//     where the tiles are few. Runs 12 on other GPUs.
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32 on an sm_90 GPU: 17, unless it would first pack an operand for a k under
