@@ -56,9 +56,8 @@
 //     patch's whole width, so that a tap's im2col rows are a window of the patch (conv2d/wgmma.cu).
 //     It ties too (figures in its file) and is not in production.
 //   12 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an SM walks the tiles, a
-//     producer warpgroup copying the patch into a ring of stages (TF32 by cp.async; 3xTF32
-//     through registers, split as it is stored) that two consumer warpgroups multiply, 256
-//     pixels a block, the weights brought by bulk copies, once a block where they fit. In
+//     producer warpgroup copying the patch by cp.async into a ring of stages that two consumer
+//     warpgroups multiply (3xTF32: their window fragments split in registers), 256 pixels a block, the weights brought by bulk copies, once a block where they fit. In
 //     production on sm_90, forward and backward input (figures in its file).
 // Backward input (cuDNN 0.0738 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms]; conv1
 //   0.0246 [fig cuda.conv2d.bwd-input.cudnn.conv1.ms]):

@@ -195,8 +195,8 @@ int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math);
 void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
                           TensorMath math, cudaStream_t stream);
 // Forward, version 12: version 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an
-// SM walks the tiles, a producer warpgroup copying the patch (TF32 by cp.async; 3xTF32 through
-// registers, split as it is stored) into a ring of stages that two consumer warpgroups multiply,
+// SM walks the tiles, a producer warpgroup copying the patch by cp.async into a ring of stages
+// that two consumer warpgroups multiply (3xTF32: their window fragments split in registers),
 // the weights brought by bulk copies (once a block where they fit). Where forward_ring_applies (an sm_90 GPU, stride 1, the patch of
 // 128 or 256 pixels within the producer's reach); workspace forward_ring_workspace(g) floats.
 bool forward_ring_applies(const Geometry& g, TensorMath math);
