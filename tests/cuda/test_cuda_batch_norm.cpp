@@ -63,9 +63,12 @@ bool same_bits(const Tensor& a, const Tensor& b) { return a.to_vector<double>() 
 TEST_CASE("batch norm's one-kernel and two-pass paths match the CPU, with the same bits on a second run") {
   // [N, C, S]: S a multiple of four or not, a plane longer than 256 vectors, S = 1 ([N, C]), one
   // image, and sizes one kernel cannot hold (two passes only; a cluster holds [8, 2, 2^18]'s
-  // channels in part and reads the rest again)
-  const std::vector<Shape> shapes = {{64, 32, 676}, {16, 5, 33},   {3, 7, 2000}, {200, 12, 1},  {1, 3, 4096},
-                                     {9, 4, 1024},  {64, 8, 4096}, {8, 2, 1 << 18}};
+  // channels in part and reads the rest again); more channels than the GPU runs clusters at once
+  // (clusters in several waves), small ones and ones whose backward a cluster holds in part
+  // ([32, 24, 8192])
+  const std::vector<Shape> shapes = {{64, 32, 676}, {16, 5, 33},     {3, 7, 2000},  {200, 12, 1},
+                                     {1, 3, 4096},  {9, 4, 1024},    {64, 8, 4096}, {8, 2, 1 << 18},
+                                     {3, 500, 33},  {32, 24, 8192}};
   Backend& cuda = backend_for(kCuda);
   for (const Shape& s : shapes)
     for (DType t : {DType::f32, DType::f64})
@@ -86,8 +89,13 @@ TEST_CASE("batch norm's one-kernel and two-pass paths match the CPU, with the sa
           // the forward holds x, the backward x and g: where one kernel holds both, it runs both
           if (bn::one_kernel_fits(cb, x.ref(), true)) paths.push_back(bn::Path::one_kernel);
           if (!bn::one_kernel_fits(cb, x.ref(), false)) CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::one_kernel), ValueError);
-          if (bn::cluster_available(cb, x.ref())) paths.push_back(bn::Path::cluster);
-          else CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::cluster), ValueError);
+          if (bn::cluster_available(cb, x.ref())) {
+            paths.push_back(bn::Path::cluster);
+            paths.push_back(bn::Path::cluster_stream);
+          } else {
+            CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::cluster), ValueError);
+            CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::cluster_stream), ValueError);
+          }
           for (bn::Path path : paths) {
             CAPTURE(static_cast<int>(path));
             const Outputs got = run(cuda, x, g, w, b, path);
@@ -126,7 +134,10 @@ TEST_CASE("batch norm's paths inside a captured graph: each replay computes the 
     CAPTURE(s.str());
     Tensor x = device_input(s, DType::f32, 0, 5), g = device_input(s, DType::f32, 0, 6);
     std::vector<bn::Path> paths = {bn::Path::automatic, bn::Path::two_passes};
-    if (bn::cluster_available(cuda, x.ref())) paths.push_back(bn::Path::cluster);
+    if (bn::cluster_available(cuda, x.ref())) {
+      paths.push_back(bn::Path::cluster);
+      paths.push_back(bn::Path::cluster_stream);
+    }
     for (bn::Path path : paths) {
       const Outputs eager = run(cuda, x, g, Tensor(), Tensor(), path);
       Outputs captured;
