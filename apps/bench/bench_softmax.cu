@@ -384,8 +384,7 @@ void bench_batch_norm_shape(Bench& bench, int64_t n, int64_t c, int64_t hw) {
   const bool forward_fits = bn::one_kernel_fits(backend, f32_ref(x, ncs), false),
              backward_fits = bn::one_kernel_fits(backend, f32_ref(x, ncs), true);
   if (forward_fits) paths.insert(paths.begin(), {bn::Path::one_kernel, "one kernel"});
-  if (bn::cluster_available(backend, f32_ref(x, ncs)))
-    paths.insert(paths.begin(), {{bn::Path::cluster_stream, "cluster stream"}, {bn::Path::cluster, "cluster"}});
+  if (bn::cluster_available(backend, f32_ref(x, ncs))) paths.insert(paths.begin(), {bn::Path::cluster, "cluster"});
   for (const auto& [path, name] : paths) {
     auto forward = [&, path = path] {
       bn::train(backend, f32_ref(x, ncs), {}, {}, 1e-5, f32_ref(y, ncs), f32_ref(mean, {c}), f32_ref(var, {c}),

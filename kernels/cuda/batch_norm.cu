@@ -18,7 +18,7 @@
 // mean), added in a fixed order: each thread's, the block's warps, then a channel's parts by a
 // warp's butterfly (the same in every block), so a run repeats its bits.
 //
-// Four ways to finish (Path in batch_norm.cuh):
+// Three ways to finish (Path in batch_norm.cuh):
 // - cluster, on sm_90 GPUs (H100, H200), any size: a channel's runs are the blocks of one
 //   thread-block cluster (up to 16 blocks, which the GPU places on one GPC at once). Each thread
 //   copies its run's vectors into shared memory (cp.async: all in flight at once, no registers)
@@ -29,12 +29,6 @@
 //   memory), the rest is read again after the sums, latest first, from L2 where it still is. The
 //   cluster's size is chosen per shape for the least time in waves of the clusters the GPU runs
 //   at once (a size that leaves some of a GPC's SMs idle runs fewer). x is read once.
-// - cluster_stream, the same kernel on as many clusters as the GPU runs at once, each taking
-//   channel after channel: a block first asks L2 for its run of the next channel (prefetch, no
-//   registers), then reads this one's, which L2 was asked for a channel ago, so that DRAM reads
-//   the next channel while the block sums and writes this one. A grid of a cluster a channel that
-//   runs in more than one wave has each wave read everything, wait, then write; this keeps both
-//   directions busy.
 // - one_kernel, when every run fits in the registers of the GPU's resident threads at once (a few
 //   vectors a thread; MNIST-sized inputs): one cooperative launch loads its run, stores the block's
 //   sums, waits at a grid-wide barrier, adds its channel's parts and writes y from the registers.
@@ -45,9 +39,8 @@
 //   H100), so the second pass starts there instead of in DRAM; its loads and stores are marked
 //   evict-first, so that its writes do not push out what it has yet to read. (What this gains is
 //   small, a few per cent: NOTES.md.)
-// The backward is the same with (x, g) for x and grad_x for y. Backend calls take a cluster path
-// where the GPU has it (cluster where its clusters run in one wave, else cluster_stream), else
-// one_kernel where it fits, else two_passes.
+// The backward is the same with (x, g) for x and grad_x for y. Backend calls take cluster where the
+// GPU has it, else one_kernel where it fits, else two_passes.
 //
 // Bench: `kernel-bench --only batch_norm`. Measured (H100 80GB HBM3, docs/runs/2026-11-27-h100-batch-norm,
 // f32 training; GB/s counts x read and y written, x and g read and grad_x written, as a copy would):
@@ -492,41 +485,27 @@ __device__ void copy_async(Vec<T, V>* to, const Vec<T, V>* from) {
                  : "memory");
 }
 
-// Asks L2 for the lines of `bytes` bytes from p, the block's threads a line each in turn (no
-// registers, nothing waits for them).
-__device__ void prefetch_l2(const void* p, int64_t bytes) {
-  const auto* at = static_cast<const char*>(p);
-  for (int64_t i = int64_t{threadIdx.x} * 128; i < bytes; i += int64_t{kBlock} * 128)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at + i));
-}
-
-// A block's pass over its runs (part, c) of the channels c = blockIdx.y, + gridDim.y, ..., each
-// channel's runs the blocks of one cluster (cluster: a row of the grid a channel, one each;
-// cluster_stream: fewer rows, several each). Per channel, each thread keeps the last K of its
-// vectors (of every input) in registers and the `slots` before them in shared memory, and reads
-// the rest again once the channel's sums are known:
+// A block's pass over its run (part, c) when the channel's runs are the blocks of one cluster.
+// Each thread keeps the last K of its vectors (of every input) in registers and the `slots`
+// before them in shared memory, and reads the rest again once the channel's sums are known:
 //   in order: the copies into shared memory (cp.async, all at once), the loads into registers,
 //   the loads of the vectors to read again (U at a time, added as they come), then once the
-//   copies land their vectors are added too: the two sums (`adder(c)`) of every vector, in an
-//   order fixed by the shape;
+//   copies land their vectors are added too: the two sums (`add`) of every vector, in an order
+//   fixed by the shape;
 //   the blocks' sums meet through distributed shared memory, and every block adds the cluster's
 //   in rank order, so all of them (and every run) have the same bits;
-//   `finish(c, a, b)` turns the channel's sums into the output function, out[i] = f(inputs at i),
+//   `finish(a, b)` turns the channel's sums into the output function, out[i] = f(inputs at i),
 //   written from the registers first (which frees them), then from shared memory, then for the
 //   vectors read again, backwards, so that the last ones read (likeliest still in L2) come first,
 //   U at a time and evict-first, as the two passes' second kernel does.
-// A block with a channel after this one first asks L2 for that channel's run: DRAM reads it
-// while the block reads this channel's (from L2, asked for a channel ago) and writes its output.
-// The sums alternate between two places: a block may publish the next channel's while another
-// still reads this one's.
-template <class T, int V, int K, int P, class Adder, class Finish>
-__device__ void cluster_pass(const T* const (&in)[P], T* out, const Dims& d, int64_t slots, Adder&& adder,
+template <class T, int V, int K, int P, class Add, class Finish>
+__device__ void cluster_pass(const T* const (&in)[P], T* out, const Dims& d, int64_t slots, Add&& add,
                              Finish&& finish) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Vs = Vecs<T, V, P>;
   constexpr int U = 4 / P;  // vectors of each input in flight a thread, in the loops that load U at a time
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
-  const int64_t part = blockIdx.x, t = threadIdx.x;
+  const int64_t part = blockIdx.x, c = blockIdx.y, t = threadIdx.x;
   // slot s of input p of this thread: [slot][input][thread], so that a warp's vectors are adjacent
   auto slot = [&](int64_t s, int p) { return reinterpret_cast<Vec<T, V>*>(dynamic_smem) + (s * P + p) * kBlock + t; };
   auto source = [&](int p) { return reinterpret_cast<const Vec<T, V>*>(in[p]); };
@@ -548,110 +527,94 @@ __device__ void cluster_pass(const T* const (&in)[P], T* out, const Dims& d, int
     for (int p = 0; p < P; ++p) v.v[p] = *slot(s, p);
     return v;
   };
-  // the thread's vectors of a run (the same in every channel): [0, first_kept) read again,
-  // [first_kept, lead) in shared memory, the rest (at most K) in registers
-  const Walk<int64_t> shape(d, 0, part, t);
-  const int64_t n = shape.count > t ? (shape.count - t + kBlock - 1) / kBlock : 0;
+  // the thread's vectors: [0, first_kept) read again, [first_kept, lead) in shared memory, the
+  // rest (at most K) in registers
+  const Walk<int64_t> start(d, c, part, t);
+  const int64_t n = start.count > t ? (start.count - t + kBlock - 1) / kBlock : 0;
   const int64_t lead = std::max<int64_t>(n - K, 0), first_kept = std::max<int64_t>(lead - slots, 0);
-  const int64_t first_plane = part * d.per, planes = std::max<int64_t>(std::min(d.n - first_plane, d.per), 0);
+  Walk<int64_t> w(d, c, part, t + first_kept * kBlock);
+  for (int64_t i = first_kept; i < lead; ++i, w.next())
+#pragma unroll
+    for (int p = 0; p < P; ++p) copy_async(slot(i - first_kept, p), source(p) + w.at());
+  const Walk<int64_t> at_registers = w;
+  Vs held[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (lead + k < n) held[k] = load(w.at()), w.next();
+  double a = 0, b = 0;
+  w = start;
+  for (int64_t i = 0; i < first_kept;) {
+    Vs buf[U];
+    int got = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u < first_kept) buf[u] = load(w.at()), w.next(), got = u + 1;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < got) add(buf[u], a, b);
+    i += got;
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (lead + k < n) add(held[k], a, b);
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // a thread reads back only its own copies
+  for (int64_t s = 0; s < lead - first_kept; ++s) add(from_slot(s), a, b);
+
   __shared__ double scratch[kBlock / 32];
-  __shared__ double sums[2][2];
+  __shared__ double sums[2];
+  a = block_sum(a, scratch);
+  b = block_sum(b, scratch);
+  if (t == 0) sums[0] = a, sums[1] = b;
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  for (int64_t c = blockIdx.y, round = 0; c < d.c; c += gridDim.y, ++round) {
-    if (const int64_t next = c + gridDim.y; next < d.c)
-      for (int64_t i = 0; i < planes; ++i)
+  cluster.sync();
+  a = 0, b = 0;
+  for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
+    const double* s = cluster.map_shared_rank(sums, static_cast<int>(r));
+    a += s[0], b += s[1];
+  }
+  // the other blocks may still read this block's sums: it leaves only once they all have
+  auto read = cluster.barrier_arrive();
+  const auto f = finish(a, b);
+
+  auto* o = reinterpret_cast<Vec<T, V>*>(out);
+  w = at_registers;
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-          prefetch_l2(source(p) + ((first_plane + i) * d.c + next) * d.sv, d.sv * int64_t{sizeof(Vec<T, V>)});
-    const auto add = adder(c);
-    Walk<int64_t> w(d, c, part, t + first_kept * kBlock);
-    for (int64_t i = first_kept; i < lead; ++i, w.next())
-#pragma unroll
-      for (int p = 0; p < P; ++p) copy_async(slot(i - first_kept, p), source(p) + w.at());
-    const Walk<int64_t> at_registers = w;
-    Vs held[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (lead + k < n) held[k] = load(w.at()), w.next();
-    double a = 0, b = 0;
-    w = Walk<int64_t>(d, c, part, t);
-    for (int64_t i = 0; i < first_kept;) {
+  for (int k = 0; k < K; ++k)
+    if (lead + k < n) o[w.at()] = f(held[k]), w.next();
+  w = Walk<int64_t>(d, c, part, t + first_kept * kBlock);
+  for (int64_t s = 0; s < lead - first_kept; ++s, w.next()) o[w.at()] = f(from_slot(s));
+  if (first_kept > 0) {
+    Walk<int64_t> back(d, c, part, t + (first_kept - 1) * kBlock);
+    for (int64_t i = first_kept - 1; i >= 0;) {
       Vs buf[U];
+      int64_t at[U];
       int got = 0;
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (i + u < first_kept) buf[u] = load(w.at()), w.next(), got = u + 1;
+        if (i - u >= 0) at[u] = back.at(), buf[u] = load_again(at[u]), back.previous(), got = u + 1;
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (u < got) add(buf[u], a, b);
-      i += got;
+        if (u < got) store_streaming(o + at[u], f(buf[u]));
+      i -= got;
     }
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (lead + k < n) add(held[k], a, b);
-    asm volatile("cp.async.wait_all;\n" ::: "memory");  // a thread reads back only its own copies
-    for (int64_t s = 0; s < lead - first_kept; ++s) add(from_slot(s), a, b);
-
-    a = block_sum(a, scratch);
-    b = block_sum(b, scratch);
-    double* mine = sums[round % 2];
-    if (t == 0) mine[0] = a, mine[1] = b;
-    cluster.sync();
-    a = 0, b = 0;
-    for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
-      const double* s = cluster.map_shared_rank(mine, static_cast<int>(r));
-      a += s[0], b += s[1];
-    }
-    const auto f = finish(c, a, b);
-
-    auto* o = reinterpret_cast<Vec<T, V>*>(out);
-    w = at_registers;
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (lead + k < n) o[w.at()] = f(held[k]), w.next();
-    w = Walk<int64_t>(d, c, part, t + first_kept * kBlock);
-    for (int64_t s = 0; s < lead - first_kept; ++s, w.next()) o[w.at()] = f(from_slot(s));
-    if (first_kept > 0) {
-      Walk<int64_t> back(d, c, part, t + (first_kept - 1) * kBlock);
-      for (int64_t i = first_kept - 1; i >= 0;) {
-        Vs buf[U];
-        int64_t at[U];
-        int got = 0;
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (i - u >= 0) at[u] = back.at(), buf[u] = load_again(at[u]), back.previous(), got = u + 1;
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (u < got) store_streaming(o + at[u], f(buf[u]));
-        i -= got;
-      }
-    }
-    // the slots are this thread's own: the next channel's copies may overwrite them once the loads
-    // above have returned, which the stores that used them show
   }
-  // the other blocks may still read this block's last sums: it leaves only once they all have
-  cluster.sync();
+  cluster.barrier_wait(std::move(read));
 #else
-  (void)in, (void)out, (void)d, (void)slots, (void)adder, (void)finish;
+  (void)in, (void)out, (void)d, (void)slots, (void)add, (void)finish;
   __trap();  // the host runs this path only on sm_90 code (cluster_limits)
 #endif
 }
 
-// cluster and cluster_stream (the same kernel; the grid's rows differ): K vectors a thread in
-// registers, two blocks an SM.
 template <class T, int V, int K>
 __global__ void __launch_bounds__(kBlock, 2)
     train_cluster_kernel(const T* x, const T* weight, const T* bias, double eps, T* y, T* mean, T* var, T* invstd,
                          Dims d, int64_t slots) {
-  const int64_t part = blockIdx.x;
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const double x0 = x[c * d.sv * V];
   const T* in[1] = {x};
   cluster_pass<T, V, K, 1>(
-      in, y, d, slots,
-      [&](int64_t c) {
-        const double x0 = x[c * d.sv * V];
-        return [x0](const Vecs<T, V, 1>& v, double& s1, double& s2) { add_stats(v.v[0], x0, s1, s2); };
-      },
-      [&](int64_t c, double s1, double s2) {
+      in, y, d, slots, [&](const Vecs<T, V, 1>& v, double& s1, double& s2) { add_stats(v.v[0], x0, s1, s2); },
+      [&](double s1, double s2) {
         const Normalise<T> f = normalise_from_sums(x, s1, s2, weight, bias, eps, mean, var, invstd, d, c, part);
         return [f](const Vecs<T, V, 1>& v) { return f(v.v[0]); };
       });
@@ -661,17 +624,13 @@ template <class T, int V, int K>
 __global__ void __launch_bounds__(kBlock, 2)
     backward_cluster_kernel(const T* x, const T* g, const T* mean, const T* invstd, const T* weight, T* grad_x,
                             T* grad_weight, T* grad_bias, Dims d, int64_t slots) {
-  const int64_t part = blockIdx.x;
+  const int64_t part = blockIdx.x, c = blockIdx.y;
+  const double mu = mean[c], r = invstd[c];
   const T* in[2] = {x, g};
   cluster_pass<T, V, K, 2>(
       in, grad_x, d, slots,
-      [&](int64_t c) {
-        const double mu = mean[c], r = invstd[c];
-        return [mu, r](const Vecs<T, V, 2>& v, double& sum_g, double& sum_gx) {
-          add_grads(v.v[0], v.v[1], mu, r, sum_g, sum_gx);
-        };
-      },
-      [&](int64_t c, double sum_g, double sum_gx) {
+      [&](const Vecs<T, V, 2>& v, double& sum_g, double& sum_gx) { add_grads(v.v[0], v.v[1], mu, r, sum_g, sum_gx); },
+      [&](double sum_g, double sum_gx) {
         const GradX<T> f(sum_g, sum_gx, mean, invstd, weight, grad_weight, grad_bias, d, c, part);
         return [f](const Vecs<T, V, 2>& v) { return f(v.v[0], v.v[1]); };
       });
@@ -681,7 +640,7 @@ __global__ void __launch_bounds__(kBlock, 2)
 
 constexpr int kVectorsOneKernel = 4;  // one_kernel's vectors a thread: 64 bytes of x (and of g)
 // cluster's vectors a thread in registers: 128 bytes of x, or 64 of x and of g (ptxas: no spills
-// in f32 under two blocks an SM; f64's kernels spill 48 and 84 bytes)
+// under two blocks an SM)
 constexpr int kRegistersForward = 8, kRegistersBackward = 4;
 
 // x [N, C, S] contiguous, read in vectors of `v` (1, or 16 bytes' worth where S and every tensor
@@ -747,14 +706,13 @@ int resident_blocks(const void* kernel, int sms) {
   return it->second * sms;
 }
 
-// Launches `kernel` on a grid of (parts, rows) blocks with one launch attribute: cooperative
-// (one_kernel: a row a channel), or a cluster of a channel's parts (cluster and cluster_stream, with
-// `smem` bytes of shared memory: a row a cluster).
+// Launches `kernel` on a block per (part, channel) with one launch attribute: cooperative
+// (one_kernel), or a cluster of a channel's parts (cluster, with `smem` bytes of shared memory).
 template <class Kernel, class... Args>
-void launch_with(cudaLaunchAttribute attribute, size_t smem, Kernel kernel, int64_t parts, int64_t rows,
-                 cudaStream_t stream, Args... args) {
+void launch_with(cudaLaunchAttribute attribute, size_t smem, Kernel kernel, const Dims& d, cudaStream_t stream,
+                 Args... args) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(parts), static_cast<unsigned>(rows));
+  config.gridDim = dim3(static_cast<unsigned>(d.parts), static_cast<unsigned>(d.c));
   config.blockDim = dim3(kBlock);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
@@ -779,11 +737,11 @@ cudaLaunchAttribute cluster_of(int64_t blocks) {
   return a;
 }
 
-// What the cluster kernel (P inputs a place) can do on the current GPU, found once per kernel:
-// the most shared-memory slots a thread, sized for two blocks an SM, and for each
-// cluster size up to 16 how many such clusters the GPU runs at once (a cluster's blocks must
-// share one GPC, so a size that leaves a GPC's last SMs idle runs fewer blocks in all). No size
-// runs where the GPU or the code is older than sm_90.
+// What cluster can do with `kernel` (P inputs a place) on the current GPU, found once per kernel:
+// the most shared-memory slots a thread, sized for two blocks an SM, and for each cluster size up
+// to 16 how many such clusters the GPU runs at once (a cluster's blocks must share one GPC, so a
+// size that leaves a GPC's last SMs idle runs fewer blocks in all). No size runs where the GPU or
+// the code is older than sm_90.
 constexpr int kMaxCluster = 16;
 struct ClusterLimits {
   int64_t slots = 0;
@@ -828,23 +786,21 @@ ClusterLimits cluster_limits(Kernel kernel) {
 }
 
 // cluster's runs of x: a channel's planes cut into `blocks` runs, the cluster's size, chosen for
-// the least estimated time. A grid of a cluster a channel runs in waves of limits.active[blocks];
-// a wave takes as long as a run's bytes take to read and write, plus those of it that its block
-// cannot hold (K vectors a thread in registers, the slots in shared memory) and reads again. With
-// the slots a thread takes (where a run does not fit, all of them), and how many clusters the GPU
-// runs at once (cluster_stream's grid).
+// the least estimated time. The clusters run in waves of limits.active[blocks]; a wave takes as
+// long as a run's bytes take to read and write, plus those of it that its block cannot hold (K
+// vectors a thread in registers, the slots in shared memory) and reads again. With the slots a
+// thread takes (where a run does not fit, all of them).
 struct ClusterPlan {
   Dims d;
-  int64_t slots = 0;
-  size_t smem = 0;
-  int64_t active = 0;
+  int64_t slots;
+  size_t smem;
 };
 
 template <int P, class T, int V>
 ClusterPlan plan_cluster(const TensorRef& x, const ClusterLimits& limits, int K) {
   const int64_t n = std::max<int64_t>(x.shape[0], 1), c = std::max<int64_t>(x.shape[1], 1), sv = x.shape[2] / V;
   auto vectors_a_thread = [&](int64_t per) { return (per * sv + kBlock - 1) / kBlock; };
-  int64_t best_per = n, best_active = 0;
+  int64_t best_per = n;
   double best = -1;
   for (int64_t cut = 1; cut <= std::min<int64_t>(n, kMaxCluster); ++cut) {
     const int64_t per = (n + cut - 1) / cut, parts = (n + per - 1) / per;  // parts <= cut
@@ -853,10 +809,10 @@ ClusterPlan plan_cluster(const TensorRef& x, const ClusterLimits& limits, int K)
     const double vectors = static_cast<double>(vectors_a_thread(per));
     const double again = std::max(vectors - static_cast<double>(K + limits.slots), 0.0);
     const double time = waves * (2 * vectors + again);
-    if (best < 0 || time < best) best = time, best_per = per, best_active = limits.active[parts];
+    if (best < 0 || time < best) best = time, best_per = per;
   }
   const int64_t slots = std::clamp<int64_t>(vectors_a_thread(best_per) - K, 0, limits.slots);
-  return {dims_of(x, V, best_per), slots, static_cast<size_t>(slots) * sizeof(Vecs<T, V, P>) * kBlock, best_active};
+  return {dims_of(x, V, best_per), slots, static_cast<size_t>(slots) * sizeof(Vecs<T, V, P>) * kBlock};
 }
 
 dim3 grid_of(const Dims& d) { return dim3(static_cast<unsigned>(d.parts), static_cast<unsigned>(d.c)); }
@@ -888,34 +844,28 @@ bool use_one_kernel(CudaBackend& b, Kernel kernel, const TensorRef& x, int64_t v
 struct Plan {
   Path path;
   Dims d;
-  int64_t clusters = 0;  // cluster and cluster_stream: the grid's clusters
   int64_t slots = 0;
   size_t smem = 0;
   double* partial = nullptr;
 };
 
 // P inputs a place (1 forward, 2 backward); K: the cluster kernel's vectors a thread in registers.
-// automatic takes cluster_stream where a grid of a cluster a channel would run in more than one
-// wave (what it overlaps is one wave's writes with the next one's reads), cluster where it runs in
-// one.
 template <int P, class T, int V, int K, class OneKernel, class ClusterKernel>
 Plan plan(CudaBackend& b, OneKernel one_kernel, ClusterKernel cluster_kernel, const TensorRef& x, Path path,
           const char* op) {
-  if (path == Path::automatic || path == Path::cluster || path == Path::cluster_stream) {
+  if (path == Path::automatic || path == Path::cluster) {
     const ClusterLimits limits = cluster_limits<P, T, V>(cluster_kernel);
-    KILN_CHECK(path == Path::automatic || limits.any(), ValueError, "cuda ", op,
-               ": the cluster paths need an sm_90 GPU and code built for sm_90 (take one_kernel or two_passes)");
+    KILN_CHECK(path != Path::cluster || limits.any(), ValueError, "cuda ", op,
+               ": the cluster path needs an sm_90 GPU and code built for sm_90 (take one_kernel or two_passes)");
     if (limits.any()) {
       const ClusterPlan c = plan_cluster<P, T, V>(x, limits, K);
-      const bool stream = path == Path::cluster_stream || (path == Path::automatic && c.d.c > c.active);
-      return {stream ? Path::cluster_stream : Path::cluster, c.d, stream ? std::min(c.d.c, c.active) : c.d.c, c.slots,
-              c.smem};
+      return {Path::cluster, c.d, c.slots, c.smem};
     }
   }
   int64_t per = 0;
   const bool one = use_one_kernel(b, one_kernel, x, V, path, &per, op);
   const Dims d = dims_of(x, V, per);
-  return {one ? Path::one_kernel : Path::two_passes, d, 0, 0, 0,
+  return {one ? Path::one_kernel : Path::two_passes, d, 0, 0,
           static_cast<double*>(b.allocate(sizeof(double) * static_cast<size_t>(2 * d.c * d.parts)))};
 }
 
@@ -958,13 +908,11 @@ void train(CudaBackend& b, const TensorRef& x, const TensorRef& weight, const Te
     const auto cluster = train_cluster_kernel<T, V, K>;
     const Plan p = plan<1, T, V, K>(b, one_kernel, cluster, x, path, "batch_norm_train");
     const T *w = data_or_null<T>(weight), *bi = data_or_null<T>(bias);
-    if (p.path == Path::cluster || p.path == Path::cluster_stream) {
-      launch_with(cluster_of(p.d.parts), p.smem, cluster, p.d.parts, p.clusters,
-                  b.stream(), x.data<T>(), w, bi, eps, y.data<T>(), mean.data<T>(), var.data<T>(), invstd.data<T>(),
-                  p.d, p.slots);
+    if (p.path == Path::cluster) {
+      launch_with(cluster_of(p.d.parts), p.smem, cluster, p.d, b.stream(), x.data<T>(), w, bi, eps, y.data<T>(),
+                  mean.data<T>(), var.data<T>(), invstd.data<T>(), p.d, p.slots);
     } else if (p.path == Path::one_kernel) {
-      launch_with(cooperative(), 0, one_kernel, p.d.parts, p.d.c, b.stream(), x.data<T>(), p.partial, w, bi, eps,
-                  y.data<T>(),
+      launch_with(cooperative(), 0, one_kernel, p.d, b.stream(), x.data<T>(), p.partial, w, bi, eps, y.data<T>(),
                   mean.data<T>(), var.data<T>(), invstd.data<T>(), p.d);
     } else {
       stats_kernel<T, V><<<grid_of(p.d), kBlock, 0, b.stream()>>>(x.data<T>(), p.partial, p.d);
@@ -989,12 +937,12 @@ void backward(CudaBackend& b, const TensorRef& x, const TensorRef& grad, const T
     const auto cluster = backward_cluster_kernel<T, V, K>;
     const Plan p = plan<2, T, V, K>(b, one_kernel, cluster, x, path, "batch_norm_backward");
     const T* w = data_or_null<T>(weight);
-    if (p.path == Path::cluster || p.path == Path::cluster_stream) {
-      launch_with(cluster_of(p.d.parts), p.smem, cluster, p.d.parts, p.clusters,
-                  b.stream(), x.data<T>(), grad.data<T>(), mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(),
-                  grad_weight.data<T>(), grad_bias.data<T>(), p.d, p.slots);
+    if (p.path == Path::cluster) {
+      launch_with(cluster_of(p.d.parts), p.smem, cluster, p.d, b.stream(), x.data<T>(), grad.data<T>(),
+                  mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(), grad_weight.data<T>(), grad_bias.data<T>(),
+                  p.d, p.slots);
     } else if (p.path == Path::one_kernel) {
-      launch_with(cooperative(), 0, one_kernel, p.d.parts, p.d.c, b.stream(), x.data<T>(), grad.data<T>(), p.partial,
+      launch_with(cooperative(), 0, one_kernel, p.d, b.stream(), x.data<T>(), grad.data<T>(), p.partial,
                   mean.data<T>(), invstd.data<T>(), w, grad_x.data<T>(), grad_weight.data<T>(), grad_bias.data<T>(),
                   p.d);
     } else {

@@ -89,13 +89,8 @@ TEST_CASE("batch norm's one-kernel and two-pass paths match the CPU, with the sa
           // the forward holds x, the backward x and g: where one kernel holds both, it runs both
           if (bn::one_kernel_fits(cb, x.ref(), true)) paths.push_back(bn::Path::one_kernel);
           if (!bn::one_kernel_fits(cb, x.ref(), false)) CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::one_kernel), ValueError);
-          if (bn::cluster_available(cb, x.ref())) {
-            paths.push_back(bn::Path::cluster);
-            paths.push_back(bn::Path::cluster_stream);
-          } else {
-            CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::cluster), ValueError);
-            CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::cluster_stream), ValueError);
-          }
+          if (bn::cluster_available(cb, x.ref())) paths.push_back(bn::Path::cluster);
+          else CHECK_THROWS_AS(run(cuda, x, g, w, b, bn::Path::cluster), ValueError);
           for (bn::Path path : paths) {
             CAPTURE(static_cast<int>(path));
             const Outputs got = run(cuda, x, g, w, b, path);
@@ -134,10 +129,7 @@ TEST_CASE("batch norm's paths inside a captured graph: each replay computes the 
     CAPTURE(s.str());
     Tensor x = device_input(s, DType::f32, 0, 5), g = device_input(s, DType::f32, 0, 6);
     std::vector<bn::Path> paths = {bn::Path::automatic, bn::Path::two_passes};
-    if (bn::cluster_available(cuda, x.ref())) {
-      paths.push_back(bn::Path::cluster);
-      paths.push_back(bn::Path::cluster_stream);
-    }
+    if (bn::cluster_available(cuda, x.ref())) paths.push_back(bn::Path::cluster);
     for (bn::Path path : paths) {
       const Outputs eager = run(cuda, x, g, Tensor(), Tensor(), path);
       Outputs captured;
