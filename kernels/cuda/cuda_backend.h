@@ -18,9 +18,11 @@ namespace kiln::cuda {
 // asked of the driver once per device and attribute and then cached: launch choices read the SM
 // count, the shared-memory limit or the compute capability at every launch. (runtime.cu)
 int device_attribute(cudaDeviceAttr attr, int device = -1);
-// Whether `device` (the current one when device < 0) is compute capability 9.0, the GPUs that run
-// the sm_90a code of the wgmma kernels (matmul 13, conv2d 10 to 12, backward weight 6).
-bool is_sm90(int device = -1);
+// Whether the wgmma kernels (matmul 13, 15 to 17, conv2d 10 to 12, backward weight 6) run on
+// `device` (the current one when device < 0): a GPU of compute capability 9.0, whose driver runs
+// their sm_90a code, in a build whose architectures include Hopper (without it, KILN_NO_SM90A,
+// they are compiled to traps). (runtime.cu)
+bool wgmma_runs(int device = -1);
 
 // An Epilogue (core/backend.h) as the matmul and conv2d kernels take it: the bias as a device
 // pointer (null: none), applied to output element v of column or channel j. v is in the type the

@@ -26,9 +26,14 @@ int device_attribute(cudaDeviceAttr attr, int device) {
   return value;
 }
 
-bool is_sm90(int device) {
+bool wgmma_runs(int device) {
+#ifdef KILN_NO_SM90A
+  (void)device;
+  return false;
+#else
   return device_attribute(cudaDevAttrComputeCapabilityMajor, device) == 9 &&
          device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
+#endif
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {

@@ -69,11 +69,6 @@ T* device_ptr(const Tensor& t) {
   return t.ref().data<T>();
 }
 
-// Whether the wgmma versions (conv2d 10 to 12, backward weight 6) run here: an sm_90 GPU (H100,
-// H200) and kiln built with Hopper among its CUDA architectures (so with their sm_90a code), which
-// is what matmul 13's test says too. A build without it runs the other versions on an sm_90.
-bool sm90() { return cuda::matmul::tf32_wgmma_applies(MatmulParams{}, cuda::backend(0).device()); }
-
 }  // namespace
 
 TEST_CASE("every conv2d version matches the CPU on device buffers") {
@@ -270,7 +265,7 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
   }
   MESSAGE("version 10 ran on ", wgmma_runs, " of the random geometries, version 11 on ", window_runs, ", version 12 on ",
           ring_runs, ", backward weight 6 on ", weight_ring_runs);
-  if (sm90()) CHECK((wgmma_runs > 0 && window_runs > 0 && ring_runs > 0 && weight_ring_runs > 0));
+  if (cuda::wgmma_runs()) CHECK((wgmma_runs > 0 && window_runs > 0 && ring_runs > 0 && weight_ring_runs > 0));
 }
 
 TEST_CASE("versions 10, 11 and 12 (wgmma) match the CPU at the MNIST CNN's conv2, wide layers, odd sizes and groups") {
@@ -278,7 +273,7 @@ TEST_CASE("versions 10, 11 and 12 (wgmma) match the CPU at the MNIST CNN's conv2
   // outputs a block, several stages of channels with a short last one, padding, dilation, groups;
   // version 11 with 3xTF32's sums by pairs of taps and by stages; version 12 on a conv2 of more tiles than SMs
   namespace cv = cuda::conv2d;
-  if (!sm90()) return;
+  if (!cuda::wgmma_runs()) return;
   cudaStream_t stream = cuda::backend(0).stream();
   struct Shape4 {
     Shape x, w;
@@ -383,7 +378,7 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
   // stage is short, pixel counts not a multiple of 4 (grad_y copied by the element), one split
   // and many; and 3xTF32's NaN fallback, where an input of FLT_MAX splits into inf and -inf
   namespace cv = cuda::conv2d;
-  if (!sm90()) return;
+  if (!cuda::wgmma_runs()) return;
   cudaStream_t stream = cuda::backend(0).stream();
   auto config = [](int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
     Conv2dConfig k;

@@ -318,7 +318,7 @@ TEST_CASE("16_bf16_wgmma_split_k matches the CPU's bf16 product at any number of
   // reordering. Ragged m and n, a partial last slice, operands read K-major, MN-major or packed
   // (ldb 133: rows not 16-byte aligned); chunk counts of one (15 itself), a few, and more than
   // chunks of four slices allow (capped there: kMinChunkSlices). Skipped where 16 does not run
-  // (tf32_wgmma_applies: an sm_90 GPU and a build with sm_90a code).
+  // (wgmma_runs: an sm_90 GPU and a build with sm_90a code).
   struct Case {
     int64_t m, n, k;
     bool trans_a, trans_b;
@@ -330,7 +330,7 @@ TEST_CASE("16_bf16_wgmma_split_k matches the CPU's bf16 product at any number of
       {131, 77, 1000, false, false, 0, 56},
   };
   cuda::CudaBackend& be = cuda::backend(0);
-  const bool wgmma = cuda::matmul::tf32_wgmma_applies(MatmulParams{}, be.device());
+  const bool wgmma = cuda::wgmma_runs(be.device());
   if (!wgmma) MESSAGE("16_bf16_wgmma_split_k skipped: not an sm_90 GPU, or built without sm_90a");
   for (const Case& cs : cases)
     for (int64_t splits : {1, 3, 7, 1000}) {
@@ -551,11 +551,12 @@ TEST_CASE("with allow_tf32, a 64 x 9216 -> 128 layer still takes split-K: exact 
 
 TEST_CASE("matmul with a fused bias and ReLU through autograd, in every production path") {
   // shapes that take each production kernel (matmul.cu): 03 (a small product), 09 (split-K: the
-  // MNIST CNN's fc1), 12 (enough 128 x 128 tiles, k >= 256) and 07 (k < 256); on an sm_90 GPU the
-  // last three take 17 instead (split for fc1), and 09, 12 and 07 are checked there by the sweeps
-  // above, which call every version directly
+  // MNIST CNN's fc1, and the MLP's 64 x 128 x 784), 12 (enough 128 x 128 tiles, k >= 256) and 07
+  // (k < 256); on an sm_90 GPU fc1 and the large products take 17 (split for fc1), the MLP's
+  // product stays on 09, and fc1's weight gradient (k = 64, an operand packed) on 07; 12 runs
+  // there only in the sweeps above, which call every version directly
   matmul_bias_relu_cases({.device = kCuda, .takes = {{DType::f32, 1e-4}}},
-                         {{64, 10, 128}, {64, 128, 9216}, {1024, 1024, 512}, {1024, 1024, 128}});
+                         {{64, 10, 128}, {64, 128, 9216}, {64, 128, 784}, {1024, 1024, 512}, {1024, 1024, 128}});
 }
 
 TEST_CASE("bf16 matmul with a fused bias and ReLU through autograd, in every production path") {

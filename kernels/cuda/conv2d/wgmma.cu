@@ -112,18 +112,11 @@ int64_t wg_weights(const Dims& d, const WgPlan& p) {
 // The plan where version 10 runs (a Hopper GPU, this file built for it, stride 1, the shared
 // memory of two blocks an SM, offsets within an int), else an empty one (smem = 0).
 WgPlan wg_plan_for(const Geometry& f, bool exact) {
-#ifdef KILN_NO_SM90A
-  (void)f, (void)exact;
-  (void)wg_plan, (void)kWgMaxSmem;  // (used where this file has the sm_90a code)
-  return {};
-#else
-  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
-  if (!is_sm90()) return {};
+  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(f);
   const WgPlan p = wg_plan(d, exact);
   const bool fits = p.smem <= kWgMaxSmem && kPatchChannels * d.hw < (int64_t{1} << 31) && d.ohw < (int64_t{1} << 31);
   return fits ? p : WgPlan{};
-#endif
 }
 
 // Packs w: element (n, k) of the k-step (g, chunk, tap) at
@@ -387,20 +380,13 @@ WinPlan win_plan(const Dims& d, bool exact) {
 }
 
 WinPlan win_plan_for(const Geometry& f, bool exact) {
-#ifdef KILN_NO_SM90A
-  (void)f, (void)exact;
-  (void)win_plan;
-  return {};
-#else
-  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
-  if (!is_sm90()) return {};
+  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(f);
   const WinPlan p = win_plan(d, exact);
   // the descriptors' 14-bit fields: a plane of pixels * 16 bytes; the pixel index within an int
   const bool fits = p.smem <= kWgMaxSmem && p.pixels < (1 << 14) && kPatchChannels * d.hw < (int64_t{1} << 31) &&
                     d.oh * p.cols + kWgBM < (int64_t{1} << 31);
   return fits ? p : WinPlan{};
-#endif
 }
 
 // The packed weights (version 10's packing) for version 11's plan.
@@ -712,13 +698,7 @@ RingPlan ring_plan(const Dims& d, bool exact) {
 }
 
 RingPlan ring_plan_for(const Geometry& f, bool exact) {
-#ifdef KILN_NO_SM90A
-  (void)f, (void)exact;
-  (void)ring_plan, (void)kRingTasks;
-  return {};
-#else
-  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0) return {};
-  if (!is_sm90()) return {};
+  if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(f);
   const RingPlan p = ring_plan(d, exact);
   // two stages at least; a stage's patch within the producer's 128 x kRingTasks pieces; the
@@ -726,7 +706,6 @@ RingPlan ring_plan_for(const Geometry& f, bool exact) {
   const bool fits = p.stages >= 2 && 2 * p.pixels <= 128 * kRingTasks && p.pixels < (1 << 14) &&
                     d.c * d.hw < (int64_t{1} << 31) && d.oh * p.cols + 128 * p.mw < (int64_t{1} << 31);
   return fits ? p : RingPlan{};
-#endif
 }
 
 struct RingArgs {

@@ -139,13 +139,7 @@ WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int s
 // memory, patch rows of at most 32 columns a lane, offsets within an int), else an empty one
 // (smem = 0).
 WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact) {
-#ifdef KILN_NO_SM90A
-  (void)g, (void)exact;
-  (void)weight_ring_plan;  // (used where this file has the sm_90a code)
-  return {};
-#else
-  if (g.n * g.oh * g.ow == 0 || g.o == 0 || g.c == 0) return {};
-  if (!is_sm90()) return {};
+  if (g.n * g.oh * g.ow == 0 || g.o == 0 || g.c == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(g);
   const WeightRingPlan p =
       weight_ring_plan(d, g.groups, exact, device_attribute(cudaDevAttrMultiProcessorCount));
@@ -153,7 +147,6 @@ WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact) {
   const bool fits = p.stages >= 2 && p.cols <= 32 * 32 && d.c * d.hw < (int64_t{1} << 31) && d.o * d.ohw < (int64_t{1} << 31) &&
                     blocks < (int64_t{1} << 31) && p.chunks < (int64_t{1} << 31);
   return fits ? p : WeightRingPlan{};
-#endif
 }
 
 struct WeightRingArgs {

@@ -792,13 +792,8 @@ void tf32_wgmma_run(const MatmulParams& p, const float* a, const float* b, float
 }
 
 bool tf32_wgmma_applies(const MatmulParams& p, int device) {
-#ifdef KILN_NO_SM90A
-  (void)p, (void)device;
-  return false;  // built without sm_90a code (CMAKE_CUDA_ARCHITECTURES has no Hopper)
-#else
   // Tensor-map coordinates are 32-bit.
-  return is_sm90(device) && std::max({p.m, p.n, p.k}) < (int64_t{1} << 31) - 256;
-#endif
+  return wgmma_runs(device) && std::max({p.m, p.n, p.k}) < (int64_t{1} << 31) - 256;
 }
 
 size_t tf32_wgmma_workspace(const MatmulParams& p, const float* a, const float* b) { return wgmma_workspace(p, a, b); }
