@@ -421,18 +421,30 @@ def define(figure, table, runs):
     # on an H200 (docs/runs/2026-11-28-h200-weight-ring), mnist-train's epochs after it, and the f32
     # step's profile at batch 512 (2026-11-28-h200-weight-ring-profile) ----
     weight = runs["2026-11-28-h200-weight-ring"]
-    conv_figures("weight-ring", weight, {"conv2-b64": "conv2 x[64,32,26,26] w[64,32,3,3]",
-                                         "conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]",
-                                         "large": "large x[64,128,56,56] w[128,128,3,3] pad 1"},
-                 [(f"bwd-weight.{name}", f"bwd-weight {version}")
-                  for name, version in (("v6-3xtf32", "6 wgmma ring 3xTF32"), ("v6-tf32", "6 wgmma ring TF32"),
-                                        ("v3-3xtf32", "3 tensor cores 3xTF32"), ("v3-tf32", "3 tensor cores TF32"),
-                                        ("cudnn", "cuDNN"), ("cudnn-tf32", "cuDNN TF32"))])
+    weight_shapes = {"conv2-b64": "conv2 x[64,32,26,26] w[64,32,3,3]",
+                     "conv2-b512": "conv2 x[512,32,26,26] w[64,32,3,3]",
+                     "large": "large x[64,128,56,56] w[128,128,3,3] pad 1"}
+    weight_versions = {"v6-3xtf32": "6 wgmma ring 3xTF32", "v6-tf32": "6 wgmma ring TF32",
+                       "v3-3xtf32": "3 tensor cores 3xTF32", "v3-tf32": "3 tensor cores TF32",
+                       "cudnn": "cuDNN", "cudnn-tf32": "cuDNN TF32"}
+
+    def weight_figures(key, run, names):
+        conv_figures(key, run, weight_shapes,
+                     [(f"bwd-weight.{name}", f"bwd-weight {weight_versions[name]}") for name in names.split()])
+
+    weight_figures("weight-ring", weight, "v6-3xtf32 v6-tf32 v3-3xtf32 v3-tf32 cudnn cudnn-tf32")
     for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b64-tf32", "train_tf32.jsonl", "batch 64, --tf32"),
                             ("b512", "train_b512.jsonl", "batch 512, f32"),
                             ("b512-tf32", "train_b512_tf32.jsonl", "batch 512, --tf32")):
         figure(f"cuda.conv2d.weight-ring.cnn.{tag}.epoch2", weight, weight.epoch(file, 2)["seconds"],
                f"mnist-train CNN {what}, backward weight version 6 in production (H200): epoch 2, s")
+    # ---- the same with its producer at 96 registers and 3xTF32's NaN recomputation after the stores
+    # (no spills), on an H200 (docs/runs/2026-11-28-h200-weight-regs), and mnist-train's epochs ----
+    regs = runs["2026-11-28-h200-weight-regs"]
+    weight_figures("weight-regs", regs, "v6-3xtf32 v6-tf32 v3-tf32 cudnn cudnn-tf32")
+    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32")):
+        figure(f"cuda.conv2d.weight-regs.cnn.{tag}.epoch2", regs, regs.epoch(file, 2)["seconds"],
+               f"mnist-train CNN {what}, backward weight version 6 without spills (H200): epoch 2, s")
     import step_profile
     for tag, run, names in (("before", runs["2026-11-28-h200-ring-profile"], {"conv2d::implicit_gemm_tc_kernel"}),
                             ("after", runs["2026-11-28-h200-weight-ring-profile"], {"conv2d::weight_ring_kernel"})):

@@ -126,7 +126,7 @@
 // where 3 applies and C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot,
 // 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the
 // bias's gradient where the layer has a bias: Backend::conv2d_backward_weight_and_bias), else 6
-// in f32 on an sm_90 GPU where it pays (backward_weight_ring_pays), else 3 (2 for small layers
+// in f32 on an sm_90 GPU where it applies (backward_weight_ring_applies), else 3 (2 for small layers
 // and f64). The tensor-core versions take TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
 #include <atomic>
@@ -1703,7 +1703,7 @@ template <class T>
 void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv2d::Geometry& g,
                      conv2d::TensorMath math) {
   if constexpr (std::is_same_v<T, float>) {
-    if (conv2d::backward_weight_ring_pays(g, math)) {
+    if (conv2d::backward_weight_ring_applies(g, math)) {
       Scratch ws(be, sizeof(float) * static_cast<size_t>(conv2d::backward_weight_ring_workspace(g, math)));
       conv2d::backward_weight_ring(x, gy, gw, static_cast<float*>(ws.p), g, math, be.stream());
       return;

@@ -188,9 +188,6 @@ void backward_input_window(const float* grad_y, const float* w, float* grad_x, f
 // backward_weight_ring_applies (an sm_90 GPU, two stages within shared memory); workspace
 // backward_weight_ring_workspace(g, math) floats (0: none needed).
 bool backward_weight_ring_applies(const Geometry& g, TensorMath math);
-// Where production takes it: wherever it applies in 3xTF32; in TF32 up to 64 outputs a block
-// (with 128, the large layer, that kernel spills registers and version 3 is faster: conv2d/wgmma_weight.cu).
-bool backward_weight_ring_pays(const Geometry& g, TensorMath math);
 int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math);
 void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
                           TensorMath math, cudaStream_t stream);

@@ -55,14 +55,38 @@
 //   TF32 1579 [fig cuda.conv2d.weight-ring.large.bwd-weight.v6-tf32.us]
 //     against 3's 1294 [fig cuda.conv2d.weight-ring.large.bwd-weight.v3-tf32.us]
 //     and cuDNN TF32's 427.1 [fig cuda.conv2d.weight-ring.large.bwd-weight.cudnn-tf32.us]:
-//     that kernel (two tiles of 128 outputs, 64 accumulators a tile a thread) spills registers
-//     (ptxas -v), so production keeps version 3 there (backward_weight_ring_pays).
+//     that kernel spilled registers, and production kept version 3 there until the change below.
 // In the CNN's f32 step at batch 512 (Nsight Compute) the weight gradient's kernel went from
 // 431.6 µs [fig cuda.conv2d.weight-ring.step.b512.before.weight.us] to
 // 333.1 [fig cuda.conv2d.weight-ring.step.b512.after.weight.us] (its split sums apart), the step's
 // kernel time from 1517 [fig cuda.conv2d.weight-ring.step.b512.before.us] to
 // 1407 [fig cuda.conv2d.weight-ring.step.b512.after.us]
 // (docs/runs/2026-11-28-h200-weight-ring-profile, -ring-profile before).
+// Registers (docs/runs/2026-11-28-h200-weight-regs). ptxas gives each of the 384 threads 168
+// registers at entry and each warpgroup what its setmaxnreg says after; the producer's copy loop
+// did not fit in 56 (the TF32 kernel for 128 outputs spilled 288 bytes), and 3xTF32's NaN
+// recomputation, inlined among the stores, made ptxas spill the accumulators around it (480
+// bytes stored, 888 loaded). With 96 for the producer, 200 for each consumer and the NaNs
+// recomputed after every result is stored, nothing spills, and:
+//   conv2 at batch 64: 3xTF32 51.55 µs [fig cuda.conv2d.weight-regs.conv2-b64.bwd-weight.v6-3xtf32.us]
+//     (cuDNN FP32 66.91 [fig cuda.conv2d.weight-regs.conv2-b64.bwd-weight.cudnn.us]),
+//     TF32 36.66 [fig cuda.conv2d.weight-regs.conv2-b64.bwd-weight.v6-tf32.us]
+//     (3: 46.13 [fig cuda.conv2d.weight-regs.conv2-b64.bwd-weight.v3-tf32.us],
+//     cuDNN TF32 59.89 [fig cuda.conv2d.weight-regs.conv2-b64.bwd-weight.cudnn-tf32.us]);
+//   conv2 at batch 512: 3xTF32 310.7 [fig cuda.conv2d.weight-regs.conv2-b512.bwd-weight.v6-3xtf32.us]
+//     (cuDNN FP32 552.3 [fig cuda.conv2d.weight-regs.conv2-b512.bwd-weight.cudnn.us]),
+//     TF32 172.7 [fig cuda.conv2d.weight-regs.conv2-b512.bwd-weight.v6-tf32.us]
+//     (3: 283.2 [fig cuda.conv2d.weight-regs.conv2-b512.bwd-weight.v3-tf32.us],
+//     cuDNN TF32 314.6 [fig cuda.conv2d.weight-regs.conv2-b512.bwd-weight.cudnn-tf32.us]);
+//   the large layer: 3xTF32 1349 [fig cuda.conv2d.weight-regs.large.bwd-weight.v6-3xtf32.us]
+//     (cuDNN FP32 2875 [fig cuda.conv2d.weight-regs.large.bwd-weight.cudnn.us]),
+//     TF32 974 [fig cuda.conv2d.weight-regs.large.bwd-weight.v6-tf32.us]
+//     (3: 1310 [fig cuda.conv2d.weight-regs.large.bwd-weight.v3-tf32.us], so production takes
+//     version 6 wherever it applies; cuDNN TF32 423.3 [fig cuda.conv2d.weight-regs.large.bwd-weight.cudnn-tf32.us],
+//     still 2.3 times faster).
+// The f32 CNN's epoch 2 at batch 64: 0.309 s [fig cuda.conv2d.weight-regs.cnn.b64.epoch2]
+// (0.335 [fig cuda.matmul.x3.epoch2.b64] with the spills, docs/runs/2026-11-28-h200-3xtf32-regs), at batch 512
+// 0.148 [fig cuda.conv2d.weight-regs.cnn.b512.epoch2].
 #include <algorithm>
 #include <cstdint>
 
@@ -231,7 +255,9 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
   __syncthreads();
 
   if (tid < 128) {
-    matmul::setmaxnreg_dec<56>();  // 128 x 56 + 256 x 224 <= 65536 registers
+    // 96 registers: at 56 (with 224 for each consumer) the copy loop of the kernels for 128
+    // outputs, and of TF32's for 64, spilled to local memory (ptxas -v)
+    matmul::setmaxnreg_dec<96>();  // 128 x 96 + 256 x 200 <= 65536 registers
     // ---- producer: a stage is image img's pixels q0 .. q0 + 63. The patch: plane row pr of the
     // stage (channel c_first + pr / rows, input row ih0 + pr % rows) a warp at a time, a column a
     // lane; grad_y: piece i = tid + 128 j is output i / 16's pixels 4 (i % 16) .. + 3, at its place
@@ -300,7 +326,7 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
     }
   } else {
     // ---- consumers
-    matmul::setmaxnreg_inc<224>();
+    matmul::setmaxnreg_inc<200>();
     const int wg = tid / 128 - 1, warp = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int mine = (plan.tiles - wg + 1) / 2;  // this warpgroup's tiles
     // The warpgroup's tile count as a constant of the code that issues its products: wgmma under a
@@ -423,27 +449,31 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
       // (columns) 8j + 2t + e, stored to out[split][group og + n0 + column][tap].
       float* out = a.out + (split * d.o + group * d.og + n0) * taps;
       const int64_t outputs = std::min<int64_t>(BN, d.og - n0), m_end = std::min(taps, m0 + int64_t{plan.tiles} * 64);
+      auto each_result = [&](auto&& fn) {
 #pragma unroll
-      for (int s = 0; s < NT; ++s) {
-        matmul::fence_accumulators(acc[s]);
+        for (int s = 0; s < NT; ++s)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int64_t m = m0 + (wg + 2 * s) * 64 + warp * 16 + g + 8 * hh;
-          if (m >= m_end) continue;
+          for (int hh = 0; hh < 2; ++hh) {
+            const int64_t m = m0 + (wg + 2 * s) * 64 + warp * 16 + g + 8 * hh;
+            if (m >= m_end) continue;
 #pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
+            for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = 8 * j + 2 * t + e;
-              if (col >= outputs) continue;
-              float v = acc[s][4 * j + 2 * hh + e];
-              if constexpr (kExact) {
-                if (v != v) v = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
-              }
-              out[col * taps + m] = v;
-            }
-        }
-      }
+              for (int e = 0; e < 2; ++e)
+                if (const int col = 8 * j + 2 * t + e; col < outputs) fn(acc[s][4 * j + 2 * hh + e], m, col);
+          }
+      };
+#pragma unroll
+      for (int s = 0; s < NT; ++s) matmul::fence_accumulators(acc[s]);
+      bool nan = false;
+      each_result([&](float v, int64_t m, int col) { nan |= v != v, out[col * taps + m] = v; });
+      // 3xTF32's NaNs recomputed in f32 once every result is stored: the recomputation's loops,
+      // inlined among the stores, kept ptxas from holding the accumulators in registers (hundreds
+      // of bytes spilled)
+      if (kExact && nan)
+        each_result([&](float v, int64_t m, int col) {
+          if (v != v) out[col * taps + m] = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
+        });
     };
     switch (mine) {
       case 0: if constexpr (0 <= T) consume.template operator()<0>(); break;
@@ -492,11 +522,6 @@ bool backward_weight_ring_applies(const Geometry& g, TensorMath math) {
 int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math) {
   const WeightRingPlan p = weight_ring_plan_for(g, exact(math));
   return p.smem > 0 && p.splits > 1 ? p.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
-}
-
-bool backward_weight_ring_pays(const Geometry& g, TensorMath math) {
-  const WeightRingPlan p = weight_ring_plan_for(g, exact(math));
-  return p.smem > 0 && (p.exact || p.bn <= 64);
 }
 
 void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
