@@ -255,8 +255,8 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
   __syncthreads();
 
   if (tid < 128) {
-    // 96 registers: at 56 (with 224 for each consumer) the copy loop of the kernels for 128
-    // outputs, and of TF32's for 64, spilled to local memory (ptxas -v)
+    // 96 registers: at 56 (with 224 for each consumer) the copy loop spilled to local memory in
+    // four of the six kernels (ptxas -v)
     matmul::setmaxnreg_dec<96>();  // 128 x 96 + 256 x 200 <= 65536 registers
     // ---- producer: a stage is image img's pixels q0 .. q0 + 63. The patch: plane row pr of the
     // stage (channel c_first + pr / rows, input row ih0 + pr % rows) a warp at a time, a column a
