@@ -19,7 +19,6 @@
 #include "kiln/core/precision.h"
 #include "kiln/kernels/cuda/conv2d.cuh"
 #include "kiln/kernels/cuda/cuda_backend.h"
-#include "kiln/kernels/cuda/matmul/matmul.cuh"
 
 using namespace kiln;
 using namespace kiln::test;

@@ -148,7 +148,7 @@ struct WgmmaArgs {
   // Version 17 (3xTF32): the operands as given, batch entry 0 (batch strides below), for the
   // results that come out NaN (RecomputeNan).
   Panel<float> a{}, b{};
-  int64_t batch_stride_a = 0, batch_stride_b = 0, k = 0;
+  int64_t batch_stride_a = 0, batch_stride_b = 0;
 };
 
 #ifdef KILN_WGMMA
@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int64_t entry = split ? 0 : z;
         Panel<float> pa = args.a, pb = args.b;
         pa.data += entry * args.batch_stride_a, pb.data += entry * args.batch_stride_b;
-        return RecomputeNan{pa, pb, int64_t{first_slice} * SK, std::min(args.k, int64_t{first_slice + slices} * SK)};
+        return RecomputeNan{pa, pb, int64_t{first_slice} * SK, std::min(args.a.k, int64_t{first_slice + slices} * SK)};
       } else {
         return AsComputed{};
       }
@@ -689,7 +689,7 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
                        .vec_partials = split.partials && aligned16(split.partials, p.n, p.m * p.n)};
   if constexpr (EXACT) {
     args.a = {exact->a, p.lda, p.k, p.m, p.trans_a}, args.b = {exact->b, p.ldb, p.k, p.n, !p.trans_b};
-    args.batch_stride_a = p.batch_stride_a, args.batch_stride_b = p.batch_stride_b, args.k = p.k;
+    args.batch_stride_a = p.batch_stride_a, args.batch_stride_b = p.batch_stride_b;
   }
   const auto kernel = wgmma_kernel<E, T, MODE, A_MN, B_MN>;
   allow_dynamic_smem(kernel, T::SMEM_BYTES);
