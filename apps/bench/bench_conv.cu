@@ -1,6 +1,6 @@
 // kernel-bench --only conv: every conv2d version of kernels/cuda/conv2d.cuh against cuDNN, f32
 // NCHW, forward, backward-input and backward-weight, at the MNIST CNN's two layers (batch 64 and
-// 512) and one large layer; then cuDNN with TF32 allowed (the TF32 versions' peer), and the
+// 512), one large layer and one with a single output channel (a segmentation head's); then cuDNN with TF32 allowed (the TF32 versions' peer), and the
 // production path in bf16 against cuDNN in bf16. The FP32 reference runs with CUDNN_FMA_MATH
 // (plain FP32 FMA: no TF32, which cuDNN would otherwise allow for conv), each pass with the fastest algorithm that
 // cudnnFind*AlgorithmEx measures, given a 256 MiB workspace. Each kiln version is first checked
@@ -286,6 +286,9 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
     if (s.o <= 32)  // version 8 takes up to 32 outputs a pixel (else it runs 6, else 3)
       kiln_version("fwd 8 few outputs, input rows in shared memory",
                    [&] { cv::forward_few_outputs_rows<float>(x, w, {}, y, g, stream); }, y, y_ref, ny);
+    if (cv::forward_columns_applies<float>(g))
+      kiln_version("fwd 13 few outputs, a warp across a row",
+                   [&] { cv::forward_columns<float>(x, w, {}, y, g, stream); }, y, y_ref, ny);
 
     // A conv layer's bias and ReLU: in the production kernel's epilogue, or as two passes of their
     // own (the broadcast add and the ReLU kernels) after it; checked against cuDNN's result passed
@@ -346,6 +349,9 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
       kiln_version("bwd-input 8 as forward conv, direct, few channels, rows in shared memory",
                    [&] { cv::backward_input_few_outputs_rows<float>(gy, w, gx, kiln_wt, g, stream); }, gx, gx_ref,
                    nx);
+    if (cv::backward_input_columns_applies<float>(g))
+      kiln_version("bwd-input 13 as forward conv, few channels, a warp across a row",
+                   [&] { cv::backward_input_columns<float>(gy, w, gx, g, stream); }, gx, gx_ref, nx);
     if (cv::backward_input_as_forward_applies(g)) {
       kiln_version("bwd-input 5 tensor cores 3xTF32", [&] {
         cv::backward_input_tensor_cores<float>(gy, w, gx, kiln_wt, g, cv::TensorMath::tf32x3, stream);
@@ -489,6 +495,16 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                                                    static_cast<bf16*>(y16.buffer), g, stream);
       }, y16, y, want_y);
     }
+    if (cv::forward_columns_applies<bf16>(g))
+      production("fwd 13 few outputs, a warp across a row BF16", [&] {
+        cv::forward_columns<bf16>(bx, static_cast<const bf16*>(w16.buffer), {}, static_cast<bf16*>(y16.buffer), g,
+                                  stream);
+      }, y16, y, want_y);
+    if (cv::backward_input_columns_applies<bf16>(g))
+      production("bwd-input 13 few channels, a warp across a row BF16", [&] {
+        cv::backward_input_columns<bf16>(bgy, static_cast<const bf16*>(w16.buffer), static_cast<bf16*>(gx16.buffer), g,
+                                         stream);
+      }, gx16, gx, want_gx);
     // the bf16 versions the production path chooses between for the forward and the backward input
     for (const bool cells : {true, false}) {
       const bool fwd = cells ? cv::forward_cells_bf16_applies(g) : cv::forward_patch_bf16_applies(g);
@@ -536,6 +552,7 @@ void bench_conv(Bench& bench) {
     shapes.push_back({"conv1", 512, 1, 28, 28, 32, 3, 0});
     shapes.push_back({"conv2", 512, 32, 26, 26, 64, 3, 0});
     shapes.push_back({"large", 64, 128, 56, 56, 128, 3, 1});
+    shapes.push_back({"head", 64, 64, 56, 56, 1, 3, 1});  // one output channel: forward 13's
   }
   const size_t workspace_bytes = size_t{256} << 20;
   void* workspace = bench.device_bytes(workspace_bytes);

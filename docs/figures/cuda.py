@@ -445,6 +445,33 @@ def define(figure, table, runs):
     for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32")):
         figure(f"cuda.conv2d.weight-regs.cnn.{tag}.epoch2", regs, regs.epoch(file, 2)["seconds"],
                f"mnist-train CNN {what}, backward weight version 6 without spills (H200): epoch 2, s")
+    # ---- conv2d version 13 (few outputs at stride 1, a warp across a row, the taps by shuffles)
+    # beside version 8 and cuDNN in one call on an H200 (docs/runs/2026-11-28-h200-columns: conv1.json,
+    # head.json; prefetch-*.json a later call with the next channel's rows loaded ahead) ----
+    cols = runs["2026-11-28-h200-columns"]
+    head = "head x[64,64,56,56] w[1,64,3,3] pad 1"
+    for file, prefix, shape, rows in (
+            [("conv1.json", f"conv1-b{batch}.bwd-input", f"conv1 x[{batch},1,28,28] w[32,1,3,3]",
+              (("v13", "bwd-input 13 as forward conv, few channels, a warp across a row"),
+               ("v8", "bwd-input 8 as forward conv, direct, few channels, rows in shared memory"),
+               ("cudnn", "bwd-input cuDNN"), ("cudnn-tf32", "bwd-input cuDNN TF32"),
+               ("v13-bf16", "bwd-input 13 few channels, a warp across a row BF16"),
+               ("cudnn-bf16", "bwd-input cuDNN BF16"))) for batch in (64, 512)] +
+            [("head.json", "head.fwd", head,
+              (("v13", "fwd 13 few outputs, a warp across a row"),
+               ("v8", "fwd 8 few outputs, input rows in shared memory"), ("v12-tf32", "fwd 12 wgmma ring TF32"),
+               ("cudnn", "fwd cuDNN"), ("cudnn-tf32", "fwd cuDNN TF32"),
+               ("v13-bf16", "fwd 13 few outputs, a warp across a row BF16"), ("v9-bf16", "fwd 9 cells BF16"),
+               ("cudnn-bf16", "fwd cuDNN BF16"))),
+             ("prefetch-conv1.json", "prefetch.conv1-b512.bwd-input", "conv1 x[512,1,28,28] w[32,1,3,3]",
+              (("v13", "bwd-input 13 as forward conv, few channels, a warp across a row"),)),
+             ("prefetch-head.json", "prefetch.head.fwd", head, (("v13", "fwd 13 few outputs, a warp across a row"),))]):
+        for name, version in rows:
+            figure(f"cuda.conv2d.columns.{prefix}.{name}.us", cols,
+                   cols.kernel("conv2d", version, shape, file)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+    figure("cuda.conv2d.columns.conv1-b512.bwd-input.bf16-before.us", regs,
+           regs.kernel("conv2d", "bwd-input production (BF16)", "conv1 x[512,1,28,28] w[32,1,3,3]")["ms"] * 1000,
+           "conv2d bwd-input production (BF16) at conv1, batch 512, before version 13 (widened to f32, version 8), µs")
     import step_profile
     for tag, run, names in (("before", runs["2026-11-28-h200-ring-profile"], {"conv2d::implicit_gemm_tc_kernel"}),
                             ("after", runs["2026-11-28-h200-weight-ring-profile"], {"conv2d::weight_ring_kernel"})):

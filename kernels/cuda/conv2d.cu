@@ -59,6 +59,10 @@
 //     producer warpgroup copying the patch by cp.async into a ring of stages that two consumer
 //     warpgroups multiply (3xTF32: their window fragments split in registers), 256 pixels a block, the weights brought by bulk copies, once a block where they fit. In
 //     production on sm_90, forward and backward input (figures in its file).
+//   13 for O/G <= 4 at stride 1 (conv2d/columns.cu): 8 with nothing but the weights in shared
+//     memory, a warp across a row of output pixels and each lane down a column, a tap's
+//     neighbours passed between lanes by shuffles; 8 warps a tile split the input channels.
+//     Figures in its file.
 // Backward input (cuDNN 0.0738 [fig cuda.conv2d.bwd-input.cudnn.conv2.ms]; conv1
 //   0.0246 [fig cuda.conv2d.bwd-input.cudnn.conv1.ms]):
 //   1 direct gather: a thread per grad_x element sums what every tap landing on it contributes.
@@ -68,7 +72,8 @@
 //   3 as a forward convolution: at stride 1 grad_x = conv2d(grad_y, w') with w' the flipped,
 //     channel-swapped weights (written to a workspace) and padding dh*(KH-1) - ph, on forward 3;
 //     needs padding <= dilation*(kernel-1). 0.1263 [fig cuda.conv2d.bwd-input.v3.conv2.ms].
-//   4, 5, 6, 7, 8, 9, 10, 11, 12: 3's forward form on forward 4, 5, 6, 7, 8, 9, 10, 11, 12.
+//   4, 5, 6, 7, 8, 9, 10, 11, 12, 13: 3's forward form on forward 4 to 13 (13 reading the
+//     weights flipped as it goes, with no workspace).
 //     4: 0.1263 [fig cuda.conv2d.bwd-input.v4.conv2.ms];
 //     5: 0.0820 [fig cuda.conv2d.bwd-input.v5-3xtf32.conv2.ms] /
 //     0.0651 [fig cuda.conv2d.bwd-input.v5-tf32.conv2.ms];
@@ -119,11 +124,12 @@
 //     and grad_y read by the tensor cores, warp-specialised as forward 12, split along the pixels
 //     over the SMs; sm_90 only (figures in its file).
 //
-// Production (CudaBackend::conv2d*): the forward runs 8 where K = C/G*KH*KW < 32 (a first layer:
+// Production (CudaBackend::conv2d*): the forward runs 13 where it applies (O/G <= 4 at stride 1),
+// else 8 where K = C/G*KH*KW < 32 (a first layer:
 // the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
 // there, else 12 in f32 at stride 1 on an sm_90 GPU, else 7 in f32 at stride 1 where its patch
-// fits in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 8
-// where 3 applies and C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot,
+// fits in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 13
+// where it applies, else 8 where 3 applies and C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot,
 // 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the
 // bias's gradient where the layer has a bias: Backend::conv2d_backward_weight_and_bias), else 6
 // in f32 on an sm_90 GPU where it applies (backward_weight_ring_applies), else 3 (2 for small layers
@@ -1658,8 +1664,12 @@ void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b
   // (docs/runs/2026-11-27-h100-conv1-rows). TF32's version 5 also beats 3
   // (0.0080 ms [fig cuda.conv2d.fwd.v5-tf32.conv1.ms]), but this rule takes 8, else 3, under
   // either math. Elsewhere version 12 on an sm_90 GPU where it runs (f32, stride 1), else version
-  // 7 where it runs (stride 1), else version 5.
-  if (g.c / g.groups * g.kh * g.kw < 32) {
+  // 7 where it runs (stride 1), else version 5. Before all of them, version 13 where it applies
+  // (O/G <= 4 at stride 1: bound by its loads, where a tensor-core tile of outputs would be
+  // mostly padding; figures in conv2d/columns.cu).
+  if (conv2d::forward_columns_applies<T>(g)) {
+    conv2d::forward_columns<T>(x, w, b, y, g, be.stream());
+  } else if (g.c / g.groups * g.kh * g.kw < 32) {
     if (!conv2d::forward_few_outputs_rows_applies<T>(x, w, b, y, g, be.stream()))
       conv2d::forward_implicit_gemm_prefetch<T>(x, w, b, y, g, be.stream());
   } else if (const int64_t ring = std::is_same_v<T, float> && conv2d::forward_ring_applies(g, math)
@@ -1681,7 +1691,9 @@ void forward(CudaBackend& be, const T* x, const T* w, const DeviceEpilogue<T>& b
 template <class T>
 void backward_input(CudaBackend& be, const T* gy, const T* w, T* gx, const conv2d::Geometry& g,
                     conv2d::TensorMath math) {
-  if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
+  if (conv2d::backward_input_columns_applies<T>(g)) {
+    conv2d::backward_input_columns<T>(gy, w, gx, g, be.stream());
+  } else if (conv2d::backward_input_as_forward_applies(g) && g.c / g.groups <= 4) {
     Scratch ws(be, sizeof(T) * static_cast<size_t>(conv2d::backward_input_as_forward_workspace(g)));
     conv2d::backward_input_few_outputs_rows<T>(gy, w, gx, static_cast<T*>(ws.p), g, be.stream());
   } else if (std::is_same_v<T, float> && conv2d::backward_input_ring_applies(g, math)) {
@@ -1715,7 +1727,9 @@ void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv
 
 }  // namespace
 
-// bf16 runs the bf16 versions (conv2d.cuh): the forward's version 8 (else 3) where C/G*KH*KW < 32
+// bf16 runs the bf16 versions (conv2d.cuh): version 13, forward and backward input, where it
+// applies (O/G <= 4 in the forward form: a first layer's backward input), the forward's version 8
+// (else 3) where C/G*KH*KW < 32
 // (conv1: 6.8 µs [fig cuda.conv2d.rows.conv1-b64.v8-bf16.us] against 3's
 // 11.4 [fig cuda.conv2d.rows.conv1-b64.v3-bf16.us] and cuDNN BF16's
 // 19.1 [fig cuda.conv2d.rows.conv1-b64.cudnn-bf16.us] at batch 64;
@@ -1726,7 +1740,7 @@ void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv
 // (a 3 x 3 layer of few multiply-adds per value moved, several bands a split), else version 3 on
 // image pairs.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
-// C/G <= 4 or outside the forward form) it runs the f32 versions on operands widened to f32, at
+// C/G <= 4 that version 13 does not take, or outside the forward form) it runs the f32 versions on operands widened to f32, at
 // TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits, which TF32's 11 hold, so each
 // TF32 product is the exact product of the bf16 values, as on bf16 tensor cores, and the sums are
 // f32. Either way the result is rounded to bf16 once (after the epilogue in the forward).
@@ -1736,6 +1750,11 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
   KILN_CHECK(!epilogue.bias.defined() || epilogue.bias.dtype == y.dtype, DTypeError,
              "cuda backend: conv2d needs one dtype, got bias ", epilogue.bias.dtype, " for ", y.dtype);
   const conv2d::Geometry g = geometry_of(x.shape, w.shape, y.shape, p);
+  if (y.dtype == DType::bf16 && conv2d::forward_columns_applies<bf16>(g)) {  // as for f32: version 13
+    conv2d::forward_columns<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue), y.data<bf16>(), g,
+                                  stream());
+    return;
+  }
   if (y.dtype == DType::bf16 && g.c / g.groups * g.kh * g.kw < 32) {  // as for f32: version 8, else 3
     if (!conv2d::forward_few_outputs_rows_applies<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
                                                         y.data<bf16>(), g, stream()))
@@ -1790,6 +1809,10 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
   if (backward_input_runs_cells(grad_x, g)) {
     Scratch ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
     conv2d::backward_input_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());
+    return;
+  }
+  if (grad_x.dtype == DType::bf16 && conv2d::backward_input_columns_applies<bf16>(g)) {  // C/G <= 4
+    conv2d::backward_input_columns<bf16>(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), g, stream());
     return;
   }
   if (grad_x.dtype == DType::bf16) {

@@ -135,6 +135,21 @@ template <class T>
 void backward_input_few_outputs_rows(const T* grad_y, const T* w, T* grad_x, T* workspace, const Geometry& g,
                                      cudaStream_t stream);
 
+// Forward, version 13 (conv2d/columns.cu): few outputs at stride 1 with nothing but the weights in
+// shared memory: a warp across a row of output pixels, each lane down a column of them, a tap's
+// neighbours passed between lanes by shuffles. Where forward_columns_applies<T> (stride and
+// dilation 1, a 3 x 3 or 5 x 5 kernel, O/G <= 4, the group's weights within 64 KB); f32, f64 and
+// bf16 (sums in f32, each output rounded once). Backward input 13 is its forward form, reading the
+// layer's weights flipped as it goes (no workspace), where backward_input_columns_applies<T>.
+template <class T>
+bool forward_columns_applies(const Geometry& g);
+template <class T>
+void forward_columns(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, cudaStream_t stream);
+template <class T>
+bool backward_input_columns_applies(const Geometry& g);
+template <class T>
+void backward_input_columns(const T* grad_y, const T* w, T* grad_x, const Geometry& g, cudaStream_t stream);
+
 // Forward, version 7: stride 1 on the tensor cores with the input patch in shared memory, the
 // weights first packed into `workspace` (forward_patch_workspace(g) elements of f32; 0 where
 // version 7 cannot run: stride > 1, or a block's patch and weights over 110 KB of shared memory).

@@ -560,6 +560,89 @@ TEST_CASE("versions 7 and 8 (input rows in shared memory) match the CPU at strid
   CHECK(patched == 50);  // every case fits version 7's shared memory
 }
 
+TEST_CASE("version 13 (few outputs, a warp across a row) matches the CPU, f32, f64 and bf16") {
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  std::mt19937 rng(29);
+  int forwards = 0, inputs = 0, wide = 0, one_warp = 0;
+  for (int trial = 0; trial < 36; ++trial) {
+    // 3 x 3 or 5 x 5; few outputs (the forward: O/G <= 4) or few inputs (the backward input's
+    // forward form: C/G <= 4), the other side 1 to 70 channels (one to eight warps a tile, channels
+    // not a multiple of them); rows wider than a warp's 30 or 28 columns, heights that cut bands
+    // of 8; any padding up to K - 1 each way; groups; bias and ReLU
+    const int64_t k = trial % 3 == 2 ? 5 : 3, groups = pick(rng, 1, 2), n = pick(rng, 1, 3);
+    const bool few_out = trial % 2 == 0;
+    const int64_t few = pick(rng, 1, 4), many = trial % 5 == 0 ? pick(rng, 1, 7) : pick(rng, 8, 70);
+    const int64_t cg = few_out ? many : few, og = few_out ? few : many;
+    ConvCase c;
+    c.config.groups = groups;
+    c.config.padding[0] = pick(rng, 0, k - 1), c.config.padding[1] = pick(rng, 0, k - 1);
+    const int64_t h = pick(rng, k, 30), w = pick(rng, k, trial % 4 < 2 ? 90 : 30);
+    c.x = {n, cg * groups, h, w};
+    c.w = {og * groups, cg, k, k};
+    c.y = {n, og * groups, h + 2 * c.config.padding[0] - k + 1, w + 2 * c.config.padding[1] - k + 1};
+    c.bias = trial % 3 == 0;
+    const cv::Geometry g = geometry(c);
+    const Activation act = trial % 4 == 1 ? Activation::relu : Activation::none;
+    wide += c.y[3] > 30 || w > 30;
+    one_warp += many < 8;
+    auto run = [&](auto tag, DType t) {
+      using T = decltype(tag);
+      auto random = [&](const Shape& s) { return uniform(s, -1, 1).to(t); };
+      Tensor x = random(c.x), wt = random(c.w), gy = random(c.y), b = random({c.w[0]});
+      Tensor dx = x.to(kCuda), dw = wt.to(kCuda), dgy = gy.to(kCuda), db = b.to(kCuda);
+      // bf16 on both sides: exact products summed in f32 and rounded once (an ulp of bf16 apart)
+      const bool half = t == DType::bf16;
+      const double rtol = half ? 8e-3 : rtol_for(t);
+      auto atol = [&](int64_t length) { return half ? 1e-6 * static_cast<double>(length) : atol_for(t, length); };
+      const std::string name = " " + std::string(dtype_name(t)) + " " + c.str();
+      if (few_out) {
+        REQUIRE_MESSAGE((cv::forward_columns_applies<T>(g) || t == DType::f64), name);
+        if (!cv::forward_columns_applies<T>(g)) return;
+        ++forwards;
+        const cuda::DeviceEpilogue<T> epilogue{c.bias ? device_ptr<T>(db) : nullptr, act};
+        Tensor y = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+        cv::forward_columns<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue, device_ptr<T>(y), g, stream);
+        check_close(y, conv2d(x, wt, c.bias ? b : Tensor(), c.config, act), rtol, atol(cg * k * k),
+                    "forward_columns" + name);
+      } else {
+        REQUIRE_MESSAGE((cv::backward_input_columns_applies<T>(g) || t == DType::f64), name);
+        if (!cv::backward_input_columns_applies<T>(g)) return;
+        ++inputs;
+        Tensor gx = full(c.x, 7.0, TensorOptions(t).device(kCuda));
+        cv::backward_input_columns<T>(device_ptr<T>(dgy), device_ptr<T>(dw), device_ptr<T>(gx), g, stream);
+        check_close(gx, conv2d_backward_input(gy, wt, c.x, c.config), rtol, atol(og * k * k),
+                    "backward_input_columns" + name);
+      }
+    };
+    run(float{}, DType::f32);
+    run(double{}, DType::f64);
+    run(bf16{}, DType::bf16);
+  }
+  CHECK(forwards >= 2 * 18);  // f32 and bf16 every time, f64 where its registers and shared memory allow
+  CHECK(inputs >= 2 * 18);
+  CHECK(wide >= 5);
+  CHECK(one_warp >= 3);
+  // where it does not apply: stride 2, dilation 2, 5 outputs a group, a 1 x 3 or 4 x 4 kernel
+  auto geometry_for = [](const Shape& x, const Shape& w, int64_t stride, int64_t dilation) {
+    ConvCase c;
+    c.config.stride[0] = c.config.stride[1] = stride;
+    c.config.dilation[0] = c.config.dilation[1] = dilation;
+    c.x = x, c.w = w;
+    c.y = {x[0], w[0], (x[2] - dilation * (w[2] - 1) - 1) / stride + 1, (x[3] - dilation * (w[3] - 1) - 1) / stride + 1};
+    return geometry(c);
+  };
+  CHECK(cv::forward_columns_applies<float>(geometry_for({2, 16, 12, 12}, {4, 16, 3, 3}, 1, 1)));
+  CHECK_FALSE(cv::forward_columns_applies<float>(geometry_for({2, 16, 12, 12}, {4, 16, 3, 3}, 2, 1)));
+  CHECK_FALSE(cv::forward_columns_applies<float>(geometry_for({2, 16, 12, 12}, {4, 16, 3, 3}, 1, 2)));
+  CHECK_FALSE(cv::forward_columns_applies<float>(geometry_for({2, 16, 12, 12}, {5, 16, 3, 3}, 1, 1)));
+  CHECK_FALSE(cv::forward_columns_applies<float>(geometry_for({2, 16, 12, 12}, {4, 16, 1, 3}, 1, 1)));
+  CHECK_FALSE(cv::forward_columns_applies<float>(geometry_for({2, 16, 12, 12}, {4, 16, 4, 4}, 1, 1)));
+  CHECK_THROWS_AS(cv::forward_columns<float>(nullptr, nullptr, {}, nullptr,
+                                             geometry_for({2, 16, 12, 12}, {5, 16, 3, 3}, 1, 1), stream),
+                  ValueError);
+}
+
 TEST_CASE("conv2d weight and wide versions match the CPU with many K splits, odd sizes, f32 and f64") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
