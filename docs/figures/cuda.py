@@ -469,6 +469,23 @@ def define(figure, table, runs):
         for name, version in rows:
             figure(f"cuda.conv2d.columns.{prefix}.{name}.us", cols,
                    cols.kernel("conv2d", version, shape, file)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+    # ---- the same with 8 channels a warp where the grid at 4 would not all be resident at once
+    # (docs/runs/2026-11-28-h200-columns-warps; fixed8-*.json: 8 always, early-*.json: a warp's first
+    # channel loaded before the weights' barrier, both earlier calls) ----
+    warps = runs["2026-11-28-h200-columns-warps"]
+    for prefix, files in (("", ("conv1.json", "head.json")), ("fixed8.", ("fixed8-conv1.json",)),
+                          ("early.", ("early-conv1.json", "early-head.json"))):
+        for file in files:
+            for batch in ((64, 512) if "conv1" in file else ()):
+                for name, version in (("v13", "bwd-input 13 as forward conv, few channels, a warp across a row"),
+                                      ("v13-bf16", "bwd-input 13 few channels, a warp across a row BF16")):
+                    shape = f"conv1 x[{batch},1,28,28] w[32,1,3,3]"
+                    figure(f"cuda.conv2d.columns-warps.{prefix}conv1-b{batch}.bwd-input.{name}.us", warps,
+                           warps.kernel("conv2d", version, shape, file)["ms"] * 1000, f"conv2d {version} at {shape}, µs")
+            if "head" in file:
+                version = "fwd 13 few outputs, a warp across a row"
+                figure(f"cuda.conv2d.columns-warps.{prefix}head.fwd.v13.us", warps,
+                       warps.kernel("conv2d", version, head, file)["ms"] * 1000, f"conv2d {version} at {head}, µs")
     figure("cuda.conv2d.columns.conv1-b512.bwd-input.bf16-before.us", regs,
            regs.kernel("conv2d", "bwd-input production (BF16)", "conv1 x[512,1,28,28] w[32,1,3,3]")["ms"] * 1000,
            "conv2d bwd-input production (BF16) at conv1, batch 512, before version 13 (widened to f32, version 8), µs")

@@ -13,8 +13,9 @@
 // before it multiplies, so few loads are in flight.
 //
 // Here nothing goes through shared memory but the weights:
-// - a block's warps (up to 8, at least 4 channels each) share one tile of kColsRows output rows by
-//   32 - (K - 1) columns and split the input channels between them (warp w of 8 takes w, w + 8, ...);
+// - a block's warps (up to 8, 4 channels each at least, 8 where the grid runs in several waves)
+//   share one tile of kColsRows output rows by 32 - (K - 1) columns and split the input channels
+//   between them (warp w of 8 takes w, w + 8, ...);
 // - lane l loads input column ox0 - pw + l of the tile's K - 1 + kColsRows input rows, one load a
 //   row, coalesced across the warp, all of a channel's rows in flight together;
 // - the value at tap kx of the lane's output column is lane l + kx's, one shuffle away, so each
@@ -55,6 +56,24 @@
 // Loading the next channel's rows before a channel's multiply-adds took 77 registers and fewer
 // warps, and was slower: conv1 at batch 512 38.5 [fig cuda.conv2d.columns.prefetch.conv1-b512.bwd-input.v13.us],
 // the head 34.9 [fig cuda.conv2d.columns.prefetch.head.fwd.v13.us] (a later call; NOTES.md).
+// What did help was fewer, longer warps where the grid runs in several waves: 8 channels a warp,
+// so 4 warps a tile at conv1, spending less on each tile's weights and partial sums
+// (docs/runs/2026-11-28-h200-columns-warps): conv1's backward input at batch 512
+// 30.2 [fig cuda.conv2d.columns-warps.conv1-b512.bwd-input.v13.us] in f32 and
+// 28.8 [fig cuda.conv2d.columns-warps.conv1-b512.bwd-input.v13-bf16.us] in bf16 (8 always, an
+// earlier call: 30.2 [fig cuda.conv2d.columns-warps.fixed8.conv1-b512.bwd-input.v13.us] and
+// 28.8 [fig cuda.conv2d.columns-warps.fixed8.conv1-b512.bwd-input.v13-bf16.us]). At batch 64 the
+// grid is one wave, and 8 always took 8.5 [fig cuda.conv2d.columns-warps.fixed8.conv1-b64.bwd-input.v13.us]
+// (bf16 8.6 [fig cuda.conv2d.columns-warps.fixed8.conv1-b64.bwd-input.v13-bf16.us]), so the
+// launch keeps 4 there: 6.9 [fig cuda.conv2d.columns-warps.conv1-b64.bwd-input.v13.us]
+// (bf16 7.0 [fig cuda.conv2d.columns-warps.conv1-b64.bwd-input.v13-bf16.us]); the head, 8 warps
+// of 8 channels either way, 27.8 [fig cuda.conv2d.columns-warps.head.fwd.v13.us]. Issuing a
+// warp's first channel before the weights' barrier was slower again: conv1 at batch 512
+// 36.1 [fig cuda.conv2d.columns-warps.early.conv1-b512.bwd-input.v13.us] (bf16
+// 35.8 [fig cuda.conv2d.columns-warps.early.conv1-b512.bwd-input.v13-bf16.us]; batch 64
+// 7.2 [fig cuda.conv2d.columns-warps.early.conv1-b64.bwd-input.v13.us], bf16
+// 7.9 [fig cuda.conv2d.columns-warps.early.conv1-b64.bwd-input.v13-bf16.us]), the head
+// 31.8 [fig cuda.conv2d.columns-warps.early.head.fwd.v13.us].
 #include <algorithm>
 #include <cstdint>
 
@@ -71,7 +90,7 @@ namespace {
 
 constexpr int kColsRows = 8;                 // output rows a lane computes
 constexpr int kColsWarps = 8;                // warps a block at most, splitting the input channels
-constexpr int kColsWarpChannels = 4;         // channels a warp at least
+constexpr int kColsWarpChannels = 4;         // channels a warp at least (8 over several waves)
 constexpr int kColsMaxOutputs = 4;           // O/G
 constexpr int kColsWeightWords = 100;        // 32-bit registers a lane's weights of a channel may take
 constexpr int64_t kColsSmem = 64 * 1024;     // the weights, then the warps' partial sums
@@ -195,16 +214,28 @@ void columns_forward(const T* x, const T* w, bool flip, const DeviceEpilogue<T>&
   if (d.n * d.o * d.ohw == 0) return;
   const int outputs = cols_outputs(d.og);
   const int64_t span = 33 - k;  // output columns a warp
-  ColsArgs a{d, flip, static_cast<int>(std::clamp<int64_t>(d.cg / kColsWarpChannels, 1, kColsWarps)),
-             static_cast<unsigned>((d.ow + span - 1) / span), static_cast<unsigned>((d.oh + kColsRows - 1) / kColsRows)};
+  ColsArgs a{d, flip, 0, static_cast<unsigned>((d.ow + span - 1) / span),
+             static_cast<unsigned>((d.oh + kColsRows - 1) / kColsRows)};
   const int64_t blocks = int64_t{a.segments} * a.bands * d.n * f.groups;
   KILN_CHECK(blocks < (int64_t{1} << 31), ShapeError, "cuda ", op, ": the problem is too large for one launch (",
              blocks, " blocks)");
-  const int64_t smem = std::max<int64_t>(d.cg * d.khkw * outputs, int64_t{a.warps} * outputs * kColsRows * 32) *
-                       static_cast<int64_t>(sizeof(compute_t<T>));
   auto launch = [&]<int K, int kOut>() {
     if constexpr (cols_weights_fit(K, kOut, sizeof(compute_t<T>))) {
       auto* kernel = columns_kernel<T, K, kOut>;
+      // 4 channels a warp at least; 8 where the grid at 4 would not all be resident at once, so
+      // that fewer, longer warps spend less on each tile's weights and partial sums (figures
+      // above). The resident warps are the kernel's occupancy at its registers, asked once (of the
+      // first device: on a second GPU of another kind the choice may be worse, never wrong).
+      static const int64_t resident = [&] {
+        int per_sm = 0;
+        KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kColsWarps, 0));
+        return int64_t{std::max(per_sm, 1)} * kColsWarps * device_attribute(cudaDevAttrMultiProcessorCount);
+      }();
+      auto warps_at = [&](int64_t channels) { return std::clamp<int64_t>(d.cg / channels, 1, kColsWarps); };
+      const bool waves = blocks * warps_at(kColsWarpChannels) > resident;
+      a.warps = static_cast<int>(warps_at(waves ? 2 * kColsWarpChannels : kColsWarpChannels));
+      const int64_t smem = std::max<int64_t>(d.cg * d.khkw * kOut, int64_t{a.warps} * kOut * kColsRows * 32) *
+                           static_cast<int64_t>(sizeof(compute_t<T>));
       allow_dynamic_smem(kernel, static_cast<size_t>(smem));
       kernel<<<static_cast<unsigned>(blocks), 32 * a.warps, static_cast<size_t>(smem), stream>>>(x, w, e, y, a);
     }
