@@ -486,6 +486,22 @@ def define(figure, table, runs):
                 version = "fwd 13 few outputs, a warp across a row"
                 figure(f"cuda.conv2d.columns-warps.{prefix}head.fwd.v13.us", warps,
                        warps.kernel("conv2d", version, head, file)["ms"] * 1000, f"conv2d {version} at {head}, µs")
+    # ---- conv2d version 12 at 128 pixels a block where the grid's rounds copy less, before and
+    # after in one call (docs/runs/2026-11-28-h200-ring-rounds) ----
+    rounds = runs["2026-11-28-h200-ring-rounds"]
+    for batch in (64, 512):
+        shape = f"conv2 x[{batch},32,26,26] w[64,32,3,3]"
+        for when in ("old", "new"):
+            for what in ("fwd", "bwd-input"):
+                for math in (("3xTF32", "TF32") if batch == 64 else ("3xTF32",)):
+                    version = f"{what} 12 wgmma ring {math}"
+                    figure(f"cuda.conv2d.ring-rounds.conv2-b{batch}.{what}.v12-{math.lower()}.{when}.us", rounds,
+                           rounds.kernel("conv2d", version, shape, f"conv2-{when}.json")["ms"] * 1000,
+                           f"conv2d {version} at {shape}, {when} tree, µs")
+        for what in (("fwd", "bwd-input") if batch == 64 else ()):
+            figure(f"cuda.conv2d.ring-rounds.conv2-b{batch}.{what}.cudnn.us", rounds,
+                   rounds.kernel("conv2d", f"{what} cuDNN", shape, "conv2-new.json")["ms"] * 1000,
+                   f"conv2d {what} cuDNN (FP32) at {shape}, the new tree's bench, µs")
     figure("cuda.conv2d.columns.conv1-b512.bwd-input.bf16-before.us", regs,
            regs.kernel("conv2d", "bwd-input production (BF16)", "conv1 x[512,1,28,28] w[32,1,3,3]")["ms"] * 1000,
            "conv2d bwd-input production (BF16) at conv1, batch 512, before version 13 (widened to f32, version 8), µs")

@@ -57,7 +57,9 @@
 //     It ties too (figures in its file) and is not in production.
 //   12 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an SM walks the tiles, a
 //     producer warpgroup copying the patch by cp.async into a ring of stages that two consumer
-//     warpgroups multiply (3xTF32: their window fragments split in registers), 256 pixels a block, the weights brought by bulk copies, once a block where they fit. In
+//     warpgroups multiply (3xTF32: their window fragments split in registers), 256 pixels a block
+//     (3xTF32: 128 where the grid's rounds then copy less), the weights brought by bulk copies,
+//     once a block where they fit. In
 //     production on sm_90, forward and backward input (figures in its file).
 //   13 for O/G <= 4 at stride 1 (conv2d/columns.cu): 8 with nothing but the weights in shared
 //     memory, a warp across a row of output pixels and each lane down a column, a tap's

@@ -605,6 +605,21 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   else with each stage.
 // - Each consumer warpgroup multiplies mw products of 64 pixels a tap (128 mw pixels a block), so
 //   that a stage's weights serve twice as many pixels and the patch's extra rows weigh less.
+//   3xTF32 takes one product where the persistent grid's rounds then copy fewer patch pixels
+//   (ring_plan_for; one H200, before and after in one call, docs/runs/2026-11-28-h200-ring-rounds):
+//   conv2's forward at batch 64 40.4 µs [fig cuda.conv2d.ring-rounds.conv2-b64.fwd.v12-3xtf32.new.us]
+//   against two products' 49.4 [fig cuda.conv2d.ring-rounds.conv2-b64.fwd.v12-3xtf32.old.us], its
+//   backward input 45.3 [fig cuda.conv2d.ring-rounds.conv2-b64.bwd-input.v12-3xtf32.new.us] against
+//   48.0 [fig cuda.conv2d.ring-rounds.conv2-b64.bwd-input.v12-3xtf32.old.us] (cuDNN FP32
+//   71.9 [fig cuda.conv2d.ring-rounds.conv2-b64.fwd.cudnn.us] and 56.4 [fig cuda.conv2d.ring-rounds.conv2-b64.bwd-input.cudnn.us]);
+//   at batch 512 it keeps two (forward 250.6 [fig cuda.conv2d.ring-rounds.conv2-b512.fwd.v12-3xtf32.new.us]
+//   and 250.3 [fig cuda.conv2d.ring-rounds.conv2-b512.fwd.v12-3xtf32.old.us], backward input
+//   244.4 [fig cuda.conv2d.ring-rounds.conv2-b512.bwd-input.v12-3xtf32.new.us] and
+//   246.1 [fig cuda.conv2d.ring-rounds.conv2-b512.bwd-input.v12-3xtf32.old.us]). TF32 at one
+//   product did not move (forward 23.7 [fig cuda.conv2d.ring-rounds.conv2-b64.fwd.v12-tf32.new.us]
+//   against 23.7 [fig cuda.conv2d.ring-rounds.conv2-b64.fwd.v12-tf32.old.us], backward input
+//   29.0 [fig cuda.conv2d.ring-rounds.conv2-b64.bwd-input.v12-tf32.new.us] against
+//   28.3 [fig cuda.conv2d.ring-rounds.conv2-b64.bwd-input.v12-tf32.old.us]) and keeps two.
 // - TF32 keeps a stage's products in flight while the next stage's are issued (wgmma_wait<1>);
 //   3xTF32 sums each stage from zero, as version 11's stage sums, and waits for it to add it.
 // - Nothing the producer or a consumer does a stage is more than it must: a piece's input offset
@@ -672,11 +687,12 @@ struct RingPlan {
   int64_t smem = 0;
 };
 
-RingPlan ring_plan(const Dims& d, bool exact) {
+// The plan for mw products of 64 pixels a consumer warpgroup.
+RingPlan ring_plan(const Dims& d, bool exact, int mw) {
   RingPlan p;
   p.exact = exact;
   p.bn = d.og > 64 ? 128 : d.og > 32 ? 64 : 32;
-  p.mw = exact && p.bn == 128 ? 1 : 2;  // 3xTF32's stage sums double the accumulators
+  p.mw = mw;
   const int64_t bm = 128 * p.mw;
   p.cols = static_cast<int>(d.ow + (d.kw - 1) * d.dw);
   const int64_t reach = p.cols - 1 + bm + (d.kh - 1) * d.dh * p.cols + (d.kw - 1) * d.dw;
@@ -697,15 +713,38 @@ RingPlan ring_plan(const Dims& d, bool exact) {
   return p;
 }
 
+// The pixel tiles of one image, and the items (tiles of every image, group and block of outputs)
+// that the persistent blocks walk.
+int64_t ring_tiles(const Dims& d, const RingPlan& p) { return (d.oh * p.cols + 128 * p.mw - 1) / (128 * p.mw); }
+int64_t ring_items(const Dims& d, const RingPlan& p, int64_t groups) {
+  return groups * (p.np / p.bn) * d.n * ring_tiles(d, p);
+}
+
+// Two products a consumer warpgroup (256 pixels a block: a stage's weights and the patch's extra
+// rows serve twice the pixels; 3xTF32 at 128 outputs has room for one, its stage sums doubling
+// the accumulators). 3xTF32 takes one where that leaves the blocks less to copy: one block an SM
+// walks the items, so the grid takes ceil(items / SMs) rounds, and a small batch can leave the
+// last round of 256-pixel items mostly empty (conv2 at batch 64: 192 items on 132 SMs, two rounds
+// of 338 patch pixels; at 128 pixels 320 items, three rounds of 208). The measure is the patch
+// pixels a round copies, the producer's work, which counts the smaller tile's extra rows against
+// it. TF32 keeps two: at conv2, batch 64, one moved neither pass (its backward input a little slower;
+// figures at version 12's head).
 RingPlan ring_plan_for(const Geometry& f, bool exact) {
   if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(f);
-  const RingPlan p = ring_plan(d, exact);
   // two stages at least; a stage's patch within the producer's 128 x kRingTasks pieces; the
   // descriptors' 14-bit fields; pixel indices within an int
-  const bool fits = p.stages >= 2 && 2 * p.pixels <= 128 * kRingTasks && p.pixels < (1 << 14) &&
-                    d.c * d.hw < (int64_t{1} << 31) && d.oh * p.cols + 128 * p.mw < (int64_t{1} << 31);
-  return fits ? p : RingPlan{};
+  auto fits = [&](const RingPlan& p) {
+    return p.stages >= 2 && 2 * p.pixels <= 128 * kRingTasks && p.pixels < (1 << 14) &&
+           d.c * d.hw < (int64_t{1} << 31) && d.oh * p.cols + 128 * p.mw < (int64_t{1} << 31);
+  };
+  const RingPlan two = ring_plan(d, exact, 2), one = ring_plan(d, exact, 1);
+  if (!exact) return fits(two) ? two : RingPlan{};
+  if (two.bn == 128) return fits(one) ? one : RingPlan{};
+  const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount);
+  auto copied = [&](const RingPlan& p) { return (ring_items(d, p, f.groups) + sms - 1) / sms * p.pixels; };
+  if (fits(one) && (!fits(two) || copied(one) < copied(two))) return one;
+  return fits(two) ? two : RingPlan{};
 }
 
 struct RingArgs {
@@ -1025,8 +1064,7 @@ void ring_forward(const float* x, const float* w, bool flip, float* packed, cons
   pack_wgmma_weights_kernel<<<blocks_for(set), kThreads, 0, stream>>>(w, packed, d, plan.chunks, plan.np, flip,
                                                                         plan.exact, set);
   KILN_CUDA_LAUNCH_CHECK(op);
-  const int64_t tiles = (d.oh * plan.cols + 128 * plan.mw - 1) / (128 * plan.mw), nblocks = plan.np / plan.bn;
-  const int64_t items = f.groups * nblocks * d.n * tiles;
+  const int64_t tiles = ring_tiles(d, plan), nblocks = plan.np / plan.bn, items = ring_items(d, plan, f.groups);
   KILN_CHECK(items < (int64_t{1} << 31) - 1024, ShapeError, "cuda ", op, ": the problem is too large (", items,
              " tiles)");
   const RingArgs args{x,       packed, w, flip, e, y, d, plan, static_cast<unsigned>(tiles), static_cast<unsigned>(nblocks),
@@ -1039,16 +1077,17 @@ void ring_forward(const float* x, const float* w, bool flip, float* packed, cons
     kernel<<<static_cast<unsigned>(blocks), kRingThreads, bytes, stream>>>(args);
     KILN_CUDA_LAUNCH_CHECK(op);
   };
-  if (plan.bn == 128) {
-    if (plan.exact) launch.template operator()<128, 1, true>();
-    else launch.template operator()<128, 2, false>();
-  } else if (plan.bn == 64) {
-    if (plan.exact) launch.template operator()<64, 2, true>();
-    else launch.template operator()<64, 2, false>();
-  } else {
-    if (plan.exact) launch.template operator()<32, 2, true>();
-    else launch.template operator()<32, 2, false>();
-  }
+  auto exact_products = [&]<int BN>() {  // 3xTF32: one or two products a warpgroup (ring_plan_for)
+    if (plan.mw == 1) launch.template operator()<BN, 1, true>();
+    else if constexpr (BN < 128) launch.template operator()<BN, 2, true>();
+  };
+  auto sets = [&]<int BN>() {
+    if (plan.exact) exact_products.template operator()<BN>();
+    else launch.template operator()<BN, 2, false>();
+  };
+  if (plan.bn == 128) sets.template operator()<128>();
+  else if (plan.bn == 64) sets.template operator()<64>();
+  else sets.template operator()<32>();
 }
 
 }  // namespace
