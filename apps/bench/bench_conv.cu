@@ -1,14 +1,14 @@
 // kernel-bench --only conv: every conv2d version of kernels/cuda/conv2d.cuh against cuDNN, f32
 // NCHW, forward, backward-input and backward-weight, at the MNIST CNN's two layers (batch 64 and
-// 512), one large layer and one with a single output channel (a segmentation head's); then cuDNN with TF32 allowed (the TF32 versions' peer), and the
-// production path in bf16 against cuDNN in bf16. The FP32 reference runs with CUDNN_FMA_MATH
-// (plain FP32 FMA: no TF32, which cuDNN would otherwise allow for conv), each pass with the fastest algorithm that
-// cudnnFind*AlgorithmEx measures, given a 256 MiB workspace. Each kiln version is first checked
-// against cuDNN's result (max error relative to the largest |value|; over 1e-3 is reported as
-// wrong and not timed; the TF32 versions get 1e-2). No bias in the timings (cuDNN's convolution has
-// none) but for two forward rows: the production path with a bias and ReLU in its epilogue, and
-// the same followed by bias and ReLU passes. TFLOP/s counts 2*N*O*OH*OW*C/G*KH*KW flops for each
-// of the three passes.
+// 512), one large layer and one with a single output channel (a segmentation head's); then cuDNN
+// with TF32 allowed (the TF32 versions' peer), and the production path in bf16 against cuDNN in
+// bf16. The FP32 reference runs with CUDNN_FMA_MATH (plain FP32 FMA: no TF32, which cuDNN would
+// otherwise allow for conv), each pass with the fastest algorithm that cudnnFind*AlgorithmEx
+// measures, given a 256 MiB workspace. Each kiln version is first checked against cuDNN's result
+// (max error relative to the largest |value|; over 1e-3 is reported as wrong and not timed; the
+// TF32 versions get 1e-2). No bias in the timings (cuDNN's convolution has none) but for two
+// forward rows: the production path with a bias and ReLU in its epilogue, and the same followed by
+// bias and ReLU passes. TFLOP/s counts 2*N*O*OH*OW*C/G*KH*KW flops for each of the three passes.
 #include <cudnn.h>
 
 #include <algorithm>

@@ -59,8 +59,8 @@
 //     producer warpgroup copying the patch by cp.async into a ring of stages that two consumer
 //     warpgroups multiply (3xTF32: their window fragments split in registers), 256 pixels a block
 //     (3xTF32: 128 where the grid's rounds then copy less), the weights brought by bulk copies,
-//     once a block where they fit. In
-//     production on sm_90, forward and backward input (figures in its file).
+//     once a block where they fit. In production on sm_90, forward and backward input (figures
+//     in its file).
 //   13 for O/G <= 4 at stride 1 (conv2d/columns.cu): 8 with nothing but the weights in shared
 //     memory, a warp across a row of output pixels and each lane down a column, a tap's
 //     neighbours passed between lanes by shuffles; 8 warps a tile split the input channels.
@@ -127,15 +127,15 @@
 //     over the SMs; sm_90 only (figures in its file).
 //
 // Production (CudaBackend::conv2d*): the forward runs 13 where it applies (O/G <= 4 at stride 1),
-// else 8 where K = C/G*KH*KW < 32 (a first layer:
-// the tensor cores' slices would be mostly empty) and it applies (stride 1, O/G <= 32), else 3
-// there, else 12 in f32 at stride 1 on an sm_90 GPU, else 7 in f32 at stride 1 where its patch
-// fits in shared memory, else 5 (which runs 3 for O/G <= 16 and f64). The backward input runs 13
-// where it applies, else 8 where 3 applies and C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot,
-// 3 in f64), else 1 for C/G <= 8, else 2. The backward weight runs 5 where it applies (with the
-// bias's gradient where the layer has a bias: Backend::conv2d_backward_weight_and_bias), else 6
-// in f32 on an sm_90 GPU where it applies (backward_weight_ring_applies), else 3 (2 for small layers
-// and f64). The tensor-core versions take TF32 under allow_tf32, else 3xTF32.
+// else 8 where K = C/G*KH*KW < 32 (a first layer: the tensor cores' slices would be mostly empty)
+// and it applies (stride 1, O/G <= 32), else 3 there, else 12 in f32 at stride 1 on an sm_90 GPU,
+// else 7 in f32 at stride 1 where its patch fits in shared memory, else 5 (which runs 3 for
+// O/G <= 16 and f64). The backward input runs 13 where it applies, else 8 where 3 applies and
+// C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8,
+// else 2. The backward weight runs 5 where it applies (with the bias's gradient where the layer has
+// a bias: Backend::conv2d_backward_weight_and_bias), else 6 in f32 on an sm_90 GPU where it applies
+// (backward_weight_ring_applies), else 3 (2 for small layers and f64). The tensor-core versions
+// take TF32 under allow_tf32, else 3xTF32.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -1742,10 +1742,11 @@ void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv
 // (a 3 x 3 layer of few multiply-adds per value moved, several bands a split), else version 3 on
 // image pairs.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
-// C/G <= 4 that version 13 does not take, or outside the forward form) it runs the f32 versions on operands widened to f32, at
-// TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits, which TF32's 11 hold, so each
-// TF32 product is the exact product of the bf16 values, as on bf16 tensor cores, and the sums are
-// f32. Either way the result is rounded to bf16 once (after the epilogue in the forward).
+// C/G <= 4 that version 13 does not take, or outside the forward form) it runs the f32 versions on
+// operands widened to f32, at TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits,
+// which TF32's 11 hold, so each TF32 product is the exact product of the bf16 values, as on bf16
+// tensor cores, and the sums are f32. Either way the result is rounded to bf16 once (after the
+// epilogue in the forward).
 void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef& y, const Conv2dParams& p,
                          const Epilogue& epilogue) {
   check_same_dtype("conv2d", x, w, y);

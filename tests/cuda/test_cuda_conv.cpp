@@ -629,7 +629,8 @@ TEST_CASE("version 13 (few outputs, a warp across a row) matches the CPU, f32, f
     c.config.stride[0] = c.config.stride[1] = stride;
     c.config.dilation[0] = c.config.dilation[1] = dilation;
     c.x = x, c.w = w;
-    c.y = {x[0], w[0], (x[2] - dilation * (w[2] - 1) - 1) / stride + 1, (x[3] - dilation * (w[3] - 1) - 1) / stride + 1};
+    auto out = [&](int i) { return (x[i] - dilation * (w[i] - 1) - 1) / stride + 1; };
+    c.y = {x[0], w[0], out(2), out(3)};
     return geometry(c);
   };
   CHECK(cv::forward_columns_applies<float>(geometry_for({2, 16, 12, 12}, {4, 16, 3, 3}, 1, 1)));
