@@ -502,6 +502,10 @@ def define(figure, table, runs):
             figure(f"cuda.conv2d.ring-rounds.conv2-b{batch}.{what}.cudnn.us", rounds,
                    rounds.kernel("conv2d", f"{what} cuDNN", shape, "conv2-new.json")["ms"] * 1000,
                    f"conv2d {what} cuDNN (FP32) at {shape}, the new tree's bench, µs")
+    train = runs["2026-11-28-h200-ring-rounds-train"]
+    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32")):
+        figure(f"cuda.conv2d.ring-rounds.cnn.{tag}.epoch2", train, train.epoch(file, 2)["seconds"],
+               f"mnist-train CNN {what}, version 12 at 128 pixels a block where the rounds copy less (H200): epoch 2, s")
     figure("cuda.conv2d.columns.conv1-b512.bwd-input.bf16-before.us", regs,
            regs.kernel("conv2d", "bwd-input production (BF16)", "conv1 x[512,1,28,28] w[32,1,3,3]")["ms"] * 1000,
            "conv2d bwd-input production (BF16) at conv1, batch 512, before version 13 (widened to f32, version 8), µs")

@@ -620,6 +620,9 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   against 23.7 [fig cuda.conv2d.ring-rounds.conv2-b64.fwd.v12-tf32.old.us], backward input
 //   29.0 [fig cuda.conv2d.ring-rounds.conv2-b64.bwd-input.v12-tf32.new.us] against
 //   28.3 [fig cuda.conv2d.ring-rounds.conv2-b64.bwd-input.v12-tf32.old.us]) and keeps two.
+//   mnist-train's f32 CNN then took 0.299 s [fig cuda.conv2d.ring-rounds.cnn.b64.epoch2] an epoch
+//   at batch 64 and 0.146 [fig cuda.conv2d.ring-rounds.cnn.b512.epoch2] at 512
+//   (docs/runs/2026-11-28-h200-ring-rounds-train).
 // - TF32 keeps a stage's products in flight while the next stage's are issued (wgmma_wait<1>);
 //   3xTF32 sums each stage from zero, as version 11's stage sums, and waits for it to add it.
 // - Nothing the producer or a consumer does a stage is more than it must: a piece's input offset
