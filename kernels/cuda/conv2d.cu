@@ -839,13 +839,6 @@ Geometry as_forward(const Geometry& g) {
 
 namespace {
 
-// as_forward(g), refused where the forward form does not apply.
-Geometry checked_forward_form(const Geometry& g) {
-  KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
-             "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
-  return as_forward(g);
-}
-
 // Version 7's block: 128 output pixels; its plan where it runs, else an empty plan (chunks = 0,
 // smem = 0): stride 1, and two blocks' shared memory fit an SM (the patch grows with the width,
 // the packed weights with the kernel's taps), and every offset fits an int.

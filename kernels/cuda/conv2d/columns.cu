@@ -236,7 +236,7 @@ void columns_forward(const T* x, const T* w, bool flip, const DeviceEpilogue<T>&
       a.warps = static_cast<int>(warps_at(waves ? 2 * kColsWarpChannels : kColsWarpChannels));
       const int64_t smem = std::max<int64_t>(d.cg * d.khkw * kOut, int64_t{a.warps} * kOut * kColsRows * 32) *
                            static_cast<int64_t>(sizeof(compute_t<T>));
-      allow_dynamic_smem(kernel, static_cast<size_t>(smem));
+      if (smem > 48 * 1024) allow_dynamic_smem(kernel, static_cast<size_t>(smem));  // (a host call)
       kernel<<<static_cast<unsigned>(blocks), 32 * a.warps, static_cast<size_t>(smem), stream>>>(x, w, e, y, a);
     }
   };
@@ -269,9 +269,7 @@ bool backward_input_columns_applies(const Geometry& g) {
 
 template <class T>
 void backward_input_columns(const T* grad_y, const T* w, T* grad_x, const Geometry& g, cudaStream_t stream) {
-  KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
-             "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
-  columns_forward(grad_y, w, true, {}, grad_x, as_forward(g), stream, "conv2d_backward_input");
+  columns_forward(grad_y, w, true, {}, grad_x, checked_forward_form(g), stream, "conv2d_backward_input");
 }
 
 #define KILN_CONV2D_COLUMNS(T)                                                                              \

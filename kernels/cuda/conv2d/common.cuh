@@ -104,6 +104,13 @@ __global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, 
   }
 }
 
+// as_forward(g), the backward input's forward form, refused where it does not apply.
+inline Geometry checked_forward_form(const Geometry& g) {
+  KILN_CHECK(backward_input_as_forward_applies(g), ValueError,
+             "cuda conv2d_backward_input: the forward form needs stride 1 and padding <= dilation*(kernel-1)");
+  return as_forward(g);
+}
+
 // Whether a tensor-core version runs 3xTF32 (f32 accuracy) rather than TF32.
 inline bool exact(TensorMath math) { return math == TensorMath::tf32x3; }
 

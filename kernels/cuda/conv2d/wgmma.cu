@@ -741,8 +741,9 @@ RingPlan ring_plan_for(const Geometry& f, bool exact) {
     return p.stages >= 2 && 2 * p.pixels <= 128 * kRingTasks && p.pixels < (1 << 14) &&
            d.c * d.hw < (int64_t{1} << 31) && d.oh * p.cols + 128 * p.mw < (int64_t{1} << 31);
   };
-  const RingPlan two = ring_plan(d, exact, 2), one = ring_plan(d, exact, 1);
+  const RingPlan two = ring_plan(d, exact, 2);
   if (!exact) return fits(two) ? two : RingPlan{};
+  const RingPlan one = ring_plan(d, exact, 1);
   if (two.bn == 128) return fits(one) ? one : RingPlan{};
   const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount);
   auto copied = [&](const RingPlan& p) { return (ring_items(d, p, f.groups) + sms - 1) / sms * p.pixels; };
