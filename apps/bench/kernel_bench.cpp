@@ -1,11 +1,12 @@
 // kernel-bench: every version of every CUDA kernel family against the library it is measured
-// by: matmul against cuBLAS (FP32 and TF32), conv2d against cuDNN, softmax, cross-entropy,
+// by: matmul against cuBLAS (FP32 and TF32), conv2d against cuDNN, the rate of wgmma shapes alone
+// (bench_wgmma.cu), softmax, cross-entropy,
 // reductions, dropout, batch norm and the optimizer steps against the device's copy bandwidth.
 // Prints a table and writes JSON; once a run's JSON is recorded in docs/runs/ (scripts/figures.py
 // record), scripts/figures.py update writes the tables of kernels/README.md from it (through
 // scripts/kernel_table.py).
 //
-//   kernel-bench [--only matmul|conv|softmax|cross_entropy|reduce|dropout|batch_norm|optim] [--shape TEXT]
+//   kernel-bench [--only matmul|conv|wgmma|softmax|cross_entropy|reduce|dropout|batch_norm|optim] [--shape TEXT]
 //                [--quick] [--json FILE]
 //
 // Run it on the GPU machine through scripts/device-run.
@@ -149,8 +150,8 @@ int main(int argc, char** argv) {
   std::string only, json, shape;
   bool quick = false;
   app.add_option("--only", only,
-                 "one family: matmul, conv, softmax, cross_entropy, reduce, dropout, batch_norm or optim")
-      ->check(CLI::IsMember({"matmul", "conv", "softmax", "cross_entropy", "reduce", "dropout", "batch_norm", "optim"}))
+                 "one family: matmul, conv, wgmma, softmax, cross_entropy, reduce, dropout, batch_norm or optim")
+      ->check(CLI::IsMember({"matmul", "conv", "wgmma", "softmax", "cross_entropy", "reduce", "dropout", "batch_norm", "optim"}))
       ->type_name("FAMILY");
   app.add_option("--shape", shape, "conv and batch_norm: only the shapes whose label contains TEXT, e.g. 'conv2 x[512', '[128, 64'");
   app.add_flag("--quick", quick, "fewer shapes and shorter timings (a smoke run)");
@@ -166,6 +167,7 @@ int main(int argc, char** argv) {
     bench.copy_gbs();
     if (bench.runs("matmul")) kiln::bench::bench_matmul(bench);
     if (bench.runs("conv")) kiln::bench::bench_conv(bench);
+    if (bench.runs("wgmma")) kiln::bench::bench_wgmma(bench);
     kiln::bench::bench_softmax(bench);  // the memory-bound families that --only asks for
     if (!json.empty()) kiln::bench::write_json(json, prop.name, bench.results());
   } catch (const std::exception& e) {

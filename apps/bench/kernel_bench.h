@@ -32,7 +32,7 @@ struct Result {
 
 class Bench {
  public:
-  // `only`: one family (--only matmul, conv, softmax, cross_entropy, reduce, dropout, batch_norm or optim),
+  // `only`: one family (--only matmul, conv, wgmma, softmax, cross_entropy, reduce, dropout, batch_norm or optim),
   // or every family when empty.
   Bench(bool quick, std::string shape_filter, std::string only)
       : quick_(quick), shape_filter_(std::move(shape_filter)), only_(std::move(only)) {}
@@ -96,6 +96,7 @@ std::string rel_err_note(double err);
 
 void bench_matmul(Bench& bench);
 void bench_conv(Bench& bench);
+void bench_wgmma(Bench& bench);    // one wgmma shape's rate, nothing else in its way (sm_90a)
 void bench_softmax(Bench& bench);  // softmax, cross_entropy, reduce, dropout, batch_norm, optim: each as runs() says
 
 }  // namespace kiln::bench

@@ -506,6 +506,17 @@ def define(figure, table, runs):
     for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32")):
         figure(f"cuda.conv2d.ring-rounds.cnn.{tag}.epoch2", train, train.epoch(file, 2)["seconds"],
                f"mnist-train CNN {what}, version 12 at 128 pixels a block where the rounds copy less (H200): epoch 2, s")
+    # ---- one wgmma shape's rate with nothing in its way (docs/runs/2026-11-28-h200-wgmma-rate,
+    # apps/bench/bench_wgmma.cu) ----
+    rate = runs["2026-11-28-h200-wgmma-rate"]
+    for kind, k, n, a in (("tf32", 8, 32, "shared memory"), ("tf32", 8, 64, "shared memory"),
+                          ("tf32", 8, 256, "shared memory"), ("tf32", 8, 32, "registers"),
+                          ("tf32", 8, 64, "registers"), ("bf16", 16, 64, "shared memory"),
+                          ("bf16", 16, 256, "shared memory")):
+        version = f"{kind.upper() if kind == 'tf32' else kind} m64n{n}k{k}, A from {a}"
+        figure(f"cuda.wgmma-rate.{kind}.n{n}.{'smem' if a.startswith('shared') else 'regs'}.tflops", rate,
+               rate.kernel("wgmma", version, "132 SMs x 2 warpgroups", "wgmma.json")["value"],
+               f"wgmma {version}, every SM, two warpgroups (H200), TFLOP/s")
     figure("cuda.conv2d.columns.conv1-b512.bwd-input.bf16-before.us", regs,
            regs.kernel("conv2d", "bwd-input production (BF16)", "conv1 x[512,1,28,28] w[32,1,3,3]")["ms"] * 1000,
            "conv2d bwd-input production (BF16) at conv1, batch 512, before version 13 (widened to f32, version 8), µs")
