@@ -517,6 +517,39 @@ def define(figure, table, runs):
         figure(f"cuda.wgmma-rate.{kind}.n{n}.{'smem' if a.startswith('shared') else 'regs'}.tflops", rate,
                rate.kernel("wgmma", version, "132 SMs x 2 warpgroups", "wgmma.json")["value"],
                f"wgmma {version}, every SM, two warpgroups (H200), TFLOP/s")
+    # ---- conv2d version 12 with uniform descriptors and a leaner epilogue, before (ee52763) and
+    # after in one call (docs/runs/2026-11-28-h200-ring-uniform) ----
+    uni = runs["2026-11-28-h200-ring-uniform"]
+    for batch in (64, 512):
+        shape = f"conv2 x[{batch},32,26,26] w[64,32,3,3]"
+        for when in ("old", "new"):
+            for what in ("fwd", "bwd-input"):
+                for math in ("3xTF32", "TF32"):
+                    version = f"{what} 12 wgmma ring {math}"
+                    figure(f"cuda.conv2d.ring-uniform.conv2-b{batch}.{what}.v12-{math.lower()}.{when}.us", uni,
+                           uni.kernel("conv2d", version, shape, f"conv2-{when}.json")["ms"] * 1000,
+                           f"conv2d {version} at {shape}, {when} tree, µs")
+            version = "fwd production + bias + ReLU in the epilogue"
+            figure(f"cuda.conv2d.ring-uniform.conv2-b{batch}.fwd.production.{when}.us", uni,
+                   uni.kernel("conv2d", version, shape, f"conv2-{when}.json")["ms"] * 1000,
+                   f"conv2d {version} (f32) at {shape}, {when} tree, µs")
+        for what in ("fwd", "bwd-input"):
+            for name, version in (("cudnn", f"{what} cuDNN"), ("cudnn-tf32", f"{what} cuDNN TF32")):
+                figure(f"cuda.conv2d.ring-uniform.conv2-b{batch}.{what}.{name}.us", uni,
+                       uni.kernel("conv2d", version, shape, "conv2-new.json")["ms"] * 1000,
+                       f"conv2d {version} at {shape}, the new tree's bench, µs")
+    large = "large x[64,128,56,56] w[128,128,3,3] pad 1"
+    for what in ("fwd", "bwd-input"):
+        for name, version in (("v12-3xtf32", f"{what} 12 wgmma ring 3xTF32"), ("v12-tf32", f"{what} 12 wgmma ring TF32"),
+                              ("cudnn", f"{what} cuDNN"), ("cudnn-tf32", f"{what} cuDNN TF32")):
+            figure(f"cuda.conv2d.ring-uniform.large.{what}.{name}.us", uni,
+                   uni.kernel("conv2d", version, large, "large-new.json")["ms"] * 1000, f"conv2d {version} at {large}, µs")
+    train = runs["2026-11-28-h200-ring-uniform-train"]
+    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32"),
+                            ("b64-tf32", "train_tf32.jsonl", "batch 64, TF32"),
+                            ("b512-tf32", "train_b512_tf32.jsonl", "batch 512, TF32")):
+        figure(f"cuda.conv2d.ring-uniform.cnn.{tag}.epoch2", train, train.epoch(file, 2)["seconds"],
+               f"mnist-train CNN {what}, version 12 with uniform descriptors (H200): epoch 2, s")
     figure("cuda.conv2d.columns.conv1-b512.bwd-input.bf16-before.us", regs,
            regs.kernel("conv2d", "bwd-input production (BF16)", "conv1 x[512,1,28,28] w[32,1,3,3]")["ms"] * 1000,
            "conv2d bwd-input production (BF16) at conv1, batch 512, before version 13 (widened to f32, version 8), µs")

@@ -369,6 +369,31 @@ TEST_CASE("versions 10, 11 and 12 (wgmma) match the CPU at the MNIST CNN's conv2
       }
   }
   CHECK(runs == 96);
+
+  // FLT_MAX in x (in grad_y for the backward input): its 3xTF32 split overflows, the outputs it
+  // reaches come out NaN, and version 12 sums those again in f32, then adds the bias and applies the
+  // relu (w small, so that the true sums stay finite)
+  ConvCase c;
+  c.x = shapes[1].x, c.w = shapes[1].w, c.y = {c.x[0], c.w[0], 24, 24};
+  const cv::Geometry g = geometry(c);
+  std::vector<float> xv = uniform(c.x, -1, 1).to_vector<float>(), gyv = uniform(c.y, -1, 1).to_vector<float>();
+  xv[(37 * 32 + 5) * 26 * 26 + 11 * 26 + 7] = std::numeric_limits<float>::max();
+  gyv[(101 * 64 + 9) * 24 * 24 + 23 * 24 + 23] = std::numeric_limits<float>::max();
+  const Tensor x = from_vector(xv, c.x), gy = from_vector(gyv, c.y), w = uniform(c.w, -1e-3, 1e-3),
+               b = uniform({c.w[0]}, -1, 1);
+  const Tensor want = conv2d(x, w, b, c.config, Activation::relu), want_gx = conv2d_backward_input(gy, w, c.x, c.config);
+  Tensor dx = x.to(kCuda), dgy = gy.to(kCuda), dw = w.to(kCuda), db = b.to(kCuda);
+  Tensor y = full(c.y, 7.0, kCuda), gx = full(c.x, 7.0, kCuda);
+  Tensor ws = full({std::max(cv::forward_ring_workspace(g), cv::backward_input_ring_workspace(g))}, 7.0, kCuda);
+  cv::forward_ring(device_ptr<float>(dx), device_ptr<float>(dw), {device_ptr<float>(db), Activation::relu},
+                   device_ptr<float>(y), device_ptr<float>(ws), g, cv::TensorMath::tf32x3, stream);
+  cv::backward_input_ring(device_ptr<float>(dgy), device_ptr<float>(dw), device_ptr<float>(gx), device_ptr<float>(ws), g,
+                          cv::TensorMath::tf32x3, stream);
+  const double atol = 1e-6 * std::numeric_limits<float>::max() * 1e-3;
+  check_close(y, want, rtol_for(DType::f32), atol, "version 12 forward (3xTF32) with FLT_MAX in x");
+  check_close(gx, want_gx, rtol_for(DType::f32), atol, "version 12 backward input (3xTF32) with FLT_MAX in grad_y");
+  // an output the large value reaches is that large (check_close alone would pass zeros)
+  CHECK(std::abs(gx.to_vector<float>()[(101 * 32) * 26 * 26 + 25 * 26 + 25]) > 1e30);
 }
 
 TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide layers, strides, groups and tails") {

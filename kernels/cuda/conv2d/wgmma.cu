@@ -418,6 +418,16 @@ struct WinArgs {
 __device__ inline uint64_t win_descriptor(uint32_t addr, uint32_t plane_bytes) {
   return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{plane_bytes >> 4} << 16 | uint64_t{128 >> 4} << 32;
 }
+
+// A descriptor as its two 32-bit words: plus(units) is it moved that many 16-byte units on, an add
+// to the low word alone (the address field, bits 0-13, cannot carry: shared memory is under 2^18
+// bytes), where a 64-bit add took two instructions and hid from the compiler that the high word
+// never changes.
+struct Descriptor {
+  uint32_t lo, hi;
+  __device__ explicit Descriptor(uint64_t d) : lo(static_cast<uint32_t>(d)), hi(static_cast<uint32_t>(d >> 32)) {}
+  __device__ uint64_t plus(uint32_t units) const { return uint64_t{hi} << 32 | (lo + units); }
+};
 #endif
 
 // One block: pixels 128 blockIdx.x % tiles onward (over the patch's width) of image
@@ -670,8 +680,61 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 // 49.9 [fig cuda.conv2d.ring-regs.conv2-b64.fwd.v12-3xtf32.us] (cuDNN FP32
 // 71.8 [fig cuda.conv2d.ring-regs.conv2-b64.fwd.cudnn.us]); the large layer's forward
 // 651.4 [fig cuda.conv2d.ring-regs.large.fwd.v12-3xtf32.us] (cuDNN FP32 624.5 [fig cuda.conv2d.ring-regs.large.fwd.cudnn.us]).
-// The tensor cores still run at about a fifth of their TF32 rate at conv2 (64 outputs: m64n64)
-// and a half at the large layer (m64n128); NOTES.md says what is next.
+// The tensor cores then ran at about a fifth of their TF32 rate at conv2 (64 outputs: m64n64) and
+// a half at the large layer (m64n128). Not for want of a wider product: alone, with nothing to
+// feed, m64n64k8 runs at 476.6 TFLOP/s [fig cuda.wgmma-rate.tf32.n64.smem.tflops], as fast as
+// m64n256k8 (485.7 [fig cuda.wgmma-rate.tf32.n256.smem.tflops]; kernel-bench --only wgmma), and A read
+// as this kernel's window as fast as A packed (apps/bench/bench_wgmma.cu). What Nsight Compute showed
+// instead (docs/runs/2026-11-28-h200-ring-ncu-before, scripts/ncu_source.py): 46.7M instructions for
+// conv2's TF32 forward at batch 512, about 450 a consumer warp a stage for its 18 products (each
+// descriptor built in 64 bits per thread and moved to the uniform registers the products read)
+// and about 1180 a warp an item in the epilogue, with three warps a scheduler to hide them. So:
+// - the warpgroup's index is broadcast from lane 0 (__shfl_sync), which tells the compiler it is
+//   uniform: the descriptors that follow from it are built in uniform registers;
+// - a tap moves a descriptor by a 32-bit add to its low word (Descriptor);
+// - the epilogue stores at 32-bit offsets, applies the activation as one select, and 3xTF32's NaN
+//   fallback runs out of line, once every output is stored (ring_output_f32).
+// Before and after in one call (one H200, docs/runs/2026-11-28-h200-ring-uniform), µs:
+//   conv2, batch 512, 3xTF32: forward 249.7 [fig cuda.conv2d.ring-uniform.conv2-b512.fwd.v12-3xtf32.old.us]
+//     -> 172.8 [fig cuda.conv2d.ring-uniform.conv2-b512.fwd.v12-3xtf32.new.us] (cuDNN FP32
+//     251.8 [fig cuda.conv2d.ring-uniform.conv2-b512.fwd.cudnn.us]), backward input
+//     245.2 [fig cuda.conv2d.ring-uniform.conv2-b512.bwd-input.v12-3xtf32.old.us]
+//     -> 210.6 [fig cuda.conv2d.ring-uniform.conv2-b512.bwd-input.v12-3xtf32.new.us] (cuDNN FP32
+//     236.4 [fig cuda.conv2d.ring-uniform.conv2-b512.bwd-input.cudnn.us]); production's forward with
+//     bias and relu 264.6 [fig cuda.conv2d.ring-uniform.conv2-b512.fwd.production.old.us]
+//     -> 188.8 [fig cuda.conv2d.ring-uniform.conv2-b512.fwd.production.new.us];
+//   conv2, batch 512, TF32: forward 102.1 [fig cuda.conv2d.ring-uniform.conv2-b512.fwd.v12-tf32.old.us]
+//     -> 94.7 [fig cuda.conv2d.ring-uniform.conv2-b512.fwd.v12-tf32.new.us] (cuDNN TF32
+//     162.9 [fig cuda.conv2d.ring-uniform.conv2-b512.fwd.cudnn-tf32.us]), backward input
+//     132.9 [fig cuda.conv2d.ring-uniform.conv2-b512.bwd-input.v12-tf32.old.us]
+//     -> 120.5 [fig cuda.conv2d.ring-uniform.conv2-b512.bwd-input.v12-tf32.new.us] (cuDNN TF32
+//     193.4 [fig cuda.conv2d.ring-uniform.conv2-b512.bwd-input.cudnn-tf32.us]);
+//   conv2, batch 64, 3xTF32: forward 40.1 [fig cuda.conv2d.ring-uniform.conv2-b64.fwd.v12-3xtf32.old.us]
+//     -> 31.5 [fig cuda.conv2d.ring-uniform.conv2-b64.fwd.v12-3xtf32.new.us] (cuDNN FP32
+//     71.7 [fig cuda.conv2d.ring-uniform.conv2-b64.fwd.cudnn.us]), backward input
+//     45.3 [fig cuda.conv2d.ring-uniform.conv2-b64.bwd-input.v12-3xtf32.old.us]
+//     -> 40.9 [fig cuda.conv2d.ring-uniform.conv2-b64.bwd-input.v12-3xtf32.new.us] (cuDNN FP32
+//     66.4 [fig cuda.conv2d.ring-uniform.conv2-b64.bwd-input.cudnn.us]); production's forward
+//     42.2 [fig cuda.conv2d.ring-uniform.conv2-b64.fwd.production.old.us]
+//     -> 36.1 [fig cuda.conv2d.ring-uniform.conv2-b64.fwd.production.new.us];
+//   conv2, batch 64, TF32: forward 23.3 [fig cuda.conv2d.ring-uniform.conv2-b64.fwd.v12-tf32.old.us]
+//     -> 22.7 [fig cuda.conv2d.ring-uniform.conv2-b64.fwd.v12-tf32.new.us] (cuDNN TF32
+//     46.7 [fig cuda.conv2d.ring-uniform.conv2-b64.fwd.cudnn-tf32.us]), backward input
+//     28.7 [fig cuda.conv2d.ring-uniform.conv2-b64.bwd-input.v12-tf32.old.us]
+//     -> 27.3 [fig cuda.conv2d.ring-uniform.conv2-b64.bwd-input.v12-tf32.new.us] (cuDNN TF32
+//     49.7 [fig cuda.conv2d.ring-uniform.conv2-b64.bwd-input.cudnn-tf32.us]);
+//   the large layer, after: 3xTF32 forward 575.0 [fig cuda.conv2d.ring-uniform.large.fwd.v12-3xtf32.us]
+//     (cuDNN FP32 624.0 [fig cuda.conv2d.ring-uniform.large.fwd.cudnn.us]), backward input
+//     571.9 [fig cuda.conv2d.ring-uniform.large.bwd-input.v12-3xtf32.us]
+//     (628.4 [fig cuda.conv2d.ring-uniform.large.bwd-input.cudnn.us]); TF32 forward
+//     246.7 [fig cuda.conv2d.ring-uniform.large.fwd.v12-tf32.us] (cuDNN TF32
+//     313.7 [fig cuda.conv2d.ring-uniform.large.fwd.cudnn-tf32.us]), backward input
+//     248.4 [fig cuda.conv2d.ring-uniform.large.bwd-input.v12-tf32.us]
+//     (309.9 [fig cuda.conv2d.ring-uniform.large.bwd-input.cudnn-tf32.us]).
+// mnist-train's f32 CNN then took 0.267 s [fig cuda.conv2d.ring-uniform.cnn.b64.epoch2] an epoch at
+// batch 64 and 0.134 [fig cuda.conv2d.ring-uniform.cnn.b512.epoch2] at 512, TF32
+// 0.226 [fig cuda.conv2d.ring-uniform.cnn.b64-tf32.epoch2] and 0.092 [fig cuda.conv2d.ring-uniform.cnn.b512-tf32.epoch2]
+// (docs/runs/2026-11-28-h200-ring-uniform-train). NOTES.md has the profile and what is next.
 constexpr int kRingThreads = 384;   // warpgroup 0 produces, 1 and 2 consume
 constexpr int kRingTasks = 8;       // 16-byte pieces of a stage's patch a producer thread stores
 constexpr int kRingMaxStages = 8;
@@ -765,6 +828,16 @@ struct RingArgs {
   int items;         // groups * nblocks * n * tiles
   int64_t set;      // elements of one set of packed weights
 };
+
+// Output channel n (of the group) at pixel p of image img again in f32 from x and w: version 12's
+// fallback where a 3xTF32 split overflowed. Out of line, so that its loops take no registers from
+// the kernel's accumulators (inlined, ptxas spilled 76 bytes of conv2's 3xTF32 kernel for it).
+#ifdef KILN_WGMMA
+__device__ __noinline__ float ring_output_f32(const RingArgs& a, int64_t img, int64_t group, int64_t n, int p) {
+  return patch_dot_f32(a.x, a.d, img, group, p,
+                       [&](int64_t c, int64_t tap) { return weight_at(a.w, a.d, a.flip, group, c, tap, n); });
+}
+#endif
 
 // One block an SM; item i = blockIdx.x + j gridDim.x of the problem is pixel tile i % tiles (128 MW
 // pixels over the patch's width) of image i / tiles % n, outputs n0 = (i / (tiles n) % nblocks) BN
@@ -898,8 +971,13 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
   } else {
     // ---- consumers
     matmul::setmaxnreg_inc<176>();
-    const int wg = tid / 128 - 1, warp = tid / 32 % 4, lane = tid % 32;
-    const int kw = static_cast<int>(d.kw), dh = static_cast<int>(d.dh), dw = static_cast<int>(d.dw);
+    // The warpgroup's index broadcast from lane 0: the compiler then knows it is the same across
+    // the warp, and keeps what follows from it (the descriptors) in uniform registers, where the
+    // products read them. Derived from the thread's index alone, every descriptor was worked out
+    // per thread and moved across (R2UR) before each product: about 30 instructions a tap.
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0) - 1, warp = tid / 32 % 4, lane = tid % 32;
+    const int kw = static_cast<int>(d.kw), dw = static_cast<int>(d.dw);
+    const int row_step = static_cast<int>(d.dh) * cols;  // a tap row further down the window
     const uint32_t plane_bytes = static_cast<uint32_t>(pixels) * 16, step = static_cast<uint32_t>(plan.step_bytes);
     const uint32_t ring_at = matmul::smem_u32(ring), weights_at = matmul::smem_u32(weights);
     // bytes from a set of weights to the other: every stage's (resident) or the stage's
@@ -924,13 +1002,15 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         const uint32_t st = ring_at + static_cast<uint32_t>(stage * plan.stage_bytes);
         const uint32_t w0 = plan.resident ? weights_at + static_cast<uint32_t>(chunk * taps) * step
                                           : st + static_cast<uint32_t>(plan.patch_bytes);
-        // The descriptors of tap 0; a descriptor's address is in 16-byte units in its low bits, so
-        // a tap moves it by an add: A by the tap's window offset in pixels, B by a k-step's weights.
-        const uint64_t b0 = matmul::packed_descriptor(w0), b_set = set_bytes / 16, b_step = step / 16;
-        const uint64_t a0 = win_descriptor(st + static_cast<uint32_t>(first) * 16, plane_bytes);
+        // The descriptors of tap 0. A descriptor's address is in 16-byte units in its low bits
+        // (under 2^14: shared memory), so a tap moves it by a 32-bit add to its low word: A by the
+        // tap's window offset in pixels, B by a k-step's weights; the high words stay.
+        const Descriptor a0(win_descriptor(st + static_cast<uint32_t>(first) * 16, plane_bytes));
+        const Descriptor b0(matmul::packed_descriptor(w0));
+        const uint32_t b_set = set_bytes / 16, b_step = step / 16;
         int window = 0, kx = 0;  // the tap's offset ky dh cols + kx dw, and its kx
         auto next_tap = [&] {
-          if (++kx == kw) kx = 0, window += dh * cols - (kw - 1) * dw;
+          if (++kx == kw) kx = 0, window += row_step - (kw - 1) * dw;
           else window += dw;
         };
         if constexpr (kExact) {
@@ -952,7 +1032,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
               }
           };
           auto multiply = [&](const uint32_t (&f)[MW][8], int tap) {
-            const uint64_t b_hi = b0 + tap * b_step, b_lo = b_hi + b_set;
+            const uint64_t b_hi = b0.plus(tap * b_step), b_lo = b0.plus(tap * b_step + b_set);
             matmul::wgmma_fence();
 #pragma unroll
             for (int s = 0; s < MW; ++s) {
@@ -994,9 +1074,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         } else {
           matmul::wgmma_fence();
           for (int tap = 0; tap < taps; ++tap, next_tap()) {
-            const uint64_t b = b0 + tap * b_step;
+            const uint64_t b = b0.plus(tap * b_step);
 #pragma unroll
-            for (int s = 0; s < MW; ++s) matmul::wgmma_tf32(acc[s], a0 + (window + s * 64), b);
+            for (int s = 0; s < MW; ++s) matmul::wgmma_tf32(acc[s], a0.plus(static_cast<uint32_t>(window + s * 64)), b);
           }
           matmul::wgmma_commit();
           matmul::wgmma_wait<1>();  // the stage before is done: hand it back
@@ -1010,46 +1090,57 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
       // The thread's outputs are channels n0 + 8j + 2t + e of rows g and g + 8 of each product.
       // Their pixels are worked out once (-1: an extra column of the patch's width, or past the
       // image), each channel's bias is loaded once, and an output costs its add, the activation
-      // and a store at a fixed distance from its row's first channel.
+      // (a select against `floor`: 0 for a relu, -inf for none; a NaN passes, as UnaryOp::relu)
+      // and a store at a 32-bit distance from its channel's first pixel.
       const int t = lane % 4;
-      int64_t pixel[MW][2];
+      int pixel[MW][2];  // within an int: ring_plan_for
 #pragma unroll
       for (int s = 0; s < MW; ++s) {
         matmul::fence_accumulators(acc[s]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int q = it.p0 + (wg * MW + s) * 64 + warp * 16 + lane / 4 + 8 * h, oy = q / cols, ox = q - oy * cols;
-          pixel[s][h] = oy < d.oh && ox < d.ow ? int64_t{oy} * d.ow + ox : -1;
+          pixel[s][h] = oy < d.oh && ox < d.ow ? oy * static_cast<int>(d.ow) + ox : -1;
         }
       }
-      const bool relu = a.epilogue.activation == Activation::relu;
+      const float floor = a.epilogue.activation == Activation::relu ? 0.0f : -INFINITY;
       float* y = a.y + (it.img * d.o + it.group * d.og + it.n0 + 2 * t) * d.ohw;
       const int64_t left = d.og - it.n0;
       const int outputs = (left < BN ? static_cast<int>(left) : BN) - 2 * t;  // columns 8j + e below this
+      // fn(value, its channel's bias, its place in y, its channel within the group, its pixel) for
+      // every output
+      auto each_output = [&](auto&& fn) {
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
+        for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (8 * j + e >= outputs) continue;
-          const int64_t n = it.n0 + 8 * j + 2 * t + e;
-          const float bias = a.epilogue.bias != nullptr ? a.epilogue.bias[it.group * d.og + n] : 0.0f;
-          float* out = y + (8 * j + e) * d.ohw;
+          for (int e = 0; e < 2; ++e) {
+            if (8 * j + e >= outputs) continue;
+            float* out = y + (8 * j + e) * d.ohw;
+            const int64_t n = it.n0 + 8 * j + 2 * t + e;
+            const float bias = a.epilogue.bias != nullptr ? a.epilogue.bias[it.group * d.og + n] : 0.0f;
 #pragma unroll
-          for (int s = 0; s < MW; ++s)
+            for (int s = 0; s < MW; ++s)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              if (pixel[s][h] < 0) continue;
-              float v = acc[s][4 * j + 2 * h + e];
-              if constexpr (kExact) {
-                if (v != v)  // a 3xTF32 product whose split overflowed: again in f32 from x and w
-                  v = patch_dot_f32(a.x, d, it.img, it.group, pixel[s][h], [&](int64_t c, int64_t tap) {
-                    return weight_at(a.w, d, a.flip, it.group, c, tap, n);
-                  });
-              }
-              v += bias;
-              out[pixel[s][h]] = relu && v < 0.0f ? 0.0f : v;  // a NaN passes, as UnaryOp::relu
-            }
-        }
+              for (int h = 0; h < 2; ++h)
+                if (pixel[s][h] >= 0) fn(acc[s][4 * j + 2 * h + e], bias, out + pixel[s][h], n, pixel[s][h]);
+          }
+      };
+      bool nan = false;
+      each_output([&](float v, float bias, float* at, int64_t, int) {
+        if constexpr (kExact) nan |= v != v;
+        v += bias;
+        *at = v < floor ? floor : v;
+      });
+      // 3xTF32's NaNs (a product whose split overflowed) again in f32 from x and w, once every
+      // output is stored, found by reading y back (a NaN stays one through the bias and the
+      // activation): inlined among the stores, the recomputation kept ptxas from holding the
+      // accumulators in registers
+      if (kExact && nan)
+        each_output([&](float, float bias, float* at, int64_t n, int p) {
+          if (*at == *at) return;
+          const float v = ring_output_f32(a, it.img, it.group, n, p) + bias;
+          *at = v < floor ? floor : v;
+        });
     }
   }
 #else
