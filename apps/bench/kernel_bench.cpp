@@ -1,7 +1,7 @@
 // kernel-bench: every version of every CUDA kernel family against the library it is measured
 // by: matmul against cuBLAS (FP32 and TF32), conv2d against cuDNN, the rate of wgmma shapes alone
-// (bench_wgmma.cu), softmax, cross-entropy,
-// reductions, dropout, batch norm and the optimizer steps against the device's copy bandwidth.
+// (bench_wgmma.cu), softmax, cross-entropy, reductions, dropout, batch norm and the optimizer steps
+// against the device's copy bandwidth.
 // Prints a table and writes JSON; once a run's JSON is recorded in docs/runs/ (scripts/figures.py
 // record), scripts/figures.py update writes the tables of kernels/README.md from it (through
 // scripts/kernel_table.py).
@@ -151,7 +151,8 @@ int main(int argc, char** argv) {
   bool quick = false;
   app.add_option("--only", only,
                  "one family: matmul, conv, wgmma, softmax, cross_entropy, reduce, dropout, batch_norm or optim")
-      ->check(CLI::IsMember({"matmul", "conv", "wgmma", "softmax", "cross_entropy", "reduce", "dropout", "batch_norm", "optim"}))
+      ->check(CLI::IsMember(
+          {"matmul", "conv", "wgmma", "softmax", "cross_entropy", "reduce", "dropout", "batch_norm", "optim"}))
       ->type_name("FAMILY");
   app.add_option("--shape", shape, "conv and batch_norm: only the shapes whose label contains TEXT, e.g. 'conv2 x[512', '[128, 64'");
   app.add_flag("--quick", quick, "fewer shapes and shorter timings (a smoke run)");

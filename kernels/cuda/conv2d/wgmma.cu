@@ -419,10 +419,10 @@ __device__ inline uint64_t win_descriptor(uint32_t addr, uint32_t plane_bytes) {
   return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{plane_bytes >> 4} << 16 | uint64_t{128 >> 4} << 32;
 }
 
-// A descriptor as its two 32-bit words: plus(units) is it moved that many 16-byte units on, an add
-// to the low word alone (the address field, bits 0-13, cannot carry: shared memory is under 2^18
-// bytes), where a 64-bit add took two instructions and hid from the compiler that the high word
-// never changes.
+// A descriptor as its two 32-bit words. plus(units) is the descriptor moved that many 16-byte
+// units on: an add to the low word alone (the address field, bits 0-13, cannot carry, shared
+// memory being under 2^18 bytes), where a 64-bit add took two instructions and hid from the
+// compiler that the high word never changes.
 struct Descriptor {
   uint32_t lo, hi;
   __device__ explicit Descriptor(uint64_t d) : lo(static_cast<uint32_t>(d)), hi(static_cast<uint32_t>(d >> 32)) {}
@@ -1076,7 +1076,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
           for (int tap = 0; tap < taps; ++tap, next_tap()) {
             const uint64_t b = b0.plus(tap * b_step);
 #pragma unroll
-            for (int s = 0; s < MW; ++s) matmul::wgmma_tf32(acc[s], a0.plus(static_cast<uint32_t>(window + s * 64)), b);
+            for (int s = 0; s < MW; ++s)
+              matmul::wgmma_tf32(acc[s], a0.plus(static_cast<uint32_t>(window + s * 64)), b);
           }
           matmul::wgmma_commit();
           matmul::wgmma_wait<1>();  // the stage before is done: hand it back
