@@ -21,8 +21,11 @@
 //
 // Rows, for TF32 (k 8) and bf16 (k 16): N = 32, 64, 128 and 256, A from shared memory and (TF32)
 // from registers; and TF32 with A read as conv2d versions 11 and 12 read their patch, a window of
-// rows (pixels) starting anywhere on a 16-byte boundary, its two halves of k in two planes (as fast
-// as packed A in the one call that ran them, whose files were not kept: kernels/cuda/NOTES.md).
+// rows (pixels) starting anywhere on a 16-byte boundary, its two halves of k in two planes: as fast
+// as packed A (docs/runs/2026-11-28-h200-review-descriptor, TFLOP/s: m64n64k8
+// 476.3 [fig cuda.wgmma-rate.tf32.n64.window.tflops] against packed A's
+// 476.0 [fig cuda.wgmma-rate.tf32.n64.smem-review.tflops] in the same call, m64n128k8
+// 481.4 [fig cuda.wgmma-rate.tf32.n128.window.tflops], m64n32k8 322.6 [fig cuda.wgmma-rate.tf32.n32.window.tflops]).
 // TFLOP/s counts 2 flops a multiply-add. The operands are all ones, so every accumulator ends at
 // exactly k x 4 x rounds, which each row checks before it is timed.
 #include <cuda_runtime.h>
@@ -70,8 +73,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1) wgmma_rate_kernel(int ro
     a[s] = mm::packed_descriptor(base + s * kABytes);
     if constexpr (kA == ARead::window) {
       constexpr uint32_t kPlaneBytes = 128 * 16;  // a plane: 128 pixels of 4 TF32 values
-      const uint32_t at = base + (3 * s + 1) * 16;
-      a[s] = uint64_t{(at & 0x3FFFF) >> 4} | uint64_t{kPlaneBytes >> 4} << 16 | uint64_t{128 >> 4} << 32;
+      a[s] = mm::interleaved_descriptor(base + (3 * s + 1) * 16, kPlaneBytes, 128);
     }
     b[s] = mm::packed_descriptor(base + kSteps * kABytes + s * kBBytes);
   }

@@ -517,6 +517,15 @@ def define(figure, table, runs):
         figure(f"cuda.wgmma-rate.{kind}.n{n}.{'smem' if a.startswith('shared') else 'regs'}.tflops", rate,
                rate.kernel("wgmma", version, "132 SMs x 2 warpgroups", "wgmma.json")["value"],
                f"wgmma {version}, every SM, two warpgroups (H200), TFLOP/s")
+    review = runs["2026-11-28-h200-review-descriptor"]  # the same bench with its window rows
+    for n in (32, 64, 128):
+        version = f"TF32 m64n{n}k8, A a window of shared memory"
+        figure(f"cuda.wgmma-rate.tf32.n{n}.window.tflops", review,
+               review.kernel("wgmma", version, "132 SMs x 2 warpgroups", "wgmma.json")["value"],
+               f"wgmma {version}, every SM, two warpgroups (H200), TFLOP/s")
+    figure("cuda.wgmma-rate.tf32.n64.smem-review.tflops", review,
+           review.kernel("wgmma", "TF32 m64n64k8, A from shared memory", "132 SMs x 2 warpgroups", "wgmma.json")["value"],
+           "wgmma TF32 m64n64k8, A from shared memory, the window rows' call (H200), TFLOP/s")
     # ---- conv2d version 12 with uniform descriptors and a leaner epilogue, before (ee52763) and
     # after in one call (docs/runs/2026-11-28-h200-ring-uniform) ----
     uni = runs["2026-11-28-h200-ring-uniform"]

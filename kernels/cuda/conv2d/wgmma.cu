@@ -413,10 +413,10 @@ struct WinArgs {
 };
 
 #ifdef KILN_WGMMA
-// A descriptor of A in the patch at shared address addr: no swizzle, leading byte offset one
-// channel quad's plane (`plane_bytes`), stride byte offset 128 (the next 8 pixels).
+// A descriptor of A in the patch at shared address addr: the next 4 channels one channel quad's
+// plane on (`plane_bytes`), the next 8 pixels 128 bytes on.
 __device__ inline uint64_t win_descriptor(uint32_t addr, uint32_t plane_bytes) {
-  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{plane_bytes >> 4} << 16 | uint64_t{128 >> 4} << 32;
+  return matmul::interleaved_descriptor(addr, plane_bytes, 128);
 }
 
 // A descriptor as its two 32-bit words. plus(units) is the descriptor moved that many 16-byte

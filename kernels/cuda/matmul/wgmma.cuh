@@ -88,13 +88,15 @@ __device__ inline void bulk_load(void* dst, const void* src, uint32_t bytes, uin
                : "memory");
 }
 
-// The descriptor of a k-step's operand packed as conv2d's weights are, at shared address addr:
-// [N / 8][2][8][4] floats (core matrices of 8 rows by 4 values of k, the k-step's two side by
-// side), no swizzle (bits 62-63 zero), leading byte offset 128 (the next 4 values of k), stride
-// byte offset 256 (the next 8 rows).
-__device__ inline uint64_t packed_descriptor(uint32_t addr) {
-  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{128 >> 4} << 16 | uint64_t{256 >> 4} << 32;
+// The descriptor of a K-major operand without swizzle (bits 62-63 zero) at shared address addr:
+// core matrices of 8 rows by 16 bytes of k, the next 16 bytes of k `leading` bytes on (the
+// leading byte offset), the next 8 rows `stride` bytes on (the stride byte offset).
+__device__ inline uint64_t interleaved_descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{leading >> 4} << 16 | uint64_t{stride >> 4} << 32;
 }
+// A k-step's operand packed as conv2d's weights are: [N / 8][2][8][4] floats (core matrices of 8
+// rows by 4 values of k, the k-step's two side by side).
+__device__ inline uint64_t packed_descriptor(uint32_t addr) { return interleaved_descriptor(addr, 128, 256); }
 
 // Moves registers between warpgroups of a warp-specialised block: the warpgroups that need few
 // give them up (dec) and those that hold accumulators take them (inc), to at most N a thread.
