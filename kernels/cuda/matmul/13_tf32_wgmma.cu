@@ -63,7 +63,6 @@
 //   A^T: A packed, B's rows through registers) 112% [fig cuda.matmul.tf32.linear-dw.pct-cublas].
 // How it got there, the stage counts, tiles and multicast tried and dropped, and what is not yet
 // explained: kernels/cuda/NOTES.md.
-#include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 
 #include <algorithm>
@@ -80,6 +79,27 @@
 // trap, never launched.
 
 namespace kiln::cuda::matmul {
+
+CUtensorMap tiled_map(CUtensorMapDataType type, int rank, const void* data, const uint64_t* dims,
+                      const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle, const char* who) {
+  // cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda)
+  static const auto encode = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    KILN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    KILN_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr, Error,
+               "cuda: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  CUtensorMap map;
+  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+  const CUresult res = encode(&map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(data), dims, strides, box,
+                              unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  KILN_CHECK(res == CUDA_SUCCESS, Error, "cuda ", who, ": cuTensorMapEncodeTiled failed (", res, ")");
+  return map;
+}
+
 namespace {
 
 // The block tile is BM x BN, the two consumer warpgroups owning 64 rows each; slices of k (rows of
@@ -152,23 +172,7 @@ struct WgmmaArgs {
 };
 
 #ifdef KILN_WGMMA
-// ---- TMA: the box at (x0, y0, z) of a 3-D tensor map into shared memory, completing on `bar` ----
-__device__ inline void tma_load(void* dst, const CUtensorMap* map, int x0, int y0, int z, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x0), "r"(y0), "r"(z), "r"(smem_u32(bar))
-      : "memory");
-}
-
 // ---- wgmma ----
-// Shared-memory matrix descriptor of a K-major tile of rows of 128 bytes, 128-byte swizzle:
-// start address >> 4 (bits 0-13), leading byte offset (unused with this swizzle: 1), stride byte
-// offset 1024 >> 4 between groups of 8 rows (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63).
-// Adding 2 moves the start by 32 bytes: the next 8 floats of k.
-__device__ inline uint64_t smem_descriptor(uint32_t addr) {
-  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{1} << 16 | uint64_t{1024 >> 4} << 32 | uint64_t{1} << 62;
-}
 // The same for an MN-major bf16 tile (version 15): boxes of 64 values of m or n (128 bytes, swizzled)
 // by 64 of k, each 128-byte line one k. The leading byte offset steps between the boxes along m or
 // n (8192 bytes), the stride byte offset between groups of 8 k (1024); a k-step of 16 moves the
@@ -350,7 +354,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       split_stage(0);
       for (int s = 0; s < slices; ++s) {
         const uint32_t base = smem_u32(smem) + (s % STAGES) * STAGE_BYTES;
-        const uint64_t db = smem_descriptor(base + A_BYTES), db_lo = smem_descriptor(base + T::LOAD_BYTES);
+        const uint64_t db = swizzled_descriptor(base + A_BYTES), db_lo = swizzled_descriptor(base + T::LOAD_BYTES);
         uint32_t hi[KF][4], lo[KF][4];
 #pragma unroll
         for (int kk = 0; kk < KF; ++kk)
@@ -381,8 +385,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int stage = s % STAGES;
         mbar_wait(&full[stage], (s / STAGES) & 1);
         const uint32_t sa = a0 + stage * STAGE_BYTES, sb = b0 + stage * STAGE_BYTES;
-        const uint64_t da = A_MN ? mn_descriptor(sa) : smem_descriptor(sa);
-        const uint64_t db = B_MN ? mn_descriptor(sb) : smem_descriptor(sb);
+        const uint64_t da = A_MN ? mn_descriptor(sa) : swizzled_descriptor(sa);
+        const uint64_t db = B_MN ? mn_descriptor(sb) : swizzled_descriptor(sb);
         // a k-step: 32 bytes along a K-major line (2 in the descriptor's units), 16 lines MN-major (128)
         constexpr uint64_t step_a = A_MN ? 128 : 2, step_b = B_MN ? 128 : 2;
         wgmma_fence();
@@ -404,7 +408,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int kk = 0; kk < SK / 8; ++kk)
 #pragma unroll
           for (int i = 0; i < 4; ++i) f[kk][i] = ld_shared(base + frag.at[i] + kk * 1024);
-        const uint64_t db = smem_descriptor(b0 + stage * STAGE_BYTES);
+        const uint64_t db = swizzled_descriptor(b0 + stage * STAGE_BYTES);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < SK / 8; ++kk) wgmma_tf32(d, f[kk], db + 2 * kk);
@@ -609,19 +613,6 @@ Operand operand(const Panel<E>& P, int64_t batch_stride, int64_t batches, bool p
   return {workspace, P.x, ld, P.x * ld, batches, true};
 }
 
-// cuTensorMapEncodeTiled from the driver, found through the runtime (no link against libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static const auto fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    KILN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    KILN_CHECK(found == cudaDriverEntryPointSuccess && f != nullptr, Error,
-               "cuda matmul 13_tf32_wgmma: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 // The 3-D tensor map (along memory rows, memory rows, batch) of an operand of E with the 128-byte
 // swizzle, read in boxes of SK x box_rows (K-major: SK = kStageK<E> values of k from each of
 // box_rows rows) or SK x SK (MN-major: SK rows, 128 bytes, from each of SK values of k; TF32's
@@ -630,7 +621,6 @@ template <class E>
 CUtensorMap tensor_map(const Operand& op, int64_t k, int box_rows) {
   constexpr cuuint32_t SK = kStageK<E>;
   constexpr cuuint64_t size = sizeof(E);
-  CUtensorMap map;
   const int64_t x = op.k_major ? k : op.rows, y = op.k_major ? op.rows : k;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(x), static_cast<cuuint64_t>(y),
                               static_cast<cuuint64_t>(op.batches)};
@@ -638,14 +628,9 @@ CUtensorMap tensor_map(const Operand& op, int64_t k, int box_rows) {
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(op.ld) * size, static_cast<cuuint64_t>(batch_stride) * size};
   // the inner extent is always 128 bytes: SK values of k (K-major), or of m or n (MN-major)
   const cuuint32_t box[3] = {SK, op.k_major ? static_cast<cuuint32_t>(box_rows) : SK, 1};
-  const cuuint32_t unit[3] = {1, 1, 1};
   const CUtensorMapDataType type =
       std::is_same_v<E, float> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult res = encode_tiled()(&map, type, 3, const_cast<void*>(op.data), dims,
-                                      strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  KILN_CHECK(res == CUDA_SUCCESS, Error, "cuda matmul 13_tf32_wgmma: cuTensorMapEncodeTiled failed (", res, ")");
-  return map;
+  return tiled_map(type, 3, op.data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, "matmul 13_tf32_wgmma");
 }
 
 // Where a launch's blocks go: C (one block per tile and batch entry), or, for a split k, f32

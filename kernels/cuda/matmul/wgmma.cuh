@@ -19,6 +19,8 @@
 // the others (kernels/cuda/CMakeLists.txt says which files get sm_90a).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap and its enums (types only: nothing links libcuda)
+
 #include <cstdint>
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -26,6 +28,14 @@
 #endif
 
 namespace kiln::cuda::matmul {
+
+// A tensor map, what a TMA copy reads its tensor through: `rank` extents (innermost first), the
+// byte strides of all but the innermost (multiples of 16, as must be the data's address), the box
+// a copy brings (its innermost extent a multiple of 16 bytes, each at most 256), and the swizzle
+// the box lands in; the copies fill what lies outside the tensor with zeros. `who` names the
+// kernel in the error if the driver refuses the map.
+CUtensorMap tiled_map(CUtensorMapDataType type, int rank, const void* data, const uint64_t* dims,
+                      const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle, const char* who);
 
 #ifdef KILN_WGMMA
 __device__ inline uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -86,6 +96,26 @@ __device__ inline void bulk_load(void* dst, const void* src, uint32_t bytes, uin
                    smem_u32(dst)),
                "l"(src), "r"(bytes), "r"(smem_u32(bar))
                : "memory");
+}
+
+// The copy engine's copy of the box at (x0, y0, z) of a 3-D tensor map (tiled_map) into shared
+// memory (16-byte aligned; 1024 under the 128-byte swizzle), its bytes counted on `bar` as they land.
+__device__ inline void tma_load(void* dst, const CUtensorMap* map, int x0, int y0, int z, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x0), "r"(y0), "r"(z), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// The descriptor of a K-major tile of rows of 128 bytes under the 128-byte swizzle (what TMA's
+// CU_TENSOR_MAP_SWIZZLE_128B writes: the 16-byte chunk c of row r at chunk c ^ (r % 8)): start
+// address >> 4 (bits 0-13), leading byte offset (unused with this swizzle: 1), stride byte offset
+// 1024 >> 4 between groups of 8 rows (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63). The
+// tile starts on 1024 bytes, the swizzle's period; adding 2 moves the start by 32 bytes: the next
+// 8 floats of k.
+__device__ inline uint64_t swizzled_descriptor(uint32_t addr) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{1} << 16 | uint64_t{1024 >> 4} << 32 | uint64_t{1} << 62;
 }
 
 // The descriptor of a K-major operand without swizzle (bits 62-63 zero) at shared address addr:
