@@ -333,6 +333,22 @@ def define(figure, table, runs):
             for name, version in versions:
                 figure(f"cuda.conv2d.{key}.{tag}.{name}.us", run, run.kernel("conv2d", version, shape)["ms"] * 1000,
                        f"conv2d {version} at {shape}, µs")
+
+    def old_new_figures(key, run, tag, shape, versions, file_of):
+        """Versions benched before and after a change in one call: file_of("old"/"new") is each tree's JSON."""
+        for when in ("old", "new"):
+            for name, version in versions:
+                figure(f"cuda.conv2d.{key}.{tag}.{name}.{when}.us", run,
+                       run.kernel("conv2d", version, shape, file_of(when))["ms"] * 1000,
+                       f"conv2d {version} at {shape}, {when} tree, µs")
+
+    def epoch_figures(key, run, after):
+        """mnist-train's CNN epoch 2 in f32 and TF32 at batch 64 and 512, `after` a change (H200)."""
+        for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32"),
+                                ("b64-tf32", "train_tf32.jsonl", "batch 64, TF32"),
+                                ("b512-tf32", "train_b512_tf32.jsonl", "batch 512, TF32")):
+            figure(f"cuda.conv2d.{key}.cnn.{tag}.epoch2", run, run.epoch(file, 2)["seconds"],
+                   f"mnist-train CNN {what}, {after} (H200): epoch 2, s")
     conv1 = {f"conv1-b{batch}": f"conv1 x[{batch},1,28,28] w[32,1,3,3]" for batch in (64, 512)}
     conv_figures("rows", runs["2026-11-27-h100-conv1-rows"], conv1,
                  (("v8", "fwd 8 few outputs, input rows in shared memory"),
@@ -531,13 +547,11 @@ def define(figure, table, runs):
     uni = runs["2026-11-28-h200-ring-uniform"]
     for batch in (64, 512):
         shape = f"conv2 x[{batch},32,26,26] w[64,32,3,3]"
+        old_new_figures("ring-uniform", uni, f"conv2-b{batch}", shape,
+                        [(f"{what}.v12-{math.lower()}", f"{what} 12 wgmma ring {math}")
+                         for what in ("fwd", "bwd-input") for math in ("3xTF32", "TF32")],
+                        lambda when: f"conv2-{when}.json")
         for when in ("old", "new"):
-            for what in ("fwd", "bwd-input"):
-                for math in ("3xTF32", "TF32"):
-                    version = f"{what} 12 wgmma ring {math}"
-                    figure(f"cuda.conv2d.ring-uniform.conv2-b{batch}.{what}.v12-{math.lower()}.{when}.us", uni,
-                           uni.kernel("conv2d", version, shape, f"conv2-{when}.json")["ms"] * 1000,
-                           f"conv2d {version} at {shape}, {when} tree, µs")
             version = "fwd production + bias + ReLU in the epilogue"
             figure(f"cuda.conv2d.ring-uniform.conv2-b{batch}.fwd.production.{when}.us", uni,
                    uni.kernel("conv2d", version, shape, f"conv2-{when}.json")["ms"] * 1000,
@@ -553,12 +567,30 @@ def define(figure, table, runs):
                               ("cudnn", f"{what} cuDNN"), ("cudnn-tf32", f"{what} cuDNN TF32")):
             figure(f"cuda.conv2d.ring-uniform.large.{what}.{name}.us", uni,
                    uni.kernel("conv2d", version, large, "large-new.json")["ms"] * 1000, f"conv2d {version} at {large}, µs")
-    train = runs["2026-11-28-h200-ring-uniform-train"]
-    for tag, file, what in (("b64", "train.jsonl", "batch 64, f32"), ("b512", "train_b512.jsonl", "batch 512, f32"),
-                            ("b64-tf32", "train_tf32.jsonl", "batch 64, TF32"),
-                            ("b512-tf32", "train_b512_tf32.jsonl", "batch 512, TF32")):
-        figure(f"cuda.conv2d.ring-uniform.cnn.{tag}.epoch2", train, train.epoch(file, 2)["seconds"],
-               f"mnist-train CNN {what}, version 12 with uniform descriptors (H200): epoch 2, s")
+    epoch_figures("ring-uniform", runs["2026-11-28-h200-ring-uniform-train"], "version 12 with uniform descriptors")
+    # ---- backward weight version 6 copying its stages by TMA, before (a1e95e7, cp.async) and after
+    # in one call (docs/runs/2026-11-29-h200-weight-tma), mnist-train's epochs and the step's
+    # profile after it (2026-11-29-h200-weight-tma-train) ----
+    tma = runs["2026-11-29-h200-weight-tma"]
+    for tag, shape in weight_shapes.items():
+        old_new_figures("weight-tma", tma, tag, shape,
+                        [(name, f"bwd-weight {weight_versions[name]}") for name in ("v6-3xtf32", "v6-tf32")],
+                        lambda when, tag=tag: f"{when}-{tag}.json")
+        for name in ("cudnn", "cudnn-tf32"):
+            version = f"bwd-weight {weight_versions[name]}"
+            figure(f"cuda.conv2d.weight-tma.{tag}.{name}.us", tma,
+                   tma.kernel("conv2d", version, shape, f"new-{tag}.json")["ms"] * 1000,
+                   f"conv2d {version} at {shape}, the new tree's bench, µs")
+    train = runs["2026-11-29-h200-weight-tma-train"]
+    epoch_figures("weight-tma", train, "backward weight version 6 copying by TMA")
+    import step_profile
+    for batch in (64, 512):
+        summary = step_profile.summary(step_profile.kernels(train.file(f"profile_b{batch}.csv")))
+        figure(f"cuda.conv2d.weight-tma.step.b{batch}.us", train, summary["us_per_step"],
+               f"kernel time a step (ncu), CNN batch {batch}, f32, backward weight version 6 copying by TMA, µs")
+        figure(f"cuda.conv2d.weight-tma.step.b{batch}.weight.us", train,
+               sum(e["us_per_step"] for e in summary["kernels"] if e["kernel"] == "conv2d::weight_ring_kernel"),
+               f"conv2's weight gradient kernel a step (ncu), CNN batch {batch}, f32, copying by TMA, µs")
     figure("cuda.conv2d.columns.conv1-b512.bwd-input.bf16-before.us", regs,
            regs.kernel("conv2d", "bwd-input production (BF16)", "conv1 x[512,1,28,28] w[32,1,3,3]")["ms"] * 1000,
            "conv2d bwd-input production (BF16) at conv1, batch 512, before version 13 (widened to f32, version 8), µs")

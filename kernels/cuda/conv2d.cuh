@@ -204,6 +204,9 @@ void backward_input_window(const float* grad_y, const float* w, float* grad_x, f
 // backward_weight_ring_workspace(g, math) floats (0: none needed).
 bool backward_weight_ring_applies(const Geometry& g, TensorMath math);
 int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math);
+// Whether version 6 copies its stages by TMA for these operands (16-byte aligned, and rows whole
+// 16-byte pieces: conv2d/wgmma_weight.cu's plan), else by cp.async.
+bool backward_weight_ring_uses_tma(const float* x, const float* grad_y, const Geometry& g, TensorMath math);
 void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
                           TensorMath math, cudaStream_t stream);
 // Forward, version 12: version 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an

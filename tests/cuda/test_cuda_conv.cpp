@@ -400,7 +400,10 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
   // 3xTF32 within f32's tolerance and TF32 within TF32's: 32, 64 and 128 outputs a block (and a
   // second block of them), taps past a block's tiles (several blocks of taps), images whose last
   // stage is short, pixel counts not a multiple of 4 (grad_y copied by the element), one split
-  // and many; and 3xTF32's NaN fallback, where an input of FLT_MAX splits into inf and -inf
+  // and many; stages copied by TMA (x's rows as lines or its padded planes, boxes overhanging the
+  // group's channels and outputs, strides and dilation) and by cp.async (shapes TMA does not take,
+  // and an x that does not start on 16 bytes); and 3xTF32's NaN fallback, where an input of
+  // FLT_MAX splits into inf and -inf
   namespace cv = cuda::conv2d;
   if (!cuda::wgmma_runs()) return;
   cudaStream_t stream = cuda::backend(0).stream();
@@ -418,6 +421,10 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
       {{2, 128, 20, 20}, {128, 128, 3, 3}, config(1, 1, 1, 1), false, {}},  // 1152 taps: several blocks of them
       {{50, 8, 5, 5}, {16, 8, 3, 3}, {}, false, {}},                     // 9 pixels an image: 64-pixel stages of one
       {{1, 5, 300, 7}, {12, 5, 3, 3}, config(3, 0, 1, 1), false, {}},    // 1 image, few pixels: one split
+      {{8, 16, 28, 28}, {40, 8, 3, 3}, config(1, 1, 1, 2), false, {}},   // TMA planes, groups of 20 outputs
+      {{6, 12, 20, 20}, {24, 12, 3, 3}, config(2, 1, 1, 1), false, {}},  // TMA planes, stride 2
+      {{4, 16, 24, 24}, {16, 16, 3, 3}, config(1, 2, 2, 1), false, {}},  // TMA planes, dilation 2
+      {{3, 10, 12, 10}, {36, 5, 2, 3}, config(1, 0, 1, 2), false, {}},   // TMA lines, groups, a 2 x 3 kernel
   };
   for (ConvCase& c : cases) {
     auto out = [&](int i) {
@@ -426,23 +433,38 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
     };
     c.y = {c.x[0], c.w[0], out(0), out(1)};
   }
+  int by_tma = 0, by_cp_async = 0;
   for (const ConvCase& c : cases) {
     const cv::Geometry g = geometry(c);
     const Tensor x = uniform(c.x, -1, 1), gy = uniform(c.y, -1, 1);
     const Tensor want = conv2d_backward_weight(x, gy, c.w, c.config);
-    for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
-      const bool tf32 = math == cv::TensorMath::tf32;
-      const std::string name = (tf32 ? "(TF32) " : "(3xTF32) ") + c.str();
-      REQUIRE_MESSAGE(cv::backward_weight_ring_applies(g, math), name);
-      Tensor dx = x.to(kCuda), dgy = gy.to(kCuda), gw = full(c.w, 7.0, kCuda);
-      Tensor ws = full({std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, math))}, 7.0, kCuda);
-      cv::backward_weight_ring(device_ptr<float>(dx), device_ptr<float>(dgy), device_ptr<float>(gw),
-                               device_ptr<float>(ws), g, math, stream);
-      const int64_t len = c.y[0] * c.y[2] * c.y[3];
-      check_close(gw, want, tf32 ? kTf32Rtol : rtol_for(DType::f32), tf32 ? tf32_atol(len) : atol_for(DType::f32, len),
-                  "backward_weight_ring " + name);
+    // x as given, and one float into a larger buffer (not on 16 bytes: cp.async)
+    std::vector<float> shifted = x.to_vector<float>();
+    shifted.insert(shifted.begin(), 0.0f);
+    const Tensor dx = x.to(kCuda), dx_shifted = from_vector(shifted, {x.numel() + 1}).to(kCuda), dgy = gy.to(kCuda);
+    for (const bool shift : {false, true}) {
+      const float* xp = shift ? device_ptr<float>(dx_shifted) + 1 : device_ptr<float>(dx);
+      for (const cv::TensorMath math : {cv::TensorMath::tf32x3, cv::TensorMath::tf32}) {
+        const bool tf32 = math == cv::TensorMath::tf32;
+        const bool tma = cv::backward_weight_ring_uses_tma(xp, device_ptr<float>(dgy), g, math);
+        const std::string name = std::string(tf32 ? "(TF32, " : "(3xTF32, ") + (tma ? "TMA) " : "cp.async) ") + c.str();
+        REQUIRE_MESSAGE(cv::backward_weight_ring_applies(g, math), name);
+        CHECK_MESSAGE(!(shift && tma), name);
+        ++(tma ? by_tma : by_cp_async);
+        Tensor gw = full(c.w, 7.0, kCuda);
+        Tensor ws = full({std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, math))}, 7.0, kCuda);
+        cv::backward_weight_ring(xp, device_ptr<float>(dgy), device_ptr<float>(gw), device_ptr<float>(ws), g, math,
+                                 stream);
+        const int64_t len = c.y[0] * c.y[2] * c.y[3];
+        check_close(gw, want, tf32 ? kTf32Rtol : rtol_for(DType::f32),
+                    tf32 ? tf32_atol(len) : atol_for(DType::f32, len), "backward_weight_ring " + name);
+      }
     }
   }
+  // by TMA: conv2, 2 x 128 x 20 x 20 and the last four, in both precisions; the six others and the
+  // twelve shifted by cp.async
+  CHECK(by_tma == 2 * 6);
+  CHECK(by_cp_async == 2 * (6 + 12));
   // FLT_MAX in x: its 3xTF32 split overflows, the products come out NaN, and the kernel sums those
   // outputs again in f32 (grad_y small, so that the true sums stay finite)
   const ConvCase& c = cases[0];

@@ -16,9 +16,10 @@
 // tap's offset in the patch plus the pixel's.
 //
 // The kernel is warp-specialised like conv2d version 12: warpgroup 0 copies stages of 64 pixels
-// (the patch and grad_y's 64 pixels of the block's outputs, both by cp.async, zero-filled past the
-// image and the input) into a ring; warpgroups 1 and 2 multiply, each owning alternate m64 tiles of
-// taps, and they meet at a "full" and an "empty" mbarrier a stage. Each k-step of 8 pixels is one
+// (the patch and grad_y's 64 pixels of the block's outputs, zero-filled past the image and the
+// input; by TMA where the shapes allow, else by cp.async) into a ring; warpgroups 1 and 2
+// multiply, each owning alternate m64 tiles of taps, and they meet at a "full" and an "empty"
+// mbarrier a stage. Each k-step of 8 pixels is one
 // m64nNk8 product a tile, its fragments loaded while the step before runs (two sets of registers:
 // wgmma may read A until the group that reads it is waited for). 3xTF32 splits A as it loads it and
 // grad_y in place once a stage has landed (the two consumer warpgroups then meet at a named barrier
@@ -32,8 +33,13 @@
 // out each patch row's addresses afresh (about 40 instructions a row, the tiles' products under a
 // runtime `if` that ptxas serialized besides), took twice as long at conv2 in TF32;
 // a table of the plane rows in shared memory, a copy loop without branches and a straight path
-// for rows of up to 32 columns brought it to the figures below, and Nsight Compute still finds
-// the consumers waiting on "full" for a good part of their samples.
+// for rows of up to 32 columns brought it to the first figures below, and Nsight Compute still
+// found the producer busy in nearly all its samples, the consumers waiting on "full"
+// (docs/runs/2026-11-29-h200-weight-ring-ncu-before). So where the shapes allow (grad_y's image
+// rows and x's rows, or its planes, whole 16-byte pieces, both on 16 bytes: conv2, the large
+// layer), the copy engine does the copying (TMA): one thread asks for a stage's three boxes, and
+// the cp.async loop is left to the other shapes. grad_y lands under the 128-byte swizzle, as
+// matmul 13's operands do, in both forms.
 //
 // Measured (one H200, kernel-bench, docs/runs/2026-11-28-h200-weight-ring), µs. conv2 at batch 512:
 //   TF32 187.9 [fig cuda.conv2d.weight-ring.conv2-b512.bwd-weight.v6-tf32.us]
@@ -87,6 +93,33 @@
 // The f32 CNN's epoch 2 at batch 64: 0.309 s [fig cuda.conv2d.weight-regs.cnn.b64.epoch2]
 // (0.335 [fig cuda.matmul.x3.epoch2.b64] with the spills, docs/runs/2026-11-28-h200-3xtf32-regs), at batch 512
 // 0.148 [fig cuda.conv2d.weight-regs.cnn.b512.epoch2].
+// Copied by TMA, against the cp.async producer in one call (docs/runs/2026-11-29-h200-weight-tma), µs:
+//   conv2 at batch 512: 3xTF32 313.1 [fig cuda.conv2d.weight-tma.conv2-b512.v6-3xtf32.old.us]
+//     -> 203.0 [fig cuda.conv2d.weight-tma.conv2-b512.v6-3xtf32.new.us]
+//     (cuDNN FP32 549.6 [fig cuda.conv2d.weight-tma.conv2-b512.cudnn.us]),
+//     TF32 172.5 [fig cuda.conv2d.weight-tma.conv2-b512.v6-tf32.old.us]
+//     -> 79.64 [fig cuda.conv2d.weight-tma.conv2-b512.v6-tf32.new.us]
+//     (cuDNN TF32 312.5 [fig cuda.conv2d.weight-tma.conv2-b512.cudnn-tf32.us]);
+//   conv2 at batch 64: 3xTF32 51.79 [fig cuda.conv2d.weight-tma.conv2-b64.v6-3xtf32.old.us]
+//     -> 36.69 [fig cuda.conv2d.weight-tma.conv2-b64.v6-3xtf32.new.us]
+//     (cuDNN FP32 59.8 [fig cuda.conv2d.weight-tma.conv2-b64.cudnn.us]),
+//     TF32 36.68 [fig cuda.conv2d.weight-tma.conv2-b64.v6-tf32.old.us]
+//     -> 22.9 [fig cuda.conv2d.weight-tma.conv2-b64.v6-tf32.new.us]
+//     (cuDNN TF32 65.72 [fig cuda.conv2d.weight-tma.conv2-b64.cudnn-tf32.us]);
+//   the large layer: 3xTF32 1335 [fig cuda.conv2d.weight-tma.large.v6-3xtf32.old.us]
+//     -> 718.5 [fig cuda.conv2d.weight-tma.large.v6-3xtf32.new.us]
+//     (cuDNN FP32 2876 [fig cuda.conv2d.weight-tma.large.cudnn.us]),
+//     TF32 964.7 [fig cuda.conv2d.weight-tma.large.v6-tf32.old.us]
+//     -> 294.1 [fig cuda.conv2d.weight-tma.large.v6-tf32.new.us], ahead of cuDNN TF32's
+//     432.2 [fig cuda.conv2d.weight-tma.large.cudnn-tf32.us].
+// The f32 CNN's epoch 2 at batch 64: 0.251 s [fig cuda.conv2d.weight-tma.cnn.b64.epoch2], at batch 512
+// 0.121 [fig cuda.conv2d.weight-tma.cnn.b512.epoch2]; with --tf32
+// 0.215 [fig cuda.conv2d.weight-tma.cnn.b64-tf32.epoch2] and
+// 0.08 [fig cuda.conv2d.weight-tma.cnn.b512-tf32.epoch2] (docs/runs/2026-11-29-h200-weight-tma-train).
+// The step's kernel time (Nsight Compute): 309.8 µs [fig cuda.conv2d.weight-tma.step.b64.us] at batch 64,
+// this kernel 39.64 [fig cuda.conv2d.weight-tma.step.b64.weight.us] of it;
+// 1055 [fig cuda.conv2d.weight-tma.step.b512.us] at 512, this kernel
+// 202.6 [fig cuda.conv2d.weight-tma.step.b512.weight.us] of it.
 #include <algorithm>
 #include <cstdint>
 
@@ -115,12 +148,17 @@ struct WeightRingPlan {
   int nblocks = 0;         // blocks of bn outputs along O/G
   int channels = 0;        // input channels a block's taps span: the patch's planes (and one of zeros)
   int rows = 0, cols = 0;  // a plane: the input rows of a stage's output rows, the padded width
+  int plane = 0;           // a plane's floats: rows x cols, or (flat) the line TMA brings
   int per_image = 0;       // stages of an image's pixels
   int64_t chunks = 0;      // stages of the whole reduction
   int64_t splits = 0, per_split = 0;  // blocks along the reduction, and the stages of each
   int stages = 0;
   bool exact = false;
+  // The copies: by the tensor memory accelerator (`tma`, the producer says when), x's map either
+  // a channel's rows as one line (`flat`) or its plane; else by cp.async.
+  bool tma = false, flat = false;
   int64_t patch_bytes = 0, stage_bytes = 0, smem = 0;
+  int64_t tma_bytes = 0;  // what TMA brings a stage
 };
 
 // The tiles of taps a consumer warpgroup holds at most: its accumulators (3xTF32: and a stage's
@@ -129,13 +167,17 @@ constexpr int tiles_max(int bn, bool exact) {
   return exact ? (bn == 32 ? 3 : bn == 64 ? 2 : 1) : (bn == 32 ? 4 : bn == 64 ? 3 : 2);
 }
 
-WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int sms) {
+// aligned: x and grad_y start on 16 bytes, as TMA needs.
+// mblocks: the blocks of taps, from the fewest the consumers' registers allow (0) up while two
+// stages do not fit in shared memory.
+WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int sms, bool aligned, int mblocks = 0) {
   WeightRingPlan p;
   p.exact = exact;
   p.bn = d.og > 64 ? 128 : d.og > 32 ? 64 : 32;
   p.nblocks = static_cast<int>((d.og + p.bn - 1) / p.bn);
   const int64_t taps = d.cg * d.khkw, all = (taps + 63) / 64;
-  p.mblocks = static_cast<int>((all + 2 * tiles_max(p.bn, exact) - 1) / (2 * tiles_max(p.bn, exact)));
+  const int fewest = static_cast<int>((all + 2 * tiles_max(p.bn, exact) - 1) / (2 * tiles_max(p.bn, exact)));
+  p.mblocks = std::max(mblocks, fewest);
   p.tiles = static_cast<int>((all + p.mblocks - 1) / p.mblocks);
   for (int64_t mb = 0; mb < p.mblocks; ++mb) {  // the widest span of channels
     const int64_t first = mb * p.tiles * 64, last = std::min(taps, first + p.tiles * 64) - 1;
@@ -144,33 +186,58 @@ WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int s
   const int64_t spanned = std::min(d.oh, (d.ow + kWtBK - 2) / d.ow + 1);  // output rows 64 pixels touch
   p.rows = static_cast<int>((spanned - 1) * d.sh + (d.kh - 1) * d.dh + 1);
   p.cols = static_cast<int>((d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1);
+  p.plane = p.rows * p.cols;
+  // TMA's rules (tiled_map, and a box's first column on 16 bytes): grad_y's image rows and x's
+  // plane rows (or, without padding along the width, its planes) multiples of 16 bytes, a box's
+  // extents at most 256 and its rows whole 16-byte pieces. A stage's patch is then one box:
+  // padded rows of the plane, or its rows as one line (a plane row then exactly W columns), each
+  // from up to 3 columns before the first it needs (`lead`, the producer).
+  const int64_t lead = -d.pw & 3, wide = (lead + p.cols + 3) / 4 * 4, line = (p.rows * d.w + 3 + 3) / 4 * 4;
+  if (aligned && d.ohw % 4 == 0 && p.channels <= 256 && d.n * d.c < (int64_t{1} << 31)) {
+    if (d.w % 4 == 0 && wide <= 256 && p.rows <= 256) {
+      p.tma = true, p.cols = static_cast<int>(wide), p.plane = p.rows * p.cols;
+    } else if (d.pw == 0 && d.hw % 4 == 0 && line <= 256) {
+      p.tma = p.flat = true, p.cols = static_cast<int>(d.w), p.plane = static_cast<int>(line);
+    }
+  }
   p.per_image = static_cast<int>((d.ohw + kWtBK - 1) / kWtBK);
   p.chunks = d.n * p.per_image;
   const int64_t per_split_blocks = groups * p.nblocks * p.mblocks;
   p.splits = std::clamp<int64_t>(sms / std::max<int64_t>(1, per_split_blocks), 1, std::max<int64_t>(1, p.chunks));
   p.per_split = (p.chunks + p.splits - 1) / p.splits;
   p.splits = (p.chunks + p.per_split - 1) / p.per_split;
-  p.patch_bytes = (int64_t{p.channels + 1} * p.rows * p.cols * 4 + 127) / 128 * 128;
+  // grad_y's tile starts on the 128-byte swizzle's period, 1024 bytes
+  p.patch_bytes = (int64_t{p.channels + 1} * p.plane * 4 + 1023) / 1024 * 1024;
   p.stage_bytes = p.patch_bytes + int64_t{p.bn} * kWtBK * 4 * (exact ? 2 : 1);
-  // the base's alignment, the mbarriers, the producer's table of plane rows
-  const int64_t room = kWtSmem - 128 - (2 * kWtMaxStages) * 8 - int64_t{p.channels} * p.rows * 8;
-  p.stages = static_cast<int>(std::min<int64_t>(kWtMaxStages, room / p.stage_bytes));
-  p.smem = 128 + p.stages * p.stage_bytes + (2 * kWtMaxStages) * 8 + int64_t{p.channels} * p.rows * 8;
+  p.tma_bytes = int64_t{p.channels} * p.plane * 4 + int64_t{p.bn} * kWtBK * 4;
+  // the base's alignment, the mbarriers, the cp.async producer's table of plane rows
+  const int64_t fixed = 1024 + (2 * kWtMaxStages) * 8 + (p.tma ? 0 : int64_t{p.channels} * p.rows * 8);
+  p.stages = static_cast<int>(std::min<int64_t>(kWtMaxStages, (kWtSmem - fixed) / p.stage_bytes));
+  p.smem = fixed + p.stages * p.stage_bytes;
+  if (p.stages < 2 && p.tiles > 1) return weight_ring_plan(d, groups, exact, sms, aligned, p.mblocks + 1);
   return p;
 }
 
 // The plan where version 6 runs (a Hopper GPU, this file built for it, two stages within shared
 // memory, patch rows of at most 32 columns a lane, offsets within an int), else an empty one
-// (smem = 0).
-WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact) {
+// (smem = 0); by TMA where `aligned` (x and grad_y on 16 bytes) and the shapes allow.
+WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact, bool aligned = false) {
   if (g.n * g.oh * g.ow == 0 || g.o == 0 || g.c == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(g);
-  const WeightRingPlan p =
-      weight_ring_plan(d, g.groups, exact, device_attribute(cudaDevAttrMultiProcessorCount));
-  const int64_t blocks = p.splits * g.groups * p.nblocks * p.mblocks;
-  const bool fits = p.stages >= 2 && p.cols <= 32 * 32 && d.c * d.hw < (int64_t{1} << 31) && d.o * d.ohw < (int64_t{1} << 31) &&
-                    blocks < (int64_t{1} << 31) && p.chunks < (int64_t{1} << 31);
-  return fits ? p : WeightRingPlan{};
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+  auto fits = [&](const WeightRingPlan& p) {
+    const int64_t blocks = p.splits * g.groups * p.nblocks * p.mblocks;
+    return p.stages >= 2 && p.cols <= 32 * 32 && d.c * d.hw < (int64_t{1} << 31) &&
+           d.o * d.ohw < (int64_t{1} << 31) && blocks < (int64_t{1} << 31) && p.chunks < (int64_t{1} << 31);
+  };
+  if (const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, aligned); fits(p)) return p;
+  const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, false);
+  return fits(p) ? p : WeightRingPlan{};
+}
+
+// TMA reads tensors that start on 16 bytes.
+bool tma_aligned(const float* x, const float* gy) {
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(gy) % 16 == 0;
 }
 
 struct WeightRingArgs {
@@ -206,21 +273,38 @@ __device__ float weight_dot_f32(const WeightRingArgs& a, int64_t group, int64_t 
 }
 #endif
 
+#ifdef KILN_WGMMA
+// Where the patch of the stage whose first input row is ih0 starts along x's innermost dimension:
+// its first column, -pw, or (flat) row ih0's first element; and, by TMA, the columns its box
+// brings before that, to start on 16 bytes (0 by cp.async).
+__device__ inline int patch_start(const WeightRingPlan& plan, const Dims& d, int ih0) {
+  return plan.flat ? ih0 * static_cast<int>(d.w) : -d.pw;
+}
+__device__ inline int patch_lead(const WeightRingPlan& plan, const Dims& d, int ih0) {
+  return plan.tma ? patch_start(plan, d, ih0) & 3 : 0;
+}
+#endif
+
 // Block b: taps block b % mblocks, outputs block b / mblocks % nblocks, group b / (mblocks nblocks) %
 // groups, split b / (mblocks nblocks groups), which takes stages [split per_split, + per_split).
 // T: the tiles a consumer holds at most; consumer warpgroup wg owns the block's tiles wg, wg + 2, ...
+// plan.tma: the copies read x, [N C][H][W] (or [N C][H W] when plan.flat), and grad_y, [N][O][OH OW],
+// through map_x and map_gy, in boxes of a stage's patch and of 32 pixels by BN outputs (the
+// 128-byte swizzle); the maps are kernel parameters of their own, as TMA wants them.
 template <int BN, int T, bool kExact>
-__global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid_constant__ WeightRingArgs a) {
+__global__ void __launch_bounds__(kWtThreads, 1)
+    weight_ring_kernel(const __grid_constant__ WeightRingArgs a, const __grid_constant__ CUtensorMap map_x,
+                       const __grid_constant__ CUtensorMap map_gy) {
 #ifdef KILN_WGMMA
-  extern __shared__ __align__(128) uint8_t smem_weight[];
+  extern __shared__ __align__(1024) uint8_t smem_weight[];
   constexpr int R = BN / 2;  // accumulators a thread a tile
   const Dims& d = a.d;
   const WeightRingPlan& plan = a.plan;
-  uint8_t* ring = smem_weight + (128 - matmul::smem_u32(smem_weight) % 128) % 128;
+  uint8_t* ring = smem_weight + (1024 - matmul::smem_u32(smem_weight) % 1024) % 1024;
   auto* full = reinterpret_cast<uint64_t*>(ring + plan.stages * plan.stage_bytes);
   uint64_t* empty = full + kWtMaxStages;
   const int tid = static_cast<int>(threadIdx.x), stages = plan.stages;
-  const int rows = plan.rows, cols = plan.cols, plane = rows * cols;
+  const int rows = plan.rows, cols = plan.cols, plane = plan.plane;
   const int64_t block = blockIdx.x;
   const int mb = static_cast<int>(block % plan.mblocks);
   const int64_t n0 = block / plan.mblocks % plan.nblocks * BN;
@@ -232,7 +316,7 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
   const int ohw = static_cast<int>(d.ohw), ow = static_cast<int>(d.ow);
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
-      matmul::mbar_init(&full[s], 128);  // every producer thread
+      matmul::mbar_init(&full[s], plan.tma ? 1 : 128);  // the TMA thread, or every producer thread
       matmul::mbar_init(&empty[s], 8);   // every consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -241,14 +325,14 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
   for (int s = 0; s < stages; ++s)
     for (int i = tid; i < plane; i += kWtThreads)
       reinterpret_cast<float*>(ring + s * plan.stage_bytes)[plan.channels * plane + i] = 0.0f;
-  // The producer's table of the patch's plane rows, the same every stage: row pr (channel
+  // The cp.async producer's table of the patch's plane rows, the same every stage: row pr (channel
   // c_first + pr / rows, the stage's input row ih0 + pr % rows) reads x from offset .x past the
   // stage's first input row of channel c_first, and is inside the input where ih0 + .y is a row of
   // it (.y far below zero for a channel past the group's).
   const int h = static_cast<int>(d.h), w = static_cast<int>(d.w), hw = static_cast<int>(d.hw);
   const int planes = plan.channels * rows, cg_left = static_cast<int>(d.cg - c_first);
   auto* table = reinterpret_cast<int2*>(empty + kWtMaxStages);
-  for (int pr = tid; pr < planes; pr += kWtThreads) {
+  for (int pr = tid; pr < planes && !plan.tma; pr += kWtThreads) {
     const int c = pr / rows, r = pr % rows;
     table[pr] = make_int2(c * hw + r * w - d.pw, c < cg_left ? r : -(1 << 30));
   }
@@ -258,71 +342,98 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
     // 96 registers: at 56 (with 224 for each consumer) the copy loop spilled to local memory in
     // four of the six kernels (ptxas -v)
     matmul::setmaxnreg_dec<96>();  // 128 x 96 + 256 x 200 <= 65536 registers
-    // ---- producer: a stage is image img's pixels q0 .. q0 + 63. The patch: plane row pr of the
-    // stage (channel c_first + pr / rows, input row ih0 + pr % rows) a warp at a time, a column a
-    // lane; grad_y: piece i = tid + 128 j is output i / 16's pixels 4 (i % 16) .. + 3, at its place
-    // in the k-step's [BN / 8][2][8][4] pack (wgmma's K-major layout, no swizzle).
-    const int warp = tid / 32, lane = tid % 32;
-    const int outputs = static_cast<int>(std::min<int64_t>(BN, d.og - n0));
-    const bool aligned = ohw % 4 == 0;                    // a piece is one 16-byte copy
-    // the patch columns a lane takes, lane + 32 j (the same count in every lane: a lane past the
-    // row's end in a branch of its own would have the warp run both); bit j of `real`: that
-    // column is in the row, of `inside`: and inside the input
-    const int lane_cols = (cols + 31) / 32;
-    const float* x = a.x;  // a valid address for the copies that read nothing
-    uint32_t real = 0, inside = 0;
-    for (int j = 0; j < lane_cols; ++j) {
-      real |= uint32_t{lane + 32 * j < cols} << j;
-      inside |= uint32_t{static_cast<unsigned>(lane + 32 * j - d.pw) < static_cast<unsigned>(w)} << j;
-    }
-    for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
-      const int stage = static_cast<int>(n % stages);
-      if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
-      uint8_t* st = ring + stage * plan.stage_bytes;
-      const int64_t img = chunk / plan.per_image;
-      const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK;
-      const int ih0 = q0 / ow * d.sh - d.ph;
-      const float* xs = a.x + (img * d.c + group * d.cg + c_first) * d.hw;
-      // A plane row a warp at a time, its columns lane + 32 j, its source from the table, and no
-      // branch a row: a column past the row's end copies zeros into the plane of zeros instead
-      // (src-size 0, as a column outside the input does into its own place).
-      const float* base = xs + ih0 * w + lane;
-      float* dst = reinterpret_cast<float*>(st) + lane;
-      float* spare = reinterpret_cast<float*>(st) + plan.channels * plane;  // the plane of zeros
-      if (lane_cols == 1) {  // rows of up to 32 columns (MNIST's): one copy a row, straight code
-        const bool col_in = inside & 1, col_real = real & 1;
-#pragma unroll 4
-        for (int pr = warp; pr < planes; pr += 4) {
-          const int2 t = table[pr];
-          const bool ok = col_in && static_cast<unsigned>(ih0 + t.y) < static_cast<unsigned>(h);
-          matmul::cp_async4(col_real ? dst + pr * cols : spare, ok ? base + t.x : x, ok);
+    // ---- producer: a stage is image img's pixels q0 .. q0 + 63: the patch (plane row pr: the
+    // block's channel c_first + pr / rows, input row ih0 + pr % rows) and grad_y's 64 pixels of the
+    // block's outputs, as two boxes of 32 pixels by BN outputs, [BN][32] floats under the 128-byte
+    // swizzle (TMA's layout, K-major for wgmma).
+    if (plan.tma) {
+      // One thread asks the copy engine for the stage's three boxes, which count their bytes on
+      // "full" as they land, zeros where they overhang the input, grad_y or the image. The patch's
+      // rows start at column -pw (a plane of rows of plan.cols, padding included), or, flat, at
+      // row ih0's first element, a channel's rows then read as one line; TMA takes a box's first
+      // column on 16 bytes only, so the box starts up to 3 columns before (patch_lead).
+      if (tid == 0) {
+        for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
+          const int stage = static_cast<int>(n % stages);
+          if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
+          uint8_t* st = ring + stage * plan.stage_bytes;
+          const int img = static_cast<int>(chunk / plan.per_image);
+          const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, ih0 = q0 / ow * d.sh - d.ph;
+          const int channel = static_cast<int>(img * d.c + group * d.cg + c_first);
+          matmul::mbar_arrive_expect_tx(&full[stage], static_cast<uint32_t>(plan.tma_bytes));
+          const int at = patch_start(plan, d, ih0) - patch_lead(plan, d, ih0);
+          if (plan.flat) matmul::tma_load(st, &map_x, at, channel, 0, &full[stage]);
+          else matmul::tma_load(st, &map_x, at, ih0, channel, &full[stage]);
+          for (int box = 0; box < 2; ++box)
+            matmul::tma_load(st + plan.patch_bytes + box * BN * 128, &map_gy, q0 + 32 * box,
+                             static_cast<int>(group * d.og + n0), img, &full[stage]);
         }
-      } else {
-        for (int pr = warp; pr < planes; pr += 4) {
-          const int2 t = table[pr];
-          const bool row_in = static_cast<unsigned>(ih0 + t.y) < static_cast<unsigned>(h);
-          for (int j = 0; j < lane_cols; ++j) {
-            const bool ok = row_in && (inside >> j & 1);
-            matmul::cp_async4((real >> j & 1) ? dst + pr * cols + 32 * j : spare, ok ? base + t.x + 32 * j : x, ok);
+      }
+    } else {
+      // By cp.async: plane rows a warp at a time, a column a lane; grad_y's piece i = tid + 128 j,
+      // output i / 16's pixels 4 (i % 16) .. + 3, at its place in the swizzled boxes.
+      const int warp = tid / 32, lane = tid % 32;
+      const int outputs = static_cast<int>(std::min<int64_t>(BN, d.og - n0));
+      const bool aligned = ohw % 4 == 0;                    // a piece is one 16-byte copy
+      // the patch columns a lane takes, lane + 32 j (the same count in every lane: a lane past the
+      // row's end in a branch of its own would have the warp run both); bit j of `real`: that
+      // column is in the row, of `inside`: and inside the input
+      const int lane_cols = (cols + 31) / 32;
+      const float* x = a.x;  // a valid address for the copies that read nothing
+      uint32_t real = 0, inside = 0;
+      for (int j = 0; j < lane_cols; ++j) {
+        real |= uint32_t{lane + 32 * j < cols} << j;
+        inside |= uint32_t{static_cast<unsigned>(lane + 32 * j - d.pw) < static_cast<unsigned>(w)} << j;
+      }
+      for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
+        const int stage = static_cast<int>(n % stages);
+        if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
+        uint8_t* st = ring + stage * plan.stage_bytes;
+        const int64_t img = chunk / plan.per_image;
+        const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK;
+        const int ih0 = q0 / ow * d.sh - d.ph;
+        const float* xs = a.x + (img * d.c + group * d.cg + c_first) * d.hw;
+        // A plane row a warp at a time, its columns lane + 32 j, its source from the table, and no
+        // branch a row: a column past the row's end copies zeros into the plane of zeros instead
+        // (src-size 0, as a column outside the input does into its own place).
+        const float* base = xs + ih0 * w + lane;
+        float* dst = reinterpret_cast<float*>(st) + lane;
+        float* spare = reinterpret_cast<float*>(st) + plan.channels * plane;  // the plane of zeros
+        if (lane_cols == 1) {  // rows of up to 32 columns (MNIST's): one copy a row, straight code
+          const bool col_in = inside & 1, col_real = real & 1;
+#pragma unroll 4
+          for (int pr = warp; pr < planes; pr += 4) {
+            const int2 t = table[pr];
+            const bool ok = col_in && static_cast<unsigned>(ih0 + t.y) < static_cast<unsigned>(h);
+            matmul::cp_async4(col_real ? dst + pr * cols : spare, ok ? base + t.x : x, ok);
+          }
+        } else {
+          for (int pr = warp; pr < planes; pr += 4) {
+            const int2 t = table[pr];
+            const bool row_in = static_cast<unsigned>(ih0 + t.y) < static_cast<unsigned>(h);
+            for (int j = 0; j < lane_cols; ++j) {
+              const bool ok = row_in && (inside >> j & 1);
+              matmul::cp_async4((real >> j & 1) ? dst + pr * cols + 32 * j : spare, ok ? base + t.x + 32 * j : x, ok);
+            }
           }
         }
-      }
-      uint8_t* grads = st + plan.patch_bytes;
-      const float* gs = a.gy + (img * d.o + group * d.og + n0) * d.ohw + q0;
+        uint8_t* grads = st + plan.patch_bytes;
+        const float* gs = a.gy + (img * d.o + group * d.og + n0) * d.ohw + q0;
 #pragma unroll
-      for (int j = 0; j < BN * kWtBK / 4 / 128; ++j) {
-        const int i = tid + 128 * j, o = i / (kWtBK / 4), k4 = i % (kWtBK / 4);
-        uint8_t* to = grads + ((k4 / 2 * 2 * BN + o / 8 * 16 + (k4 & 1) * 8 + o % 8) * 16);
-        const float* from = gs + int64_t{o} * d.ohw + 4 * k4;
-        const int left = o < outputs ? ohw - q0 - 4 * k4 : 0;  // the piece's pixels in the image
-        if (aligned) {
-          matmul::cp_async16(to, left > 0 ? from : a.gy, left > 0 ? 16 : 0);
-        } else {
+        for (int j = 0; j < BN * kWtBK / 4 / 128; ++j) {
+          const int i = tid + 128 * j, o = i / (kWtBK / 4), k4 = i % (kWtBK / 4);
+          uint8_t* to = grads + (k4 / 8 * BN * 128 + o * 128 + ((k4 % 8) ^ (o % 8)) * 16);
+          const float* from = gs + int64_t{o} * d.ohw + 4 * k4;
+          const int left = o < outputs ? ohw - q0 - 4 * k4 : 0;  // the piece's pixels in the image
+          if (aligned) {
+            matmul::cp_async16(to, left > 0 ? from : a.gy, left > 0 ? 16 : 0);
+          } else {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) matmul::cp_async4(to + 4 * e, e < left ? from + e : a.gy, e < left);
+            for (int e = 0; e < 4; ++e) matmul::cp_async4(to + 4 * e, e < left ? from + e : a.gy, e < left);
+          }
         }
+        matmul::cp_async_arrive(&full[stage]);  // once this thread's copies have landed
       }
-      matmul::cp_async_arrive(&full[stage]);  // once this thread's copies have landed
     }
   } else {
     // ---- consumers
@@ -380,16 +491,17 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
           }
         } else {
           // the producer's cp.async writes, seen through the barrier, made visible to the tensor
-          // cores' reads
+          // cores' reads (TMA's land in their proxy already)
           matmul::fence_async_shared();
         }
         // The thread's pixels: columns t and t + 4 of each k-step, stage pixels 8 step + t (+ 4),
         // walked 4 at a time from q0 + t; past the image (the last stage of an image) they read the
         // patch's first value, times grad_y's zero.
         const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, oh0 = q0 / ow;
+        const int lead = patch_lead(plan, d, oh0 * d.sh - d.ph);
         int py = (q0 + t) / ow - oh0, px = (q0 + t) % ow, q = q0 + t;
         auto next_offset = [&] {
-          const int off = q < ohw ? py * row_step + px * d.sw : 0;
+          const int off = q < ohw ? lead + py * row_step + px * d.sw : 0;
           q += 4, px += 4;
           while (px >= ow) px -= ow, ++py;
           return off;
@@ -412,7 +524,9 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
 #pragma unroll
         for (int step = 0; step < kWtBK / 8; ++step) {
           auto& f = frag[step % 2];
-          const uint64_t b = matmul::packed_descriptor(grads + static_cast<uint32_t>(step * BN * 8 * 4));
+          // k-step `step`: 32 bytes along the rows of box step / 4
+          const uint64_t b =
+              matmul::swizzled_descriptor(grads + static_cast<uint32_t>(step / 4 * BN * 128 + step % 4 * 32));
           matmul::wgmma_fence();
 #pragma unroll
           for (int s = 0; s < NT; ++s) {
@@ -485,7 +599,7 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
     }
   }
 #else
-  (void)a;
+  (void)a, (void)map_x, (void)map_gy;
   __trap();
 #endif
 }
@@ -493,12 +607,29 @@ __global__ void __launch_bounds__(kWtThreads, 1) weight_ring_kernel(const __grid
 void weight_ring_run(const float* x, const float* gy, float* out, const Geometry& g, const WeightRingPlan& plan,
                      cudaStream_t stream) {
   const WeightRingArgs args{x, gy, out, dims_of(g), g.groups, plan};
+  CUtensorMap map_x{}, map_gy{};
+  if (plan.tma) {
+    const Dims& d = args.d;
+    auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+    auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+    const uint64_t gy_dims[3] = {u(d.ohw), u(d.o), u(d.n)}, gy_strides[2] = {u(d.ohw * 4), u(d.o * d.ohw * 4)};
+    const uint32_t gy_box[3] = {32, u32(plan.bn), 1};
+    map_gy = matmul::tiled_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, gy, gy_dims, gy_strides, gy_box,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, "conv2d_backward_weight");
+    const int64_t planes = d.n * d.c;
+    const uint64_t x_dims[3] = {u(plan.flat ? d.hw : d.w), u(plan.flat ? planes : d.h), u(plan.flat ? 1 : planes)};
+    const uint64_t x_strides[2] = {u(plan.flat ? d.hw * 4 : d.w * 4), u(plan.flat ? planes * d.hw * 4 : d.hw * 4)};
+    const uint32_t x_box[3] = {u32(plan.flat ? plan.plane : plan.cols), u32(plan.flat ? plan.channels : plan.rows),
+                               u32(plan.flat ? 1 : plan.channels)};
+    map_x = matmul::tiled_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, x, x_dims, x_strides, x_box,
+                                   CU_TENSOR_MAP_SWIZZLE_NONE, "conv2d_backward_weight");
+  }
   const int64_t blocks = plan.splits * g.groups * plan.nblocks * plan.mblocks;
   auto launch = [&]<int BN, bool kExact>() {
     auto* kernel = weight_ring_kernel<BN, tiles_max(BN, kExact), kExact>;
     const int bytes = static_cast<int>(plan.smem);
     allow_dynamic_smem(kernel, bytes);
-    kernel<<<static_cast<unsigned>(blocks), kWtThreads, bytes, stream>>>(args);
+    kernel<<<static_cast<unsigned>(blocks), kWtThreads, bytes, stream>>>(args, map_x, map_gy);
     KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
   };
   if (plan.bn == 128) {
@@ -524,9 +655,13 @@ int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math) {
   return p.smem > 0 && p.splits > 1 ? p.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
 }
 
+bool backward_weight_ring_uses_tma(const float* x, const float* grad_y, const Geometry& g, TensorMath math) {
+  return weight_ring_plan_for(g, exact(math), tma_aligned(x, grad_y)).tma;
+}
+
 void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
                           TensorMath math, cudaStream_t stream) {
-  const WeightRingPlan plan = weight_ring_plan_for(g, exact(math));
+  const WeightRingPlan plan = weight_ring_plan_for(g, exact(math), tma_aligned(x, grad_y));
   check_entry(plan.smem > 0, workspace, backward_weight_ring_workspace(g, math), "conv2d_backward_weight",
               "6 (wgmma ring)");
   weight_ring_run(x, grad_y, plan.splits > 1 ? workspace : grad_w, g, plan, stream);
