@@ -583,6 +583,12 @@ def define(figure, table, runs):
                    f"conv2d {version} at {shape}, the new tree's bench, µs")
     train = runs["2026-11-29-h200-weight-tma-train"]
     epoch_figures("weight-tma", train, "backward weight version 6 copying by TMA")
+    # ---- the same, 3xTF32's grad_y split by the producer's idle warps, before (c47c6a6) and after in
+    # one call (docs/runs/2026-11-29-h200-weight-split) ----
+    split = runs["2026-11-29-h200-weight-split"]
+    for tag, shape in weight_shapes.items():
+        old_new_figures("weight-split", split, tag, shape, [("v6-3xtf32", "bwd-weight 6 wgmma ring 3xTF32")],
+                        lambda when, tag=tag: f"{when}-{tag}.json")
     import step_profile
     for batch in (64, 512):
         summary = step_profile.summary(step_profile.kernels(train.file(f"profile_b{batch}.csv")))

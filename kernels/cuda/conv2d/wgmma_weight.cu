@@ -22,9 +22,10 @@
 // mbarrier a stage. Each k-step of 8 pixels is one
 // m64nNk8 product a tile, its fragments loaded while the step before runs (two sets of registers:
 // wgmma may read A until the group that reads it is waited for). 3xTF32 splits A as it loads it and
-// grad_y in place once a stage has landed (the two consumer warpgroups then meet at a named barrier
-// before either multiplies), and sums each stage's three products from zero before adding them to
-// the accumulators in f32, as version 12: the tensor cores truncate as they add, and a split covers
+// grad_y in place once a stage has landed: by TMA, the producer's warps that copy nothing split it
+// before "full"; by cp.async, the consumers do, and then meet at a named barrier before either
+// multiplies. It sums each stage's three products from zero before adding them to the
+// accumulators in f32, as version 12: the tensor cores truncate as they add, and a split covers
 // thousands of pixels.
 //
 // The producer sets the pace, and how it copies is most of this kernel's story (kernels/cuda/
@@ -120,6 +121,14 @@
 // this kernel 39.64 [fig cuda.conv2d.weight-tma.step.b64.weight.us] of it;
 // 1055 [fig cuda.conv2d.weight-tma.step.b512.us] at 512, this kernel
 // 202.6 [fig cuda.conv2d.weight-tma.step.b512.weight.us] of it.
+// 3xTF32's grad_y then split by the producer's idle warps instead of the consumers, before and after in
+// one call (docs/runs/2026-11-29-h200-weight-split), µs: conv2 at batch 512
+//   204.4 [fig cuda.conv2d.weight-split.conv2-b512.v6-3xtf32.old.us]
+//   -> 201.1 [fig cuda.conv2d.weight-split.conv2-b512.v6-3xtf32.new.us],
+//   at batch 64 36.76 [fig cuda.conv2d.weight-split.conv2-b64.v6-3xtf32.old.us]
+//   -> 35.46 [fig cuda.conv2d.weight-split.conv2-b64.v6-3xtf32.new.us],
+//   the large layer 713.4 [fig cuda.conv2d.weight-split.large.v6-3xtf32.old.us]
+//   -> 633.9 [fig cuda.conv2d.weight-split.large.v6-3xtf32.new.us].
 #include <algorithm>
 #include <cstdint>
 
@@ -210,8 +219,9 @@ WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int s
   p.patch_bytes = (int64_t{p.channels + 1} * p.plane * 4 + 1023) / 1024 * 1024;
   p.stage_bytes = p.patch_bytes + int64_t{p.bn} * kWtBK * 4 * (exact ? 2 : 1);
   p.tma_bytes = int64_t{p.channels} * p.plane * 4 + int64_t{p.bn} * kWtBK * 4;
-  // the base's alignment, the mbarriers, the cp.async producer's table of plane rows
-  const int64_t fixed = 1024 + (2 * kWtMaxStages) * 8 + (p.tma ? 0 : int64_t{p.channels} * p.rows * 8);
+  // the base's alignment, the mbarriers (full, empty, landed), the cp.async producer's table of
+  // plane rows
+  const int64_t fixed = 1024 + (3 * kWtMaxStages) * 8 + (p.tma ? 0 : int64_t{p.channels} * p.rows * 8);
   p.stages = static_cast<int>(std::min<int64_t>(kWtMaxStages, (kWtSmem - fixed) / p.stage_bytes));
   p.smem = fixed + p.stages * p.stage_bytes;
   if (p.stages < 2 && p.tiles > 1) return weight_ring_plan(d, groups, exact, sms, aligned, p.mblocks + 1);
@@ -252,6 +262,23 @@ struct WeightRingArgs {
 #ifdef KILN_WGMMA
 // The two consumer warpgroups meet (named barrier 1: the producer is not held).
 __device__ inline void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+
+constexpr int kSplitters = 96;  // 3xTF32 by TMA: the producer threads that split grad_y (warps 1-3)
+
+// 3xTF32: a stage's grad_y tile (`pieces` 16-byte pieces) split in place, its high parts where it
+// lies and the rest right after it (the same swizzled layout), piece first, first + step, ...;
+// then made visible to the tensor cores' reads.
+__device__ inline void split_grads(uint8_t* tile, int pieces, int first, int step) {
+  auto* hi = reinterpret_cast<uint4*>(tile);
+  for (int i = first; i < pieces; i += step) {
+    const uint4 v = hi[i];
+    uint4 h4, l4;
+    matmul::split_tf32(v.x, h4.x, l4.x), matmul::split_tf32(v.y, h4.y, l4.y);
+    matmul::split_tf32(v.z, h4.z, l4.z), matmul::split_tf32(v.w, h4.w, l4.w);
+    hi[i] = h4, hi[i + pieces] = l4;
+  }
+  matmul::fence_async_shared();
+}
 
 // grad_w^T's element (tap, output) summed in f32 over the split's pixels: the 3xTF32 answer where
 // it came out NaN (an infinite value splits into inf and NaN).
@@ -298,12 +325,21 @@ __global__ void __launch_bounds__(kWtThreads, 1)
 #ifdef KILN_WGMMA
   extern __shared__ __align__(1024) uint8_t smem_weight[];
   constexpr int R = BN / 2;  // accumulators a thread a tile
+  // Registers a thread, for which ptxas -v finds nothing spilled: the producer's copy loop needs
+  // more than 96 at 128 outputs, and 3xTF32's consumers more than 200 at 32 and 64 (two tiles and
+  // a stage's sums besides their accumulators). The warpgroups share what the block was given,
+  // 384 x 168 (__launch_bounds__): a consumer's setmaxnreg.inc past that waits for ever.
+  constexpr bool kHeavyConsumers = kExact && BN < 128;
+  constexpr int kProducerRegs = kHeavyConsumers ? 88 : 104, kConsumerRegs = kHeavyConsumers ? 208 : 200;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kWtThreads * 168, "the block's registers");
   const Dims& d = a.d;
   const WeightRingPlan& plan = a.plan;
   uint8_t* ring = smem_weight + (1024 - matmul::smem_u32(smem_weight) % 1024) % 1024;
   auto* full = reinterpret_cast<uint64_t*>(ring + plan.stages * plan.stage_bytes);
   uint64_t* empty = full + kWtMaxStages;
+  uint64_t* landed = empty + kWtMaxStages;  // 3xTF32 by TMA: the boxes are in, grad_y not yet split
   const int tid = static_cast<int>(threadIdx.x), stages = plan.stages;
+  const bool producer_splits = kExact && plan.tma;
   const int rows = plan.rows, cols = plan.cols, plane = plan.plane;
   const int64_t block = blockIdx.x;
   const int mb = static_cast<int>(block % plan.mblocks);
@@ -316,8 +352,10 @@ __global__ void __launch_bounds__(kWtThreads, 1)
   const int ohw = static_cast<int>(d.ohw), ow = static_cast<int>(d.ow);
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
-      matmul::mbar_init(&full[s], plan.tma ? 1 : 128);  // the TMA thread, or every producer thread
+      // the TMA thread, or the threads that split grad_y after it, or every cp.async thread
+      matmul::mbar_init(&full[s], producer_splits ? kSplitters : plan.tma ? 1 : 128);
       matmul::mbar_init(&empty[s], 8);   // every consumer warp
+      matmul::mbar_init(&landed[s], 1);  // the TMA thread
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -331,7 +369,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
   // it (.y far below zero for a channel past the group's).
   const int h = static_cast<int>(d.h), w = static_cast<int>(d.w), hw = static_cast<int>(d.hw);
   const int planes = plan.channels * rows, cg_left = static_cast<int>(d.cg - c_first);
-  auto* table = reinterpret_cast<int2*>(empty + kWtMaxStages);
+  auto* table = reinterpret_cast<int2*>(landed + kWtMaxStages);
   for (int pr = tid; pr < planes && !plan.tma; pr += kWtThreads) {
     const int c = pr / rows, r = pr % rows;
     table[pr] = make_int2(c * hw + r * w - d.pw, c < cg_left ? r : -(1 << 30));
@@ -339,9 +377,9 @@ __global__ void __launch_bounds__(kWtThreads, 1)
   __syncthreads();
 
   if (tid < 128) {
-    // 96 registers: at 56 (with 224 for each consumer) the copy loop spilled to local memory in
+    // kProducerRegs: at 56 (with 224 for each consumer) the copy loop spilled to local memory in
     // four of the six kernels (ptxas -v)
-    matmul::setmaxnreg_dec<96>();  // 128 x 96 + 256 x 200 <= 65536 registers
+    matmul::setmaxnreg_dec<kProducerRegs>();
     // ---- producer: a stage is image img's pixels q0 .. q0 + 63: the patch (plane row pr: the
     // block's channel c_first + pr / rows, input row ih0 + pr % rows) and grad_y's 64 pixels of the
     // block's outputs, as two boxes of 32 pixels by BN outputs, [BN][32] floats under the 128-byte
@@ -360,13 +398,24 @@ __global__ void __launch_bounds__(kWtThreads, 1)
           const int img = static_cast<int>(chunk / plan.per_image);
           const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, ih0 = q0 / ow * d.sh - d.ph;
           const int channel = static_cast<int>(img * d.c + group * d.cg + c_first);
-          matmul::mbar_arrive_expect_tx(&full[stage], static_cast<uint32_t>(plan.tma_bytes));
+          uint64_t* bar = producer_splits ? &landed[stage] : &full[stage];
+          matmul::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(plan.tma_bytes));
           const int at = patch_start(plan, d, ih0) - patch_lead(plan, d, ih0);
-          if (plan.flat) matmul::tma_load(st, &map_x, at, channel, 0, &full[stage]);
-          else matmul::tma_load(st, &map_x, at, ih0, channel, &full[stage]);
+          if (plan.flat) matmul::tma_load(st, &map_x, at, channel, 0, bar);
+          else matmul::tma_load(st, &map_x, at, ih0, channel, bar);
           for (int box = 0; box < 2; ++box)
             matmul::tma_load(st + plan.patch_bytes + box * BN * 128, &map_gy, q0 + 32 * box,
-                             static_cast<int>(group * d.og + n0), img, &full[stage]);
+                             static_cast<int>(group * d.og + n0), img, bar);
+        }
+      } else if (producer_splits && tid >= 128 - kSplitters) {
+        // 3xTF32: warps 1 to 3 split each stage's grad_y once its boxes have landed, so that the
+        // consumers never meet a stage
+        for (int64_t n = 0; n < chunk_end - chunk_begin; ++n) {
+          const int stage = static_cast<int>(n % stages);
+          matmul::mbar_wait(&landed[stage], static_cast<uint32_t>((n / stages) & 1));
+          split_grads(ring + stage * plan.stage_bytes + plan.patch_bytes, BN * kWtBK / 4, tid - (128 - kSplitters),
+                      kSplitters);
+          matmul::mbar_arrive(&full[stage]);
         }
       }
     } else {
@@ -437,7 +486,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
     }
   } else {
     // ---- consumers
-    matmul::setmaxnreg_inc<200>();
+    matmul::setmaxnreg_inc<kConsumerRegs>();
     const int wg = tid / 128 - 1, warp = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int mine = (plan.tiles - wg + 1) / 2;  // this warpgroup's tiles
     // The warpgroup's tile count as a constant of the code that issues its products: wgmma under a
@@ -472,17 +521,11 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         uint8_t* st = ring + stage * plan.stage_bytes;
         const auto* patch = reinterpret_cast<const float*>(st);
         const uint32_t grads = ring_at + static_cast<uint32_t>(stage * plan.stage_bytes + plan.patch_bytes);
-        if constexpr (kExact) {  // grad_y split in place: the high parts, then the rest
-          auto* hi = reinterpret_cast<uint4*>(st + plan.patch_bytes);
-          for (int i = tid - 128; i < BN * kWtBK / 4; i += 256) {
-            const uint4 v = hi[i];
-            uint4 h4, l4;
-            matmul::split_tf32(v.x, h4.x, l4.x), matmul::split_tf32(v.y, h4.y, l4.y);
-            matmul::split_tf32(v.z, h4.z, l4.z), matmul::split_tf32(v.w, h4.w, l4.w);
-            hi[i] = h4, hi[i + BN * kWtBK / 4] = l4;
+        if constexpr (kExact) {
+          if (!plan.tma) {  // grad_y split here (by TMA, the producer's warps split it before "full")
+            split_grads(st + plan.patch_bytes, BN * kWtBK / 4, tid - 128, 256);
+            consumers_sync();
           }
-          matmul::fence_async_shared();
-          consumers_sync();
 #pragma unroll
           for (int s = 0; s < NT; ++s) {
 #pragma unroll
