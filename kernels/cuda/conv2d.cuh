@@ -198,10 +198,11 @@ void backward_input_window(const float* grad_y, const float* w, float* grad_x, f
 // Backward weight, version 6: on Hopper's warpgroup tensor cores (conv2d/wgmma_weight.cu),
 // grad_w^T = im2col^T . grad_y^T with the im2col fragments loaded from the input rows in shared
 // memory into registers and grad_y read by the tensor cores, warp-specialised (a producer
-// warpgroup filling a ring of 64-pixel stages, two consumers), split over the SMs along the pixels
-// and the splits summed in order. Any stride, padding, dilation and groups; where
-// backward_weight_ring_applies (an sm_90 GPU, two stages within shared memory); workspace
-// backward_weight_ring_workspace(g, math) floats (0: none needed).
+// warpgroup filling a ring of 64-pixel stages, by TMA where the rows allow, else by cp.async;
+// two consumers), split over the SMs along the pixels and the splits summed in order. Any
+// stride, padding, dilation and groups; where backward_weight_ring_applies (an sm_90 GPU, two
+// stages within shared memory); workspace backward_weight_ring_workspace(g, math) floats (0: none
+// needed).
 bool backward_weight_ring_applies(const Geometry& g, TensorMath math);
 int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math);
 // Whether version 6 copies its stages by TMA for these operands (16-byte aligned, and rows whole
