@@ -298,9 +298,7 @@ __device__ float weight_dot_f32(const WeightRingArgs& a, int64_t group, int64_t 
   }
   return sum;
 }
-#endif
 
-#ifdef KILN_WGMMA
 // Where the patch of the stage whose first input row is ih0 starts along x's innermost dimension:
 // its first column, -pw, or (flat) row ih0's first element; and, by TMA, the columns its box
 // brings before that, to start on 16 bytes (0 by cp.async).
