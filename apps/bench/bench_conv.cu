@@ -425,6 +425,11 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
       kiln_version(std::string("bwd-weight 6 wgmma ring ") + (tf32 ? "TF32" : "3xTF32"),
                    [&] { cv::backward_weight_ring(x, gy, gw, ws, g, math, stream); }, gw, gw_ref, nw,
                    tf32 ? kTf32Tolerance : 1e-3);
+      if (!cv::backward_weight_ring_takes_bias(g, math)) continue;
+      float* wsb = buffer(std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, math, true)));
+      float* gb = buffer(s.o);
+      kiln_version("bwd-weight 6 wgmma ring 3xTF32 with the bias",
+                   [&] { cv::backward_weight_ring(x, gy, gw, wsb, g, math, stream, gb); }, gw, gw_ref, nw);
     }
     if (const int64_t bytes = cv::backward_weight_rows_workspace<float>(g); bytes > 0) {
       void* ws = bench.device_bytes(static_cast<size_t>(bytes));

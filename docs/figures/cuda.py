@@ -589,7 +589,33 @@ def define(figure, table, runs):
     for tag, shape in weight_shapes.items():
         old_new_figures("weight-split", split, tag, shape, [("v6-3xtf32", "bwd-weight 6 wgmma ring 3xTF32")],
                         lambda when, tag=tag: f"{when}-{tag}.json")
+    # ---- the same with the bias's gradient as one more row (3xTF32), against 6efcc1d in one call
+    # (docs/runs/2026-11-29-h200-weight-bias): the kernel with and without the row (the new tree's
+    # bench), mnist-train's epoch 2 (the first of two runs each) and the f32 step's kernels ----
+    wb = runs["2026-11-29-h200-weight-bias"]
+    for batch in (64, 512):
+        shape = f"conv2 x[{batch},32,26,26] w[64,32,3,3]"
+        for name, version in (("plain", "bwd-weight 6 wgmma ring 3xTF32"),
+                              ("bias", "bwd-weight 6 wgmma ring 3xTF32 with the bias")):
+            figure(f"cuda.conv2d.weight-bias.conv2-b{batch}.{name}.us", wb,
+                   wb.kernel("conv2d", version, shape, f"kernels-conv2-b{batch}.json")["ms"] * 1000,
+                   f"conv2d {version} at {shape}, µs")
     import step_profile
+    for when in ("old", "new"):
+        for batch in (64, 512):
+            figure(f"cuda.conv2d.weight-bias.cnn.b{batch}.{when}.epoch2", wb,
+                   wb.epoch(f"train_{when}_b{batch}_1.jsonl", 2)["seconds"],
+                   f"mnist-train CNN batch {batch}, f32, {when} tree (H200): epoch 2, s")
+            summary = step_profile.summary(step_profile.kernels(wb.file(f"profile_{when}_b{batch}.csv")))
+            figure(f"cuda.conv2d.weight-bias.step.b{batch}.{when}.us", wb, summary["us_per_step"],
+                   f"kernel time a step (ncu), CNN batch {batch}, f32, {when} tree, µs")
+            figure(f"cuda.conv2d.weight-bias.step.b{batch}.{when}.kernels", wb, summary["kernels_per_step"],
+                   f"kernels a step (ncu), CNN batch {batch}, f32, {when} tree")
+            figure(f"cuda.conv2d.weight-bias.step.b{batch}.{when}.sums.us", wb,
+                   sum(e["us_per_step"] for e in summary["kernels"]
+                       if e["kernel"] in ("reduce_column_packs", "reduce_rows_warp")),
+                   f"the step's reduce_column_packs and reduce_rows_warp kernels (ncu), CNN batch {batch}, f32, "
+                   f"{when} tree, µs")
     for batch in (64, 512):
         summary = step_profile.summary(step_profile.kernels(train.file(f"profile_b{batch}.csv")))
         figure(f"cuda.conv2d.weight-tma.step.b{batch}.us", train, summary["us_per_step"],

@@ -134,8 +134,9 @@
 // C/G <= 4, else 12 where it runs, else 7 where 3 applies (5 where 7 cannot, 3 in f64), else 1 for C/G <= 8,
 // else 2. The backward weight runs 5 where it applies (with the bias's gradient where the layer has
 // a bias: Backend::conv2d_backward_weight_and_bias), else 6 in f32 on an sm_90 GPU where it applies
-// (backward_weight_ring_applies), else 3 (2 for small layers and f64). The tensor-core versions
-// take TF32 under allow_tf32, else 3xTF32.
+// (backward_weight_ring_applies; the bias's gradient with it in 3xTF32 where the taps leave its
+// row spare), else 3 (2 for small layers and f64). The tensor-core versions take TF32 under
+// allow_tf32, else 3xTF32.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -1842,13 +1843,22 @@ bool backward_weight_rows(CudaBackend& be, const TensorRef& x, const TensorRef& 
 }
 }  // namespace
 
+// Version 5 where it applies, else version 6 where it takes the bias (3xTF32: f32 without
+// allow_tf32), else false: the caller sums grad_y itself.
 bool CudaBackend::conv2d_backward_weight_and_bias(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                                                   const TensorRef& grad_b, const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   KILN_CHECK(grad_b.dtype == grad_w.dtype && grad_b.shape == Shape{grad_w.shape[0]} && grad_b.is_contiguous(),
              ShapeError, "cuda conv2d_backward_weight: the bias's gradient ", grad_b.shape, " ", grad_b.dtype,
              " for ", grad_w.shape[0], " outputs of ", grad_w.dtype);
-  return backward_weight_rows(*this, x, grad_y, grad_w, grad_b, geometry_of(x.shape, grad_w.shape, grad_y.shape, p));
+  const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
+  if (backward_weight_rows(*this, x, grad_y, grad_w, grad_b, g)) return true;
+  const conv2d::TensorMath math = tensor_math();
+  if (grad_w.dtype != DType::f32 || !conv2d::backward_weight_ring_takes_bias(g, math)) return false;
+  Scratch ws(*this, sizeof(float) * static_cast<size_t>(conv2d::backward_weight_ring_workspace(g, math, true)));
+  conv2d::backward_weight_ring(x.data<float>(), grad_y.data<float>(), grad_w.data<float>(), static_cast<float*>(ws.p),
+                               g, math, stream(), grad_b.data<float>());
+  return true;
 }
 
 void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,

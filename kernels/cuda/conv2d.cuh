@@ -201,15 +201,17 @@ void backward_input_window(const float* grad_y, const float* w, float* grad_x, f
 // warpgroup filling a ring of 64-pixel stages, by TMA where the rows allow, else by cp.async;
 // two consumers), split over the SMs along the pixels and the splits summed in order. Any
 // stride, padding, dilation and groups; where backward_weight_ring_applies (an sm_90 GPU, two
-// stages within shared memory); workspace backward_weight_ring_workspace(g, math) floats (0: none
-// needed).
+// stages within shared memory); workspace backward_weight_ring_workspace(g, math, bias) floats (0:
+// none needed). With grad_b, the bias's gradient too, as one more row of the product, where
+// backward_weight_ring_takes_bias (3xTF32, and C/G*KH*KW not a multiple of 64).
 bool backward_weight_ring_applies(const Geometry& g, TensorMath math);
-int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math);
+bool backward_weight_ring_takes_bias(const Geometry& g, TensorMath math);
+int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math, bool bias = false);
 // Whether version 6 copies its stages by TMA for these operands (16-byte aligned, and rows whole
 // 16-byte pieces: conv2d/wgmma_weight.cu's plan), else by cp.async.
 bool backward_weight_ring_uses_tma(const float* x, const float* grad_y, const Geometry& g, TensorMath math);
 void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
-                          TensorMath math, cudaStream_t stream);
+                          TensorMath math, cudaStream_t stream, float* grad_b = nullptr);
 // Forward, version 12: version 11 warp-specialised and persistent (conv2d/wgmma.cu): one block an
 // SM walks the tiles, a producer warpgroup copying the patch by cp.async into a ring of stages
 // that two consumer warpgroups multiply (3xTF32: their window fragments split in registers),

@@ -402,8 +402,9 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
   // stage is short, pixel counts not a multiple of 4 (grad_y copied by the element), one split
   // and many; stages copied by TMA (x's rows as lines or its padded planes, boxes overhanging the
   // group's channels and outputs, strides and dilation) and by cp.async (shapes TMA does not take,
-  // and an x that does not start on 16 bytes); and 3xTF32's NaN fallback, where an input of
-  // FLT_MAX splits into inf and -inf
+  // and an x that does not start on 16 bytes); in 3xTF32 with the bias's gradient as one more row
+  // where the taps leave it spare, and not where they fill their tiles (256, 1152) or in TF32; and
+  // 3xTF32's NaN fallback, where an input of FLT_MAX splits into inf and -inf
   namespace cv = cuda::conv2d;
   if (!cuda::wgmma_runs()) return;
   cudaStream_t stream = cuda::backend(0).stream();
@@ -433,11 +434,14 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
     };
     c.y = {c.x[0], c.w[0], out(0), out(1)};
   }
-  int by_tma = 0, by_cp_async = 0;
+  int by_tma = 0, by_cp_async = 0, with_bias = 0;
   for (const ConvCase& c : cases) {
     const cv::Geometry g = geometry(c);
     const Tensor x = uniform(c.x, -1, 1), gy = uniform(c.y, -1, 1);
-    const Tensor want = conv2d_backward_weight(x, gy, c.w, c.config);
+    const Tensor want = conv2d_backward_weight(x, gy, c.w, c.config), want_b = sum(gy, {0, 2, 3});
+    const int64_t taps = c.w[1] * c.w[2] * c.w[3];
+    CHECK_MESSAGE(cv::backward_weight_ring_takes_bias(g, cv::TensorMath::tf32x3) == (taps % 64 != 0), c.str());
+    CHECK_MESSAGE(!cv::backward_weight_ring_takes_bias(g, cv::TensorMath::tf32), c.str());
     // x as given, and one float into a larger buffer (not on 16 bytes: cp.async)
     std::vector<float> shifted = x.to_vector<float>();
     shifted.insert(shifted.begin(), 0.0f);
@@ -458,9 +462,18 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
         const int64_t len = c.y[0] * c.y[2] * c.y[3];
         check_close(gw, want, tf32 ? kTf32Rtol : rtol_for(DType::f32),
                     tf32 ? tf32_atol(len) : atol_for(DType::f32, len), "backward_weight_ring " + name);
+        if (!cv::backward_weight_ring_takes_bias(g, math)) continue;
+        ++with_bias;
+        Tensor gwb = full(c.w, 7.0, kCuda), gb = full({c.w[0]}, 7.0, kCuda);
+        Tensor wsb = full({std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, math, true))}, 7.0, kCuda);
+        cv::backward_weight_ring(xp, device_ptr<float>(dgy), device_ptr<float>(gwb), device_ptr<float>(wsb), g, math,
+                                 stream, device_ptr<float>(gb));
+        check_close(gwb, want, rtol_for(DType::f32), atol_for(DType::f32, len), "backward_weight_ring with bias " + name);
+        check_close(gb, want_b, rtol_for(DType::f32), atol_for(DType::f32, len), "the bias's gradient " + name);
       }
     }
   }
+  CHECK(with_bias == 2 * 10);  // 3xTF32, x as given and shifted; all but 4 x 256 x 9 x 9 and 2 x 128 x 20 x 20
   // by TMA: conv2, 2 x 128 x 20 x 20 and the last four, in both precisions; the six others and the
   // twelve shifted by cp.async
   CHECK(by_tma == 2 * 6);
@@ -479,6 +492,21 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
                            g, cv::TensorMath::tf32x3, stream);
   check_close(gw, want, rtol_for(DType::f32), 1e-6 * std::numeric_limits<float>::max() * 1e-3,
               "backward_weight_ring (3xTF32) with FLT_MAX in x");
+  // FLT_MAX in grad_y, with the bias: its row multiplies the split's low part, 0, by inf, and the
+  // outputs whose products overflowed are summed again in f32, the bias's too (x small)
+  std::vector<float> gyv = uniform(c.y, -1, 1).to_vector<float>();
+  gyv[(9 * 64 + 17) * 24 * 24 + 3 * 24 + 5] = std::numeric_limits<float>::max();
+  const Tensor gy_max = from_vector(gyv, c.y), x_small = uniform(c.x, -1e-3, 1e-3);
+  const Tensor want_w = conv2d_backward_weight(x_small, gy_max, c.w, c.config), want_b = sum(gy_max, {0, 2, 3});
+  Tensor dxs = x_small.to(kCuda), dgym = gy_max.to(kCuda), gw2 = full(c.w, 7.0, kCuda), gb = full({c.w[0]}, 7.0, kCuda);
+  Tensor ws2 = full({std::max<int64_t>(1, cv::backward_weight_ring_workspace(g, cv::TensorMath::tf32x3, true))}, 7.0,
+                    kCuda);
+  cv::backward_weight_ring(device_ptr<float>(dxs), device_ptr<float>(dgym), device_ptr<float>(gw2), device_ptr<float>(ws2),
+                           g, cv::TensorMath::tf32x3, stream, device_ptr<float>(gb));
+  const double atol = 1e-6 * std::numeric_limits<float>::max() * 1e-3;
+  check_close(gw2, want_w, rtol_for(DType::f32), atol, "backward_weight_ring (3xTF32) with FLT_MAX in grad_y");
+  check_close(gb, want_b, rtol_for(DType::f32), atol, "the bias's gradient (3xTF32) with FLT_MAX in grad_y");
+  CHECK(gb.to_vector<float>()[17] > 1e38f);  // the large value itself, not a NaN or zero
 }
 
 TEST_CASE("backward input as a forward convolution matches the CPU at stride 1, and falls back otherwise") {

@@ -27,6 +27,11 @@
 // multiplies. It sums each stage's three products from zero before adding them to the
 // accumulators in f32, as version 12: the tensor cores truncate as they add, and a split covers
 // thousands of pixels.
+// The bias's gradient, grad_y summed over the pixels, comes with it in 3xTF32 where the taps leave
+// a spare row in their last m64 tile (conv2's 288 fill 4.5): row `taps` of the product reads its
+// im2col values from a plane of ones beside the patch's plane of zeros, and its results are summed
+// over the splits in the same launch as the weights'. (In TF32 the row would sum grad_y truncated
+// to 10 bits, so the bias is left to a sum of its own there.)
 //
 // The producer sets the pace, and how it copies is most of this kernel's story (kernels/cuda/
 // NOTES.md, "Backward weight version 6"). One warp per scheduler has nothing to hide its latencies
@@ -129,6 +134,22 @@
 //   -> 35.46 [fig cuda.conv2d.weight-split.conv2-b64.v6-3xtf32.new.us],
 //   the large layer 713.4 [fig cuda.conv2d.weight-split.large.v6-3xtf32.old.us]
 //   -> 633.9 [fig cuda.conv2d.weight-split.large.v6-3xtf32.new.us].
+// The bias's row (docs/runs/2026-11-29-h200-weight-bias, against 6efcc1d in one call): conv2 at batch
+//   512 202.8 µs [fig cuda.conv2d.weight-bias.conv2-b512.plain.us] without it,
+//   202.1 [fig cuda.conv2d.weight-bias.conv2-b512.bias.us] with it; at batch 64
+//   37.24 [fig cuda.conv2d.weight-bias.conv2-b64.plain.us] and 37.29 [fig cuda.conv2d.weight-bias.conv2-b64.bias.us].
+//   It takes the separate sum out of the f32 CNN's step: its reduction kernels
+//   47.26 µs [fig cuda.conv2d.weight-bias.step.b512.old.sums.us] -> 12.73 [fig cuda.conv2d.weight-bias.step.b512.new.sums.us]
+//   a step at batch 512 (fc1's and fc2's bias sums are what is left), the step's kernel time
+//   1045 [fig cuda.conv2d.weight-bias.step.b512.old.us] -> 1003 [fig cuda.conv2d.weight-bias.step.b512.new.us]
+//   µs, 38 [fig cuda.conv2d.weight-bias.step.b512.old.kernels] -> 36 [fig cuda.conv2d.weight-bias.step.b512.new.kernels]
+//   kernels; at batch 64 302.7 [fig cuda.conv2d.weight-bias.step.b64.old.us]
+//   -> 292.4 [fig cuda.conv2d.weight-bias.step.b64.new.us] µs, 34 [fig cuda.conv2d.weight-bias.step.b64.old.kernels]
+//   -> 32 [fig cuda.conv2d.weight-bias.step.b64.new.kernels] kernels, the reductions
+//   20.6 [fig cuda.conv2d.weight-bias.step.b64.old.sums.us] -> 8.07 [fig cuda.conv2d.weight-bias.step.b64.new.sums.us] µs;
+//   epoch 2 at batch 512
+//   0.119 s [fig cuda.conv2d.weight-bias.cnn.b512.old.epoch2] -> 0.115 [fig cuda.conv2d.weight-bias.cnn.b512.new.epoch2],
+//   at batch 64 0.248 [fig cuda.conv2d.weight-bias.cnn.b64.old.epoch2] -> 0.242 [fig cuda.conv2d.weight-bias.cnn.b64.new.epoch2].
 #include <algorithm>
 #include <cstdint>
 
@@ -163,6 +184,9 @@ struct WeightRingPlan {
   int64_t splits = 0, per_split = 0;  // blocks along the reduction, and the stages of each
   int stages = 0;
   bool exact = false;
+  // 3xTF32 with the bias's gradient: row `taps` of the product, a spare one of the last tile, has
+  // the patch's plane of ones for its im2col row, so its results are grad_y summed over the pixels
+  bool bias = false;
   // The copies: by the tensor memory accelerator (`tma`, the producer says when), x's map either
   // a channel's rows as one line (`flat`) or its plane; else by cp.async.
   bool tma = false, flat = false;
@@ -176,12 +200,13 @@ constexpr int tiles_max(int bn, bool exact) {
   return exact ? (bn == 32 ? 3 : bn == 64 ? 2 : 1) : (bn == 32 ? 4 : bn == 64 ? 3 : 2);
 }
 
-// aligned: x and grad_y start on 16 bytes, as TMA needs.
+// aligned: x and grad_y start on 16 bytes, as TMA needs. bias: with a plane of ones (bias_row_fits).
 // mblocks: the blocks of taps, from the fewest the consumers' registers allow (0) up while two
 // stages do not fit in shared memory.
-WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int sms, bool aligned, int mblocks = 0) {
+WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int sms, bool aligned, bool bias,
+                                int mblocks = 0) {
   WeightRingPlan p;
-  p.exact = exact;
+  p.exact = exact, p.bias = bias;
   p.bn = d.og > 64 ? 128 : d.og > 32 ? 64 : 32;
   p.nblocks = static_cast<int>((d.og + p.bn - 1) / p.bn);
   const int64_t taps = d.cg * d.khkw, all = (taps + 63) / 64;
@@ -215,8 +240,9 @@ WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int s
   p.splits = std::clamp<int64_t>(sms / std::max<int64_t>(1, per_split_blocks), 1, std::max<int64_t>(1, p.chunks));
   p.per_split = (p.chunks + p.splits - 1) / p.splits;
   p.splits = (p.chunks + p.per_split - 1) / p.per_split;
-  // grad_y's tile starts on the 128-byte swizzle's period, 1024 bytes
-  p.patch_bytes = (int64_t{p.channels + 1} * p.plane * 4 + 1023) / 1024 * 1024;
+  // the planes, one of zeros (and one of ones), then grad_y's tile on the 128-byte swizzle's period,
+  // 1024 bytes
+  p.patch_bytes = (int64_t{p.channels + 1 + bias} * p.plane * 4 + 1023) / 1024 * 1024;
   p.stage_bytes = p.patch_bytes + int64_t{p.bn} * kWtBK * 4 * (exact ? 2 : 1);
   p.tma_bytes = int64_t{p.channels} * p.plane * 4 + int64_t{p.bn} * kWtBK * 4;
   // the base's alignment, the mbarriers (full, empty, landed), the cp.async producer's table of
@@ -224,24 +250,30 @@ WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int s
   const int64_t fixed = 1024 + (3 * kWtMaxStages) * 8 + (p.tma ? 0 : int64_t{p.channels} * p.rows * 8);
   p.stages = static_cast<int>(std::min<int64_t>(kWtMaxStages, (kWtSmem - fixed) / p.stage_bytes));
   p.smem = fixed + p.stages * p.stage_bytes;
-  if (p.stages < 2 && p.tiles > 1) return weight_ring_plan(d, groups, exact, sms, aligned, p.mblocks + 1);
+  if (p.stages < 2 && p.tiles > 1) return weight_ring_plan(d, groups, exact, sms, aligned, bias, p.mblocks + 1);
   return p;
 }
+
+// The bias's gradient as one more row of the product: in 3xTF32 only (TF32 would sum grad_y
+// truncated to 10 bits; the ones split exactly, 1 + 0), and where the taps leave a spare row in
+// their last m64 tile (the blocks of taps then always hold it: tiles x mblocks >= the tiles).
+bool bias_row_fits(const Dims& d, bool exact) { return exact && d.cg * d.khkw % 64 != 0; }
 
 // The plan where version 6 runs (a Hopper GPU, this file built for it, two stages within shared
 // memory, patch rows of at most 32 columns a lane, offsets within an int), else an empty one
 // (smem = 0); by TMA where `aligned` (x and grad_y on 16 bytes) and the shapes allow.
-WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact, bool aligned = false) {
+WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact, bool aligned = false, bool bias = false) {
   if (g.n * g.oh * g.ow == 0 || g.o == 0 || g.c == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(g);
+  if (bias && !bias_row_fits(d, exact)) return {};
   const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
   auto fits = [&](const WeightRingPlan& p) {
     const int64_t blocks = p.splits * g.groups * p.nblocks * p.mblocks;
     return p.stages >= 2 && p.cols <= 32 * 32 && d.c * d.hw < (int64_t{1} << 31) &&
            d.o * d.ohw < (int64_t{1} << 31) && blocks < (int64_t{1} << 31) && p.chunks < (int64_t{1} << 31);
   };
-  if (const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, aligned); fits(p)) return p;
-  const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, false);
+  if (const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, aligned, bias); fits(p)) return p;
+  const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, false, bias);
   return fits(p) ? p : WeightRingPlan{};
 }
 
@@ -253,7 +285,11 @@ bool tma_aligned(const float* x, const float* gy) {
 struct WeightRingArgs {
   const float* x;   // [N, C, H, W]
   const float* gy;  // [N, O, OH, OW]
-  float* out;       // [splits][O][C/G*KH*KW]: the splits' partial sums (grad_w itself for one split)
+  // The splits' partial sums, split s's at s * split_stride: [O][C/G*KH*KW] from out and, with
+  // plan.bias, [O] from bias_out (grad_w and grad_b themselves for one split)
+  float* out;
+  float* bias_out;
+  int64_t split_stride;
   Dims d;
   int64_t groups;
   WeightRingPlan plan;
@@ -280,18 +316,24 @@ __device__ inline void split_grads(uint8_t* tile, int pieces, int first, int ste
   matmul::fence_async_shared();
 }
 
-// grad_w^T's element (tap, output) summed in f32 over the split's pixels: the 3xTF32 answer where
-// it came out NaN (an infinite value splits into inf and NaN).
+// grad_w^T's element (tap, output) summed in f32 over the split's pixels (tap C/G*KH*KW: the
+// bias's, grad_y alone): the 3xTF32 answer where it came out NaN (an infinite value splits into inf
+// and NaN).
 __device__ float weight_dot_f32(const WeightRingArgs& a, int64_t group, int64_t o, int64_t tap, int64_t chunk_begin,
                                 int64_t chunk_end) {
   const Dims& d = a.d;
-  const int64_t c = tap / d.khkw, ky = tap % d.khkw / d.kw, kx = tap % d.kw;
+  const bool ones = tap == d.cg * d.khkw;
+  const int64_t c = ones ? 0 : tap / d.khkw, ky = tap % d.khkw / d.kw, kx = tap % d.kw;
   float sum = 0.0f;
   for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     const int64_t img = chunk / a.plan.per_image, q0 = chunk % a.plan.per_image * kWtBK;
     const float* x = a.x + (img * d.c + group * d.cg + c) * d.hw;
     const float* gy = a.gy + (img * d.o + group * d.og + o) * d.ohw;
     for (int64_t q = q0; q < std::min(q0 + kWtBK, d.ohw); ++q) {
+      if (ones) {
+        sum += gy[q];
+        continue;
+      }
       const int64_t ih = q / d.ow * d.sh - d.ph + ky * d.dh, iw = q % d.ow * d.sw - d.pw + kx * d.dw;
       if (ih >= 0 && ih < d.h && iw >= 0 && iw < d.w) sum += gy[q] * x[ih * d.w + iw];
     }
@@ -357,10 +399,10 @@ __global__ void __launch_bounds__(kWtThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // each stage's plane of zeros, read by the taps past the block's
+  // each stage's plane of zeros, read by the taps past the block's (and of ones, by the bias's row)
   for (int s = 0; s < stages; ++s)
-    for (int i = tid; i < plane; i += kWtThreads)
-      reinterpret_cast<float*>(ring + s * plan.stage_bytes)[plan.channels * plane + i] = 0.0f;
+    for (int i = tid; i < (1 + plan.bias) * plane; i += kWtThreads)
+      reinterpret_cast<float*>(ring + s * plan.stage_bytes)[plan.channels * plane + i] = i < plane ? 0.0f : 1.0f;
   // The cp.async producer's table of the patch's plane rows, the same every stage: row pr (channel
   // c_first + pr / rows, the stage's input row ih0 + pr % rows) reads x from offset .x past the
   // stage's first input row of channel c_first, and is inside the input where ih0 + .y is a row of
@@ -493,17 +535,20 @@ __global__ void __launch_bounds__(kWtThreads, 1)
     auto consume = [&]<int NT>() {
       // The patch offset of each of the thread's fragment rows (taps g and g + 8 of its warp's 16 in
       // each tile): channel plane, input row and column of the tap; the plane of zeros past the
-      // block's taps.
+      // block's taps, or of ones for the bias's row (m == taps, in the block's tiles). m_end is
+      // worked out again for the stores: kept across the loop, it spilled (conv2's 3xTF32 kernel).
+      auto rows_end = [&] { return std::min(taps + plan.bias, m0 + int64_t{plan.tiles} * 64); };
       int base[NT > 0 ? NT : 1][2];
 #pragma unroll
       for (int s = 0; s < NT; ++s)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int64_t m = m0 + (wg + 2 * s) * 64 + warp * 16 + g + 8 * hh;
-          const bool ok = m < std::min(taps, m0 + int64_t{plan.tiles} * 64);
           const int64_t tap = m % d.khkw;
-          base[s][hh] = ok ? static_cast<int>((m / d.khkw - c_first) * plane + tap / d.kw * d.dh * cols + tap % d.kw * d.dw)
-                           : plan.channels * plane;
+          base[s][hh] = m >= rows_end() ? plan.channels * plane
+                        : m == taps ? (plan.channels + 1) * plane
+                                    : static_cast<int>((m / d.khkw - c_first) * plane + tap / d.kw * d.dh * cols +
+                                                       tap % d.kw * d.dw);
         }
       const uint32_t ring_at = matmul::smem_u32(ring);
       const int row_step = d.sh * cols;
@@ -601,9 +646,10 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         }
       }
       // The thread's results: taps (rows) g and g + 8 of its warp's 16 in each tile, outputs
-      // (columns) 8j + 2t + e, stored to out[split][group og + n0 + column][tap].
-      float* out = a.out + (split * d.o + group * d.og + n0) * taps;
-      const int64_t outputs = std::min<int64_t>(BN, d.og - n0), m_end = std::min(taps, m0 + int64_t{plan.tiles} * 64);
+      // (columns) 8j + 2t + e, stored to out[split][group og + n0 + column][tap]; the bias's row to
+      // bias_out[split][group og + n0 + column].
+      float* out = a.out + split * a.split_stride + (group * d.og + n0) * taps;
+      const int64_t outputs = std::min<int64_t>(BN, d.og - n0), m_end = rows_end();
       auto each_result = [&](auto&& fn) {
 #pragma unroll
         for (int s = 0; s < NT; ++s)
@@ -621,13 +667,16 @@ __global__ void __launch_bounds__(kWtThreads, 1)
 #pragma unroll
       for (int s = 0; s < NT; ++s) matmul::fence_accumulators(acc[s]);
       bool nan = false;
-      each_result([&](float v, int64_t m, int col) { nan |= v != v, out[col * taps + m] = v; });
+      auto at = [&](int64_t m, int col) -> float& {
+        return m == taps ? a.bias_out[split * a.split_stride + group * d.og + n0 + col] : out[col * taps + m];
+      };
+      each_result([&](float v, int64_t m, int col) { nan |= v != v, at(m, col) = v; });
       // 3xTF32's NaNs recomputed in f32 once every result is stored: the recomputation's loops,
       // inlined among the stores, kept ptxas from holding the accumulators in registers (hundreds
       // of bytes spilled)
       if (kExact && nan)
         each_result([&](float v, int64_t m, int col) {
-          if (v != v) out[col * taps + m] = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
+          if (v != v) at(m, col) = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
         });
     };
     switch (mine) {
@@ -645,9 +694,10 @@ __global__ void __launch_bounds__(kWtThreads, 1)
 #endif
 }
 
-void weight_ring_run(const float* x, const float* gy, float* out, const Geometry& g, const WeightRingPlan& plan,
-                     cudaStream_t stream) {
-  const WeightRingArgs args{x, gy, out, dims_of(g), g.groups, plan};
+// out, bias_out and split_stride as WeightRingArgs'.
+void weight_ring_run(const float* x, const float* gy, float* out, float* bias_out, int64_t split_stride,
+                     const Geometry& g, const WeightRingPlan& plan, cudaStream_t stream) {
+  const WeightRingArgs args{x, gy, out, bias_out, split_stride, dims_of(g), g.groups, plan};
   CUtensorMap map_x{}, map_gy{};
   if (plan.tma) {
     const Dims& d = args.d;
@@ -691,9 +741,19 @@ bool backward_weight_ring_applies(const Geometry& g, TensorMath math) {
   return weight_ring_plan_for(g, exact(math)).smem > 0;
 }
 
-int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math) {
-  const WeightRingPlan p = weight_ring_plan_for(g, exact(math));
-  return p.smem > 0 && p.splits > 1 ? p.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
+bool backward_weight_ring_takes_bias(const Geometry& g, TensorMath math) {
+  return weight_ring_plan_for(g, exact(math), false, true).smem > 0;
+}
+
+// Enough for the plan by TMA and the one by cp.async, whichever the operands' alignment picks: their
+// patches differ, and so may their blocks of taps and their splits.
+int64_t backward_weight_ring_workspace(const Geometry& g, TensorMath math, bool bias) {
+  int64_t need = 0;
+  for (const bool aligned : {false, true}) {
+    const WeightRingPlan p = weight_ring_plan_for(g, exact(math), aligned, bias);
+    if (p.smem > 0 && p.splits > 1) need = std::max(need, p.splits * g.o * ((g.c / g.groups) * g.kh * g.kw + bias));
+  }
+  return need;
 }
 
 bool backward_weight_ring_uses_tma(const float* x, const float* grad_y, const Geometry& g, TensorMath math) {
@@ -701,15 +761,23 @@ bool backward_weight_ring_uses_tma(const float* x, const float* grad_y, const Ge
 }
 
 void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, float* workspace, const Geometry& g,
-                          TensorMath math, cudaStream_t stream) {
-  const WeightRingPlan plan = weight_ring_plan_for(g, exact(math), tma_aligned(x, grad_y));
-  check_entry(plan.smem > 0, workspace, backward_weight_ring_workspace(g, math), "conv2d_backward_weight",
+                          TensorMath math, cudaStream_t stream, float* grad_b) {
+  const bool bias = grad_b != nullptr;
+  const WeightRingPlan plan = weight_ring_plan_for(g, exact(math), tma_aligned(x, grad_y), bias);
+  KILN_CHECK(!bias || plan.smem > 0, ValueError,
+             "cuda conv2d_backward_weight: version 6 (wgmma ring) takes the bias's gradient in 3xTF32 only, where the "
+             "taps leave a spare row (backward_weight_ring_takes_bias)");
+  check_entry(plan.smem > 0, workspace, backward_weight_ring_workspace(g, math, bias), "conv2d_backward_weight",
               "6 (wgmma ring)");
-  weight_ring_run(x, grad_y, plan.splits > 1 ? workspace : grad_w, g, plan, stream);
-  if (plan.splits > 1) {
-    sum_splits(workspace, grad_w, g.o * (g.c / g.groups) * g.kh * g.kw, plan.splits, stream);
-    KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
+  const int64_t weights = g.o * (g.c / g.groups) * g.kh * g.kw;
+  if (plan.splits == 1) {
+    weight_ring_run(x, grad_y, grad_w, grad_b, 0, g, plan, stream);
+    return;
   }
+  // each split's weights, then its biases; summed in one launch, the biases into grad_b
+  weight_ring_run(x, grad_y, workspace, workspace + weights, weights + (bias ? g.o : 0), g, plan, stream);
+  sum_splits(workspace, grad_w, weights + (bias ? g.o : 0), plan.splits, stream, grad_b, bias ? weights : -1);
+  KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
 }
 
 }  // namespace kiln::cuda::conv2d
