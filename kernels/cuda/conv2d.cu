@@ -1785,7 +1785,8 @@ bool backward_input_runs_cells(const TensorRef& grad_x, const conv2d::Geometry& 
 }  // namespace
 
 // Version 9 zeroes the gradient where x <= 0 as it stores it; elsewhere relu's gradient is a pass
-// of its own after the convolution's.
+// of its own after the convolution's (version 12 doing the same in its epilogue took longer than
+// the pass: kernels/cuda/NOTES.md).
 void CudaBackend::conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
                                              const TensorRef& grad_x, const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
