@@ -58,6 +58,11 @@ void bench_matmul(Bench& bench) {
                                                          {2048, 2048, 2048}, {2048, 2048, 2048, false, true},
                                                          {1024, 1024, 1024}, {1024, 1024, 1024, false, true},
                                                          {64, 128, 784}, {64, 10, 128}, {784, 128, 64},
+                                                         // the MNIST CNN's fc2 (128 -> 10) at batch 64 and 512:
+                                                         // forward, input and weight gradients
+                                                         {64, 10, 128, false, true}, {64, 128, 10},
+                                                         {10, 128, 64, true, false}, {512, 10, 128, false, true},
+                                                         {512, 128, 10}, {10, 128, 512, true, false},
                                                          // the MNIST CNN's fc1 (9216 -> 128) at batch 64
                                                          // and 512: forward, input and weight gradients
                                                          {64, 128, 9216, false, true}, {64, 9216, 128},
@@ -76,6 +81,7 @@ void bench_matmul(Bench& bench) {
   for (const Mnk& s : shapes) {
     const std::string shape = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
                               (s.trans_a ? " A^T" : "") + (s.trans_b ? " B^T" : "");
+    if (!bench.wants(shape)) continue;
     const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
     const float* A = bench.random_floats(s.m * s.k, 1);
     const float* B = bench.random_floats(s.k * s.n, 2);

@@ -154,7 +154,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(
           {"matmul", "conv", "wgmma", "softmax", "cross_entropy", "reduce", "dropout", "batch_norm", "optim"}))
       ->type_name("FAMILY");
-  app.add_option("--shape", shape, "conv and batch_norm: only the shapes whose label contains TEXT, e.g. 'conv2 x[512', '[128, 64'");
+  app.add_option("--shape", shape,
+                 "matmul, conv and batch_norm: only the shapes whose label contains TEXT, e.g. 'conv2 x[512', '[128, 64', "
+                 "'x10x'");
   app.add_flag("--quick", quick, "fewer shapes and shorter timings (a smoke run)");
   app.add_option("--json", json, "write the results to this JSON file")->type_name("FILE");
   if (std::optional<int> code = kiln::apps::parse_command_line(app, argc, argv)) return *code;

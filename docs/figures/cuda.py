@@ -616,6 +616,31 @@ def define(figure, table, runs):
                        if e["kernel"] in ("reduce_column_packs", "reduce_rows_warp")),
                    f"the step's reduce_column_packs and reduce_rows_warp kernels (ncu), CNN batch {batch}, f32, "
                    f"{when} tree, µs")
+    # ---- matmul 18 (dot products) for the tiny products, against f05f8db in one call
+    # (docs/runs/2026-11-29-h200-matmul-dots): the CNN's fc2 products by 18, 03 and 09 (the new
+    # tree's bench), epoch 2 (the first of two runs each) and the f32 CNN's step ----
+    dots = runs["2026-11-29-h200-matmul-dots"]
+    for shape, file, before in (("64x10x128 B^T", "x10x", "03"), ("512x10x128 B^T", "x10x", "03"),
+                                ("64x128x10", "x128x10", "03"), ("512x128x10", "x128x10", "03"),
+                                ("10x128x64 A^T", "10x128x", "03"), ("10x128x512 A^T", "10x128x", "09")):
+        tag = shape.replace(" ", "").replace("^", "")
+        for name, version in (("18", "18_dots"), (before, {"03": "03_smem_tiling", "09": "09_split_k"}[before])):
+            figure(f"cuda.matmul.dots.{tag}.{name}.us", dots,
+                   dots.kernel("matmul", version, shape, f"kernels-{file}.json")["ms"] * 1000,
+                   f"matmul {version} at {shape}, µs")
+    for when in ("old", "new"):
+        for model, file in (("b64", "b64"), ("b512", "b512"), ("mlp", "mlp")):
+            figure(f"cuda.matmul.dots.{model}.{when}.epoch2", dots,
+                   dots.epoch(f"train_{when}_{file}_1.jsonl", 2)["seconds"],
+                   f"mnist-train {'MLP batch 64' if model == 'mlp' else 'CNN batch ' + model[1:]}, f32, {when} tree "
+                   f"(H200): epoch 2, s")
+        summary = step_profile.summary(step_profile.kernels(dots.file(f"profile_{when}_b64.csv")))
+        figure(f"cuda.matmul.dots.step.b64.{when}.us", dots, summary["us_per_step"],
+               f"kernel time a step (ncu), CNN batch 64, f32, {when} tree, µs")
+        figure(f"cuda.matmul.dots.step.b64.{when}.fc2.us", dots,
+               sum(e["us_per_step"] for e in summary["kernels"]
+                   if e["kernel"] in ("matmul::smem_tiling_kernel", "matmul::dots_kernel")),
+               f"fc2's three products a step (ncu; 03 before, 18 after), CNN batch 64, f32, {when} tree, µs")
     for batch in (64, 512):
         summary = step_profile.summary(step_profile.kernels(train.file(f"profile_b{batch}.csv")))
         figure(f"cuda.conv2d.weight-tma.step.b{batch}.us", train, summary["us_per_step"],

@@ -48,6 +48,9 @@
 //   17_3xtf32_wgmma: 12's 3xTF32 on 13's kernel (in 13's file), the rows operand split in
 //     registers and B's tile in shared memory once it lands, 128 x 64 tiles, k split as 16 does
 //     where the tiles are few. Runs 12 on other GPUs.
+//   18_dots: tiny products (a C of thousands over a short k: the CNN's last layer): a few lanes a
+//     element of C, all their loads in flight at once, their sums added by shuffles in a fixed
+//     order; one launch and one round trip to memory where 03 walks k slice by slice.
 //
 // The production path (CudaBackend::matmul) picks by the number of 128 x 128 output tiles T:
 //   - T >= SMs / 4, f32 on an sm_90 GPU: 17, unless it would first pack an operand for a k under
@@ -75,6 +78,8 @@
 //     cp.async. (1024^3 has 64 tiles of 128 x 128 on 132 SMs and 07 on them still ran
 //     3x [fig cuda.matmul.07-over-03.1024] faster than 03, so they pay well before they fill every
 //     SM.)
+//   - else, a tiny product (m n k <= 2^20, each batch entry): 18 (the CNN's last layer; figures in
+//     18_dots.cu);
 //   - else, one batch entry and a split into S >= 4 chunks (split_k_splits: about two blocks per
 //     SM, chunks of >= 64, so k >= 256): 09, or in f32 on an sm_90 GPU with k >= 2048, 17 split
 //     into its own chunks (the CNN's fc1 at batch 512, 512 x 128 x 9216:
@@ -83,7 +88,7 @@
 //     the MLP's 64 x 128 x 784 stays on 09, 11.6 µs [fig cuda.matmul.x3.mlp-fc1.09.us] against 17's
 //     12.3 [fig cuda.matmul.x3.mlp-fc1.17.us]). Splitting pays when each of the few tiles would
 //     otherwise walk a long k alone; below 4 chunks the second launch costs about what it saves;
-//   - else 03 (small products: 784 x 128 x 64, 64 x 10 x 128).
+//   - else 03 (small products: 784 x 128 x 64).
 // f64 always runs 03. bf16 runs 16 on long, thin products (a few tiles, k >= 2048) on an sm_90
 // GPU, else 15 there (but for a misaligned operand with k < 256), else 09 on a few tiles, else 14
 // (the reasons, with their figures: CudaBackend::matmul). The SM count is asked once per device
@@ -112,6 +117,9 @@ namespace kiln::cuda {
 
 namespace matmul {
 
+// Products of at most this many multiply-adds (each batch entry) that few tiles cover run 18.
+constexpr int64_t kTinyProduct = int64_t{1} << 20;
+
 std::span<const NamedVersion> versions() {
   static const NamedVersion all[] = {
       {"01_naive", naive, false},           {"02_coalesced", coalesced, false},
@@ -125,6 +133,7 @@ std::span<const NamedVersion> versions() {
       {"13_tf32_wgmma_128x128", tf32_wgmma_128x128, true},
       {"13_tf32_wgmma_128x64", tf32_wgmma_128x64, true},
       {"17_3xtf32_wgmma", tf32x3_wgmma, false},
+      {"18_dots", dots, false},
   };
   return all;
 }
@@ -231,8 +240,9 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
       return run_17(1);
     return p.k >= 256 ? matmul::split_tf32x3(p, A, B, C, e, stream_) : matmul::warptile(p, A, B, C, e, stream_);
   }
-  // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it). A long
-  // k goes to 17 split into chunks on an sm_90 GPU, as bf16's goes to 16.
+  // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it). A tiny
+  // product goes to 18, a long k to 17 split into chunks on an sm_90 GPU, as bf16's goes to 16.
+  if (p.m * p.n * p.k <= matmul::kTinyProduct) return matmul::dots(p, A, B, C, e, stream_);
   if (splits >= 4 && p.k >= 2048 && matmul::tf32_wgmma_applies(p, device_))
     return run_17(matmul::tf32x3_wgmma_splits(p, A, B, sms));
   if (splits >= 4) return split_k(A, B, C, e);

@@ -117,6 +117,11 @@ void tf32x3_wgmma_run(const MatmulParams& p, const float* a, const float* b, flo
                       const DeviceEpilogue<float>& e, int64_t splits, void* workspace, cudaStream_t stream);
 void tf32x3_wgmma(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
                   cudaStream_t stream);
+// 18: L lanes a element of C (L the power of two that leaves each lane at most 4 of k's pairs),
+// every load of a round in flight at once, the lanes' sums added by shuffles in a fixed order:
+// tiny products (a C of thousands over a short k) in one launch and one round trip to memory.
+void dots(const MatmulParams& p, const float* a, const float* b, float* c, const DeviceEpilogue<float>& e,
+          cudaStream_t stream);
 // 09's second kernel: c[i][j] = epilogue(sum over s, in order, of partials[s][i][j]), rounded
 // once to C's type; partials [splits, m, n].
 void split_k_reduce(const float* partials, bf16* c, int64_t m, int64_t n, int64_t splits,
