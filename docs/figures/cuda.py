@@ -628,6 +628,11 @@ def define(figure, table, runs):
             figure(f"cuda.matmul.dots.{tag}.{name}.us", dots,
                    dots.kernel("matmul", version, shape, f"kernels-{file}.json")["ms"] * 1000,
                    f"matmul {version} at {shape}, µs")
+    final = runs["2026-11-29-h200-review-final"]  # the same products again, the reviewed tree, another call
+    for name, version in (("18", "18_dots"), ("03", "03_smem_tiling")):
+        figure(f"cuda.matmul.dots.final.64x10x128BT.{name}.us", final,
+               final.kernel("matmul", version, "64x10x128 B^T", "kernels-matmul-x10x.json")["ms"] * 1000,
+               f"matmul {version} at 64x10x128 B^T, the reviewed tree (another call), µs")
     for when in ("old", "new"):
         for model, file in (("b64", "b64"), ("b512", "b512"), ("mlp", "mlp")):
             figure(f"cuda.matmul.dots.{model}.{when}.epoch2", dots,

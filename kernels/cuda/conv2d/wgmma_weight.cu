@@ -765,8 +765,8 @@ void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, fl
   const bool bias = grad_b != nullptr;
   const WeightRingPlan plan = weight_ring_plan_for(g, exact(math), tma_aligned(x, grad_y), bias);
   KILN_CHECK(!bias || plan.smem > 0, ValueError,
-             "cuda conv2d_backward_weight: version 6 (wgmma ring) takes the bias's gradient in 3xTF32 only, where the "
-             "taps leave a spare row (backward_weight_ring_takes_bias)");
+             "cuda conv2d_backward_weight: version 6 (wgmma ring) does not take the bias's gradient here: it does in "
+             "3xTF32, where the taps leave a spare row and the plan fits (backward_weight_ring_takes_bias)");
   check_entry(plan.smem > 0, workspace, backward_weight_ring_workspace(g, math, bias), "conv2d_backward_weight",
               "6 (wgmma ring)");
   const int64_t weights = g.o * (g.c / g.groups) * g.kh * g.kw;

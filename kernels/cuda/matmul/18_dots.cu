@@ -20,6 +20,9 @@
 //   512 x 128 x 10                              4.694 [fig cuda.matmul.dots.512x128x10.18.us], 03 4.407 [fig cuda.matmul.dots.512x128x10.03.us]
 //   10 x 128 x 64 A^T (its weight gradient)     3.433 [fig cuda.matmul.dots.10x128x64AT.18.us], 03 5.64 [fig cuda.matmul.dots.10x128x64AT.03.us]
 //   10 x 128 x 512 A^T                          7.32 [fig cuda.matmul.dots.10x128x512AT.18.us], 09 8.923 [fig cuda.matmul.dots.10x128x512AT.09.us]
+// A second call on the reviewed tree (docs/runs/2026-11-29-h200-review-final) found every small
+// product about a microsecond slower, 03's too: 4.8 µs [fig cuda.matmul.dots.final.64x10x128BT.18.us]
+// against 9.7 [fig cuda.matmul.dots.final.64x10x128BT.03.us] at 64 x 10 x 128 B^T.
 // A product whose k is 10 gives 03 a single slice, and there 18 gains little (and loses a little at
 // 512 x 128 x 10, where its four lanes an element read four rows of B apart). In the f32 CNN's step
 // at batch 64 (ncu, against the tree before, one call) fc2's three products went from
@@ -40,7 +43,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kPairsPerLane = 4;
 
-// A block's 256 / L elements of C as a tile of TM x TN (TN the columns, a power of two up to n).
+// A block's 256 / L elements of C as a tile of TM x TN: TN columns, the smallest power of two that
+// covers n (at most 256 / L), and TM rows.
 struct DotsShape {
   int lanes, tm, tn;
 };
