@@ -601,16 +601,26 @@ def define(figure, table, runs):
                    wb.kernel("conv2d", version, shape, f"kernels-conv2-b{batch}.json")["ms"] * 1000,
                    f"conv2d {version} at {shape}, µs")
     import step_profile
+
+    def old_new_training(key, run, steps=(64, 512), kernels=True):
+        """KEY.cnn.bB.WHEN.epoch2 (batch 64 and 512) and, at the batches `steps`, KEY.step.bB.WHEN.us (and
+        .kernels): mnist-train's f32 CNN before and after a change in one call (train_WHEN_bB_1.jsonl, the
+        first of two runs each; profile_WHEN_bB.csv, ncu)."""
+        for when in ("old", "new"):
+            for batch in (64, 512):
+                figure(f"{key}.cnn.b{batch}.{when}.epoch2", run, run.epoch(f"train_{when}_b{batch}_1.jsonl", 2)["seconds"],
+                       f"mnist-train CNN batch {batch}, f32, {when} tree (H200): epoch 2, s")
+            for batch in steps:
+                summary = step_profile.summary(step_profile.kernels(run.file(f"profile_{when}_b{batch}.csv")))
+                figure(f"{key}.step.b{batch}.{when}.us", run, summary["us_per_step"],
+                       f"kernel time a step (ncu), CNN batch {batch}, f32, {when} tree, µs")
+                if kernels:
+                    figure(f"{key}.step.b{batch}.{when}.kernels", run, summary["kernels_per_step"],
+                           f"kernels a step (ncu), CNN batch {batch}, f32, {when} tree")
+    old_new_training("cuda.conv2d.weight-bias", wb)
     for when in ("old", "new"):
         for batch in (64, 512):
-            figure(f"cuda.conv2d.weight-bias.cnn.b{batch}.{when}.epoch2", wb,
-                   wb.epoch(f"train_{when}_b{batch}_1.jsonl", 2)["seconds"],
-                   f"mnist-train CNN batch {batch}, f32, {when} tree (H200): epoch 2, s")
             summary = step_profile.summary(step_profile.kernels(wb.file(f"profile_{when}_b{batch}.csv")))
-            figure(f"cuda.conv2d.weight-bias.step.b{batch}.{when}.us", wb, summary["us_per_step"],
-                   f"kernel time a step (ncu), CNN batch {batch}, f32, {when} tree, µs")
-            figure(f"cuda.conv2d.weight-bias.step.b{batch}.{when}.kernels", wb, summary["kernels_per_step"],
-                   f"kernels a step (ncu), CNN batch {batch}, f32, {when} tree")
             figure(f"cuda.conv2d.weight-bias.step.b{batch}.{when}.sums.us", wb,
                    sum(e["us_per_step"] for e in summary["kernels"]
                        if e["kernel"] in ("reduce_column_packs", "reduce_rows_warp")),
@@ -709,3 +719,15 @@ def define(figure, table, runs):
         figure(f"cuda.conv2d.rows.conv1-b{batch}.bwd-weight-bf16.before.us", kb,
                kb.kernel("conv2d", "bwd-weight production (BF16)", shape)["ms"] * 1000,
                f"conv2d bwd-weight production (BF16) at {shape}, before the split sums in tiles, µs")
+    # ---- 3xTF32's NaN recomputation out of line (matmul 12 and 17, backward weight 6), against c31ab59
+    # in one call (docs/runs/2026-11-29-h200-nan-out-of-line): the CNN's fc1 products, epoch 2 (the
+    # first of two runs each) and the f32 CNN's step at batch 64 ----
+    ool = runs["2026-11-29-h200-nan-out-of-line"]
+    for tag, shape, file, version in (("fc1-b64.17", "64x128x9216 B^T", "x128x9216", "17_3xtf32_wgmma"),
+                                      ("dx-b64.17", "64x9216x128", "x9216x", "17_3xtf32_wgmma"),
+                                      ("dw-b64.12", "9216x128x64 A^T", "9216x128x", "12_3xtf32")):
+        for when in ("old", "new"):
+            figure(f"cuda.matmul.nan-out-of-line.{tag}.{when}.us", ool,
+                   ool.kernel("matmul", version, shape, f"k_{when}_{file}.json")["ms"] * 1000,
+                   f"matmul {version} at {shape}, {when} tree (H200), µs")
+    old_new_training("cuda.matmul.nan-out-of-line", ool, steps=(64,), kernels=False)

@@ -367,16 +367,28 @@ struct AsComputed {
 // The 3xTF32 versions' finish (12, 17): C(i, j) summed again in plain f32 over k in [k0, k1) where
 // it came out NaN. An infinite input splits into inf and inf - inf = NaN, so the split products
 // give NaN where f32 gives inf; the f32 sum gives inf, or NaN where f32 does too. Finite data
-// never takes this path.
+// never takes this path. The sum is out of line: a store of unrolled tiles checks every element,
+// and the loop inlined at each check made 17's kernel 19,808 instructions (4,560 now), whose
+// blocks, each walking a short chunk of k once, spent most of their time fetching instructions
+// (Nsight Compute, kernels/cuda/NOTES.md). Out of line, against the inlined loop in one call
+// (H200, docs/runs/2026-11-29-h200-nan-out-of-line): 17 at the CNN's fc1, batch 64 (64x128x9216
+// B^T), 15.0 [fig cuda.matmul.nan-out-of-line.fc1-b64.17.old.us] -> 13.5 µs [fig cuda.matmul.nan-out-of-line.fc1-b64.17.new.us],
+// its input gradient 9.8 [fig cuda.matmul.nan-out-of-line.dx-b64.17.old.us] -> 9.3 [fig cuda.matmul.nan-out-of-line.dx-b64.17.new.us],
+// 12 at its weight gradient (9216x128x64 A^T) 20.4 [fig cuda.matmul.nan-out-of-line.dw-b64.12.old.us]
+// -> 10.5 [fig cuda.matmul.nan-out-of-line.dw-b64.12.new.us]; the f32 CNN's step at batch 64
+// 281.4 [fig cuda.matmul.nan-out-of-line.step.b64.old.us] -> 270.6 µs [fig cuda.matmul.nan-out-of-line.step.b64.new.us]
+// of kernel time, epoch 2 0.237 [fig cuda.matmul.nan-out-of-line.cnn.b64.old.epoch2] -> 0.221 s [fig cuda.matmul.nan-out-of-line.cnn.b64.new.epoch2]
+// (batch 512: 0.115 [fig cuda.matmul.nan-out-of-line.cnn.b512.old.epoch2] -> 0.115 s [fig cuda.matmul.nan-out-of-line.cnn.b512.new.epoch2]).
+__device__ __noinline__ inline float dot_f32(const Panel<float>& a, const Panel<float>& b, int64_t k0, int64_t k1, int64_t i,
+                                             int64_t j) {
+  float sum = 0;
+  for (int64_t p = k0; p < k1; ++p) sum = fmaf(a.get(p, i), b.get(p, j), sum);
+  return sum;
+}
 struct RecomputeNan {
   Panel<float> a, b;
   int64_t k0, k1;
-  __device__ float operator()(float v, int64_t i, int64_t j) const {
-    if (v == v) return v;
-    float sum = 0;
-    for (int64_t p = k0; p < k1; ++p) sum = fmaf(a.get(p, i), b.get(p, j), sum);
-    return sum;
-  }
+  __device__ float operator()(float v, int64_t i, int64_t j) const { return v == v ? v : dot_f32(a, b, k0, k1, i, j); }
 };
 // Two neighbouring elements of C in one store (j even, and Args::vec_c: the row's pairs aligned).
 __device__ inline void store_pair(float* p, float v0, float v1) { *reinterpret_cast<float2*>(p) = make_float2(v0, v1); }
