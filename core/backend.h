@@ -282,15 +282,27 @@ class Backend {
   // By default those two passes; a backend may zero grad_x in the kernel that writes it (CUDA).
   virtual void conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
                                           const TensorRef& grad_x, const Conv2dParams& p);
+  // Whether conv2d_backward_input_relu zeroes grad_x in the kernel that writes it for these
+  // operands (relu_x has grad_x's shape and dtype), rather than in a pass of its own. Where it does
+  // not, autograd leaves relu's gradient to the node that made relu_x, whose own kernels may take
+  // it (conv2d_backward_weight_and_bias's relu_y). By default no.
+  virtual bool conv2d_backward_input_relu_fused(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
+                                                const Conv2dParams& p) const {
+    (void)grad_y, (void)w, (void)relu_x, (void)p;
+    return false;
+  }
   virtual void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y,
                                       const TensorRef& grad_w, const Conv2dParams& p) = 0;
   // The weight's gradient and the bias's, grad_b [O] = grad_y summed over images and pixels, from
   // one pass over grad_y, where the backend has a kernel that does both for this geometry (CUDA:
-  // a first layer's). Returns false, having written nothing, where it has none: the caller then
-  // sums grad_y itself. By default none.
+  // a first layer's). Where relu_y is defined (grad_y's shape and dtype, both contiguous), grad_y is
+  // first taken back through the relu whose output is relu_y, as unary_backward(relu, relu_y,
+  // grad_y) would (0 where relu_y <= 0). Returns false, having written nothing, where it has no
+  // such kernel: the caller then masks and sums grad_y itself. By default none.
   virtual bool conv2d_backward_weight_and_bias(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
-                                               const TensorRef& grad_b, const Conv2dParams& p) {
-    (void)x, (void)grad_y, (void)grad_w, (void)grad_b, (void)p;
+                                               const TensorRef& grad_b, const Conv2dParams& p,
+                                               const TensorRef& relu_y) {
+    (void)x, (void)grad_y, (void)grad_w, (void)grad_b, (void)p, (void)relu_y;
     return false;
   }
 

@@ -236,17 +236,21 @@ inline void conv2d_bias_relu_cases(const Run& r, const std::vector<ConvLayer>& l
     for (const Take& t : r.takes) {
       Tensor x = quarters(xs, t.dtype), w = quarters(ws, t.dtype), b = quarters({ws[0]}, t.dtype);
       const std::string what = "conv2d + bias + relu " + xs.str() + " " + ws.str() + " " + std::string(dtype_name(t.dtype));
-      Tensor out[2], gw[2];
+      Tensor out[2], gw[2], gb[2];
+      // x wants no gradient (a first layer): the weight's and the bias's gradients may take relu's
+      // in the same kernel (Backend::conv2d_backward_weight_and_bias's relu_y)
       for (int side = 0; side < 2; ++side) {
         const Device on = side ? r.device : Device::cpu();
-        Tensor wd = w.detach().to(on).requires_grad_();
-        out[side] = conv2d(x.to(on), wd, b.to(on), {}, Activation::relu);
+        Tensor wd = w.detach().to(on).requires_grad_(), bd = b.detach().to(on).requires_grad_();
+        out[side] = conv2d(x.to(on), wd, bd, {}, Activation::relu);
         sum(out[side]).backward();
-        gw[side] = wd.grad();
+        gw[side] = wd.grad(), gb[side] = bd.grad();
       }
-      // atol: 17 terms' worth for the output; the weight's gradient sums N*H*W of them
+      // atol: 17 terms' worth for the output; the weight's and the bias's gradients sum N*H*W of them
+      const Tol sums = t.tol.atol_times(10 * std::sqrt(static_cast<double>(xs.numel() / xs[1])));
       r.check(out[1], out[0], t.tol.atol_times(17), what);
-      r.check(gw[1], gw[0], t.tol.atol_times(10 * std::sqrt(static_cast<double>(xs.numel() / xs[1]))), what + " grad w");
+      r.check(gw[1], gw[0], sums, what + " grad w");
+      r.check(gb[1], gb[0], sums, what + " grad b");
     }
 }
 

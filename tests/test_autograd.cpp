@@ -139,8 +139,12 @@ TEST_CASE("relu's gradient is applied once: by the op after it where that op fol
     return seen.masked;
   };
   CHECK(masked([&](const Tensor& y) { return max_pool2d(y, k2); }));
-  CHECK(masked([&](const Tensor& y) { return conv2d(y, w, {}, {}); }));
-  CHECK(masked([&](const Tensor& y) { return max_pool2d(y, k2).sum() + conv2d(y, w, {}, {}).sum(); }));
+  // a convolution folds it only where the backend's input-gradient kernel does (CUDA's bf16
+  // version 9), not on the CPU: there the node masks (or hands it to its own weight kernel)
+  CHECK_FALSE(masked([&](const Tensor& y) { return conv2d(y, w, {}, {}); }));
+  CHECK_FALSE(masked([&](const Tensor& y) { return max_pool2d(y, k2).sum() + conv2d(y, w, {}, {}).sum(); }));
+  // two consumers that both fold it
+  CHECK(masked([&](const Tensor& y) { return max_pool2d(y, k2).sum() + max_pool2d(y, {.kernel = {3, 3}}).sum(); }));
   Generator gen(12);
   CHECK(masked([&](const Tensor& y) { return dropout(y, 0.5, true, &gen); }));
   // a consumer that does not fold it: the node masks the sum (masking twice is masking once)

@@ -45,13 +45,21 @@ Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, const Co
 }
 
 // The weight's and the bias's gradients from one pass over grad_y where the backend has a kernel
-// for it (Backend::conv2d_backward_weight_and_bias), else conv2d_backward_weight and a sum.
+// for it (Backend::conv2d_backward_weight_and_bias), else conv2d_backward_weight and a sum. Where
+// relu_y is defined, grad_y is the gradient of that relu's output, taken back through it by the
+// same kernel where the backend has one, else by a pass of its own first.
 std::pair<Tensor, Tensor> weight_and_bias_grads(const Tensor& x, const Tensor& grad_y, const Shape& weight_shape,
-                                                const Conv2dConfig& config) {
+                                                const Conv2dConfig& config, const Tensor& relu_y = {}) {
   Tensor xc = x.contiguous(), g = grad_y.contiguous();
   Tensor grad_w = empty_as(weight_shape, g), grad_b = empty_as({weight_shape[0]}, g);
   Backend& be = g.backend();
-  if (!be.conv2d_backward_weight_and_bias(xc.ref(), g.ref(), grad_w.ref(), grad_b.ref(), conv_params(config))) {
+  if (relu_y.defined()) {
+    const Tensor r = relu_y.contiguous();
+    if (be.conv2d_backward_weight_and_bias(xc.ref(), g.ref(), grad_w.ref(), grad_b.ref(), conv_params(config), r.ref()))
+      return {grad_w, grad_b};
+    g = relu_backward(r, g);
+  }
+  if (!be.conv2d_backward_weight_and_bias(xc.ref(), g.ref(), grad_w.ref(), grad_b.ref(), conv_params(config), {})) {
     g.backend().conv2d_backward_weight(xc.ref(), g.ref(), grad_w.ref(), conv_params(config));
     grad_b = sum(g, {0, 2, 3});
   }
@@ -83,15 +91,24 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   if (autograd::is_recording({x, weight, bias})) {
     // the gradient before the activation (read from y, kept only then), then the two backward
     // kernels (x read for the weight's gradient, the weight for x's) and the bias's sum; x's
-    // gradient taken back through the relu that made x, when one did and x is kept anyway
+    // gradient taken back through the relu that made x, when one did, x is kept anyway and the
+    // backend does it in the kernel that writes x's gradient. A first layer (no gradient for x)
+    // hands its relu's gradient to the weight's kernel, which may take it as it reads.
     Saves saved;
     auto gradient = [x = saved(for_grad_of(weight, xc)), w = saved(for_grad_of(x, wc)), x_shape = x.shape(),
                      w_shape = weight.shape(), has_bias = bias.defined(), config, activation,
                      y = saved(activation == Activation::none ? Tensor() : y)](const Tensor& g,
                                                                                Needed& need) -> Grads {
+      const bool relu_to_weight =
+          activation == Activation::relu && !need.grad_masked() && !need[0] && need[1] && has_bias && need[2];
+      if (relu_to_weight) {
+        auto [gw, gb] = weight_and_bias_grads(x, g, w_shape, config, y);
+        return {Tensor(), gw, gb};
+      }
       const Tensor gz = detail::before_activation(activation, y, g, need);
       Tensor gx;
-      if (need[0] && x.defined() && need.may_mask_relu(0)) {
+      if (need[0] && x.defined() && need.may_mask_relu(0) &&
+          gz.backend().conv2d_backward_input_relu_fused(gz.ref(), w.ref(), x.ref(), conv_params(config))) {
         gx = conv2d_backward_input(gz, w, x_shape, config, x);
         need.masked_relu(0);
       } else if (need[0]) {

@@ -179,9 +179,6 @@ def define(figure, table, runs):
            "matmul at 4096^3: 12_3xtf32's speed over 07_warptile's")
     figure("cuda.matmul.12-over-07.1024", h100, speedup("matmul", "12_3xtf32", "07_warptile", "1024x1024x1024"),
            "matmul at 1024^3: 12_3xtf32's speed over 07_warptile's")
-    for key, shape in [("9216x128x64At", "9216x128x64 A^T"), ("64x9216x128", "64x9216x128")]:
-        figure(f"cuda.matmul.07-over-12.{key}", h100, speedup("matmul", "07_warptile", "12_3xtf32", shape),
-               f"matmul {shape} (k of 64 or 128, enough tiles for 12): 07_warptile's speed over 12_3xtf32's")
     figure("cuda.matmul.07-over-03.1024", h100, speedup("matmul", "07_warptile", "03_smem_tiling", "1024x1024x1024"),
            "matmul at 1024^3 (64 tiles of 128 x 128): 07_warptile's speed over 03_smem_tiling's")
 
@@ -679,12 +676,12 @@ def define(figure, table, runs):
     # (docs/runs/2026-11-28-h200-3xtf32-wgmma), and mnist-train's f32 epochs with it in production ----
     x3 = runs["2026-11-28-h200-3xtf32-regs"]
     x3_shapes = {"4096": "4096x4096x4096", "4096Bt": "4096x4096x4096 B^T", "fc1-b64": "64x128x9216 B^T",
-                 "dx-b64": "64x9216x128", "dw-b64": "9216x128x64 A^T", "fc1-b512": "512x128x9216 B^T",
+                 "dx-b64": "64x9216x128", "fc1-b512": "512x128x9216 B^T",
                  "dx-b512": "512x9216x128", "dw-b512": "9216x128x512 A^T", "mlp-fc1": "64x128x784"}
     x3_versions = {"17": "17_3xtf32_wgmma", "12": "12_3xtf32", "07": "07_warptile", "09": "09_split_k",
                    "cublas-fp32": "cuBLAS SGEMM"}
     for tag, names in (("4096", "17 12 cublas-fp32"), ("4096Bt", "17 cublas-fp32"), ("fc1-b64", "17 09"),
-                       ("dx-b64", "17 cublas-fp32"), ("dw-b64", "17 07"), ("fc1-b512", "17 09 cublas-fp32"),
+                       ("dx-b64", "17 cublas-fp32"), ("fc1-b512", "17 09 cublas-fp32"),
                        ("dx-b512", "17 07"), ("dw-b512", "17 12"), ("mlp-fc1", "17 09")):
         shape = x3_shapes[tag]
         for name in names.split():
@@ -723,6 +720,13 @@ def define(figure, table, runs):
     # in one call (docs/runs/2026-11-29-h200-nan-out-of-line): the CNN's fc1 products, epoch 2 (the
     # first of two runs each) and the f32 CNN's step at batch 64 ----
     ool = runs["2026-11-29-h200-nan-out-of-line"]
+    for tag, shape, file, version in (("dw-b64.07", "9216x128x64 A^T", "9216x128x", "07_warptile"),
+                                      ("dw-b64.17", "9216x128x64 A^T", "9216x128x", "17_3xtf32_wgmma"),
+                                      ("dx-b64.07", "64x9216x128", "x9216x", "07_warptile"),
+                                      ("dx-b64.12", "64x9216x128", "x9216x", "12_3xtf32")):
+        figure(f"cuda.matmul.nan-out-of-line.{tag}.new.us", ool,
+               ool.kernel("matmul", version, shape, f"k_new_{file}.json")["ms"] * 1000,
+               f"matmul {version} at {shape}, new tree (H200), µs")
     for tag, shape, file, version in (("fc1-b64.17", "64x128x9216 B^T", "x128x9216", "17_3xtf32_wgmma"),
                                       ("dx-b64.17", "64x9216x128", "x9216x", "17_3xtf32_wgmma"),
                                       ("dw-b64.12", "9216x128x64 A^T", "9216x128x", "12_3xtf32")):
@@ -731,3 +735,28 @@ def define(figure, table, runs):
                    ool.kernel("matmul", version, shape, f"k_{when}_{file}.json")["ms"] * 1000,
                    f"matmul {version} at {shape}, {when} tree (H200), µs")
     old_new_training("cuda.matmul.nan-out-of-line", ool, steps=(64,), kernels=False)
+    # ---- a first layer's relu gradient read by its weight kernel (version 5), against 28559a8 in one
+    # call (docs/runs/2026-11-29-h200-relu-weight): the f32 CNN's step under ncu ----
+    rw = runs["2026-11-29-h200-relu-weight"]
+
+    def step_kernels(when, batch):
+        summary = step_profile.summary(step_profile.kernels(rw.file(f"profile_{when}_b{batch}.csv")))
+        return summary, {e["kernel"]: e["us_per_step"] for e in summary["kernels"]}
+    for batch in (64, 512):
+        old, old_k = step_kernels("old", batch)
+        new, new_k = step_kernels("new", batch)
+        figure(f"cuda.conv2d.relu-weight.b{batch}.old.unary.us", rw, old_k["map_vec_kernel (UnaryGrad)"],
+               f"relu's gradient as a pass (map_vec UnaryGrad) a step, CNN batch {batch}, f32, before, µs")
+        window = "conv2d::backward_weight_window_kernel"
+        if batch == 512:
+            figure("cuda.conv2d.relu-weight.b512.old.window.us", rw, old_k[window],
+                   "conv1's weight gradient (version 5's window kernel) a step, CNN batch 512, f32, before, µs")
+            figure("cuda.conv2d.relu-weight.b512.new.window.us", rw, new_k[window],
+                   "the same, reading relu's output beside grad_y, µs")
+            figure("cuda.conv2d.relu-weight.b512.old.step.us", rw, old["us_per_step"],
+                   "kernel time a step (ncu), CNN batch 512, f32, before, µs")
+            figure("cuda.conv2d.relu-weight.b512.new.step.us", rw, new["us_per_step"],
+                   "kernel time a step (ncu), CNN batch 512, f32, relu's gradient in the weight kernel, µs")
+        else:
+            figure("cuda.conv2d.relu-weight.b64.window-more.us", rw, new_k[window] - old_k[window],
+                   "what reading relu's output added to conv1's weight gradient kernel a step, CNN batch 64, f32, µs")

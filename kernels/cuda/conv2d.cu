@@ -385,6 +385,18 @@ void launch_gemm_tc(const P& p, int64_t groups, int64_t splits, int64_t k_per_sp
 // reads the same input rows but the first, moved up a row, and one new row: KW shared loads per
 // channel where the taps kernel makes KH*KW. The taps kernel, for the rest: lanes on neighbouring
 // pixels of the band, every tap loaded at every pixel.
+//
+// A first layer's relu: grad_y reaches a first layer as the gradient of its relu's output, which
+// the layer above (conv2's backward input, version 12 in f32) does not mask (it would cost more
+// than a pass: kernels/cuda/NOTES.md). Given relu_y, both kernels read it beside grad_y and take
+// grad_y as 0 where relu_y <= 0, and the pass over the whole gradient that did it before is gone.
+// The f32 CNN's step, one call against the pass (H200, ncu, docs/runs/2026-11-29-h200-relu-weight):
+// at batch 512 the pass's 30.5 µs [fig cuda.conv2d.relu-weight.b512.old.unary.us] went and the
+// window kernel went from 51.0 [fig cuda.conv2d.relu-weight.b512.old.window.us] to
+// 64.7 [fig cuda.conv2d.relu-weight.b512.new.window.us], the step's kernel time from
+// 996.2 [fig cuda.conv2d.relu-weight.b512.old.step.us] to 973.2 µs [fig cuda.conv2d.relu-weight.b512.new.step.us];
+// at batch 64 6.2 [fig cuda.conv2d.relu-weight.b64.old.unary.us] went and the window took
+// 2.7 µs [fig cuda.conv2d.relu-weight.b64.window-more.us] more.
 constexpr int kRowsWeightTaps = 32, kRowsWeightWarps = 8, kRowsWeightUnroll = 4, kRowsWeightSplits = 256;
 constexpr int kWindowRowsAhead = 8;  // grad_y loads a lane has in flight on its walk down a column
 constexpr int64_t kRowsWeightSmem = 48 * 1024;
@@ -455,6 +467,15 @@ __device__ void store_weight_partials(const C (&acc)[kTaps], C acc_bias, C* part
   }
 }
 
+// grad_y's element i, taken back through the relu whose output is relu where relu is not null: 0
+// where relu[i] <= 0, as unary_backward(relu) makes it (a NaN in relu passes grad_y).
+template <class T>
+__device__ inline compute_t<T> grad_through(const T* gy, const T* relu, int64_t i) {
+  using C = compute_t<T>;
+  const C v = cast<C>(gy[i]);
+  return relu != nullptr && cast<C>(relu[i]) <= C(0) ? C(0) : v;
+}
+
 // What both kernels start from: the block's band, its input rows in the patch (the block's shared
 // memory, [images][C/G][rows][cols]), and this warp's output channel o, -1 past O/G (the warp has
 // nothing to sum).
@@ -479,6 +500,7 @@ __device__ BandStart<T> weight_band_start(const T* x, const Dims& d, const RowsW
 // loads in flight at once, each pixel's K taps read from the patch.
 template <class T, int kTaps>
 __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_kernel(const T* x, const T* gy,
+                                                                                     const T* relu,
                                                                                      compute_t<T>* partials, bool bias,
                                                                                      Dims d, RowsWeightPlan plan) {
   using C = compute_t<T>;
@@ -500,7 +522,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
   const int pixels = b.band_rows * static_cast<int>(d.ow), ow = static_cast<int>(d.ow), row_step = d.sh * plan.cols;
   const float inv_ow = 1.0f / static_cast<float>(d.ow);
   for (int img = 0; img < b.images; ++img) {
-    const T* gp = gy + ((b.img0 + img) * d.o + b.g * d.og + o) * d.ohw + int64_t{b.oy0} * ow;
+    const int64_t gp = ((b.img0 + img) * d.o + b.g * d.og + o) * d.ohw + int64_t{b.oy0} * ow;
     const C* pp = patch + img * per_image;
     for (int p0 = lane; p0 < pixels; p0 += 32 * kRowsWeightUnroll) {
       C gv[kRowsWeightUnroll];
@@ -508,7 +530,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
 #pragma unroll
       for (int u = 0; u < kRowsWeightUnroll; ++u) {  // past the band: the last pixel, times 0
         const int p = p0 + 32 * u, q = min(p, pixels - 1), r = div_small(q, inv_ow);
-        const C v = cast<C>(gp[q]);
+        const C v = grad_through(gy, relu, gp + q);
         gv[u] = p < pixels ? v : C(0);
         at[u] = r * row_step + (q - r * ow) * d.sw;
       }
@@ -530,6 +552,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
 // coalesced and the patch's rows without bank conflicts.
 template <class T, int kC, int kKH, int kKW>
 __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_kernel(const T* x, const T* gy,
+                                                                                       const T* relu,
                                                                                        compute_t<T>* partials, bool bias,
                                                                                        Dims d, RowsWeightPlan plan) {
   using C = compute_t<T>;
@@ -543,7 +566,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
   C acc[kTaps] = {}, acc_bias = 0;  // channels past C/G: sums of zeros, never written
   for (int j = lane; j < b.images * ow; j += 32) {
     const int img = div_small(j, inv_ow), ox = j - img * ow;
-    const T* gp = gy + ((b.img0 + img) * d.o + b.g * d.og + o) * d.ohw + int64_t{b.oy0} * ow + ox;
+    const int64_t gp = ((b.img0 + img) * d.o + b.g * d.og + o) * d.ohw + int64_t{b.oy0} * ow + ox;
     const C* pp = patch + img * per_image + ox * d.sw;  // output row y's tap (c, ky, kx):
     auto tap = [&](int c, int row, int kx) {            //   pp[c * plane + y * row_step + ky * tap_row + kx * dw]
       return c < cg ? pp[c * plane + row + kx * d.dw] : C(0);
@@ -578,11 +601,11 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
     for (; y + kWindowRowsAhead <= b.band_rows; y += kWindowRowsAhead) {
       C gv[kWindowRowsAhead];
 #pragma unroll
-      for (int u = 0; u < kWindowRowsAhead; ++u) gv[u] = cast<C>(gp[(y + u) * ow]);
+      for (int u = 0; u < kWindowRowsAhead; ++u) gv[u] = grad_through(gy, relu, gp + (y + u) * ow);
 #pragma unroll
       for (int u = 0; u < kWindowRowsAhead; ++u) step(y + u, gv[u]);
     }
-    for (; y < b.band_rows; ++y) step(y, cast<C>(gp[y * ow]));
+    for (; y < b.band_rows; ++y) step(y, grad_through(gy, relu, gp + y * ow));
   }
   store_weight_partials(acc, acc_bias, partials, bias, d, b.g, o, cg * kKH * kKW);
 }
@@ -1146,7 +1169,7 @@ int64_t backward_weight_rows_workspace(const Geometry& g) {
 
 template <class T>
 void backward_weight_rows(const T* x, const T* grad_y, T* grad_w, void* workspace, const Geometry& g,
-                          cudaStream_t stream, T* grad_b) {
+                          cudaStream_t stream, T* grad_b, const T* relu_y) {
   using C = compute_t<T>;
   const RowsWeightPlan plan = rows_weight_plan(g, sizeof(C));
   const Dims d = dims_of(g);
@@ -1166,7 +1189,7 @@ void backward_weight_rows(const T* x, const T* grad_y, T* grad_w, void* workspac
   // dilation; the taps kernel for the rest
   const bool slides = d.sh == d.dh;
   auto launch = [&](auto kernel) {
-    kernel<<<grid, 32 * kRowsWeightWarps, plan.smem, stream>>>(x, grad_y, partials, bias, d, plan);
+    kernel<<<grid, 32 * kRowsWeightWarps, plan.smem, stream>>>(x, grad_y, relu_y, partials, bias, d, plan);
   };
   if (slides && d.kh == 3 && d.kw == 3 && d.cg == 1) {
     launch(backward_weight_window_kernel<T, 1, 3, 3>);
@@ -1186,10 +1209,11 @@ template int64_t backward_weight_rows_workspace<float>(const Geometry&);
 template int64_t backward_weight_rows_workspace<double>(const Geometry&);
 template int64_t backward_weight_rows_workspace<bf16>(const Geometry&);
 template void backward_weight_rows<float>(const float*, const float*, float*, void*, const Geometry&, cudaStream_t,
-                                          float*);
+                                          float*, const float*);
 template void backward_weight_rows<double>(const double*, const double*, double*, void*, const Geometry&, cudaStream_t,
-                                           double*);
-template void backward_weight_rows<bf16>(const bf16*, const bf16*, bf16*, void*, const Geometry&, cudaStream_t, bf16*);
+                                           double*, const double*);
+template void backward_weight_rows<bf16>(const bf16*, const bf16*, bf16*, void*, const Geometry&, cudaStream_t, bf16*,
+                                         const bf16*);
 
 template <class T>
 void forward_tensor_cores(const T* x, const T* w, const DeviceEpilogue<T>& e, T* y, const Geometry& g, TensorMath math,
@@ -1786,7 +1810,13 @@ bool backward_input_runs_cells(const TensorRef& grad_x, const conv2d::Geometry& 
 
 // Version 9 zeroes the gradient where x <= 0 as it stores it; elsewhere relu's gradient is a pass
 // of its own after the convolution's (version 12 doing the same in its epilogue took longer than
-// the pass: kernels/cuda/NOTES.md).
+// the pass: kernels/cuda/NOTES.md), which autograd leaves to the layer that made x where its weight
+// gradient can take it (version 5, a first layer's).
+bool CudaBackend::conv2d_backward_input_relu_fused(const TensorRef& grad_y, const TensorRef& w,
+                                                   const TensorRef& relu_x, const Conv2dParams& p) const {
+  return backward_input_runs_cells(relu_x, geometry_of(relu_x.shape, w.shape, grad_y.shape, p));
+}
+
 void CudaBackend::conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
                                              const TensorRef& grad_x, const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
@@ -1827,9 +1857,10 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
 
 namespace {
 // Version 5 where it applies (a short reduction per output: a first layer), in every dtype, with
-// the bias's gradient where grad_b is defined; false where it does not.
+// the bias's gradient where grad_b is defined and grad_y taken back through a relu where relu_y is;
+// false where it does not.
 bool backward_weight_rows(CudaBackend& be, const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
-                          const TensorRef& grad_b, const conv2d::Geometry& g) {
+                          const TensorRef& grad_b, const conv2d::Geometry& g, const TensorRef& relu_y = {}) {
   bool done = false;
   visit_floating_bf16(grad_w.dtype, "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
@@ -1837,23 +1868,31 @@ bool backward_weight_rows(CudaBackend& be, const TensorRef& x, const TensorRef& 
     if (bytes == 0) return;
     Scratch ws(be, static_cast<size_t>(bytes));
     conv2d::backward_weight_rows<T>(x.data<T>(), grad_y.data<T>(), grad_w.data<T>(), ws.p, g, be.stream(),
-                                    grad_b.defined() ? grad_b.data<T>() : nullptr);
+                                    grad_b.defined() ? grad_b.data<T>() : nullptr,
+                                    relu_y.defined() ? relu_y.data<T>() : nullptr);
     done = true;
   });
   return done;
 }
 }  // namespace
 
-// Version 5 where it applies, else version 6 where it takes the bias (3xTF32: f32 without
-// allow_tf32), else false: the caller sums grad_y itself.
+// Version 5 where it applies (taking grad_y back through relu_y's relu as it reads it), else
+// version 6 where it takes the bias (3xTF32: f32 without allow_tf32) and there is no relu, else
+// false: the caller masks and sums grad_y itself.
 bool CudaBackend::conv2d_backward_weight_and_bias(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
-                                                  const TensorRef& grad_b, const Conv2dParams& p) {
+                                                  const TensorRef& grad_b, const Conv2dParams& p,
+                                                  const TensorRef& relu_y) {
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   KILN_CHECK(grad_b.dtype == grad_w.dtype && grad_b.shape == Shape{grad_w.shape[0]} && grad_b.is_contiguous(),
              ShapeError, "cuda conv2d_backward_weight: the bias's gradient ", grad_b.shape, " ", grad_b.dtype,
              " for ", grad_w.shape[0], " outputs of ", grad_w.dtype);
+  KILN_CHECK(!relu_y.defined() || (relu_y.dtype == grad_y.dtype && relu_y.shape == grad_y.shape &&
+                                   relu_y.is_contiguous() && grad_y.is_contiguous()),
+             ShapeError, "cuda conv2d_backward_weight: relu_y ", relu_y.shape, " ", relu_y.dtype,
+             " must be contiguous and match the contiguous output gradient ", grad_y.shape, " ", grad_y.dtype);
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
-  if (backward_weight_rows(*this, x, grad_y, grad_w, grad_b, g)) return true;
+  if (backward_weight_rows(*this, x, grad_y, grad_w, grad_b, g, relu_y)) return true;
+  if (relu_y.defined()) return false;
   const conv2d::TensorMath math = tensor_math();
   if (grad_w.dtype != DType::f32 || !conv2d::backward_weight_ring_takes_bias(g, math)) return false;
   Scratch ws(*this, sizeof(float) * static_cast<size_t>(conv2d::backward_weight_ring_workspace(g, math, true)));

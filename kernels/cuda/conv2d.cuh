@@ -82,13 +82,14 @@ void backward_weight_implicit_gemm_wide(const T* x, const T* grad_y, T* grad_w, 
 // a block holding the input rows of a band of output rows (any stride, padding and dilation) in
 // shared memory; f32, f64 and bf16 (sums in compute_t<T>), split over blocks and summed in order.
 // Where grad_b is not null, the bias's gradient [O] (grad_y summed over images and pixels) comes
-// from the same pass. Workspace: backward_weight_rows_workspace<T>(g) bytes, 0 where it does not
-// apply.
+// from the same pass. Where relu_y is not null (grad_y's shape), grad_y is first taken back
+// through the relu whose output it is, as it is read: 0 where relu_y <= 0. Workspace:
+// backward_weight_rows_workspace<T>(g) bytes, 0 where it does not apply.
 template <class T>
 int64_t backward_weight_rows_workspace(const Geometry& g);
 template <class T>
 void backward_weight_rows(const T* x, const T* grad_y, T* grad_w, void* workspace, const Geometry& g,
-                          cudaStream_t stream, T* grad_b = nullptr);
+                          cudaStream_t stream, T* grad_b = nullptr, const T* relu_y = nullptr);
 
 // The tensor-core versions (f32; f64 runs the version named with each). TensorMath::tf32x3 splits
 // every input into two TF32 values and forms each product from three mma: f32 accuracy.

@@ -142,10 +142,13 @@ class CudaBackend final : public Backend {
                              const Conv2dParams& p) override;
   void conv2d_backward_input_relu(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
                                   const TensorRef& grad_x, const Conv2dParams& p) override;
+  bool conv2d_backward_input_relu_fused(const TensorRef& grad_y, const TensorRef& w, const TensorRef& relu_x,
+                                        const Conv2dParams& p) const override;
   void conv2d_backward_weight(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
                               const Conv2dParams& p) override;
   bool conv2d_backward_weight_and_bias(const TensorRef& x, const TensorRef& grad_y, const TensorRef& grad_w,
-                                       const TensorRef& grad_b, const Conv2dParams& p) override;
+                                       const TensorRef& grad_b, const Conv2dParams& p,
+                                       const TensorRef& relu_y) override;
 
   // batch_norm.cu
   void batch_norm_stats(const TensorRef& x, const TensorRef& mean, const TensorRef& var) override;

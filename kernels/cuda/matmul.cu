@@ -59,16 +59,20 @@
 //     and cuBLAS SGEMM's 2.68 [fig cuda.matmul.x3.4096.cublas-fp32.ms], the CNN's fc1 input
 //     gradient at batch 512 (512 x 9216 x 128) in 40.8 µs [fig cuda.matmul.x3.dx-b512.17.us]
 //     against 07's 68.0 [fig cuda.matmul.x3.dx-b512.07.us]; its weight gradient at batch 64
-//     (9216 x 128 x 64 A^T, both operands MN-major: one packed) stays on 07,
-//     13.3 µs [fig cuda.matmul.x3.dw-b64.07.us] against 17's 24.5 [fig cuda.matmul.x3.dw-b64.17.us].
-//   - T >= SMs / 4, f32 elsewhere: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
-//     16-byte aligned for cp.async and k >= 256, else 07. At 4096^3 12 ran
+//     (9216 x 128 x 64 A^T, both operands MN-major: one packed) goes to 12 below,
+//     10.5 µs [fig cuda.matmul.nan-out-of-line.dw-b64.12.new.us] against 17's
+//     18.5 [fig cuda.matmul.nan-out-of-line.dw-b64.17.new.us].
+//   - T >= SMs / 4, f32 elsewhere: 12 (3xTF32: f32 accuracy on the tensor cores; 07 where its
+//     operands are not 16-byte aligned for cp.async). At 4096^3 12 ran
 //     1.40x [fig cuda.matmul.12-over-07.4096] faster than 07 (2.52 ms [fig cuda.matmul.12.4096.ms]
 //     against 3.52 [fig cuda.matmul.07.4096.ms]), at 1024^3
-//     1.51x [fig cuda.matmul.12-over-07.1024]; at k = 64 or 128 07 is the faster
-//     (1.45x [fig cuda.matmul.07-over-12.9216x128x64At] at 9216 x 128 x 64 A^T,
-//     1.20x [fig cuda.matmul.07-over-12.64x9216x128] at 64 x 9216 x 128) (H100, kernel-bench,
-//     docs/runs/2026-11-26-h100), so short products keep the exact-order f32 of 07.
+//     1.51x [fig cuda.matmul.12-over-07.1024] (H100, kernel-bench, docs/runs/2026-11-26-h100). Short
+//     products stayed on 07 while 12's NaN recomputation was inlined at every result of its store
+//     (tensor_core.cuh's RecomputeNan); out of line, 12 is the faster at k = 64 too: fc1's weight
+//     gradient at batch 64 (9216 x 128 x 64 A^T) 10.5 µs [fig cuda.matmul.nan-out-of-line.dw-b64.12.new.us]
+//     against 07's 13.0 [fig cuda.matmul.nan-out-of-line.dw-b64.07.new.us], and 64 x 9216 x 128
+//     14.8 [fig cuda.matmul.nan-out-of-line.dx-b64.12.new.us] against 19.6 [fig cuda.matmul.nan-out-of-line.dx-b64.07.new.us]
+//     (H200, docs/runs/2026-11-29-h200-nan-out-of-line).
 //   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13, on the tile width it picks
 //     (128 x 256 where such tiles fill the GPU, 128 x 128 or 128 x 64 where they would leave SMs
 //     idle), unless it would first pack an operand (both run along m and n, or rows not 16-byte
@@ -238,7 +242,7 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     // 17 on an sm_90 GPU, unless it would first pack an operand for a k under 256 (as for 13).
     if (matmul::tf32_wgmma_applies(p, device_) && (p.k >= 256 || matmul::tf32_wgmma_workspace(p, A, B) == 0))
       return run_17(1);
-    return p.k >= 256 ? matmul::split_tf32x3(p, A, B, C, e, stream_) : matmul::warptile(p, A, B, C, e, stream_);
+    return matmul::split_tf32x3(p, A, B, C, e, stream_);
   }
   // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it). A tiny
   // product goes to 18, a long k to 17 split into chunks on an sm_90 GPU, as bf16's goes to 16.

@@ -849,6 +849,17 @@ TEST_CASE("the weight gradient's version 5 (a short reduction per output) matche
                                   stream, device_ptr<T>(got_b));
       close(got, want, " (with the bias)");
       close(got_b, want_b, " bias");
+      // grad_y taken back through a relu as it is read: relu_y's zeros, negatives and a NaN (which
+      // passes grad_y), against relu_backward's pass first
+      std::vector<float> r = uniform(c.y, -1, 1).to_vector<float>();
+      r[0] = std::numeric_limits<float>::quiet_NaN(), r[r.size() / 2] = 0.0f;
+      Tensor relu_y = from_vector(r, c.y).to(t), masked = relu_backward(relu_y, gy);
+      Tensor drelu = relu_y.to(kCuda);
+      got = full(c.w, 7.0, TensorOptions(t).device(kCuda)), got_b = full({c.w[0]}, 7.0, TensorOptions(t).device(kCuda));
+      cv::backward_weight_rows<T>(device_ptr<T>(dx), device_ptr<T>(dgy), device_ptr<T>(got), device_ptr<float>(ws), g,
+                                  stream, device_ptr<T>(got_b), device_ptr<T>(drelu));
+      close(got, conv2d_backward_weight(x, masked, c.w, c.config), " through a relu");
+      close(got_b, sum(masked, {0, 2, 3}), " bias through a relu");
     };
     check(float{}, DType::f32);
     check(double{}, DType::f64);
