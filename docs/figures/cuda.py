@@ -721,9 +721,7 @@ def define(figure, table, runs):
     # first of two runs each) and the f32 CNN's step at batch 64 ----
     ool = runs["2026-11-29-h200-nan-out-of-line"]
     for tag, shape, file, version in (("dw-b64.07", "9216x128x64 A^T", "9216x128x", "07_warptile"),
-                                      ("dw-b64.17", "9216x128x64 A^T", "9216x128x", "17_3xtf32_wgmma"),
-                                      ("dx-b64.07", "64x9216x128", "x9216x", "07_warptile"),
-                                      ("dx-b64.12", "64x9216x128", "x9216x", "12_3xtf32")):
+                                      ("dw-b64.17", "9216x128x64 A^T", "9216x128x", "17_3xtf32_wgmma")):
         figure(f"cuda.matmul.nan-out-of-line.{tag}.new.us", ool,
                ool.kernel("matmul", version, shape, f"k_new_{file}.json")["ms"] * 1000,
                f"matmul {version} at {shape}, new tree (H200), µs")
@@ -760,3 +758,12 @@ def define(figure, table, runs):
         else:
             figure("cuda.conv2d.relu-weight.b64.window-more.us", rw, new_k[window] - old_k[window],
                    "what reading relu's output added to conv1's weight gradient kernel a step, CNN batch 64, f32, µs")
+    # ---- the f32 step at batch 64 under ncu with warm caches, 28559a8 (07 on fc1's weight gradient)
+    # against 431d315 (12 there), and conv1's window kernel under ncu's full set
+    # (docs/runs/2026-11-29-h200-window-ncu) ----
+    wn = runs["2026-11-29-h200-window-ncu"]
+    for name, when, kernel in (("07", "old", "matmul::warptile_kernel"), ("12", "new", "matmul::split_tf32x3_kernel")):
+        summary = step_profile.summary(step_profile.kernels(wn.file(f"warm_{when}_b64.csv")))
+        figure(f"cuda.matmul.window-ncu.step-dw.{name}.us", wn,
+               sum(e["us_per_step"] for e in summary["kernels"] if e["kernel"] == kernel),
+               f"fc1's weight gradient (9216x128x64 A^T) on {name} a step, CNN batch 64, f32, ncu with warm caches, µs")

@@ -59,20 +59,22 @@
 //     and cuBLAS SGEMM's 2.68 [fig cuda.matmul.x3.4096.cublas-fp32.ms], the CNN's fc1 input
 //     gradient at batch 512 (512 x 9216 x 128) in 40.8 µs [fig cuda.matmul.x3.dx-b512.17.us]
 //     against 07's 68.0 [fig cuda.matmul.x3.dx-b512.07.us]; its weight gradient at batch 64
-//     (9216 x 128 x 64 A^T, both operands MN-major: one packed) goes to 12 below,
-//     10.5 µs [fig cuda.matmul.nan-out-of-line.dw-b64.12.new.us] against 17's
-//     18.5 [fig cuda.matmul.nan-out-of-line.dw-b64.17.new.us].
-//   - T >= SMs / 4, f32 elsewhere: 12 (3xTF32: f32 accuracy on the tensor cores; 07 where its
-//     operands are not 16-byte aligned for cp.async). At 4096^3 12 ran
+//     (9216 x 128 x 64 A^T, both operands MN-major: one packed) stays on 07 (below):
+//     17 took 18.5 µs [fig cuda.matmul.nan-out-of-line.dw-b64.17.new.us] there, 07
+//     13.0 [fig cuda.matmul.nan-out-of-line.dw-b64.07.new.us].
+//   - T >= SMs / 4, f32 elsewhere: 12 (3xTF32: f32 accuracy on the tensor cores) when its operands are
+//     16-byte aligned for cp.async and k >= 256, else 07. At 4096^3 12 ran
 //     1.40x [fig cuda.matmul.12-over-07.4096] faster than 07 (2.52 ms [fig cuda.matmul.12.4096.ms]
 //     against 3.52 [fig cuda.matmul.07.4096.ms]), at 1024^3
-//     1.51x [fig cuda.matmul.12-over-07.1024] (H100, kernel-bench, docs/runs/2026-11-26-h100). Short
-//     products stayed on 07 while 12's NaN recomputation was inlined at every result of its store
-//     (tensor_core.cuh's RecomputeNan); out of line, 12 is the faster at k = 64 too: fc1's weight
-//     gradient at batch 64 (9216 x 128 x 64 A^T) 10.5 µs [fig cuda.matmul.nan-out-of-line.dw-b64.12.new.us]
-//     against 07's 13.0 [fig cuda.matmul.nan-out-of-line.dw-b64.07.new.us], and 64 x 9216 x 128
-//     14.8 [fig cuda.matmul.nan-out-of-line.dx-b64.12.new.us] against 19.6 [fig cuda.matmul.nan-out-of-line.dx-b64.07.new.us]
-//     (H200, docs/runs/2026-11-29-h200-nan-out-of-line).
+//     1.51x [fig cuda.matmul.12-over-07.1024] (H100, kernel-bench, docs/runs/2026-11-26-h100). With
+//     its NaN recomputation out of line (tensor_core.cuh's RecomputeNan), kernel-bench has 12 the
+//     faster at k = 64 too: fc1's weight gradient at batch 64 (9216 x 128 x 64 A^T)
+//     10.5 µs [fig cuda.matmul.nan-out-of-line.dw-b64.12.new.us] against 07's
+//     13.0 [fig cuda.matmul.nan-out-of-line.dw-b64.07.new.us] (H200,
+//     docs/runs/2026-11-29-h200-nan-out-of-line). But in the CNN's step it was the slower, cold
+//     (docs/runs/2026-11-29-h200-relu-weight) and warm: 15.4 µs [fig cuda.matmul.window-ncu.step-dw.12.us]
+//     against 07's 13.7 [fig cuda.matmul.window-ncu.step-dw.07.us] (ncu, L2 as the step leaves it,
+//     docs/runs/2026-11-29-h200-window-ncu), not yet explained, so short products stay on 07.
 //   - T >= SMs / 4, allow_tf32: on an sm_90 GPU (H100, H200), 13, on the tile width it picks
 //     (128 x 256 where such tiles fill the GPU, 128 x 128 or 128 x 64 where they would leave SMs
 //     idle), unless it would first pack an operand (both run along m and n, or rows not 16-byte
@@ -242,7 +244,7 @@ void CudaBackend::matmul(const TensorRef& a, const TensorRef& b, const TensorRef
     // 17 on an sm_90 GPU, unless it would first pack an operand for a k under 256 (as for 13).
     if (matmul::tf32_wgmma_applies(p, device_) && (p.k >= 256 || matmul::tf32_wgmma_workspace(p, A, B) == 0))
       return run_17(1);
-    return matmul::split_tf32x3(p, A, B, C, e, stream_);
+    return p.k >= 256 ? matmul::split_tf32x3(p, A, B, C, e, stream_) : matmul::warptile(p, A, B, C, e, stream_);
   }
   // Too few big tiles: exact f32 even under allow_tf32 (which permits TF32, not requires it). A tiny
   // product goes to 18, a long k to 17 split into chunks on an sm_90 GPU, as bf16's goes to 16.
