@@ -767,3 +767,27 @@ def define(figure, table, runs):
         figure(f"cuda.matmul.window-ncu.step-dw.{name}.us", wn,
                sum(e["us_per_step"] for e in summary["kernels"] if e["kernel"] == kernel),
                f"fc1's weight gradient (9216x128x64 A^T) on {name} a step, CNN batch 64, f32, ncu with warm caches, µs")
+    # ---- version 5's window kernel on 32-bit offsets with shorter bands at small batches, and
+    # sum_splits on 32 rows of threads from 128 partials, against 149be83 in one call
+    # (docs/runs/2026-11-29-h200-window-sums), and the same builds' batch-64 epochs four times each
+    # (docs/runs/2026-11-29-h200-window-epochs) ----
+    ws = runs["2026-11-29-h200-window-sums"]
+    for when in ("old", "new"):
+        for batch in (64, 512):
+            summary = step_profile.summary(step_profile.kernels(ws.file(f"profile_{when}_b{batch}.csv")))
+            per = {e["kernel"]: e["us_per_step"] for e in summary["kernels"]}
+            figure(f"cuda.conv2d.window-sums.b{batch}.{when}.window.us", ws, per["conv2d::backward_weight_window_kernel"],
+                   f"conv1's weight gradient window kernel a step (ncu), CNN batch {batch}, f32, {when} tree, µs")
+            figure(f"cuda.conv2d.window-sums.b{batch}.{when}.sums.us", ws, per["conv2d::sum_splits_kernel"],
+                   f"the step's sum_splits kernels (ncu), CNN batch {batch}, f32, {when} tree, µs")
+            figure(f"cuda.conv2d.window-sums.b{batch}.{when}.step.us", ws, summary["us_per_step"],
+                   f"kernel time a step (ncu), CNN batch {batch}, f32, {when} tree, µs")
+        figure(f"cuda.conv2d.window-sums.bench-b64.{when}.us", ws,
+               ws.kernel("conv2d", "bwd-weight 5 short reduction, input rows in shared memory", "conv1 x[64,1,28,28] w[32,1,3,3]",
+                         f"conv1_{when}.json")["ms"] * 1000,
+               f"kernel-bench conv1's weight gradient (version 5, f32) at batch 64, {when} tree, µs")
+    we = runs["2026-11-29-h200-window-epochs"]
+    for when in ("old", "new"):
+        seconds = [we.epoch(f"train_{when}_b64_{i}.jsonl", e)["seconds"] for i in (1, 2, 3, 4) for e in (2, 3)]
+        figure(f"cuda.conv2d.window-epochs.b64.{when}.epoch", we, sum(seconds) / len(seconds),
+               f"mnist-train CNN batch 64, f32, {when} tree (H200): epochs 2 and 3 of four runs, mean, s")

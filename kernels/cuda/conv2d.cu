@@ -566,10 +566,13 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
   C acc[kTaps] = {}, acc_bias = 0;  // channels past C/G: sums of zeros, never written
   for (int j = lane; j < b.images * ow; j += 32) {
     const int img = div_small(j, inv_ow), ox = j - img * ow;
-    const int64_t gp = ((b.img0 + img) * d.o + b.g * d.og + o) * d.ohw + int64_t{b.oy0} * ow + ox;
+    // the column's grad_y (and relu_y), a row every ow
+    const int64_t first = ((b.img0 + img) * d.o + b.g * d.og + o) * d.ohw + int64_t{b.oy0} * ow + ox;
+    const T* gcol = gy + first;
+    const T* rcol = relu != nullptr ? relu + first : nullptr;
     const C* pp = patch + img * per_image + ox * d.sw;  // output row y's tap (c, ky, kx):
     auto tap = [&](int c, int row, int kx) {            //   pp[c * plane + y * row_step + ky * tap_row + kx * dw]
-      return c < cg ? pp[c * plane + row + kx * d.dw] : C(0);
+      return kC == 1 || c < cg ? pp[c * plane + row + kx * d.dw] : C(0);
     };
     C win[kC][kKH][kKW];
     // rows 0 .. KH-2 of output row 0's taps, where the first step down expects them: one row lower
@@ -597,15 +600,23 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
       }
       acc_bias += g;
     };
-    int y = 0;
-    for (; y + kWindowRowsAhead <= b.band_rows; y += kWindowRowsAhead) {
+    // kWindowRowsAhead rows' grad_y loads in flight, then their steps; the band's last rows the
+    // same way, each load and step kept to the band (they were a load and a step at a time). With
+    // that and the column's offsets in 32 bits, at batch 512 (bands unchanged) the kernel went from
+    // 64.6 [fig cuda.conv2d.window-sums.b512.old.window.us] to 58.4 µs [fig cuda.conv2d.window-sums.b512.new.window.us]
+    // in the f32 step (ncu, H200), the step from 975.0 [fig cuda.conv2d.window-sums.b512.old.step.us]
+    // to 966.8 [fig cuda.conv2d.window-sums.b512.new.step.us], its sums from 10.4 [fig cuda.conv2d.window-sums.b512.old.sums.us]
+    // to 8.2 [fig cuda.conv2d.window-sums.b512.new.sums.us].
+    for (int y = 0; y < b.band_rows; y += kWindowRowsAhead) {
       C gv[kWindowRowsAhead];
+      const bool whole = y + kWindowRowsAhead <= b.band_rows;
 #pragma unroll
-      for (int u = 0; u < kWindowRowsAhead; ++u) gv[u] = grad_through(gy, relu, gp + (y + u) * ow);
+      for (int u = 0; u < kWindowRowsAhead; ++u)
+        gv[u] = whole || y + u < b.band_rows ? grad_through(gcol, rcol, (y + u) * ow) : C(0);
 #pragma unroll
-      for (int u = 0; u < kWindowRowsAhead; ++u) step(y + u, gv[u]);
+      for (int u = 0; u < kWindowRowsAhead; ++u)
+        if (whole || y + u < b.band_rows) step(y + u, gv[u]);
     }
-    for (; y < b.band_rows; ++y) step(y, grad_through(gy, relu, gp + y * ow));
   }
   store_weight_partials(acc, acc_bias, partials, bias, d, b.g, o, cg * kKH * kKW);
 }
@@ -1151,6 +1162,21 @@ RowsWeightPlan rows_weight_plan(const Geometry& g, int64_t csize) {
   const int64_t fit_rows = kRowsWeightSmem / (d.cg * p.cols * csize), reach = (d.kh - 1) * d.dh + 1;
   if (fit_rows < reach) return {};
   p.band = static_cast<int>(std::min(d.oh, (fit_rows - reach) / d.sh + 1));
+  // Few images (a small batch): shorter bands, so that images x bands reaches kRowsWeightSplits
+  // where the rows allow it. conv1 at batch 64 ran as 64 splits of whole images, 256 blocks for
+  // 132 SMs, each warp walking 26 rows in four rounds of loads (ncu: under a quarter of its warps
+  // resident, docs/runs/2026-11-29-h200-window-ncu); as 256 splits of 7 rows, with the sum of
+  // many splits on more threads (sum_splits), in the f32 step (ncu, H200,
+  // docs/runs/2026-11-29-h200-window-sums): the window kernel 18.4 [fig cuda.conv2d.window-sums.b64.old.window.us]
+  // -> 12.9 µs [fig cuda.conv2d.window-sums.b64.new.window.us], the step's sums
+  // 7.6 [fig cuda.conv2d.window-sums.b64.old.sums.us] -> 8.2 [fig cuda.conv2d.window-sums.b64.new.sums.us],
+  // the step 264.9 [fig cuda.conv2d.window-sums.b64.old.step.us] -> 259.9 µs [fig cuda.conv2d.window-sums.b64.new.step.us]
+  // of kernels; epochs 2 and 3 of four runs 0.2204 [fig cuda.conv2d.window-epochs.b64.old.epoch]
+  // -> 0.2184 s [fig cuda.conv2d.window-epochs.b64.new.epoch] (docs/runs/2026-11-29-h200-window-epochs).
+  // Alone in kernel-bench, whose repeated calls leave grad_y in L2, the weight gradient is the
+  // slower: 10.2 [fig cuda.conv2d.window-sums.bench-b64.old.us] -> 13.0 µs [fig cuda.conv2d.window-sums.bench-b64.new.us].
+  if (const int64_t bands_wanted = (kRowsWeightSplits + d.n - 1) / d.n; bands_wanted > 1)
+    p.band = static_cast<int>(std::min<int64_t>(p.band, std::max<int64_t>(1, (d.oh + bands_wanted - 1) / bands_wanted)));
   p.rows = static_cast<int>((p.band - 1) * d.sh + reach);
   p.bands = static_cast<int>((d.oh + p.band - 1) / p.band);
   const int64_t image_bytes = d.cg * p.rows * p.cols * csize;

@@ -64,10 +64,12 @@ __device__ inline uint32_t round_bf16_pair(float lo, float hi) {
 __device__ inline int div_small(int a, float inv_b) { return static_cast<int>((static_cast<float>(a) + 0.5f) * inv_b); }
 
 // Sums the S partial results of each grad_w element: gw[i] = sum_s ws[s][i] (in T, rounded once
-// to Out: bf16's partials are f32). A block of 32 x kSumRows threads takes 32 neighbouring
-// elements; its rows of threads split the partials (row r adds s = r, r + kSumRows, ..., four
+// to Out: bf16's partials are f32). A block of 32 x ROWS threads takes 32 neighbouring
+// elements; its rows of threads split the partials (row r adds s = r, r + ROWS, ..., four
 // loads in flight before their adds), and row 0 adds the rows' sums in order: the order of every
-// addition is fixed by S, so the result is deterministic. One thread per element, eight loads in
+// addition is fixed by S (and ROWS by S), so the result is deterministic. ROWS is 8, or 32 from
+// kSumManySplits partials on: version 5's splits of a small batch (conv1 at batch 64: 256 splits
+// of 320 elements, ten blocks) would otherwise be eight round trips to memory a thread. One thread per element, eight loads in
 // flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory:
 // 7 µs [nofig] at batch 64 for 92 KB in the bf16 step's profile (ncu,
 // docs/runs/2026-11-27-h100-fc1-split; history: NOTES.md). conv1's whole bf16 weight gradient then took
@@ -76,22 +78,23 @@ __device__ inline int div_small(int a, float inv_b) { return static_cast<int>((s
 // 27.6 [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.before.us] and
 // 78.6 [fig cuda.conv2d.rows.conv1-b512.bwd-weight-bf16.before.us] (kernel-bench, H100,
 // docs/runs/2026-11-27-h100-conv1-rows and -bf16-kernels).
-constexpr int kSumRows = 8, kSumUnroll = 4;
-template <class T, class Out = T>
-__global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits,
-                                                                   Out* tail, int64_t head) {
-  __shared__ T rows[kSumRows][32];
+constexpr int kSumUnroll = 4;
+constexpr int64_t kSumManySplits = 128;
+template <class T, class Out, int ROWS>
+__global__ void __launch_bounds__(32 * ROWS) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits,
+                                                               Out* tail, int64_t head) {
+  __shared__ T rows[ROWS][32];
   const int64_t i = blockIdx.x * int64_t{32} + threadIdx.x;
   T acc = 0;
   if (i < count) {
-    for (int64_t s0 = threadIdx.y; s0 < splits; s0 += kSumRows * kSumUnroll) {
+    for (int64_t s0 = threadIdx.y; s0 < splits; s0 += ROWS * kSumUnroll) {
       T v[kSumUnroll];
 #pragma unroll
       for (int u = 0; u < kSumUnroll; ++u)
-        if (s0 + u * kSumRows < splits) v[u] = ws[(s0 + u * kSumRows) * count + i];
+        if (s0 + u * ROWS < splits) v[u] = ws[(s0 + u * ROWS) * count + i];
 #pragma unroll
       for (int u = 0; u < kSumUnroll; ++u)
-        if (s0 + u * kSumRows < splits) acc += v[u];
+        if (s0 + u * ROWS < splits) acc += v[u];
     }
   }
   rows[threadIdx.y][threadIdx.x] = acc;
@@ -99,7 +102,7 @@ __global__ void __launch_bounds__(32 * kSumRows) sum_splits_kernel(const T* ws, 
   if (threadIdx.y == 0 && i < count) {
     T total = rows[0][threadIdx.x];
 #pragma unroll
-    for (int r = 1; r < kSumRows; ++r) total += rows[r][threadIdx.x];
+    for (int r = 1; r < ROWS; ++r) total += rows[r][threadIdx.x];
     (i < head ? gw[i] : tail[i - head]) = cast<Out>(total);
   }
 }
@@ -128,8 +131,11 @@ inline void check_entry(bool applies, const float* workspace, int64_t need, cons
 template <class T, class Out>
 void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_t stream, Out* tail = nullptr,
                 int64_t head = -1) {
-  sum_splits_kernel<T, Out><<<static_cast<unsigned>((count + 31) / 32), dim3(32, kSumRows), 0, stream>>>(
-      ws, gw, count, splits, tail, tail ? head : count);
+  const unsigned blocks = static_cast<unsigned>((count + 31) / 32);
+  if (splits >= kSumManySplits)
+    sum_splits_kernel<T, Out, 32><<<blocks, dim3(32, 32), 0, stream>>>(ws, gw, count, splits, tail, tail ? head : count);
+  else
+    sum_splits_kernel<T, Out, 8><<<blocks, dim3(32, 8), 0, stream>>>(ws, gw, count, splits, tail, tail ? head : count);
 }
 
 }  // namespace
