@@ -2,7 +2,9 @@
 // production path (CudaBackend::matmul, FP32, with allow_tf32, and in bf16), cuBLAS SGEMM (FP32),
 // cuBLAS with TF32 tensor cores and cuBLAS in bf16, in TFLOP/s (2 m n k flops per product), on C = op(A) op(B), A and B
 // row-major, transposed where the shape says so (" A^T", " B^T": the layouts autograd hands the
-// kernels for an MLP layer y = x W^T: forward with B^T, grad_x plain, grad_W^T = x^T g with A^T).
+// kernels for an MLP layer y = x W^T: forward with B^T, grad_x plain, grad_W = g^T x with A^T, since
+// autograd computes a transposed operand's gradient transposed; the fc1 rows "9216x128xB A^T" are
+// grad_W^T = x^T g, the layout benched before that was noticed).
 // Each version is first checked against cuBLAS FP32: its note gives the largest error relative to
 // max|C|; a version beyond its tolerance (1e-4 FP32, 1e-2 TF32) is reported and not timed.
 // 01 and 02 run only up to 2048^3: at 4096^3 they take seconds per call.
@@ -66,8 +68,9 @@ void bench_matmul(Bench& bench) {
                                                          // the MNIST CNN's fc1 (9216 -> 128) at batch 64
                                                          // and 512: forward, input and weight gradients
                                                          {64, 128, 9216, false, true}, {64, 9216, 128},
-                                                         {9216, 128, 64, true, false}, {512, 128, 9216, false, true},
-                                                         {512, 9216, 128}, {9216, 128, 512, true, false},
+                                                         {9216, 128, 64, true, false}, {128, 9216, 64, true, false},
+                                                         {512, 128, 9216, false, true}, {512, 9216, 128},
+                                                         {9216, 128, 512, true, false}, {128, 9216, 512, true, false},
                                                          // a Linear(4096, 4096) at batch 512 (dist-bench ddp's
                                                          // layers): forward, input gradient, weight gradient
                                                          {512, 4096, 4096, false, true}, {512, 4096, 4096},
