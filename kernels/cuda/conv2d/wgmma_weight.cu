@@ -671,20 +671,13 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         return m == taps ? a.bias_out[split * a.split_stride + group * d.og + n0 + col] : out[col * taps + m];
       };
       each_result([&](float v, int64_t m, int col) { nan |= v != v, at(m, col) = v; });
-      // 3xTF32's NaNs recomputed in f32 once every result is stored, the results read back in a
-      // loop that is not unrolled: the recomputation's loops, inlined among the stores, kept ptxas
-      // from holding the accumulators in registers (hundreds of bytes spilled), and inlined at
-      // each result of every tile count's branch, they made conv2's kernel 105,208 instructions
-      // (11,056 now).
-      if (kExact && nan) {
-#pragma unroll 1
-        for (int i = 0; i < NT * 2 * BN / 4; ++i) {
-          const int s = i / (BN / 2), hh = i / (BN / 4) % 2, col = 8 * (i % (BN / 4) / 2) + tid % 4 * 2 + i % 2;
-          const int64_t m = m0 + (tid / 128 - 1 + 2 * s) * 64 + tid % 128 / 32 * 16 + tid % 32 / 4 + 8 * hh;
-          if (m >= m_end || col >= outputs) continue;
-          if (float& r = at(m, col); r != r) r = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
-        }
-      }
+      // 3xTF32's NaNs recomputed in f32 once every result is stored: the recomputation's loops,
+      // inlined among the stores, kept ptxas from holding the accumulators in registers (hundreds
+      // of bytes spilled)
+      if (kExact && nan)
+        each_result([&](float v, int64_t m, int col) {
+          if (v != v) at(m, col) = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
+        });
     };
     switch (mine) {
       case 0: if constexpr (0 <= T) consume.template operator()<0>(); break;
