@@ -1,7 +1,10 @@
 #include "kiln/autograd/engine.h"
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -232,6 +235,25 @@ void walk(Node* start, const Tensor& seed, bool retain_graph) {
   convert_held(held);
 }
 
+// The seed of a loss's backward: ones of its shape, one tensor per device, dtype and shape, made
+// once and never written (a formula reads the gradient it is given, and a leaf keeps a copy of one
+// that someone else holds: accumulate_into_leaf), so that a training step's backward launches no
+// fill for it, captured or not. Made outside captures only: inside one, a new tensor's fill runs at
+// the replays alone (a captured step's first, eager call has made it by then).
+Tensor seed_of(const Tensor& root) {
+  static std::mutex mutex;
+  // never destroyed: at exit its tensors would outlive their backends
+  static auto& seeds = *new std::map<std::string, Tensor>();
+  const std::string key = detail::concat(root.device(), " ", root.dtype(), " ", root.shape());
+  const TensorOptions options = TensorOptions(root.dtype()).device(root.device());
+  std::lock_guard<std::mutex> lock(mutex);
+  Tensor& seed = seeds[key];
+  if (seed.defined()) return seed;
+  if (root.backend().capture()) return ones(root.shape(), options);
+  seed = ones(root.shape(), options);
+  return seed;
+}
+
 }  // namespace
 
 void queue_callback(std::function<void()> fn) {
@@ -250,7 +272,7 @@ void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) 
   if (!seed.defined()) {
     KILN_CHECK(root.numel() == 1, AutogradError, "backward: without an explicit gradient the "
                "tensor must hold one element (a loss); this one has shape ", root.shape());
-    seed = ones(root.shape(), TensorOptions(root.dtype()).device(root.device()));
+    seed = seed_of(root);
   }
   KILN_CHECK(seed.shape() == root.shape() && seed.dtype() == root.dtype(), ShapeError,
              "backward: the gradient has shape ", seed.shape(), " and dtype ", seed.dtype(),

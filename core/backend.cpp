@@ -20,6 +20,12 @@ void Backend::copy_many(std::span<const TensorRef> src, std::span<const TensorRe
   for (size_t i = 0; i < src.size(); ++i) copy(src[i], out[i]);
 }
 
+void Backend::gather_many(std::span<const TensorRef> xs, const TensorRef& indices, std::span<const TensorRef> outs) {
+  KILN_CHECK(xs.size() == outs.size(), ValueError, "gather_many: ", xs.size(), " sources for ", outs.size(),
+             " outputs");
+  for (size_t i = 0; i < xs.size(); ++i) gather(xs[i], indices, outs[i]);
+}
+
 void Backend::batch_norm_train(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
                                const TensorRef& y, const TensorRef& mean, const TensorRef& var,
                                const TensorRef& invstd) {

@@ -233,6 +233,9 @@ class Backend {
   // out [outer, m, inner]: out[o, j, i] = x[o, indices[j], i]. How a batch is gathered from a
   // data set held on the device, and an embedding's lookup.
   virtual void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) = 0;
+  // gather(xs[k], indices, outs[k]) for every k, with the same indices (a batch's images and labels
+  // from their data sets): the default gathers each in turn; CUDA's takes one launch.
+  virtual void gather_many(std::span<const TensorRef> xs, const TensorRef& indices, std::span<const TensorRef> outs);
   // The reverse, accumulating: out[o, indices[j], i] += src[o, j, i], out [outer, n, inner]
   // already holding what to add to. Repeated indices add up.
   virtual void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) = 0;

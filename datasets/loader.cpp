@@ -21,7 +21,7 @@ void check_shard(int64_t rank, int64_t num_shards, ShardTail tail) {
 }  // namespace
 
 DataLoader::DataLoader(Tensor inputs, Tensor targets, DataLoaderOptions options)
-    : inputs_(std::move(inputs)), targets_(std::move(targets)), options_(options) {
+    : inputs_(inputs.contiguous()), targets_(targets.contiguous()), options_(options) {
   KILN_CHECK(inputs_.dim() >= 1 && targets_.dim() >= 1 && inputs_.size(0) == targets_.size(0),
              ShapeError, "DataLoader: inputs ", inputs_.shape(), " and targets ", targets_.shape(),
              " must hold the same number of samples along axis 0");
@@ -90,13 +90,40 @@ void DataLoader::set_epoch(int64_t epoch) {
   order_ = from_vector<int32_t>(order, {count}, TensorOptions(DType::i32).device(inputs_.device()));
 }
 
-Batch DataLoader::batch(int64_t index) const {
+namespace {
+
+// t's rows: its first axis as the middle of the [outer, n, inner] view gather reads and writes.
+TensorRef rows_of(const Tensor& t) {
+  const int64_t n = t.size(0), inner = n > 0 ? t.numel() / n : 0;
+  TensorRef ref = t.ref();
+  ref.shape = Shape{1, n, inner};
+  ref.strides = Strides{n * inner, inner, 1};
+  return ref;
+}
+
+// `into` when it can take `m` rows of `data` as they are, else a new tensor for them.
+Tensor rows_for(const Tensor& data, int64_t m, const Tensor& into) {
+  Shape shape = data.shape();
+  shape[0] = m;
+  const bool fits = into.defined() && into.shape() == shape && into.dtype() == data.dtype() &&
+                    into.device() == data.device() && into.is_contiguous();
+  return fits ? into : empty(shape, TensorOptions(data.dtype()).device(data.device()));
+}
+
+}  // namespace
+
+Batch DataLoader::batch(int64_t index, const Batch& into) const {
   KILN_CHECK(index >= 0 && index < num_batches(), ValueError, "DataLoader: batch ", index,
              " of ", num_batches());
   int64_t begin = index * options_.batch_size_;
   int64_t end = std::min(begin + options_.batch_size_, size());
-  Tensor picked = order_.slice(0, begin, end);
-  return {index_select(inputs_, 0, picked), index_select(targets_, 0, picked)};
+  const Tensor picked = order_.slice(0, begin, end);
+  Batch out{rows_for(inputs_, end - begin, into.inputs), rows_for(targets_, end - begin, into.targets)};
+  const TensorRef from[] = {rows_of(inputs_), rows_of(targets_)}, to[] = {rows_of(out.inputs), rows_of(out.targets)};
+  inputs_.backend().gather_many(from, picked.ref(), to);
+  out.inputs.storage()->bump_version();  // written in place when they were `into`'s
+  out.targets.storage()->bump_version();
+  return out;
 }
 
 Tensor normalize_images(const Tensor& images, const Device& device, double mean, double stddev) {

@@ -80,7 +80,8 @@ struct Batch {
 
 class DataLoader {
  public:
-  // inputs [N, ...] and targets [N] on one device. The loader keeps handles, not copies.
+  // inputs [N, ...] and targets [N] on one device. The loader keeps handles, not copies (of a
+  // strided one, a contiguous copy).
   DataLoader(Tensor inputs, Tensor targets, DataLoaderOptions options = {});
 
   // Samples an epoch of this shard serves (the whole data set when unsharded; see ShardTail).
@@ -91,7 +92,11 @@ class DataLoader {
   // Chooses the sample order of `epoch` (without shuffling: 0, 1, ..., N - 1), then this shard's
   // part of it.
   void set_epoch(int64_t epoch);
-  Batch batch(int64_t index) const;  // batch `index` of the current epoch
+  // Batch `index` of the current epoch, inputs and targets gathered in one backend call (one launch
+  // on CUDA). Into `into`'s tensors where they have the batch's shapes and the data's dtypes and
+  // device and are contiguous (a captured step's own inputs: CapturedStep::inputs_like, so that
+  // the step copies nothing), else into new ones.
+  Batch batch(int64_t index, const Batch& into = {}) const;
 
   class iterator {
    public:

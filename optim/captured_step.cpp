@@ -12,7 +12,7 @@ CapturedStep::CapturedStep(Optimizer& optimizer, Step step, int warmup)
              "in an eager step), got ", warmup);
 }
 
-std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) {
+CapturedStep::Signature CapturedStep::signature_of(const std::vector<Tensor>& inputs) {
   KILN_CHECK(!inputs.empty(), ValueError, "CapturedStep: a step takes at least one input tensor");
   const Device device = inputs[0].device();
   Signature signature;
@@ -25,6 +25,17 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
     signature.push_back(t.dim());
     for (int64_t a = 0; a < t.dim(); ++a) signature.push_back(t.size(a));
   }
+  return signature;
+}
+
+std::vector<Tensor> CapturedStep::inputs_like(const std::vector<Tensor>& like) const {
+  auto it = graphs_.find(signature_of(like));
+  return it == graphs_.end() ? std::vector<Tensor>() : it->second.inputs;
+}
+
+std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) {
+  const Signature signature = signature_of(inputs);
+  const Device device = inputs[0].device();
   KILN_CHECK(inputs[0].backend().can_capture(), BackendUnavailable, "CapturedStep: the inputs are on ", device,
              ", whose backend (", inputs[0].backend().name(), ") does not capture graphs; run the step directly "
              "there (only CUDA devices capture)");
@@ -42,13 +53,16 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
       KILN_CHECK(params[i].storage().get() == c.params[i], CaptureError, "CapturedStep: parameter ", i, " (",
                  params[i].shape(), ") is no longer where the step was captured (moved or loaded onto new "
                  "storage); the graph would update the old one: build a new CapturedStep");
-    // the new inputs into the graph's, all in one copy_many (one launch on CUDA)
+    // the new inputs into the graph's, all in one copy_many (one launch on CUDA), but for those
+    // that are the graph's own already (written in place: inputs_like)
     std::vector<TensorRef> from, to;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      from.push_back(inputs[i].ref());
-      to.push_back(c.inputs[i].ref());
+      const TensorRef src = inputs[i].ref(), dst = c.inputs[i].ref();
+      if (src.buffer == dst.buffer && src.offset == dst.offset && src.strides == dst.strides) continue;
+      from.push_back(src);
+      to.push_back(dst);
     }
-    inputs[0].backend().copy_many(from, to);
+    if (!from.empty()) inputs[0].backend().copy_many(from, to);
     for (Tensor& t : c.inputs) t.storage()->bump_version();
     c.graph->replay();
   }

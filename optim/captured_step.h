@@ -64,6 +64,11 @@ class CapturedStep {
 
   size_t graphs() const { return graphs_.size(); }  // captured so far, one per input shape
 
+  // The graph's own inputs for inputs like `like` (their dtypes and shapes), once a graph for those
+  // exists (else none). The next call's inputs written straight into them (DataLoader::batch's
+  // `into`) and passed back are not copied: a step then queues nothing but its replay.
+  std::vector<Tensor> inputs_like(const std::vector<Tensor>& like) const;
+
  private:
   struct Captured {
     std::unique_ptr<Graph> graph;
@@ -74,6 +79,7 @@ class CapturedStep {
   using Signature = std::vector<int64_t>;  // each input's dtype, rank and sizes
 
   Captured capture(const std::vector<Tensor>& inputs);
+  static Signature signature_of(const std::vector<Tensor>& inputs);
 
   Optimizer& optimizer_;
   Step step_;

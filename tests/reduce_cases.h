@@ -296,6 +296,45 @@ inline void index_select_cases(const Run& r) {
     r.check(index_select(held.to(r.device), 0, order.to(r.device)), index_select(held, 0, order), {},
             "a batch of 64 of " + std::to_string(rows) + " images " + std::string(dtype_name(t)));
   }
+  // The loader gathers inputs and targets together (Backend::gather_many: one launch on CUDA where
+  // every row is whole 4-byte words, the rows of 3 u8 or bf16 values one gather each), into the
+  // tensors it is handed where they fit.
+  for (const Take& k : r.takes) {
+    for (int64_t width : {784, 3}) {
+      const std::string what = std::string(dtype_name(k.dtype)) + " rows of " + std::to_string(width);
+      Tensor inputs = uniform({300, width}, 0, 100).to(k.dtype), targets = random_indices(rng, 300, 10, false);
+      const auto options = data::DataLoaderOptions().batch_size(64).seed(4);
+      data::DataLoader cpu(inputs, targets, options), dev(inputs.to(r.device), targets.to(r.device), options);
+      data::Batch into;
+      for (int64_t i = 0; i < cpu.num_batches(); ++i) {
+        const data::Batch want = cpu.batch(i), got = dev.batch(i, into);
+        r.check(got.inputs, want.inputs, {}, "loader inputs " + what);
+        r.check(got.targets, want.targets, {}, "loader targets " + what);
+        // the last batch (44 rows) does not fit the tensors of 64: new ones
+        if (into.inputs.defined()) {
+          const bool fits = into.inputs.size(0) == got.inputs.size(0);
+          CHECK(fits == (got.inputs.storage() == into.inputs.storage()));
+          CHECK(fits == (got.targets.storage() == into.targets.storage()));
+        }
+        into = got;
+      }
+    }
+  }
+  // an index outside the rows, through gather_many itself: reported at the next read, as gather's
+  Tensor x = uniform({5, 4}, 0, 1).to(r.device), y = from_vector<int32_t>({1, 2, 3, 4, 5}, {5}).to(r.device);
+  Tensor xo = empty({2, 4}, r.device), yo = empty({2}, TensorOptions(DType::i32).device(r.device));
+  auto rows = [](const Tensor& t) {
+    TensorRef ref = t.ref();
+    const int64_t inner = t.numel() / t.size(0);
+    ref.shape = Shape{1, t.size(0), inner};
+    ref.strides = Strides{t.numel(), inner, 1};
+    return ref;
+  };
+  const TensorRef from[] = {rows(x), rows(y)}, to[] = {rows(xo), rows(yo)};
+  const Tensor bad = from_vector<int32_t>({4, 9}, {2}).to(r.device);
+  x.backend().gather_many(from, bad.ref(), to);
+  CHECK_THROWS_WITH_AS(yo.to(Device::cpu()), doctest::Contains("gather: index 9 at position 1 is outside [0, 5)"),
+                       ValueError);
 }
 
 }  // namespace kiln::test

@@ -113,6 +113,27 @@ TEST_CASE("only inputs that need a gradient get one") {
   CHECK_FALSE(x.grad().defined());
 }
 
+TEST_CASE("a loss's seed of ones is made once and never written, whatever keeps or adds to it") {
+  // backward without a gradient seeds with ones of the loss's shape, kept from call to call: a
+  // leaf that receives it as it is keeps a copy, and later gradients add into that copy
+  Tensor s = leaf({5}, {1});
+  for (int i = 1; i <= 3; ++i) {
+    s.reshape({}).backward();  // the view's gradient is the seed itself, reshaped
+    CHECK(grad_of(s) == std::vector<double>{static_cast<double>(i)});
+  }
+  Tensor x = leaf({2}, {});
+  x.backward();
+  x.backward();  // a leaf as the root: its own seed, added twice
+  CHECK(grad_of(x) == std::vector<double>{2});
+  Tensor w = leaf({1, 2, 3}, {3});
+  (w * w).sum().backward();
+  CHECK(grad_of(w) == std::vector<double>{2, 4, 6});
+  // and the seed a new loss gets is still ones
+  Tensor z = leaf({4}, {1});
+  (z * 3.0).reshape({}).backward();
+  CHECK(grad_of(z) == std::vector<double>{3});
+}
+
 TEST_CASE("relu's gradient is applied once: by the op after it where that op folds it in, else by its own node") {
   // probe(x): x's values, recorded as a node whose formula starts with relu's gradient (as relu's
   // and a ReLU epilogue's do); it notes whether the gradient reaching it came masked already

@@ -457,13 +457,19 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
   std::vector<int64_t> window_sizes;  // and their batches' images
   double loss_sum = 0;  // the epoch's loss, summed over its images
   int64_t seen = 0;
+  data::Batch staged;  // a captured step's own inputs for the last batch's shapes, once captured
   for (int64_t i = t.state.batch; i < batches; ++i) {
-    data::Batch b = loader.batch(i);
+    // straight into those, where the batch has their shapes: the replay then copies nothing
+    data::Batch b = loader.batch(i, staged);
     // shifted-in pixels get the background: black (0) after normalisation is -mean / std
     if (c.augment > 0) b.inputs = data::random_translate(b.inputs, c.augment, -0.1307 / 0.3081);
     // a captured step returns its graph's loss tensor, which the next replay overwrites: kept as a copy
     const Tensor loss = t.captured ? (*t.captured)({b.inputs, b.targets})[0].clone()
                                    : train_step(t, {b.inputs, b.targets})[0];
+    if (t.captured) {
+      const std::vector<Tensor> own = t.captured->inputs_like({b.inputs, b.targets});
+      staged = own.empty() ? data::Batch{} : data::Batch{own[0], own[1]};
+    }
     if (t.scheduler && c.scheduler == "onecycle") t.scheduler->step();  // one-cycle steps per batch
     ++t.state.step;
     t.state.batch = i + 1;

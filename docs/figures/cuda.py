@@ -791,3 +791,12 @@ def define(figure, table, runs):
         seconds = [we.epoch(f"train_{when}_b64_{i}.jsonl", e)["seconds"] for i in (1, 2, 3, 4) for e in (2, 3)]
         figure(f"cuda.conv2d.window-epochs.b64.{when}.epoch", we, sum(seconds) / len(seconds),
                f"mnist-train CNN batch 64, f32, {when} tree (H200): epochs 2 and 3 of four runs, mean, s")
+    # ---- the batch gathered in one launch straight into the captured step's inputs, and the loss's
+    # seed kept, against e82c612's library in one call (docs/runs/2026-11-29-h200-batch-into) ----
+    bi = runs["2026-11-29-h200-batch-into"]
+    old_new_training("kernels.batch-into", bi, steps=(64,))
+    for when in ("old", "new"):
+        for tag, file, what in (("mlp", "mlp", "MLP batch 64, f32"), ("b64-bf16", "b64_bf16", "CNN batch 64, bf16")):
+            seconds = [bi.epoch(f"train_{when}_{file}_{i}.jsonl", e)["seconds"] for i in (1, 2) for e in (2, 3)]
+            figure(f"kernels.batch-into.{tag}.{when}.epoch", bi, sum(seconds) / len(seconds),
+                   f"mnist-train {what}, {when} tree (H200): epochs 2 and 3 of two runs, mean, s")

@@ -117,6 +117,7 @@ class CudaBackend final : public Backend {
 
   // index.cu
   void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;
+  void gather_many(std::span<const TensorRef> xs, const TensorRef& indices, std::span<const TensorRef> outs) override;
   void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
   void one_hot(const TensorRef& indices, const TensorRef& out) override;
 

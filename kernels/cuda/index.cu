@@ -2,7 +2,7 @@
 //   gather     out[o, j, i] = x[o, indices[j], i]            out [outer, m, inner]
 //   index_add  out[o, indices[j], i] += src[o, j, i]          out [outer, n, inner]
 // gather is how a batch is drawn from a data set held on the device (x [60000, 1, 784], m = 64)
-// and an embedding's lookup.
+// and an embedding's lookup; gather_many draws a batch's images and labels in one launch.
 //
 // gather: one thread per output element. Consecutive threads own consecutive elements of an
 // output row and read consecutive elements of the source row, so loads and stores coalesce.
@@ -16,6 +16,7 @@
 // An index outside [0, n) cannot throw from a kernel: the thread skips the element (gather
 // writes 0) and records the fault, which the host throws at the next synchronisation as the CPU
 // would have thrown at once (fault.cuh).
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -54,6 +55,35 @@ __global__ void index_add_kernel(const T* src, const int32_t* idx, T* out, int64
   }
 }
 
+// gather_many: up to kGatherMany sources gathered by the same indices in one launch, each as 4-byte
+// words (images in f32, labels in i32), one grid row (blockIdx.y) a source.
+constexpr int kGatherMany = 8;
+
+struct GatherList {
+  const uint32_t* x[kGatherMany];
+  uint32_t* out[kGatherMany];
+  int64_t n[kGatherMany], inner[kGatherMany], total[kGatherMany];  // inner and total in words
+};
+
+__global__ void gather_many_kernel(const __grid_constant__ GatherList list, const int32_t* idx, int64_t m,
+                                   DeviceFault* fault) {
+  const int k = static_cast<int>(blockIdx.y);
+  const uint32_t* x = list.x[k];
+  uint32_t* out = list.out[k];
+  const int64_t n = list.n[k], inner = list.inner[k];
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < list.total[k];
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = e % inner, j = (e / inner) % m, o = e / (inner * m);
+    const int32_t row = idx[j];
+    if (row >= 0 && row < n) {
+      out[e] = x[(o * n + row) * inner + i];
+    } else {
+      out[e] = 0;
+      report_fault(fault, FaultOp::gather, row, j, n);
+    }
+  }
+}
+
 template <class T>
 __global__ void one_hot_kernel(const int32_t* idx, T* out, int64_t classes, int64_t total, DeviceFault* fault) {
   KILN_GRID_STRIDE(e, total) {
@@ -88,6 +118,37 @@ void CudaBackend::gather(const TensorRef& x, const TensorRef& indices, const Ten
     case DType::bf16: launch(bf16{}); break;
   }
   KILN_CUDA_LAUNCH_CHECK("gather");
+}
+
+// One launch where every source's rows are whole 4-byte words (a bf16 or u8 row of odd length
+// is not): the rest gather one by one.
+void CudaBackend::gather_many(std::span<const TensorRef> xs, const TensorRef& indices,
+                              std::span<const TensorRef> outs) {
+  KILN_CHECK(xs.size() == outs.size(), ValueError, "cuda gather_many: ", xs.size(), " sources for ", outs.size(),
+             " outputs");
+  check_indices("gather_many", indices);
+  auto words = [](const TensorRef& t) {
+    const size_t bytes = static_cast<size_t>(t.shape[2]) * dtype_size(t.dtype);
+    return bytes % 4 == 0 && reinterpret_cast<uintptr_t>(t.address()) % 4 == 0;
+  };
+  bool fits = xs.size() <= kGatherMany;
+  for (size_t k = 0; k < xs.size() && fits; ++k) fits = words(xs[k]) && words(outs[k]);
+  if (!fits) return Backend::gather_many(xs, indices, outs);
+  GatherList list{};
+  int64_t most = 0;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const int64_t inner = xs[k].shape[2] * static_cast<int64_t>(dtype_size(xs[k].dtype)) / 4;
+    list.x[k] = static_cast<const uint32_t*>(xs[k].address());
+    list.out[k] = static_cast<uint32_t*>(outs[k].address());
+    list.n[k] = xs[k].shape[1];
+    list.inner[k] = inner;
+    list.total[k] = inner > 0 ? outs[k].numel() / outs[k].shape[2] * inner : 0;
+    most = std::max(most, list.total[k]);
+  }
+  if (most == 0) return;
+  const dim3 grid(blocks_for(most), static_cast<unsigned>(xs.size()));
+  gather_many_kernel<<<grid, kThreads, 0, stream_>>>(list, indices.data<int32_t>(), indices.numel(), fault_);
+  KILN_CUDA_LAUNCH_CHECK("gather_many");
 }
 
 void CudaBackend::index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) {

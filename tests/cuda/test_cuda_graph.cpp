@@ -142,6 +142,51 @@ TEST_CASE("a captured bf16 step (autocast) computes the eager bf16 step's bits")
   for (size_t i = 0; i < eager.losses.size(); ++i) CHECK(std::abs(eager.losses[i] - f32.losses[i]) < 0.05);
 }
 
+TEST_CASE("batches gathered straight into a captured step's own inputs train as copied ones do") {
+  // 100 images in batches of 32: three of 32 (one graph), then one of 4 (a second), two epochs; the
+  // loader writes each batch into the step's inputs where the shapes match, and the step copies
+  // nothing then (inputs_like)
+  Generator data(9);
+  const Tensor images = uniform({100, 1, 12, 12}, -1.0, 1.0, kCuda, &data);
+  const Tensor labels = uniform({100}, 0.0, 10.0, kCuda, &data).to(DType::i32);
+  data::DataLoader loader(images, labels, data::DataLoaderOptions().batch_size(32).seed(2));
+  auto run = [&](bool staged) {
+    auto net = small_cnn();
+    optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+    optim::CapturedStep step(opt, [&](const std::vector<Tensor>& in) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy((*net)(in[0]), in[1]);
+      loss.backward();
+      opt.step();
+      return std::vector<Tensor>{loss.detach()};
+    });
+    manual_seed(5);
+    std::vector<float> losses;
+    data::Batch into;
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      loader.set_epoch(epoch);
+      for (int64_t i = 0; i < loader.num_batches(); ++i) {
+        const data::Batch b = loader.batch(i, into);
+        losses.push_back(step({b.inputs, b.targets})[0].item<float>());
+        const std::vector<Tensor> own = step.inputs_like({b.inputs, b.targets});
+        if (staged && !own.empty()) {
+          CHECK(own[0].shape() == b.inputs.shape());
+          into = {own[0], own[1]};
+        }
+      }
+    }
+    CHECK(step.graphs() == 2);
+    return losses;
+  };
+  const std::vector<float> copied = run(false), staged = run(true);
+  CHECK(copied.size() == 8);
+  CHECK(copied == staged);
+  // before a graph for a shape exists there are no inputs of its own
+  optim::SGD opt(small_cnn()->parameters(), optim::SGDOptions(0.1));
+  optim::CapturedStep fresh(opt, [](const std::vector<Tensor>& in) { return in; });
+  CHECK(fresh.inputs_like({images, labels}).empty());
+}
+
 TEST_CASE("a replay reads what its inputs hold then, and dropout draws a fresh mask each replay") {
   Tensor x = ones({1000}, kCuda);
   Tensor out = zeros({1000}, kCuda);
