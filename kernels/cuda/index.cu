@@ -29,19 +29,24 @@ namespace kiln::cuda {
 
 namespace {
 
+// Output element e of a gather (both kernels below).
+template <class T>
+__device__ inline void gather_element(const T* x, const int32_t* idx, T* out, int64_t e, int64_t m, int64_t n,
+                                      int64_t inner, DeviceFault* fault) {
+  const int64_t i = e % inner, j = (e / inner) % m, o = e / (inner * m);
+  const int32_t row = idx[j];
+  if (row >= 0 && row < n) {
+    out[e] = x[(o * n + row) * inner + i];
+  } else {
+    out[e] = T{};
+    report_fault(fault, FaultOp::gather, row, j, n);
+  }
+}
+
 template <class T>
 __global__ void gather_kernel(const T* x, const int32_t* idx, T* out, int64_t m, int64_t n, int64_t inner,
                               int64_t total, DeviceFault* fault) {
-  KILN_GRID_STRIDE(e, total) {
-    int64_t i = e % inner, j = (e / inner) % m, o = e / (inner * m);
-    int32_t row = idx[j];
-    if (row >= 0 && row < n) {
-      out[e] = x[(o * n + row) * inner + i];
-    } else {
-      out[e] = T{};
-      report_fault(fault, FaultOp::gather, row, j, n);
-    }
-  }
+  KILN_GRID_STRIDE(e, total) gather_element(x, idx, out, e, m, n, inner, fault);
 }
 
 template <class T>
@@ -68,20 +73,7 @@ struct GatherList {
 __global__ void gather_many_kernel(const __grid_constant__ GatherList list, const int32_t* idx, int64_t m,
                                    DeviceFault* fault) {
   const int k = static_cast<int>(blockIdx.y);
-  const uint32_t* x = list.x[k];
-  uint32_t* out = list.out[k];
-  const int64_t n = list.n[k], inner = list.inner[k];
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < list.total[k];
-       e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = e % inner, j = (e / inner) % m, o = e / (inner * m);
-    const int32_t row = idx[j];
-    if (row >= 0 && row < n) {
-      out[e] = x[(o * n + row) * inner + i];
-    } else {
-      out[e] = 0;
-      report_fault(fault, FaultOp::gather, row, j, n);
-    }
-  }
+  KILN_GRID_STRIDE(e, list.total[k]) gather_element(list.x[k], idx, list.out[k], e, m, list.n[k], list.inner[k], fault);
 }
 
 template <class T>

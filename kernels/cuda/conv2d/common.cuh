@@ -69,8 +69,8 @@ __device__ inline int div_small(int a, float inv_b) { return static_cast<int>((s
 // loads in flight before their adds), and row 0 adds the rows' sums in order: the order of every
 // addition is fixed by S (and ROWS by S), so the result is deterministic. ROWS is 8, or 32 from
 // kSumManySplits partials on: version 5's splits of a small batch (conv1 at batch 64: 256 splits
-// of 320 elements, ten blocks) would otherwise be eight round trips to memory a thread. One thread per element, eight loads in
-// flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory:
+// of 320 elements, ten blocks) would otherwise be eight round trips to memory a thread. Before
+// the rows, one thread per element, eight loads in flight, had left conv1's 80 partials of 288 elements a chain of ten round trips to memory:
 // 7 µs [nofig] at batch 64 for 92 KB in the bf16 step's profile (ncu,
 // docs/runs/2026-11-27-h100-fc1-split; history: NOTES.md). conv1's whole bf16 weight gradient then took
 // 23.5 µs [fig cuda.conv2d.rows.conv1-b64.bwd-weight-bf16.us] at batch 64 and
