@@ -164,6 +164,18 @@ struct RmspropStep {
   std::function<RmspropStep()> next;  // in a captured step: the values of each later replay's step
 };
 
+// A copy from the device to the host queued behind the work before it (Backend::read_async): the
+// host goes on, and wait() blocks until the bytes have landed. How a training loop reads its
+// losses without draining the device each time.
+class PendingRead {
+ public:
+  virtual ~PendingRead() = default;
+  virtual bool ready() = 0;  // the bytes have landed: wait() will not block
+  // Blocks until they have, then returns them. A fault found on the device (an index out of
+  // range) throws here, as read() throws it.
+  virtual const void* wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -176,6 +188,10 @@ class Backend {
   virtual void write(void* buffer, size_t byte_offset, const void* host, size_t bytes) = 0;
   virtual void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) = 0;
   virtual void synchronize() = 0;  // waits for every kernel queued so far
+  // Queues a copy of `bytes` bytes to host memory the returned read owns. By default a blocking
+  // read() (a backend whose reads do not drain it keeps that); CUDA copies into pinned memory
+  // behind an event.
+  virtual std::unique_ptr<PendingRead> read_async(const void* buffer, size_t byte_offset, size_t bytes);
 
   // ---- capture (core/capture.h) ----
   // Opens a capture of the work queued from now on; a backend that cannot capture (all but CUDA)

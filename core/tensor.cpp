@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -119,19 +120,33 @@ Tensor dense_copy(const Tensor& t, DType dtype) {
 }
 
 namespace {
+// `count` elements of `dtype` as they lie in host memory, converted to T.
+template <class T>
+std::vector<T> converted(const void* bytes, DType dtype, size_t count) {
+  std::vector<T> out(count);
+  visit_dtype(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const auto* raw = static_cast<const std::byte*>(bytes);
+    for (size_t i = 0; i < count; ++i) {
+      S v;
+      std::memcpy(&v, raw + i * sizeof(S), sizeof(S));  // host bytes in no particular alignment
+      out[i] = static_cast<T>(v);
+    }
+  });
+  return out;
+}
+
+// t itself when contiguous, else a contiguous copy: what a read copies from.
+Tensor readable(const Tensor& t) { return t.is_contiguous() ? t : dense_copy(t, t.dtype()); }
+
 // Every element of t in row-major order, converted to T.
 template <class T>
 std::vector<T> read_all(const Tensor& t) {
-  Tensor c = t.is_contiguous() ? t : dense_copy(t, t.dtype());
-  std::vector<T> out(static_cast<size_t>(c.numel()));
-  visit_dtype(c.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    std::vector<S> raw(out.size());
-    c.backend().read(c.storage()->data(), static_cast<size_t>(c.offset()) * sizeof(S), raw.data(),
-                     raw.size() * sizeof(S));
-    for (size_t i = 0; i < raw.size(); ++i) out[i] = static_cast<T>(raw[i]);
-  });
-  return out;
+  const Tensor c = readable(t);
+  const size_t bytes = static_cast<size_t>(c.numel()) * dtype_size(c.dtype());
+  std::vector<std::byte> raw(bytes);
+  c.backend().read(c.storage()->data(), static_cast<size_t>(c.offset()) * dtype_size(c.dtype()), raw.data(), bytes);
+  return converted<T>(raw.data(), c.dtype(), static_cast<size_t>(c.numel()));
 }
 }  // namespace
 
@@ -145,11 +160,39 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   return read_all<T>(*this);
 }
+
+PendingValues Tensor::read_async() const {
+  PendingValues p;
+  p.source_ = readable(*this);
+  p.dtype_ = dtype();
+  p.count_ = static_cast<size_t>(numel());
+  const size_t element = dtype_size(p.dtype_);
+  p.read_ = p.source_.backend().read_async(p.source_.storage()->data(),
+                                           static_cast<size_t>(p.source_.offset()) * element, p.count_ * element);
+  return p;
+}
+
+bool PendingValues::ready() const {
+  KILN_CHECK(read_ != nullptr, ValueError, "PendingValues: no read was started (only Tensor::read_async starts one)");
+  return read_->ready();
+}
+
+template <class T>
+std::vector<T> PendingValues::get() const {
+  KILN_CHECK(read_ != nullptr, ValueError, "PendingValues: no read was started (only Tensor::read_async starts one)");
+  return converted<T>(read_->wait(), dtype_, count_);
+}
+
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
 template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
 template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<float> PendingValues::get<float>() const;
+template std::vector<double> PendingValues::get<double>() const;
+template std::vector<int32_t> PendingValues::get<int32_t>() const;
+template std::vector<uint8_t> PendingValues::get<uint8_t>() const;
+template std::vector<int64_t> PendingValues::get<int64_t>() const;
 
 namespace {
 // PyTorch's layout: nested brackets, at most 3 + 3 entries per axis once a tensor is large.

@@ -27,6 +27,8 @@
 namespace kiln {
 
 class Backend;
+class PendingRead;
+class PendingValues;
 struct TensorRef;
 
 // What core knows of the autograd node that produced a tensor: its op's name. The node itself
@@ -136,6 +138,9 @@ class Tensor {
   double item() const;  // the single element, converted to double
   template <class T> T item() const { return static_cast<T>(item()); }
   template <class T> std::vector<T> to_vector() const;  // every element in row-major order
+  // The same read queued behind the work before it, collected later: no synchronisation until
+  // the returned values' get(). How a loop reads results without draining the device.
+  PendingValues read_async() const;
   std::string str() const;  // values and metadata, as PyTorch prints them
 
   // ---- conversions and copies (ops: they record a node, so gradients flow through) ----
@@ -209,6 +214,25 @@ struct TensorImpl {
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);
+
+// A tensor's elements on their way to the host (Tensor::read_async): the copy was queued behind
+// the work before it and the host went on. get() waits for it (and throws a fault the device
+// found, as item() would); ready() asks without waiting. The read holds what it copies, so the
+// tensor may go meanwhile. A training loop reads each progress update's losses this way and
+// looks at them one update later, so the device never runs dry while the host waits.
+class PendingValues {
+ public:
+  bool ready() const;  // the copy has landed: get() will not wait
+  // Waits for the copy, then returns every element in row-major order, converted to T.
+  template <class T> std::vector<T> get() const;
+
+ private:
+  friend class Tensor;
+  std::shared_ptr<PendingRead> read_;  // null: a PendingValues no read_async returned
+  Tensor source_;                      // the contiguous tensor copied from, kept until this goes
+  DType dtype_ = DType::f32;
+  size_t count_ = 0;
+};
 
 // ---- factories ----
 Tensor empty(const Shape& shape, const TensorOptions& options = {});

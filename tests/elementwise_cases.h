@@ -520,6 +520,39 @@ inline void bad_index_cases(const Run& r) {
           nll_loss(log_probs.to(Device::cpu()), targets, Reduction::none), {}, "nll_loss after the fault");
 }
 
+// Tensor::read_async: what to_vector reads, in each dtype taken, from a tensor and from a strided
+// view; several reads in flight, collected out of order and twice, their sources gone first; a
+// fault found on the device thrown by get() (or, where reads block, by read_async itself), once.
+inline void read_async_cases(const Run& r) {
+  for (const Take& k : r.takes) {
+    Tensor x = uniform({37, 5}, 0, 100).to(k.dtype).to(r.device);
+    std::vector<PendingValues> reads;
+    reads.push_back(x.read_async());
+    reads.push_back(x.t().slice(0, 1, 4).read_async());  // strided: read through a contiguous copy
+    reads.push_back(x.clone().read_async());             // a temporary: the read holds it
+    reads.push_back(x.slice(0, 3, 3).read_async());      // nothing to read
+    const std::string what = std::string("read_async ") + std::string(dtype_name(k.dtype));
+    CHECK_MESSAGE(reads[2].get<double>() == x.to_vector<double>(), what);
+    CHECK_MESSAGE(reads[0].get<double>() == x.to_vector<double>(), what);
+    CHECK_MESSAGE(reads[0].get<double>() == x.to_vector<double>(), what);
+    CHECK_MESSAGE(reads[1].get<float>() == x.t().slice(0, 1, 4).to_vector<float>(), what);
+    CHECK_MESSAGE(reads[3].get<float>().empty(), what);
+    for (const PendingValues& v : reads) CHECK_MESSAGE(v.ready(), what);
+  }
+  Tensor x = uniform({5, 3}, 0, 1).to(r.device);
+  const Tensor bad = from_vector<int32_t>({0, 5}, {2}).to(r.device);
+  CHECK_THROWS_WITH_AS(index_select(x, 0, bad).read_async().get<float>(),
+                       doctest::Contains("gather: index 5 at position 1 is outside [0, 5)"), ValueError);
+  CHECK(x.read_async().get<float>() == x.to_vector<float>());  // reported, and cleared
+  if (r.device.type == DeviceType::cuda) {
+    // a read queued behind a fault that a blocking read then reports does not report it again
+    const PendingValues behind = index_select(x, 0, bad).read_async();
+    CHECK_THROWS_AS(x.to_vector<float>(), ValueError);
+    CHECK(behind.get<float>().size() == 6);
+  }
+  CHECK_THROWS_AS(PendingValues().get<float>(), ValueError);
+}
+
 // Anomaly mode on the device: the first op whose output, or whose formula's gradient, is not
 // finite is named, with its shapes (the check reads the device).
 inline void anomaly_cases(const Run& r) {

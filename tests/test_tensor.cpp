@@ -197,6 +197,16 @@ TEST_CASE("shapes whose sizes or bytes pass int64 are refused, in factories, vie
   CHECK_THROWS_AS(zeros({int64_t{1} << 60}), OutOfMemory);
 }
 
+TEST_CASE("read_async's values are to_vector's, whenever they are collected") {
+  Tensor x = arange(0, 12).reshape({3, 4});
+  const PendingValues whole = x.read_async(), column = x.slice(1, 2, 3).read_async();
+  x.fill_(-1);  // the CPU's read was done when read_async returned
+  CHECK(column.ready());
+  CHECK(column.get<int32_t>() == std::vector<int32_t>{2, 6, 10});
+  CHECK(whole.get<float>()[11] == 11.0f);
+  CHECK_THROWS_AS(PendingValues().ready(), ValueError);
+}
+
 TEST_CASE("printing shows values, shape and dtype") {
   CHECK(iota({2, 2}).str() == "tensor([[0.0000, 1.0000],\n        [2.0000, 3.0000]], shape=[2, 2], dtype=f32)");
   CHECK(from_vector<int32_t>({1, 2}, {2}).str() == "tensor([1, 2], shape=[2], dtype=i32)");

@@ -367,16 +367,16 @@ Training build_training(const Config& c, const Device& device, int64_t steps_per
 // The clocks and counts behind one epoch's progress updates.
 struct Progress {
   Clock::time_point epoch_start = Clock::now(), window_start = epoch_start;
-  int64_t first_batch = 0;    // not 0 when resuming inside the epoch
-  int64_t window_images = 0;  // trained on since the last update
+  int64_t first_batch = 0;  // not 0 when resuming inside the epoch
 };
 
-// After batch s.batch of `batches`: a "train" line in the metrics file and, on stderr, a live bar
-// on a terminal, else a plain line every 10th update (every update with -v).
-void log_progress(const Config& c, const apps::RunState& s, int64_t batches, double loss, Progress& p,
-                  Metrics& metrics) {
+// After batch s.batch of `batches`, `images` trained on (all ranks) since the last update: a
+// "train" line in the metrics file and, on stderr, a live bar on a terminal, else a plain line
+// every 10th update (every update with -v).
+void log_progress(const Config& c, const apps::RunState& s, int64_t batches, double loss, int64_t images,
+                  Progress& p, Metrics& metrics) {
   double secs = std::chrono::duration<double>(Clock::now() - p.window_start).count();
-  double rate = static_cast<double>(p.window_images) / std::max(secs, 1e-9);
+  double rate = static_cast<double>(images) / std::max(secs, 1e-9);
   double done = static_cast<double>(s.batch) / static_cast<double>(batches);
   double elapsed = std::chrono::duration<double>(Clock::now() - p.epoch_start).count();
   double eta = static_cast<double>(batches - s.batch) * elapsed / static_cast<double>(s.batch - p.first_batch);
@@ -398,26 +398,28 @@ void log_progress(const Config& c, const apps::RunState& s, int64_t batches, dou
     }
   }
   p.window_start = Clock::now();
-  p.window_images = 0;
 }
 
 // Whether to stop: Ctrl-C asked to, or a training loss was not finite. Data-parallel, the ranks
 // decide together, at the progress updates: a rank that stopped alone would leave the others
-// waiting in the next all-reduce. ask() queues the all-reduce of this rank's votes before the host
-// reads the losses, so that one wait on the device serves both; the answers read it.
+// waiting in the next all-reduce. ask() queues the all-reduce of this rank's votes and their read
+// beside the losses'; the answers, looked at when the losses are, wait for it.
 struct StopVote {
-  Tensor votes;  // data-parallel: [some rank was interrupted, some rank's losses were not finite]
+  PendingValues votes;  // data-parallel: [some rank was interrupted, some rank's losses were not finite]
+  bool asked = false;
   void ask(const Parallel& par, const Tensor& losses) {
     if (!par.group) return;
-    votes = stack({interrupted_flag(losses.device()), 1.0 - kiln::min(isfinite(losses))});
-    par.group->all_reduce(votes, ReduceOp::max);
+    Tensor v = stack({interrupted_flag(losses.device()), 1.0 - kiln::min(isfinite(losses))});
+    par.group->all_reduce(v, ReduceOp::max);
+    votes = v.read_async();
+    asked = true;
   }
-  bool interrupted() const { return votes.defined() ? votes.slice(0, 0, 1).item() > 0 : g_interrupts.load() > 0; }
-  bool nonfinite() const { return votes.defined() && votes.slice(0, 1, 2).item() > 0; }
+  bool interrupted() const { return asked && votes.get<float>()[0] > 0; }
+  bool nonfinite() const { return asked && votes.get<float>()[1] > 0; }
 };
 
-// The losses of the steps since the last progress update, read there (`first` the 0-based batch of
-// the first of them): a loss that is not finite stops the run with an error naming its step. What
+// The losses of the steps between two progress updates, landed (`first` the 0-based batch of the
+// first of them): a loss that is not finite stops the run with an error naming its step. What
 // was saved stays as it was: nothing of this epoch is.
 void check_losses(const std::vector<float>& losses, int64_t first, int64_t batches, const apps::RunState& s,
                   const StopVote& vote, const Parallel& par) {
@@ -436,6 +438,23 @@ void check_losses(const std::vector<float>& losses, int64_t first, int64_t batch
              " (that rank's error names the step)", stopped);
 }
 
+// The steps between two progress updates: their losses, sent to the host at the second without
+// waiting, and looked at (settle) one update later or at the epoch's end. A blocking read at each
+// update would leave the device idle while the host, woken, launched the next steps.
+struct Window {
+  std::vector<Tensor> losses;  // detached, a step each
+  std::vector<int64_t> sizes;  // and their batches' images (this rank's)
+  apps::RunState state;        // after the last of them
+  StopVote vote;
+  PendingValues values;  // the losses on their way to the host, once sent
+  void send(const Parallel& par) {
+    const Tensor stacked = stack(losses);
+    vote.ask(par, stacked);
+    values = stacked.read_async();
+    losses.clear();
+  }
+};
+
 struct TrainResult {
   double loss = 0, accuracy = 0;  // over the images of the epoch, each as the model was at its step
   double seconds = 0;
@@ -445,7 +464,7 @@ struct TrainResult {
 // Trains on epoch t.state.epoch from batch t.state.batch on (not 0 when resuming inside it). The
 // correct predictions accumulate on the device and are read once, at the end; the loss is summed
 // here from the losses each progress update reads. Returns nothing when Ctrl-C asked to stop;
-// t.state then stands after the last step taken.
+// t.state then stands after the last step taken, whose losses have been looked at.
 std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, const Config& c, Metrics& metrics,
                                        const Parallel& par) {
   t.net->train();
@@ -453,10 +472,21 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
   Progress progress{.first_batch = t.state.batch};
   const int64_t batches = loader.num_batches();
   t.correct.zero_();
-  std::vector<Tensor> window;  // the losses since the last progress update, detached
-  std::vector<int64_t> window_sizes;  // and their batches' images
   double loss_sum = 0;  // the epoch's loss, summed over its images
   int64_t seen = 0;
+  // A window's losses, once landed: one that is not finite stops the run; else a progress update.
+  auto settle = [&](const Window& w) {
+    const std::vector<float> values = w.values.get<float>();
+    check_losses(values, w.state.batch - static_cast<int64_t>(values.size()), batches, w.state, w.vote, par);
+    int64_t images = 0;
+    for (size_t j = 0; j < values.size(); ++j) {
+      loss_sum += values[j] * static_cast<double>(w.sizes[j]);
+      images += w.sizes[j] * par.size();
+    }
+    log_progress(c, w.state, batches, values.back(), images, progress, metrics);
+  };
+  Window open;                  // the steps since the last update
+  std::optional<Window> sent;   // the last update's, on its way to the host
   data::Batch staged;  // a captured step's own inputs for the last batch's shapes, once captured
   for (int64_t i = t.state.batch; i < batches; ++i) {
     // straight into those, where the batch has their shapes: the replay then copies nothing
@@ -474,23 +504,26 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
     ++t.state.step;
     t.state.batch = i + 1;
     seen += b.targets.numel();
-    progress.window_images += b.targets.numel() * par.size();
-    window.push_back(loss);
-    window_sizes.push_back(b.targets.numel());
-    // One process looks at Ctrl-C every step; data-parallel ranks vote at the progress updates.
-    const bool update = (i + 1) % c.log_interval == 0 || i + 1 == batches;
-    StopVote stop;
-    if (update) {
-      Tensor losses = stack(window);
-      stop.ask(par, losses);
-      const std::vector<float> values = losses.to_vector<float>();
-      check_losses(values, i + 1 - static_cast<int64_t>(window.size()), batches, t.state, stop, par);
-      log_progress(c, t.state, batches, values.back(), progress, metrics);
-      for (size_t j = 0; j < values.size(); ++j) loss_sum += values[j] * static_cast<double>(window_sizes[j]);
-      window.clear();
-      window_sizes.clear();
+    open.losses.push_back(loss);
+    open.sizes.push_back(b.targets.numel());
+    // One process looks at Ctrl-C every step; data-parallel ranks at the updates, where each
+    // settles the same window's votes, so all stop after the same step.
+    bool stop = !par.group && g_interrupts.load() > 0;
+    if ((i + 1) % c.log_interval == 0 || i + 1 == batches || stop) {
+      open.state = t.state;
+      open.send(par);
+      if (sent) {
+        settle(*sent);
+        stop = stop || (par.group && sent->vote.interrupted());
+      }
+      sent = std::move(open);
+      open = Window{};
+      if (i + 1 == batches || stop) {  // nothing is left in flight at the end, or at a stop
+        settle(*sent);
+        sent.reset();
+      }
     }
-    if ((update || !par.group) && stop.interrupted()) return std::nullopt;
+    if (stop) return std::nullopt;
   }
   if (t.scheduler && c.scheduler != "onecycle") t.scheduler->step();  // the others step per epoch
   TrainResult r;

@@ -800,3 +800,13 @@ def define(figure, table, runs):
             seconds = [bi.epoch(f"train_{when}_{file}_{i}.jsonl", e)["seconds"] for i in (1, 2) for e in (2, 3)]
             figure(f"kernels.batch-into.{tag}.{when}.epoch", bi, sum(seconds) / len(seconds),
                    f"mnist-train {what}, {when} tree (H200): epochs 2 and 3 of two runs, mean, s")
+    # ---- each progress update's losses read with read_async and looked at one update later,
+    # against df8fa0a's blocking read in one call (docs/runs/2026-11-29-h200-async-reads) ----
+    ar = runs["2026-11-29-h200-async-reads"]
+    for when, name, what in (("old", "b64", "CNN batch 64"), ("new", "b64", "CNN batch 64"),
+                             ("new", "b64_quiet", "CNN batch 64, --log-interval 100000"),
+                             ("old", "b512", "CNN batch 512"), ("new", "b512", "CNN batch 512"),
+                             ("old", "mlp", "MLP batch 64"), ("new", "mlp", "MLP batch 64")):
+        seconds = [ar.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
+        figure(f"kernels.async-reads.{name.replace('_', '-')}.{when}.epoch", ar, sum(seconds) / len(seconds),
+               f"mnist-train {what}, f32, {when} tree (H200): epochs 2 and 3 of three runs, mean, s")

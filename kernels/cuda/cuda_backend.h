@@ -7,7 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/backend.h"
@@ -80,6 +82,9 @@ class CudaBackend final : public Backend {
   void write(void* buffer, size_t byte_offset, const void* host, size_t bytes) override;
   void read(const void* buffer, size_t byte_offset, void* host, size_t bytes) override;
   void synchronize() override;
+  // The copy and the fault slot's copy go into a pinned block behind an event; the block goes
+  // back to a pool of them once the read is done with (freeing pinned memory would wait).
+  std::unique_ptr<PendingRead> read_async(const void* buffer, size_t byte_offset, size_t bytes) override;
   DeviceFault* fault_slot() const { return fault_; }  // device memory, for kernels to report into
 
   // graph.cu: captured CUDA graphs (core/capture.h)
@@ -198,6 +203,16 @@ class CudaBackend final : public Backend {
 
   // Waits for the stream, then throws the fault a kernel recorded since the last check, if any.
   void sync_and_check_fault();
+  // Throws `f` (a copy of the fault slot) if it holds a fault, clearing the slot first.
+  void throw_fault(const DeviceFault& f);
+  uint64_t fault_clears_ = 0;  // how many faults throw_fault has reported (and cleared)
+
+  // runtime.cu: read_async's pinned blocks not in use, each with its size
+  friend class CudaRead;
+  std::mutex staging_mutex_;
+  std::vector<std::pair<void*, size_t>> staging_;
+  std::pair<void*, size_t> take_staging(size_t bytes);
+  void give_back_staging(std::pair<void*, size_t> block) noexcept;
   // Throws CaptureError when a capture is open: `what` would wait for the device or copy from the host.
   void check_not_capturing(const char* what) const;
 

@@ -1,6 +1,7 @@
 // The CUDA runtime of kiln: device selection, one stream per device, the stream-ordered memory
 // pool, and copies to and from the host.
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +61,7 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
   if (fault_) cudaFree(fault_);
   if (fault_host_) cudaFreeHost(fault_host_);
+  for (const auto& [block, size] : staging_) cudaFreeHost(block);
 }
 
 void* CudaBackend::allocate(size_t bytes) {
@@ -106,6 +108,101 @@ void CudaBackend::read(const void* buffer, size_t byte_offset, void* host, size_
   sync_and_check_fault();
 }
 
+// A read_async in flight: [fault slot][the bytes] in a pinned block, landed when `landed_` has
+// fired. wait() checks the fault copy once, so a fault found then throws as read() would.
+class CudaRead final : public PendingRead {
+ public:
+  CudaRead(CudaBackend& backend, const void* source, size_t bytes)
+      : backend_(backend), clears_(backend.fault_clears_) {
+    block_ = backend.take_staging(kData + bytes);
+    KILN_CUDA_CHECK(cudaSetDevice(backend.device_));
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&landed_, cudaEventDisableTiming));
+    char* host = static_cast<char*>(block_.first);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(host, backend.fault_, sizeof(DeviceFault), cudaMemcpyDeviceToHost,
+                                    backend.stream_));
+    if (bytes > 0)
+      KILN_CUDA_CHECK(cudaMemcpyAsync(host + kData, source, bytes, cudaMemcpyDeviceToHost, backend.stream_));
+    KILN_CUDA_CHECK(cudaEventRecord(landed_, backend.stream_));
+  }
+  CudaRead(const CudaRead&) = delete;
+  CudaRead& operator=(const CudaRead&) = delete;
+  ~CudaRead() override {
+    // the copy may still be landing in the block: it goes back to the pool once it has
+    if (landed_) {
+      cudaEventSynchronize(landed_);
+      cudaEventDestroy(landed_);
+    }
+    backend_.give_back_staging(block_);
+  }
+
+  bool ready() override {
+    if (checked_) return true;
+    const cudaError_t e = cudaEventQuery(landed_);
+    if (e == cudaErrorNotReady) return false;
+    KILN_CUDA_CHECK(e);
+    return true;
+  }
+
+  const void* wait() override {
+    const char* host = static_cast<const char*>(block_.first);
+    if (!checked_) {
+      KILN_CUDA_CHECK(cudaEventSynchronize(landed_));
+      checked_ = true;
+      DeviceFault f;
+      std::memcpy(&f, host, sizeof f);
+      // a slot cleared since this copy was queued was cleared by reporting this very fault
+      if (backend_.fault_clears_ == clears_) backend_.throw_fault(f);
+    }
+    return host + kData;
+  }
+
+ private:
+  static constexpr size_t kData = 256;  // the bytes start here, past the fault slot's copy, aligned
+  static_assert(sizeof(DeviceFault) <= kData);
+  CudaBackend& backend_;
+  std::pair<void*, size_t> block_;
+  uint64_t clears_;  // the backend's fault_clears_ when the copy was queued
+  cudaEvent_t landed_ = nullptr;
+  bool checked_ = false;  // waited for, and the fault copy looked at
+};
+
+std::unique_ptr<PendingRead> CudaBackend::read_async(const void* buffer, size_t byte_offset, size_t bytes) {
+  check_not_capturing("a read of the device (read_async)");
+  return std::make_unique<CudaRead>(*this, static_cast<const char*>(buffer) + byte_offset, bytes);
+}
+
+std::pair<void*, size_t> CudaBackend::take_staging(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(staging_mutex_);
+    // the smallest free block that holds `bytes`
+    auto best = staging_.end();
+    for (auto it = staging_.begin(); it != staging_.end(); ++it)
+      if (it->second >= bytes && (best == staging_.end() || it->second < best->second)) best = it;
+    if (best != staging_.end()) {
+      const std::pair<void*, size_t> block = *best;
+      staging_.erase(best);
+      return block;
+    }
+  }
+  size_t size = 4096;  // a page at least: the reads of a training loop are a few losses
+  while (size < bytes) size *= 2;
+  void* block = nullptr;
+  KILN_CUDA_CHECK(cudaSetDevice(device_));
+  const cudaError_t err = cudaMallocHost(&block, size);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    KILN_FAIL(OutOfMemory, "cuda:", device_, ": out of pinned host memory allocating ", size,
+              " bytes for an asynchronous read");
+  }
+  KILN_CUDA_CHECK(err);
+  return {block, size};
+}
+
+void CudaBackend::give_back_staging(std::pair<void*, size_t> block) noexcept {
+  std::lock_guard<std::mutex> lock(staging_mutex_);
+  staging_.push_back(block);
+}
+
 void CudaBackend::synchronize() {
   check_not_capturing("synchronize()");
   sync_and_check_fault();
@@ -114,8 +211,13 @@ void CudaBackend::synchronize() {
 void CudaBackend::sync_and_check_fault() {
   KILN_CUDA_CHECK(cudaMemcpyAsync(fault_host_, fault_, sizeof(DeviceFault), cudaMemcpyDeviceToHost, stream_));
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (fault_host_->op == 0) return;
-  DeviceFault f = *fault_host_;
+  throw_fault(*fault_host_);
+}
+
+void CudaBackend::throw_fault(const DeviceFault& fault) {
+  if (fault.op == 0) return;
+  const DeviceFault f = fault;
+  ++fault_clears_;
   KILN_CUDA_CHECK(cudaMemsetAsync(fault_, 0, sizeof(DeviceFault), stream_));
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
   static const char* const names[] = {"?", "gather", "index_add", "one_hot", "cross_entropy", "cross_entropy_backward"};
