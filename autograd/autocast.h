@@ -7,7 +7,7 @@
 //     layer), conv2d. Their f32 inputs (weights, bias, activations) are cast to bf16 and the
 //     result is bf16; the tensors they save for backward are the bf16 ones.
 //   f32 (sums, exponentials and statistics, where bf16's 8 bits of mantissa would lose the
-//     answer): softmax, log_softmax, cross_entropy, nll_loss, mse_loss, sum, mean, batch_norm,
+//     answer): softmax, log_softmax, cross_entropy (and cross_entropy_counting), nll_loss, mse_loss, sum, mean, batch_norm,
 //     exp, log, pow. Their bf16 inputs are cast to f32 (cross_entropy reads bf16 logits as they
 //     are, computing in f32: the same values, without the cast's pass).
 //   promote: the binary elementwise ops (add, sub, mul, div, maximum, minimum, pow, the

@@ -79,6 +79,12 @@ void Backend::max_pool2d_dropout_backward(const TensorRef&, const TensorRef&, co
             " backend has no max_pool2d_dropout_backward: it reads the codes of a max_pool2d_dropout it did not write");
 }
 
+void Backend::cross_entropy_reduced_counting(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
+                                             double label_smoothing, bool mean, const TensorRef& count) {
+  cross_entropy_reduced(logits, targets, out, label_smoothing, mean);
+  count_correct(logits, targets, count);
+}
+
 void Backend::cross_entropy_reduced(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
                                     double label_smoothing, bool mean) {
   const int64_t n = logits.shape[0];

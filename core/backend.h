@@ -283,6 +283,11 @@ class Backend {
   // classifier's correct predictions. By default argmax, eq, sum and an add, four passes with
   // their buffers; CUDA counts in one kernel.
   virtual void count_correct(const TensorRef& logits, const TensorRef& targets, const TensorRef& count);
+  // cross_entropy_reduced and count_correct on the same logits and targets: by default the two
+  // calls; CUDA counts in the loss's kernel where that takes the batch, one launch where a
+  // training step's loss and its correct predictions took two.
+  virtual void cross_entropy_reduced_counting(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
+                                              double label_smoothing, bool mean, const TensorRef& count);
   // indices i32 [N] in [0, C) -> out [N, C] of out's dtype, 1 at the index and 0 elsewhere.
   virtual void one_hot(const TensorRef& indices, const TensorRef& out) = 0;
 

@@ -112,6 +112,59 @@ inline void add_correct_cases(const Run& r) {
   }
 }
 
+// cross_entropy_counting: the loss cross_entropy gives on the same device, bit for bit, and the
+// count add_correct adds, in f32, f64 and bf16 logits: batches the loss's one-block kernel takes
+// (CUDA: the count in it) and batches past it (rows x classes over 65,536, or classes over 1,024),
+// ties, NaN rows, both reductions, the count accumulating, and the gradient cross_entropy's.
+inline void cross_entropy_counting_cases(const Run& r) {
+  std::mt19937 rng(16);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{64, 10}, {1, 1}, {37, 3}, {200, 33}, {100, 1000},
+                                                           {9000, 10}, {70, 1500}, {0, 10}};
+  for (const auto& [rows, classes] : shapes) {
+    for (const DType dtype : r.floats()) {
+      std::vector<int32_t> levels(static_cast<size_t>(rows * classes)), labels(static_cast<size_t>(rows));
+      for (auto& e : levels) e = std::uniform_int_distribution<int32_t>(0, classes > 20 ? 1000 : 3)(rng);
+      for (auto& e : labels) e = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(classes) - 1)(rng);
+      Tensor logits = from_vector<int32_t>(levels, {rows, classes}).to(dtype) * 0.01;
+      if (rows > 2) logits.slice(0, 1, 2).slice(1, classes / 2, classes / 2 + 1).fill_(NAN);
+      logits = logits.to(r.device).requires_grad_();
+      const Tensor targets = from_vector<int32_t>(labels, {rows}).to(r.device);
+      const std::string what = "cross_entropy_counting [" + std::to_string(rows) + ", " + std::to_string(classes) +
+                               "] " + std::string(dtype_name(dtype));
+      for (const Reduction reduction : {Reduction::mean, Reduction::sum}) {
+        Tensor counted = zeros({}, TensorOptions(DType::i32).device(r.device));
+        Tensor added = zeros({}, TensorOptions(DType::i32).device(r.device));
+        Tensor loss;
+        for (int call = 0; call < 2; ++call) {
+          loss = cross_entropy_counting(logits, targets, counted, reduction);
+          add_correct(added, logits, targets);
+        }
+        const Tensor plain = cross_entropy(logits, targets, reduction);
+        CHECK_MESSAGE(counted.item() == added.item(), what);
+        CHECK_MESSAGE(loss.dtype() == plain.dtype(), what);
+        const double a = loss.item(), b = plain.item();
+        CHECK_MESSAGE(((std::isnan(a) && std::isnan(b)) || a == b), what << ": " << a << " against " << b);
+        if (rows > 3) {
+          auto gradient = [&](const Tensor& l) {
+            logits.zero_grad();
+            l.backward();
+            return logits.grad();
+          };
+          const Tensor g = gradient(loss), want = gradient(plain);
+          r.check(g, want, {0, 0}, what + " gradient");
+        }
+      }
+    }
+  }
+  const Tensor x = uniform({4, 5}, 0, 1).to(r.device);
+  const Tensor t = from_vector<int32_t>({0, 1, 2, 3}, {4}).to(r.device);
+  CHECK_THROWS_AS((void)cross_entropy_counting(x, t, zeros({}, r.device)), ShapeError);  // an f32 count
+  CHECK_THROWS_AS((void)cross_entropy_counting(x, t, zeros({1}, TensorOptions(DType::i32).device(r.device))),
+                  ShapeError);
+  CHECK_THROWS_AS((void)cross_entropy_counting(x, t, zeros({}, TensorOptions(DType::i32)), Reduction::none),
+                  ValueError);
+}
+
 // softmax and log_softmax over any axis (negative ones too), of any length (random_length: the
 // thresholds of the CUDA versions), at scales up to logits of 1e3, contiguous and not; then a
 // long axis that is not the last with few columns, and more column groups than a launch holds.

@@ -192,6 +192,7 @@ const std::vector<Row>& table() {
       {"reduce", {{f32, 1e-5}, {f64, 1e-12}, {i32, 1e-5}, {b16, bf16_ulp}}, {{f32, 1e-5}, {i32, 1e-5}},
        [](const Run& r) { reduce_cases(r, 60); }},
       {"add_correct", {{f32, 0}, {f64, 0}, {i32, 0}, {b16, 0}}, {{f32, 0}, {i32, 0}}, add_correct_cases},
+      {"cross_entropy_counting", {{f32, 0}, {f64, 0}, {b16, 0}}, {{f32, 0}}, cross_entropy_counting_cases},
       {"softmax", cuda_softmax, vulkan_softmax, softmax_cases},
       {"softmax special values", cuda_softmax, vulkan_softmax, softmax_special_cases},
       {"cross_entropy", cuda_loss, vulkan_softmax, cross_entropy_cases},

@@ -192,19 +192,17 @@ struct Training {
 // batch's mean loss.
 std::vector<Tensor> train_step(Training& t, const std::vector<Tensor>& batch) {
   t.optimizer->zero_grad();
-  Tensor logits, loss;
+  Tensor loss;
   {
     AutocastGuard autocast(DType::bf16, t.bf16);  // bf16 products, an f32 loss (autograd/autocast.h)
     std::vector<Tensor> cast = t.model->parameters();
     cast.push_back(batch[0]);
     autocast.cast_ahead(cast);  // the weights' and the images' bf16 copies in one launch
-    logits = (*t.net)(batch[0]);
-    loss = cross_entropy(logits, batch[1]);
+    // the loss, and t.correct += the batch's correct predictions, in one pass over the logits
+    loss = cross_entropy_counting((*t.net)(batch[0]), batch[1], t.correct);
   }
   loss.backward();
   t.optimizer->step();
-  NoGradGuard no_grad;
-  add_correct(t.correct, logits, batch[1]);
   return {loss.detach()};
 }
 

@@ -10,6 +10,12 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
              a.device(), " and ", b.device(), "); move one with .to(device)");
 }
 
+void check_correct_count(const char* op, const Tensor& count, const Tensor& scores) {
+  check_same_device(op, scores, count);
+  KILN_CHECK(count.dtype() == DType::i32 && count.dim() == 0, ShapeError, op,
+             ": count must be an i32 scalar ([]), got ", count.dtype(), " ", count.shape());
+}
+
 void check_floating(const char* op, const Tensor& x) {
   KILN_CHECK(is_floating(x.dtype()), DTypeError, op, ": takes f32, f64 or bf16 tensors, got ",
              x.dtype(), " of shape ", x.shape());

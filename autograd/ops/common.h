@@ -31,6 +31,8 @@ namespace detail {
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 void check_floating(const char* op, const Tensor& x);
+// A count of correct predictions (add_correct, cross_entropy_counting): an i32 scalar on scores' device.
+void check_correct_count(const char* op, const Tensor& count, const Tensor& scores);
 // A contiguous tensor of this shape, dtype and device.
 Tensor empty_as(const Shape& shape, const Tensor& like, DType dtype);
 inline Tensor empty_as(const Shape& shape, const Tensor& like) { return empty_as(shape, like, like.dtype()); }

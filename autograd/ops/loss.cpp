@@ -36,16 +36,24 @@ void check_class_targets(const char* op, const Tensor& scores, const Tensor& tar
 // would give, without the cast's pass (nor its gradient's, since the gradient is written in bf16
 // where the cast's backward would round an f32 one). A mean or sum is taken in the same backend
 // call (one kernel for a batch on CUDA), and its gradient reads the one incoming value per row.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction, double label_smoothing) {
-  check_class_targets("cross_entropy", logits, targets);
+namespace {
+// cross_entropy, and where `count` is given (a reduced loss), add_correct in the same backend call.
+Tensor cross_entropy_loss(const char* op, const Tensor& logits, const Tensor& targets, const Tensor* count,
+                          Reduction reduction, double label_smoothing) {
+  check_class_targets(op, logits, targets);
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
-             "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+             op, ": label_smoothing must be in [0, 1], got ", label_smoothing);
   Tensor x = logits.contiguous(), t = targets.contiguous();
   const DType wide = compute_dtype(x.dtype());
   Tensor loss;
   if (reduction == Reduction::none) {
     loss = empty_as({x.size(0)}, x, wide);
     x.backend().cross_entropy(x.ref(), t.ref(), loss.ref(), label_smoothing);
+  } else if (count) {
+    loss = empty_as({}, x, wide);
+    x.backend().cross_entropy_reduced_counting(x.ref(), t.ref(), loss.ref(), label_smoothing,
+                                               reduction == Reduction::mean, count->ref());
+    count->storage()->bump_version();
   } else {
     loss = empty_as({}, x, wide);
     x.backend().cross_entropy_reduced(x.ref(), t.ref(), loss.ref(), label_smoothing, reduction == Reduction::mean);
@@ -62,6 +70,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
   // outside autocast an op runs in its input's dtype: a bf16 loss for bf16 logits
   const bool keep_wide = autograd::is_autocast_enabled() || wide == x.dtype();
   return keep_wide ? loss : to_dtype(loss, x.dtype());
+}
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction, double label_smoothing) {
+  return cross_entropy_loss("cross_entropy", logits, targets, nullptr, reduction, label_smoothing);
+}
+
+Tensor cross_entropy_counting(const Tensor& logits, const Tensor& targets, const Tensor& count, Reduction reduction,
+                              double label_smoothing) {
+  KILN_CHECK(reduction != Reduction::none, ValueError, "cross_entropy_counting: reduction must be mean or sum "
+             "(for each row's loss, call cross_entropy and add_correct)");
+  KILN_CHECK(logits.dim() != 2 || logits.size(1) > 0, ShapeError, "cross_entropy_counting: expects logits of shape "
+             "[N, C] with C > 0, got ", logits.shape());
+  detail::check_correct_count("cross_entropy_counting", count, logits);
+  return cross_entropy_loss("cross_entropy_counting", logits, targets, &count, reduction, label_smoothing);
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad,

@@ -177,15 +177,13 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
 
 void add_correct(const Tensor& count, const Tensor& scores, const Tensor& targets) {
   detail::check_same_device("add_correct", scores, targets);
-  detail::check_same_device("add_correct", scores, count);
   KILN_CHECK(scores.dim() == 2 && scores.size(1) > 0, ShapeError, "add_correct: expects scores of shape [N, C] "
              "with C > 0, got ", scores.shape());
   KILN_CHECK(scores.dtype() != DType::u8, DTypeError, "add_correct: u8 scores take no argmax; convert them first");
   KILN_CHECK(targets.dtype() == DType::i32 && targets.shape() == Shape{scores.size(0)}, ShapeError,
              "add_correct: targets must be i32 [", scores.size(0), "] for scores of shape ", scores.shape(), ", got ",
              targets.dtype(), " ", targets.shape());
-  KILN_CHECK(count.dtype() == DType::i32 && count.dim() == 0, ShapeError,
-             "add_correct: count must be an i32 scalar ([]), got ", count.dtype(), " ", count.shape());
+  detail::check_correct_count("add_correct", count, scores);
   const Tensor x = scores.detach().contiguous(), t = targets.contiguous();
   x.backend().count_correct(x.ref(), t.ref(), count.ref());
   count.storage()->bump_version();

@@ -810,3 +810,20 @@ def define(figure, table, runs):
         seconds = [ar.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
         figure(f"kernels.async-reads.{name.replace('_', '-')}.{when}.epoch", ar, sum(seconds) / len(seconds),
                f"mnist-train {what}, f32, {when} tree (H200): epochs 2 and 3 of three runs, mean, s")
+    # ---- the correct predictions counted in the loss's kernel (cross_entropy_counting), against
+    # 4ecaac3's count_correct launch in one call (docs/runs/2026-11-29-h200-loss-counting) ----
+    lc = runs["2026-11-29-h200-loss-counting"]
+    for when in ("old", "new"):
+        for name, what in (("b64", "CNN batch 64, f32"), ("b512", "CNN batch 512, f32"), ("mlp", "MLP batch 64, f32"),
+                           ("b64_bf16", "CNN batch 64, bf16")):
+            seconds = [lc.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
+            figure(f"kernels.loss-counting.{name.replace('_', '-')}.{when}.epoch", lc, sum(seconds) / len(seconds),
+                   f"mnist-train {what}, {when} tree (H200): epochs 2 and 3 of three runs, mean, s")
+    summary = step_profile.summary(step_profile.kernels(lc.file("profile_new_b64.csv")))
+    figure("kernels.loss-counting.step.b64.kernels", lc, summary["kernels_per_step"],
+           "kernels a step (ncu), CNN batch 64, f32, the counting loss")
+    figure("kernels.loss-counting.step.b64.us", lc, summary["us_per_step"],
+           "kernel time a step (ncu), CNN batch 64, f32, the counting loss, µs")
+    figure("kernels.loss-counting.step.b64.loss.us", lc,
+           next(e["us_per_step"] for e in summary["kernels"] if e["kernel"] == "softmax::cross_entropy_reduced_kernel"),
+           "the counting loss's kernel a step (ncu), CNN batch 64, f32, µs")

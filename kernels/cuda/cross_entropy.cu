@@ -74,6 +74,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kiln/kernels/cuda/argmax.cuh"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 #include "kiln/kernels/cuda/fault.cuh"
@@ -148,6 +149,26 @@ __device__ inline T group_row_loss(const S* x, const int32_t* targets, const Gro
   return loss_or_fault(at.r, t, classes, a, total, s, fault, [&] { return x[at.r * classes + t]; });
 }
 
+// Whether row at.r's argmax is its target, known to the group's first lane: each lane the best of
+// its elements, the group's bests combined by beats() (argmax.cuh's order) in log2(G) shuffles.
+template <int G, class S>
+__device__ inline bool group_row_hit(const S* x, const int32_t* targets, const GroupRow& at, int64_t classes) {
+  using T = compute_t<S>;
+  T best{};
+  int64_t best_i = -1;
+  if (at.live)
+    for (int64_t c = at.sub; c < classes; c += G) {
+      const T v = cast<T>(x[at.r * classes + c]);
+      if (best_i < 0 || beats(v, c, best, best_i, true)) best = v, best_i = c;
+    }
+  for (int offset = G / 2; offset > 0; offset /= 2) {  // within the group: its lanes are neighbours
+    const T v = __shfl_xor_sync(0xffffffffu, best, offset);
+    const int64_t i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+    if (i >= 0 && (best_i < 0 || beats(v, i, best, best_i, true))) best = v, best_i = i;
+  }
+  return at.live && at.sub == 0 && best_i == targets[at.r];
+}
+
 // Versions 2 (G = 32) and 5: each row's loss, written by its group's first lane.
 template <class S, int G>
 __global__ void cross_entropy_rows_kernel(const S* x, const int32_t* targets, compute_t<S>* losses, int64_t rows,
@@ -163,26 +184,34 @@ __global__ void cross_entropy_rows_kernel(const S* x, const int32_t* targets, co
 // per-row kernel would write) to its own double, in row order, and the block adds those in a fixed
 // order, so the bits repeat. A block of kReducedThreads handles kReducedMaxElements of logits in a
 // few microseconds; a larger batch takes the per-row kernel and a reduce, where one more launch
-// costs little beside the rows.
+// costs little beside the rows. With a count, the block also counts the rows whose argmax is their
+// target (a training step's correct predictions, which count_correct would take a launch of its
+// own for): the group reads its row again from L1, finds its argmax, and the block adds the hits.
 constexpr int kReducedThreads = 1024;
 
 template <class S, int G>
 __global__ void __launch_bounds__(kReducedThreads)
-    cross_entropy_reduced_kernel(const S* x, const int32_t* targets, compute_t<S>* out, int64_t rows,
-                                 int64_t classes, double s, double divisor, DeviceFault* fault) {
+    cross_entropy_reduced_kernel(const S* x, const int32_t* targets, compute_t<S>* out, int32_t* count,
+                                 int64_t rows, int64_t classes, double s, double divisor, DeviceFault* fault) {
   __shared__ double warps[kReducedThreads / 32];
+  __shared__ int warp_hits[kReducedThreads / 32];
   double sum = 0;
+  int hits = 0;
   for_each_group_row<G>(rows, [&](const GroupRow& at) {
     const compute_t<S> loss = group_row_loss<G>(x, targets, at, classes, s, fault);
     if (at.live && at.sub == 0) sum += static_cast<double>(loss);
+    if (count && group_row_hit<G>(x, targets, at, classes)) ++hits;  // count: the same for the block
   });
   sum = warp_sum(sum);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = sum;
+  hits = __reduce_add_sync(0xffffffffu, hits);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = sum, warp_hits[threadIdx.x / 32] = hits;
   __syncthreads();
   if (threadIdx.x == 0) {
     double total = 0;
-    for (int w = 0; w < kReducedThreads / 32; ++w) total += warps[w];
+    int total_hits = 0;
+    for (int w = 0; w < kReducedThreads / 32; ++w) total += warps[w], total_hits += warp_hits[w];
     out[0] = static_cast<compute_t<S>>(total / divisor);  // a mean of no rows: 0 / 0, NaN as PyTorch
+    if (count) count[0] += total_hits;  // the one block: no other adds meanwhile
   }
 }
 
@@ -538,13 +567,13 @@ void cross_entropy_backward_rows_per_warp(const S* logits, const int32_t* target
 }
 
 template <class S>
-bool cross_entropy_reduced(const S* logits, const int32_t* targets, compute_t<S>* out, int64_t rows, int64_t classes,
-                           double label_smoothing, bool mean, DeviceFault* fault, cudaStream_t stream) {
+bool cross_entropy_reduced(const S* logits, const int32_t* targets, compute_t<S>* out, int32_t* count, int64_t rows,
+                           int64_t classes, double label_smoothing, bool mean, DeviceFault* fault, cudaStream_t stream) {
   if (classes == 0 || classes > kWarpRowMax || rows * classes > kReducedMaxElements) return false;
   const double divisor = mean ? static_cast<double>(rows) : 1.0;
   dispatch<1, 2, 4, 8, 32>(classes <= kSubWarpRowMax ? lane_group(classes) : 32, [&](auto group) {
-    cross_entropy_reduced_kernel<S, group()><<<1, kReducedThreads, 0, stream>>>(logits, targets, out, rows, classes,
-                                                                               label_smoothing, divisor, fault);
+    cross_entropy_reduced_kernel<S, group()><<<1, kReducedThreads, 0, stream>>>(logits, targets, out, count, rows,
+                                                                               classes, label_smoothing, divisor, fault);
   });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy");
   return true;
@@ -617,8 +646,8 @@ void cross_entropy_backward_split(const T* logits, const int32_t* targets, const
                                                int64_t, double, DeviceFault*, cudaStream_t);                         \
   template void cross_entropy_backward_rows_per_warp<S>(const S*, const int32_t*, RowGrads<compute_t<S>>, S*,          \
                                                         int64_t, int64_t, double, DeviceFault*, cudaStream_t);       \
-  template bool cross_entropy_reduced<S>(const S*, const int32_t*, compute_t<S>*, int64_t, int64_t, double, bool,      \
-                                         DeviceFault*, cudaStream_t);
+  template bool cross_entropy_reduced<S>(const S*, const int32_t*, compute_t<S>*, int32_t*, int64_t, int64_t, double, \
+                                         bool, DeviceFault*, cudaStream_t);
 #define KILN_CROSS_ENTROPY_INSTANTIATE_BLOCKS(T)                                                                   \
   template void cross_entropy_block<T>(const T*, const int32_t*, T*, int64_t, int64_t, double, DeviceFault*,         \
                                        cudaStream_t);                                                                \
@@ -721,14 +750,29 @@ void CudaBackend::cross_entropy_backward(const TensorRef& logits, const TensorRe
 void CudaBackend::cross_entropy_reduced(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
                                         double label_smoothing, bool mean) {
   check_loss_refs("cross_entropy", logits, targets, out);
+  if (!reduced_loss(logits, targets, out, nullptr, label_smoothing, mean))
+    Backend::cross_entropy_reduced(logits, targets, out, label_smoothing, mean);
+}
+
+// Version 8 counting as it goes where it takes the batch, else the two launches.
+void CudaBackend::cross_entropy_reduced_counting(const TensorRef& logits, const TensorRef& targets,
+                                                 const TensorRef& out, double label_smoothing, bool mean,
+                                                 const TensorRef& count) {
+  check_loss_refs("cross_entropy", logits, targets, out);
+  if (!reduced_loss(logits, targets, out, count.data<int32_t>(), label_smoothing, mean))
+    Backend::cross_entropy_reduced_counting(logits, targets, out, label_smoothing, mean, count);
+}
+
+bool CudaBackend::reduced_loss(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
+                               int32_t* count, double label_smoothing, bool mean) {
   const int64_t rows = logits.shape[0], classes = logits.shape[1];
   bool done = false;
   visit_floating_bf16(logits.dtype, "cross_entropy", [&](auto tag) {
     using S = decltype(tag);
-    done = ce::cross_entropy_reduced<S>(logits.data<S>(), targets.data<int32_t>(), out.data<compute_t<S>>(), rows,
-                                        classes, label_smoothing, mean, fault_, stream_);
+    done = ce::cross_entropy_reduced<S>(logits.data<S>(), targets.data<int32_t>(), out.data<compute_t<S>>(), count,
+                                        rows, classes, label_smoothing, mean, fault_, stream_);
   });
-  if (!done) Backend::cross_entropy_reduced(logits, targets, out, label_smoothing, mean);
+  return done;
 }
 
 // The one gradient read by every row's kernel, where C is below kRegisterRowMin.

@@ -134,6 +134,8 @@ class CudaBackend final : public Backend {
                               double label_smoothing) override;
   void cross_entropy_reduced(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
                              double label_smoothing, bool mean) override;
+  void cross_entropy_reduced_counting(const TensorRef& logits, const TensorRef& targets, const TensorRef& out,
+                                      double label_smoothing, bool mean, const TensorRef& count) override;
   void cross_entropy_reduced_backward(const TensorRef& logits, const TensorRef& targets, const TensorRef& grad,
                                       const TensorRef& grad_logits, double label_smoothing, bool mean) override;
 
@@ -203,6 +205,10 @@ class CudaBackend final : public Backend {
 
   // Waits for the stream, then throws the fault a kernel recorded since the last check, if any.
   void sync_and_check_fault();
+  // cross_entropy.cu: the reduced loss in one launch (counting where `count` is not null), or
+  // false, queuing nothing, where that kernel does not take the batch.
+  bool reduced_loss(const TensorRef& logits, const TensorRef& targets, const TensorRef& out, int32_t* count,
+                    double label_smoothing, bool mean);
   // Throws `f` (a copy of the fault slot) if it holds a fault, clearing the slot first.
   void throw_fault(const DeviceFault& f);
   uint64_t fault_clears_ = 0;  // how many faults throw_fault has reported (and cleared)

@@ -79,6 +79,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kiln/kernels/cuda/argmax.cuh"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 #include "kiln/kernels/cuda/layout.cuh"
@@ -87,21 +88,6 @@
 namespace kiln::cuda {
 
 namespace {
-
-template <class T>
-__device__ bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return v != v;
-  else return false;
-}
-
-// Whether (a, ia) beats (b, ib) for max (largest) or min: NaN first, then value, then lower index.
-template <class T>
-__device__ bool beats(T a, int64_t ia, T b, int64_t ib, bool largest) {
-  bool na = is_nan(a), nb = is_nan(b);
-  if (na || nb) return na && (!nb || ia < ib);
-  if (a != b) return largest ? a > b : a < b;
-  return ia < ib;
-}
 
 // count += the rows whose argmax is their target (Backend::count_correct), a classifier's correct
 // predictions, in one launch where argmax, eq, sum and an add took four: a warp a row, each lane

@@ -82,12 +82,13 @@ template <class S>  // C <= kSubWarpRowMax (longer rows go to cross_entropy_back
 void cross_entropy_backward_rows_per_warp(const S* logits, const int32_t* targets, RowGrads<compute_t<S>> grad_losses,
                                           S* grad_logits, int64_t rows, int64_t classes, double label_smoothing,
                                           DeviceFault* fault, cudaStream_t stream);
-// version 8: out[0] = the rows' losses summed (divided by rows where `mean`), in one block. Returns
-// false, queuing nothing, where rows * C > kReducedMaxElements or C > kWarpRowMax (or C == 0).
+// version 8: out[0] = the rows' losses summed (divided by rows where `mean`), in one block; with a
+// count (not null), count[0] += the rows whose argmax is their target, as count_correct adds.
+// Returns false, queuing nothing, where rows * C > kReducedMaxElements or C > kWarpRowMax (or C == 0).
 constexpr int64_t kReducedMaxElements = int64_t{1} << 16;
 template <class S>
-bool cross_entropy_reduced(const S* logits, const int32_t* targets, compute_t<S>* out, int64_t rows, int64_t classes,
-                           double label_smoothing, bool mean, DeviceFault* fault, cudaStream_t stream);
+bool cross_entropy_reduced(const S* logits, const int32_t* targets, compute_t<S>* out, int32_t* count, int64_t rows,
+                           int64_t classes, double label_smoothing, bool mean, DeviceFault* fault, cudaStream_t stream);
 template <class T>  // the row in registers, as row_in_registers (too long: cross_entropy_backward_block)
 void cross_entropy_backward_registers(const T* logits, const int32_t* targets, const T* grad_losses, T* grad_logits,
                                       int64_t rows, int64_t classes, double label_smoothing, DeviceFault* fault,

@@ -283,6 +283,8 @@ struct Runtime {
   HostBuffer staging;          // reads, and writes too large for a frame
   HostBuffer fault;            // FaultSlot, written by kernels that find a bad index
   Allocation fault_binding;    // the fault slot as kernels bind it
+  HostBuffer empty;            // bound where a kernel is handed no buffer (an empty scratch):
+  Allocation empty_binding;    // it reads and writes none of it
   VkQueryPool timestamps = VK_NULL_HANDLE;  // null where the queue keeps no time
   uint32_t next_timestamp = 0;
   double timestamp_ns = 0;     // nanoseconds per tick
@@ -714,6 +716,8 @@ VulkanBackend::VulkanBackend(int device) : rt_(std::make_unique<Runtime>()) {
   r.make_host_buffer(r.fault, r.alignment, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
   std::memset(r.fault.mapped, 0, r.alignment);
   r.fault_binding = Allocation{r.fault.buffer, 0, r.alignment, 0};
+  r.make_host_buffer(r.empty, r.alignment, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
+  r.empty_binding = Allocation{r.empty.buffer, 0, r.alignment, 0};
 }
 
 const Allocation* VulkanBackend::fault_slot() const { return &rt_->fault_binding; }
@@ -731,7 +735,7 @@ VulkanBackend::~VulkanBackend() {
     vkDestroyPipelineLayout(r.device, p.layout, nullptr);
   }
   for (auto& [n, layout] : r.set_layouts) vkDestroyDescriptorSetLayout(r.device, layout, nullptr);
-  for (HostBuffer* h : {&r.ring, &r.uploads, &r.staging, &r.fault})
+  for (HostBuffer* h : {&r.ring, &r.uploads, &r.staging, &r.fault, &r.empty})
     if (h->buffer) {
       vkUnmapMemory(r.device, h->memory);
       vkDestroyBuffer(r.device, h->buffer, nullptr);
@@ -916,12 +920,15 @@ void VulkanBackend::record(const Dispatch& d) {
   f.ring_used = round_up(f.ring_used + params, r.alignment);
 
   r.begin();
-  r.order_before(d.buffers);
+  std::vector<const Allocation*> buffers = d.buffers;
+  for (const Allocation*& a : buffers)
+    if (!a) a = &r.empty_binding;  // a Scratch of no bytes (a default method on an empty batch)
+  r.order_before(buffers);
   vkCmdBindPipeline(r.frame().cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   std::vector<VkDescriptorBufferInfo> infos;
-  infos.reserve(d.buffers.size() + 1);
+  infos.reserve(buffers.size() + 1);
   infos.push_back({r.ring.buffer, at, params});
-  for (const Allocation* a : d.buffers) infos.push_back({a->buffer, a->offset, a->size});
+  for (const Allocation* a : buffers) infos.push_back({a->buffer, a->offset, a->size});
   std::vector<VkWriteDescriptorSet> writes(infos.size());
   for (uint32_t i = 0; i < writes.size(); ++i) {
     writes[i] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
