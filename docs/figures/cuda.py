@@ -827,3 +827,13 @@ def define(figure, table, runs):
     figure("kernels.loss-counting.step.b64.loss.us", lc,
            next(e["us_per_step"] for e in summary["kernels"] if e["kernel"] == "softmax::cross_entropy_reduced_kernel"),
            "the counting loss's kernel a step (ncu), CNN batch 64, f32, µs")
+    # ---- programmatic dependent launches of the step's kernels, waiting at their start (new) or
+    # also letting the next one launch at their start (early), against 66ebba9 in one call
+    # (docs/runs/2026-11-29-h200-dependent-launches) ----
+    dl = runs["2026-11-29-h200-dependent-launches"]
+    for when in ("old", "new", "early"):
+        for name, what in (("b64", "CNN batch 64, f32"), ("b512", "CNN batch 512, f32"), ("mlp", "MLP batch 64, f32"),
+                           ("b64_bf16", "CNN batch 64, bf16")):
+            seconds = [dl.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
+            figure(f"kernels.dependent.{name.replace('_', '-')}.{when}.epoch", dl, sum(seconds) / len(seconds),
+                   f"mnist-train {what}, {when} launches (H200): epochs 2 and 3 of three runs, mean, s")

@@ -152,6 +152,7 @@
 #include "kiln/kernels/cuda/conv2d/patch.cuh"
 #include "kiln/kernels/cuda/conv2d/tensor_cores.cuh"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 #include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 
@@ -253,6 +254,7 @@ template <class T, int kOut, bool kTaps3>
 __global__ void __launch_bounds__(kRowsThreads) forward_few_outputs_rows_kernel(const T* x, const T* w,
                                                                                 DeviceEpilogue<T> e, T* y, Dims d,
                                                                                 int bands, int band, int cols) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   extern __shared__ __align__(16) unsigned char smem_few_rows[];
   C* ws = reinterpret_cast<C*>(smem_few_rows);
@@ -503,6 +505,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
                                                                                      const T* relu,
                                                                                      compute_t<T>* partials, bool bias,
                                                                                      Dims d, RowsWeightPlan plan) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   const auto [patch, b, o] = weight_band_start(x, d, plan);
   if (o < 0) return;
@@ -555,6 +558,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
                                                                                        const T* relu,
                                                                                        compute_t<T>* partials, bool bias,
                                                                                        Dims d, RowsWeightPlan plan) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   constexpr int kTaps = kC * kKH * kKW;  // tap (c, ky, kx) is k = (c * KH + ky) * KW + kx, as in w
   const auto [patch, b, o] = weight_band_start(x, d, plan);
@@ -824,8 +828,8 @@ bool forward_few_rows(const ForwardProblem<T>& p, int64_t groups, cudaStream_t s
   auto launch = [&]<int kOut>() {
     auto* kernel =
         taps3 ? forward_few_outputs_rows_kernel<T, kOut, true> : forward_few_outputs_rows_kernel<T, kOut, false>;
-    kernel<<<grid, kRowsThreads, static_cast<size_t>(bytes), stream>>>(p.x, p.w, p.epilogue, p.y, d, n_bands,
-                                                                       static_cast<int>(band), static_cast<int>(cols));
+    launch_dependent(kernel, grid, kRowsThreads, static_cast<size_t>(bytes), stream, p.x, p.w, p.epilogue, p.y, d,
+                     n_bands, static_cast<int>(band), static_cast<int>(cols));
   };
   switch (k_out) {
     case 1: launch.template operator()<1>(); break;
@@ -1215,7 +1219,8 @@ void backward_weight_rows(const T* x, const T* grad_y, T* grad_w, void* workspac
   // dilation; the taps kernel for the rest
   const bool slides = d.sh == d.dh;
   auto launch = [&](auto kernel) {
-    kernel<<<grid, 32 * kRowsWeightWarps, plan.smem, stream>>>(x, grad_y, relu_y, partials, bias, d, plan);
+    launch_dependent(kernel, grid, 32 * kRowsWeightWarps, plan.smem, stream, x, grad_y, relu_y, partials, bias, d,
+                     plan);
   };
   if (slides && d.kh == 3 && d.kw == 3 && d.cg == 1) {
     launch(backward_weight_window_kernel<T, 1, 3, 3>);

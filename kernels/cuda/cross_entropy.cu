@@ -78,6 +78,7 @@
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 #include "kiln/kernels/cuda/fault.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 #include "kiln/kernels/cuda/softmax.cuh"
 
@@ -193,6 +194,7 @@ template <class S, int G>
 __global__ void __launch_bounds__(kReducedThreads)
     cross_entropy_reduced_kernel(const S* x, const int32_t* targets, compute_t<S>* out, int32_t* count,
                                  int64_t rows, int64_t classes, double s, double divisor, DeviceFault* fault) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   __shared__ double warps[kReducedThreads / 32];
   __shared__ int warp_hits[kReducedThreads / 32];
   double sum = 0;
@@ -288,6 +290,7 @@ template <class S, int G>
 __global__ void cross_entropy_backward_rows_per_warp_kernel(const S* x, const int32_t* targets,
                                                             RowGrads<compute_t<S>> grads, S* grad_x, int64_t rows,
                                                             int64_t classes, double s, DeviceFault* fault) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   using T = compute_t<S>;
   const T on = static_cast<T>(1.0 - s + s / static_cast<double>(classes)), off = static_cast<T>(s / static_cast<double>(classes));
   for_each_group_row<G>(rows, [&](const GroupRow& at) {
@@ -559,9 +562,9 @@ void cross_entropy_backward_rows_per_warp(const S* logits, const int32_t* target
                                        stream);
   dispatch<1, 2, 4, 8>(lane_group(classes), [&](auto group) {
     constexpr int64_t rows_per_block = kWarps * (32 / group());
-    cross_entropy_backward_rows_per_warp_kernel<S, group()>
-        <<<row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, stream>>>(
-            logits, targets, grad_losses, grad_logits, rows, classes, label_smoothing, fault);
+    launch_dependent(cross_entropy_backward_rows_per_warp_kernel<S, group()>,
+                     row_blocks((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, stream, logits, targets,
+                     grad_losses, grad_logits, rows, classes, label_smoothing, fault);
   });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy_backward");
 }
@@ -572,8 +575,8 @@ bool cross_entropy_reduced(const S* logits, const int32_t* targets, compute_t<S>
   if (classes == 0 || classes > kWarpRowMax || rows * classes > kReducedMaxElements) return false;
   const double divisor = mean ? static_cast<double>(rows) : 1.0;
   dispatch<1, 2, 4, 8, 32>(classes <= kSubWarpRowMax ? lane_group(classes) : 32, [&](auto group) {
-    cross_entropy_reduced_kernel<S, group()><<<1, kReducedThreads, 0, stream>>>(logits, targets, out, count, rows,
-                                                                               classes, label_smoothing, divisor, fault);
+    launch_dependent(cross_entropy_reduced_kernel<S, group()>, 1, kReducedThreads, 0, stream, logits, targets, out,
+                     count, rows, classes, label_smoothing, divisor, fault);
   });
   KILN_CUDA_LAUNCH_CHECK("cross_entropy");
   return true;

@@ -33,6 +33,7 @@
 
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
@@ -126,6 +127,7 @@ __device__ void apply_vectors(const Rule& rule, T* const* p, int64_t begin, int6
 
 template <class T, int Depth, class Rule>
 __global__ void multi_tensor_kernel(const __grid_constant__ TensorLists<Depth> lists, Rule rule, const Rule* replay) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   if (replay) rule = *replay;  // captured: this replay's hyperparameters
   for (int64_t c = blockIdx.x; c < lists.first_chunk[lists.tensors]; c += gridDim.x) {
     const int t = chunk_owner(lists.first_chunk, lists.tensors, c);
@@ -151,7 +153,7 @@ void multi_tensor_apply(cudaStream_t stream, const std::span<const TensorRef> (&
     const int64_t chunks = args.first_chunk[args.tensors];
     if (chunks > 0) {
       const auto blocks = static_cast<unsigned>(chunks < kGridBlocks ? chunks : kGridBlocks);
-      multi_tensor_kernel<T, Depth, Rule><<<blocks, kThreads, 0, stream>>>(args, rule, replay);
+      launch_dependent(multi_tensor_kernel<T, Depth, Rule>, blocks, kThreads, 0, stream, args, rule, replay);
       KILN_CUDA_LAUNCH_CHECK(op);
     }
     args.tensors = 0;

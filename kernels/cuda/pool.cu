@@ -42,6 +42,7 @@
 #include "kiln/core/philox.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
@@ -287,6 +288,7 @@ template <class T, class I>
 __global__ void max_pool_2x2_dropout_kernel(const T* x, T* y, uint8_t* codes, Geom<I> d, I total,
                                             compute_t<T> threshold, compute_t<T> scale, philox::Key key,
                                             bool rows_of_four) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   const philox::Key at = key.resolve();  // in a captured step, read from its replay value
   KILN_GRID_STRIDE(b64, (total + 3) / 4) {
@@ -332,6 +334,7 @@ __global__ void max_pool_2x2_dropout_kernel(const T* x, T* y, uint8_t* codes, Ge
 template <class T, class I>
 __global__ void max_pool_2x2_dropout_backward_kernel(const T* gy, const uint8_t* codes, T* gx, Geom<I> d, I total,
                                                      compute_t<T> scale, bool relu, bool rows_of_four) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   KILN_GRID_STRIDE(b64, (total + 3) / 4) {
     const I e0 = 4 * static_cast<I>(b64);
@@ -500,9 +503,9 @@ bool CudaBackend::max_pool2d_dropout(const TensorRef& x, const TensorRef& y, con
     const bool four = rows_of_four<T>(d, x.address(), y.address(), codes.address());
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
-      max_pool_2x2_dropout_kernel<T, I><<<blocks_for((total + 3) / 4), kThreads, 0, stream_>>>(
-          x.data<T>(), y.data<T>(), codes.data<uint8_t>(), geom<I>(d), static_cast<I>(total), static_cast<C>(p),
-          static_cast<C>(1.0 / (1.0 - p)), key, four);
+      launch_dependent(max_pool_2x2_dropout_kernel<T, I>, blocks_for((total + 3) / 4), kThreads, 0, stream_,
+                       x.data<T>(), y.data<T>(), codes.data<uint8_t>(), geom<I>(d), static_cast<I>(total),
+                       static_cast<C>(p), static_cast<C>(1.0 / (1.0 - p)), key, four);
     });
   });
   KILN_CUDA_LAUNCH_CHECK("max_pool2d_dropout");
@@ -527,9 +530,9 @@ void CudaBackend::max_pool2d_dropout_backward(const TensorRef& grad_y, const Ten
     const bool four = rows_of_four<T>(d, grad_x.address(), grad_y.address(), codes.address());
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
-      max_pool_2x2_dropout_backward_kernel<T, I><<<blocks_for((total + 3) / 4), kThreads, 0, stream_>>>(
-          grad_y.data<T>(), codes.data<uint8_t>(), grad_x.data<T>(), geom<I>(d), static_cast<I>(total),
-          static_cast<C>(1.0 / (1.0 - p)), relu, four);
+      launch_dependent(max_pool_2x2_dropout_backward_kernel<T, I>, blocks_for((total + 3) / 4), kThreads, 0, stream_,
+                       grad_y.data<T>(), codes.data<uint8_t>(), grad_x.data<T>(), geom<I>(d), static_cast<I>(total),
+                       static_cast<C>(1.0 / (1.0 - p)), relu, four);
     });
   });
   KILN_CUDA_LAUNCH_CHECK("max_pool2d_dropout_backward");

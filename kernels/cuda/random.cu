@@ -11,6 +11,7 @@
 #include "kiln/core/philox.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
@@ -58,6 +59,7 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, phi
 template <class T>
 __global__ void dropout_kernel(const T* x, const T* relu_x, T* out, int64_t n, compute_t<T> threshold,
                                compute_t<T> scale, philox::Key key, bool vec) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   const philox::Key at = key.resolve();
   const uint64_t seed = at.seed, offset = at.offset;  // in a captured step, read from its replay value
@@ -143,8 +145,8 @@ void CudaBackend::dropout_relu(const TensorRef& x, const TensorRef& relu_x, cons
     const bool vec = reinterpret_cast<uintptr_t>(x.data<T>()) % align == 0 &&
                      reinterpret_cast<uintptr_t>(out.data<T>()) % align == 0 &&
                      reinterpret_cast<uintptr_t>(mask) % align == 0;
-    dropout_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream_>>>(
-        x.data<T>(), mask, out.data<T>(), n, static_cast<C>(p), static_cast<C>(1.0 / (1.0 - p)), key, vec);
+    launch_dependent(dropout_kernel<T>, blocks_for((n + 3) / 4), kThreads, 0, stream_, x.data<T>(), mask, out.data<T>(),
+                     n, static_cast<C>(p), static_cast<C>(1.0 / (1.0 - p)), key, vec);
   });
   KILN_CUDA_LAUNCH_CHECK("dropout");
 }

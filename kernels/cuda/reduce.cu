@@ -82,6 +82,7 @@
 #include "kiln/kernels/cuda/argmax.cuh"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 #include "kiln/kernels/cuda/reduce.cuh"
 
@@ -221,6 +222,7 @@ template <class T, int V, class Out = T>
 __global__ void __launch_bounds__(kPackThreads)
     reduce_column_packs(ReduceOp op, const T* x, Out* out, Acc<T>* partial, int64_t outer, int64_t n, int64_t inner,
                         int64_t chunk) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   __shared__ Acc<T> sums[kPackThreads * V];
   const int lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int64_t col = (blockIdx.x * int64_t{lanes} + tx) * V;
@@ -435,8 +437,8 @@ void column_packs(ReduceOp op, const T* x, Out* values, int64_t outer, int64_t n
     const int lanes = pack_lanes(inner, v);
     dim3 grid(static_cast<unsigned>((inner + lanes * v - 1) / (lanes * v)), static_cast<unsigned>(std::min<int64_t>(outer, 65535)),
               static_cast<unsigned>(splits));
-    reduce_column_packs<T, v, Out><<<grid, dim3(lanes, kPackThreads / lanes), 0, stream>>>(op, x, values, partial, outer, n,
-                                                                                     inner, chunk);
+    launch_dependent(reduce_column_packs<T, v, Out>, grid, dim3(lanes, kPackThreads / lanes), 0, stream, op, x, values,
+                     partial, outer, n, inner, chunk);
   };
   constexpr int v = 16 / sizeof(T);
   if (inner % v == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) launch(std::integral_constant<int, v>{});

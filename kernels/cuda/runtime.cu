@@ -11,6 +11,7 @@
 #include "kiln/core/log.h"
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::cuda {
 
@@ -36,6 +37,8 @@ bool wgmma_runs(int device) {
          device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
 #endif
 }
+
+bool dependent_launches() { return device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9; }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   KILN_CUDA_CHECK(cudaSetDevice(device_));

@@ -10,6 +10,7 @@
 #include "kiln/core/bf16.h"
 #include "kiln/core/error.h"
 #include "kiln/kernels/cuda/conv2d.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda::conv2d {
@@ -83,6 +84,7 @@ constexpr int64_t kSumManySplits = 128;
 template <class T, class Out, int ROWS>
 __global__ void __launch_bounds__(32 * ROWS) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits,
                                                                Out* tail, int64_t head) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   __shared__ T rows[ROWS][32];
   const int64_t i = blockIdx.x * int64_t{32} + threadIdx.x;
   T acc = 0;
@@ -133,9 +135,11 @@ void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_
                 int64_t head = -1) {
   const unsigned blocks = static_cast<unsigned>((count + 31) / 32);
   if (splits >= kSumManySplits)
-    sum_splits_kernel<T, Out, 32><<<blocks, dim3(32, 32), 0, stream>>>(ws, gw, count, splits, tail, tail ? head : count);
+    launch_dependent(sum_splits_kernel<T, Out, 32>, blocks, dim3(32, 32), 0, stream, ws, gw, count, splits, tail,
+                     tail ? head : count);
   else
-    sum_splits_kernel<T, Out, 8><<<blocks, dim3(32, 8), 0, stream>>>(ws, gw, count, splits, tail, tail ? head : count);
+    launch_dependent(sum_splits_kernel<T, Out, 8>, blocks, dim3(32, 8), 0, stream, ws, gw, count, splits, tail,
+                     tail ? head : count);
 }
 
 }  // namespace

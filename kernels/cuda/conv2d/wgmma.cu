@@ -73,6 +73,7 @@
 #include "kiln/kernels/cuda/conv2d/common.cuh"
 #include "kiln/kernels/cuda/conv2d/patch.cuh"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 #include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 #include "kiln/kernels/cuda/matmul/wgmma.cuh"
@@ -124,6 +125,7 @@ WgPlan wg_plan_for(const Geometry& f, bool exact) {
 // zero past C/G or O/G; 3xTF32: the TF32 high parts there, the rest `set` elements later.
 __global__ void pack_wgmma_weights_kernel(const float* w, float* wp, Dims d, int64_t chunks, int64_t np, bool flip,
                                           bool exact, int64_t set) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   KILN_GRID_STRIDE(i, set) {  // i runs over (g, chunk, tap, n, k)
     const int64_t k = i % kPatchChannels, r = i / kPatchChannels, n = r % np, r2 = r / np;
     const int64_t tap = r2 % d.khkw, r3 = r2 / d.khkw, chunk = r3 % chunks, g = r3 / chunks;
@@ -315,8 +317,8 @@ void wgmma_forward(const float* x, const float* w, bool flip, float* packed, con
                    const Geometry& f, const WgPlan& plan, cudaStream_t stream, const char* op) {
   const Dims d = dims_of(f);
   const int64_t set = wg_weights(d, plan);
-  pack_wgmma_weights_kernel<<<blocks_for(set), kThreads, 0, stream>>>(w, packed, d, plan.patch.chunks, plan.np, flip,
-                                                                        plan.exact, set);
+  launch_dependent(pack_wgmma_weights_kernel, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.patch.chunks,
+                   plan.np, flip, plan.exact, set);
   KILN_CUDA_LAUNCH_CHECK(op);
   const int tiles = static_cast<int>((d.ohw + kWgBM - 1) / kWgBM);
   const WgArgs args{x, packed, w, flip, e, y, d, plan, tiles, set};
@@ -566,8 +568,8 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
   const Dims d = dims_of(f);
   const WgPlan packing = win_weights_plan(plan);
   const int64_t set = wg_weights(d, packing);
-  pack_wgmma_weights_kernel<<<blocks_for(set), kThreads, 0, stream>>>(w, packed, d, plan.chunks, plan.np, flip,
-                                                                        plan.exact, set);
+  launch_dependent(pack_wgmma_weights_kernel, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.chunks, plan.np,
+                   flip, plan.exact, set);
   KILN_CUDA_LAUNCH_CHECK(op);
   const int tiles = static_cast<int>((d.oh * plan.cols + kWgBM - 1) / kWgBM);
   const WinArgs args{x, packed, w, flip, e, y, d, plan, tiles, set};
@@ -845,6 +847,7 @@ __device__ __noinline__ float ring_output_f32(const RingArgs& a, int64_t img, in
 // 64 (MW wg + sub) onward, sub < MW.
 template <int BN, int MW, bool kExact>
 __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid_constant__ RingArgs a) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
 #ifdef KILN_WGMMA
   extern __shared__ __align__(128) uint8_t smem_ring[];
   constexpr int R = BN / 2, BM = 128 * MW, kSets = kExact ? 2 : 1;
@@ -1157,8 +1160,8 @@ void ring_forward(const float* x, const float* w, bool flip, float* packed, cons
   WgPlan packing;
   packing.patch.chunks = plan.chunks, packing.bn = plan.bn, packing.np = plan.np, packing.exact = plan.exact;
   const int64_t set = wg_weights(d, packing);
-  pack_wgmma_weights_kernel<<<blocks_for(set), kThreads, 0, stream>>>(w, packed, d, plan.chunks, plan.np, flip,
-                                                                        plan.exact, set);
+  launch_dependent(pack_wgmma_weights_kernel, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.chunks, plan.np,
+                   flip, plan.exact, set);
   KILN_CUDA_LAUNCH_CHECK(op);
   const int64_t tiles = ring_tiles(d, plan), nblocks = plan.np / plan.bn, items = ring_items(d, plan, f.groups);
   KILN_CHECK(items < (int64_t{1} << 31) - 1024, ShapeError, "cuda ", op, ": the problem is too large (", items,
@@ -1170,7 +1173,7 @@ void ring_forward(const float* x, const float* w, bool flip, float* packed, cons
     auto* kernel = ring_conv_kernel<BN, MW, kExact>;
     const int bytes = static_cast<int>(plan.smem);
     allow_dynamic_smem(kernel, bytes);
-    kernel<<<static_cast<unsigned>(blocks), kRingThreads, bytes, stream>>>(args);
+    launch_dependent(kernel, static_cast<unsigned>(blocks), kRingThreads, bytes, stream, args);
     KILN_CUDA_LAUNCH_CHECK(op);
   };
   auto exact_products = [&]<int BN>() {  // 3xTF32: one or two products a warpgroup (ring_plan_for)

@@ -158,6 +158,7 @@
 #include "kiln/kernels/cuda/conv2d.cuh"
 #include "kiln/kernels/cuda/conv2d/common.cuh"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 #include "kiln/kernels/cuda/matmul/tensor_core.cuh"
 #include "kiln/kernels/cuda/matmul/wgmma.cuh"
@@ -362,6 +363,7 @@ template <int BN, int T, bool kExact>
 __global__ void __launch_bounds__(kWtThreads, 1)
     weight_ring_kernel(const __grid_constant__ WeightRingArgs a, const __grid_constant__ CUtensorMap map_x,
                        const __grid_constant__ CUtensorMap map_gy) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
 #ifdef KILN_WGMMA
   extern __shared__ __align__(1024) uint8_t smem_weight[];
   constexpr int R = BN / 2;  // accumulators a thread a tile
@@ -720,7 +722,7 @@ void weight_ring_run(const float* x, const float* gy, float* out, float* bias_ou
     auto* kernel = weight_ring_kernel<BN, tiles_max(BN, kExact), kExact>;
     const int bytes = static_cast<int>(plan.smem);
     allow_dynamic_smem(kernel, bytes);
-    kernel<<<static_cast<unsigned>(blocks), kWtThreads, bytes, stream>>>(args, map_x, map_gy);
+    launch_dependent(kernel, static_cast<unsigned>(blocks), kWtThreads, bytes, stream, args, map_x, map_gy);
     KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
   };
   if (plan.bn == 128) {

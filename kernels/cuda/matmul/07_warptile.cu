@@ -11,6 +11,7 @@
 // (__launch_bounds__(256, 2): at most 128 registers a thread, and ptxas spills ~60 bytes to fit);
 // warptile_lb1 for 1 (up to 255 registers, no spills, but one block per SM has no other block's
 // arithmetic to cover its __syncthreads).
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/matmul/common.cuh"
 #include "kiln/kernels/cuda/matmul/matmul.cuh"
 
@@ -19,6 +20,7 @@ namespace {
 
 template <int BM, int BN, int BK, int WM, int WN, int WMITER, int WNITER, int MIN_BLOCKS>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, MIN_BLOCKS) warptile_kernel(Args<float> args) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   constexpr int NT = (BM / WM) * (BN / WN) * 32;
   constexpr int LANES_M = WM / (WMITER * 4), LANES_N = WN / (WNITER * 4);  // 8 x 4 lanes
   static_assert(LANES_M * LANES_N == 32, "a warp's lanes must tile its warp tile");
@@ -112,7 +114,7 @@ void run(const MatmulParams& p, const float* a, const float* b, float* c, const 
   constexpr int BM = 128, BN = 128, BK = 8, WM = 64, WN = 32, WMITER = 2, WNITER = 2;
   constexpr int NT = (BM / WM) * (BN / WN) * 32;
   launch_batched(p, a, b, c, e, BM, BN, name, [&](dim3 grid, const Args<float>& args) {
-    warptile_kernel<BM, BN, BK, WM, WN, WMITER, WNITER, MIN_BLOCKS><<<grid, NT, 0, stream>>>(args);
+    launch_dependent(warptile_kernel<BM, BN, BK, WM, WN, WMITER, WNITER, MIN_BLOCKS>, grid, NT, 0, stream, args);
   });
 }
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 #include "kiln/kernels/cuda/matmul/common.cuh"
 #include "kiln/kernels/cuda/matmul/matmul.cuh"
@@ -138,6 +139,7 @@ __global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs<T> args) 
 template <class T>
 __global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partials, T* c, int64_t mn, int64_t n,
                                                               int64_t splits, DeviceEpilogue<T> epilogue) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   __shared__ float rows[8][32];
   const int64_t e = blockIdx.x * int64_t{32} + threadIdx.x;
   float sum = 0;
@@ -160,8 +162,8 @@ template <class T>
 void reduce(const float* partials, T* c, int64_t m, int64_t n, int64_t splits, const DeviceEpilogue<T>& e,
             cudaStream_t stream) {
   const int64_t mn = m * n;
-  split_k_reduce_kernel<T><<<static_cast<unsigned>((mn + 31) / 32), dim3(32, 8), 0, stream>>>(partials, c, mn, n,
-                                                                                              splits, e);
+  launch_dependent(split_k_reduce_kernel<T>, static_cast<unsigned>((mn + 31) / 32), dim3(32, 8), 0, stream, partials, c,
+                   mn, n, splits, e);
   KILN_CUDA_LAUNCH_CHECK("matmul 09_split_k reduce");
 }
 

@@ -69,6 +69,7 @@
 #include <cstdint>
 
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/matmul/common.cuh"
 #include "kiln/kernels/cuda/matmul/matmul.cuh"
 #include "kiln/kernels/cuda/matmul/tensor_core.cuh"
@@ -235,6 +236,7 @@ template <class E, class T, Mode MODE, bool A_MN = false, bool B_MN = false>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                  const WgmmaArgs<E> args) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
 #ifdef KILN_WGMMA
   static_assert(MODE == Mode::kShared || std::is_same_v<E, float>, "only TF32 takes an operand from registers");
   static_assert(!(A_MN || B_MN) || !std::is_same_v<E, float>, "wgmma reads 32-bit operands K-major only");
@@ -678,7 +680,7 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
   }
   const auto kernel = wgmma_kernel<E, T, MODE, A_MN, B_MN>;
   allow_dynamic_smem(kernel, T::SMEM_BYTES);
-  kernel<<<static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream>>>(map_a, map_b, args);
+  launch_dependent(kernel, static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream, map_a, map_b, args);
   KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma");
 }
 

@@ -34,6 +34,7 @@
 // after), its step bound by the convolutions.
 #include <algorithm>
 
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/matmul/common.cuh"
 #include "kiln/kernels/cuda/matmul/matmul.cuh"
 
@@ -60,6 +61,7 @@ DotsShape dots_shape(int64_t n, int64_t k) {
 
 template <int L>
 __global__ void __launch_bounds__(kThreads) dots_kernel(Args<float> args, int tn) {
+  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
   const int tid = static_cast<int>(threadIdx.x), lane = tid % L, e = tid / L;
   const int64_t i = blockIdx.y * int64_t{kThreads / L / tn} + e / tn, j = blockIdx.x * int64_t{tn} + e % tn;
   const Panel<float> A = args.panel_a(), B = args.panel_b();
@@ -91,7 +93,7 @@ void dots(const MatmulParams& p, const float* a, const float* b, float* c, const
           cudaStream_t stream) {
   const DotsShape s = dots_shape(p.n, p.k);
   launch_batched(p, a, b, c, e, s.tm, s.tn, "matmul 18_dots", [&](dim3 grid, const Args<float>& args) {
-    auto launch = [&](auto kernel) { kernel<<<grid, kThreads, 0, stream>>>(args, s.tn); };
+    auto launch = [&](auto kernel) { launch_dependent(kernel, grid, kThreads, 0, stream, args, s.tn); };
     switch (s.lanes) {
       case 1: launch(dots_kernel<1>); break;
       case 2: launch(dots_kernel<2>); break;
