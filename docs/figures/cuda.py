@@ -837,3 +837,12 @@ def define(figure, table, runs):
             seconds = [dl.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
             figure(f"kernels.dependent.{name.replace('_', '-')}.{when}.epoch", dl, sum(seconds) / len(seconds),
                    f"mnist-train {what}, {when} launches (H200): epochs 2 and 3 of three runs, mean, s")
+    # ---- the small kernels also launching the next one at their start, against 26d26bf in one call
+    # (docs/runs/2026-11-29-h200-dependent-small-early) ----
+    se = runs["2026-11-29-h200-dependent-small-early"]
+    for when in ("old", "new"):
+        for name, what in (("b64", "CNN batch 64, f32"), ("b512", "CNN batch 512, f32"), ("mlp", "MLP batch 64, f32"),
+                           ("b64_bf16", "CNN batch 64, bf16")):
+            seconds = [se.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
+            figure(f"kernels.small-early.{name.replace('_', '-')}.{when}.epoch", se, sum(seconds) / len(seconds),
+                   f"mnist-train {what}, {when} tree (H200): epochs 2 and 3 of three runs, mean, s")

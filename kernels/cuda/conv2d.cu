@@ -254,7 +254,7 @@ template <class T, int kOut, bool kTaps3>
 __global__ void __launch_bounds__(kRowsThreads) forward_few_outputs_rows_kernel(const T* x, const T* w,
                                                                                 DeviceEpilogue<T> e, T* y, Dims d,
                                                                                 int bands, int band, int cols) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   extern __shared__ __align__(16) unsigned char smem_few_rows[];
   C* ws = reinterpret_cast<C*>(smem_few_rows);
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_rows_ke
                                                                                      const T* relu,
                                                                                      compute_t<T>* partials, bool bias,
                                                                                      Dims d, RowsWeightPlan plan) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   const auto [patch, b, o] = weight_band_start(x, d, plan);
   if (o < 0) return;
@@ -558,7 +558,7 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
                                                                                        const T* relu,
                                                                                        compute_t<T>* partials, bool bias,
                                                                                        Dims d, RowsWeightPlan plan) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   constexpr int kTaps = kC * kKH * kKW;  // tap (c, ky, kx) is k = (c * KH + ky) * KW + kx, as in w
   const auto [patch, b, o] = weight_band_start(x, d, plan);

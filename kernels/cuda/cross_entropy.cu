@@ -194,7 +194,7 @@ template <class S, int G>
 __global__ void __launch_bounds__(kReducedThreads)
     cross_entropy_reduced_kernel(const S* x, const int32_t* targets, compute_t<S>* out, int32_t* count,
                                  int64_t rows, int64_t classes, double s, double divisor, DeviceFault* fault) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   __shared__ double warps[kReducedThreads / 32];
   __shared__ int warp_hits[kReducedThreads / 32];
   double sum = 0;
@@ -290,7 +290,7 @@ template <class S, int G>
 __global__ void cross_entropy_backward_rows_per_warp_kernel(const S* x, const int32_t* targets,
                                                             RowGrads<compute_t<S>> grads, S* grad_x, int64_t rows,
                                                             int64_t classes, double s, DeviceFault* fault) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   using T = compute_t<S>;
   const T on = static_cast<T>(1.0 - s + s / static_cast<double>(classes)), off = static_cast<T>(s / static_cast<double>(classes));
   for_each_group_row<G>(rows, [&](const GroupRow& at) {

@@ -9,9 +9,11 @@
 //
 // The rule: a kernel launched by launch_dependent calls dependent_kernel_start() first, before it
 // reads or writes global memory (griddepcontrol.wait, PTX ISA 7.8). A kernel that calls it and is
-// launched the ordinary way loses nothing: the instruction is then a no-op. The kernels do not
-// also let the next one launch at their start (griddepcontrol.launch_dependents): that helped the
-// MLP and cost the CNN a tenth (NOTES.md).
+// launched the ordinary way loses nothing: the instructions are then no-ops. Small kernels also
+// let the next one launch at their start (griddepcontrol.launch_dependents); in every kernel that
+// helped the MLP and cost the CNN a tenth, in the small ones alone it took the CNN's batch-64 epoch
+// from 0.2043 [fig kernels.small-early.b64.old.epoch] to 0.2012 s [fig kernels.small-early.b64.new.epoch]
+// (NOTES.md; docs/runs/2026-11-29-h200-dependent-small-early).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,8 +25,13 @@
 namespace kiln::cuda {
 
 // Waits until the kernel before this one on the stream has finished and its writes are visible.
+// With kLaunchNextEarly, first lets the kernel after this one be launched (its blocks then wait on
+// the SMs beside this one's): for the small kernels; the ring kernels and matmul 13 hold their
+// SMs whole, and a kernel launched early behind them was placed badly (NOTES.md).
+template <bool kLaunchNextEarly = false>
 __device__ __forceinline__ void dependent_kernel_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kLaunchNextEarly) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }

@@ -127,7 +127,7 @@ __device__ void apply_vectors(const Rule& rule, T* const* p, int64_t begin, int6
 
 template <class T, int Depth, class Rule>
 __global__ void multi_tensor_kernel(const __grid_constant__ TensorLists<Depth> lists, Rule rule, const Rule* replay) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   if (replay) rule = *replay;  // captured: this replay's hyperparameters
   for (int64_t c = blockIdx.x; c < lists.first_chunk[lists.tensors]; c += gridDim.x) {
     const int t = chunk_owner(lists.first_chunk, lists.tensors, c);

@@ -288,7 +288,7 @@ template <class T, class I>
 __global__ void max_pool_2x2_dropout_kernel(const T* x, T* y, uint8_t* codes, Geom<I> d, I total,
                                             compute_t<T> threshold, compute_t<T> scale, philox::Key key,
                                             bool rows_of_four) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   const philox::Key at = key.resolve();  // in a captured step, read from its replay value
   KILN_GRID_STRIDE(b64, (total + 3) / 4) {
@@ -334,7 +334,7 @@ __global__ void max_pool_2x2_dropout_kernel(const T* x, T* y, uint8_t* codes, Ge
 template <class T, class I>
 __global__ void max_pool_2x2_dropout_backward_kernel(const T* gy, const uint8_t* codes, T* gx, Geom<I> d, I total,
                                                      compute_t<T> scale, bool relu, bool rows_of_four) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   KILN_GRID_STRIDE(b64, (total + 3) / 4) {
     const I e0 = 4 * static_cast<I>(b64);

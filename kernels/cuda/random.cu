@@ -59,7 +59,7 @@ __global__ void normal_kernel(T* out, int64_t n, double mean, double stddev, phi
 template <class T>
 __global__ void dropout_kernel(const T* x, const T* relu_x, T* out, int64_t n, compute_t<T> threshold,
                                compute_t<T> scale, philox::Key key, bool vec) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   using C = compute_t<T>;
   const philox::Key at = key.resolve();
   const uint64_t seed = at.seed, offset = at.offset;  // in a captured step, read from its replay value

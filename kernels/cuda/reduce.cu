@@ -222,7 +222,7 @@ template <class T, int V, class Out = T>
 __global__ void __launch_bounds__(kPackThreads)
     reduce_column_packs(ReduceOp op, const T* x, Out* out, Acc<T>* partial, int64_t outer, int64_t n, int64_t inner,
                         int64_t chunk) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   __shared__ Acc<T> sums[kPackThreads * V];
   const int lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int64_t col = (blockIdx.x * int64_t{lanes} + tx) * V;

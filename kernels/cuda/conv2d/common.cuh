@@ -84,7 +84,7 @@ constexpr int64_t kSumManySplits = 128;
 template <class T, class Out, int ROWS>
 __global__ void __launch_bounds__(32 * ROWS) sum_splits_kernel(const T* ws, Out* gw, int64_t count, int64_t splits,
                                                                Out* tail, int64_t head) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   __shared__ T rows[ROWS][32];
   const int64_t i = blockIdx.x * int64_t{32} + threadIdx.x;
   T acc = 0;

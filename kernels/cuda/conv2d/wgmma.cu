@@ -125,7 +125,7 @@ WgPlan wg_plan_for(const Geometry& f, bool exact) {
 // zero past C/G or O/G; 3xTF32: the TF32 high parts there, the rest `set` elements later.
 __global__ void pack_wgmma_weights_kernel(const float* w, float* wp, Dims d, int64_t chunks, int64_t np, bool flip,
                                           bool exact, int64_t set) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   KILN_GRID_STRIDE(i, set) {  // i runs over (g, chunk, tap, n, k)
     const int64_t k = i % kPatchChannels, r = i / kPatchChannels, n = r % np, r2 = r / np;
     const int64_t tap = r2 % d.khkw, r3 = r2 / d.khkw, chunk = r3 % chunks, g = r3 / chunks;

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(NT) split_k_partial_kernel(SplitArgs<T> args) 
 template <class T>
 __global__ void __launch_bounds__(256) split_k_reduce_kernel(const float* partials, T* c, int64_t mn, int64_t n,
                                                               int64_t splits, DeviceEpilogue<T> epilogue) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   __shared__ float rows[8][32];
   const int64_t e = blockIdx.x * int64_t{32} + threadIdx.x;
   float sum = 0;

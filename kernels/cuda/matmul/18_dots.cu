@@ -61,7 +61,7 @@ DotsShape dots_shape(int64_t n, int64_t k) {
 
 template <int L>
 __global__ void __launch_bounds__(kThreads) dots_kernel(Args<float> args, int tn) {
-  dependent_kernel_start();  // launch.cuh: launched by launch_dependent
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   const int tid = static_cast<int>(threadIdx.x), lane = tid % L, e = tid / L;
   const int64_t i = blockIdx.y * int64_t{kThreads / L / tn} + e / tn, j = blockIdx.x * int64_t{tn} + e % tn;
   const Panel<float> A = args.panel_a(), B = args.panel_b();
