@@ -800,25 +800,29 @@ def define(figure, table, runs):
             seconds = [bi.epoch(f"train_{when}_{file}_{i}.jsonl", e)["seconds"] for i in (1, 2) for e in (2, 3)]
             figure(f"kernels.batch-into.{tag}.{when}.epoch", bi, sum(seconds) / len(seconds),
                    f"mnist-train {what}, {when} tree (H200): epochs 2 and 3 of two runs, mean, s")
+    # The four-model comparisons of one call: KEY.NAME.WHEN.epoch, the mean of epochs 2 and 3 of runs
+    # 1-3 (train_WHEN_NAME_i.jsonl), for each (when, name) in `cases` (NAME's _ as - in the key).
+    models = (("b64", "CNN batch 64, f32"), ("b512", "CNN batch 512, f32"), ("mlp", "MLP batch 64, f32"),
+              ("b64_bf16", "CNN batch 64, bf16"))
+
+    def three_runs(key, run, cases):
+        for when, name, what in cases:
+            seconds = [run.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
+            figure(f"{key}.{name.replace('_', '-')}.{when}.epoch", run, sum(seconds) / len(seconds),
+                   f"mnist-train {what}, {when} (H200): epochs 2 and 3 of three runs, mean, s")
+
+    def each_model(whens):
+        return [(when, name, what) for when in whens for name, what in models]
+
     # ---- each progress update's losses read with read_async and looked at one update later,
     # against df8fa0a's blocking read in one call (docs/runs/2026-11-29-h200-async-reads) ----
-    ar = runs["2026-11-29-h200-async-reads"]
-    for when, name, what in (("old", "b64", "CNN batch 64"), ("new", "b64", "CNN batch 64"),
-                             ("new", "b64_quiet", "CNN batch 64, --log-interval 100000"),
-                             ("old", "b512", "CNN batch 512"), ("new", "b512", "CNN batch 512"),
-                             ("old", "mlp", "MLP batch 64"), ("new", "mlp", "MLP batch 64")):
-        seconds = [ar.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
-        figure(f"kernels.async-reads.{name.replace('_', '-')}.{when}.epoch", ar, sum(seconds) / len(seconds),
-               f"mnist-train {what}, f32, {when} tree (H200): epochs 2 and 3 of three runs, mean, s")
+    three_runs("kernels.async-reads", runs["2026-11-29-h200-async-reads"],
+               [(when, name, what) for when in ("old", "new") for name, what in models[:3]]
+               + [("new", "b64_quiet", "CNN batch 64, f32, --log-interval 100000")])
     # ---- the correct predictions counted in the loss's kernel (cross_entropy_counting), against
     # 4ecaac3's count_correct launch in one call (docs/runs/2026-11-29-h200-loss-counting) ----
     lc = runs["2026-11-29-h200-loss-counting"]
-    for when in ("old", "new"):
-        for name, what in (("b64", "CNN batch 64, f32"), ("b512", "CNN batch 512, f32"), ("mlp", "MLP batch 64, f32"),
-                           ("b64_bf16", "CNN batch 64, bf16")):
-            seconds = [lc.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
-            figure(f"kernels.loss-counting.{name.replace('_', '-')}.{when}.epoch", lc, sum(seconds) / len(seconds),
-                   f"mnist-train {what}, {when} tree (H200): epochs 2 and 3 of three runs, mean, s")
+    three_runs("kernels.loss-counting", lc, each_model(("old", "new")))
     summary = step_profile.summary(step_profile.kernels(lc.file("profile_new_b64.csv")))
     figure("kernels.loss-counting.step.b64.kernels", lc, summary["kernels_per_step"],
            "kernels a step (ncu), CNN batch 64, f32, the counting loss")
@@ -830,19 +834,7 @@ def define(figure, table, runs):
     # ---- programmatic dependent launches of the step's kernels, waiting at their start (new) or
     # also letting the next one launch at their start (early), against 66ebba9 in one call
     # (docs/runs/2026-11-29-h200-dependent-launches) ----
-    dl = runs["2026-11-29-h200-dependent-launches"]
-    for when in ("old", "new", "early"):
-        for name, what in (("b64", "CNN batch 64, f32"), ("b512", "CNN batch 512, f32"), ("mlp", "MLP batch 64, f32"),
-                           ("b64_bf16", "CNN batch 64, bf16")):
-            seconds = [dl.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
-            figure(f"kernels.dependent.{name.replace('_', '-')}.{when}.epoch", dl, sum(seconds) / len(seconds),
-                   f"mnist-train {what}, {when} launches (H200): epochs 2 and 3 of three runs, mean, s")
+    three_runs("kernels.dependent", runs["2026-11-29-h200-dependent-launches"], each_model(("old", "new", "early")))
     # ---- the small kernels also launching the next one at their start, against 26d26bf in one call
     # (docs/runs/2026-11-29-h200-dependent-small-early) ----
-    se = runs["2026-11-29-h200-dependent-small-early"]
-    for when in ("old", "new"):
-        for name, what in (("b64", "CNN batch 64, f32"), ("b512", "CNN batch 512, f32"), ("mlp", "MLP batch 64, f32"),
-                           ("b64_bf16", "CNN batch 64, bf16")):
-            seconds = [se.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in (1, 2, 3) for e in (2, 3)]
-            figure(f"kernels.small-early.{name.replace('_', '-')}.{when}.epoch", se, sum(seconds) / len(seconds),
-                   f"mnist-train {what}, {when} tree (H200): epochs 2 and 3 of three runs, mean, s")
+    three_runs("kernels.small-early", runs["2026-11-29-h200-dependent-small-early"], each_model(("old", "new")))
