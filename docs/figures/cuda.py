@@ -838,3 +838,6 @@ def define(figure, table, runs):
     # ---- the small kernels also launching the next one at their start, against 26d26bf in one call
     # (docs/runs/2026-11-29-h200-dependent-small-early) ----
     three_runs("kernels.small-early", runs["2026-11-29-h200-dependent-small-early"], each_model(("old", "new")))
+    # ---- matmuls 07 and 13 launching the next kernel at their start as well: tried against db2fe1c
+    # in one call, not kept (docs/runs/2026-11-29-h200-dependent-matmul-early) ----
+    three_runs("kernels.matmul-early", runs["2026-11-29-h200-dependent-matmul-early"], each_model(("old", "new")))
