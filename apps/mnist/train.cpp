@@ -403,17 +403,16 @@ void log_progress(const Config& c, const apps::RunState& s, int64_t batches, dou
 // waiting in the next all-reduce. ask() queues the all-reduce of this rank's votes and their read
 // beside the losses'; the answers, looked at when the losses are, wait for it.
 struct StopVote {
-  PendingValues votes;  // data-parallel: [some rank was interrupted, some rank's losses were not finite]
-  bool asked = false;
+  // data-parallel, once asked: [some rank was interrupted, some rank's losses were not finite]
+  std::optional<PendingValues> votes;
   void ask(const Parallel& par, const Tensor& losses) {
     if (!par.group) return;
     Tensor v = stack({interrupted_flag(losses.device()), 1.0 - kiln::min(isfinite(losses))});
     par.group->all_reduce(v, ReduceOp::max);
     votes = v.read_async();
-    asked = true;
   }
-  bool interrupted() const { return asked && votes.get<float>()[0] > 0; }
-  bool nonfinite() const { return asked && votes.get<float>()[1] > 0; }
+  bool interrupted() const { return votes && votes->get<float>()[0] > 0; }
+  bool nonfinite() const { return votes && votes->get<float>()[1] > 0; }
 };
 
 // The losses of the steps between two progress updates, landed (`first` the 0-based batch of the

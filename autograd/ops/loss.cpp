@@ -35,9 +35,9 @@ void check_class_targets(const char* op, const Tensor& scores, const Tensor& tar
 // bf16 logits are read as they are and the loss computed in f32: the values autocast's cast to f32
 // would give, without the cast's pass (nor its gradient's, since the gradient is written in bf16
 // where the cast's backward would round an f32 one). A mean or sum is taken in the same backend
-// call (one kernel for a batch on CUDA), and its gradient reads the one incoming value per row.
+// call (one kernel for a batch on CUDA), and its gradient reads the one incoming value per row;
+// where `count` is given (a reduced loss), add_correct's count too.
 namespace {
-// cross_entropy, and where `count` is given (a reduced loss), add_correct in the same backend call.
 Tensor cross_entropy_loss(const char* op, const Tensor& logits, const Tensor& targets, const Tensor* count,
                           Reduction reduction, double label_smoothing) {
   check_class_targets(op, logits, targets);
@@ -49,14 +49,15 @@ Tensor cross_entropy_loss(const char* op, const Tensor& logits, const Tensor& ta
   if (reduction == Reduction::none) {
     loss = empty_as({x.size(0)}, x, wide);
     x.backend().cross_entropy(x.ref(), t.ref(), loss.ref(), label_smoothing);
-  } else if (count) {
-    loss = empty_as({}, x, wide);
-    x.backend().cross_entropy_reduced_counting(x.ref(), t.ref(), loss.ref(), label_smoothing,
-                                               reduction == Reduction::mean, count->ref());
-    count->storage()->bump_version();
   } else {
     loss = empty_as({}, x, wide);
-    x.backend().cross_entropy_reduced(x.ref(), t.ref(), loss.ref(), label_smoothing, reduction == Reduction::mean);
+    const bool mean = reduction == Reduction::mean;
+    if (!count) {
+      x.backend().cross_entropy_reduced(x.ref(), t.ref(), loss.ref(), label_smoothing, mean);
+    } else {
+      x.backend().cross_entropy_reduced_counting(x.ref(), t.ref(), loss.ref(), label_smoothing, mean, count->ref());
+      count->storage()->bump_version();
+    }
   }
   if (autograd::is_recording({logits})) {
     // the fused backward kernel: softmax(x) - the (smoothed) one-hot target, times each loss's gradient
