@@ -44,6 +44,18 @@ void Backend::copy_many(std::span<const TensorRef> src, std::span<const TensorRe
   for (size_t i = 0; i < src.size(); ++i) copy(src[i], out[i]);
 }
 
+void Backend::ring_push(const TensorRef& src, const TensorRef& ring, const TensorRef& next) {
+  int32_t row = 0;
+  read(next.buffer, static_cast<size_t>(next.offset) * sizeof row, &row, sizeof row);
+  TensorRef out = ring;
+  out.offset += row * src.numel();
+  out.shape = src.shape;
+  out.strides = contiguous_strides(src.shape);
+  copy(src, out);
+  row = static_cast<int32_t>((row + 1) % ring.shape[0]);
+  write(next.buffer, static_cast<size_t>(next.offset) * sizeof row, &row, sizeof row);
+}
+
 void Backend::gather_many(std::span<const TensorRef> xs, const TensorRef& indices, std::span<const TensorRef> outs) {
   KILN_CHECK(xs.size() == outs.size(), ValueError, "gather_many: ", xs.size(), " sources for ", outs.size(),
              " outputs");

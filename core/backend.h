@@ -212,6 +212,12 @@ class Backend {
   // copy(src[i], out[i]) for each i, in order. By default one call each; a backend may take a list
   // of contiguous pairs in one launch (CUDA), which is how autocast casts a model's parameters.
   virtual void copy_many(std::span<const TensorRef> src, std::span<const TensorRef> out);
+  // Appends src (contiguous) to a ring: row `next` of `ring` (contiguous [slots, n], n =
+  // src.numel(), src's dtype) takes src's elements, and next (one i32) moves on to the row after,
+  // 0 after the last. next is read and moved on by the device, so that the replays of a captured
+  // step append in turn (optim::CapturedStep::keep). By default next is read back (which drains
+  // the device), the row copied and next written; CUDA does it in one kernel.
+  virtual void ring_push(const TensorRef& src, const TensorRef& ring, const TensorRef& next);
   // Philox4x32-10 draws starting at `key` (its seed and offset, read from device memory at replay
   // in a captured step); see core/philox.h for the exact stream.
   virtual void uniform(const TensorRef& out, double low, double high, const philox::Key& key) = 0;

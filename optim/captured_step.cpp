@@ -1,6 +1,10 @@
 #include "kiln/optim/captured_step.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "kiln/autograd/node.h"
+#include "kiln/autograd/ops.h"
 #include "kiln/core/backend.h"
 
 namespace kiln::optim {
@@ -40,8 +44,11 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
              ", whose backend (", inputs[0].backend().name(), ") does not capture graphs; run the step directly "
              "there (only CUDA devices capture)");
   if (eager_ < warmup_) {
+    std::vector<Tensor> outputs = step_(inputs);
+    push(outputs);
     ++eager_;
-    return step_(inputs);
+    ++calls_;
+    return outputs;
   }
   auto it = graphs_.find(signature);
   if (it == graphs_.end()) {
@@ -69,6 +76,7 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
   // Another shape's graph may have replayed since: the gradients are this graph's now.
   const std::vector<Tensor>& params = optimizer_.parameters();
   for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(it->second.grads[i]);
+  ++calls_;
   return it->second.outputs;
 }
 
@@ -78,13 +86,66 @@ CapturedStep::Captured CapturedStep::capture(const std::vector<Tensor>& inputs) 
     NoGradGuard no_grad;
     for (const Tensor& t : inputs) c.inputs.push_back(t.detach().clone());  // made before the capture
   }
-  c.graph = std::make_unique<Graph>(kiln::capture(inputs[0].device(), [&] { c.outputs = step_(c.inputs); }));
+  c.graph = std::make_unique<Graph>(kiln::capture(inputs[0].device(), [&] {
+    c.outputs = step_(c.inputs);
+    push(c.outputs);
+  }));
   for (const Tensor& p : optimizer_.parameters()) {
     c.grads.push_back(p.grad());
     c.params.push_back(p.storage().get());
   }
   c.graph->replay();  // the capture recorded the step; this runs it
   return c;
+}
+
+CapturedStep& CapturedStep::keep(int64_t steps) {
+  KILN_CHECK(calls_ == 0, ValueError, "CapturedStep::keep: call it before the first step (", calls_,
+             " taken): the rings are made at the first");
+  KILN_CHECK(steps >= 0 && steps <= std::numeric_limits<int32_t>::max(), ValueError,
+             "CapturedStep::keep: steps must be in [0, 2^31), got ", steps);
+  keep_ = steps;
+  return *this;
+}
+
+void CapturedStep::push(const std::vector<Tensor>& outputs) {
+  if (keep_ == 0) return;
+  if (rings_.empty() && !outputs.empty()) {
+    KILN_CHECK(!capturing(outputs[0].device()), CaptureError,
+               "CapturedStep: the kept outputs' rings are made at the first call, which must be eager");
+    for (const Tensor& out : outputs) {
+      const TensorOptions options = TensorOptions(out.dtype()).device(out.device());
+      rings_.push_back({empty({keep_, out.numel()}, options), zeros({1}, TensorOptions(DType::i32).device(out.device())),
+                        out.shape()});
+    }
+  }
+  KILN_CHECK(outputs.size() == rings_.size(), ValueError, "CapturedStep: this step returned ", outputs.size(),
+             " tensors, the first ", rings_.size(), "; keep() needs as many at every call");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    Ring& r = rings_[i];
+    KILN_CHECK(out.dtype() == r.rows.dtype() && out.numel() == r.shape.numel() && out.device() == r.rows.device(),
+               ValueError, "CapturedStep: output ", i, " is ", out.dtype(), " ", out.shape(), " on ", out.device(),
+               ", the first call's was ", r.rows.dtype(), " ", r.shape, " on ", r.rows.device(),
+               "; keep() needs each output's dtype, size and device at every call");
+    const Tensor src = out.detach().contiguous();
+    out.backend().ring_push(src.ref(), r.rows.ref(), r.next.ref());
+    r.rows.storage()->bump_version();
+  }
+}
+
+Tensor CapturedStep::recent(size_t output, int64_t count) const {
+  KILN_CHECK(output < rings_.size(), ValueError, "CapturedStep::recent: output ", output, " is not kept (",
+             rings_.size(), " kept", keep_ == 0 ? ": keep() was not called" : "", ")");
+  KILN_CHECK(count >= 0 && count <= keep_ && count <= calls_, ValueError, "CapturedStep::recent: ", count,
+             " steps asked, but ", keep_, " are kept and ", calls_, " taken");
+  const Ring& r = rings_[output];
+  const int64_t first = (calls_ - count) % keep_;  // the oldest one's row
+  Tensor rows = first + count <= keep_
+                    ? r.rows.slice(0, first, first + count).clone()
+                    : concat({r.rows.slice(0, first, keep_), r.rows.slice(0, 0, first + count - keep_)});
+  std::vector<int64_t> shape{count};
+  for (size_t a = 0; a < r.shape.size(); ++a) shape.push_back(r.shape[a]);
+  return rows.reshape(Shape(shape));
 }
 
 }  // namespace kiln::optim

@@ -33,7 +33,7 @@
 //   `sum.add_(x)` at every replay);
 // - not read the device (item(), to_vector()): CaptureError says so.
 // The tensors it returns are the graph's: each replay overwrites them; clone() what must outlast
-// the next call. After a replay, the parameters' grad() are those that replay computed. A graph
+// the next call, or keep() them on the device (below), which copies nothing outside the graph. After a replay, the parameters' grad() are those that replay computed. A graph
 // updates the parameters where they were at its capture: one replaced since (Module::to,
 // load_state_dict onto new storage) makes the replay throw CaptureError; build a new CapturedStep.
 //
@@ -64,6 +64,23 @@ class CapturedStep {
 
   size_t graphs() const { return graphs_.size(); }  // captured so far, one per input shape
 
+  // Keeps the outputs of the last `steps` calls on the device: each call, eager or replayed,
+  // appends what its step returned to a ring of its own (Backend::ring_push, in the graph when it
+  // replays), so that a loop that looks at every step's loss, a window of steps at a time, neither
+  // clones each loss (a launch outside the graph, a step) nor reads it at once:
+  //
+  //     step.keep(10);
+  //     for (...) { step({x, y}); if (++n % 10 == 0) print(step.recent(0, 10).to_vector<float>()); }
+  //
+  // Call it before the first step; every call's output i must then have output i's dtype and
+  // number of elements at the first. What it saves mnist-train, measured: kernels/cuda/NOTES.md
+  // (copy_many).
+  CapturedStep& keep(int64_t steps);
+  // Output `output` of the last `count` calls, oldest first, stacked along a new first dimension,
+  // in a tensor of its own; count at most keep()'s steps and the calls made.
+  Tensor recent(size_t output, int64_t count) const;
+  int64_t calls() const { return calls_; }  // steps taken, eager or replayed
+
   // The graph's own inputs for inputs like `like` (their dtypes and shapes), once a graph for those
   // exists (else none). The next call's inputs written straight into them (DataLoader::batch's
   // `into`) and passed back are not copied: a step then queues nothing but its replay.
@@ -78,14 +95,25 @@ class CapturedStep {
   };
   using Signature = std::vector<int64_t>;  // each input's dtype, rank and sizes
 
+  // A kept output's ring: [keep_, numel] of its dtype, the row the next call writes (i32, on the
+  // device, moved on there), and the output's shape.
+  struct Ring {
+    Tensor rows, next;
+    Shape shape;
+  };
+
   Captured capture(const std::vector<Tensor>& inputs);
   static Signature signature_of(const std::vector<Tensor>& inputs);
+  // Appends a call's outputs to the rings (made at the first call's, outside any capture).
+  void push(const std::vector<Tensor>& outputs);
 
   Optimizer& optimizer_;
   Step step_;
   int warmup_;
   int eager_ = 0;
   std::map<Signature, Captured> graphs_;
+  int64_t keep_ = 0, calls_ = 0;
+  std::vector<Ring> rings_;
 };
 
 }  // namespace kiln::optim

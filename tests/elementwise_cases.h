@@ -553,6 +553,32 @@ inline void read_async_cases(const Run& r) {
   CHECK_THROWS_AS(PendingValues().get<float>(), ValueError);
 }
 
+// Backend::ring_push: rows appended in turn at a row the device keeps, wrapping round the ring, in
+// each dtype taken; the ring and `next` views into larger tensors (offsets honoured), the ring's
+// other rows and next's neighbours untouched.
+inline void ring_push_cases(const Run& r) {
+  for (const Take& k : r.takes) {
+    const std::string what = std::string("ring_push ") + std::string(dtype_name(k.dtype));
+    const TensorOptions options = TensorOptions(k.dtype).device(r.device);
+    const Tensor whole = full({6, 3}, 7.0, options);  // rows 1 to 4 the ring
+    const Tensor ring = whole.slice(0, 1, 5);
+    const Tensor nexts = from_vector<int32_t>({40, 1, 41}, {3}).to(r.device);
+    const Tensor next = nexts.slice(0, 1, 2);  // starts at row 1
+    for (int i = 0; i < 6; ++i) {
+      const Tensor pushed = arange(3.0 * i, 3.0 * i + 3).to(k.dtype).to(r.device);
+      ring.backend().ring_push(pushed.ref(), ring.ref(), next.ref());
+    }
+    // pushes 0 to 5 went to rows 1, 2, 3, 0, 1, 2: rows 0 to 3 hold pushes 3, 4, 5, 2
+    const std::vector<int> in_row = {3, 4, 5, 2};
+    std::vector<double> expected(3, 7.0);
+    for (int p : in_row)
+      for (int j = 0; j < 3; ++j) expected.push_back(3.0 * p + j);
+    expected.insert(expected.end(), 3, 7.0);
+    CHECK_MESSAGE(whole.to_vector<double>() == expected, what);
+    CHECK_MESSAGE((nexts.to_vector<int32_t>() == std::vector<int32_t>{40, 3, 41}), what);
+  }
+}
+
 // Anomaly mode on the device: the first op whose output, or whose formula's gradient, is not
 // finite is named, with its shapes (the check reads the device).
 inline void anomaly_cases(const Run& r) {

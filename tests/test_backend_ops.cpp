@@ -187,6 +187,7 @@ const std::vector<Row>& table() {
       {"dropout", {{f32, 0}, {f64, 0}, {b16, 0}}, {{f32, 0}}, dropout_cases},
       {"bad indices", {{f32, 0}}, {{f32, 0}}, bad_index_cases},
       {"read_async", cuda_exact, vulkan_exact, read_async_cases},
+      {"ring_push", cuda_exact, vulkan_exact, ring_push_cases},
       {"anomaly mode", {{f32, 0}}, {{f32, 0}}, anomaly_cases},
 
       {"reduce", {{f32, 1e-5}, {f64, 1e-12}, {i32, 1e-5}, {b16, bf16_ulp}}, {{f32, 1e-5}, {i32, 1e-5}},

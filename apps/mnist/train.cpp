@@ -439,13 +439,16 @@ void check_losses(const std::vector<float>& losses, int64_t first, int64_t batch
 // waiting, and looked at (settle) one update later or at the epoch's end. A blocking read at each
 // update would leave the device idle while the host, woken, launched the next steps.
 struct Window {
-  std::vector<Tensor> losses;  // detached, a step each
-  std::vector<int64_t> sizes;  // and their batches' images (this rank's)
+  std::vector<Tensor> losses;  // eager steps': a step each (a captured step keeps its own: below)
+  std::vector<int64_t> sizes;  // the steps' batches' images (this rank's)
   apps::RunState state;        // after the last of them
   StopVote vote;
   PendingValues values;  // the losses on their way to the host, once sent
-  void send(const Parallel& par) {
-    const Tensor stacked = stack(losses);
+  // A captured step's losses are the last rows of its ring (CapturedStep::keep): none was copied
+  // out of its graph.
+  void send(const Parallel& par, const optim::CapturedStep* captured) {
+    const Tensor stacked =
+        captured ? captured->recent(0, static_cast<int64_t>(sizes.size())) : stack(losses);
     vote.ask(par, stacked);
     values = stacked.read_async();
     losses.clear();
@@ -490,25 +493,24 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
     data::Batch b = loader.batch(i, staged);
     // shifted-in pixels get the background: black (0) after normalisation is -mean / std
     if (c.augment > 0) b.inputs = data::random_translate(b.inputs, c.augment, -0.1307 / 0.3081);
-    // a captured step returns its graph's loss tensor, which the next replay overwrites: kept as a copy
-    const Tensor loss = t.captured ? (*t.captured)({b.inputs, b.targets})[0].clone()
-                                   : train_step(t, {b.inputs, b.targets})[0];
-    if (t.captured) {
+    if (t.captured) {  // its loss is kept in its ring
+      (*t.captured)({b.inputs, b.targets});
       const std::vector<Tensor> own = t.captured->inputs_like({b.inputs, b.targets});
       staged = own.empty() ? data::Batch{} : data::Batch{own[0], own[1]};
+    } else {
+      open.losses.push_back(train_step(t, {b.inputs, b.targets})[0]);
     }
     if (t.scheduler && c.scheduler == "onecycle") t.scheduler->step();  // one-cycle steps per batch
     ++t.state.step;
     t.state.batch = i + 1;
     seen += b.targets.numel();
-    open.losses.push_back(loss);
     open.sizes.push_back(b.targets.numel());
     // One process looks at Ctrl-C every step; data-parallel ranks at the updates, where each
     // settles the same window's votes, so all stop after the same step.
     bool stop = !par.group && g_interrupts.load() > 0;
     if ((i + 1) % c.log_interval == 0 || i + 1 == batches || stop) {
       open.state = t.state;
-      open.send(par);
+      open.send(par, t.captured.get());
       if (sent) {
         settle(*sent);
         stop = stop || (par.group && sent->vote.interrupted());
@@ -694,6 +696,8 @@ int run(const Config& c) {
   if (graph) {
     t.captured = std::make_unique<optim::CapturedStep>(
         *t.optimizer, [&t](const std::vector<Tensor>& batch) { return train_step(t, batch); });
+    // each step's loss kept on the device until the progress update that reads its window
+    t.captured->keep(std::min<int64_t>(c.log_interval, data.train.num_batches()));
   }
   Metrics metrics = open_metrics(c, resumed.has_value());
   // the first line of the run, and of each resumed part of it: what ran, where, with which settings

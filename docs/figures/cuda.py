@@ -841,3 +841,13 @@ def define(figure, table, runs):
     # ---- matmuls 07 and 13 launching the next kernel at their start as well: tried against db2fe1c
     # in one call, not kept (docs/runs/2026-11-29-h200-dependent-matmul-early) ----
     three_runs("kernels.matmul-early", runs["2026-11-29-h200-dependent-matmul-early"], each_model(("old", "new")))
+    # ---- a captured step's losses kept in a ring its graph appends to (CapturedStep::keep), against
+    # 9caf950's clone of each loss after its replay, in one call (docs/runs/2026-11-29-h200-loss-ring):
+    # the CNN at batch 64 and the MLP three runs each, the CNN at batch 512 and in bf16 two ----
+    ring = runs["2026-11-29-h200-loss-ring"]
+    for name, what, n in (("b64", "CNN batch 64, f32", 3), ("mlp", "MLP batch 64, f32", 3),
+                          ("b512", "CNN batch 512, f32", 2), ("bf16", "CNN batch 64, bf16", 2)):
+        for when in ("old", "new"):
+            seconds = [ring.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in range(1, n + 1) for e in (2, 3)]
+            figure(f"kernels.loss-ring.{name}.{when}.epoch", ring, sum(seconds) / len(seconds),
+                   f"mnist-train {what}, {when} (H200): epochs 2 and 3 of {n} runs, mean, s")

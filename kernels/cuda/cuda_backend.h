@@ -101,6 +101,7 @@ class CudaBackend final : public Backend {
   void arange(const TensorRef& out, double start, double step) override;
   void copy(const TensorRef& src, const TensorRef& out) override;
   void copy_many(std::span<const TensorRef> src, std::span<const TensorRef> out) override;
+  void ring_push(const TensorRef& src, const TensorRef& ring, const TensorRef& next) override;
   void unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) override;
   void unary_backward(UnaryOp op, const TensorRef& x, const TensorRef& grad, const TensorRef& out,
                       double alpha) override;

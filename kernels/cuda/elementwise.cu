@@ -19,6 +19,7 @@
 
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
@@ -351,6 +352,39 @@ void CudaBackend::copy_many(std::span<const TensorRef> src, std::span<const Tens
   visit_dtype(src[0].dtype, [&](auto s) {
     visit_dtype(out[0].dtype, [&](auto d) { copy_runs<decltype(s), decltype(d)>(stream_, from, to, n); });
   });
+}
+
+namespace {
+
+// ring_push in one block: every thread reads `next` before thread 0 moves it on. The rows are a
+// step's outputs (a loss, a few metrics), so one block copies them; T is a word of the element's
+// size, since the copy only moves bits.
+template <class T>
+__global__ void ring_push_kernel(const T* src, T* ring, int64_t n, int32_t slots, int32_t* next) {
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
+  const int32_t r = *next;
+  T* row = ring + r * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = src[i];
+  __syncthreads();
+  if (threadIdx.x == 0) *next = r + 1 == slots ? 0 : r + 1;
+}
+
+template <class T>
+void push_words(cudaStream_t stream, const TensorRef& src, const TensorRef& ring, const TensorRef& next) {
+  launch_dependent(ring_push_kernel<T>, 1, kThreads, 0, stream, static_cast<const T*>(src.address()),
+                   static_cast<T*>(ring.address()), src.numel(), static_cast<int32_t>(ring.shape[0]),
+                   next.data<int32_t>());
+}
+
+}  // namespace
+
+void CudaBackend::ring_push(const TensorRef& src, const TensorRef& ring, const TensorRef& next) {
+  switch (dtype_size(src.dtype)) {
+    case 1: return push_words<uint8_t>(stream_, src, ring, next);
+    case 2: return push_words<uint16_t>(stream_, src, ring, next);
+    case 4: return push_words<uint32_t>(stream_, src, ring, next);
+    default: return push_words<uint64_t>(stream_, src, ring, next);
+  }
 }
 
 void CudaBackend::unary(UnaryOp op, const TensorRef& x, const TensorRef& out, double alpha) {

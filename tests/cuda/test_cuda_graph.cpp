@@ -2,6 +2,7 @@
 // replayed step computes the eager step's bits, with dropout, every optimizer and a scheduler,
 // across a change of batch shape; dropout fused into a max pool keeps those bits in fewer kernels;
 // and what a capture cannot do is refused by name.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -185,6 +186,69 @@ TEST_CASE("batches gathered straight into a captured step's own inputs train as 
   optim::SGD opt(small_cnn()->parameters(), optim::SGDOptions(0.1));
   optim::CapturedStep fresh(opt, [](const std::vector<Tensor>& in) { return in; });
   CHECK(fresh.inputs_like({images, labels}).empty());
+}
+
+TEST_CASE("keep(): the last steps' outputs, eager and replayed, across shapes, from the ring the graph appends to") {
+  // batches of 64 and a short one of 24 (two graphs); the first step eager; a ring of 4 wraps
+  const std::vector<int64_t> batches = {64, 64, 64, 24, 64, 64, 24, 64, 64};
+  auto net = small_cnn();
+  optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  optim::CapturedStep step(opt, [&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    const Tensor logits = (*net)(in[0]);
+    Tensor loss = cross_entropy(logits, in[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach(), logits.detach().slice(0, 0, 1)};  // a scalar and a [1, 10]
+  });
+  CHECK_THROWS_WITH_AS(step.recent(0, 1), doctest::Contains("keep() was not called"), ValueError);
+  step.keep(4);
+  manual_seed(5);
+  std::vector<float> losses, first_rows;  // each step's, read at once
+  for (size_t i = 0; i < batches.size(); ++i) {
+    Generator data(100 + i);
+    Tensor x = uniform({batches[i], 1, 12, 12}, -1.0, 1.0, kCuda, &data);
+    Tensor y = (uniform({batches[i]}, 0.0, 10.0, kCuda, &data)).to(DType::i32);
+    const std::vector<Tensor> out = step({x, y});
+    losses.push_back(out[0].item<float>());
+    for (float v : out[1].to_vector<float>()) first_rows.push_back(v);
+    const int64_t n = std::min<int64_t>(step.calls(), 4);
+    CAPTURE(i);
+    const Tensor recent = step.recent(0, n);
+    CHECK(recent.shape() == Shape{n});
+    CHECK(recent.to_vector<float>() == std::vector<float>(losses.end() - n, losses.end()));
+    if (i >= 2) CHECK(step.recent(0, 2).to_vector<float>() == std::vector<float>(losses.end() - 2, losses.end()));
+  }
+  CHECK(step.graphs() == 2);
+  CHECK(step.calls() == 9);
+  const Tensor rows = step.recent(1, 3);
+  CHECK(rows.shape() == Shape{3, 1, 10});
+  CHECK(rows.to_vector<float>() == std::vector<float>(first_rows.end() - 30, first_rows.end()));
+  CHECK(step.recent(0, 0).numel() == 0);
+  CHECK_THROWS_WITH_AS(step.recent(0, 5), doctest::Contains("5 steps asked, but 4 are kept"), ValueError);
+  CHECK_THROWS_WITH_AS(step.recent(2, 1), doctest::Contains("output 2 is not kept"), ValueError);
+  CHECK_THROWS_WITH_AS(step.keep(8), doctest::Contains("before the first step"), ValueError);
+
+  // a step whose output changes size with the batch cannot keep it: refused at the capture of the
+  // second shape, and the device goes on
+  optim::CapturedStep sized(opt, [&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    const Tensor logits = (*net)(in[0]);
+    cross_entropy(logits, in[1]).backward();
+    opt.step();
+    return std::vector<Tensor>{logits.detach()};
+  });
+  sized.keep(2);
+  Generator data(1);
+  auto batch = [&](int64_t n) {
+    return std::vector<Tensor>{uniform({n, 1, 12, 12}, -1.0, 1.0, kCuda, &data),
+                               uniform({n}, 0.0, 10.0, kCuda, &data).to(DType::i32)};
+  };
+  sized(batch(8));
+  sized(batch(8));
+  CHECK_THROWS_WITH_AS(sized(batch(4)), doctest::Contains("output 0 is f32 [4, 10]"), ValueError);
+  CHECK(sized.calls() == 2);
+  CHECK(sized.recent(0, 2).shape() == Shape{2, 8, 10});
 }
 
 TEST_CASE("a replay reads what its inputs hold then, and dropout draws a fresh mask each replay") {

@@ -36,6 +36,9 @@ TEST_CASE("CapturedStep: arguments and devices it refuses") {
   CHECK_THROWS_WITH_AS(captured({ones({3})}), doctest::Contains("does not capture graphs"), BackendUnavailable);
   CHECK(calls == 0);  // refused before anything ran
   CHECK(captured.graphs() == 0);
+  CHECK_THROWS_WITH_AS(captured.keep(-1), doctest::Contains("steps must be in [0, 2^31), got -1"), ValueError);
+  CHECK_THROWS_WITH_AS(captured.recent(0, 1), doctest::Contains("keep() was not called"), ValueError);
+  CHECK(captured.keep(3).calls() == 0);
 }
 
 TEST_CASE("outside a capture a draw's key is where the generator stood") {
