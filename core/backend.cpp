@@ -62,6 +62,12 @@ void Backend::gather_many(std::span<const TensorRef> xs, const TensorRef& indice
   for (size_t i = 0; i < xs.size(); ++i) gather(xs[i], indices, outs[i]);
 }
 
+void Backend::gather_many_indirect(std::span<const TensorRef>, const int32_t* const*, int64_t,
+                                   std::span<const TensorRef>) {
+  KILN_FAIL(BackendUnavailable, "the ", name(), " backend does not gather from indices whose address the device "
+            "holds (gather_many_indirect): only a backend that captures graphs does (CUDA)");
+}
+
 void Backend::batch_norm_train(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, double eps,
                                const TensorRef& y, const TensorRef& mean, const TensorRef& var,
                                const TensorRef& invstd) {

@@ -258,6 +258,12 @@ class Backend {
   // gather(xs[k], indices, outs[k]) for every k, with the same indices (a batch's images and labels
   // from their data sets): the default gathers each in turn; CUDA's takes one launch.
   virtual void gather_many(std::span<const TensorRef> xs, const TensorRef& indices, std::span<const TensorRef> outs);
+  // gather_many with the indices' address in device memory: `*indices` (read when the work runs)
+  // points at the m indices. How a captured step gathers its own batch, whose place in the loader's
+  // order changes at every replay (a replay value, core/capture.h: DataLoader::batch_at). Only a
+  // backend that captures takes it (CUDA); by default BackendUnavailable.
+  virtual void gather_many_indirect(std::span<const TensorRef> xs, const int32_t* const* indices, int64_t m,
+                                    std::span<const TensorRef> outs);
   // The reverse, accumulating: out[o, indices[j], i] += src[o, j, i], out [outer, n, inner]
   // already holding what to add to. Repeated indices add up.
   virtual void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) = 0;

@@ -3,6 +3,8 @@
 #include <numeric>
 
 #include "kiln/autograd/ops.h"
+#include "kiln/core/backend.h"
+#include "kiln/core/capture.h"
 #include "kiln/core/philox.h"
 
 namespace kiln::data {
@@ -112,16 +114,39 @@ Tensor rows_for(const Tensor& data, int64_t m, const Tensor& into) {
 
 }  // namespace
 
-Batch DataLoader::batch(int64_t index, const Batch& into) const {
+int64_t DataLoader::batch_rows(int64_t index) const {
   KILN_CHECK(index >= 0 && index < num_batches(), ValueError, "DataLoader: batch ", index,
              " of ", num_batches());
-  int64_t begin = index * options_.batch_size_;
-  int64_t end = std::min(begin + options_.batch_size_, size());
-  const Tensor picked = order_.slice(0, begin, end);
-  Batch out{rows_for(inputs_, end - begin, into.inputs), rows_for(targets_, end - begin, into.targets)};
+  const int64_t begin = index * options_.batch_size_;
+  return std::min(options_.batch_size_, size() - begin);
+}
+
+Batch DataLoader::batch(int64_t index, const Batch& into) const {
+  const int64_t begin = index * options_.batch_size_, rows = batch_rows(index);
+  const Tensor picked = order_.slice(0, begin, begin + rows);
+  Batch out{rows_for(inputs_, rows, into.inputs), rows_for(targets_, rows, into.targets)};
   const TensorRef from[] = {rows_of(inputs_), rows_of(targets_)}, to[] = {rows_of(out.inputs), rows_of(out.targets)};
   inputs_.backend().gather_many(from, picked.ref(), to);
   out.inputs.storage()->bump_version();  // written in place when they were `into`'s
+  out.targets.storage()->bump_version();
+  return out;
+}
+
+Batch DataLoader::batch_at(const int64_t* index, const Batch& into) const {
+  Capture* capture = capturing(inputs_.device());
+  if (!capture) return batch(*index, into);
+  const int64_t rows = batch_rows(*index);
+  Batch out{rows_for(inputs_, rows, into.inputs), rows_for(targets_, rows, into.targets)};
+  // where the batch's indices start in the current order: order_ is a new tensor each epoch
+  auto first = [this, index, rows] {
+    KILN_CHECK(batch_rows(*index) == rows, ValueError, "DataLoader::batch_at: batch ", *index, " holds ",
+               batch_rows(*index), " samples, but the step was captured on a batch of ", rows);
+    return static_cast<const int32_t*>(order_.ref().address()) + *index * options_.batch_size_;
+  };
+  const int32_t* const* indices = capture->replay_value<const int32_t*>(first(), first);
+  const TensorRef from[] = {rows_of(inputs_), rows_of(targets_)}, to[] = {rows_of(out.inputs), rows_of(out.targets)};
+  inputs_.backend().gather_many_indirect(from, indices, rows, to);
+  out.inputs.storage()->bump_version();
   out.targets.storage()->bump_version();
   return out;
 }

@@ -97,6 +97,14 @@ class DataLoader {
   // device and are contiguous (a captured step's own inputs: CapturedStep::inputs_like, so that
   // the step copies nothing), else into new ones.
   Batch batch(int64_t index, const Batch& into = {}) const;
+  // Batch `*index`, as a captured step's own work: gathered into `into` (the step's inputs), and at
+  // every replay from the batch that `*index` names then, whose place in the order the device reads
+  // (a replay value, core/capture.h), so that each replay loads its own batch and nothing runs
+  // between replays. `*index` and this loader must outlive the graph, and `*index` must name at each
+  // replay a batch of the rows it named at the capture (CapturedStep keeps a graph per batch shape).
+  // Outside a capture, batch(*index, into).
+  Batch batch_at(const int64_t* index, const Batch& into) const;
+  int64_t batch_rows(int64_t index) const;  // samples in batch `index` (the last may have fewer)
 
   class iterator {
    public:

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -186,20 +187,28 @@ struct Training {
   Tensor correct;
   std::unique_ptr<optim::CapturedStep> captured;  // --graph: the step as CUDA graphs, one per batch shape
   bool bf16 = false;  // --precision bf16: forward and loss under autocast
+  int64_t augment = 0;  // --augment: the largest random shift of an image, in pixels
+  // The epoch's batch the next step trains on: a captured step's graph gathers it at every replay
+  // (DataLoader::batch_at), so that nothing runs between replays.
+  int64_t batch = 0;
 };
 
-// One training step on a batch (inputs, targets): what --graph captures and replays. Returns the
-// batch's mean loss.
-std::vector<Tensor> train_step(Training& t, const std::vector<Tensor>& batch) {
+// One training step on batch t.batch of `loader`, gathered into `into` (a captured step's inputs;
+// none: new tensors) and shifted at random (--augment): what --graph captures and replays. Returns
+// the batch's mean loss.
+std::vector<Tensor> train_step(Training& t, const data::DataLoader& loader, const std::vector<Tensor>& into) {
+  data::Batch b = loader.batch_at(&t.batch, into.empty() ? data::Batch{} : data::Batch{into[0], into[1]});
+  // shifted-in pixels get the background: black (0) after normalisation is -mean / std
+  if (t.augment > 0) b.inputs = data::random_translate(b.inputs, t.augment, -0.1307 / 0.3081);
   t.optimizer->zero_grad();
   Tensor loss;
   {
     AutocastGuard autocast(DType::bf16, t.bf16);  // bf16 products, an f32 loss (autograd/autocast.h)
     std::vector<Tensor> cast = t.model->parameters();
-    cast.push_back(batch[0]);
+    cast.push_back(b.inputs);
     autocast.cast_ahead(cast);  // the weights' and the images' bf16 copies in one launch
     // the loss, and t.correct += the batch's correct predictions, in one pass over the logits
-    loss = cross_entropy_counting((*t.net)(batch[0]), batch[1], t.correct);
+    loss = cross_entropy_counting((*t.net)(b.inputs), b.targets, t.correct);
   }
   loss.backward();
   t.optimizer->step();
@@ -487,24 +496,31 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
   };
   Window open;                  // the steps since the last update
   std::optional<Window> sent;   // the last update's, on its way to the host
-  data::Batch staged;  // a captured step's own inputs for the last batch's shapes, once captured
+  // A captured step's own inputs, by batch size, once it has a graph for them: its graph gathers
+  // each batch into them, and given back they are not copied. Before that, a batch's tensors give
+  // it the shapes.
+  std::map<int64_t, std::vector<Tensor>> own;
   for (int64_t i = t.state.batch; i < batches; ++i) {
-    // straight into those, where the batch has their shapes: the replay then copies nothing
-    data::Batch b = loader.batch(i, staged);
-    // shifted-in pixels get the background: black (0) after normalisation is -mean / std
-    if (c.augment > 0) b.inputs = data::random_translate(b.inputs, c.augment, -0.1307 / 0.3081);
+    t.batch = i;
+    const int64_t rows = loader.batch_rows(i);
     if (t.captured) {  // its loss is kept in its ring
-      (*t.captured)({b.inputs, b.targets});
-      const std::vector<Tensor> own = t.captured->inputs_like({b.inputs, b.targets});
-      staged = own.empty() ? data::Batch{} : data::Batch{own[0], own[1]};
+      auto it = own.find(rows);
+      if (it == own.end()) {
+        const data::Batch b = loader.batch(i);
+        (*t.captured)({b.inputs, b.targets});
+        if (std::vector<Tensor> mine = t.captured->inputs_like({b.inputs, b.targets}); !mine.empty())
+          own.emplace(rows, std::move(mine));
+      } else {
+        (*t.captured)(it->second);
+      }
     } else {
-      open.losses.push_back(train_step(t, {b.inputs, b.targets})[0]);
+      open.losses.push_back(train_step(t, loader, {})[0]);
     }
     if (t.scheduler && c.scheduler == "onecycle") t.scheduler->step();  // one-cycle steps per batch
     ++t.state.step;
     t.state.batch = i + 1;
-    seen += b.targets.numel();
-    open.sizes.push_back(b.targets.numel());
+    seen += rows;
+    open.sizes.push_back(rows);
     // One process looks at Ctrl-C every step; data-parallel ranks at the updates, where each
     // settles the same window's votes, so all stop after the same step.
     bool stop = !par.group && g_interrupts.load() > 0;
@@ -693,9 +709,10 @@ int run(const Config& c) {
   Loaders data = load_data(c, device, par);
   Training t = build_training(c, device, data.train.num_batches(), resumed, par);
   t.bf16 = c.use_bf16();
+  t.augment = c.augment;
   if (graph) {
     t.captured = std::make_unique<optim::CapturedStep>(
-        *t.optimizer, [&t](const std::vector<Tensor>& batch) { return train_step(t, batch); });
+        *t.optimizer, [&t, &data](const std::vector<Tensor>& into) { return train_step(t, data.train, into); });
     // each step's loss kept on the device until the progress update that reads its window
     t.captured->keep(std::min<int64_t>(c.log_interval, data.train.num_batches()));
   }

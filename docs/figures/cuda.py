@@ -851,3 +851,17 @@ def define(figure, table, runs):
             seconds = [ring.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in range(1, n + 1) for e in (2, 3)]
             figure(f"kernels.loss-ring.{name}.{when}.epoch", ring, sum(seconds) / len(seconds),
                    f"mnist-train {what}, {when} (H200): epochs 2 and 3 of {n} runs, mean, s")
+    # ---- the batch gathered by the captured step's graph at each replay (DataLoader::batch_at),
+    # against b1c13c7's gather before each replay, in one call (docs/runs/2026-11-29-h200-batch-at):
+    # the CNN at batch 64 and the MLP three runs each, the CNN at batch 512 and in bf16 two, the CNN
+    # with --augment 2 (epoch 2 of one run) ----
+    at = runs["2026-11-29-h200-batch-at"]
+    for name, what, n in (("b64", "CNN batch 64, f32", 3), ("mlp", "MLP batch 64, f32", 3),
+                          ("b512", "CNN batch 512, f32", 2), ("bf16", "CNN batch 64, bf16", 2)):
+        for when in ("old", "new"):
+            seconds = [at.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in range(1, n + 1) for e in (2, 3)]
+            figure(f"kernels.batch-at.{name}.{when}.epoch", at, sum(seconds) / len(seconds),
+                   f"mnist-train {what}, {when} (H200): epochs 2 and 3 of {n} runs, mean, s")
+    for when in ("old", "new"):
+        figure(f"kernels.batch-at.augment.{when}.epoch", at, at.epoch(f"train_{when}_augment_1.jsonl", 2)["seconds"],
+               f"mnist-train CNN batch 64, f32, --augment 2, {when} (H200): epoch 2, s")

@@ -124,6 +124,8 @@ class CudaBackend final : public Backend {
   // index.cu
   void gather(const TensorRef& x, const TensorRef& indices, const TensorRef& out) override;
   void gather_many(std::span<const TensorRef> xs, const TensorRef& indices, std::span<const TensorRef> outs) override;
+  void gather_many_indirect(std::span<const TensorRef> xs, const int32_t* const* indices, int64_t m,
+                            std::span<const TensorRef> outs) override;
   void index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) override;
   void one_hot(const TensorRef& indices, const TensorRef& out) override;
 

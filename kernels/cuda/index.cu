@@ -23,6 +23,7 @@
 #include "kiln/kernels/cuda/check.h"
 #include "kiln/kernels/cuda/cuda_backend.h"
 #include "kiln/kernels/cuda/fault.cuh"
+#include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/layout.cuh"
 
 namespace kiln::cuda {
@@ -70,10 +71,43 @@ struct GatherList {
   int64_t n[kGatherMany], inner[kGatherMany], total[kGatherMany];  // inner and total in words
 };
 
-__global__ void gather_many_kernel(const __grid_constant__ GatherList list, const int32_t* idx, int64_t m,
-                                   DeviceFault* fault) {
+// The indices at idx, or, where idx_at is given, at the address it holds (gather_many_indirect:
+// a captured step's batch, read at each replay).
+__global__ void gather_many_kernel(const __grid_constant__ GatherList list, const int32_t* idx,
+                                   const int32_t* const* idx_at, int64_t m, DeviceFault* fault) {
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
   const int k = static_cast<int>(blockIdx.y);
+  if (idx_at) idx = *idx_at;
   KILN_GRID_STRIDE(e, list.total[k]) gather_element(list.x[k], idx, list.out[k], e, m, list.n[k], list.inner[k], fault);
+}
+
+// Whether gather_many_kernel takes these: at most kGatherMany sources, each row whole 4-byte words.
+bool gathers_words(std::span<const TensorRef> xs, std::span<const TensorRef> outs) {
+  auto words = [](const TensorRef& t) {
+    const size_t bytes = static_cast<size_t>(t.shape[2]) * dtype_size(t.dtype);
+    return bytes % 4 == 0 && reinterpret_cast<uintptr_t>(t.address()) % 4 == 0;
+  };
+  bool fits = xs.size() <= kGatherMany;
+  for (size_t k = 0; k < xs.size() && fits; ++k) fits = words(xs[k]) && words(outs[k]);
+  return fits;
+}
+
+void gather_words(cudaStream_t stream, std::span<const TensorRef> xs, const int32_t* idx, const int32_t* const* idx_at,
+                  int64_t m, std::span<const TensorRef> outs, DeviceFault* fault) {
+  GatherList list{};
+  int64_t most = 0;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const int64_t inner = xs[k].shape[2] * static_cast<int64_t>(dtype_size(xs[k].dtype)) / 4;
+    list.x[k] = static_cast<const uint32_t*>(xs[k].address());
+    list.out[k] = static_cast<uint32_t*>(outs[k].address());
+    list.n[k] = xs[k].shape[1];
+    list.inner[k] = inner;
+    list.total[k] = inner > 0 ? outs[k].numel() / outs[k].shape[2] * inner : 0;
+    most = std::max(most, list.total[k]);
+  }
+  if (most == 0) return;
+  const dim3 grid(blocks_for(most), static_cast<unsigned>(xs.size()));
+  launch_dependent(gather_many_kernel, grid, kThreads, 0, stream, list, idx, idx_at, m, fault);
 }
 
 template <class T>
@@ -119,28 +153,17 @@ void CudaBackend::gather_many(std::span<const TensorRef> xs, const TensorRef& in
   KILN_CHECK(xs.size() == outs.size(), ValueError, "cuda gather_many: ", xs.size(), " sources for ", outs.size(),
              " outputs");
   check_indices("gather_many", indices);
-  auto words = [](const TensorRef& t) {
-    const size_t bytes = static_cast<size_t>(t.shape[2]) * dtype_size(t.dtype);
-    return bytes % 4 == 0 && reinterpret_cast<uintptr_t>(t.address()) % 4 == 0;
-  };
-  bool fits = xs.size() <= kGatherMany;
-  for (size_t k = 0; k < xs.size() && fits; ++k) fits = words(xs[k]) && words(outs[k]);
-  if (!fits) return Backend::gather_many(xs, indices, outs);
-  GatherList list{};
-  int64_t most = 0;
-  for (size_t k = 0; k < xs.size(); ++k) {
-    const int64_t inner = xs[k].shape[2] * static_cast<int64_t>(dtype_size(xs[k].dtype)) / 4;
-    list.x[k] = static_cast<const uint32_t*>(xs[k].address());
-    list.out[k] = static_cast<uint32_t*>(outs[k].address());
-    list.n[k] = xs[k].shape[1];
-    list.inner[k] = inner;
-    list.total[k] = inner > 0 ? outs[k].numel() / outs[k].shape[2] * inner : 0;
-    most = std::max(most, list.total[k]);
-  }
-  if (most == 0) return;
-  const dim3 grid(blocks_for(most), static_cast<unsigned>(xs.size()));
-  gather_many_kernel<<<grid, kThreads, 0, stream_>>>(list, indices.data<int32_t>(), indices.numel(), fault_);
-  KILN_CUDA_LAUNCH_CHECK("gather_many");
+  if (!gathers_words(xs, outs)) return Backend::gather_many(xs, indices, outs);
+  gather_words(stream_, xs, indices.data<int32_t>(), nullptr, indices.numel(), outs, fault_);
+}
+
+void CudaBackend::gather_many_indirect(std::span<const TensorRef> xs, const int32_t* const* indices, int64_t m,
+                                       std::span<const TensorRef> outs) {
+  KILN_CHECK(xs.size() == outs.size(), ValueError, "cuda gather_many_indirect: ", xs.size(), " sources for ",
+             outs.size(), " outputs");
+  KILN_CHECK(gathers_words(xs, outs), ValueError, "cuda gather_many_indirect: takes at most ", kGatherMany,
+             " sources whose rows are whole 4-byte words at 4-byte aligned addresses");
+  gather_words(stream_, xs, nullptr, indices, m, outs, fault_);
 }
 
 void CudaBackend::index_add(const TensorRef& src, const TensorRef& indices, const TensorRef& out) {

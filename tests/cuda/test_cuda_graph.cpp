@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -143,112 +144,81 @@ TEST_CASE("a captured bf16 step (autocast) computes the eager bf16 step's bits")
   for (size_t i = 0; i < eager.losses.size(); ++i) CHECK(std::abs(eager.losses[i] - f32.losses[i]) < 0.05);
 }
 
-TEST_CASE("batches gathered straight into a captured step's own inputs train as copied ones do") {
-  // 100 images in batches of 32: three of 32 (one graph), then one of 4 (a second), two epochs; the
-  // loader writes each batch into the step's inputs where the shapes match, and the step copies
-  // nothing then (inputs_like)
+TEST_CASE("batches gathered into a captured step's own inputs, or by its graph at each replay, train as copied ones do") {
+  // 100 images in batches of 32: three of 32 (one graph), then one of 4 (a second), two epochs (a
+  // new order each). copied: each batch gathered, then copied into the graph's inputs; staged: the
+  // loader writes each batch into the step's inputs (inputs_like), and the step copies nothing;
+  // in_graph: the step gathers batch `index` itself (DataLoader::batch_at), so that its graph
+  // gathers at each replay the batch that `index` names then, and nothing runs between replays
   Generator data(9);
   const Tensor images = uniform({100, 1, 12, 12}, -1.0, 1.0, kCuda, &data);
   const Tensor labels = uniform({100}, 0.0, 10.0, kCuda, &data).to(DType::i32);
   data::DataLoader loader(images, labels, data::DataLoaderOptions().batch_size(32).seed(2));
-  auto run = [&](bool staged) {
+  enum Mode { copied, staged, in_graph };
+  auto run = [&](Mode mode) {
     auto net = small_cnn();
     optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+    int64_t index = 0;
     optim::CapturedStep step(opt, [&](const std::vector<Tensor>& in) {
+      data::Batch b{in[0], in[1]};
+      if (mode == in_graph) b = loader.batch_at(&index, b);
       opt.zero_grad();
-      Tensor loss = cross_entropy((*net)(in[0]), in[1]);
+      Tensor loss = cross_entropy((*net)(b.inputs), b.targets);
       loss.backward();
       opt.step();
       return std::vector<Tensor>{loss.detach()};
     });
+    step.keep(4);
     manual_seed(5);
     std::vector<float> losses;
-    data::Batch into;
+    data::Batch into;                      // staged: the last step's own inputs
+    std::map<int64_t, data::Batch> own;    // in_graph: the step's own inputs by batch size
     for (int64_t epoch = 0; epoch < 2; ++epoch) {
       loader.set_epoch(epoch);
       for (int64_t i = 0; i < loader.num_batches(); ++i) {
-        const data::Batch b = loader.batch(i, into);
-        losses.push_back(step({b.inputs, b.targets})[0].item<float>());
-        const std::vector<Tensor> own = step.inputs_like({b.inputs, b.targets});
-        if (staged && !own.empty()) {
-          CHECK(own[0].shape() == b.inputs.shape());
-          into = {own[0], own[1]};
-        }
+        index = i;
+        const int64_t rows = loader.batch_rows(i);
+        // in_graph, once the step has a graph for this size, nothing is gathered here
+        const bool mine = mode == in_graph && own.count(rows) > 0;
+        const data::Batch b = mine ? own[rows] : loader.batch(i, mode == staged ? into : data::Batch{});
+        step({b.inputs, b.targets});
+        const std::vector<Tensor> its = step.inputs_like({b.inputs, b.targets});
+        if (its.empty()) continue;
+        CHECK(its[0].shape() == b.inputs.shape());
+        into = {its[0], its[1]};
+        own[rows] = into;
       }
+      for (float v : step.recent(0, 4).to_vector<float>()) losses.push_back(v);
     }
     CHECK(step.graphs() == 2);
     return losses;
   };
-  const std::vector<float> copied = run(false), staged = run(true);
-  CHECK(copied.size() == 8);
-  CHECK(copied == staged);
+  const std::vector<float> copied_losses = run(copied);
+  CHECK(copied_losses.size() == 8);
+  CHECK(copied_losses == run(staged));
+  CHECK(copied_losses == run(in_graph));
+
+  // batch_at's graph refuses a replay whose index names a batch of other rows than at its capture
+  auto net = small_cnn();
+  optim::SGD opt(net->parameters(), optim::SGDOptions(0.1));
+  int64_t index = 0;
+  optim::CapturedStep step(opt, [&](const std::vector<Tensor>& in) {
+    const data::Batch b = loader.batch_at(&index, {in[0], in[1]});
+    opt.zero_grad();
+    cross_entropy((*net)(b.inputs), b.targets).backward();
+    opt.step();
+    return std::vector<Tensor>{};
+  });
+  const data::Batch first = loader.batch(0);
+  step({first.inputs, first.targets});  // eager
+  step({first.inputs, first.targets});  // captured on batch 0's 32 rows
+  index = 3;                            // the last batch: 4 rows
+  CHECK_THROWS_WITH_AS(step(step.inputs_like({first.inputs, first.targets})),
+                       doctest::Contains("batch 3 holds 4 samples, but the step was captured on a batch of 32"),
+                       ValueError);
   // before a graph for a shape exists there are no inputs of its own
-  optim::SGD opt(small_cnn()->parameters(), optim::SGDOptions(0.1));
   optim::CapturedStep fresh(opt, [](const std::vector<Tensor>& in) { return in; });
   CHECK(fresh.inputs_like({images, labels}).empty());
-}
-
-TEST_CASE("keep(): the last steps' outputs, eager and replayed, across shapes, from the ring the graph appends to") {
-  // batches of 64 and a short one of 24 (two graphs); the first step eager; a ring of 4 wraps
-  const std::vector<int64_t> batches = {64, 64, 64, 24, 64, 64, 24, 64, 64};
-  auto net = small_cnn();
-  optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
-  optim::CapturedStep step(opt, [&](const std::vector<Tensor>& in) {
-    opt.zero_grad();
-    const Tensor logits = (*net)(in[0]);
-    Tensor loss = cross_entropy(logits, in[1]);
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss.detach(), logits.detach().slice(0, 0, 1)};  // a scalar and a [1, 10]
-  });
-  CHECK_THROWS_WITH_AS(step.recent(0, 1), doctest::Contains("keep() was not called"), ValueError);
-  step.keep(4);
-  manual_seed(5);
-  std::vector<float> losses, first_rows;  // each step's, read at once
-  for (size_t i = 0; i < batches.size(); ++i) {
-    Generator data(100 + i);
-    Tensor x = uniform({batches[i], 1, 12, 12}, -1.0, 1.0, kCuda, &data);
-    Tensor y = (uniform({batches[i]}, 0.0, 10.0, kCuda, &data)).to(DType::i32);
-    const std::vector<Tensor> out = step({x, y});
-    losses.push_back(out[0].item<float>());
-    for (float v : out[1].to_vector<float>()) first_rows.push_back(v);
-    const int64_t n = std::min<int64_t>(step.calls(), 4);
-    CAPTURE(i);
-    const Tensor recent = step.recent(0, n);
-    CHECK(recent.shape() == Shape{n});
-    CHECK(recent.to_vector<float>() == std::vector<float>(losses.end() - n, losses.end()));
-    if (i >= 2) CHECK(step.recent(0, 2).to_vector<float>() == std::vector<float>(losses.end() - 2, losses.end()));
-  }
-  CHECK(step.graphs() == 2);
-  CHECK(step.calls() == 9);
-  const Tensor rows = step.recent(1, 3);
-  CHECK(rows.shape() == Shape{3, 1, 10});
-  CHECK(rows.to_vector<float>() == std::vector<float>(first_rows.end() - 30, first_rows.end()));
-  CHECK(step.recent(0, 0).numel() == 0);
-  CHECK_THROWS_WITH_AS(step.recent(0, 5), doctest::Contains("5 steps asked, but 4 are kept"), ValueError);
-  CHECK_THROWS_WITH_AS(step.recent(2, 1), doctest::Contains("output 2 is not kept"), ValueError);
-  CHECK_THROWS_WITH_AS(step.keep(8), doctest::Contains("before the first step"), ValueError);
-
-  // a step whose output changes size with the batch cannot keep it: refused at the capture of the
-  // second shape, and the device goes on
-  optim::CapturedStep sized(opt, [&](const std::vector<Tensor>& in) {
-    opt.zero_grad();
-    const Tensor logits = (*net)(in[0]);
-    cross_entropy(logits, in[1]).backward();
-    opt.step();
-    return std::vector<Tensor>{logits.detach()};
-  });
-  sized.keep(2);
-  Generator data(1);
-  auto batch = [&](int64_t n) {
-    return std::vector<Tensor>{uniform({n, 1, 12, 12}, -1.0, 1.0, kCuda, &data),
-                               uniform({n}, 0.0, 10.0, kCuda, &data).to(DType::i32)};
-  };
-  sized(batch(8));
-  sized(batch(8));
-  CHECK_THROWS_WITH_AS(sized(batch(4)), doctest::Contains("output 0 is f32 [4, 10]"), ValueError);
-  CHECK(sized.calls() == 2);
-  CHECK(sized.recent(0, 2).shape() == Shape{2, 8, 10});
 }
 
 TEST_CASE("a replay reads what its inputs hold then, and dropout draws a fresh mask each replay") {

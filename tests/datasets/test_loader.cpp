@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <numeric>
 
-#include "kiln/kiln.h"
+#include "kiln/core/backend.h"
 #include "kiln/datasets/loader.h"
+#include "kiln/kiln.h"
 
 using namespace kiln;
 
@@ -51,6 +52,23 @@ TEST_CASE("batches cover the data set once per epoch, rows kept with their targe
   CHECK(dropping.num_batches() == 2);
   data::DataLoader ordered(inputs, targets, data::DataLoaderOptions().batch_size(4).shuffle(false));
   CHECK(ordered.batch(1).targets.to_vector<int32_t>() == std::vector<int32_t>{4, 5, 6, 7});
+  CHECK(loader.batch_rows(0) == 4);
+  CHECK(loader.batch_rows(2) == 2);
+  CHECK_THROWS_WITH_AS(loader.batch_rows(3), doctest::Contains("batch 3 of 3"), ValueError);
+  // outside a capture batch_at is batch(*index), into `into` where the shapes fit
+  int64_t index = 1;
+  const data::Batch into{zeros({4, 3}), zeros({4}, DType::i32)};
+  const data::Batch at = ordered.batch_at(&index, into);
+  CHECK(at.targets.to_vector<int32_t>() == std::vector<int32_t>{4, 5, 6, 7});
+  CHECK(at.inputs.storage() == into.inputs.storage());
+  CHECK(into.inputs.to_vector<float>() == ordered.batch(1).inputs.to_vector<float>());
+  index = 2;
+  CHECK(ordered.batch_at(&index, into).targets.to_vector<int32_t>() == std::vector<int32_t>{8, 9});
+  // a backend that does not capture has no gather at an address the device holds
+  const int32_t* const* nowhere = nullptr;
+  CHECK_THROWS_WITH_AS(inputs.backend().gather_many_indirect({}, nowhere, 0, {}),
+                       doctest::Contains("the cpu backend does not gather from indices whose address"),
+                       BackendUnavailable);
   CHECK_THROWS_AS(data::DataLoader(inputs, targets.slice(0, 0, 5)), ShapeError);
   CHECK_THROWS_AS(data::DataLoader(inputs, targets, data::DataLoaderOptions().batch_size(0)), ValueError);
 }
