@@ -8,8 +8,8 @@ def define(figure, table, runs):
     h200x2 = runs["2026-11-26-2xh200-dist"]
     h100x2 = runs["2026-11-26-2xh100-dist"]
 
-    # --- mnist-train and PyTorch on one H100: CUDA from the train-and-torch call, Vulkan from the other ---
-    train = runs["2026-11-26-h100-graph"]
+    # --- mnist-train and PyTorch on one H200 (CUDA, from one call); Vulkan on one H100 (another) ---
+    train = runs["2026-11-29-h200-readme"]
 
     def seconds_range(run, file):
         s = [e["seconds"] for e in run.epochs(file)]
@@ -37,7 +37,8 @@ def define(figure, table, runs):
         """PyTorch's second epoch in each mode, and its best mode's time over kiln's."""
         times = {}
         for mode in ("eager", "graph", "compile"):
-            times[mode] = train.line("torch.jsonl", model=model, batch_size=batch, epoch=2, mode=mode)["train_s"]
+            times[mode] = train.line("torch.jsonl", model=model, batch_size=batch, epoch=2, mode=mode,
+                                     precision="default")["train_s"]
             figure(f"gpu.{name}.torch-{mode}", train, times[mode],
                    f"PyTorch 2.11 {mode} on the same GPU, {what}: the second epoch, s (cuDNN TF32 on, matmul TF32 off)")
         figure(f"gpu.{name}.torch-best-over-kiln", train, min(times.values()) / kiln_s,
@@ -62,7 +63,7 @@ def define(figure, table, runs):
 
     # --- bf16 mixed precision (--precision bf16) beside f32, and PyTorch under autocast to bf16, in one
     # call ---
-    bf16 = bf16_torch = runs["2026-11-28-h100-review"]
+    bf16 = bf16_torch = train
     for name, what, b16_file, f32_file in (("cnn", "CNN batch 64", "train_bf16.jsonl", "train.jsonl"),
                                            ("mlp", "MLP batch 64", "train_mlp_bf16.jsonl", "train_mlp_3.jsonl"),
                                            ("b512", "CNN batch 512", "train_b512_bf16.jsonl", "train_b512.jsonl")):
@@ -157,7 +158,7 @@ def define(figure, table, runs):
            "TF32 matmul, production path, a Linear(4096, 4096)'s three products at batch 512: % of cuBLAS TF32's "
            "speed (least, most)")
     # time to 99%: mnist-train from process start to exit, five seeds of each recipe (README)
-    t99 = runs["2026-11-27-h100-time99"]
+    t99 = train
     adam = "--optimizer adam --lr 0.003 --scheduler onecycle --tf32 --batch-size 128 --epochs 3"
     recipes = {"fast": f"--model fast {adam}", "cnn": f"--model cnn {adam}"}
     for key, recipe in recipes.items():
