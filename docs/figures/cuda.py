@@ -841,27 +841,40 @@ def define(figure, table, runs):
     # ---- matmuls 07 and 13 launching the next kernel at their start as well: tried against db2fe1c
     # in one call, not kept (docs/runs/2026-11-29-h200-dependent-matmul-early) ----
     three_runs("kernels.matmul-early", runs["2026-11-29-h200-dependent-matmul-early"], each_model(("old", "new")))
+    # Old-against-new comparisons of one call with a number of runs each: KEY.NAME.WHEN.epoch, the
+    # mean of epochs 2 and 3 of runs 1 to N (train_WHEN_NAME_i.jsonl), for each (name, what, N).
+    def n_runs(key, run, cases):
+        for name, what, n in cases:
+            for when in ("old", "new"):
+                seconds = [run.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in range(1, n + 1)
+                           for e in (2, 3)]
+                figure(f"{key}.{name}.{when}.epoch", run, sum(seconds) / len(seconds),
+                       f"mnist-train {what}, {when} (H200): epochs 2 and 3 of {n} runs, mean, s")
+
     # ---- a captured step's losses kept in a ring its graph appends to (CapturedStep::keep), against
     # 9caf950's clone of each loss after its replay, in one call (docs/runs/2026-11-29-h200-loss-ring):
     # the CNN at batch 64 and the MLP three runs each, the CNN at batch 512 and in bf16 two ----
-    ring = runs["2026-11-29-h200-loss-ring"]
-    for name, what, n in (("b64", "CNN batch 64, f32", 3), ("mlp", "MLP batch 64, f32", 3),
-                          ("b512", "CNN batch 512, f32", 2), ("bf16", "CNN batch 64, bf16", 2)):
-        for when in ("old", "new"):
-            seconds = [ring.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in range(1, n + 1) for e in (2, 3)]
-            figure(f"kernels.loss-ring.{name}.{when}.epoch", ring, sum(seconds) / len(seconds),
-                   f"mnist-train {what}, {when} (H200): epochs 2 and 3 of {n} runs, mean, s")
+    four = (("b64", "CNN batch 64, f32", 3), ("mlp", "MLP batch 64, f32", 3), ("b512", "CNN batch 512, f32", 2),
+            ("bf16", "CNN batch 64, bf16", 2))
+    n_runs("kernels.loss-ring", runs["2026-11-29-h200-loss-ring"], four)
     # ---- the batch gathered by the captured step's graph at each replay (DataLoader::batch_at),
     # against b1c13c7's gather before each replay, in one call (docs/runs/2026-11-29-h200-batch-at):
     # the CNN at batch 64 and the MLP three runs each, the CNN at batch 512 and in bf16 two, the CNN
     # with --augment 2 (epoch 2 of one run) ----
     at = runs["2026-11-29-h200-batch-at"]
-    for name, what, n in (("b64", "CNN batch 64, f32", 3), ("mlp", "MLP batch 64, f32", 3),
-                          ("b512", "CNN batch 512, f32", 2), ("bf16", "CNN batch 64, bf16", 2)):
-        for when in ("old", "new"):
-            seconds = [at.epoch(f"train_{when}_{name}_{i}.jsonl", e)["seconds"] for i in range(1, n + 1) for e in (2, 3)]
-            figure(f"kernels.batch-at.{name}.{when}.epoch", at, sum(seconds) / len(seconds),
-                   f"mnist-train {what}, {when} (H200): epochs 2 and 3 of {n} runs, mean, s")
+    n_runs("kernels.batch-at", at, four)
     for when in ("old", "new"):
         figure(f"kernels.batch-at.augment.{when}.epoch", at, at.epoch(f"train_{when}_augment_1.jsonl", 2)["seconds"],
                f"mnist-train CNN batch 64, f32, --augment 2, {when} (H200): epoch 2, s")
+    # ---- the max pool's backward with dropout in 16-byte pieces of grad_x, a thread each, against
+    # bd2a77c's thread per four windows, in one call (docs/runs/2026-11-29-h200-pool-pieces) ----
+    pp = runs["2026-11-29-h200-pool-pieces"]
+    n_runs("kernels.pool-pieces", pp, (("b512", "CNN batch 512, f32", 3), ("b64", "CNN batch 64, f32", 3),
+                                       ("bf16", "CNN batch 64, bf16", 2), ("bf16b512", "CNN batch 512, bf16", 2)))
+    for batch in (512, 64):
+        for when, kernel in (("old", "max_pool_2x2_dropout_backward_kernel"),
+                             ("new", "max_pool_2x2_dropout_backward_pieces_kernel")):
+            summary = step_profile.summary(step_profile.kernels(pp.file(f"profile_{when}_b{batch}.csv")))
+            figure(f"kernels.pool-pieces.b{batch}.{when}.us", pp,
+                   next(e["us_per_step"] for e in summary["kernels"] if e["kernel"] == kernel),
+                   f"the f32 CNN's max pool backward with dropout a step (ncu, warm L2), batch {batch}, {when}, µs")

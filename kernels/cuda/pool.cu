@@ -378,6 +378,49 @@ __global__ void max_pool_2x2_dropout_backward_kernel(const T* gy, const uint8_t*
   }
 }
 
+// grad_x in 16-byte pieces, a thread each: the piece's V = 16 / sizeof(T) elements of one input
+// row, below (or above) V / 2 windows. Consecutive threads store consecutive pieces, so a warp's
+// store is 512 contiguous bytes, where the kernel above, a thread per four windows, stores two
+// 32-byte runs a thread two rows apart, half a sector an instruction; each window's gradient and
+// code are loaded twice (once for each of its rows), the second time mostly from L1. Needs W a
+// multiple of V and grad_x, grad_y and the codes aligned for the vectors (pieces_apply). In the
+// f32 CNN's step (ncu, one H200, docs/runs/2026-11-29-h200-pool-pieces) it takes
+// 34.06 µs [fig kernels.pool-pieces.b512.new.us] at batch 512 where the kernel above took
+// 50.49 [fig kernels.pool-pieces.b512.old.us] (the same 99 MB moved in two thirds of the time), and
+// 6.26 [fig kernels.pool-pieces.b64.new.us] at batch 64 where it took 9.39 [fig kernels.pool-pieces.b64.old.us].
+template <class T, class I>
+__global__ void max_pool_2x2_dropout_backward_pieces_kernel(const T* gy, const uint8_t* codes, T* gx, Geom<I> d,
+                                                            I pieces, compute_t<T> scale, bool relu) {
+  dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
+  using C = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  KILN_GRID_STRIDE(p64, pieces) {
+    const I e = static_cast<I>(p64) * V;  // the piece's first element of grad_x
+    const I plane = e / (d.h * d.w), r = e - plane * d.h * d.w, y = r / d.w, x = r - y * d.w;
+    const I o = (plane * d.oh + y / 2) * d.ow + x / 2;  // its first window
+    const Vec<T, V / 2> g = *reinterpret_cast<const Vec<T, V / 2>*>(gy + o);
+    const Vec<uint8_t, V / 2> code = *reinterpret_cast<const Vec<uint8_t, V / 2>*>(codes + o);
+    const int row = static_cast<int>(y & 1) * 2;  // the places of this row in a window: row, row + 1
+    Vec<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) {
+      // dropout's backward (Backend::dropout's product), then relu's mask, at the maximum's place
+      T v = cast<T>(cast<C>(g.v[k]) * (code.v[k] & kKept ? scale : C(0)));
+      if (relu && !(code.v[k] & kPositive)) v = T{};
+      const int place = code.v[k] & kPlace;
+      out.v[2 * k] = place == row ? v : T{};
+      out.v[2 * k + 1] = place == row + 1 ? v : T{};
+    }
+    *reinterpret_cast<Vec<T, V>*>(gx + e) = out;
+  }
+}
+
+template <class T>
+bool pieces_apply(const PoolDims& d, const void* gx, const void* gy, const void* codes) {
+  constexpr int V = 16 / sizeof(T);
+  return d.w % V == 0 && aligned(gx, 16) && aligned(gy, sizeof(T) * V / 2) && aligned(codes, V / 2);
+}
+
 // Whether the four-a-row path applies to these buffers: OW a multiple of 4, each buffer aligned
 // for its vectors (x and grad_x: 8 elements, y and grad_y: 4, the codes: 4 bytes).
 template <class T>
@@ -530,6 +573,13 @@ void CudaBackend::max_pool2d_dropout_backward(const TensorRef& grad_y, const Ten
     const bool four = rows_of_four<T>(d, grad_x.address(), grad_y.address(), codes.address());
     with_index_type(d, [&](auto index) {
       using I = decltype(index);
+      if (pieces_apply<T>(d, grad_x.address(), grad_y.address(), codes.address())) {
+        const int64_t pieces = grad_x.numel() / (16 / static_cast<int64_t>(sizeof(T)));
+        launch_dependent(max_pool_2x2_dropout_backward_pieces_kernel<T, I>, blocks_for(pieces), kThreads, 0, stream_,
+                         grad_y.data<T>(), codes.data<uint8_t>(), grad_x.data<T>(), geom<I>(d), static_cast<I>(pieces),
+                         static_cast<C>(1.0 / (1.0 - p)), relu);
+        return;
+      }
       launch_dependent(max_pool_2x2_dropout_backward_kernel<T, I>, blocks_for((total + 3) / 4), kThreads, 0, stream_,
                        grad_y.data<T>(), codes.data<uint8_t>(), grad_x.data<T>(), geom<I>(d), static_cast<I>(total),
                        static_cast<C>(1.0 / (1.0 - p)), relu, four);
