@@ -113,23 +113,25 @@ void CapturedStep::push(const std::vector<Tensor>& outputs) {
     KILN_CHECK(!capturing(outputs[0].device()), CaptureError,
                "CapturedStep: the kept outputs' rings are made at the first call, which must be eager");
     for (const Tensor& out : outputs) {
-      const TensorOptions options = TensorOptions(out.dtype()).device(out.device());
-      rings_.push_back({empty({keep_, out.numel()}, options), zeros({1}, TensorOptions(DType::i32).device(out.device())),
-                        out.shape()});
+      const Tensor rows = empty({keep_, out.numel()}, TensorOptions(out.dtype()).device(out.device()));
+      rings_.push_back({rows, zeros({1}, TensorOptions(DType::i32).device(out.device())), out.shape()});
     }
   }
   KILN_CHECK(outputs.size() == rings_.size(), ValueError, "CapturedStep: this step returned ", outputs.size(),
              " tensors, the first ", rings_.size(), "; keep() needs as many at every call");
+  // every output checked before any is pushed, so that the rings stay in step
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
-    Ring& r = rings_[i];
+    const Ring& r = rings_[i];
     KILN_CHECK(out.dtype() == r.rows.dtype() && out.numel() == r.shape.numel() && out.device() == r.rows.device(),
                ValueError, "CapturedStep: output ", i, " is ", out.dtype(), " ", out.shape(), " on ", out.device(),
                ", the first call's was ", r.rows.dtype(), " ", r.shape, " on ", r.rows.device(),
                "; keep() needs each output's dtype, size and device at every call");
-    const Tensor src = out.detach().contiguous();
-    out.backend().ring_push(src.ref(), r.rows.ref(), r.next.ref());
-    r.rows.storage()->bump_version();
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor src = outputs[i].detach().contiguous();
+    src.backend().ring_push(src.ref(), rings_[i].rows.ref(), rings_[i].next.ref());
+    rings_[i].rows.storage()->bump_version();
   }
 }
 

@@ -33,9 +33,10 @@
 //   `sum.add_(x)` at every replay);
 // - not read the device (item(), to_vector()): CaptureError says so.
 // The tensors it returns are the graph's: each replay overwrites them; clone() what must outlast
-// the next call, or keep() them on the device (below), which copies nothing outside the graph. After a replay, the parameters' grad() are those that replay computed. A graph
-// updates the parameters where they were at its capture: one replaced since (Module::to,
-// load_state_dict onto new storage) makes the replay throw CaptureError; build a new CapturedStep.
+// the next call, or keep() them on the device (below), which copies nothing outside the graph.
+// After a replay, the parameters' grad() are those that replay computed. A graph updates the
+// parameters where they were at its capture: one replaced since (Module::to, load_state_dict onto
+// new storage) makes the replay throw CaptureError; build a new CapturedStep.
 //
 // Only devices that capture graphs (CUDA) take a CapturedStep: the first call with inputs on
 // another throws BackendUnavailable. Eager mode is the default everywhere else in kiln, and what
@@ -73,8 +74,8 @@ class CapturedStep {
   //     for (...) { step({x, y}); if (++n % 10 == 0) print(step.recent(0, 10).to_vector<float>()); }
   //
   // Call it before the first step; every call's output i must then have output i's dtype and
-  // number of elements at the first. What it saves mnist-train, measured: kernels/cuda/NOTES.md
-  // (copy_many).
+  // number of elements at the first. What it saves mnist-train, measured: kernels/README.md (A
+  // training step's kernels).
   CapturedStep& keep(int64_t steps);
   // Output `output` of the last `count` calls, oldest first, stacked along a new first dimension,
   // in a tensor of its own; count at most keep()'s steps and the calls made.
