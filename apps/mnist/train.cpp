@@ -188,16 +188,14 @@ struct Training {
   std::unique_ptr<optim::CapturedStep> captured;  // --graph: the step as CUDA graphs, one per batch shape
   bool bf16 = false;  // --precision bf16: forward and loss under autocast
   int64_t augment = 0;  // --augment: the largest random shift of an image, in pixels
-  // The epoch's batch the next step trains on: a captured step's graph gathers it at every replay
-  // (DataLoader::batch_at), so that nothing runs between replays.
-  int64_t batch = 0;
 };
 
-// One training step on batch t.batch of `loader`, gathered into `into` (a captured step's inputs;
-// none: new tensors) and shifted at random (--augment): what --graph captures and replays. Returns
-// the batch's mean loss.
+// One training step on batch t.state.batch of `loader` (the next one the run trains on), gathered
+// into `into` (a captured step's inputs; none: new tensors) and shifted at random (--augment): what
+// --graph captures and replays, its graph gathering at every replay the batch t.state.batch names
+// then (DataLoader::batch_at), so that nothing runs between replays. Returns the batch's mean loss.
 std::vector<Tensor> train_step(Training& t, const data::DataLoader& loader, const std::vector<Tensor>& into) {
-  data::Batch b = loader.batch_at(&t.batch, into.empty() ? data::Batch{} : data::Batch{into[0], into[1]});
+  data::Batch b = loader.batch_at(&t.state.batch, into.empty() ? data::Batch{} : data::Batch{into[0], into[1]});
   // shifted-in pixels get the background: black (0) after normalisation is -mean / std
   if (t.augment > 0) b.inputs = data::random_translate(b.inputs, t.augment, -0.1307 / 0.3081);
   t.optimizer->zero_grad();
@@ -500,8 +498,7 @@ std::optional<TrainResult> train_epoch(Training& t, data::DataLoader& loader, co
   // each batch into them, and given back they are not copied. Before that, a batch's tensors give
   // it the shapes.
   std::map<int64_t, std::vector<Tensor>> own;
-  for (int64_t i = t.state.batch; i < batches; ++i) {
-    t.batch = i;
+  for (int64_t i = t.state.batch; i < batches; ++i) {  // t.state.batch is i during step i
     const int64_t rows = loader.batch_rows(i);
     if (t.captured) {  // its loss is kept in its ring
       auto it = own.find(rows);

@@ -374,6 +374,7 @@ void push_words(cudaStream_t stream, const TensorRef& src, const TensorRef& ring
   launch_dependent(ring_push_kernel<T>, 1, kThreads, 0, stream, static_cast<const T*>(src.address()),
                    static_cast<T*>(ring.address()), src.numel(), static_cast<int32_t>(ring.shape[0]),
                    next.data<int32_t>());
+  KILN_CUDA_LAUNCH_CHECK("ring_push");
 }
 
 }  // namespace

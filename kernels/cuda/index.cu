@@ -108,6 +108,7 @@ void gather_words(cudaStream_t stream, std::span<const TensorRef> xs, const int3
   if (most == 0) return;
   const dim3 grid(blocks_for(most), static_cast<unsigned>(xs.size()));
   launch_dependent(gather_many_kernel, grid, kThreads, 0, stream, list, idx, idx_at, m, fault);
+  KILN_CUDA_LAUNCH_CHECK(idx_at ? "gather_many_indirect" : "gather_many");
 }
 
 template <class T>

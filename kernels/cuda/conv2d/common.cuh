@@ -140,6 +140,7 @@ void sum_splits(const T* ws, Out* gw, int64_t count, int64_t splits, cudaStream_
   else
     launch_dependent(sum_splits_kernel<T, Out, 8>, blocks, dim3(32, 8), 0, stream, ws, gw, count, splits, tail,
                      tail ? head : count);
+  KILN_CUDA_LAUNCH_CHECK("conv2d sum_splits");
 }
 
 }  // namespace
