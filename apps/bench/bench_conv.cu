@@ -511,24 +511,33 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                                          stream);
       }, gx16, gx, want_gx);
     // the bf16 versions the production path chooses between for the forward and the backward input
-    for (const bool cells : {true, false}) {
-      const bool fwd = cells ? cv::forward_cells_bf16_applies(g) : cv::forward_patch_bf16_applies(g);
-      const bool input = cells ? cv::backward_input_cells_bf16_applies(g) : cv::backward_input_patch_bf16_applies(g);
-      const int64_t bytes = cells ? std::max(cv::forward_cells_bf16_workspace(g), cv::backward_input_cells_bf16_workspace(g))
-                                  : std::max(cv::forward_patch_bf16_workspace(g), cv::backward_input_patch_bf16_workspace(g));
+    struct Bf16Version {
+      const char* name;
+      decltype(&cv::forward_cells_bf16_applies) forward_applies, input_applies;
+      decltype(&cv::forward_cells_bf16_workspace) forward_workspace, input_workspace;
+      decltype(&cv::forward_cells_bf16) forward;
+      decltype(&cv::backward_input_cells_bf16) input;
+    };
+    const Bf16Version bf16_versions[] = {
+        {"12 wgmma ring BF16", cv::forward_ring_bf16_applies, cv::backward_input_ring_bf16_applies,
+         cv::forward_ring_bf16_workspace, cv::backward_input_ring_bf16_workspace, cv::forward_ring_bf16,
+         cv::backward_input_ring_bf16},
+        {"9 cells BF16", cv::forward_cells_bf16_applies, cv::backward_input_cells_bf16_applies,
+         cv::forward_cells_bf16_workspace, cv::backward_input_cells_bf16_workspace, cv::forward_cells_bf16,
+         cv::backward_input_cells_bf16},
+        {"7 channel pairs BF16", cv::forward_patch_bf16_applies, cv::backward_input_patch_bf16_applies,
+         cv::forward_patch_bf16_workspace, cv::backward_input_patch_bf16_workspace, cv::forward_patch_bf16,
+         cv::backward_input_patch_bf16}};
+    for (const Bf16Version& v : bf16_versions) {
+      const int64_t bytes = std::max(v.forward_workspace(g), v.input_workspace(g));
       void* ws = bench.device_bytes(static_cast<size_t>(std::max<int64_t>(bytes, 16)));
       const auto* bw = static_cast<const bf16*>(w16.buffer);
-      const std::string name = cells ? "9 cells BF16" : "7 channel pairs BF16";
-      if (fwd)
-        production("fwd " + name, [&] {
-          auto* run = cells ? cv::forward_cells_bf16 : cv::forward_patch_bf16;
-          run(bx, bw, {}, static_cast<bf16*>(y16.buffer), ws, g, stream);
-        }, y16, y, want_y);
-      if (input)
-        production("bwd-input " + name, [&] {
-          auto* run = cells ? cv::backward_input_cells_bf16 : cv::backward_input_patch_bf16;
-          run(bgy, bw, static_cast<bf16*>(gx16.buffer), ws, g, stream);
-        }, gx16, gx, want_gx);
+      if (v.forward_applies(g))
+        production(std::string("fwd ") + v.name, [&] { v.forward(bx, bw, {}, static_cast<bf16*>(y16.buffer), ws, g, stream); },
+                   y16, y, want_y);
+      if (v.input_applies(g))
+        production(std::string("bwd-input ") + v.name,
+                   [&] { v.input(bgy, bw, static_cast<bf16*>(gx16.buffer), ws, g, stream); }, gx16, gx, want_gx);
     }
     if (cv::backward_weight_cells_bf16_applies(g))
       production("bwd-weight 4 cells BF16", [&] {

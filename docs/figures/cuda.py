@@ -878,3 +878,22 @@ def define(figure, table, runs):
             figure(f"kernels.pool-pieces.b{batch}.{when}.us", pp,
                    next(e["us_per_step"] for e in summary["kernels"] if e["kernel"] == kernel),
                    f"the f32 CNN's max pool backward with dropout a step (ncu, warm L2), batch {batch}, {when}, µs")
+    # ---- conv2d version 12 in bf16 (16 channels a stage, the patch through the producer's
+    # registers), production's rule, and the bf16 epochs against f0cba4b's build in one call
+    # (docs/runs/2026-11-29-h200-bf16-ring); the rule's own bench after it (-bf16-ring-rule) ----
+    br = runs["2026-11-29-h200-bf16-ring-rule"]
+    bf16_shapes = {"large": ("large x[64,128,56,56] w[128,128,3,3] pad 1", "kernels_large.json"),
+                   "conv2-b512": ("conv2 x[512,32,26,26] w[64,32,3,3]", "kernels_conv2.json"),
+                   "conv2-b64": ("conv2 x[64,32,26,26] w[64,32,3,3]", "kernels_conv2.json")}
+    for tag, (shape, file) in bf16_shapes.items():
+        for what in ("fwd", "bwd-input"):
+            for name, version in (("v12", f"{what} 12 wgmma ring BF16"), ("v9", f"{what} 9 cells BF16"),
+                                  ("cudnn", f"{what} cuDNN BF16")):
+                figure(f"cuda.conv2d.bf16-ring.{tag}.{what}.{name}.us", br,
+                       br.kernel("conv2d", version, shape, file)["ms"] * 1000, f"conv2d {version} at {shape} (H200), µs")
+    shape, file = bf16_shapes["large"]
+    figure("cuda.conv2d.bf16-ring.large.fwd.v12-tf32.us", br,
+           br.kernel("conv2d", "fwd 12 wgmma ring TF32", shape, file)["ms"] * 1000,
+           f"conv2d fwd 12 wgmma ring TF32 at {shape} (H200), µs")
+    n_runs("cuda.conv2d.bf16-ring", runs["2026-11-29-h200-bf16-ring"],
+           (("bf16", "CNN batch 64, bf16", 2), ("b512_bf16", "CNN batch 512, bf16", 2)))

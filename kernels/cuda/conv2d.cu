@@ -1778,6 +1778,17 @@ void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv
 
 }  // namespace
 
+namespace {
+// Whether production takes version 12 in bf16 for the forward view g (where it applies): where a
+// block's tile sums at least 64 channels (4 stages of 16) before its epilogue, which does not
+// overlap the products, into more than 32 outputs (m64n32 products). Version 9 (mma.sync) keeps
+// the lead elsewhere: at the MNIST CNN's conv2 (32 channels into 64) 12 ties 9's forward at batch
+// 512 and trails it at 64, and conv2's backward input (64 channels into 32) trails at both, while
+// on x[64,128,56,56] w[128,128,3,3] 12 takes half 9's time and less than cuDNN's bf16 (figures at
+// version 12's head in conv2d/wgmma.cu). Between those layers the rule is not measured.
+bool ring_bf16_pays(const conv2d::Geometry& g) { return g.c / g.groups >= 64 && g.o / g.groups > 32; }
+}  // namespace
+
 // bf16 runs the bf16 versions (conv2d.cuh): version 13, forward and backward input, where it
 // applies (O/G <= 4 in the forward form: a first layer's backward input), the forward's version 8
 // (else 3) where C/G*KH*KW < 32
@@ -1785,11 +1796,12 @@ void backward_weight(CudaBackend& be, const T* x, const T* gy, T* gw, const conv
 // 11.4 [fig cuda.conv2d.rows.conv1-b64.v3-bf16.us] and cuDNN BF16's
 // 19.1 [fig cuda.conv2d.rows.conv1-b64.cudnn-bf16.us] at batch 64;
 // 26.5 [fig cuda.conv2d.rows.conv1-b512.v8-bf16.us], 62.2 [fig cuda.conv2d.rows.conv1-b512.v3-bf16.us]
-// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512), else version 9, the backward
-// input's 9 where the f32 path would take 7 (version 9 runs wherever 7 on channel pairs would, so
-// 7 in bf16 is left to kernel-bench and the tests), the weight gradient's version 4 where it pays
-// (a 3 x 3 layer of few multiply-adds per value moved, several bands a split), else version 3 on
-// image pairs.
+// and 51.9 [fig cuda.conv2d.rows.conv1-b512.cudnn-bf16.us] at 512), else version 12 in bf16 where
+// it pays (ring_bf16_pays; the backward input not through a relu, which 9 applies in its store),
+// else version 9, the backward input's 9 where the f32 path would take 7 (version 9 runs wherever
+// 7 on channel pairs would, so 7 in bf16 is left to kernel-bench and the tests), the weight
+// gradient's version 4 where it pays (a 3 x 3 layer of few multiply-adds per value moved, several
+// bands a split), else version 3 on image pairs.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
 // C/G <= 4 that version 13 does not take, or outside the forward form) it runs the f32 versions on
 // operands widened to f32, at TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits,
@@ -1812,6 +1824,12 @@ void CudaBackend::conv2d(const TensorRef& x, const TensorRef& w, const TensorRef
                                                         y.data<bf16>(), g, stream()))
       conv2d::forward_implicit_gemm_prefetch<bf16>(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue),
                                                    y.data<bf16>(), g, stream());
+    return;
+  }
+  if (y.dtype == DType::bf16 && ring_bf16_pays(g) && conv2d::forward_ring_bf16_applies(g)) {
+    Scratch ws(*this, static_cast<size_t>(conv2d::forward_ring_bf16_workspace(g)));
+    conv2d::forward_ring_bf16(x.data<bf16>(), w.data<bf16>(), device_epilogue<bf16>(epilogue), y.data<bf16>(), ws.p, g,
+                              stream());
     return;
   }
   if (y.dtype == DType::bf16 && conv2d::forward_cells_bf16_applies(g)) {
@@ -1865,6 +1883,12 @@ void CudaBackend::conv2d_backward_input(const TensorRef& grad_y, const TensorRef
                                         const Conv2dParams& p) {
   check_same_dtype("conv2d_backward_input", grad_y, w, grad_x);
   const conv2d::Geometry g = geometry_of(grad_x.shape, w.shape, grad_y.shape, p);
+  if (grad_x.dtype == DType::bf16 && conv2d::backward_input_as_forward_applies(g) &&
+      ring_bf16_pays(conv2d::as_forward(g)) && conv2d::backward_input_ring_bf16_applies(g)) {
+    Scratch ws(*this, static_cast<size_t>(conv2d::backward_input_ring_bf16_workspace(g)));
+    conv2d::backward_input_ring_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());
+    return;
+  }
   if (backward_input_runs_cells(grad_x, g)) {
     Scratch ws(*this, static_cast<size_t>(conv2d::backward_input_cells_bf16_workspace(g)));
     conv2d::backward_input_cells_bf16(grad_y.data<bf16>(), w.data<bf16>(), grad_x.data<bf16>(), ws.p, g, stream());

@@ -254,6 +254,18 @@ bool forward_cells_bf16_applies(const Geometry& g);
 int64_t forward_cells_bf16_workspace(const Geometry& g);
 void forward_cells_bf16(const bf16* x, const bf16* w, const DeviceEpilogue<bf16>& e, bf16* y, void* workspace,
                         const Geometry& g, cudaStream_t stream);
+// Forward, version 12 in bf16 (stride 1, an sm_90 GPU): version 12 with 16 channels a stage, its
+// producer loading the patch through registers (cp.async moves 4 bytes at least), m64nNk16
+// products; the workspace holds the packed weights.
+bool forward_ring_bf16_applies(const Geometry& g);
+int64_t forward_ring_bf16_workspace(const Geometry& g);
+void forward_ring_bf16(const bf16* x, const bf16* w, const DeviceEpilogue<bf16>& e, bf16* y, void* workspace,
+                       const Geometry& g, cudaStream_t stream);
+// Backward input, version 12 in bf16 (version 3's forward form on the forward above).
+bool backward_input_ring_bf16_applies(const Geometry& g);
+int64_t backward_input_ring_bf16_workspace(const Geometry& g);
+void backward_input_ring_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
+                              cudaStream_t stream);
 // Backward input, version 9 in bf16 (version 3's forward form on the forward above); _relu where x
 // is the output of a relu (relu_x: x itself; null: none), taken back through it: grad_x is 0
 // wherever relu_x <= 0, zeroed as the tile is stored.

@@ -66,6 +66,7 @@
 // production forward on sm_90.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/core/error.h"
 #include "kiln/kernels/cuda/check.h"
@@ -120,25 +121,32 @@ WgPlan wg_plan_for(const Geometry& f, bool exact) {
   return fits ? p : WgPlan{};
 }
 
-// Packs w: element (n, k) of the k-step (g, chunk, tap) at
-// ((g * chunks + chunk) * taps + tap) * np * 8 + ((n / 8) * 2 + k / 4) * 32 + (n % 8) * 4 + k % 4,
-// zero past C/G or O/G; 3xTF32: the TF32 high parts there, the rest `set` elements later.
-__global__ void pack_wgmma_weights_kernel(const float* w, float* wp, Dims d, int64_t chunks, int64_t np, bool flip,
+// Packs w: element (n, k) of the k-step (g, chunk, tap), with K = 16 / sizeof(T) values of k in
+// 16 bytes (4 floats, 8 bf16) and 2K a k-step, at
+// ((g * chunks + chunk) * taps + tap) * np * 2K + ((n / 8) * 2 + k / K) * 8K + (n % 8) * K + k % K,
+// zero past C/G or O/G: core matrices of 8 outputs by 16 bytes, the k-step's two side by side
+// (128 bytes apart), the next 8 outputs 256 bytes on, whatever T. 3xTF32: the TF32 high parts
+// there, the rest `set` elements later.
+template <class T>
+__global__ void pack_wgmma_weights_kernel(const T* w, T* wp, Dims d, int64_t chunks, int64_t np, bool flip,
                                           bool exact, int64_t set) {
   dependent_kernel_start<true>();  // launch.cuh: launched by launch_dependent
+  constexpr int K = 16 / static_cast<int>(sizeof(T)), S = 2 * K;
   KILN_GRID_STRIDE(i, set) {  // i runs over (g, chunk, tap, n, k)
-    const int64_t k = i % kPatchChannels, r = i / kPatchChannels, n = r % np, r2 = r / np;
+    const int64_t k = i % S, r = i / S, n = r % np, r2 = r / np;
     const int64_t tap = r2 % d.khkw, r3 = r2 / d.khkw, chunk = r3 % chunks, g = r3 / chunks;
-    const int64_t at = r2 * np * kPatchChannels + ((n / 8) * 2 + k / 4) * 32 + (n % 8) * 4 + k % 4;
-    const float v = weight_at(w, d, flip, g, chunk * kPatchChannels + k, tap, n);
-    if (exact) {
-      uint32_t hi, lo;
-      matmul::split_tf32(__float_as_uint(v), hi, lo);
-      wp[at] = __uint_as_float(hi);
-      wp[set + at] = __uint_as_float(lo);
-    } else {
-      wp[at] = v;
+    const int64_t at = r2 * np * S + ((n / 8) * 2 + k / K) * 8 * K + (n % 8) * K + k % K;
+    const T v = weight_at(w, d, flip, g, chunk * S + k, tap, n);
+    if constexpr (std::is_same_v<T, float>) {
+      if (exact) {
+        uint32_t hi, lo;
+        matmul::split_tf32(__float_as_uint(v), hi, lo);
+        wp[at] = __uint_as_float(hi);
+        wp[set + at] = __uint_as_float(lo);
+        continue;
+      }
     }
+    wp[at] = v;
   }
 }
 
@@ -317,7 +325,7 @@ void wgmma_forward(const float* x, const float* w, bool flip, float* packed, con
                    const Geometry& f, const WgPlan& plan, cudaStream_t stream, const char* op) {
   const Dims d = dims_of(f);
   const int64_t set = wg_weights(d, plan);
-  launch_dependent(pack_wgmma_weights_kernel, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.patch.chunks,
+  launch_dependent(pack_wgmma_weights_kernel<float>, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.patch.chunks,
                    plan.np, flip, plan.exact, set);
   KILN_CUDA_LAUNCH_CHECK(op);
   const int tiles = static_cast<int>((d.ohw + kWgBM - 1) / kWgBM);
@@ -568,7 +576,7 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
   const Dims d = dims_of(f);
   const WgPlan packing = win_weights_plan(plan);
   const int64_t set = wg_weights(d, packing);
-  launch_dependent(pack_wgmma_weights_kernel, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.chunks, plan.np,
+  launch_dependent(pack_wgmma_weights_kernel<float>, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.chunks, plan.np,
                    flip, plan.exact, set);
   KILN_CUDA_LAUNCH_CHECK(op);
   const int tiles = static_cast<int>((d.oh * plan.cols + kWgBM - 1) / kWgBM);
@@ -737,6 +745,40 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 // batch 64 and 0.134 [fig cuda.conv2d.ring-uniform.cnn.b512.epoch2] at 512, TF32
 // 0.226 [fig cuda.conv2d.ring-uniform.cnn.b64-tf32.epoch2] and 0.092 [fig cuda.conv2d.ring-uniform.cnn.b512-tf32.epoch2]
 // (docs/runs/2026-11-28-h200-ring-uniform-train). NOTES.md has the profile and what is next.
+//
+// bf16 (forward_ring_bf16, backward_input_ring_bf16). The same bytes serve: a stage is 16 channels,
+// a pixel's 8 of a plane one 16-byte row, so the window's descriptors, the weights' core matrices
+// (pack_wgmma_weights_kernel<bf16>) and the ring are TF32's, and a tap is one m64nNk16 product at
+// twice TF32's rate. Only the producer differs: cp.async moves 4 bytes at least and a piece's 8
+// channels lie a plane apart, so it loads them (2 bytes each) into registers and stores each piece
+// as one 16-byte word, gathering stage n + 1 as soon as it has stored stage n. Measured (one H200,
+// kernel-bench, docs/runs/2026-11-29-h200-bf16-ring-rule), µs. The large layer:
+//   forward 162.2 [fig cuda.conv2d.bf16-ring.large.fwd.v12.us]
+//     against version 9's 324.6 [fig cuda.conv2d.bf16-ring.large.fwd.v9.us],
+//     cuDNN BF16's 191.8 [fig cuda.conv2d.bf16-ring.large.fwd.cudnn.us]
+//     and this version's TF32 246.7 [fig cuda.conv2d.bf16-ring.large.fwd.v12-tf32.us];
+//   backward input 161.1 [fig cuda.conv2d.bf16-ring.large.bwd-input.v12.us]
+//     against 322.6 [fig cuda.conv2d.bf16-ring.large.bwd-input.v9.us]
+//     and cuDNN BF16's 190.3 [fig cuda.conv2d.bf16-ring.large.bwd-input.cudnn.us].
+// conv2 (32 channels into 64; its backward input 64 into 32), where version 9 stays in production:
+//   batch 512, forward 84.08 [fig cuda.conv2d.bf16-ring.conv2-b512.fwd.v12.us]
+//     against 83.79 [fig cuda.conv2d.bf16-ring.conv2-b512.fwd.v9.us]
+//     (cuDNN BF16 229.7 [fig cuda.conv2d.bf16-ring.conv2-b512.fwd.cudnn.us]),
+//   backward input 117.4 [fig cuda.conv2d.bf16-ring.conv2-b512.bwd-input.v12.us]
+//     against 109.7 [fig cuda.conv2d.bf16-ring.conv2-b512.bwd-input.v9.us]
+//     (129.6 [fig cuda.conv2d.bf16-ring.conv2-b512.bwd-input.cudnn.us]);
+//   batch 64, forward 18.94 [fig cuda.conv2d.bf16-ring.conv2-b64.fwd.v12.us]
+//     against 17.59 [fig cuda.conv2d.bf16-ring.conv2-b64.fwd.v9.us]
+//     (107.8 [fig cuda.conv2d.bf16-ring.conv2-b64.fwd.cudnn.us]),
+//   backward input 24.25 [fig cuda.conv2d.bf16-ring.conv2-b64.bwd-input.v12.us]
+//     against 17.22 [fig cuda.conv2d.bf16-ring.conv2-b64.bwd-input.v9.us]
+//     (99.55 [fig cuda.conv2d.bf16-ring.conv2-b64.bwd-input.cudnn.us]).
+// A tile of conv2 sums two stages of 16 channels before its epilogue, which the products do not
+// overlap, so the epilogue weighs as much as the products there; production's rule
+// (conv2d.cu's ring_bf16_pays) follows. mnist-train's bf16 CNN, whose conv2 stays on version 9,
+// kept its epochs: 0.158 s [fig cuda.conv2d.bf16-ring.bf16.new.epoch] at batch 64 against
+// 0.1583 [fig cuda.conv2d.bf16-ring.bf16.old.epoch] before, 0.064 [fig cuda.conv2d.bf16-ring.b512_bf16.new.epoch]
+// against 0.064 [fig cuda.conv2d.bf16-ring.b512_bf16.old.epoch] at 512 (docs/runs/2026-11-29-h200-bf16-ring).
 constexpr int kRingThreads = 384;   // warpgroup 0 produces, 1 and 2 consume
 constexpr int kRingTasks = 8;       // 16-byte pieces of a stage's patch a producer thread stores
 constexpr int kRingMaxStages = 8;
@@ -744,21 +786,23 @@ constexpr int64_t kRingSmem = 227 * 1024;  // one block an SM
 
 struct RingPlan {
   int cols = 0, pixels = 0;  // version 11's patch, for a block of 128 mw pixels
+  int channels = 0;          // a stage's channels: 8 floats or 16 bf16 a pixel, two planes of 16 bytes
   int64_t chunks = 0, np = 0;
   int bn = 0, mw = 0, stages = 0;
   bool exact = false;
   bool resident = false;      // every stage's weights loaded once for the block
   int64_t patch_bytes = 0;    // a stage's patch: 2 planes of pixels x 16 bytes
-  int64_t step_bytes = 0;     // a k-step's weights, bn x 8 floats (3xTF32: a set of them)
+  int64_t step_bytes = 0;     // a k-step's weights, bn x 32 bytes (3xTF32: a set of them)
   int64_t stage_bytes = 0;    // the patch, and the stage's weights where they are not resident
   int64_t weight_bytes = 0;   // every stage's weights, both sets
   int64_t smem = 0;
 };
 
-// The plan for mw products of 64 pixels a consumer warpgroup.
-RingPlan ring_plan(const Dims& d, bool exact, int mw) {
+// The plan for mw products of 64 pixels a consumer warpgroup, `channels` a stage.
+RingPlan ring_plan(const Dims& d, bool exact, int mw, int channels) {
   RingPlan p;
   p.exact = exact;
+  p.channels = channels;
   p.bn = d.og > 64 ? 128 : d.og > 32 ? 64 : 32;
   p.mw = mw;
   const int64_t bm = 128 * p.mw;
@@ -766,11 +810,11 @@ RingPlan ring_plan(const Dims& d, bool exact, int mw) {
   const int64_t reach = p.cols - 1 + bm + (d.kh - 1) * d.dh * p.cols + (d.kw - 1) * d.dw;
   const int rows = static_cast<int>((reach + p.cols - 1) / p.cols);
   p.pixels = (rows * p.cols + 7) / 8 * 8;
-  p.chunks = (d.cg + kPatchChannels - 1) / kPatchChannels;
+  p.chunks = (d.cg + channels - 1) / channels;
   p.np = (d.og + p.bn - 1) / p.bn * p.bn;
   const int sets = exact ? 2 : 1;
   p.patch_bytes = int64_t{32} * p.pixels;
-  p.step_bytes = int64_t{p.bn} * kPatchChannels * 4;
+  p.step_bytes = int64_t{p.bn} * 32;
   p.weight_bytes = p.chunks * d.khkw * p.step_bytes * sets;
   const int64_t room = kRingSmem - 128 - (2 * kRingMaxStages + 1) * 8;  // the base's alignment, the mbarriers
   const bool one_block = p.np == p.bn && d.c == d.cg;  // every block the same weights
@@ -780,6 +824,9 @@ RingPlan ring_plan(const Dims& d, bool exact, int mw) {
   p.smem = 128 + (p.resident ? p.weight_bytes : 0) + p.stages * p.stage_bytes + (2 * kRingMaxStages + 1) * 8;
   return p;
 }
+
+// The elements of one set of packed weights (pack_wgmma_weights_kernel's `set`).
+int64_t ring_set(const Dims& d, const RingPlan& p) { return (d.c / d.cg) * p.chunks * d.khkw * p.np * p.channels; }
 
 // The pixel tiles of one image, and the items (tiles of every image, group and block of outputs)
 // that the persistent blocks walk.
@@ -796,8 +843,8 @@ int64_t ring_items(const Dims& d, const RingPlan& p, int64_t groups) {
 // of 338 patch pixels; at 128 pixels 320 items, three rounds of 208). The measure is the patch
 // pixels a round copies, the producer's work, which counts the smaller tile's extra rows against
 // it. TF32 keeps two: at conv2, batch 64, one moved neither pass (its backward input a little slower;
-// figures at version 12's head).
-RingPlan ring_plan_for(const Geometry& f, bool exact) {
+// figures at version 12's head), and bf16 (16 channels a stage) as TF32.
+RingPlan ring_plan_for(const Geometry& f, bool exact, int channels = kPatchChannels) {
   if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(f);
   // two stages at least; a stage's patch within the producer's 128 x kRingTasks pieces; the
@@ -806,9 +853,9 @@ RingPlan ring_plan_for(const Geometry& f, bool exact) {
     return p.stages >= 2 && 2 * p.pixels <= 128 * kRingTasks && p.pixels < (1 << 14) &&
            d.c * d.hw < (int64_t{1} << 31) && d.oh * p.cols + 128 * p.mw < (int64_t{1} << 31);
   };
-  const RingPlan two = ring_plan(d, exact, 2);
+  const RingPlan two = ring_plan(d, exact, 2, channels);
   if (!exact) return fits(two) ? two : RingPlan{};
-  const RingPlan one = ring_plan(d, exact, 1);
+  const RingPlan one = ring_plan(d, exact, 1, channels);
   if (two.bn == 128) return fits(one) ? one : RingPlan{};
   const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount);
   auto copied = [&](const RingPlan& p) { return (ring_items(d, p, f.groups) + sms - 1) / sms * p.pixels; };
@@ -816,13 +863,14 @@ RingPlan ring_plan_for(const Geometry& f, bool exact) {
   return fits(two) ? two : RingPlan{};
 }
 
+template <class T>
 struct RingArgs {
-  const float* x;   // [N, C, H, W]
-  const float* wp;  // packed as version 10's
-  const float* w;   // the layer's weights, for 3xTF32's NaN fallback
+  const T* x;   // [N, C, H, W]
+  const T* wp;  // packed as version 10's (pack_wgmma_weights_kernel)
+  const T* w;   // the layer's weights, for 3xTF32's NaN fallback
   bool flip;
-  DeviceEpilogue<float> epilogue;
-  float* y;
+  DeviceEpilogue<T> epilogue;
+  T* y;
   Dims d;
   RingPlan plan;
   unsigned tiles;    // pixel tiles of an image's oh * cols pixels
@@ -835,7 +883,7 @@ struct RingArgs {
 // fallback where a 3xTF32 split overflowed. Out of line, so that its loops take no registers from
 // the kernel's accumulators (inlined, ptxas spilled 76 bytes of conv2's 3xTF32 kernel for it).
 #ifdef KILN_WGMMA
-__device__ __noinline__ float ring_output_f32(const RingArgs& a, int64_t img, int64_t group, int64_t n, int p) {
+__device__ __noinline__ float ring_output_f32(const RingArgs<float>& a, int64_t img, int64_t group, int64_t n, int p) {
   return patch_dot_f32(a.x, a.d, img, group, p,
                        [&](int64_t c, int64_t tap) { return weight_at(a.w, a.d, a.flip, group, c, tap, n); });
 }
@@ -844,13 +892,15 @@ __device__ __noinline__ float ring_output_f32(const RingArgs& a, int64_t img, in
 // One block an SM; item i = blockIdx.x + j gridDim.x of the problem is pixel tile i % tiles (128 MW
 // pixels over the patch's width) of image i / tiles % n, outputs n0 = (i / (tiles n) % nblocks) BN
 // onward of group i / (tiles n nblocks). Consumer warpgroup wg owns the tile's pixels
-// 64 (MW wg + sub) onward, sub < MW.
-template <int BN, int MW, bool kExact>
-__global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid_constant__ RingArgs a) {
+// 64 (MW wg + sub) onward, sub < MW. T: float (TF32, or 3xTF32 with kExact) or bf16.
+template <class T, int BN, int MW, bool kExact>
+__global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid_constant__ RingArgs<T> a) {
   dependent_kernel_start();  // launch.cuh: launched by launch_dependent
 #ifdef KILN_WGMMA
   extern __shared__ __align__(128) uint8_t smem_ring[];
   constexpr int R = BN / 2, BM = 128 * MW, kSets = kExact ? 2 : 1;
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  constexpr int kPiece = 16 / static_cast<int>(sizeof(T));  // a piece's channels: 4 floats or 8 bf16
   const Dims& d = a.d;
   const RingPlan& plan = a.plan;
   uint8_t* weights = smem_ring + (128 - matmul::smem_u32(smem_ring) % 128) % 128;  // resident weights
@@ -882,8 +932,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
 
   if (tid < 128) {
     matmul::setmaxnreg_dec<152>();  // 128 x 152 + 256 x 176 <= 65536 registers
-    // ---- producer: piece i = tid + 128 k of a stage is channel quad i / pixels at patch pixel
-    // i % pixels, stored at byte 16 i of the stage ([quad][pixel][4 channels], version 11's). Its
+    // ---- producer: piece i = tid + 128 k of a stage is the kPiece channels (i / pixels) kPiece
+    // onward at patch pixel i % pixels, stored at byte 16 i of the stage ([half][pixel][kPiece
+    // channels], version 11's). Its
     // offset in a stage's first input plane and whether it lies inside the input depend only on
     // the item (its first patch row), so they are worked out once an item, and a stage's copies
     // are four offsets from there.
@@ -897,7 +948,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     int offset[kRingTasks];  // the piece's first channel in a stage's input planes
     unsigned inside = 0;     // bit k: piece k reads the input
     int gathered = -1;       // the item `offset` and `inside` are for
-    const float* image = a.x;
+    const T* image = a.x;
     auto locate = [&](int i) {
       const Item it = item_at(i);
       const int y0 = it.p0 / cols - d.ph;  // the input row of the patch's row 0
@@ -909,34 +960,75 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         const bool ok = piece < 2 * pixels && static_cast<unsigned>(iy) < static_cast<unsigned>(h) &&
                         static_cast<unsigned>(ix) < static_cast<unsigned>(w);
         // (a piece outside is zero-filled; its offset stays a valid address all the same)
-        offset[k] = (piece >= pixels ? 4 * hw : 0) + (ok ? iy * w + ix : 0);
+        offset[k] = (piece >= pixels ? kPiece * hw : 0) + (ok ? iy * w + ix : 0);
         inside |= static_cast<unsigned>(ok) << k;
       }
       gathered = i;
     };
-    // A stage's copies: each piece's four values by cp.async, straight into shared memory (no
+    // The channels of a stage past C/G (zero-filled)
+    auto channels_left = [&](int64_t chunk) {
+      const int64_t rest = d.cg - chunk * plan.channels;
+      return rest < plan.channels ? static_cast<int>(rest) : plan.channels;
+    };
+    // f32: a stage's copies, each piece's four values by cp.async, straight into shared memory (no
     // registers, no wait), zero-filled outside the input and past C/G.
     auto issue = [&](int i, int64_t chunk, uint8_t* st) {
       if (i != gathered) locate(i);
-      const float* src = image + chunk * kPatchChannels * d.hw;
-      const int64_t rest = d.cg - chunk * kPatchChannels;  // the stage's channels
-      const int left = rest < kPatchChannels ? static_cast<int>(rest) : kPatchChannels;
+      const T* src = image + chunk * plan.channels * d.hw;
+      const int left = channels_left(chunk);
 #pragma unroll
       for (int k = 0; k < kRingTasks; ++k) {
-        const int piece = tid + 128 * k, c0 = piece >= pixels ? 4 : 0;
+        const int piece = tid + 128 * k, c0 = piece >= pixels ? kPiece : 0;
         if (piece >= 2 * pixels) continue;
-        const float* at = src + offset[k];
+        const T* at = src + offset[k];
         const bool in = inside >> k & 1;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < kPiece; ++j) {
           const bool ok = in && c0 + j < left;
           matmul::cp_async4(st + 16 * piece + 4 * j, ok ? at + j * hw : src, ok);
         }
       }
     };
+    // bf16: cp.async moves 4 bytes at least, and a piece's 8 channels lie hw apart, so a stage's
+    // values come through registers: `gather` issues their loads (2 bytes each, zero outside the
+    // input and past C/G), `put` stores each piece as one 16-byte word once they have landed. The
+    // producer gathers stage n + 1 as soon as it has stored stage n, so that the loads fly while
+    // it waits for the next stage to empty. A piece wholly inside the input and the stage's
+    // channels (most of them) loads its 8 values without a test, the rest test each: with the test
+    // around each load alone, every load was a divergent branch of its own and the producer
+    // issued about 3000 instructions a warp a stage at conv2 (Nsight Compute; NOTES.md).
+    uint16_t held[kRingTasks][8];  // the values gathered
+    auto gather = [&](int i, int64_t chunk) {
+      if (i != gathered) locate(i);
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(image + chunk * plan.channels * d.hw);
+      const int left = channels_left(chunk);
+#pragma unroll
+      for (int k = 0; k < kRingTasks; ++k) {
+        const int piece = tid + 128 * k, c0 = piece >= pixels ? 8 : 0;
+        const int valid = piece < 2 * pixels && (inside >> k & 1) ? left - c0 : 0;  // channels c0 + j, j < valid
+        const uint16_t* at = src + offset[k];
+        if (valid >= 8) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) held[k][j] = __ldg(at + j * hw);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) held[k][j] = j < valid ? __ldg(at + j * hw) : uint16_t{0};
+        }
+      }
+    };
+    auto put = [&](uint8_t* st) {
+#pragma unroll
+      for (int k = 0; k < kRingTasks; ++k) {
+        const int piece = tid + 128 * k;
+        uint32_t v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = uint32_t{held[k][2 * j]} | uint32_t{held[k][2 * j + 1]} << 16;
+        if (piece < 2 * pixels) *reinterpret_cast<uint4*>(st + 16 * piece) = make_uint4(v[0], v[1], v[2], v[3]);
+      }
+    };
     // the packed weights of (group, chunk, tap 0) from output n0, set 0
     auto packed = [&](const Item& it, int64_t chunk) {
-      return a.wp + ((it.group * plan.chunks + chunk) * taps) * plan.np * kPatchChannels + it.n0 * kPatchChannels;
+      return a.wp + ((it.group * plan.chunks + chunk) * taps) * plan.np * plan.channels + it.n0 * plan.channels;
     };
     const uint32_t step = static_cast<uint32_t>(plan.step_bytes);
     if (plan.resident && tid == 0) {  // one run a set: every chunk and tap of the one block of outputs
@@ -949,27 +1041,37 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
       if (plan.resident || tid != 0) return;
       const Item it = item_at(i);
       matmul::mbar_expect_tx(bar, static_cast<uint32_t>(kSets * taps) * step);
-      const float* from = packed(it, chunk);
+      const T* from = packed(it, chunk);
       uint8_t* to = st + plan.patch_bytes;
       for (int s = 0; s < kSets; ++s) {
         if (plan.np == BN) {
           matmul::bulk_load(to + s * taps * step, from + s * a.set, taps * step, bar);
         } else {
           for (int tap = 0; tap < taps; ++tap)
-            matmul::bulk_load(to + (s * taps + tap) * step, from + s * a.set + tap * plan.np * kPatchChannels, step, bar);
+            matmul::bulk_load(to + (s * taps + tap) * step, from + s * a.set + tap * plan.np * plan.channels, step, bar);
         }
       }
     };
     int item = static_cast<int>(blockIdx.x);
     int64_t chunk = 0;
+    if constexpr (kBf16) gather(item, chunk);
     for (int n = 0; item < a.items; ++n) {
       const int stage = n % stages;
-      if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
-      uint8_t* st = ring + stage * plan.stage_bytes;
-      load_weights(item, chunk, st, &full[stage]);
-      issue(item, chunk, st);
-      matmul::cp_async_arrive(&full[stage]);  // once this thread's copies have landed
+      const int this_item = item;
+      const int64_t this_chunk = chunk;
       if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x);
+      uint8_t* st = ring + stage * plan.stage_bytes;
+      if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
+      load_weights(this_item, this_chunk, st, &full[stage]);
+      if constexpr (kBf16) {  // stage n's loads are in flight (gathered last time round)
+        put(st);
+        matmul::fence_async_shared();  // the stores, made visible to the tensor cores' reads
+        matmul::mbar_arrive(&full[stage]);
+        if (item < a.items) gather(item, chunk);
+      } else {
+        issue(this_item, this_chunk, st);
+        matmul::cp_async_arrive(&full[stage]);  // once this thread's copies have landed
+      }
     }
   } else {
     // ---- consumers
@@ -1079,8 +1181,11 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
           for (int tap = 0; tap < taps; ++tap, next_tap()) {
             const uint64_t b = b0.plus(tap * b_step);
 #pragma unroll
-            for (int s = 0; s < MW; ++s)
-              matmul::wgmma_tf32(acc[s], a0.plus(static_cast<uint32_t>(window + s * 64)), b);
+            for (int s = 0; s < MW; ++s) {
+              const uint64_t a_s = a0.plus(static_cast<uint32_t>(window + s * 64));
+              if constexpr (kBf16) matmul::wgmma_bf16<0, 0>(acc[s], a_s, b);  // k16: the same bytes as k8 of TF32
+              else matmul::wgmma_tf32(acc[s], a_s, b);
+            }
           }
           matmul::wgmma_commit();
           matmul::wgmma_wait<1>();  // the stage before is done: hand it back
@@ -1108,7 +1213,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         }
       }
       const float floor = a.epilogue.activation == Activation::relu ? 0.0f : -INFINITY;
-      float* y = a.y + (it.img * d.o + it.group * d.og + it.n0 + 2 * t) * d.ohw;
+      T* y = a.y + (it.img * d.o + it.group * d.og + it.n0 + 2 * t) * d.ohw;
       const int64_t left = d.og - it.n0;
       const int outputs = (left < BN ? static_cast<int>(left) : BN) - 2 * t;  // columns 8j + e below this
       // fn(value, its channel's bias, its place in y, its channel within the group, its pixel) for
@@ -1119,9 +1224,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             if (8 * j + e >= outputs) continue;
-            float* out = y + (8 * j + e) * d.ohw;
+            T* out = y + (8 * j + e) * d.ohw;
             const int64_t n = it.n0 + 8 * j + 2 * t + e;
-            const float bias = a.epilogue.bias != nullptr ? a.epilogue.bias[it.group * d.og + n] : 0.0f;
+            const float bias = a.epilogue.bias != nullptr ? static_cast<float>(a.epilogue.bias[it.group * d.og + n]) : 0.0f;
 #pragma unroll
             for (int s = 0; s < MW; ++s)
 #pragma unroll
@@ -1130,21 +1235,23 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
           }
       };
       bool nan = false;
-      each_output([&](float v, float bias, float* at, int64_t, int) {
+      each_output([&](float v, float bias, T* at, int64_t, int) {
         if constexpr (kExact) nan |= v != v;
         v += bias;
-        *at = v < floor ? floor : v;
+        *at = cast<T>(v < floor ? floor : v);  // bf16: rounded once, here
       });
       // 3xTF32's NaNs (a product whose split overflowed) again in f32 from x and w, once every
       // output is stored, found by reading y back (a NaN stays one through the bias and the
       // activation): inlined among the stores, the recomputation kept ptxas from holding the
       // accumulators in registers
-      if (kExact && nan)
-        each_output([&](float, float bias, float* at, int64_t n, int p) {
-          if (*at == *at) return;
-          const float v = ring_output_f32(a, it.img, it.group, n, p) + bias;
-          *at = v < floor ? floor : v;
-        });
+      if constexpr (kExact) {
+        if (nan)
+          each_output([&](float, float bias, float* at, int64_t n, int p) {
+            if (*at == *at) return;
+            const float v = ring_output_f32(a, it.img, it.group, n, p) + bias;
+            *at = v < floor ? floor : v;
+          });
+      }
     }
   }
 #else
@@ -1154,31 +1261,32 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
 }
 
 // Packs w as version 10 does and runs version 12 on the forward view f.
-void ring_forward(const float* x, const float* w, bool flip, float* packed, const DeviceEpilogue<float>& e, float* y,
-                  const Geometry& f, const RingPlan& plan, cudaStream_t stream, const char* op) {
+template <class T>
+void ring_forward(const T* x, const T* w, bool flip, T* packed, const DeviceEpilogue<T>& e, T* y, const Geometry& f,
+                  const RingPlan& plan, cudaStream_t stream, const char* op) {
   const Dims d = dims_of(f);
-  WgPlan packing;
-  packing.patch.chunks = plan.chunks, packing.bn = plan.bn, packing.np = plan.np, packing.exact = plan.exact;
-  const int64_t set = wg_weights(d, packing);
-  launch_dependent(pack_wgmma_weights_kernel, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.chunks, plan.np,
-                   flip, plan.exact, set);
+  const int64_t set = ring_set(d, plan);
+  launch_dependent(pack_wgmma_weights_kernel<T>, blocks_for(set), kThreads, 0, stream, w, packed, d, plan.chunks,
+                   plan.np, flip, plan.exact, set);
   KILN_CUDA_LAUNCH_CHECK(op);
   const int64_t tiles = ring_tiles(d, plan), nblocks = plan.np / plan.bn, items = ring_items(d, plan, f.groups);
   KILN_CHECK(items < (int64_t{1} << 31) - 1024, ShapeError, "cuda ", op, ": the problem is too large (", items,
              " tiles)");
-  const RingArgs args{x,       packed, w, flip, e, y, d, plan, static_cast<unsigned>(tiles), static_cast<unsigned>(nblocks),
-                      static_cast<int>(items), set};
+  const RingArgs<T> args{x, packed, w, flip, e, y, d, plan, static_cast<unsigned>(tiles), static_cast<unsigned>(nblocks),
+                         static_cast<int>(items), set};
   const int64_t blocks = std::min<int64_t>(items, device_attribute(cudaDevAttrMultiProcessorCount));
   auto launch = [&]<int BN, int MW, bool kExact>() {
-    auto* kernel = ring_conv_kernel<BN, MW, kExact>;
+    auto* kernel = ring_conv_kernel<T, BN, MW, kExact>;
     const int bytes = static_cast<int>(plan.smem);
     allow_dynamic_smem(kernel, bytes);
     launch_dependent(kernel, static_cast<unsigned>(blocks), kRingThreads, bytes, stream, args);
     KILN_CUDA_LAUNCH_CHECK(op);
   };
   auto exact_products = [&]<int BN>() {  // 3xTF32: one or two products a warpgroup (ring_plan_for)
-    if (plan.mw == 1) launch.template operator()<BN, 1, true>();
-    else if constexpr (BN < 128) launch.template operator()<BN, 2, true>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (plan.mw == 1) launch.template operator()<BN, 1, true>();
+      else if constexpr (BN < 128) launch.template operator()<BN, 2, true>();
+    }
   };
   auto sets = [&]<int BN>() {
     if (plan.exact) exact_products.template operator()<BN>();
@@ -1262,10 +1370,7 @@ bool forward_ring_applies(const Geometry& g, TensorMath math) {
 
 int64_t forward_ring_workspace(const Geometry& g) {
   const RingPlan p = ring_plan_for(g, true);
-  if (p.smem == 0) return 0;
-  WgPlan packing;
-  packing.patch.chunks = p.chunks, packing.np = p.np;
-  return 2 * wg_weights(dims_of(g), packing);
+  return p.smem > 0 ? 2 * ring_set(dims_of(g), p) : 0;
 }
 
 void forward_ring(const float* x, const float* w, const DeviceEpilogue<float>& e, float* y, float* workspace,
@@ -1289,6 +1394,45 @@ void backward_input_ring(const float* grad_y, const float* w, float* grad_x, flo
               "conv2d_backward_input", "12 (wgmma ring)");
   const Geometry f = as_forward(g);
   ring_forward(grad_y, w, true, workspace, {}, grad_x, f, ring_plan_for(f, exact(math)), stream, "conv2d_backward_input");
+}
+
+}  // namespace kiln::cuda::conv2d
+
+namespace kiln::cuda::conv2d {
+
+namespace {
+constexpr int kRingBf16Channels = 16;  // a stage: two planes of 8 bf16 channels a pixel
+}
+
+bool forward_ring_bf16_applies(const Geometry& g) { return ring_plan_for(g, false, kRingBf16Channels).smem > 0; }
+
+int64_t forward_ring_bf16_workspace(const Geometry& g) {
+  const RingPlan p = ring_plan_for(g, false, kRingBf16Channels);
+  return p.smem > 0 ? static_cast<int64_t>(sizeof(bf16)) * ring_set(dims_of(g), p) : 0;
+}
+
+void forward_ring_bf16(const bf16* x, const bf16* w, const DeviceEpilogue<bf16>& e, bf16* y, void* workspace,
+                       const Geometry& g, cudaStream_t stream) {
+  const RingPlan plan = ring_plan_for(g, false, kRingBf16Channels);
+  check_entry(plan.smem > 0, workspace, forward_ring_bf16_workspace(g), "conv2d", "12 (wgmma ring, bf16)");
+  ring_forward(x, w, false, static_cast<bf16*>(workspace), e, y, g, plan, stream, "conv2d");
+}
+
+bool backward_input_ring_bf16_applies(const Geometry& g) {
+  return backward_input_as_forward_applies(g) && forward_ring_bf16_applies(as_forward(g));
+}
+
+int64_t backward_input_ring_bf16_workspace(const Geometry& g) {
+  return backward_input_as_forward_applies(g) ? forward_ring_bf16_workspace(as_forward(g)) : 0;
+}
+
+void backward_input_ring_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
+                              cudaStream_t stream) {
+  check_entry(backward_input_ring_bf16_applies(g), workspace, backward_input_ring_bf16_workspace(g),
+              "conv2d_backward_input", "12 (wgmma ring, bf16)");
+  const Geometry f = as_forward(g);
+  ring_forward(grad_y, w, true, static_cast<bf16*>(workspace), {}, grad_x, f, ring_plan_for(f, false, kRingBf16Channels),
+               stream, "conv2d_backward_input");
 }
 
 }  // namespace kiln::cuda::conv2d

@@ -232,6 +232,12 @@ __device__ inline void wgmma_bf16(float (&d)[32], uint64_t a, uint64_t b) {
                : KILN_ACC64
                : "l"(a), "l"(b), "n"(TA), "n"(TB));
 }
+template <int TA, int TB>
+__device__ inline void wgmma_bf16(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" KILN_REGS32 "}, %16, %17, 1, 1, 1, %18, %19;\n"
+               : KILN_ACC32
+               : "l"(a), "l"(b), "n"(TA), "n"(TB));
+}
 #undef KILN_REGS256
 #undef KILN_REGS128
 #undef KILN_REGS64
