@@ -539,6 +539,12 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
         production(std::string("bwd-input ") + v.name,
                    [&] { v.input(bgy, bw, static_cast<bf16*>(gx16.buffer), ws, g, stream); }, gx16, gx, want_gx);
     }
+    if (cv::backward_weight_ring_bf16_applies(bx, bgy, g)) {
+      void* ws = bench.device_bytes(static_cast<size_t>(cv::backward_weight_ring_bf16_workspace(g)));
+      production("bwd-weight 6 wgmma ring BF16", [&] {
+        cv::backward_weight_ring_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws, g, stream);
+      }, gw16, gw, want_gw);
+    }
     if (cv::backward_weight_cells_bf16_applies(g))
       production("bwd-weight 4 cells BF16", [&] {
         cv::backward_weight_cells_bf16(bx, bgy, static_cast<bf16*>(gw16.buffer), ws16, g, stream);

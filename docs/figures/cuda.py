@@ -897,3 +897,13 @@ def define(figure, table, runs):
            f"conv2d fwd 12 wgmma ring TF32 at {shape} (H200), µs")
     n_runs("cuda.conv2d.bf16-ring", runs["2026-11-29-h200-bf16-ring"],
            (("bf16", "CNN batch 64, bf16", 2), ("b512_bf16", "CNN batch 512, bf16", 2)))
+    # ---- backward weight version 6 in bf16 (by TMA, A's pixel pairs from two 2-byte loads) on one
+    # H200 (docs/runs/2026-11-29-h200-bf16-weight-ring) ----
+    bw = runs["2026-11-29-h200-bf16-weight-ring"]
+    large = "large x[64,128,56,56] w[128,128,3,3] pad 1"
+    for name, version in (("v6", "bwd-weight 6 wgmma ring BF16"), ("v3", "bwd-weight 3 tensor cores BF16, image pairs"),
+                          ("v4", "bwd-weight 4 cells BF16"), ("cudnn", "bwd-weight cuDNN BF16"),
+                          ("v6-tf32", "bwd-weight 6 wgmma ring TF32")):
+        figure(f"cuda.conv2d.bf16-weight-ring.large.{name}.us", bw,
+               bw.kernel("conv2d", version, large, "kernels_large.json")["ms"] * 1000,
+               f"conv2d {version} at {large} (H200), µs")

@@ -1800,8 +1800,9 @@ bool ring_bf16_pays(const conv2d::Geometry& g) { return g.c / g.groups >= 64 && 
 // it pays (ring_bf16_pays; the backward input not through a relu, which 9 applies in its store),
 // else version 9, the backward input's 9 where the f32 path would take 7 (version 9 runs wherever
 // 7 on channel pairs would, so 7 in bf16 is left to kernel-bench and the tests), the weight
-// gradient's version 4 where it pays (a 3 x 3 layer of few multiply-adds per value moved, several
-// bands a split), else version 3 on image pairs.
+// gradient's version 6 where it runs (by TMA: conv2d/wgmma_weight.cu), else version 4 where it
+// pays (a 3 x 3 layer of few multiply-adds per value moved, several bands a split), else version 3
+// on image pairs.
 // Where they do not apply (stride > 1, a patch over the shared memory, a backward input with
 // C/G <= 4 that version 13 does not take, or outside the forward form) it runs the f32 versions on
 // operands widened to f32, at TF32 whatever allow_tf32 says: a bf16 value has 8 significant bits,
@@ -1961,6 +1962,12 @@ void CudaBackend::conv2d_backward_weight(const TensorRef& x, const TensorRef& gr
   check_same_dtype("conv2d_backward_weight", x, grad_y, grad_w);
   const conv2d::Geometry g = geometry_of(x.shape, grad_w.shape, grad_y.shape, p);
   if (backward_weight_rows(*this, x, grad_y, grad_w, TensorRef{}, g)) return;
+  if (grad_w.dtype == DType::bf16 &&
+      conv2d::backward_weight_ring_bf16_applies(x.data<bf16>(), grad_y.data<bf16>(), g)) {
+    Scratch ws(*this, static_cast<size_t>(conv2d::backward_weight_ring_bf16_workspace(g)));
+    conv2d::backward_weight_ring_bf16(x.data<bf16>(), grad_y.data<bf16>(), grad_w.data<bf16>(), ws.p, g, stream());
+    return;
+  }
   if (grad_w.dtype == DType::bf16) {
     Scratch ws(*this, static_cast<size_t>(conv2d::backward_weight_bf16_workspace(g)));
     if (conv2d::backward_weight_cells_bf16_pays(g)) {

@@ -275,6 +275,13 @@ void backward_input_cells_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, 
                                cudaStream_t stream);
 void backward_input_relu_cells_bf16(const bf16* grad_y, const bf16* w, const bf16* relu_x, bf16* grad_x,
                                     void* workspace, const Geometry& g, cudaStream_t stream);
+// Backward weight, version 6 in bf16 (an sm_90 GPU; by TMA only: x and grad_y on 16 bytes, W and
+// OH*OW multiples of 8 or the planes TMA can take as lines): the workspace holds the splits' f32
+// partials (backward_weight_ring_bf16_workspace bytes), summed in order into grad_w.
+bool backward_weight_ring_bf16_applies(const bf16* x, const bf16* grad_y, const Geometry& g);
+int64_t backward_weight_ring_bf16_workspace(const Geometry& g);
+void backward_weight_ring_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace, const Geometry& g,
+                               cudaStream_t stream);
 // Backward weight in bf16, any geometry, the workspace enough for each version (4 below too):
 // version 3 on image pairs, and version 1's CUDA-core GEMM on the bf16 operands as they are (f32
 // arithmetic; 32 x 32 tiles for small layers, both sides <= 32).

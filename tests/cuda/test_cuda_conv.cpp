@@ -267,6 +267,24 @@ TEST_CASE("every conv2d version matches the CPU on device buffers") {
   if (cuda::wgmma_runs()) CHECK((wgmma_runs > 0 && window_runs > 0 && ring_runs > 0 && weight_ring_runs > 0));
 }
 
+namespace {
+
+// A configuration with the same stride, padding and dilation along both axes.
+Conv2dConfig square_config(int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
+  Conv2dConfig k;
+  k.stride = {stride, stride}, k.padding = {pad, pad}, k.dilation = {dilation, dilation}, k.groups = groups;
+  return k;
+}
+
+// The output's shape for c's input, weights and configuration.
+Shape output_shape(const ConvCase& c) {
+  auto out = [&](int i) {
+    const int64_t in = c.x[2 + i], k = c.w[2 + i];
+    return (in + 2 * c.config.padding[i] - c.config.dilation[i] * (k - 1) - 1) / c.config.stride[i] + 1;
+  };
+  return {c.x[0], c.w[0], out(0), out(1)};
+}
+
 // The layers the wgmma versions 10-12 are tested on, forward and backward input: 32 and 64 outputs
 // a block, several stages of channels with a short last one, padding, dilation, groups.
 struct WgShape {
@@ -285,13 +303,12 @@ const std::vector<WgShape> kWgShapes = {
 ConvCase wg_case(const WgShape& s) {
   ConvCase c;
   c.x = s.x, c.w = s.w;
-  c.config.padding = {s.pad, s.pad};
-  c.config.dilation = {s.dilation, s.dilation};
-  c.config.groups = s.groups;
-  const int64_t span = s.dilation * (s.w[2] - 1) + 1, span_w = s.dilation * (s.w[3] - 1) + 1;
-  c.y = {s.x[0], s.w[0], s.x[2] + 2 * s.pad - span + 1, s.x[3] + 2 * s.pad - span_w + 1};
+  c.config = square_config(1, s.pad, s.dilation, s.groups);
+  c.y = output_shape(c);
   return c;
 }
+
+}  // namespace
 
 TEST_CASE("versions 10, 11 and 12 (wgmma) match the CPU at the MNIST CNN's conv2, wide layers, odd sizes and groups") {
   // forward and backward input, 3xTF32 within f32's tolerance and TF32 within TF32's; version 11
@@ -439,6 +456,49 @@ TEST_CASE("version 12 in bf16 (wgmma ring) matches the CPU's bf16 at conv2, wide
   }
 }
 
+TEST_CASE("backward weight version 6 in bf16 (wgmma ring, TMA) matches the CPU's bf16, and refuses what TMA cannot read") {
+  // bf16 operands against the CPU's bf16 (exact products summed in f32, rounded once): 32, 64 and
+  // 128 outputs a block and a second block, several blocks of taps, strides, dilation, groups,
+  // padded planes and lines, images whose last stage is short, one split and many
+  namespace cv = cuda::conv2d;
+  if (!cuda::wgmma_runs()) return;
+  cudaStream_t stream = cuda::backend(0).stream();
+  auto config = square_config;
+  std::vector<ConvCase> cases = {
+      {{2, 128, 24, 24}, {128, 128, 3, 3}, config(1, 1, 1, 1), false, {}},  // 1152 taps, 128 outputs a block
+      {{4, 32, 16, 16}, {64, 32, 3, 3}, config(1, 1, 1, 1), false, {}},     // 64 outputs, 256 pixels an image
+      {{3, 16, 40, 40}, {24, 16, 3, 3}, config(1, 1, 1, 1), false, {}},     // 32 outputs a block, 1600 pixels
+      {{2, 8, 12, 20}, {16, 8, 3, 1}, {}, false, {}},                        // x's rows as lines (W = 20)
+      {{8, 16, 32, 32}, {40, 8, 3, 3}, config(1, 1, 1, 2), false, {}},      // groups of 20 outputs
+      {{6, 24, 32, 32}, {130, 24, 3, 3}, config(2, 1, 1, 1), false, {}},    // stride 2, 130 outputs: two blocks
+      {{4, 16, 24, 24}, {16, 16, 3, 3}, config(1, 2, 2, 1), false, {}},     // dilation 2
+      {{1, 8, 8, 8}, {16, 8, 1, 1}, {}, false, {}},                          // 1 x 1, one image: one split
+  };
+  for (ConvCase& c : cases) c.y = output_shape(c);
+  for (const ConvCase& c : cases) {
+    const cv::Geometry g = geometry(c);
+    const Tensor x = uniform(c.x, -1, 1).to(DType::bf16), gy = uniform(c.y, -1, 1).to(DType::bf16);
+    const Tensor dx = x.to(kCuda), dgy = gy.to(kCuda);
+    REQUIRE_MESSAGE(cv::backward_weight_ring_bf16_applies(device_ptr<bf16>(dx), device_ptr<bf16>(dgy), g), c.str());
+    Tensor gw = full(c.w, 7.0, TensorOptions(DType::bf16).device(kCuda));
+    Tensor ws = full({cv::backward_weight_ring_bf16_workspace(g) / 4}, 7.0, kCuda);
+    cv::backward_weight_ring_bf16(device_ptr<bf16>(dx), device_ptr<bf16>(dgy), device_ptr<bf16>(gw),
+                                  device_ptr<float>(ws), g, stream);
+    check_close(gw, conv2d_backward_weight(x, gy, c.w, c.config), 8e-3, 1e-6 * static_cast<double>(c.y[0] * c.y[2] * c.y[3]),
+                "backward weight 6 (bf16) " + c.str());
+  }
+  // what TMA cannot read: x off 16 bytes, and MNIST's conv2 (rows of 26 bf16, 52 bytes)
+  ConvCase c2{{4, 32, 26, 26}, {64, 32, 3, 3}, {}, false, {}};
+  c2.y = {4, 64, 24, 24};
+  const Tensor x2 = zeros({4 * 32 * 26 * 26 + 8}, TensorOptions(DType::bf16).device(kCuda));
+  const Tensor gy2 = zeros(c2.y, TensorOptions(DType::bf16).device(kCuda));
+  CHECK_FALSE(cv::backward_weight_ring_bf16_applies(device_ptr<bf16>(x2), device_ptr<bf16>(gy2), geometry(c2)));
+  ConvCase c3{{2, 16, 16, 16}, {16, 16, 3, 3}, config(1, 1, 1, 1), false, {}};
+  c3.y = {2, 16, 16, 16};
+  CHECK(cv::backward_weight_ring_bf16_applies(device_ptr<bf16>(x2), device_ptr<bf16>(gy2), geometry(c3)));
+  CHECK_FALSE(cv::backward_weight_ring_bf16_applies(device_ptr<bf16>(x2) + 1, device_ptr<bf16>(gy2), geometry(c3)));
+}
+
 TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide layers, strides, groups and tails") {
   // 3xTF32 within f32's tolerance and TF32 within TF32's: 32, 64 and 128 outputs a block (and a
   // second block of them), taps past a block's tiles (several blocks of taps), images whose last
@@ -451,11 +511,7 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
   namespace cv = cuda::conv2d;
   if (!cuda::wgmma_runs()) return;
   cudaStream_t stream = cuda::backend(0).stream();
-  auto config = [](int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
-    Conv2dConfig k;
-    k.stride = {stride, stride}, k.padding = {pad, pad}, k.dilation = {dilation, dilation}, k.groups = groups;
-    return k;
-  };
+  auto config = square_config;
   std::vector<ConvCase> cases = {
       {{64, 32, 26, 26}, {64, 32, 3, 3}, {}, false, {}},                 // conv2 at batch 64
       {{16, 32, 26, 26}, {64, 32, 3, 3}, config(1, 1, 1, 1), false, {}},  // 676 pixels: a short last stage
@@ -470,13 +526,7 @@ TEST_CASE("backward weight version 6 (wgmma ring) matches the CPU at conv2, wide
       {{4, 16, 24, 24}, {16, 16, 3, 3}, config(1, 2, 2, 1), false, {}},  // TMA planes, dilation 2
       {{3, 10, 12, 10}, {36, 5, 2, 3}, config(1, 0, 1, 2), false, {}},   // TMA lines, groups, a 2 x 3 kernel
   };
-  for (ConvCase& c : cases) {
-    auto out = [&](int i) {
-      const int64_t in = c.x[2 + i], k = c.w[2 + i];
-      return (in + 2 * c.config.padding[i] - c.config.dilation[i] * (k - 1) - 1) / c.config.stride[i] + 1;
-    };
-    c.y = {c.x[0], c.w[0], out(0), out(1)};
-  }
+  for (ConvCase& c : cases) c.y = output_shape(c);
   int by_tma = 0, by_cp_async = 0, with_bias = 0;
   for (const ConvCase& c : cases) {
     const cv::Geometry g = geometry(c);

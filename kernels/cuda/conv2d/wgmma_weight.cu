@@ -150,8 +150,22 @@
 //   epoch 2 at batch 512
 //   0.119 s [fig cuda.conv2d.weight-bias.cnn.b512.old.epoch2] -> 0.115 [fig cuda.conv2d.weight-bias.cnn.b512.new.epoch2],
 //   at batch 64 0.248 [fig cuda.conv2d.weight-bias.cnn.b64.old.epoch2] -> 0.242 [fig cuda.conv2d.weight-bias.cnn.b64.new.epoch2].
+//
+// bf16 (backward_weight_ring_bf16), by TMA only: the patch and grad_y's tile land in bf16, a
+// product is m64nNk16, and a register of A holds two neighbouring pixels of a tap, loaded as two
+// 2-byte values (the pixels 2t, 2t + 1, 2t + 8 and 2t + 9 of each k-step, walked from two starts);
+// the results are f32 partials, summed in order and rounded once to bf16. Measured on the large
+// layer (one H200, kernel-bench, docs/runs/2026-11-29-h200-bf16-weight-ring), µs:
+//   226.2 [fig cuda.conv2d.bf16-weight-ring.large.v6.us]
+//     against version 3 on image pairs' 713.8 [fig cuda.conv2d.bf16-weight-ring.large.v3.us] (production before),
+//     version 4's 868.2 [fig cuda.conv2d.bf16-weight-ring.large.v4.us],
+//     this version's TF32 299.1 [fig cuda.conv2d.bf16-weight-ring.large.v6-tf32.us]
+//     and cuDNN BF16's 183.7 [fig cuda.conv2d.bf16-weight-ring.large.cudnn.us].
+// A k-step of a tile costs a consumer thread 8 shared loads in bf16 where TF32's costs 4 over half
+// the pixels: the loads per pixel are TF32's, and bf16 gains only the products' half.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/core/error.h"
 #include "kiln/kernels/cuda/check.h"
@@ -185,6 +199,7 @@ struct WeightRingPlan {
   int64_t splits = 0, per_split = 0;  // blocks along the reduction, and the stages of each
   int stages = 0;
   bool exact = false;
+  int size = 4;  // an element's bytes: 4 (f32: TF32 or 3xTF32) or 2 (bf16)
   // 3xTF32 with the bias's gradient: row `taps` of the product, a spare one of the last tile, has
   // the patch's plane of ones for its im2col row, so its results are grad_y summed over the pixels
   bool bias = false;
@@ -202,12 +217,13 @@ constexpr int tiles_max(int bn, bool exact) {
 }
 
 // aligned: x and grad_y start on 16 bytes, as TMA needs. bias: with a plane of ones (bias_row_fits).
-// mblocks: the blocks of taps, from the fewest the consumers' registers allow (0) up while two
-// stages do not fit in shared memory.
-WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int sms, bool aligned, bool bias,
+// size: an element's bytes (4, or 2 for bf16). mblocks: the blocks of taps, from the fewest the
+// consumers' registers allow (0) up while two stages do not fit in shared memory.
+WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int sms, bool aligned, bool bias, int size,
                                 int mblocks = 0) {
   WeightRingPlan p;
-  p.exact = exact, p.bias = bias;
+  p.exact = exact, p.bias = bias, p.size = size;
+  const int64_t v = 16 / size;  // elements in 16 bytes
   p.bn = d.og > 64 ? 128 : d.og > 32 ? 64 : 32;
   p.nblocks = static_cast<int>((d.og + p.bn - 1) / p.bn);
   const int64_t taps = d.cg * d.khkw, all = (taps + 63) / 64;
@@ -226,12 +242,13 @@ WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int s
   // plane rows (or, without padding along the width, its planes) multiples of 16 bytes, a box's
   // extents at most 256 and its rows whole 16-byte pieces. A stage's patch is then one box:
   // padded rows of the plane, or its rows as one line (a plane row then exactly W columns), each
-  // from up to 3 columns before the first it needs (`lead`, the producer).
-  const int64_t lead = -d.pw & 3, wide = (lead + p.cols + 3) / 4 * 4, line = (p.rows * d.w + 3 + 3) / 4 * 4;
-  if (aligned && d.ohw % 4 == 0 && p.channels <= 256 && d.n * d.c < (int64_t{1} << 31)) {
-    if (d.w % 4 == 0 && wide <= 256 && p.rows <= 256) {
+  // from up to v - 1 columns before the first it needs (`lead`, the producer).
+  const int64_t lead = -d.pw & (v - 1), wide = (lead + p.cols + v - 1) / v * v;
+  const int64_t line = (p.rows * d.w + 2 * (v - 1)) / v * v;
+  if (aligned && d.ohw % v == 0 && p.channels <= 256 && d.n * d.c < (int64_t{1} << 31)) {
+    if (d.w % v == 0 && wide <= 256 && p.rows <= 256) {
       p.tma = true, p.cols = static_cast<int>(wide), p.plane = p.rows * p.cols;
-    } else if (d.pw == 0 && d.hw % 4 == 0 && line <= 256) {
+    } else if (d.pw == 0 && d.hw % v == 0 && line <= 256) {
       p.tma = p.flat = true, p.cols = static_cast<int>(d.w), p.plane = static_cast<int>(line);
     }
   }
@@ -243,15 +260,15 @@ WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int s
   p.splits = (p.chunks + p.per_split - 1) / p.per_split;
   // the planes, one of zeros (and one of ones), then grad_y's tile on the 128-byte swizzle's period,
   // 1024 bytes
-  p.patch_bytes = (int64_t{p.channels + 1 + bias} * p.plane * 4 + 1023) / 1024 * 1024;
-  p.stage_bytes = p.patch_bytes + int64_t{p.bn} * kWtBK * 4 * (exact ? 2 : 1);
-  p.tma_bytes = int64_t{p.channels} * p.plane * 4 + int64_t{p.bn} * kWtBK * 4;
+  p.patch_bytes = (int64_t{p.channels + 1 + bias} * p.plane * size + 1023) / 1024 * 1024;
+  p.stage_bytes = p.patch_bytes + int64_t{p.bn} * kWtBK * size * (exact ? 2 : 1);
+  p.tma_bytes = (int64_t{p.channels} * p.plane + int64_t{p.bn} * kWtBK) * size;
   // the base's alignment, the mbarriers (full, empty, landed), the cp.async producer's table of
   // plane rows
   const int64_t fixed = 1024 + (3 * kWtMaxStages) * 8 + (p.tma ? 0 : int64_t{p.channels} * p.rows * 8);
   p.stages = static_cast<int>(std::min<int64_t>(kWtMaxStages, (kWtSmem - fixed) / p.stage_bytes));
   p.smem = fixed + p.stages * p.stage_bytes;
-  if (p.stages < 2 && p.tiles > 1) return weight_ring_plan(d, groups, exact, sms, aligned, bias, p.mblocks + 1);
+  if (p.stages < 2 && p.tiles > 1) return weight_ring_plan(d, groups, exact, sms, aligned, bias, size, p.mblocks + 1);
   return p;
 }
 
@@ -262,8 +279,10 @@ bool bias_row_fits(const Dims& d, bool exact) { return exact && d.cg * d.khkw % 
 
 // The plan where version 6 runs (a Hopper GPU, this file built for it, two stages within shared
 // memory, patch rows of at most 32 columns a lane, offsets within an int), else an empty one
-// (smem = 0); by TMA where `aligned` (x and grad_y on 16 bytes) and the shapes allow.
-WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact, bool aligned = false, bool bias = false) {
+// (smem = 0); by TMA where `aligned` (x and grad_y on 16 bytes) and the shapes allow. bf16 (size
+// 2) runs by TMA only.
+WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact, bool aligned = false, bool bias = false,
+                                    int size = 4) {
   if (g.n * g.oh * g.ow == 0 || g.o == 0 || g.c == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(g);
   if (bias && !bias_row_fits(d, exact)) return {};
@@ -273,19 +292,22 @@ WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact, bool aligned 
     return p.stages >= 2 && p.cols <= 32 * 32 && d.c * d.hw < (int64_t{1} << 31) &&
            d.o * d.ohw < (int64_t{1} << 31) && blocks < (int64_t{1} << 31) && p.chunks < (int64_t{1} << 31);
   };
-  if (const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, aligned, bias); fits(p)) return p;
-  const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, false, bias);
+  if (const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, aligned, bias, size); fits(p) && (p.tma || size == 4))
+    return p;
+  if (size != 4) return {};
+  const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, false, bias, size);
   return fits(p) ? p : WeightRingPlan{};
 }
 
 // TMA reads tensors that start on 16 bytes.
-bool tma_aligned(const float* x, const float* gy) {
+bool tma_aligned(const void* x, const void* gy) {
   return reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(gy) % 16 == 0;
 }
 
+template <class T>
 struct WeightRingArgs {
-  const float* x;   // [N, C, H, W]
-  const float* gy;  // [N, O, OH, OW]
+  const T* x;   // [N, C, H, W]
+  const T* gy;  // [N, O, OH, OW]
   // The splits' partial sums, split s's at s * split_stride: [O][C/G*KH*KW] from out and, with
   // plan.bias, [O] from bias_out (grad_w and grad_b themselves for one split)
   float* out;
@@ -320,7 +342,7 @@ __device__ inline void split_grads(uint8_t* tile, int pieces, int first, int ste
 // grad_w^T's element (tap, output) summed in f32 over the split's pixels (tap C/G*KH*KW: the
 // bias's, grad_y alone): the 3xTF32 answer where it came out NaN (an infinite value splits into inf
 // and NaN).
-__device__ float weight_dot_f32(const WeightRingArgs& a, int64_t group, int64_t o, int64_t tap, int64_t chunk_begin,
+__device__ float weight_dot_f32(const WeightRingArgs<float>& a, int64_t group, int64_t o, int64_t tap, int64_t chunk_begin,
                                 int64_t chunk_end) {
   const Dims& d = a.d;
   const bool ones = tap == d.cg * d.khkw;
@@ -349,7 +371,7 @@ __device__ inline int patch_start(const WeightRingPlan& plan, const Dims& d, int
   return plan.flat ? ih0 * static_cast<int>(d.w) : -d.pw;
 }
 __device__ inline int patch_lead(const WeightRingPlan& plan, const Dims& d, int ih0) {
-  return plan.tma ? patch_start(plan, d, ih0) & 3 : 0;
+  return plan.tma ? patch_start(plan, d, ih0) & (16 / plan.size - 1) : 0;
 }
 #endif
 
@@ -359,14 +381,18 @@ __device__ inline int patch_lead(const WeightRingPlan& plan, const Dims& d, int 
 // plan.tma: the copies read x, [N C][H][W] (or [N C][H W] when plan.flat), and grad_y, [N][O][OH OW],
 // through map_x and map_gy, in boxes of a stage's patch and of 32 pixels by BN outputs (the
 // 128-byte swizzle); the maps are kernel parameters of their own, as TMA wants them.
-template <int BN, int T, bool kExact>
+// E: the elements, float (TF32, or 3xTF32 with kExact) or bf16 (by TMA only).
+template <class E, int BN, int T, bool kExact>
 __global__ void __launch_bounds__(kWtThreads, 1)
-    weight_ring_kernel(const __grid_constant__ WeightRingArgs a, const __grid_constant__ CUtensorMap map_x,
+    weight_ring_kernel(const __grid_constant__ WeightRingArgs<E> a, const __grid_constant__ CUtensorMap map_x,
                        const __grid_constant__ CUtensorMap map_gy) {
   dependent_kernel_start();  // launch.cuh: launched by launch_dependent
 #ifdef KILN_WGMMA
   extern __shared__ __align__(1024) uint8_t smem_weight[];
   constexpr int R = BN / 2;  // accumulators a thread a tile
+  constexpr bool kBf16 = std::is_same_v<E, bf16>;
+  constexpr int kStepK = kBf16 ? 16 : 8;                          // pixels a product
+  constexpr int kBoxPixels = 128 / static_cast<int>(sizeof(E));  // grad_y's box: 128 bytes of pixels
   // Registers a thread, for which ptxas -v finds nothing spilled: the producer's copy loop needs
   // more than 96 at 128 outputs, and 3xTF32's consumers more than 200 at 32 and 64 (two tiles and
   // a stage's sums besides their accumulators). The warpgroups share what the block was given,
@@ -404,7 +430,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
   // each stage's plane of zeros, read by the taps past the block's (and of ones, by the bias's row)
   for (int s = 0; s < stages; ++s)
     for (int i = tid; i < (1 + plan.bias) * plane; i += kWtThreads)
-      reinterpret_cast<float*>(ring + s * plan.stage_bytes)[plan.channels * plane + i] = i < plane ? 0.0f : 1.0f;
+      reinterpret_cast<E*>(ring + s * plan.stage_bytes)[plan.channels * plane + i] = E(i < plane ? 0.0f : 1.0f);
   // The cp.async producer's table of the patch's plane rows, the same every stage: row pr (channel
   // c_first + pr / rows, the stage's input row ih0 + pr % rows) reads x from offset .x past the
   // stage's first input row of channel c_first, and is inside the input where ih0 + .y is a row of
@@ -445,8 +471,8 @@ __global__ void __launch_bounds__(kWtThreads, 1)
           const int at = patch_start(plan, d, ih0) - patch_lead(plan, d, ih0);
           if (plan.flat) matmul::tma_load(st, &map_x, at, channel, 0, bar);
           else matmul::tma_load(st, &map_x, at, ih0, channel, bar);
-          for (int box = 0; box < 2; ++box)
-            matmul::tma_load(st + plan.patch_bytes + box * BN * 128, &map_gy, q0 + 32 * box,
+          for (int box = 0; box < kWtBK / kBoxPixels; ++box)
+            matmul::tma_load(st + plan.patch_bytes + box * BN * 128, &map_gy, q0 + kBoxPixels * box,
                              static_cast<int>(group * d.og + n0), img, bar);
         }
       } else if (producer_splits && tid >= 128 - kSplitters) {
@@ -460,7 +486,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
           matmul::mbar_arrive(&full[stage]);
         }
       }
-    } else {
+    } else if constexpr (!kBf16) {
       // By cp.async: plane rows a warp at a time, a column a lane; grad_y's piece i = tid + 128 j,
       // output i / 16's pixels 4 (i % 16) .. + 3, at its place in the swizzled boxes.
       const int warp = tid / 32, lane = tid % 32;
@@ -564,7 +590,6 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         const int stage = static_cast<int>(n % stages);
         matmul::mbar_wait(&full[stage], static_cast<uint32_t>((n / stages) & 1));
         uint8_t* st = ring + stage * plan.stage_bytes;
-        const auto* patch = reinterpret_cast<const float*>(st);
         const uint32_t grads = ring_at + static_cast<uint32_t>(stage * plan.stage_bytes + plan.patch_bytes);
         if constexpr (kExact) {
           if (!plan.tma) {  // grad_y split here (by TMA, the producer's warps split it before "full")
@@ -582,37 +607,58 @@ __global__ void __launch_bounds__(kWtThreads, 1)
           // cores' reads (TMA's land in their proxy already)
           matmul::fence_async_shared();
         }
-        // The thread's pixels: columns t and t + 4 of each k-step, stage pixels 8 step + t (+ 4),
-        // walked 4 at a time from q0 + t; past the image (the last stage of an image) they read the
-        // patch's first value, times grad_y's zero.
+        // The thread's pixels, past the image (the last stage of an image) reading the patch's first
+        // value, times grad_y's zero. TF32: columns t and t + 4 of each k-step of 8, stage pixels
+        // 8 step + t (+ 4), walked 4 at a time from q0 + t. bf16: columns 2t, 2t + 1, 2t + 8 and
+        // 2t + 9 of each k-step of 16 (a register holds two neighbouring pixels of a tap), walked
+        // 8 at a time from q0 + 2t and from q0 + 2t + 1.
         const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, oh0 = q0 / ow;
         const int lead = patch_lead(plan, d, oh0 * d.sh - d.ph);
-        int py = (q0 + t) / ow - oh0, px = (q0 + t) % ow, q = q0 + t;
-        auto next_offset = [&] {
-          const int off = q < ohw ? lead + py * row_step + px * d.sw : 0;
-          q += 4, px += 4;
-          while (px >= ow) px -= ow, ++py;
+        struct Walk {
+          int py, px, q;
+        };
+        auto walk_from = [&](int q) { return Walk{(q0 + q) / ow - oh0, (q0 + q) % ow, q0 + q}; };
+        auto next_offset = [&](Walk& w, int stride) {
+          const int off = w.q < ohw ? lead + w.py * row_step + w.px * d.sw : 0;
+          w.q += stride, w.px += stride;
+          while (w.px >= ow) w.px -= ow, ++w.py;
           return off;
         };
+        Walk first = walk_from(kBf16 ? 2 * t : t), second = walk_from(2 * t + 1);
         uint32_t frag[2][NT > 0 ? NT : 1][kExact ? 8 : 4];
         auto load = [&](uint32_t (&f)[NT > 0 ? NT : 1][kExact ? 8 : 4]) {
-          const int o0 = next_offset(), o1 = next_offset();
+          if constexpr (kBf16) {
+            const auto* patch = reinterpret_cast<const uint16_t*>(st);
+            const int e0 = next_offset(first, 8), o0 = next_offset(second, 8);
+            const int e1 = next_offset(first, 8), o1 = next_offset(second, 8);
+            auto pair = [&](int row, int lo, int hi) {
+              return uint32_t{patch[row + lo]} | uint32_t{patch[row + hi]} << 16;
+            };
 #pragma unroll
-          for (int s = 0; s < NT; ++s) {
-            const uint32_t v[4] = {__float_as_uint(patch[base[s][0] + o0]), __float_as_uint(patch[base[s][1] + o0]),
-                                   __float_as_uint(patch[base[s][0] + o1]), __float_as_uint(patch[base[s][1] + o1])};
+            for (int s = 0; s < NT; ++s) {
+              f[s][0] = pair(base[s][0], e0, o0), f[s][1] = pair(base[s][1], e0, o0);
+              f[s][2] = pair(base[s][0], e1, o1), f[s][3] = pair(base[s][1], e1, o1);
+            }
+          } else {
+            const auto* patch = reinterpret_cast<const float*>(st);
+            const int o0 = next_offset(first, 4), o1 = next_offset(first, 4);
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              if constexpr (kExact) matmul::split_tf32(v[r], f[s][r], f[s][4 + r]);
-              else f[s][r] = v[r];
+            for (int s = 0; s < NT; ++s) {
+              const uint32_t v[4] = {__float_as_uint(patch[base[s][0] + o0]), __float_as_uint(patch[base[s][1] + o0]),
+                                     __float_as_uint(patch[base[s][0] + o1]), __float_as_uint(patch[base[s][1] + o1])};
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                if constexpr (kExact) matmul::split_tf32(v[r], f[s][r], f[s][4 + r]);
+                else f[s][r] = v[r];
+              }
             }
           }
         };
         load(frag[0]);
 #pragma unroll
-        for (int step = 0; step < kWtBK / 8; ++step) {
+        for (int step = 0; step < kWtBK / kStepK; ++step) {
           auto& f = frag[step % 2];
-          // k-step `step`: 32 bytes along the rows of box step / 4
+          // k-step `step`: 32 bytes along the rows of box step / 4 (bf16: one box)
           const uint64_t b =
               matmul::swizzled_descriptor(grads + static_cast<uint32_t>(step / 4 * BN * 128 + step % 4 * 32));
           matmul::wgmma_fence();
@@ -627,11 +673,12 @@ __global__ void __launch_bounds__(kWtThreads, 1)
               matmul::wgmma_tf32(part[s], a_hi, b);
             } else {
               const uint32_t a4[4] = {f[s][0], f[s][1], f[s][2], f[s][3]};
-              matmul::wgmma_tf32(acc[s], a4, b);
+              if constexpr (kBf16) matmul::wgmma_bf16(acc[s], a4, b);
+              else matmul::wgmma_tf32(acc[s], a4, b);
             }
           }
           matmul::wgmma_commit();
-          if (step + 1 < kWtBK / 8) {
+          if (step + 1 < kWtBK / kStepK) {
             matmul::wgmma_wait<1>();  // the step before is done with the other set of fragments
             load(frag[(step + 1) % 2]);
           }
@@ -668,18 +715,23 @@ __global__ void __launch_bounds__(kWtThreads, 1)
       };
 #pragma unroll
       for (int s = 0; s < NT; ++s) matmul::fence_accumulators(acc[s]);
-      bool nan = false;
+      [[maybe_unused]] bool nan = false;
       auto at = [&](int64_t m, int col) -> float& {
         return m == taps ? a.bias_out[split * a.split_stride + group * d.og + n0 + col] : out[col * taps + m];
       };
-      each_result([&](float v, int64_t m, int col) { nan |= v != v, at(m, col) = v; });
+      each_result([&](float v, int64_t m, int col) {
+        if constexpr (kExact) nan |= v != v;
+        at(m, col) = v;
+      });
       // 3xTF32's NaNs recomputed in f32 once every result is stored: the recomputation's loops,
       // inlined among the stores, kept ptxas from holding the accumulators in registers (hundreds
       // of bytes spilled)
-      if (kExact && nan)
-        each_result([&](float v, int64_t m, int col) {
-          if (v != v) at(m, col) = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
-        });
+      if constexpr (kExact) {
+        if (nan)
+          each_result([&](float v, int64_t m, int col) {
+            if (v != v) at(m, col) = weight_dot_f32(a, group, n0 + col, m, chunk_begin, chunk_end);
+          });
+      }
     };
     switch (mine) {
       case 0: if constexpr (0 <= T) consume.template operator()<0>(); break;
@@ -697,44 +749,48 @@ __global__ void __launch_bounds__(kWtThreads, 1)
 }
 
 // out, bias_out and split_stride as WeightRingArgs'.
-void weight_ring_run(const float* x, const float* gy, float* out, float* bias_out, int64_t split_stride,
-                     const Geometry& g, const WeightRingPlan& plan, cudaStream_t stream) {
-  const WeightRingArgs args{x, gy, out, bias_out, split_stride, dims_of(g), g.groups, plan};
+template <class E>
+void weight_ring_run(const E* x, const E* gy, float* out, float* bias_out, int64_t split_stride, const Geometry& g,
+                     const WeightRingPlan& plan, cudaStream_t stream) {
+  const WeightRingArgs<E> args{x, gy, out, bias_out, split_stride, dims_of(g), g.groups, plan};
   CUtensorMap map_x{}, map_gy{};
   if (plan.tma) {
     const Dims& d = args.d;
     auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
     auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
-    const uint64_t gy_dims[3] = {u(d.ohw), u(d.o), u(d.n)}, gy_strides[2] = {u(d.ohw * 4), u(d.o * d.ohw * 4)};
-    const uint32_t gy_box[3] = {32, u32(plan.bn), 1};
-    map_gy = matmul::tiled_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, gy, gy_dims, gy_strides, gy_box,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, "conv2d_backward_weight");
+    constexpr int64_t size = sizeof(E);
+    const CUtensorMapDataType type =
+        std::is_same_v<E, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    const uint64_t gy_dims[3] = {u(d.ohw), u(d.o), u(d.n)}, gy_strides[2] = {u(d.ohw * size), u(d.o * d.ohw * size)};
+    const uint32_t gy_box[3] = {u32(128 / size), u32(plan.bn), 1};
+    map_gy = matmul::tiled_map(type, 3, gy, gy_dims, gy_strides, gy_box, CU_TENSOR_MAP_SWIZZLE_128B,
+                               "conv2d_backward_weight");
     const int64_t planes = d.n * d.c;
     const uint64_t x_dims[3] = {u(plan.flat ? d.hw : d.w), u(plan.flat ? planes : d.h), u(plan.flat ? 1 : planes)};
-    const uint64_t x_strides[2] = {u(plan.flat ? d.hw * 4 : d.w * 4), u(plan.flat ? planes * d.hw * 4 : d.hw * 4)};
+    const uint64_t x_strides[2] = {u(plan.flat ? d.hw * size : d.w * size),
+                                   u(plan.flat ? planes * d.hw * size : d.hw * size)};
     const uint32_t x_box[3] = {u32(plan.flat ? plan.plane : plan.cols), u32(plan.flat ? plan.channels : plan.rows),
                                u32(plan.flat ? 1 : plan.channels)};
-    map_x = matmul::tiled_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, x, x_dims, x_strides, x_box,
-                                   CU_TENSOR_MAP_SWIZZLE_NONE, "conv2d_backward_weight");
+    map_x = matmul::tiled_map(type, 3, x, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                              "conv2d_backward_weight");
   }
   const int64_t blocks = plan.splits * g.groups * plan.nblocks * plan.mblocks;
   auto launch = [&]<int BN, bool kExact>() {
-    auto* kernel = weight_ring_kernel<BN, tiles_max(BN, kExact), kExact>;
+    auto* kernel = weight_ring_kernel<E, BN, tiles_max(BN, kExact), kExact>;
     const int bytes = static_cast<int>(plan.smem);
     allow_dynamic_smem(kernel, bytes);
     launch_dependent(kernel, static_cast<unsigned>(blocks), kWtThreads, bytes, stream, args, map_x, map_gy);
     KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
   };
-  if (plan.bn == 128) {
-    if (plan.exact) launch.template operator()<128, true>();
-    else launch.template operator()<128, false>();
-  } else if (plan.bn == 64) {
-    if (plan.exact) launch.template operator()<64, true>();
-    else launch.template operator()<64, false>();
-  } else {
-    if (plan.exact) launch.template operator()<32, true>();
-    else launch.template operator()<32, false>();
-  }
+  auto maths = [&]<int BN>() {  // 3xTF32 in f32 only
+    if constexpr (std::is_same_v<E, float>) {
+      if (plan.exact) return launch.template operator()<BN, true>();
+    }
+    launch.template operator()<BN, false>();
+  };
+  if (plan.bn == 128) maths.template operator()<128>();
+  else if (plan.bn == 64) maths.template operator()<64>();
+  else maths.template operator()<32>();
 }
 
 }  // namespace
@@ -779,6 +835,33 @@ void backward_weight_ring(const float* x, const float* grad_y, float* grad_w, fl
   // each split's weights, then its biases; summed in one launch, the biases into grad_b
   weight_ring_run(x, grad_y, workspace, workspace + weights, weights + (bias ? g.o : 0), g, plan, stream);
   sum_splits(workspace, grad_w, weights + (bias ? g.o : 0), plan.splits, stream, grad_b, bias ? weights : -1);
+  KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
+}
+
+}  // namespace kiln::cuda::conv2d
+
+namespace kiln::cuda::conv2d {
+
+bool backward_weight_ring_bf16_applies(const bf16* x, const bf16* grad_y, const Geometry& g) {
+  return weight_ring_plan_for(g, false, tma_aligned(x, grad_y), false, 2).smem > 0;
+}
+
+// The splits' f32 partials (one split's too: the kernel stores f32), by the plan for aligned
+// operands, the only one bf16 runs.
+int64_t backward_weight_ring_bf16_workspace(const Geometry& g) {
+  const WeightRingPlan p = weight_ring_plan_for(g, false, true, false, 2);
+  return p.smem > 0 ? static_cast<int64_t>(sizeof(float)) * p.splits * g.o * (g.c / g.groups) * g.kh * g.kw : 0;
+}
+
+void backward_weight_ring_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, void* workspace, const Geometry& g,
+                               cudaStream_t stream) {
+  const WeightRingPlan plan = weight_ring_plan_for(g, false, tma_aligned(x, grad_y), false, 2);
+  check_entry(plan.smem > 0, workspace, backward_weight_ring_bf16_workspace(g), "conv2d_backward_weight",
+              "6 (wgmma ring, bf16: by TMA, x and grad_y on 16 bytes)");
+  const int64_t weights = g.o * (g.c / g.groups) * g.kh * g.kw;
+  auto* partials = static_cast<float*>(workspace);
+  weight_ring_run(x, grad_y, partials, nullptr, weights, g, plan, stream);
+  sum_splits(partials, grad_w, weights, plan.splits, stream);  // each rounded to bf16 once
   KILN_CUDA_LAUNCH_CHECK("conv2d_backward_weight");
 }
 

@@ -238,6 +238,26 @@ __device__ inline void wgmma_bf16(float (&d)[16], uint64_t a, uint64_t b) {
                : KILN_ACC32
                : "l"(a), "l"(b), "n"(TA), "n"(TB));
 }
+// The same with A (64 x 16) from registers, in mma.sync's m16n8k16 fragment layout per warp (two
+// bf16 of neighbouring k in each register, the lower k in the low half).
+__device__ inline void wgmma_bf16(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" KILN_REGS128
+               "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+               : KILN_ACC128
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ inline void wgmma_bf16(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" KILN_REGS64
+               "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+               : KILN_ACC64
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ inline void wgmma_bf16(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" KILN_REGS32
+               "}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
+               : KILN_ACC32
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
 #undef KILN_REGS256
 #undef KILN_REGS128
 #undef KILN_REGS64
