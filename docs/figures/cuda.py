@@ -898,8 +898,9 @@ def define(figure, table, runs):
     n_runs("cuda.conv2d.bf16-ring", runs["2026-11-29-h200-bf16-ring"],
            (("bf16", "CNN batch 64, bf16", 2), ("b512_bf16", "CNN batch 512, bf16", 2)))
     # ---- backward weight version 6 in bf16 (by TMA, A's pixel pairs from two 2-byte loads) on one
-    # H200 (docs/runs/2026-11-29-h200-bf16-weight-ring) ----
-    bw = runs["2026-11-29-h200-bf16-weight-ring"]
+    # H200, as committed (docs/runs/2026-11-29-h200-weight-ring-lead: the patch's lead worked out
+    # from the element type, not by a division); its first run (-bf16-weight-ring) had the division ----
+    bw = runs["2026-11-29-h200-weight-ring-lead"]
     large = "large x[64,128,56,56] w[128,128,3,3] pad 1"
     for name, version in (("v6", "bwd-weight 6 wgmma ring BF16"), ("v3", "bwd-weight 3 tensor cores BF16, image pairs"),
                           ("v4", "bwd-weight 4 cells BF16"), ("cudnn", "bwd-weight cuDNN BF16"),
@@ -907,3 +908,18 @@ def define(figure, table, runs):
         figure(f"cuda.conv2d.bf16-weight-ring.large.{name}.us", bw,
                bw.kernel("conv2d", version, large, "kernels_large.json")["ms"] * 1000,
                f"conv2d {version} at {large} (H200), µs")
+    # the lead by a division (9636d46) and from the element type, each against f0cba4b in one call
+    for key, name, old_new in (("weight-ring-lead", "2026-11-29-h200-weight-ring-lead", "kernels_conv2_{}.json"),
+                               ("weight-lead-division", "2026-11-29-h200-weight-lead-division", "kernels_{}.json")):
+        run = runs[name]
+        n_runs(f"cuda.conv2d.{key}", run, (("b512", "CNN batch 512, f32", 3),))
+        for when in ("old", "new"):
+            figure(f"cuda.conv2d.{key}.conv2-b512.v6-3xtf32.{when}.us", run,
+                   run.kernel("conv2d", "bwd-weight 6 wgmma ring 3xTF32", "conv2 x[512,32,26,26] w[64,32,3,3]",
+                              old_new.format(when))["ms"] * 1000,
+                   f"conv2d bwd-weight 6 wgmma ring 3xTF32 at conv2, batch 512, {when} ({name}), µs")
+    first = runs["2026-11-29-h200-bf16-weight-ring"]
+    figure("cuda.conv2d.bf16-weight-ring.first.large.v6.us", first,
+           first.kernel("conv2d", "bwd-weight 6 wgmma ring BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",
+                        "kernels_large.json")["ms"] * 1000,
+           "conv2d bwd-weight 6 wgmma ring BF16 at the large layer, the first build (patch lead by a division), µs")

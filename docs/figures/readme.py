@@ -112,6 +112,15 @@ def define(figure, table, runs):
         figure(f"gpu.conv.{conv}.b{batch}.fwd-time-vs-cudnn", h100,
                k("conv2d", "fwd production + bias + ReLU in the epilogue", shape)["ms"] / k("conv2d", "fwd cuDNN", shape)["ms"],
                f"{conv} forward at batch {batch}, bias and ReLU in the epilogue: time over cuDNN FP32's")
+    # bf16 convolutions on the large layer against cuDNN BF16, production's path (one H200)
+    large = "large x[64,128,56,56] w[128,128,3,3] pad 1"
+    rule, weight = runs["2026-11-29-h200-bf16-ring-rule"], runs["2026-11-29-h200-weight-ring-lead"]
+    for what, run in (("fwd", rule), ("bwd-input", rule), ("bwd-weight", weight)):
+        file = "kernels_large.json"
+        figure(f"gpu.conv.large.bf16.{what}.time-vs-cudnn", run,
+               run.kernel("conv2d", f"{what} production (BF16)", large, file)["ms"]
+               / run.kernel("conv2d", f"{what} cuDNN BF16", large, file)["ms"],
+               f"bf16 conv2d {what} at {large}, production's path: time over cuDNN BF16's (H200)")
     figure("gpu.softmax.mnist.pct-copy", h100,
            h100.kernel_share("softmax", "production (CudaBackend)", "[65536, 10]"),
            "softmax over MNIST's logits [65536, 10]: % of copy bandwidth")

@@ -459,7 +459,8 @@ TEST_CASE("version 12 in bf16 (wgmma ring) matches the CPU's bf16 at conv2, wide
 TEST_CASE("backward weight version 6 in bf16 (wgmma ring, TMA) matches the CPU's bf16, and refuses what TMA cannot read") {
   // bf16 operands against the CPU's bf16 (exact products summed in f32, rounded once): 32, 64 and
   // 128 outputs a block and a second block, several blocks of taps, strides, dilation, groups,
-  // padded planes and lines, images whose last stage is short, one split and many
+  // padded planes and lines, images whose last stage is short, one split and many, an odd output
+  // width (a pixel pair of A across two output rows)
   namespace cv = cuda::conv2d;
   if (!cuda::wgmma_runs()) return;
   cudaStream_t stream = cuda::backend(0).stream();
@@ -469,6 +470,7 @@ TEST_CASE("backward weight version 6 in bf16 (wgmma ring, TMA) matches the CPU's
       {{4, 32, 16, 16}, {64, 32, 3, 3}, config(1, 1, 1, 1), false, {}},     // 64 outputs, 256 pixels an image
       {{3, 16, 40, 40}, {24, 16, 3, 3}, config(1, 1, 1, 1), false, {}},     // 32 outputs a block, 1600 pixels
       {{2, 8, 12, 20}, {16, 8, 3, 1}, {}, false, {}},                        // x's rows as lines (W = 20)
+      {{2, 8, 8, 16}, {16, 8, 1, 8}, {}, false, {}},  // an odd output width (9)
       {{8, 16, 32, 32}, {40, 8, 3, 3}, config(1, 1, 1, 2), false, {}},      // groups of 20 outputs
       {{6, 24, 32, 32}, {130, 24, 3, 3}, config(2, 1, 1, 1), false, {}},    // stride 2, 130 outputs: two blocks
       {{4, 16, 24, 24}, {16, 16, 3, 3}, config(1, 2, 2, 1), false, {}},     // dilation 2

@@ -155,14 +155,26 @@
 // product is m64nNk16, and a register of A holds two neighbouring pixels of a tap, loaded as two
 // 2-byte values (the pixels 2t, 2t + 1, 2t + 8 and 2t + 9 of each k-step, walked from two starts);
 // the results are f32 partials, summed in order and rounded once to bf16. Measured on the large
-// layer (one H200, kernel-bench, docs/runs/2026-11-29-h200-bf16-weight-ring), µs:
-//   226.2 [fig cuda.conv2d.bf16-weight-ring.large.v6.us]
-//     against version 3 on image pairs' 713.8 [fig cuda.conv2d.bf16-weight-ring.large.v3.us] (production before),
-//     version 4's 868.2 [fig cuda.conv2d.bf16-weight-ring.large.v4.us],
-//     this version's TF32 299.1 [fig cuda.conv2d.bf16-weight-ring.large.v6-tf32.us]
-//     and cuDNN BF16's 183.7 [fig cuda.conv2d.bf16-weight-ring.large.cudnn.us].
+// layer (one H200, kernel-bench, docs/runs/2026-11-29-h200-weight-ring-lead), µs:
+//   213.1 [fig cuda.conv2d.bf16-weight-ring.large.v6.us]
+//     against version 3 on image pairs' 715.5 [fig cuda.conv2d.bf16-weight-ring.large.v3.us] (production before),
+//     version 4's 880.5 [fig cuda.conv2d.bf16-weight-ring.large.v4.us],
+//     this version's TF32 287.4 [fig cuda.conv2d.bf16-weight-ring.large.v6-tf32.us]
+//     and cuDNN BF16's 185.6 [fig cuda.conv2d.bf16-weight-ring.large.cudnn.us].
 // A k-step of a tile costs a consumer thread 8 shared loads in bf16 where TF32's costs 4 over half
-// the pixels: the loads per pixel are TF32's, and bf16 gains only the products' half.
+// the pixels: the loads per pixel are TF32's, and bf16 gains only the products' half. The first
+// build worked out the patch's lead (patch_lead) from the plan's element size, a division every
+// stage: 226.2 µs [fig cuda.conv2d.bf16-weight-ring.first.large.v6.us] here (docs/runs/2026-11-29-h200-bf16-weight-ring),
+// and it slowed the f32
+// kernels too (docs/runs/2026-11-29-h200-weight-lead-division): 3xTF32 at conv2, batch 512,
+// 222 µs [fig cuda.conv2d.weight-lead-division.conv2-b512.v6-3xtf32.new.us] against
+// 205.3 [fig cuda.conv2d.weight-lead-division.conv2-b512.v6-3xtf32.old.us], the f32 CNN's epoch at
+// batch 512 0.108 s [fig cuda.conv2d.weight-lead-division.b512.new.epoch] against
+// 0.106 [fig cuda.conv2d.weight-lead-division.b512.old.epoch]. From the element type, as
+// now, 3xTF32 there took 199.4 [fig cuda.conv2d.weight-ring-lead.conv2-b512.v6-3xtf32.new.us]
+// against f0cba4b's 203.5 [fig cuda.conv2d.weight-ring-lead.conv2-b512.v6-3xtf32.old.us] in one
+// call, the epoch 0.106 [fig cuda.conv2d.weight-ring-lead.b512.new.epoch] against
+// 0.106 [fig cuda.conv2d.weight-ring-lead.b512.old.epoch].
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -370,8 +382,9 @@ __device__ float weight_dot_f32(const WeightRingArgs<float>& a, int64_t group, i
 __device__ inline int patch_start(const WeightRingPlan& plan, const Dims& d, int ih0) {
   return plan.flat ? ih0 * static_cast<int>(d.w) : -d.pw;
 }
+template <class E>
 __device__ inline int patch_lead(const WeightRingPlan& plan, const Dims& d, int ih0) {
-  return plan.tma ? patch_start(plan, d, ih0) & (16 / plan.size - 1) : 0;
+  return plan.tma ? patch_start(plan, d, ih0) & (16 / static_cast<int>(sizeof(E)) - 1) : 0;
 }
 #endif
 
@@ -468,7 +481,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
           const int channel = static_cast<int>(img * d.c + group * d.cg + c_first);
           uint64_t* bar = producer_splits ? &landed[stage] : &full[stage];
           matmul::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(plan.tma_bytes));
-          const int at = patch_start(plan, d, ih0) - patch_lead(plan, d, ih0);
+          const int at = patch_start(plan, d, ih0) - patch_lead<E>(plan, d, ih0);
           if (plan.flat) matmul::tma_load(st, &map_x, at, channel, 0, bar);
           else matmul::tma_load(st, &map_x, at, ih0, channel, bar);
           for (int box = 0; box < kWtBK / kBoxPixels; ++box)
@@ -613,24 +626,32 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         // 2t + 9 of each k-step of 16 (a register holds two neighbouring pixels of a tap), walked
         // 8 at a time from q0 + 2t and from q0 + 2t + 1.
         const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, oh0 = q0 / ow;
-        const int lead = patch_lead(plan, d, oh0 * d.sh - d.ph);
+        const int lead = patch_lead<E>(plan, d, oh0 * d.sh - d.ph);
+        int py = (q0 + t) / ow - oh0, px = (q0 + t) % ow, q = q0 + t;
+        auto next_offset = [&] {
+          const int off = q < ohw ? lead + py * row_step + px * d.sw : 0;
+          q += 4, px += 4;
+          while (px >= ow) px -= ow, ++py;
+          return off;
+        };
+        // bf16's two walks, 8 pixels a step
         struct Walk {
           int py, px, q;
         };
-        auto walk_from = [&](int q) { return Walk{(q0 + q) / ow - oh0, (q0 + q) % ow, q0 + q}; };
-        auto next_offset = [&](Walk& w, int stride) {
+        auto walk_from = [&](int from) { return Walk{(q0 + from) / ow - oh0, (q0 + from) % ow, q0 + from}; };
+        auto next_pair_offset = [&](Walk& w) {
           const int off = w.q < ohw ? lead + w.py * row_step + w.px * d.sw : 0;
-          w.q += stride, w.px += stride;
+          w.q += 8, w.px += 8;
           while (w.px >= ow) w.px -= ow, ++w.py;
           return off;
         };
-        Walk first = walk_from(kBf16 ? 2 * t : t), second = walk_from(2 * t + 1);
+        [[maybe_unused]] Walk even = walk_from(2 * t), odd = walk_from(2 * t + 1);
         uint32_t frag[2][NT > 0 ? NT : 1][kExact ? 8 : 4];
         auto load = [&](uint32_t (&f)[NT > 0 ? NT : 1][kExact ? 8 : 4]) {
           if constexpr (kBf16) {
             const auto* patch = reinterpret_cast<const uint16_t*>(st);
-            const int e0 = next_offset(first, 8), o0 = next_offset(second, 8);
-            const int e1 = next_offset(first, 8), o1 = next_offset(second, 8);
+            const int e0 = next_pair_offset(even), o0 = next_pair_offset(odd);
+            const int e1 = next_pair_offset(even), o1 = next_pair_offset(odd);
             auto pair = [&](int row, int lo, int hi) {
               return uint32_t{patch[row + lo]} | uint32_t{patch[row + hi]} << 16;
             };
@@ -641,7 +662,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
             }
           } else {
             const auto* patch = reinterpret_cast<const float*>(st);
-            const int o0 = next_offset(first, 4), o1 = next_offset(first, 4);
+            const int o0 = next_offset(), o1 = next_offset();
 #pragma unroll
             for (int s = 0; s < NT; ++s) {
               const uint32_t v[4] = {__float_as_uint(patch[base[s][0] + o0]), __float_as_uint(patch[base[s][1] + o0]),
@@ -719,10 +740,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
       auto at = [&](int64_t m, int col) -> float& {
         return m == taps ? a.bias_out[split * a.split_stride + group * d.og + n0 + col] : out[col * taps + m];
       };
-      each_result([&](float v, int64_t m, int col) {
-        if constexpr (kExact) nan |= v != v;
-        at(m, col) = v;
-      });
+      each_result([&](float v, int64_t m, int col) { nan |= v != v, at(m, col) = v; });
       // 3xTF32's NaNs recomputed in f32 once every result is stored: the recomputation's loops,
       // inlined among the stores, kept ptxas from holding the accumulators in registers (hundreds
       // of bytes spilled)
