@@ -533,8 +533,8 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
       void* ws = bench.device_bytes(static_cast<size_t>(std::max<int64_t>(bytes, 16)));
       const auto* bw = static_cast<const bf16*>(w16.buffer);
       if (v.forward_applies(g))
-        production(std::string("fwd ") + v.name, [&] { v.forward(bx, bw, {}, static_cast<bf16*>(y16.buffer), ws, g, stream); },
-                   y16, y, want_y);
+        production(std::string("fwd ") + v.name,
+                   [&] { v.forward(bx, bw, {}, static_cast<bf16*>(y16.buffer), ws, g, stream); }, y16, y, want_y);
       if (v.input_applies(g))
         production(std::string("bwd-input ") + v.name,
                    [&] { v.input(bgy, bw, static_cast<bf16*>(gx16.buffer), ws, g, stream); }, gx16, gx, want_gx);

@@ -121,11 +121,12 @@ inline bool exact(TensorMath math) { return math == TensorMath::tf32x3; }
 
 // What every entry of the wgmma versions (conv2d/wgmma.cu, conv2d/wgmma_weight.cu) checks before it
 // runs: that the version applies to the geometry (and the GPU) and that it was given its workspace
-// where it needs one.
-inline void check_entry(bool applies, const void* workspace, int64_t need, const char* op, const char* version) {
+// where it needs one (`need` of `unit`: f32 elements, or the bf16 entries' bytes).
+inline void check_entry(bool applies, const void* workspace, int64_t need, const char* op, const char* version,
+                        const char* unit = "elements") {
   KILN_CHECK(applies, ValueError, "cuda ", op, ": version ", version, " does not apply to this geometry or GPU");
   KILN_CHECK(need == 0 || workspace != nullptr, ValueError, "cuda ", op, ": version ", version,
-             " needs a workspace of ", need, " elements");
+             " needs a workspace of ", need, " ", unit);
 }
 
 // Launches sum_splits_kernel over count elements; those from `head` on go to `tail` (a second

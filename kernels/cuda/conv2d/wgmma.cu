@@ -1414,7 +1414,7 @@ int64_t forward_ring_bf16_workspace(const Geometry& g) {
 void forward_ring_bf16(const bf16* x, const bf16* w, const DeviceEpilogue<bf16>& e, bf16* y, void* workspace,
                        const Geometry& g, cudaStream_t stream) {
   const RingPlan plan = ring_plan_for(g, false, kRingBf16Channels);
-  check_entry(plan.smem > 0, workspace, forward_ring_bf16_workspace(g), "conv2d", "12 (wgmma ring, bf16)");
+  check_entry(plan.smem > 0, workspace, forward_ring_bf16_workspace(g), "conv2d", "12 (wgmma ring, bf16)", "bytes");
   ring_forward(x, w, false, static_cast<bf16*>(workspace), e, y, g, plan, stream, "conv2d");
 }
 
@@ -1429,7 +1429,7 @@ int64_t backward_input_ring_bf16_workspace(const Geometry& g) {
 void backward_input_ring_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, void* workspace, const Geometry& g,
                               cudaStream_t stream) {
   check_entry(backward_input_ring_bf16_applies(g), workspace, backward_input_ring_bf16_workspace(g),
-              "conv2d_backward_input", "12 (wgmma ring, bf16)");
+              "conv2d_backward_input", "12 (wgmma ring, bf16)", "bytes");
   const Geometry f = as_forward(g);
   ring_forward(grad_y, w, true, static_cast<bf16*>(workspace), {}, grad_x, f, ring_plan_for(f, false, kRingBf16Channels),
                stream, "conv2d_backward_input");

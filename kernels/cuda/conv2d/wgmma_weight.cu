@@ -304,8 +304,8 @@ WeightRingPlan weight_ring_plan_for(const Geometry& g, bool exact, bool aligned 
     return p.stages >= 2 && p.cols <= 32 * 32 && d.c * d.hw < (int64_t{1} << 31) &&
            d.o * d.ohw < (int64_t{1} << 31) && blocks < (int64_t{1} << 31) && p.chunks < (int64_t{1} << 31);
   };
-  if (const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, aligned, bias, size); fits(p) && (p.tma || size == 4))
-    return p;
+  const WeightRingPlan first = weight_ring_plan(d, g.groups, exact, sms, aligned, bias, size);
+  if (fits(first) && (first.tma || size == 4)) return first;
   if (size != 4) return {};
   const WeightRingPlan p = weight_ring_plan(d, g.groups, exact, sms, false, bias, size);
   return fits(p) ? p : WeightRingPlan{};
@@ -875,7 +875,7 @@ void backward_weight_ring_bf16(const bf16* x, const bf16* grad_y, bf16* grad_w, 
                                cudaStream_t stream) {
   const WeightRingPlan plan = weight_ring_plan_for(g, false, tma_aligned(x, grad_y), false, 2);
   check_entry(plan.smem > 0, workspace, backward_weight_ring_bf16_workspace(g), "conv2d_backward_weight",
-              "6 (wgmma ring, bf16: by TMA, x and grad_y on 16 bytes)");
+              "6 (wgmma ring, bf16: by TMA, x and grad_y on 16 bytes)", "bytes");
   const int64_t weights = g.o * (g.c / g.groups) * g.kh * g.kw;
   auto* partials = static_cast<float*>(workspace);
   weight_ring_run(x, grad_y, partials, nullptr, weights, g, plan, stream);
