@@ -918,6 +918,24 @@ def define(figure, table, runs):
                    run.kernel("conv2d", "bwd-weight 6 wgmma ring 3xTF32", "conv2 x[512,32,26,26] w[64,32,3,3]",
                               old_new.format(when))["ms"] * 1000,
                    f"conv2d bwd-weight 6 wgmma ring 3xTF32 at conv2, batch 512, {when} ({name}), µs")
+    # ---- backward weight version 6 reading each stage's pixel offsets from a table in shared
+    # memory (the consumers' walks gone), against 6aaef39 in one call (docs/runs/2026-11-29-h200-weight-offsets) ----
+    wo = runs["2026-11-29-h200-weight-offsets"]
+    for tag, shape in (("large", "large x[64,128,56,56] w[128,128,3,3] pad 1"),
+                       ("conv2-b512", "conv2 x[512,32,26,26] w[64,32,3,3]")):
+        file = "kernels_large_{}.json" if tag == "large" else "kernels_conv2_{}.json"
+        for name, version in (("bf16", "bwd-weight 6 wgmma ring BF16"), ("tf32", "bwd-weight 6 wgmma ring TF32"),
+                              ("3xtf32", "bwd-weight 6 wgmma ring 3xTF32")):
+            if tag != "large" and name == "bf16":
+                continue  # conv2's rows of 26 bf16 are not TMA's: version 4 runs there
+            for when in ("old", "new"):
+                figure(f"cuda.conv2d.weight-offsets.{tag}.{name}.{when}.us", wo,
+                       wo.kernel("conv2d", version, shape, file.format(when))["ms"] * 1000,
+                       f"conv2d {version} at {shape}, {when} (H200), µs")
+    figure("cuda.conv2d.weight-offsets.large.cudnn-bf16.us", wo,
+           wo.kernel("conv2d", "bwd-weight cuDNN BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",
+                     "kernels_large_new.json")["ms"] * 1000,
+           "conv2d bwd-weight cuDNN BF16 at the large layer, in the new build's bench (H200), µs")
     first = runs["2026-11-29-h200-bf16-weight-ring"]
     figure("cuda.conv2d.bf16-weight-ring.first.large.v6.us", first,
            first.kernel("conv2d", "bwd-weight 6 wgmma ring BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",

@@ -114,9 +114,9 @@ def define(figure, table, runs):
                f"{conv} forward at batch {batch}, bias and ReLU in the epilogue: time over cuDNN FP32's")
     # bf16 convolutions on the large layer against cuDNN BF16, production's path (one H200)
     large = "large x[64,128,56,56] w[128,128,3,3] pad 1"
-    rule, weight = runs["2026-11-29-h200-bf16-ring-rule"], runs["2026-11-29-h200-weight-ring-lead"]
-    for what, run in (("fwd", rule), ("bwd-input", rule), ("bwd-weight", weight)):
-        file = "kernels_large.json"
+    rule, weight = runs["2026-11-29-h200-bf16-ring-rule"], runs["2026-11-29-h200-weight-offsets"]
+    for what, run, file in (("fwd", rule, "kernels_large.json"), ("bwd-input", rule, "kernels_large.json"),
+                            ("bwd-weight", weight, "kernels_large_new.json")):
         figure(f"gpu.conv.large.bf16.{what}.time-vs-cudnn", run,
                run.kernel("conv2d", f"{what} production (BF16)", large, file)["ms"]
                / run.kernel("conv2d", f"{what} cuDNN BF16", large, file)["ms"],

@@ -175,6 +175,31 @@
 // against f0cba4b's 203.5 [fig cuda.conv2d.weight-ring-lead.conv2-b512.v6-3xtf32.old.us] in one
 // call, the epoch 0.106 [fig cuda.conv2d.weight-ring-lead.b512.new.epoch] against
 // 0.106 [fig cuda.conv2d.weight-ring-lead.b512.old.epoch].
+//
+// The pixel offsets (write_pixel_offsets). Nsight Compute then found the bf16 kernel issuing 90
+// warp instructions for each product, a quarter of them IMAD: every consumer thread walked its own
+// pixels through each stage (a multiply-add, a wrap test and a division at the stage's start for
+// each of four pixels a k-step), though a stage's 64 offsets are the same for every thread and
+// tile. Now the producer's warps that copy nothing (by cp.async, the copying threads before their
+// copies) write them once a stage into a table beside the ring, counted on "full" like the data,
+// and a consumer thread reads its two neighbouring pixels' offsets as one 8-byte load (TF32: two
+// 4-byte loads). Predicted, before the run: the large layer's bf16 213 -> about 175 µs [nofig], TF32 and
+// 3xTF32 a few per cent. Against 6aaef39 in one call (one H200, docs/runs/2026-11-29-h200-weight-offsets), µs:
+//   the large layer in bf16 213.3 [fig cuda.conv2d.weight-offsets.large.bf16.old.us]
+//     -> 181.9 [fig cuda.conv2d.weight-offsets.large.bf16.new.us]
+//     (cuDNN BF16 183.8 [fig cuda.conv2d.weight-offsets.large.cudnn-bf16.us]),
+//   TF32 292.1 [fig cuda.conv2d.weight-offsets.large.tf32.old.us]
+//     -> 282.3 [fig cuda.conv2d.weight-offsets.large.tf32.new.us],
+//   3xTF32 640.6 [fig cuda.conv2d.weight-offsets.large.3xtf32.old.us]
+//     -> 590.0 [fig cuda.conv2d.weight-offsets.large.3xtf32.new.us];
+//   conv2 at batch 512, 3xTF32 200.0 [fig cuda.conv2d.weight-offsets.conv2-b512.3xtf32.old.us]
+//     -> 159.2 [fig cuda.conv2d.weight-offsets.conv2-b512.3xtf32.new.us],
+//   TF32 98.4 [fig cuda.conv2d.weight-offsets.conv2-b512.tf32.old.us]
+//     -> 82.1 [fig cuda.conv2d.weight-offsets.conv2-b512.tf32.new.us].
+// The f32 kernels gained more than predicted at conv2, whose stages are short (two k-steps a tile
+// of 288 taps), so each stage's walk setup weighed more there. The producer's copy loop at 128
+// outputs needed 8 more registers for the offsets (104 bytes spilled at 104; 112 now, the
+// consumers 192).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -276,10 +301,11 @@ WeightRingPlan weight_ring_plan(const Dims& d, int64_t groups, bool exact, int s
   p.stage_bytes = p.patch_bytes + int64_t{p.bn} * kWtBK * size * (exact ? 2 : 1);
   p.tma_bytes = (int64_t{p.channels} * p.plane + int64_t{p.bn} * kWtBK) * size;
   // the base's alignment, the mbarriers (full, empty, landed), the cp.async producer's table of
-  // plane rows
+  // plane rows; and a stage's pixel offsets, one int a pixel
   const int64_t fixed = 1024 + (3 * kWtMaxStages) * 8 + (p.tma ? 0 : int64_t{p.channels} * p.rows * 8);
-  p.stages = static_cast<int>(std::min<int64_t>(kWtMaxStages, (kWtSmem - fixed) / p.stage_bytes));
-  p.smem = fixed + p.stages * p.stage_bytes;
+  const int64_t per_stage = p.stage_bytes + kWtBK * 4;
+  p.stages = static_cast<int>(std::min<int64_t>(kWtMaxStages, (kWtSmem - fixed) / per_stage));
+  p.smem = fixed + p.stages * per_stage;
   if (p.stages < 2 && p.tiles > 1) return weight_ring_plan(d, groups, exact, sms, aligned, bias, size, p.mblocks + 1);
   return p;
 }
@@ -334,7 +360,9 @@ struct WeightRingArgs {
 // The two consumer warpgroups meet (named barrier 1: the producer is not held).
 __device__ inline void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
-constexpr int kSplitters = 96;  // 3xTF32 by TMA: the producer threads that split grad_y (warps 1-3)
+// By TMA, the producer threads that copy nothing (warps 1-3): they write each stage's pixel offsets
+// and, in 3xTF32, split its grad_y.
+constexpr int kHelpers = 96;
 
 // 3xTF32: a stage's grad_y tile (`pieces` 16-byte pieces) split in place, its high parts where it
 // lies and the rest right after it (the same swizzled layout), piece first, first + step, ...;
@@ -386,6 +414,24 @@ template <class E>
 __device__ inline int patch_lead(const WeightRingPlan& plan, const Dims& d, int ih0) {
   return plan.tma ? patch_start(plan, d, ih0) & (16 / static_cast<int>(sizeof(E)) - 1) : 0;
 }
+
+// The pixel offsets of the stage of `chunk`: where pixel p of its 64 (the image's q0 + p) reads the
+// patch at tap 0 (a tap adds its own offset, the consumers' `base`), or 0 past the image (read, and
+// multiplied by grad_y's zeros there). The same for every thread and tile, so written once a stage
+// (pixels first, first + step, ...) where each consumer thread used to walk its pixels: the walks'
+// multiply-adds, wraps and division were most of the consumers' instructions in bf16
+// (kernels/cuda/NOTES.md).
+template <class E>
+__device__ inline void write_pixel_offsets(int* offsets, const WeightRingPlan& plan, const Dims& d, int64_t chunk,
+                                           int first, int step) {
+  const int ow = static_cast<int>(d.ow), ohw = static_cast<int>(d.ohw), row_step = d.sh * plan.cols;
+  const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, oh0 = q0 / ow;
+  const int lead = patch_lead<E>(plan, d, oh0 * d.sh - d.ph);
+  for (int p = first; p < kWtBK; p += step) {
+    const int q = q0 + p;
+    offsets[p] = q < ohw ? lead + (q / ow - oh0) * row_step + q % ow * d.sw : 0;
+  }
+}
 #endif
 
 // Block b: taps block b % mblocks, outputs block b / mblocks % nblocks, group b / (mblocks nblocks) %
@@ -407,11 +453,12 @@ __global__ void __launch_bounds__(kWtThreads, 1)
   constexpr int kStepK = kBf16 ? 16 : 8;                          // pixels a product
   constexpr int kBoxPixels = 128 / static_cast<int>(sizeof(E));  // grad_y's box: 128 bytes of pixels
   // Registers a thread, for which ptxas -v finds nothing spilled: the producer's copy loop needs
-  // more than 96 at 128 outputs, and 3xTF32's consumers more than 200 at 32 and 64 (two tiles and
-  // a stage's sums besides their accumulators). The warpgroups share what the block was given,
+  // more than 104 at 128 outputs once it writes the pixel offsets too (104 bytes spilled), and
+  // 3xTF32's consumers more than 200 at 32 and 64 (two tiles and a stage's sums besides their
+  // accumulators). The warpgroups share what the block was given,
   // 384 x 168 (__launch_bounds__): a consumer's setmaxnreg.inc past that waits for ever.
   constexpr bool kHeavyConsumers = kExact && BN < 128;
-  constexpr int kProducerRegs = kHeavyConsumers ? 88 : 104, kConsumerRegs = kHeavyConsumers ? 208 : 200;
+  constexpr int kProducerRegs = kHeavyConsumers ? 88 : 112, kConsumerRegs = kHeavyConsumers ? 208 : 192;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kWtThreads * 168, "the block's registers");
   const Dims& d = a.d;
   const WeightRingPlan& plan = a.plan;
@@ -433,8 +480,9 @@ __global__ void __launch_bounds__(kWtThreads, 1)
   const int ohw = static_cast<int>(d.ohw), ow = static_cast<int>(d.ow);
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
-      // the TMA thread, or the threads that split grad_y after it, or every cp.async thread
-      matmul::mbar_init(&full[s], producer_splits ? kSplitters : plan.tma ? 1 : 128);
+      // by TMA: the helpers, and the TMA thread unless they wait for its boxes (3xTF32's split);
+      // by cp.async: every thread's copies, and the threads that write the pixel offsets
+      matmul::mbar_init(&full[s], plan.tma ? kHelpers + (producer_splits ? 0 : 1) : 128 + kWtBK);
       matmul::mbar_init(&empty[s], 8);   // every consumer warp
       matmul::mbar_init(&landed[s], 1);  // the TMA thread
     }
@@ -450,7 +498,8 @@ __global__ void __launch_bounds__(kWtThreads, 1)
   // it (.y far below zero for a channel past the group's).
   const int h = static_cast<int>(d.h), w = static_cast<int>(d.w), hw = static_cast<int>(d.hw);
   const int planes = plan.channels * rows, cg_left = static_cast<int>(d.cg - c_first);
-  auto* table = reinterpret_cast<int2*>(landed + kWtMaxStages);
+  int* offsets = reinterpret_cast<int*>(landed + kWtMaxStages);  // stage s's pixel offsets at s kWtBK
+  auto* table = reinterpret_cast<int2*>(offsets + stages * kWtBK);
   for (int pr = tid; pr < planes && !plan.tma; pr += kWtThreads) {
     const int c = pr / rows, r = pr % rows;
     table[pr] = make_int2(c * hw + r * w - d.pw, c < cg_left ? r : -(1 << 30));
@@ -488,14 +537,18 @@ __global__ void __launch_bounds__(kWtThreads, 1)
             matmul::tma_load(st + plan.patch_bytes + box * BN * 128, &map_gy, q0 + kBoxPixels * box,
                              static_cast<int>(group * d.og + n0), img, bar);
         }
-      } else if (producer_splits && tid >= 128 - kSplitters) {
-        // 3xTF32: warps 1 to 3 split each stage's grad_y once its boxes have landed, so that the
-        // consumers never meet a stage
-        for (int64_t n = 0; n < chunk_end - chunk_begin; ++n) {
+      } else if (tid >= 128 - kHelpers) {
+        // warps 1 to 3 write each stage's pixel offsets once the consumers are done with it (3xTF32:
+        // once its boxes have landed, and then split its grad_y, so that the consumers never meet a
+        // stage)
+        const int helper = tid - (128 - kHelpers);
+        for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
           const int stage = static_cast<int>(n % stages);
-          matmul::mbar_wait(&landed[stage], static_cast<uint32_t>((n / stages) & 1));
-          split_grads(ring + stage * plan.stage_bytes + plan.patch_bytes, BN * kWtBK / 4, tid - (128 - kSplitters),
-                      kSplitters);
+          if (producer_splits) matmul::mbar_wait(&landed[stage], static_cast<uint32_t>((n / stages) & 1));
+          else if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
+          write_pixel_offsets<E>(offsets + stage * kWtBK, plan, d, chunk, helper, kHelpers);
+          if (producer_splits)
+            split_grads(ring + stage * plan.stage_bytes + plan.patch_bytes, BN * kWtBK / 4, helper, kHelpers);
           matmul::mbar_arrive(&full[stage]);
         }
       }
@@ -519,6 +572,10 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         const int stage = static_cast<int>(n % stages);
         if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
         uint8_t* st = ring + stage * plan.stage_bytes;
+        if (tid < kWtBK) {  // before the copies, its registers free again for their loop
+          write_pixel_offsets<E>(offsets + stage * kWtBK, plan, d, chunk, tid, kWtBK);
+          matmul::mbar_arrive(&full[stage]);
+        }
         const int64_t img = chunk / plan.per_image;
         const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK;
         const int ih0 = q0 / ow * d.sh - d.ph;
@@ -592,7 +649,6 @@ __global__ void __launch_bounds__(kWtThreads, 1)
                                                        tap % d.kw * d.dw);
         }
       const uint32_t ring_at = matmul::smem_u32(ring);
-      const int row_step = d.sh * cols;
       float acc[NT > 0 ? NT : 1][R];
 #pragma unroll
       for (int s = 0; s < NT; ++s)
@@ -620,38 +676,18 @@ __global__ void __launch_bounds__(kWtThreads, 1)
           // cores' reads (TMA's land in their proxy already)
           matmul::fence_async_shared();
         }
-        // The thread's pixels, past the image (the last stage of an image) reading the patch's first
-        // value, times grad_y's zero. TF32: columns t and t + 4 of each k-step of 8, stage pixels
-        // 8 step + t (+ 4), walked 4 at a time from q0 + t. bf16: columns 2t, 2t + 1, 2t + 8 and
-        // 2t + 9 of each k-step of 16 (a register holds two neighbouring pixels of a tap), walked
-        // 8 at a time from q0 + 2t and from q0 + 2t + 1.
-        const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, oh0 = q0 / ow;
-        const int lead = patch_lead<E>(plan, d, oh0 * d.sh - d.ph);
-        int py = (q0 + t) / ow - oh0, px = (q0 + t) % ow, q = q0 + t;
-        auto next_offset = [&] {
-          const int off = q < ohw ? lead + py * row_step + px * d.sw : 0;
-          q += 4, px += 4;
-          while (px >= ow) px -= ow, ++py;
-          return off;
-        };
-        // bf16's two walks, 8 pixels a step
-        struct Walk {
-          int py, px, q;
-        };
-        auto walk_from = [&](int from) { return Walk{(q0 + from) / ow - oh0, (q0 + from) % ow, q0 + from}; };
-        auto next_pair_offset = [&](Walk& w) {
-          const int off = w.q < ohw ? lead + w.py * row_step + w.px * d.sw : 0;
-          w.q += 8, w.px += 8;
-          while (w.px >= ow) w.px -= ow, ++w.py;
-          return off;
-        };
-        [[maybe_unused]] Walk even = walk_from(2 * t), odd = walk_from(2 * t + 1);
+        // The thread's pixels' offsets, from the stage's table. TF32: columns t and t + 4 of each
+        // k-step of 8, stage pixels 8 step + t (+ 4). bf16: columns 2t, 2t + 1, 2t + 8 and 2t + 9
+        // of each k-step of 16 (a register holds two neighbouring pixels of a tap), each pair one
+        // 8-byte load.
+        const int* pixel = offsets + stage * kWtBK;
         uint32_t frag[2][NT > 0 ? NT : 1][kExact ? 8 : 4];
-        auto load = [&](uint32_t (&f)[NT > 0 ? NT : 1][kExact ? 8 : 4]) {
+        auto load = [&](uint32_t (&f)[NT > 0 ? NT : 1][kExact ? 8 : 4], int step) {
           if constexpr (kBf16) {
             const auto* patch = reinterpret_cast<const uint16_t*>(st);
-            const int e0 = next_pair_offset(even), o0 = next_pair_offset(odd);
-            const int e1 = next_pair_offset(even), o1 = next_pair_offset(odd);
+            const auto* pairs = reinterpret_cast<const int2*>(pixel) + 8 * step;
+            const int2 first = pairs[t], second = pairs[t + 4];
+            const int e0 = first.x, o0 = first.y, e1 = second.x, o1 = second.y;
             auto pair = [&](int row, int lo, int hi) {
               return uint32_t{patch[row + lo]} | uint32_t{patch[row + hi]} << 16;
             };
@@ -662,7 +698,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
             }
           } else {
             const auto* patch = reinterpret_cast<const float*>(st);
-            const int o0 = next_offset(), o1 = next_offset();
+            const int o0 = pixel[8 * step + t], o1 = pixel[8 * step + t + 4];
 #pragma unroll
             for (int s = 0; s < NT; ++s) {
               const uint32_t v[4] = {__float_as_uint(patch[base[s][0] + o0]), __float_as_uint(patch[base[s][1] + o0]),
@@ -675,7 +711,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
             }
           }
         };
-        load(frag[0]);
+        load(frag[0], 0);
 #pragma unroll
         for (int step = 0; step < kWtBK / kStepK; ++step) {
           auto& f = frag[step % 2];
@@ -701,7 +737,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
           matmul::wgmma_commit();
           if (step + 1 < kWtBK / kStepK) {
             matmul::wgmma_wait<1>();  // the step before is done with the other set of fragments
-            load(frag[(step + 1) % 2]);
+            load(frag[(step + 1) % 2], step + 1);
           }
         }
         matmul::wgmma_wait<0>();
