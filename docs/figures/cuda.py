@@ -936,6 +936,22 @@ def define(figure, table, runs):
            wo.kernel("conv2d", "bwd-weight cuDNN BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",
                      "kernels_large_new.json")["ms"] * 1000,
            "conv2d bwd-weight cuDNN BF16 at the large layer, in the new build's bench (H200), µs")
+    # ---- the f32 CNN's epochs with backward weight 6's pixel offsets (old: eeab05f) against 72bd097
+    # (base), and with version 12's 3xTF32 patch split by the producer (new: tried, not kept), in one
+    # call (docs/runs/2026-11-29-h200-ring-producer-split) ----
+    ps = runs["2026-11-29-h200-ring-producer-split"]
+    for batch, n in (("b512", 3), ("b64", 2)):
+        for when in ("base", "old", "new"):
+            seconds = [ps.epoch(f"train_{when}_{batch}_{i}.jsonl", e)["seconds"] for i in range(1, n + 1) for e in (2, 3)]
+            figure(f"cuda.conv2d.ring-producer-split.{batch}.{when}.epoch", ps, sum(seconds) / len(seconds),
+                   f"mnist-train CNN {batch}, f32, {when} (H200): epochs 2 and 3 of {n} runs, mean, s")
+    for tag, shape, file in (("conv2-b512", "conv2 x[512,32,26,26] w[64,32,3,3]", "kernels_conv2_{}.json"),
+                             ("large", "large x[64,128,56,56] w[128,128,3,3] pad 1", "kernels_large_{}.json")):
+        for what in ("fwd", "bwd-input"):
+            for when in ("old", "new"):
+                figure(f"cuda.conv2d.ring-producer-split.{tag}.{what}.{when}.us", ps,
+                       ps.kernel("conv2d", f"{what} 12 wgmma ring 3xTF32", shape, file.format(when))["ms"] * 1000,
+                       f"conv2d {what} 12 wgmma ring 3xTF32 at {shape}, {when} (H200), µs")
     first = runs["2026-11-29-h200-bf16-weight-ring"]
     figure("cuda.conv2d.bf16-weight-ring.first.large.v6.us", first,
            first.kernel("conv2d", "bwd-weight 6 wgmma ring BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",

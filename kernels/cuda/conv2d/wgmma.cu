@@ -619,7 +619,21 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   channels t and t + 4, one value from each of the patch's planes) and splits them in
 //   registers, a tap's loads in flight while the tap before multiplies; the weights' heads and
 //   tails are two sets read from shared memory. The producer gives registers to the consumers
-//   (setmaxnreg).
+//   (setmaxnreg). Splitting in the producer instead, each thread its own pieces once its cp.async
+//   groups had landed (two stages behind its copies), into a second set of the patch that the
+//   consumers read through descriptors as TF32 does, was slower everywhere (against eeab05f in
+//   one call, one H200, docs/runs/2026-11-29-h200-ring-producer-split), µs: conv2 at batch 512
+//   forward 168.2 [fig cuda.conv2d.ring-producer-split.conv2-b512.fwd.old.us]
+//   -> 203.2 [fig cuda.conv2d.ring-producer-split.conv2-b512.fwd.new.us], backward input
+//   205.9 [fig cuda.conv2d.ring-producer-split.conv2-b512.bwd-input.old.us]
+//   -> 285.8 [fig cuda.conv2d.ring-producer-split.conv2-b512.bwd-input.new.us]; the large layer's
+//   forward 567.7 [fig cuda.conv2d.ring-producer-split.large.fwd.old.us]
+//   -> 796.5 [fig cuda.conv2d.ring-producer-split.large.fwd.new.us], backward input
+//   569.6 [fig cuda.conv2d.ring-producer-split.large.bwd-input.old.us]
+//   -> 792.3 [fig cuda.conv2d.ring-producer-split.large.bwd-input.new.us]; the f32 CNN's epoch at
+//   batch 512 0.101 s [fig cuda.conv2d.ring-producer-split.b512.old.epoch]
+//   -> 0.115 [fig cuda.conv2d.ring-producer-split.b512.new.epoch], at 64 0.188 [fig cuda.conv2d.ring-producer-split.b64.old.epoch] -> 0.195 [fig cuda.conv2d.ring-producer-split.b64.new.epoch].
+//   Taken out.
 // - The weights come by bulk copies of the copy engine: once for the block where every stage's
 //   fit beside the ring (MNIST's conv2, both passes: 74 KB in TF32, 147 KB in 3xTF32's two sets),
 //   else with each stage.

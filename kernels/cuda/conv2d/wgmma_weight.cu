@@ -196,8 +196,12 @@
 //     -> 159.2 [fig cuda.conv2d.weight-offsets.conv2-b512.3xtf32.new.us],
 //   TF32 98.4 [fig cuda.conv2d.weight-offsets.conv2-b512.tf32.old.us]
 //     -> 82.1 [fig cuda.conv2d.weight-offsets.conv2-b512.tf32.new.us].
-// The f32 kernels gained more than predicted at conv2, whose stages are short (two k-steps a tile
-// of 288 taps), so each stage's walk setup weighed more there. The producer's copy loop at 128
+// The f32 kernels gained more than predicted at conv2 (its rows of 24 pixels wrapped each thread's
+// walk every few steps, kernels/cuda/NOTES.md). The f32 CNN's epoch, against 72bd097 in one call
+// (docs/runs/2026-11-29-h200-ring-producer-split, epochs 2 and 3): at batch 512
+// 0.106 s [fig cuda.conv2d.ring-producer-split.b512.base.epoch] -> 0.101 [fig cuda.conv2d.ring-producer-split.b512.old.epoch],
+// at batch 64 0.1935 [fig cuda.conv2d.ring-producer-split.b64.base.epoch] -> 0.188 [fig cuda.conv2d.ring-producer-split.b64.old.epoch].
+// The producer's copy loop at 128
 // outputs needed 8 more registers for the offsets (104 bytes spilled at 104; 112 now, the
 // consumers 192).
 #include <algorithm>
