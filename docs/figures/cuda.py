@@ -8,6 +8,9 @@ path, build c0ba136). A share ("pct-copy",
 column computes it (scripts/kernel_table.py: the copy bandwidth for GB/s rows, the reference of the
 same family and shape for TFLOP/s rows).
 """
+import re
+
+
 def define(figure, table, runs):
     h100 = runs["2026-11-26-h100"]
 
@@ -952,6 +955,40 @@ def define(figure, table, runs):
                 figure(f"cuda.conv2d.ring-producer-split.{tag}.{what}.{when}.us", ps,
                        ps.kernel("conv2d", f"{what} 12 wgmma ring 3xTF32", shape, file.format(when))["ms"] * 1000,
                        f"conv2d {what} 12 wgmma ring 3xTF32 at {shape}, {when} (H200), µs")
+    # ---- version 12's consumer warpgroups on items of their own, in turn (alternating): everywhere
+    # (-alternate-all, tried), then in 3xTF32 where an item has at most 4 stages and resident
+    # weights (-alternate, kept), each against eeab05f in one call ----
+    conv2 = "conv2 x[512,32,26,26] w[64,32,3,3]"
+    for key, name, cases in (
+            ("ring-alternate-all", "2026-11-29-h200-ring-alternate-all",
+             (("conv2", "fwd", "3xTF32"), ("conv2", "bwd-input", "3xTF32"), ("conv2", "bwd-input", "TF32"),
+              ("large", "fwd", "3xTF32"), ("large", "fwd", "TF32"))),
+            ("ring-alternate", "2026-11-29-h200-ring-alternate",
+             (("conv2", "fwd", "3xTF32"), ("conv2", "bwd-input", "3xTF32"), ("conv2", "fwd", "TF32"),
+              ("conv2", "bwd-input", "TF32")))):
+        run = runs[name]
+        for tag, what, math in cases:
+            shape = conv2 if tag == "conv2" else "large x[64,128,56,56] w[128,128,3,3] pad 1"
+            for when in ("old", "new"):
+                figure(f"cuda.conv2d.{key}.{tag}.{what}.{math.lower()}.{when}.us", run,
+                       run.kernel("conv2d", f"{what} 12 wgmma ring {math}", shape, f"kernels_{tag}_{when}.json")["ms"] * 1000,
+                       f"conv2d {what} 12 wgmma ring {math} at {shape}, {when} ({name}), µs")
+    n_runs("cuda.conv2d.ring-alternate-all", runs["2026-11-29-h200-ring-alternate-all"],
+           (("b512", "CNN batch 512, f32", 3), ("b512tf32", "CNN batch 512, TF32", 2)))
+    # the kept form's epochs from its log (its metrics files did not come back): epochs 2 and 3 of
+    # two runs each, images a second
+    alt_log = runs["2026-11-29-h200-ring-alternate"].text("train.log")
+    for when, binary in (("old", ".device/old/bin/"), ("new", ".device/bin/")):
+        for flavour, tf32 in (("b512", False), ("b512tf32", True)):
+            speeds = []
+            for block in alt_log.split("== ")[1:]:
+                command = block.splitlines()[0]
+                if command.startswith(binary + "mnist-train") and ("--tf32" in command) == tf32:
+                    speeds += [float(m) for m in re.findall(r"^epoch  [23] .* (\d+) img/s", block, re.M)]
+            assert len(speeds) == 4, (when, flavour, speeds)
+            figure(f"cuda.conv2d.ring-alternate.{flavour}.{when}.images-per-s", runs["2026-11-29-h200-ring-alternate"],
+                   sum(speeds) / len(speeds),
+                   f"mnist-train CNN batch 512, {'TF32' if tf32 else 'f32'}, {when} (H200): epochs 2 and 3 of two runs, images a second")
     first = runs["2026-11-29-h200-bf16-weight-ring"]
     figure("cuda.conv2d.bf16-weight-ring.first.large.v6.us", first,
            first.kernel("conv2d", "bwd-weight 6 wgmma ring BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",

@@ -659,6 +659,39 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   (docs/runs/2026-11-28-h200-ring-rounds-train).
 // - TF32 keeps a stage's products in flight while the next stage's are issued (wgmma_wait<1>);
 //   3xTF32 sums each stage from zero, as version 11's stage sums, and waits for it to add it.
+// - Alternating (RingPlan::alternate), the consumer warpgroups take the block's items in turn, 64
+//   mw pixels each, each with its half of the ring, so that one loads and splits while the other
+//   multiplies, and one's epilogue runs under the other's products. Everywhere, against eeab05f in
+//   one call (one H200, docs/runs/2026-11-29-h200-ring-alternate-all), µs: conv2's 3xTF32 forward
+//   at batch 512 169.6 [fig cuda.conv2d.ring-alternate-all.conv2.fwd.3xtf32.old.us]
+//   -> 146.6 [fig cuda.conv2d.ring-alternate-all.conv2.fwd.3xtf32.new.us], but its backward input
+//   205.6 [fig cuda.conv2d.ring-alternate-all.conv2.bwd-input.3xtf32.old.us]
+//   -> 218.5 [fig cuda.conv2d.ring-alternate-all.conv2.bwd-input.3xtf32.new.us] (8 stages an item)
+//   and in TF32 117.6 [fig cuda.conv2d.ring-alternate-all.conv2.bwd-input.tf32.old.us]
+//   -> 178.1 [fig cuda.conv2d.ring-alternate-all.conv2.bwd-input.tf32.new.us], and the large layer,
+//   whose stages carry their weights, 579.8 [fig cuda.conv2d.ring-alternate-all.large.fwd.3xtf32.old.us]
+//   -> 908.1 [fig cuda.conv2d.ring-alternate-all.large.fwd.3xtf32.new.us] in 3xTF32 and
+//   245 [fig cuda.conv2d.ring-alternate-all.large.fwd.tf32.old.us]
+//   -> 401 [fig cuda.conv2d.ring-alternate-all.large.fwd.tf32.new.us] in TF32; the f32 CNN's epoch at
+//   batch 512 0.101 s [fig cuda.conv2d.ring-alternate-all.b512.old.epoch]
+//   -> 0.0987 [fig cuda.conv2d.ring-alternate-all.b512.new.epoch], the TF32 one's
+//   0.0703 [fig cuda.conv2d.ring-alternate-all.b512tf32.old.epoch]
+//   -> 0.076 [fig cuda.conv2d.ring-alternate-all.b512tf32.new.epoch]. So production alternates in
+//   3xTF32 only, where an item has at most 4 stages and the weights are resident (ring_plan_for;
+//   docs/runs/2026-11-29-h200-ring-alternate, every CUDA test passing, memcheck clean): conv2's
+//   forward 169.4 [fig cuda.conv2d.ring-alternate.conv2.fwd.3xtf32.old.us]
+//   -> 147.9 [fig cuda.conv2d.ring-alternate.conv2.fwd.3xtf32.new.us], its backward input as it was,
+//   205.8 [fig cuda.conv2d.ring-alternate.conv2.bwd-input.3xtf32.old.us]
+//   and 205 [fig cuda.conv2d.ring-alternate.conv2.bwd-input.3xtf32.new.us]; the f32 CNN at batch 512
+//   594098 images/s [fig cuda.conv2d.ring-alternate.b512.old.images-per-s]
+//   -> 616116 [fig cuda.conv2d.ring-alternate.b512.new.images-per-s] (epochs 2 and 3). The
+//   kernels that do not alternate lost a little all the same, the sub-ring's arithmetic now in their
+//   code too: TF32's backward input at conv2 117.5 [fig cuda.conv2d.ring-alternate.conv2.bwd-input.tf32.old.us]
+//   -> 124.9 [fig cuda.conv2d.ring-alternate.conv2.bwd-input.tf32.new.us], its forward
+//   91.26 [fig cuda.conv2d.ring-alternate.conv2.fwd.tf32.old.us]
+//   -> 92.01 [fig cuda.conv2d.ring-alternate.conv2.fwd.tf32.new.us], the TF32 CNN at batch 512
+//   853671 images/s [fig cuda.conv2d.ring-alternate.b512tf32.old.images-per-s]
+//   -> 845856 [fig cuda.conv2d.ring-alternate.b512tf32.new.images-per-s] (kernels/cuda/NOTES.md).
 // - Nothing the producer or a consumer does a stage is more than it must: a piece's input offset
 //   is worked out once a tile, its loads have no branch, a tap moves a descriptor by one add, and
 //   the epilogue finds its pixels and loads its biases once a tile. The first build, which did
@@ -799,12 +832,15 @@ constexpr int kRingMaxStages = 8;
 constexpr int64_t kRingSmem = 227 * 1024;  // one block an SM
 
 struct RingPlan {
-  int cols = 0, pixels = 0;  // version 11's patch, for a block of 128 mw pixels
+  int cols = 0, pixels = 0;  // version 11's patch, for an item of 128 mw pixels (alternate: 64 mw)
   int channels = 0;          // a stage's channels: 8 floats or 16 bf16 a pixel, two planes of 16 bytes
   int64_t chunks = 0, np = 0;
   int bn = 0, mw = 0, stages = 0;
   bool exact = false;
   bool resident = false;      // every stage's weights loaded once for the block
+  // The consumer warpgroups take the block's items in turn, each its own item of 64 mw pixels,
+  // rather than halves of an item of 128 mw (ring_plan_for says where)
+  bool alternate = false;
   int64_t patch_bytes = 0;    // a stage's patch: 2 planes of pixels x 16 bytes
   int64_t step_bytes = 0;     // a k-step's weights, bn x 32 bytes (3xTF32: a set of them)
   int64_t stage_bytes = 0;    // the patch, and the stage's weights where they are not resident
@@ -812,14 +848,18 @@ struct RingPlan {
   int64_t smem = 0;
 };
 
+// An item's pixels: a consumer warpgroup's mw products of 64, times two where both share it.
+__host__ __device__ inline int64_t ring_bm(const RingPlan& p) { return (p.alternate ? 64 : 128) * int64_t{p.mw}; }
+
 // The plan for mw products of 64 pixels a consumer warpgroup, `channels` a stage.
-RingPlan ring_plan(const Dims& d, bool exact, int mw, int channels) {
+RingPlan ring_plan(const Dims& d, bool exact, int mw, int channels, bool alternate = false) {
   RingPlan p;
   p.exact = exact;
   p.channels = channels;
   p.bn = d.og > 64 ? 128 : d.og > 32 ? 64 : 32;
   p.mw = mw;
-  const int64_t bm = 128 * p.mw;
+  p.alternate = alternate;
+  const int64_t bm = ring_bm(p);
   p.cols = static_cast<int>(d.ow + (d.kw - 1) * d.dw);
   const int64_t reach = p.cols - 1 + bm + (d.kh - 1) * d.dh * p.cols + (d.kw - 1) * d.dw;
   const int rows = static_cast<int>((reach + p.cols - 1) / p.cols);
@@ -844,7 +884,7 @@ int64_t ring_set(const Dims& d, const RingPlan& p) { return (d.c / d.cg) * p.chu
 
 // The pixel tiles of one image, and the items (tiles of every image, group and block of outputs)
 // that the persistent blocks walk.
-int64_t ring_tiles(const Dims& d, const RingPlan& p) { return (d.oh * p.cols + 128 * p.mw - 1) / (128 * p.mw); }
+int64_t ring_tiles(const Dims& d, const RingPlan& p) { return (d.oh * p.cols + ring_bm(p) - 1) / ring_bm(p); }
 int64_t ring_items(const Dims& d, const RingPlan& p, int64_t groups) {
   return groups * (p.np / p.bn) * d.n * ring_tiles(d, p);
 }
@@ -861,20 +901,30 @@ int64_t ring_items(const Dims& d, const RingPlan& p, int64_t groups) {
 RingPlan ring_plan_for(const Geometry& f, bool exact, int channels = kPatchChannels) {
   if (f.stride_h != 1 || f.stride_w != 1 || f.n * f.o * f.oh * f.ow == 0 || !wgmma_runs()) return {};
   const Dims d = dims_of(f);
-  // two stages at least; a stage's patch within the producer's 128 x kRingTasks pieces; the
-  // descriptors' 14-bit fields; pixel indices within an int
+  // two stages at least (and each warpgroup's share of them, alternating: 3xTF32 hands a stage
+  // back once its own products are done, TF32 and bf16 once the next stage's are issued); a
+  // stage's patch within the producer's 128 x kRingTasks pieces; the descriptors' 14-bit fields;
+  // pixel indices within an int
   auto fits = [&](const RingPlan& p) {
-    return p.stages >= 2 && 2 * p.pixels <= 128 * kRingTasks && p.pixels < (1 << 14) &&
-           d.c * d.hw < (int64_t{1} << 31) && d.oh * p.cols + 128 * p.mw < (int64_t{1} << 31);
+    return p.stages >= (p.alternate && !exact ? 4 : 2) && 2 * p.pixels <= 128 * kRingTasks && p.pixels < (1 << 14) &&
+           d.c * d.hw < (int64_t{1} << 31) && d.oh * p.cols + ring_bm(p) < (int64_t{1} << 31);
   };
   const RingPlan two = ring_plan(d, exact, 2, channels);
   if (!exact) return fits(two) ? two : RingPlan{};
   const RingPlan one = ring_plan(d, exact, 1, channels);
-  if (two.bn == 128) return fits(one) ? one : RingPlan{};
   const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount);
   auto copied = [&](const RingPlan& p) { return (ring_items(d, p, f.groups) + sms - 1) / sms * p.pixels; };
-  if (fits(one) && (!fits(two) || copied(one) < copied(two))) return one;
-  return fits(two) ? two : RingPlan{};
+  const RingPlan& p = two.bn == 128 || (fits(one) && (!fits(two) || copied(one) < copied(two))) ? one : two;
+  if (!fits(p)) return {};
+  // 3xTF32's consumers spend much of a stage loading and splitting A, and sharing an item they do
+  // it in step, the tensor cores idle meanwhile; on items of their own they fall out of step, one
+  // loading while the other multiplies, and each one's epilogue runs under the other's products.
+  // Half the pixels an item cost the producer more stages and patch rows per pixel, and each
+  // stage's weights twice where they are not resident: it pays where an item has at most 4 stages
+  // and the weights are resident (conv2's forward; its backward input, 8 stages, and the large
+  // layer lost: kernels/cuda/NOTES.md).
+  const RingPlan alternate = ring_plan(d, exact, p.mw, channels, true);
+  return fits(alternate) && alternate.resident && alternate.chunks <= 4 ? alternate : p;
 }
 
 template <class T>
@@ -903,16 +953,17 @@ __device__ __noinline__ float ring_output_f32(const RingArgs<float>& a, int64_t 
 }
 #endif
 
-// One block an SM; item i = blockIdx.x + j gridDim.x of the problem is pixel tile i % tiles (128 MW
+// One block an SM; item i = blockIdx.x + j gridDim.x of the problem is pixel tile i % tiles (ring_bm
 // pixels over the patch's width) of image i / tiles % n, outputs n0 = (i / (tiles n) % nblocks) BN
 // onward of group i / (tiles n nblocks). Consumer warpgroup wg owns the tile's pixels
-// 64 (MW wg + sub) onward, sub < MW. T: float (TF32, or 3xTF32 with kExact) or bf16.
+// 64 (MW wg + sub) onward, sub < MW; alternating, the block's items are the warpgroups' in turn, a
+// tile of 64 MW pixels each. T: float (TF32, or 3xTF32 with kExact) or bf16.
 template <class T, int BN, int MW, bool kExact>
 __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid_constant__ RingArgs<T> a) {
   dependent_kernel_start();  // launch.cuh: launched by launch_dependent
 #ifdef KILN_WGMMA
   extern __shared__ __align__(128) uint8_t smem_ring[];
-  constexpr int R = BN / 2, BM = 128 * MW, kSets = kExact ? 2 : 1;
+  constexpr int R = BN / 2, kSets = kExact ? 2 : 1;
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
   constexpr int kPiece = 16 / static_cast<int>(sizeof(T));  // a piece's channels: 4 floats or 8 bf16
   const Dims& d = a.d;
@@ -927,7 +978,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
       matmul::mbar_init(&full[s], 128);  // every producer thread
-      matmul::mbar_init(&empty[s], 8);   // every consumer warp
+      matmul::mbar_init(&empty[s], plan.alternate ? 4 : 8);  // every consumer warp whose item it is
     }
     matmul::mbar_init(loaded, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -938,10 +989,16 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     int64_t group, n0, img;
     int p0;
   };
+  // Alternating (plan.alternate), the consumer warpgroups take the block's items in turn (item k is
+  // warpgroup k % 2's), and the ring's stages are split between them: warpgroup w's are sub_size(w)
+  // stages from sub_base(w), each used by its one warpgroup in order, so that a wait on a stage's
+  // parity never meets a phase of the other's. Else both take every item, and every stage.
+  auto sub_size = [&](int w) { return !plan.alternate ? stages : w == 0 ? (stages + 1) / 2 : stages / 2; };
+  auto sub_base = [&](int w) { return plan.alternate && w == 1 ? (stages + 1) / 2 : 0; };
   auto item_at = [&](int i) {  // 32-bit divisions (items < 2^31: ring_plan_for)
     const unsigned r = static_cast<unsigned>(i) / a.tiles, r2 = r / static_cast<unsigned>(d.n);
     return Item{r2 / a.nblocks, int64_t{r2 % a.nblocks} * BN, r % static_cast<unsigned>(d.n),
-                static_cast<int>(static_cast<unsigned>(i) % a.tiles) * BM};
+                static_cast<int>(static_cast<unsigned>(i) % a.tiles * ring_bm(plan))};
   };
 
   if (tid < 128) {
@@ -1066,16 +1123,18 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         }
       }
     };
-    int item = static_cast<int>(blockIdx.x);
+    int item = static_cast<int>(blockIdx.x), k = 0;  // k: the block's item ordinal
     int64_t chunk = 0;
+    int given[2] = {0, 0};  // the stages each warpgroup's sub-ring has been given (two registers)
     if constexpr (kBf16) gather(item, chunk);
-    for (int n = 0; item < a.items; ++n) {
-      const int stage = n % stages;
+    while (item < a.items) {
+      const int w = plan.alternate ? k & 1 : 0, n = w ? given[1]++ : given[0]++;
+      const int size = sub_size(w), stage = sub_base(w) + n % size;
       const int this_item = item;
       const int64_t this_chunk = chunk;
-      if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x);
+      if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x), ++k;
       uint8_t* st = ring + stage * plan.stage_bytes;
-      if (n >= stages) matmul::mbar_wait(&empty[stage], (n / stages - 1) & 1);
+      if (n >= size) matmul::mbar_wait(&empty[stage], (n / size - 1) & 1);
       load_weights(this_item, this_chunk, st, &full[stage]);
       if constexpr (kBf16) {  // stage n's loads are in flight (gathered last time round)
         put(st);
@@ -1102,10 +1161,15 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     // bytes from a set of weights to the other: every stage's (resident) or the stage's
     const uint32_t set_bytes = static_cast<uint32_t>((plan.resident ? plan.chunks : 1) * taps) * step;
     if (plan.resident) matmul::mbar_wait(loaded, 0);
+    // Alternating, the block's items are the two warpgroups' in turn, so that one's epilogue runs
+    // while the other multiplies; else the warpgroup's share of every item is its products `half`
+    // MW on. n counts the stages of the warpgroup's sub-ring.
+    const int grid = static_cast<int>(gridDim.x), size = sub_size(wg), base = sub_base(wg);
+    const int half = plan.alternate ? 0 : wg, turn = plan.alternate ? 2 : 1;
     int n = 0;
-    for (int i = static_cast<int>(blockIdx.x); i < a.items; i += static_cast<int>(gridDim.x)) {
+    for (int i = static_cast<int>(blockIdx.x) + (turn - 1) * wg * grid; i < a.items; i += turn * grid) {
       const Item it = item_at(i);
-      const int first = it.p0 - it.p0 / cols * cols + wg * MW * 64;  // the warpgroup's first pixel in the patch
+      const int first = it.p0 - it.p0 / cols * cols + half * MW * 64;  // the warpgroup's first pixel in the patch
       float acc[MW][R];
 #pragma unroll
       for (int s = 0; s < MW; ++s)
@@ -1113,8 +1177,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         for (int r = 0; r < R; ++r) acc[s][r] = 0.0f;
       [[maybe_unused]] float part[MW][R];
       for (int64_t chunk = 0; chunk < plan.chunks; ++chunk, ++n) {
-        const int stage = n % stages;
-        matmul::mbar_wait(&full[stage], (n / stages) & 1);
+        const int stage = base + n % size;
+        matmul::mbar_wait(&full[stage], (n / size) & 1);
         // the producer's cp.async writes, seen through the barrier, made visible to the tensor
         // cores' reads
         matmul::fence_async_shared();
@@ -1203,12 +1267,12 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
           }
           matmul::wgmma_commit();
           matmul::wgmma_wait<1>();  // the stage before is done: hand it back
-          if (chunk > 0 && lane == 0) matmul::mbar_arrive(&empty[(n - 1) % stages]);
+          if (chunk > 0 && lane == 0) matmul::mbar_arrive(&empty[base + (n - 1) % size]);
         }
       }
       if constexpr (!kExact) {
         matmul::wgmma_wait<0>();
-        if (lane == 0) matmul::mbar_arrive(&empty[(n - 1) % stages]);
+        if (lane == 0) matmul::mbar_arrive(&empty[base + (n - 1) % size]);
       }
       // The thread's outputs are channels n0 + 8j + 2t + e of rows g and g + 8 of each product.
       // Their pixels are worked out once (-1: an extra column of the patch's width, or past the
@@ -1222,7 +1286,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
         matmul::fence_accumulators(acc[s]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int q = it.p0 + (wg * MW + s) * 64 + warp * 16 + lane / 4 + 8 * h, oy = q / cols, ox = q - oy * cols;
+          const int q = it.p0 + (half * MW + s) * 64 + warp * 16 + lane / 4 + 8 * h, oy = q / cols, ox = q - oy * cols;
           pixel[s][h] = oy < d.oh && ox < d.ow ? oy * static_cast<int>(d.ow) + ox : -1;
         }
       }
