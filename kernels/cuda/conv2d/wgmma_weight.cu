@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         const int stage = static_cast<int>(n % stages);
         if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
         uint8_t* st = ring + stage * plan.stage_bytes;
-        if (tid < kWtBK) {  // before the copies, its registers free again for their loop
+        if (tid < kWtBK) {  // the stage's pixel offsets, a thread each, counted on "full" beside its copies
           write_pixel_offsets<E>(offsets + stage * kWtBK, plan, d, chunk, tid, kWtBK);
           matmul::mbar_arrive(&full[stage]);
         }
