@@ -989,6 +989,21 @@ def define(figure, table, runs):
             figure(f"cuda.conv2d.ring-alternate.{flavour}.{when}.images-per-s", runs["2026-11-29-h200-ring-alternate"],
                    sum(speeds) / len(speeds),
                    f"mnist-train CNN batch 512, {'TF32' if tf32 else 'f32'}, {when} (H200): epochs 2 and 3 of two runs, images a second")
+    # ---- version 12 walking its sub-rings by a stage and a lap (no divisions), against 1b0e445 in
+    # one call (docs/runs/2026-11-29-h200-ring-cursors): kernel-bench's first of two runs, and
+    # mnist-train's epochs 2 and 3 of three runs each ----
+    cur = runs["2026-11-29-h200-ring-cursors"]
+    for what, math in (("fwd", "3xTF32"), ("bwd-input", "3xTF32"), ("fwd", "TF32"), ("bwd-input", "TF32"),
+                       ("fwd", "BF16"), ("bwd-input", "BF16")):
+        for when in ("old", "new"):
+            figure(f"cuda.conv2d.ring-cursors.conv2.{what}.{math.lower()}.{when}.us", cur,
+                   cur.kernel("conv2d", f"{what} 12 wgmma ring {math}", conv2, f"kernels_conv2_{when}.json")["ms"] * 1000,
+                   f"conv2d {what} 12 wgmma ring {math} at {conv2}, {when} (H200), µs")
+    for flavour, what in (("b512", "f32"), ("b512tf32", "TF32")):
+        for when in ("old", "new"):
+            speeds = [cur.epoch(f"train_{when}_{flavour}_{i}.jsonl", e)["images_per_s"] for i in (1, 2, 3) for e in (2, 3)]
+            figure(f"cuda.conv2d.ring-cursors.{flavour}.{when}.images-per-s", cur, sum(speeds) / len(speeds),
+                   f"mnist-train CNN batch 512, {what}, {when} (H200): epochs 2 and 3 of three runs, images a second")
     first = runs["2026-11-29-h200-bf16-weight-ring"]
     figure("cuda.conv2d.bf16-weight-ring.first.large.v6.us", first,
            first.kernel("conv2d", "bwd-weight 6 wgmma ring BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",

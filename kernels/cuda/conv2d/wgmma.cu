@@ -692,6 +692,26 @@ void window_forward(const float* x, const float* w, bool flip, float* packed, co
 //   -> 92.01 [fig cuda.conv2d.ring-alternate.conv2.fwd.tf32.new.us], the TF32 CNN at batch 512
 //   853671 images/s [fig cuda.conv2d.ring-alternate.b512tf32.old.images-per-s]
 //   -> 845856 [fig cuda.conv2d.ring-alternate.b512tf32.new.images-per-s] (kernels/cuda/NOTES.md).
+//   Then both sides walked their sub-rings by a stage and a lap, with no division a stage (each had
+//   divided by the ring's size since version 12 began, and the producer had then chosen a sub-ring's
+//   size and base too), and every form gained, against 1b0e445 in one call (one H200,
+//   docs/runs/2026-11-29-h200-ring-cursors), µs at conv2, batch 512: TF32's backward input
+//   123.9 [fig cuda.conv2d.ring-cursors.conv2.bwd-input.tf32.old.us]
+//   -> 118.4 [fig cuda.conv2d.ring-cursors.conv2.bwd-input.tf32.new.us], its forward
+//   92.46 [fig cuda.conv2d.ring-cursors.conv2.fwd.tf32.old.us]
+//   -> 88.87 [fig cuda.conv2d.ring-cursors.conv2.fwd.tf32.new.us], bf16's forward
+//   84.04 [fig cuda.conv2d.ring-cursors.conv2.fwd.bf16.old.us]
+//   -> 79.81 [fig cuda.conv2d.ring-cursors.conv2.fwd.bf16.new.us] and backward input
+//   110 [fig cuda.conv2d.ring-cursors.conv2.bwd-input.bf16.old.us]
+//   -> 106.9 [fig cuda.conv2d.ring-cursors.conv2.bwd-input.bf16.new.us], 3xTF32's forward
+//   147.9 [fig cuda.conv2d.ring-cursors.conv2.fwd.3xtf32.old.us]
+//   -> 143.9 [fig cuda.conv2d.ring-cursors.conv2.fwd.3xtf32.new.us] and backward input
+//   205.6 [fig cuda.conv2d.ring-cursors.conv2.bwd-input.3xtf32.old.us]
+//   -> 202.2 [fig cuda.conv2d.ring-cursors.conv2.bwd-input.3xtf32.new.us]; the CNN at batch 512
+//   614600 [fig cuda.conv2d.ring-cursors.b512.old.images-per-s]
+//   -> 618960 [fig cuda.conv2d.ring-cursors.b512.new.images-per-s] images a second in f32,
+//   840228 [fig cuda.conv2d.ring-cursors.b512tf32.old.images-per-s]
+//   -> 856917 [fig cuda.conv2d.ring-cursors.b512tf32.new.images-per-s] in TF32.
 // - Nothing the producer or a consumer does a stage is more than it must: a piece's input offset
 //   is worked out once a tile, its loads have no branch, a tap moves a descriptor by one add, and
 //   the epilogue finds its pixels and loads its biases once a tile. The first build, which did
@@ -990,11 +1010,17 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     int p0;
   };
   // Alternating (plan.alternate), the consumer warpgroups take the block's items in turn (item k is
-  // warpgroup k % 2's), and the ring's stages are split between them: warpgroup w's are sub_size(w)
-  // stages from sub_base(w), each used by its one warpgroup in order, so that a wait on a stage's
-  // parity never meets a phase of the other's. Else both take every item, and every stage.
-  auto sub_size = [&](int w) { return !plan.alternate ? stages : w == 0 ? (stages + 1) / 2 : stages / 2; };
-  auto sub_base = [&](int w) { return plan.alternate && w == 1 ? (stages + 1) / 2 : 0; };
+  // warpgroup k % 2's), and the ring's stages are split between them: warpgroup w's are the
+  // sub-ring [sub_base(w), sub_end(w)), each stage used by its one warpgroup in order, so that a
+  // wait on a stage's parity never meets a phase of the other's. Else both take every item, and
+  // every stage. Each side walks its sub-rings with `next`: a stage and its lap (the times round so
+  // far, whose parity the waits take), without divisions.
+  const int middle = plan.alternate ? (stages + 1) / 2 : stages;
+  auto sub_base = [&](int w) { return w == 1 ? middle : 0; };
+  auto sub_end = [&](int w) { return w == 1 ? stages : middle; };
+  auto next = [](int& stage, int& lap, int base, int end) {
+    if (++stage == end) stage = base, ++lap;
+  };
   auto item_at = [&](int i) {  // 32-bit divisions (items < 2^31: ring_plan_for)
     const unsigned r = static_cast<unsigned>(i) / a.tiles, r2 = r / static_cast<unsigned>(d.n);
     return Item{r2 / a.nblocks, int64_t{r2 % a.nblocks} * BN, r % static_cast<unsigned>(d.n),
@@ -1125,16 +1151,20 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     };
     int item = static_cast<int>(blockIdx.x), k = 0;  // k: the block's item ordinal
     int64_t chunk = 0;
-    int given[2] = {0, 0};  // the stages each warpgroup's sub-ring has been given (two registers)
+    // each sub-ring's next stage and lap (registers; as an array indexed by the warpgroup they
+    // went to local memory)
+    int stage0 = 0, lap0 = 0, stage1 = sub_base(1), lap1 = 0;
     if constexpr (kBf16) gather(item, chunk);
     while (item < a.items) {
-      const int w = plan.alternate ? k & 1 : 0, n = w ? given[1]++ : given[0]++;
-      const int size = sub_size(w), stage = sub_base(w) + n % size;
+      const bool second = plan.alternate && (k & 1);  // item k is warpgroup k % 2's
+      const int stage = second ? stage1 : stage0, lap = second ? lap1 : lap0;
+      if (second) next(stage1, lap1, sub_base(1), sub_end(1));
+      else next(stage0, lap0, 0, sub_end(0));
       const int this_item = item;
       const int64_t this_chunk = chunk;
       if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x), ++k;
       uint8_t* st = ring + stage * plan.stage_bytes;
-      if (n >= size) matmul::mbar_wait(&empty[stage], (n / size - 1) & 1);
+      if (lap > 0) matmul::mbar_wait(&empty[stage], (lap - 1) & 1);
       load_weights(this_item, this_chunk, st, &full[stage]);
       if constexpr (kBf16) {  // stage n's loads are in flight (gathered last time round)
         put(st);
@@ -1163,10 +1193,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     if (plan.resident) matmul::mbar_wait(loaded, 0);
     // Alternating, the block's items are the two warpgroups' in turn, so that one's epilogue runs
     // while the other multiplies; else the warpgroup's share of every item is its products `half`
-    // MW on. n counts the stages of the warpgroup's sub-ring.
-    const int grid = static_cast<int>(gridDim.x), size = sub_size(wg), base = sub_base(wg);
-    const int half = plan.alternate ? 0 : wg, turn = plan.alternate ? 2 : 1;
-    int n = 0;
+    // MW on. The warpgroup walks its sub-ring (the whole ring, not alternating).
+    const int grid = static_cast<int>(gridDim.x), base = sub_base(plan.alternate ? wg : 0);
+    const int end = sub_end(plan.alternate ? wg : 0), half = plan.alternate ? 0 : wg, turn = plan.alternate ? 2 : 1;
+    int stage = base, lap = 0, before = base;  // the next stage, its lap, the stage before it
     for (int i = static_cast<int>(blockIdx.x) + (turn - 1) * wg * grid; i < a.items; i += turn * grid) {
       const Item it = item_at(i);
       const int first = it.p0 - it.p0 / cols * cols + half * MW * 64;  // the warpgroup's first pixel in the patch
@@ -1176,9 +1206,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[s][r] = 0.0f;
       [[maybe_unused]] float part[MW][R];
-      for (int64_t chunk = 0; chunk < plan.chunks; ++chunk, ++n) {
-        const int stage = base + n % size;
-        matmul::mbar_wait(&full[stage], (n / size) & 1);
+      for (int64_t chunk = 0; chunk < plan.chunks; ++chunk, before = stage, next(stage, lap, base, end)) {
+        matmul::mbar_wait(&full[stage], lap & 1);
         // the producer's cp.async writes, seen through the barrier, made visible to the tensor
         // cores' reads
         matmul::fence_async_shared();
@@ -1267,12 +1296,12 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
           }
           matmul::wgmma_commit();
           matmul::wgmma_wait<1>();  // the stage before is done: hand it back
-          if (chunk > 0 && lane == 0) matmul::mbar_arrive(&empty[base + (n - 1) % size]);
+          if (chunk > 0 && lane == 0) matmul::mbar_arrive(&empty[before]);
         }
       }
       if constexpr (!kExact) {
         matmul::wgmma_wait<0>();
-        if (lane == 0) matmul::mbar_arrive(&empty[base + (n - 1) % size]);
+        if (lane == 0) matmul::mbar_arrive(&empty[before]);
       }
       // The thread's outputs are channels n0 + 8j + 2t + e of rows g and g + 8 of each product.
       // Their pixels are worked out once (-1: an extra column of the patch's width, or past the
