@@ -1004,6 +1004,21 @@ def define(figure, table, runs):
             speeds = [cur.epoch(f"train_{when}_{flavour}_{i}.jsonl", e)["images_per_s"] for i in (1, 2, 3) for e in (2, 3)]
             figure(f"cuda.conv2d.ring-cursors.{flavour}.{when}.images-per-s", cur, sum(speeds) / len(speeds),
                    f"mnist-train CNN batch 512, {what}, {when} (H200): epochs 2 and 3 of three runs, images a second")
+    # ---- 17 checking its results for a NaN once a thread or warpgroup, against c2c87da in one
+    # call (docs/runs/2026-11-29-h200-nan-once): kernel-bench's first of two runs, and mnist-train's
+    # epochs 2 and 3 of three runs each ----
+    once = runs["2026-11-29-h200-nan-once"]
+    for key, version, shape in (("dx", "17_3xtf32_wgmma", "512x9216x128"), ("dw", "17_3xtf32_wgmma", "9216x128x512 A^T"),
+                                ("dx-tf32", "production (TF32)", "512x9216x128")):
+        for when in ("old", "new"):
+            figure(f"cuda.matmul.nan-once.{key}.{when}.us", once,
+                   once.kernel("matmul", version, shape, f"kernels_fc1_{when}.json")["ms"] * 1000,
+                   f"matmul {version} at {shape}, {when} (H200), µs")
+    for flavour, what in (("b512", "CNN batch 512, f32"), ("b64", "CNN batch 64, f32"), ("b512tf32", "CNN batch 512, TF32")):
+        for when in ("old", "new"):
+            speeds = [once.epoch(f"train_{when}_{flavour}_{i}.jsonl", e)["images_per_s"] for i in (1, 2, 3) for e in (2, 3)]
+            figure(f"cuda.matmul.nan-once.{flavour}.{when}.images-per-s", once, sum(speeds) / len(speeds) / 1000,
+                   f"mnist-train {what}, {when} (H200): epochs 2 and 3 of three runs, thousands of images a second")
     first = runs["2026-11-29-h200-bf16-weight-ring"]
     figure("cuda.conv2d.bf16-weight-ring.first.large.v6.us", first,
            first.kernel("conv2d", "bwd-weight 6 wgmma ring BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",

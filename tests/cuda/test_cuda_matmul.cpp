@@ -414,9 +414,20 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
   cuda::matmul::split_tf32x3(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), {},
                              be.stream());
   check_close(out, matmul(a, b), 1e-6, 0, "12_3xtf32 with inf and NaN inputs");
-  cuda::matmul::tf32x3_wgmma(p, ga.ref().data<float>(), gb.ref().data<float>(), out.ref().data<float>(), {},
-                             be.stream());
-  check_close(out, matmul(a, b), 1e-6, 0, "17_3xtf32_wgmma with inf and NaN inputs");
+  // 17 in each layout: A^T's rows through registers, B's (C^T through shared memory), both K-major
+  // from shared memory, both MN-major (A packed); the check for a NaN is made once a thread or a
+  // warpgroup, and only those that hold one recompute
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true}) {
+      MatmulParams q = p;
+      q.trans_a = ta, q.trans_b = tb;
+      Tensor ta_a = (ta ? a.t() : a).contiguous().to(kCuda), tb_b = (tb ? b.t() : b).contiguous().to(kCuda);
+      Tensor got = full({64, 64}, 7.0, kCuda);
+      cuda::matmul::tf32x3_wgmma(q, ta_a.ref().data<float>(), tb_b.ref().data<float>(), got.ref().data<float>(), {},
+                                 be.stream());
+      check_close(got, matmul(a, b), 1e-6, 0,
+                  std::string("17_3xtf32_wgmma with inf and NaN inputs") + (ta ? ", A^T" : "") + (tb ? ", B^T" : ""));
+    }
 }
 
 TEST_CASE("17_3xtf32_wgmma matches the CPU in every layout, epilogue, batch and split of k, deterministically") {

@@ -201,6 +201,16 @@ __device__ inline uint32_t ld_shared(uint32_t addr) {
 __device__ inline void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+// The same, and whether `p` holds for any of the `count` threads
+__device__ inline bool named_barrier_or(int id, int count, bool p) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %2, 0;\n bar.red.or.pred q, %1, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(id), "r"(static_cast<uint32_t>(p)), "r"(count)
+      : "memory");
+  return any != 0;
+}
 
 // kRegisters: where this thread's fragment values of the rows operand lie in a stage. The operand
 // arrives as boxes of 32 rows x 32 values of k, each a row of 128 bytes per k (so rows run along
@@ -423,8 +433,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     fence_accumulators(d);
     E* c = args.c + (split ? 0 : z) * args.m * args.n;
     // 3xTF32's NaN results summed again in f32 over this block's k (RecomputeNan), on the
-    // operands of its batch entry.
-    const auto finish = [&] {
+    // operands of its batch entry. The check is made once: a thread (or, where the tile goes
+    // through shared memory, a warpgroup) whose results hold no NaN stores them as computed, with
+    // no test and call at each (17's paragraph, before tf32x3_wgmma_splits, says what it saved).
+    const auto recompute = [&] {
       if constexpr (T::EXACT) {
         const int64_t entry = split ? 0 : z;
         Panel<float> pa = args.a, pb = args.b;
@@ -434,21 +446,33 @@ __global__ void __launch_bounds__(THREADS, 1)
         return AsComputed{};
       }
     }();
+    bool nan = false;
+    if constexpr (T::EXACT) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) nan |= d[i] != d[i];
+    }
+    // store(finish) for the thread's own results, or the warpgroup's once `nan` is its
+    const auto either = [&](const auto& store) {
+      if (T::EXACT && nan) store(recompute);
+      else store(AsComputed{});
+    };
     if constexpr (MODE == Mode::kShared) {
       // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
       // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
       // and alignment from an Args) writes them, a bf16 C rounded once after the epilogue; a chunk
       // of a split k its f32 sums as they are.
       const auto& acc = reinterpret_cast<const float(&)[1][BN / 8][4]>(d);
-      if (split) {
-        Args<float> out{nullptr, nullptr, args.partials + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
-                        false, false, false, false, args.vec_partials, {}};
-        store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
-      } else {
-        Args<E> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
-                    false, false, false, false, args.vec_c, args.epilogue};
-        store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
-      }
+      either([&](const auto& finish) {
+        if (split) {
+          Args<float> out{nullptr, nullptr, args.partials + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
+                          false, false, false, false, args.vec_partials, {}};
+          store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
+        } else {
+          Args<E> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
+                      false, false, false, false, args.vec_c, args.epilogue};
+          store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
+        }
+      });
     } else {
       // The accumulators' rows are the tile rows RowFragment loaded (h = 0: d[4j], d[4j + 1];
       // h = 1: d[4j + 2], d[4j + 3]), their columns those of mma.sync's tiles. A chunk of a split k
@@ -456,36 +480,39 @@ __global__ void __launch_bounds__(THREADS, 1)
       float* dst = split ? args.partials + z * args.m * args.n : c;
       const bool vec = split ? args.vec_partials : args.vec_c;
       // C's element (i, j), through the finish and, outside a split, the epilogue
-      auto value = [&](float v, int64_t i, int64_t j) {
+      auto value = [&](const auto& finish, float v, int64_t i, int64_t j) {
         v = finish(v, i, j);
         return split ? v : args.epilogue(v, j);
       };
       const int t = lane % 4;
       if (!args.swap) {
+        either([&](const auto& finish) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t row = tile_m * BM + frag.rows[h];
-          if (row >= args.rows) continue;
+          for (int h = 0; h < 2; ++h) {
+            const int64_t row = tile_m * BM + frag.rows[h];
+            if (row >= args.rows) continue;
 #pragma unroll
-          for (int j = 0; j < BN / 8; ++j) {
-            const int64_t col = tile_n * BN + j * 8 + 2 * t;
-            const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-            if (vec && col + 1 < args.cols) {  // col even, n % 4 == 0: aligned
-              *reinterpret_cast<float2*>(dst + row * args.n + col) =
-                  make_float2(value(v0, row, col), value(v1, row, col + 1));
-            } else {
-              if (col < args.cols) dst[row * args.n + col] = value(v0, row, col);
-              if (col + 1 < args.cols) dst[row * args.n + col + 1] = value(v1, row, col + 1);
+            for (int j = 0; j < BN / 8; ++j) {
+              const int64_t col = tile_n * BN + j * 8 + 2 * t;
+              const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+              if (vec && col + 1 < args.cols) {  // col even, n % 4 == 0: aligned
+                *reinterpret_cast<float2*>(dst + row * args.n + col) =
+                    make_float2(value(finish, v0, row, col), value(finish, v1, row, col + 1));
+              } else {
+                if (col < args.cols) dst[row * args.n + col] = value(finish, v0, row, col);
+                if (col + 1 < args.cols) dst[row * args.n + col + 1] = value(finish, v1, row, col + 1);
+              }
             }
           }
-        }
+        });
       } else {
         // C^T's tile (row, col) is C's (col, row): straight from the registers, a warp's store
         // would cover 4 rows of C with 16-byte pieces. The warpgroup's 64 x BN accumulators go
         // through the ring's shared memory instead, transposed (column-major, columns of
         // TRANSPOSED_LD floats: 66, so that the four t of a store fall 4 banks apart and with the
         // rows' {0..3, 16..19} cover all 32), then out along C's rows, 64 contiguous floats per
-        // warp. Both warpgroups must be done reading the ring first.
+        // warp. Both warpgroups must be done reading the ring first. A warp stores values of the
+        // whole warpgroup's, so the warpgroup's barrier ORs `nan` over it.
         constexpr int LD = T::TRANSPOSED_LD;
         named_barrier(1, 256);
         float* tile = reinterpret_cast<float*>(smem) + wg * BN * LD;
@@ -495,19 +522,22 @@ __global__ void __launch_bounds__(THREADS, 1)
           for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) tile[(j * 8 + 2 * t + e) * LD + frag.rows[h] - wg * 64] = d[4 * j + 2 * h + e];
-        named_barrier(2 + wg, 128);
+        if constexpr (T::EXACT) nan = named_barrier_or(2 + wg, 128, nan);
+        else named_barrier(2 + wg, 128);
         const int64_t row = tile_m * BM + wg * 64 + 2 * lane;  // C's column of this lane's pair
-        for (int col = warp; col < BN && tile_n * BN + col < args.cols; col += 4) {
-          const int64_t i = tile_n * BN + col;  // C's row
-          float* out = dst + i * args.n + row;
-          const float v0 = tile[col * LD + 2 * lane], v1 = tile[col * LD + 2 * lane + 1];
-          if (vec && row + 1 < args.rows) {  // row even, n % 4 == 0: aligned
-            *reinterpret_cast<float2*>(out) = make_float2(value(v0, i, row), value(v1, i, row + 1));
-          } else {
-            if (row < args.rows) out[0] = value(v0, i, row);
-            if (row + 1 < args.rows) out[1] = value(v1, i, row + 1);
+        either([&](const auto& finish) {
+          for (int col = warp; col < BN && tile_n * BN + col < args.cols; col += 4) {
+            const int64_t i = tile_n * BN + col;  // C's row
+            float* out = dst + i * args.n + row;
+            const float v0 = tile[col * LD + 2 * lane], v1 = tile[col * LD + 2 * lane + 1];
+            if (vec && row + 1 < args.rows) {  // row even, n % 4 == 0: aligned
+              *reinterpret_cast<float2*>(out) = make_float2(value(finish, v0, i, row), value(finish, v1, i, row + 1));
+            } else {
+              if (row < args.rows) out[0] = value(finish, v0, i, row);
+              if (row + 1 < args.rows) out[1] = value(finish, v1, i, row + 1);
+            }
           }
-        }
+        });
       }
     }
   }
@@ -957,6 +987,22 @@ void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b,
 // (docs/runs/2026-11-28-h200-3xtf32-wgmma). 3xTF32 costs three products, so its bound is a third of
 // 13's TF32 rate, which was 328.9 TFLOP/s [fig cuda.matmul.x3.4096.13.tflops] at 4096^3 in the
 // same call (kernels/cuda/NOTES.md).
+// Its store checked each result for a NaN, a test and a branch around the call at every one. Now a
+// thread, or a warpgroup where the tile goes through shared memory (the barrier ORs the flag),
+// checks once and stores through RecomputeNan only where it holds a NaN. Against c2c87da in one
+// call (one H200, docs/runs/2026-11-29-h200-nan-once), µs: fc1's input gradient at batch 512
+// (512 x 9216 x 128) 38.17 [fig cuda.matmul.nan-once.dx.old.us] -> 36.25 [fig cuda.matmul.nan-once.dx.new.us],
+// its weight gradient (9216 x 128 x 512 A^T) 39.61 [fig cuda.matmul.nan-once.dw.old.us]
+// -> 37.84 [fig cuda.matmul.nan-once.dw.new.us]; TF32's (no check, but its store's code rearranged)
+// 20.52 [fig cuda.matmul.nan-once.dx-tf32.old.us] -> 20.82 [fig cuda.matmul.nan-once.dx-tf32.new.us];
+// the CNN's epochs moved within their spread (thousands of images a second, f32 at batch 512
+// 620.4 [fig cuda.matmul.nan-once.b512.old.images-per-s] -> 621.7 [fig cuda.matmul.nan-once.b512.new.images-per-s],
+// at batch 64 330.8 [fig cuda.matmul.nan-once.b64.old.images-per-s] -> 331.7 [fig cuda.matmul.nan-once.b64.new.images-per-s],
+// TF32 at batch 512 859.8 [fig cuda.matmul.nan-once.b512tf32.old.images-per-s]
+// -> 858.1 [fig cuda.matmul.nan-once.b512tf32.new.images-per-s]).
+// Predicted: a sixth off, from the tests' share of ncu's stall samples
+// (docs/runs/2026-11-29-h200-bn-fc1-ncu); got a twentieth. What bounds these short-k products is
+// the tile's own latency, one tile a block and four slices of k (kernels/cuda/NOTES.md).
 
 int64_t tf32x3_wgmma_splits(const MatmulParams& p, const float* a, const float* b, int sms) {
   if (p.batch != 1) return 1;
