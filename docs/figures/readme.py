@@ -9,7 +9,7 @@ def define(figure, table, runs):
     h100x2 = runs["2026-11-26-2xh100-dist"]
 
     # --- mnist-train and PyTorch on one H200 (CUDA, from one call); Vulkan on one H100 (another) ---
-    train = runs["2026-11-29-h200-readme"]
+    train = runs["2026-11-29-h200-readme2"]
 
     def seconds_range(run, file):
         s = [e["seconds"] for e in run.epochs(file)]
