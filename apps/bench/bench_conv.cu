@@ -511,24 +511,7 @@ void bench_shape(Bench& bench, const ConvShape& s, void* workspace, size_t works
                                          stream);
       }, gx16, gx, want_gx);
     // the bf16 versions the production path chooses between for the forward and the backward input
-    struct Bf16Version {
-      const char* name;
-      decltype(&cv::forward_cells_bf16_applies) forward_applies, input_applies;
-      decltype(&cv::forward_cells_bf16_workspace) forward_workspace, input_workspace;
-      decltype(&cv::forward_cells_bf16) forward;
-      decltype(&cv::backward_input_cells_bf16) input;
-    };
-    const Bf16Version bf16_versions[] = {
-        {"12 wgmma ring BF16", cv::forward_ring_bf16_applies, cv::backward_input_ring_bf16_applies,
-         cv::forward_ring_bf16_workspace, cv::backward_input_ring_bf16_workspace, cv::forward_ring_bf16,
-         cv::backward_input_ring_bf16},
-        {"9 cells BF16", cv::forward_cells_bf16_applies, cv::backward_input_cells_bf16_applies,
-         cv::forward_cells_bf16_workspace, cv::backward_input_cells_bf16_workspace, cv::forward_cells_bf16,
-         cv::backward_input_cells_bf16},
-        {"7 channel pairs BF16", cv::forward_patch_bf16_applies, cv::backward_input_patch_bf16_applies,
-         cv::forward_patch_bf16_workspace, cv::backward_input_patch_bf16_workspace, cv::forward_patch_bf16,
-         cv::backward_input_patch_bf16}};
-    for (const Bf16Version& v : bf16_versions) {
+    for (const cv::Bf16PatchVersion& v : cv::kBf16PatchVersions) {
       const int64_t bytes = std::max(v.forward_workspace(g), v.input_workspace(g));
       void* ws = bench.device_bytes(static_cast<size_t>(std::max<int64_t>(bytes, 16)));
       const auto* bw = static_cast<const bf16*>(w16.buffer);

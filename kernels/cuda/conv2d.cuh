@@ -275,6 +275,23 @@ void backward_input_cells_bf16(const bf16* grad_y, const bf16* w, bf16* grad_x, 
                                cudaStream_t stream);
 void backward_input_relu_cells_bf16(const bf16* grad_y, const bf16* w, const bf16* relu_x, bf16* grad_x,
                                     void* workspace, const Geometry& g, cudaStream_t stream);
+// The bf16 versions above with a forward and a backward input (in its forward form) of the same
+// signatures, best first: the one table through which kernel-bench times them and the tests check
+// them (the production path, conv2d.cu, chooses among them by its own rules).
+struct Bf16PatchVersion {
+  const char* name;  // kernel-bench's, after "fwd " or "bwd-input "
+  decltype(&forward_cells_bf16_applies) forward_applies, input_applies;
+  decltype(&forward_cells_bf16_workspace) forward_workspace, input_workspace;
+  decltype(&forward_cells_bf16) forward;
+  decltype(&backward_input_cells_bf16) input;
+};
+inline constexpr Bf16PatchVersion kBf16PatchVersions[] = {
+    {"12 wgmma ring BF16", forward_ring_bf16_applies, backward_input_ring_bf16_applies, forward_ring_bf16_workspace,
+     backward_input_ring_bf16_workspace, forward_ring_bf16, backward_input_ring_bf16},
+    {"9 cells BF16", forward_cells_bf16_applies, backward_input_cells_bf16_applies, forward_cells_bf16_workspace,
+     backward_input_cells_bf16_workspace, forward_cells_bf16, backward_input_cells_bf16},
+    {"7 channel pairs BF16", forward_patch_bf16_applies, backward_input_patch_bf16_applies,
+     forward_patch_bf16_workspace, backward_input_patch_bf16_workspace, forward_patch_bf16, backward_input_patch_bf16}};
 // Backward weight, version 6 in bf16 (an sm_90 GPU; by TMA only: x and grad_y on 16 bytes, W and
 // OH*OW multiples of 8 or the planes TMA can take as lines): the workspace holds the splits' f32
 // partials (backward_weight_ring_bf16_workspace bytes), summed in order into grad_w.

@@ -1024,24 +1024,12 @@ TEST_CASE("the bf16 versions (12 on wgmma, 9 in cells, 7 on channel pairs, 3 on 
   auto device_buffer = [](int64_t bytes) {
     return full({std::max<int64_t>(1, bytes / 4)}, 7.0, TensorOptions(DType::f32).device(kCuda));
   };
-  struct PatchVersion {
-    const char* name;
-    decltype(&cv::forward_cells_bf16_applies) forward_applies, input_applies;
-    decltype(&cv::forward_cells_bf16_workspace) forward_workspace, input_workspace;
-    decltype(&cv::forward_cells_bf16) forward;
-    decltype(&cv::backward_input_cells_bf16) input;
+  // each version of conv2d.cuh's table, and how many cases it took each way
+  struct PatchVersion : cv::Bf16PatchVersion {
     int forwards = 0, inputs = 0;
   };
-  PatchVersion patch_versions[] = {
-      {"7 (channel pairs)", cv::forward_patch_bf16_applies, cv::backward_input_patch_bf16_applies,
-       cv::forward_patch_bf16_workspace, cv::backward_input_patch_bf16_workspace, cv::forward_patch_bf16,
-       cv::backward_input_patch_bf16},
-      {"9 (cells)", cv::forward_cells_bf16_applies, cv::backward_input_cells_bf16_applies,
-       cv::forward_cells_bf16_workspace, cv::backward_input_cells_bf16_workspace, cv::forward_cells_bf16,
-       cv::backward_input_cells_bf16},
-      {"12 (wgmma ring)", cv::forward_ring_bf16_applies, cv::backward_input_ring_bf16_applies,
-       cv::forward_ring_bf16_workspace, cv::backward_input_ring_bf16_workspace, cv::forward_ring_bf16,
-       cv::backward_input_ring_bf16}};
+  std::vector<PatchVersion> patch_versions;
+  for (const cv::Bf16PatchVersion& v : cv::kBf16PatchVersions) patch_versions.push_back({v});
   int input_form = 0, small = 0, short_k = 0, rows = 0, even_width = 0;
   for (int trial = 0; trial < 40; ++trial) {
     // odd channel counts (a pair with a zero partner) and counts past one stage of 16; odd batches
@@ -1116,7 +1104,7 @@ TEST_CASE("the bf16 versions (12 on wgmma, 9 in cells, 7 on channel pairs, 3 on 
   // every case fits both patches' shared memory (the backward input where its forward form
   // applies); both of version 9's copies ran; both weight-gradient versions and forward version 3
   for (const PatchVersion& v : patch_versions) {
-    if (std::string(v.name) == "12 (wgmma ring)") {  // sm_90 only, and a patch of at most 512 pixels
+    if (v.forward == cv::forward_ring_bf16) {  // sm_90 only, and a patch of at most 512 pixels
       MESSAGE("bf16 version 12 ran ", v.forwards, " forwards and ", v.inputs, " backward inputs of 40");
       if (cuda::wgmma_runs()) CHECK((v.forwards >= 10 && v.inputs >= 5));
       continue;
