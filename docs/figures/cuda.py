@@ -989,36 +989,45 @@ def define(figure, table, runs):
             figure(f"cuda.conv2d.ring-alternate.{flavour}.{when}.images-per-s", runs["2026-11-29-h200-ring-alternate"],
                    sum(speeds) / len(speeds),
                    f"mnist-train CNN batch 512, {'TF32' if tf32 else 'f32'}, {when} (H200): epochs 2 and 3 of two runs, images a second")
+    def old_new_kernels(key, run, family, cases):
+        """kernel-bench's time of each (tag, version, shape, file with {when}) in the old and new builds"""
+        for tag, version, shape, file in cases:
+            for when in ("old", "new"):
+                figure(f"{key}.{tag}.{when}.us", run, run.kernel(family, version, shape, file.format(when=when))["ms"] * 1000,
+                       f"{family} {version} at {shape}, {when} (H200), µs")
+
+    def old_new_speeds(key, run, cases, n, unit=1):
+        """mnist-train's images a second (over `unit`), epochs 2 and 3 of runs 1..n of each
+        (flavour, what): train_{old|new}_{flavour}_{i}.jsonl"""
+        for flavour, what in cases:
+            for when in ("old", "new"):
+                speeds = [run.epoch(f"train_{when}_{flavour}_{i}.jsonl", e)["images_per_s"]
+                          for i in range(1, n + 1) for e in (2, 3)]
+                figure(f"{key}.{flavour}.{when}.images-per-s", run, sum(speeds) / len(speeds) / unit,
+                       f"mnist-train {what}, {when} (H200): epochs 2 and 3 of {n} runs, images a second / {unit}")
+
     # ---- version 12 walking its sub-rings by a stage and a lap (no divisions), against 1b0e445 in
     # one call (docs/runs/2026-11-29-h200-ring-cursors): kernel-bench's first of two runs, and
     # mnist-train's epochs 2 and 3 of three runs each ----
     cur = runs["2026-11-29-h200-ring-cursors"]
-    for what, math in (("fwd", "3xTF32"), ("bwd-input", "3xTF32"), ("fwd", "TF32"), ("bwd-input", "TF32"),
-                       ("fwd", "BF16"), ("bwd-input", "BF16")):
-        for when in ("old", "new"):
-            figure(f"cuda.conv2d.ring-cursors.conv2.{what}.{math.lower()}.{when}.us", cur,
-                   cur.kernel("conv2d", f"{what} 12 wgmma ring {math}", conv2, f"kernels_conv2_{when}.json")["ms"] * 1000,
-                   f"conv2d {what} 12 wgmma ring {math} at {conv2}, {when} (H200), µs")
-    for flavour, what in (("b512", "f32"), ("b512tf32", "TF32")):
-        for when in ("old", "new"):
-            speeds = [cur.epoch(f"train_{when}_{flavour}_{i}.jsonl", e)["images_per_s"] for i in (1, 2, 3) for e in (2, 3)]
-            figure(f"cuda.conv2d.ring-cursors.{flavour}.{when}.images-per-s", cur, sum(speeds) / len(speeds),
-                   f"mnist-train CNN batch 512, {what}, {when} (H200): epochs 2 and 3 of three runs, images a second")
-    # ---- 17 checking its results for a NaN once a thread or warpgroup, against c2c87da in one
-    # call (docs/runs/2026-11-29-h200-nan-once): kernel-bench's first of two runs, and mnist-train's
-    # epochs 2 and 3 of three runs each ----
-    once = runs["2026-11-29-h200-nan-once"]
-    for key, version, shape in (("dx", "17_3xtf32_wgmma", "512x9216x128"), ("dw", "17_3xtf32_wgmma", "9216x128x512 A^T"),
-                                ("dx-tf32", "production (TF32)", "512x9216x128")):
-        for when in ("old", "new"):
-            figure(f"cuda.matmul.nan-once.{key}.{when}.us", once,
-                   once.kernel("matmul", version, shape, f"kernels_fc1_{when}.json")["ms"] * 1000,
-                   f"matmul {version} at {shape}, {when} (H200), µs")
-    for flavour, what in (("b512", "CNN batch 512, f32"), ("b64", "CNN batch 64, f32"), ("b512tf32", "CNN batch 512, TF32")):
-        for when in ("old", "new"):
-            speeds = [once.epoch(f"train_{when}_{flavour}_{i}.jsonl", e)["images_per_s"] for i in (1, 2, 3) for e in (2, 3)]
-            figure(f"cuda.matmul.nan-once.{flavour}.{when}.images-per-s", once, sum(speeds) / len(speeds) / 1000,
-                   f"mnist-train {what}, {when} (H200): epochs 2 and 3 of three runs, thousands of images a second")
+    old_new_kernels("cuda.conv2d.ring-cursors.conv2", cur, "conv2d",
+                    [(f"{what}.{math.lower()}", f"{what} 12 wgmma ring {math}", conv2, "kernels_conv2_{when}.json")
+                     for what, math in (("fwd", "3xTF32"), ("bwd-input", "3xTF32"), ("fwd", "TF32"),
+                                        ("bwd-input", "TF32"), ("fwd", "BF16"), ("bwd-input", "BF16"))])
+    old_new_speeds("cuda.conv2d.ring-cursors", cur, (("b512", "CNN batch 512, f32"), ("b512tf32", "CNN batch 512, TF32")), 3)
+    # ---- matmul 17 checking its results for a NaN once a thread or warpgroup, against c2c87da
+    # (docs/runs/2026-11-29-h200-nan-once), then persistent, against 89c67de
+    # (docs/runs/2026-11-29-h200-persistent-17), each in one call: fc1's gradients at batch 512 in
+    # kernel-bench, mnist-train's epochs (thousands of images a second) ----
+    epochs = (("b512", "CNN batch 512, f32"), ("b64", "CNN batch 64, f32"), ("b512tf32", "CNN batch 512, TF32"))
+    for key, name, files, n in (("nan-once", "2026-11-29-h200-nan-once", ("fc1", "fc1"), 3),
+                                ("persistent", "2026-11-29-h200-persistent-17", ("dx", "dw"), 2)):
+        run = runs[name]
+        dx, dw = (f"kernels_{f}_{{when}}.json" for f in files)
+        old_new_kernels(f"cuda.matmul.{key}", run, "matmul",
+                        (("dx", "17_3xtf32_wgmma", "512x9216x128", dx), ("dw", "17_3xtf32_wgmma", "9216x128x512 A^T", dw),
+                         ("dx-tf32", "production (TF32)", "512x9216x128", dx)))
+        old_new_speeds(f"cuda.matmul.{key}", run, epochs, n, unit=1000)
     first = runs["2026-11-29-h200-bf16-weight-ring"]
     figure("cuda.conv2d.bf16-weight-ring.first.large.v6.us", first,
            first.kernel("conv2d", "bwd-weight 6 wgmma ring BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",

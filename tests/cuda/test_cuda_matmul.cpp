@@ -455,6 +455,13 @@ TEST_CASE("17_3xtf32_wgmma matches the CPU in every layout, epilogue, batch and 
       {1, 33, 257, 700, true, false, 4, 3, false},   // both MN-major: A packed, C^T
       {3, 129, 65, 67, false, false, 1, 3, true},    // a batch, B broadcast: no split
       {1, 1, 1, 1, false, false, 3, 3, false},
+      // more tiles than an H200 has SMs, so that a block takes several (17 is persistent), in each
+      // path: C^T through shared memory (the CNN's input gradient at batch 512), A^T through
+      // registers, both from shared memory, a batch
+      {1, 512, 9216, 128, false, false, 0, 0, false},
+      {1, 2304, 520, 40, true, true, 0, 0, false},
+      {1, 1100, 1100, 36, false, true, 0, 0, false},
+      {3, 1000, 600, 20, false, false, 1, 3, true},
   };
   for (const Case& cs : cases)
     for (int64_t splits : {1, 3, 7, 1000}) {

@@ -127,16 +127,24 @@ struct Tile {
   static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, LOAD_BYTES = A_BYTES + B_BYTES;
   static constexpr int STAGE_BYTES = EXACT ? LOAD_BYTES + B_BYTES : LOAD_BYTES;
   static constexpr int BARRIERS = STAGES * STAGE_BYTES;
+  // kRegisters with B as the rows operand stores C^T's tile through shared memory, transposed:
+  // each consumer warpgroup's BN columns of 64 rows, with columns TRANSPOSED_LD floats apart.
+  static constexpr int TRANSPOSED_LD = 66;
+  // PERSISTENT (3xTF32): a block an SM takes item after item, the producer loading the next
+  // item's slices while the consumers finish and store this one. Its transposed store then has
+  // shared memory of its own (STORE) after the barriers; otherwise it goes through the ring,
+  // which the block is done with by then.
+  static constexpr bool PERSISTENT = EXACT;
+  static constexpr int STORE = PERSISTENT ? BARRIERS + 2 * STAGES * 8 : 0;
   // + 1024: the base is rounded up to 1024 bytes, the swizzle's period (8 rows of 128 bytes).
-  static constexpr int SMEM_BYTES = BARRIERS + 2 * STAGES * 8 + 1024;
+  static constexpr int SMEM_BYTES =
+      BARRIERS + 2 * STAGES * 8 + (PERSISTENT ? 2 * BN * TRANSPOSED_LD * 4 : 0) + 1024;
   static_assert(BN == 256 || BN == 128 || BN == 64, "wgmma_tf32 has these widths");
   static_assert(!EXACT || BN == 64, "3xTF32 runs on 128 x 64 tiles");
   static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "every tile starts on a swizzle period");
   static_assert(SMEM_BYTES <= 227 * 1024, "an H100 block has at most 227 KB of shared memory");
-  // kRegisters with B as the rows operand stores C^T's tile through the ring, transposed: each
-  // consumer warpgroup's BN columns of 64 rows, with columns TRANSPOSED_LD floats apart.
-  static constexpr int TRANSPOSED_LD = 66;
-  static_assert(2 * BN * TRANSPOSED_LD * 4 <= BARRIERS, "the transposed tile fits in the ring");
+  static_assert(PERSISTENT || 2 * BN * TRANSPOSED_LD * 4 <= BARRIERS, "the transposed tile fits in the ring");
+  static_assert(STORE % 16 == 0, "the transposed tile's own shared memory starts on 16 bytes");
 };
 
 // How the kernel reads its operands. The block tile has BM rows (split between the two consumer
@@ -158,6 +166,7 @@ struct WgmmaArgs {
   int64_t rows, cols;  // the product's: m, n, or n, m when `swap`
   int slices;          // ceil(k / kStageK<E>)
   int64_t tiles_m, tiles_n;  // block tiles along rows and cols
+  int64_t items;             // tiles_m x tiles_n x (batch entries, or chunks of a split k)
   bool broadcast_a, broadcast_b, vec_c;
   bool swap;  // the rows run along C's columns: the kernel computes C^T
   DeviceEpilogue<E> epilogue;
@@ -261,17 +270,30 @@ __global__ void __launch_bounds__(THREADS, 1)
   auto* full = reinterpret_cast<uint64_t*>(smem + T::BARRIERS);
   uint64_t* empty = full + STAGES;
 
-  // Which tile: blocks go in groups of GROUP_M tile rows, down each column of the group before
-  // the next, so that the blocks running at once share rows of A and columns of B in L2.
-  const int64_t per_entry = args.tiles_m * args.tiles_n, z = blockIdx.x / per_entry, r = blockIdx.x % per_entry;
-  const int64_t group = GROUP_M * args.tiles_n, first = r / group * GROUP_M;
-  const int64_t rows = std::min(args.tiles_m - first, GROUP_M);
-  const int64_t tile_m = first + r % group % rows, tile_n = r % group / rows;
+  // Item i of args.items: the tile and batch entry (or chunk of a split k) it computes. Blocks go
+  // in groups of GROUP_M tile rows, down each column of the group before the next, so that the
+  // items running at once share rows of A and columns of B in L2. A block takes item blockIdx.x,
+  // and where T::PERSISTENT (a grid of at most a block an SM) blockIdx.x + gridDim.x and so on.
   const bool split = args.partials != nullptr;  // z is then the chunk of k, and the batch entry 0
-  const int first_slice = split ? static_cast<int>(z) * args.chunk_slices : 0;
-  const int slices = split ? min(args.chunk_slices, args.slices - first_slice) : args.slices;
-  const int za = split || args.broadcast_a ? 0 : static_cast<int>(z);
-  const int zb = split || args.broadcast_b ? 0 : static_cast<int>(z);
+  struct Item {
+    int64_t z, tile_m, tile_n;
+    int first_slice, slices, za, zb;
+  };
+  auto item_at = [&](int64_t i) {
+    const int64_t per_entry = args.tiles_m * args.tiles_n, z = i / per_entry, r = i % per_entry;
+    const int64_t group = GROUP_M * args.tiles_n, first = r / group * GROUP_M;
+    const int64_t rows = std::min(args.tiles_m - first, GROUP_M);
+    const int first_slice = split ? static_cast<int>(z) * args.chunk_slices : 0;
+    return Item{z, first + r % group % rows, r % group / rows, first_slice,
+                split ? min(args.chunk_slices, args.slices - first_slice) : args.slices,
+                split || args.broadcast_a ? 0 : static_cast<int>(z),
+                split || args.broadcast_b ? 0 : static_cast<int>(z)};
+  };
+  // Both sides walk the ring in the same order, slice after slice of item after item: `next`
+  // steps a stage and its lap (the times round the ring so far, whose parity the waits take).
+  auto next = [](int& stage, int& lap) {
+    if (++stage == STAGES) stage = 0, ++lap;
+  };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -284,34 +306,38 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (warpgroup == 0) {
-    // Producer: one thread keeps the ring full. Slice s goes to stage s % STAGES once the
-    // consumers have released that stage's previous slice (s - STAGES).
+    // Producer: one thread keeps the ring full, each slice to the next stage once the consumers
+    // have released that stage's slice of the lap before.
     // The block starts with 168 registers a thread (65536 / 384, its cap under
     // __launch_bounds__(384, 1)); the producer drops to 40 and the consumers, which hold the
     // accumulators, rise to 232 (128 x 40 + 256 x 232 <= 65536).
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      for (int s = 0; s < slices; ++s) {
-        const int stage = s % STAGES, k0 = (first_slice + s) * SK;
-        if (s >= STAGES) mbar_wait(&empty[stage], (s / STAGES - 1) & 1);
-        uint8_t* st = smem + stage * STAGE_BYTES;
-        mbar_arrive_expect_tx(&full[stage], T::LOAD_BYTES);
-        if constexpr (MODE == Mode::kShared && !A_MN) {
-          tma_load(st, &map_a, k0, static_cast<int>(tile_m * BM), za, &full[stage]);
-        } else if constexpr (MODE == Mode::kShared) {
-          for (int box = 0; box < BM / 64; ++box)  // boxes of 64 rows (128 bytes) x SK
-            tma_load(st + box * MN_BOX, &map_a, static_cast<int>(tile_m * BM + box * 64), k0, za, &full[stage]);
-        } else {
-          for (int box = 0; box < BM / 32; ++box)  // boxes of 32 rows (128 bytes) x SK
-            tma_load(st + box * 32 * SK * 4, &map_a, static_cast<int>(tile_m * BM + box * 32), k0, za,
-                     &full[stage]);
-        }
-        if constexpr (!B_MN) {
-          tma_load(st + A_BYTES, &map_b, k0, static_cast<int>(tile_n * BN), zb, &full[stage]);
-        } else {
-          for (int box = 0; box < BN / 64; ++box)
-            tma_load(st + A_BYTES + box * MN_BOX, &map_b, static_cast<int>(tile_n * BN + box * 64), k0, zb,
-                     &full[stage]);
+      int stage = 0, lap = 0;
+      for (int64_t i = blockIdx.x; i < args.items; i = T::PERSISTENT ? i + gridDim.x : args.items) {
+        const Item it = item_at(i);
+        for (int s = 0; s < it.slices; ++s, next(stage, lap)) {
+          const int k0 = (it.first_slice + s) * SK;
+          if (lap > 0) mbar_wait(&empty[stage], (lap - 1) & 1);
+          uint8_t* st = smem + stage * STAGE_BYTES;
+          mbar_arrive_expect_tx(&full[stage], T::LOAD_BYTES);
+          if constexpr (MODE == Mode::kShared && !A_MN) {
+            tma_load(st, &map_a, k0, static_cast<int>(it.tile_m * BM), it.za, &full[stage]);
+          } else if constexpr (MODE == Mode::kShared) {
+            for (int box = 0; box < BM / 64; ++box)  // boxes of 64 rows (128 bytes) x SK
+              tma_load(st + box * MN_BOX, &map_a, static_cast<int>(it.tile_m * BM + box * 64), k0, it.za, &full[stage]);
+          } else {
+            for (int box = 0; box < BM / 32; ++box)  // boxes of 32 rows (128 bytes) x SK
+              tma_load(st + box * 32 * SK * 4, &map_a, static_cast<int>(it.tile_m * BM + box * 32), k0, it.za,
+                       &full[stage]);
+          }
+          if constexpr (!B_MN) {
+            tma_load(st + A_BYTES, &map_b, k0, static_cast<int>(it.tile_n * BN), it.zb, &full[stage]);
+          } else {
+            for (int box = 0; box < BN / 64; ++box)
+              tma_load(st + A_BYTES + box * MN_BOX, &map_b, static_cast<int>(it.tile_n * BN + box * 64), k0, it.zb,
+                       &full[stage]);
+          }
         }
       }
     }
@@ -320,226 +346,240 @@ __global__ void __launch_bounds__(THREADS, 1)
     setmaxnreg_inc<232>();
     const int wg = warpgroup - 1, lane = static_cast<int>(threadIdx.x) % 32;
     const int warp = static_cast<int>(threadIdx.x) / 32 % 4;
-    float d[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0;
     // the warpgroup's 64 rows of A: 64 lines of 128 bytes K-major, the box wg MN-major (the same offset)
     const uint32_t a0 = smem_u32(smem) + wg * 64 * 128, b0 = smem_u32(smem) + A_BYTES;
     [[maybe_unused]] const RowFragment frag(wg, warp, lane);  // kRegisters: its loads and its rows
-    if constexpr (T::EXACT) {
-      // Version 17, 3xTF32. The rows operand's fragments are loaded from shared memory (kShared:
-      // its K-major lines under the 128-byte swizzle; kRegisters: RowFragment's places) and split
-      // in registers. The columns operand, which wgmma reads from shared memory, is split there:
-      // once a stage has landed, the 256 consumer threads round its B tile in place and write the
-      // rest after the stage's two tiles (B's swizzled layout again, since LOAD_BYTES is a whole
-      // number of its periods), then meet at a named barrier. Each product is lo_a * hi_b +
-      // hi_a * lo_b + hi_a * hi_b. A stage's 12 products sum from zero into `part`, which joins d
-      // in an ordinary f32 add: the tensor cores truncate as they add (version 12). The next
-      // stage is split while a stage's products run, and a stage goes back to the producer once
-      // they are done. (A second set of parts, added while the next stage's products run, made
-      // ptxas serialise the products: it reads them as accumulators in use.)
-      constexpr int R = BN / 2, KF = SK / 8;
-      float part[R];
-      auto split_stage = [&](int s) {
-        const int stage = s % STAGES;
-        mbar_wait(&full[stage], (s / STAGES) & 1);
-        auto* v4 = reinterpret_cast<uint4*>(smem + stage * STAGE_BYTES + A_BYTES);
-        constexpr int kLoads = T::B_BYTES / 16;
-        for (int i = static_cast<int>(threadIdx.x) - 128; i < kLoads; i += 256) {
-          const uint4 v = v4[i];
-          uint4 hi, lo;
-          split_tf32(v.x, hi.x, lo.x), split_tf32(v.y, hi.y, lo.y);
-          split_tf32(v.z, hi.z, lo.z), split_tf32(v.w, hi.w, lo.w);
-          v4[i] = hi, v4[i + kLoads] = lo;
-        }
-        fence_async_shared();  // the writes, seen by the tensor cores after the barrier
-        named_barrier(1, 256);
-      };
-      // kShared: the byte offsets in a stage of this thread's fragment values at k-step kk, rows
-      // g and g + 8 of its warp's 16 (h) at k = t and t + 4 (hi), register h + 2 hi: row r's
-      // 16-byte chunk c lies at chunk c ^ (r % 8).
-      const int g = lane / 4, t = lane % 4;
-      auto k_major = [&](int kk, int i) {
-        const int r = wg * 64 + warp * 16 + g + 8 * (i % 2), chunk = 2 * kk + i / 2;
-        return static_cast<uint32_t>(r * 128 + ((chunk ^ (r % 8)) * 16) + t * 4);
-      };
-      split_stage(0);
-      for (int s = 0; s < slices; ++s) {
-        const uint32_t base = smem_u32(smem) + (s % STAGES) * STAGE_BYTES;
-        const uint64_t db = swizzled_descriptor(base + A_BYTES), db_lo = swizzled_descriptor(base + T::LOAD_BYTES);
-        uint32_t hi[KF][4], lo[KF][4];
+    int stage = 0, lap = 0;  // the ring's next stage and its lap, as the producer's
+    for (int64_t item = blockIdx.x; item < args.items; item = T::PERSISTENT ? item + gridDim.x : args.items) {
+      const Item it = item_at(item);
+      const int64_t z = it.z, tile_m = it.tile_m, tile_n = it.tile_n;
+      const int first_slice = it.first_slice, slices = it.slices;
+      float d[BN / 2];
 #pragma unroll
-        for (int kk = 0; kk < KF; ++kk)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t at = MODE == Mode::kShared ? k_major(kk, i) : frag.at[i] + kk * 1024;
-            split_tf32(ld_shared(base + at), hi[kk][i], lo[kk][i]);
-          }
-#pragma unroll
-        for (int i = 0; i < R; ++i) part[i] = 0.0f;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KF; ++kk) {
-          wgmma_tf32(part, lo[kk], db + 2 * kk);
-          wgmma_tf32(part, hi[kk], db_lo + 2 * kk);
-          wgmma_tf32(part, hi[kk], db + 2 * kk);
-        }
-        wgmma_commit();
-        if (s + 1 < slices) split_stage(s + 1);
-        wgmma_wait<0>();
-        fence_accumulators(part);
-#pragma unroll
-        for (int i = 0; i < R; ++i) d[i] += part[i];
-        if (lane == 0) mbar_arrive(&empty[s % STAGES]);
-      }
-    } else if constexpr (MODE == Mode::kShared) {
-      for (int s = 0; s < slices; ++s) {
-        const int stage = s % STAGES;
-        mbar_wait(&full[stage], (s / STAGES) & 1);
-        const uint32_t sa = a0 + stage * STAGE_BYTES, sb = b0 + stage * STAGE_BYTES;
-        const uint64_t da = A_MN ? mn_descriptor(sa) : swizzled_descriptor(sa);
-        const uint64_t db = B_MN ? mn_descriptor(sb) : swizzled_descriptor(sb);
-        // a k-step: 32 bytes along a K-major line (2 in the descriptor's units), 16 lines MN-major (128)
-        constexpr uint64_t step_a = A_MN ? 128 : 2, step_b = B_MN ? 128 : 2;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_shared<E, A_MN, B_MN>(d, da + step_a * kk, db + step_b * kk);
-        wgmma_commit();
-        // Keep this slice's products in flight; the previous slice's are done after this wait,
-        // and its stage goes back to the producer.
-        wgmma_wait<1>();
-        if (s > 0 && lane == 0) mbar_arrive(&empty[(s - 1) % STAGES]);
-      }
-    } else {
-      for (int s = 0; s < slices; ++s) {
-        const int stage = s % STAGES;
-        mbar_wait(&full[stage], (s / STAGES) & 1);
-        const uint32_t base = smem_u32(smem) + stage * STAGE_BYTES;
-        uint32_t f[SK / 8][4];
-#pragma unroll
-        for (int kk = 0; kk < SK / 8; ++kk)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) f[kk][i] = ld_shared(base + frag.at[i] + kk * 1024);
-        const uint64_t db = swizzled_descriptor(b0 + stage * STAGE_BYTES);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < SK / 8; ++kk) wgmma_tf32(d, f[kk], db + 2 * kk);
-        wgmma_commit();
-        wgmma_wait<0>();
-        if (lane == 0) mbar_arrive(&empty[stage]);
-      }
-    }
-    wgmma_wait<0>();
-    fence_accumulators(d);
-    E* c = args.c + (split ? 0 : z) * args.m * args.n;
-    // 3xTF32's NaN results summed again in f32 over this block's k (RecomputeNan), on the
-    // operands of its batch entry. The check is made once: a thread (or, where the tile goes
-    // through shared memory, a warpgroup) whose results hold no NaN stores them as computed, with
-    // no test and call at each (17's paragraph, before tf32x3_wgmma_splits, says what it saved).
-    const auto recompute = [&] {
+      for (int i = 0; i < BN / 2; ++i) d[i] = 0;
       if constexpr (T::EXACT) {
-        const int64_t entry = split ? 0 : z;
-        Panel<float> pa = args.a, pb = args.b;
-        pa.data += entry * args.batch_stride_a, pb.data += entry * args.batch_stride_b;
-        return RecomputeNan{pa, pb, int64_t{first_slice} * SK, std::min(args.a.k, int64_t{first_slice + slices} * SK)};
-      } else {
-        return AsComputed{};
-      }
-    }();
-    bool nan = false;
-    if constexpr (T::EXACT) {
+        // Version 17, 3xTF32. The rows operand's fragments are loaded from shared memory (kShared:
+        // its K-major lines under the 128-byte swizzle; kRegisters: RowFragment's places) and split
+        // in registers. The columns operand, which wgmma reads from shared memory, is split there:
+        // once a stage has landed, the 256 consumer threads round its B tile in place and write the
+        // rest after the stage's two tiles (B's swizzled layout again, since LOAD_BYTES is a whole
+        // number of its periods), then meet at a named barrier. Each product is lo_a * hi_b +
+        // hi_a * lo_b + hi_a * hi_b. A stage's 12 products sum from zero into `part`, which joins d
+        // in an ordinary f32 add: the tensor cores truncate as they add (version 12). The next
+        // stage is split while a stage's products run, and a stage goes back to the producer once
+        // they are done. (A second set of parts, added while the next stage's products run, made
+        // ptxas serialise the products: it reads them as accumulators in use.)
+        constexpr int R = BN / 2, KF = SK / 8;
+        float part[R];
+        auto split_stage = [&](int at, int at_lap) {
+          mbar_wait(&full[at], at_lap & 1);
+          auto* v4 = reinterpret_cast<uint4*>(smem + at * STAGE_BYTES + A_BYTES);
+          constexpr int kLoads = T::B_BYTES / 16;
+          for (int i = static_cast<int>(threadIdx.x) - 128; i < kLoads; i += 256) {
+            const uint4 v = v4[i];
+            uint4 hi, lo;
+            split_tf32(v.x, hi.x, lo.x), split_tf32(v.y, hi.y, lo.y);
+            split_tf32(v.z, hi.z, lo.z), split_tf32(v.w, hi.w, lo.w);
+            v4[i] = hi, v4[i + kLoads] = lo;
+          }
+          fence_async_shared();  // the writes, seen by the tensor cores after the barrier
+          named_barrier(1, 256);
+        };
+        // kShared: the byte offsets in a stage of this thread's fragment values at k-step kk, rows
+        // g and g + 8 of its warp's 16 (h) at k = t and t + 4 (hi), register h + 2 hi: row r's
+        // 16-byte chunk c lies at chunk c ^ (r % 8).
+        const int g = lane / 4, t = lane % 4;
+        auto k_major = [&](int kk, int i) {
+          const int r = wg * 64 + warp * 16 + g + 8 * (i % 2), chunk = 2 * kk + i / 2;
+          return static_cast<uint32_t>(r * 128 + ((chunk ^ (r % 8)) * 16) + t * 4);
+        };
+        if (slices > 0) split_stage(stage, lap);
+        for (int s = 0; s < slices; ++s) {
+          const uint32_t base = smem_u32(smem) + stage * STAGE_BYTES;
+          const uint64_t db = swizzled_descriptor(base + A_BYTES), db_lo = swizzled_descriptor(base + T::LOAD_BYTES);
+          uint32_t hi[KF][4], lo[KF][4];
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) nan |= d[i] != d[i];
-    }
-    // store(finish) for the thread's own results, or the warpgroup's once `nan` is its
-    const auto either = [&](const auto& store) {
-      if (T::EXACT && nan) store(recompute);
-      else store(AsComputed{});
-    };
-    if constexpr (MODE == Mode::kShared) {
-      // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
-      // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
-      // and alignment from an Args) writes them, a bf16 C rounded once after the epilogue; a chunk
-      // of a split k its f32 sums as they are.
-      const auto& acc = reinterpret_cast<const float(&)[1][BN / 8][4]>(d);
-      either([&](const auto& finish) {
-        if (split) {
-          Args<float> out{nullptr, nullptr, args.partials + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
-                          false, false, false, false, args.vec_partials, {}};
-          store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
-        } else {
-          Args<E> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
-                      false, false, false, false, args.vec_c, args.epilogue};
-          store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
+          for (int kk = 0; kk < KF; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const uint32_t at = MODE == Mode::kShared ? k_major(kk, i) : frag.at[i] + kk * 1024;
+              split_tf32(ld_shared(base + at), hi[kk][i], lo[kk][i]);
+            }
+#pragma unroll
+          for (int i = 0; i < R; ++i) part[i] = 0.0f;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < KF; ++kk) {
+            wgmma_tf32(part, lo[kk], db + 2 * kk);
+            wgmma_tf32(part, hi[kk], db_lo + 2 * kk);
+            wgmma_tf32(part, hi[kk], db + 2 * kk);
+          }
+          wgmma_commit();
+          int after = stage, after_lap = lap;  // the next slice's stage
+          next(after, after_lap);
+          if (s + 1 < slices) split_stage(after, after_lap);
+          wgmma_wait<0>();
+          fence_accumulators(part);
+#pragma unroll
+          for (int i = 0; i < R; ++i) d[i] += part[i];
+          if (lane == 0) mbar_arrive(&empty[stage]);
+          stage = after, lap = after_lap;
         }
-      });
-    } else {
-      // The accumulators' rows are the tile rows RowFragment loaded (h = 0: d[4j], d[4j + 1];
-      // h = 1: d[4j + 2], d[4j + 3]), their columns those of mma.sync's tiles. A chunk of a split k
-      // stores its f32 sums to its partials, without the epilogue (E is float here).
-      float* dst = split ? args.partials + z * args.m * args.n : c;
-      const bool vec = split ? args.vec_partials : args.vec_c;
-      // C's element (i, j), through the finish and, outside a split, the epilogue
-      auto value = [&](const auto& finish, float v, int64_t i, int64_t j) {
-        v = finish(v, i, j);
-        return split ? v : args.epilogue(v, j);
+      } else if constexpr (MODE == Mode::kShared) {
+        int before = 0;  // the stage of the slice before
+        for (int s = 0; s < slices; ++s, next(stage, lap)) {
+          mbar_wait(&full[stage], lap & 1);
+          const uint32_t sa = a0 + stage * STAGE_BYTES, sb = b0 + stage * STAGE_BYTES;
+          const uint64_t da = A_MN ? mn_descriptor(sa) : swizzled_descriptor(sa);
+          const uint64_t db = B_MN ? mn_descriptor(sb) : swizzled_descriptor(sb);
+          // a k-step: 32 bytes along a K-major line (2 in the descriptor's units), 16 lines MN-major (128)
+          constexpr uint64_t step_a = A_MN ? 128 : 2, step_b = B_MN ? 128 : 2;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) wgmma_shared<E, A_MN, B_MN>(d, da + step_a * kk, db + step_b * kk);
+          wgmma_commit();
+          // Keep this slice's products in flight; the previous slice's are done after this wait,
+          // and its stage goes back to the producer.
+          wgmma_wait<1>();
+          if (s > 0 && lane == 0) mbar_arrive(&empty[before]);
+          before = stage;
+        }
+        if constexpr (T::PERSISTENT) {  // the last slice's stage, for the next item
+          wgmma_wait<0>();
+          if (slices > 0 && lane == 0) mbar_arrive(&empty[before]);
+        }
+      } else {
+        for (int s = 0; s < slices; ++s, next(stage, lap)) {
+          mbar_wait(&full[stage], lap & 1);
+          const uint32_t base = smem_u32(smem) + stage * STAGE_BYTES;
+          uint32_t f[SK / 8][4];
+#pragma unroll
+          for (int kk = 0; kk < SK / 8; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) f[kk][i] = ld_shared(base + frag.at[i] + kk * 1024);
+          const uint64_t db = swizzled_descriptor(b0 + stage * STAGE_BYTES);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < SK / 8; ++kk) wgmma_tf32(d, f[kk], db + 2 * kk);
+          wgmma_commit();
+          wgmma_wait<0>();
+          if (lane == 0) mbar_arrive(&empty[stage]);
+        }
+      }
+      wgmma_wait<0>();
+      fence_accumulators(d);
+      E* c = args.c + (split ? 0 : z) * args.m * args.n;
+      // 3xTF32's NaN results summed again in f32 over this block's k (RecomputeNan), on the
+      // operands of its batch entry. The check is made once: a thread (or, where the tile goes
+      // through shared memory, a warpgroup) whose results hold no NaN stores them as computed, with
+      // no test and call at each (17's paragraph, before tf32x3_wgmma_splits, says what it saved).
+      const auto recompute = [&] {
+        if constexpr (T::EXACT) {
+          const int64_t entry = split ? 0 : z;
+          Panel<float> pa = args.a, pb = args.b;
+          pa.data += entry * args.batch_stride_a, pb.data += entry * args.batch_stride_b;
+          return RecomputeNan{pa, pb, int64_t{first_slice} * SK,
+                              std::min(args.a.k, int64_t{first_slice + slices} * SK)};
+        } else {
+          return AsComputed{};
+        }
+      }();
+      bool nan = false;
+      if constexpr (T::EXACT) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) nan |= d[i] != d[i];
+      }
+      // store(finish) for the thread's own results, or the warpgroup's once `nan` is its
+      const auto either = [&](const auto& store) {
+        if (T::EXACT && nan) store(recompute);
+        else store(AsComputed{});
       };
-      const int t = lane % 4;
-      if (!args.swap) {
+      if constexpr (MODE == Mode::kShared) {
+        // Straight from the registers to C, skipping what falls outside m x n: wgmma's accumulator
+        // layout is that of mma.sync's tiles, so store_mma_tiles (which reads C's batch entry, extents
+        // and alignment from an Args) writes them, a bf16 C rounded once after the epilogue; a chunk
+        // of a split k its f32 sums as they are.
+        const auto& acc = reinterpret_cast<const float(&)[1][BN / 8][4]>(d);
         either([&](const auto& finish) {
+          if (split) {
+            Args<float> out{nullptr, nullptr, args.partials + z * args.m * args.n, args.m, args.n, 0, 0, 0, 0, 0,
+                            false, false, false, false, args.vec_partials, {}};
+            store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
+          } else {
+            Args<E> out{nullptr, nullptr, c, args.m, args.n, 0, 0, 0, 0, 0,
+                        false, false, false, false, args.vec_c, args.epilogue};
+            store_mma_tiles(out, acc, tile_m * BM, tile_n * BN, wg * 64 + warp * 16, 0, lane, finish);
+          }
+        });
+      } else {
+        // The accumulators' rows are the tile rows RowFragment loaded (h = 0: d[4j], d[4j + 1];
+        // h = 1: d[4j + 2], d[4j + 3]), their columns those of mma.sync's tiles. A chunk of a split k
+        // stores its f32 sums to its partials, without the epilogue (E is float here).
+        float* dst = split ? args.partials + z * args.m * args.n : c;
+        const bool vec = split ? args.vec_partials : args.vec_c;
+        // C's element (i, j), through the finish and, outside a split, the epilogue
+        auto value = [&](const auto& finish, float v, int64_t i, int64_t j) {
+          v = finish(v, i, j);
+          return split ? v : args.epilogue(v, j);
+        };
+        const int t = lane % 4;
+        if (!args.swap) {
+          either([&](const auto& finish) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int64_t row = tile_m * BM + frag.rows[h];
-            if (row >= args.rows) continue;
+            for (int h = 0; h < 2; ++h) {
+              const int64_t row = tile_m * BM + frag.rows[h];
+              if (row >= args.rows) continue;
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-              const int64_t col = tile_n * BN + j * 8 + 2 * t;
-              const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-              if (vec && col + 1 < args.cols) {  // col even, n % 4 == 0: aligned
-                *reinterpret_cast<float2*>(dst + row * args.n + col) =
-                    make_float2(value(finish, v0, row, col), value(finish, v1, row, col + 1));
-              } else {
-                if (col < args.cols) dst[row * args.n + col] = value(finish, v0, row, col);
-                if (col + 1 < args.cols) dst[row * args.n + col + 1] = value(finish, v1, row, col + 1);
+              for (int j = 0; j < BN / 8; ++j) {
+                const int64_t col = tile_n * BN + j * 8 + 2 * t;
+                const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+                if (vec && col + 1 < args.cols) {  // col even, n % 4 == 0: aligned
+                  *reinterpret_cast<float2*>(dst + row * args.n + col) =
+                      make_float2(value(finish, v0, row, col), value(finish, v1, row, col + 1));
+                } else {
+                  if (col < args.cols) dst[row * args.n + col] = value(finish, v0, row, col);
+                  if (col + 1 < args.cols) dst[row * args.n + col + 1] = value(finish, v1, row, col + 1);
+                }
               }
             }
-          }
-        });
-      } else {
-        // C^T's tile (row, col) is C's (col, row): straight from the registers, a warp's store
-        // would cover 4 rows of C with 16-byte pieces. The warpgroup's 64 x BN accumulators go
-        // through the ring's shared memory instead, transposed (column-major, columns of
-        // TRANSPOSED_LD floats: 66, so that the four t of a store fall 4 banks apart and with the
-        // rows' {0..3, 16..19} cover all 32), then out along C's rows, 64 contiguous floats per
-        // warp. Both warpgroups must be done reading the ring first. A warp stores values of the
-        // whole warpgroup's, so the warpgroup's barrier ORs `nan` over it.
-        constexpr int LD = T::TRANSPOSED_LD;
-        named_barrier(1, 256);
-        float* tile = reinterpret_cast<float*>(smem) + wg * BN * LD;
+          });
+        } else {
+          // C^T's tile (row, col) is C's (col, row): straight from the registers, a warp's store
+          // would cover 4 rows of C with 16-byte pieces. The warpgroup's 64 x BN accumulators go
+          // through the ring's shared memory instead, transposed (column-major, columns of
+          // TRANSPOSED_LD floats: 66, so that the four t of a store fall 4 banks apart and with the
+          // rows' {0..3, 16..19} cover all 32), then out along C's rows, 64 contiguous floats per
+          // warp. Both warpgroups must be done reading the ring first. A warp stores values of the
+          // whole warpgroup's, so the warpgroup's barrier ORs `nan` over it.
+          constexpr int LD = T::TRANSPOSED_LD;
+          named_barrier(1, 256);
+          float* tile = reinterpret_cast<float*>(smem + T::STORE) + wg * BN * LD;
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+          for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
+            for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) tile[(j * 8 + 2 * t + e) * LD + frag.rows[h] - wg * 64] = d[4 * j + 2 * h + e];
-        if constexpr (T::EXACT) nan = named_barrier_or(2 + wg, 128, nan);
-        else named_barrier(2 + wg, 128);
-        const int64_t row = tile_m * BM + wg * 64 + 2 * lane;  // C's column of this lane's pair
-        either([&](const auto& finish) {
-          for (int col = warp; col < BN && tile_n * BN + col < args.cols; col += 4) {
-            const int64_t i = tile_n * BN + col;  // C's row
-            float* out = dst + i * args.n + row;
-            const float v0 = tile[col * LD + 2 * lane], v1 = tile[col * LD + 2 * lane + 1];
-            if (vec && row + 1 < args.rows) {  // row even, n % 4 == 0: aligned
-              *reinterpret_cast<float2*>(out) = make_float2(value(finish, v0, i, row), value(finish, v1, i, row + 1));
-            } else {
-              if (row < args.rows) out[0] = value(finish, v0, i, row);
-              if (row + 1 < args.rows) out[1] = value(finish, v1, i, row + 1);
+              for (int e = 0; e < 2; ++e)
+                tile[(j * 8 + 2 * t + e) * LD + frag.rows[h] - wg * 64] = d[4 * j + 2 * h + e];
+          if constexpr (T::EXACT) nan = named_barrier_or(2 + wg, 128, nan);
+          else named_barrier(2 + wg, 128);
+          const int64_t row = tile_m * BM + wg * 64 + 2 * lane;  // C's column of this lane's pair
+          either([&](const auto& finish) {
+            for (int col = warp; col < BN && tile_n * BN + col < args.cols; col += 4) {
+              const int64_t i = tile_n * BN + col;  // C's row
+              float* out = dst + i * args.n + row;
+              const float v0 = tile[col * LD + 2 * lane], v1 = tile[col * LD + 2 * lane + 1];
+              if (vec && row + 1 < args.rows) {  // row even, n % 4 == 0: aligned
+                *reinterpret_cast<float2*>(out) = make_float2(value(finish, v0, i, row), value(finish, v1, i, row + 1));
+              } else {
+                if (row < args.rows) out[0] = value(finish, v0, i, row);
+                if (row + 1 < args.rows) out[1] = value(finish, v1, i, row + 1);
+              }
             }
-          }
-        });
+          });
+        }
       }
-    }
+    }  // the block's items
   }
 #elif defined(__CUDA_ARCH__)
   __trap();
@@ -688,6 +728,8 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
   KILN_CHECK(blocks <= 2147483647, ShapeError, "cuda matmul 13_tf32_wgmma: ", p.batch, " x ", p.m, " x ", p.n,
              " is too large a product for one launch");
   const CUtensorMap map_a = tensor_map<E>(rows, p.k, BM), map_b = tensor_map<E>(cols, p.k, BN);
+  const int64_t grid = T::PERSISTENT ? std::min<int64_t>(blocks, device_attribute(cudaDevAttrMultiProcessorCount))
+                                     : blocks;
   WgmmaArgs<E> args{.c = c,
                        .m = p.m,
                        .n = p.n,
@@ -696,6 +738,7 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
                        .slices = static_cast<int>((p.k + kStageK<E> - 1) / kStageK<E>),
                        .tiles_m = tiles_m,
                        .tiles_n = tiles_n,
+                       .items = blocks,
                        .broadcast_a = rows.batches == 1,
                        .broadcast_b = cols.batches == 1,
                        .vec_c = aligned16(c, p.n, p.m * p.n),
@@ -710,7 +753,7 @@ void launch_wgmma(const MatmulParams& p, const Operand& rows, const Operand& col
   }
   const auto kernel = wgmma_kernel<E, T, MODE, A_MN, B_MN>;
   allow_dynamic_smem(kernel, T::SMEM_BYTES);
-  launch_dependent(kernel, static_cast<unsigned>(blocks), THREADS, T::SMEM_BYTES, stream, map_a, map_b, args);
+  launch_dependent(kernel, static_cast<unsigned>(grid), THREADS, T::SMEM_BYTES, stream, map_a, map_b, args);
   KILN_CUDA_LAUNCH_CHECK("matmul 13_tf32_wgmma");
 }
 
@@ -1003,6 +1046,23 @@ void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b,
 // Predicted: a sixth off, from the tests' share of ncu's stall samples
 // (docs/runs/2026-11-29-h200-bn-fc1-ncu); got a twentieth. What bounds these short-k products is
 // the tile's own latency, one tile a block and four slices of k (kernels/cuda/NOTES.md).
+// So 17 is persistent (Tile::PERSISTENT): a grid of at most a block an SM, each block taking item
+// after item, the producer loading the next item's slices while the consumers finish and store
+// this one, the transposed store in shared memory of its own (the ring is no longer free then).
+// Against 89c67de in one call (one H200, docs/runs/2026-11-29-h200-persistent-17), µs: fc1's
+// input gradient at batch 512 (576 tiles) 36.16 [fig cuda.matmul.persistent.dx.old.us]
+// -> 31.74 [fig cuda.matmul.persistent.dx.new.us], its weight gradient (144 tiles: 12 blocks take
+// two) 37.87 [fig cuda.matmul.persistent.dw.old.us] -> 36.47 [fig cuda.matmul.persistent.dw.new.us];
+// TF32's, not persistent, 20.82 [fig cuda.matmul.persistent.dx-tf32.old.us]
+// -> 20.95 [fig cuda.matmul.persistent.dx-tf32.new.us]; the CNN's epochs, thousands of images a
+// second, f32 at batch 512 625.3 [fig cuda.matmul.persistent.b512.old.images-per-s]
+// -> 627.9 [fig cuda.matmul.persistent.b512.new.images-per-s], at batch 64 (where no 17 product has
+// more tiles than SMs) 332.8 [fig cuda.matmul.persistent.b64.old.images-per-s]
+// -> 330.3 [fig cuda.matmul.persistent.b64.new.images-per-s], TF32 at batch 512
+// 860 [fig cuda.matmul.persistent.b512tf32.old.images-per-s]
+// -> 857.8 [fig cuda.matmul.persistent.b512tf32.new.images-per-s]. Predicted about 20 µs [nofig] for the input
+// gradient; the consumers still wait on each item's first stage and run its store before the
+// next item's products, which one pair of consumer warpgroups on the same item cannot overlap.
 
 int64_t tf32x3_wgmma_splits(const MatmulParams& p, const float* a, const float* b, int sms) {
   if (p.batch != 1) return 1;
