@@ -1028,6 +1028,10 @@ def define(figure, table, runs):
                         (("dx", "17_3xtf32_wgmma", "512x9216x128", dx), ("dw", "17_3xtf32_wgmma", "9216x128x512 A^T", dw),
                          ("dx-tf32", "production (TF32)", "512x9216x128", dx)))
         old_new_speeds(f"cuda.matmul.{key}", run, epochs, n, unit=1000)
+    large = runs["2026-11-29-h200-persistent-17-large"]
+    old_new_kernels("cuda.matmul.persistent", large, "matmul",
+                    [(f"{n}{'-bt' if bt else ''}", "17_3xtf32_wgmma", f"{n}x{n}x{n}{' B^T' if bt else ''}",
+                      f"kernels_{n}_{{when}}.json") for n in (4096, 2048) for bt in (False, True)])
     first = runs["2026-11-29-h200-bf16-weight-ring"]
     figure("cuda.conv2d.bf16-weight-ring.first.large.v6.us", first,
            first.kernel("conv2d", "bwd-weight 6 wgmma ring BF16", "large x[64,128,56,56] w[128,128,3,3] pad 1",

@@ -421,10 +421,10 @@ TEST_CASE("12_3xtf32 has f32's accuracy on tensor cores, and f32's infinities an
     for (const bool tb : {false, true}) {
       MatmulParams q = p;
       q.trans_a = ta, q.trans_b = tb;
-      Tensor ta_a = (ta ? a.t() : a).contiguous().to(kCuda), tb_b = (tb ? b.t() : b).contiguous().to(kCuda);
+      Tensor stored_a = (ta ? a.t() : a).contiguous().to(kCuda), stored_b = (tb ? b.t() : b).contiguous().to(kCuda);
       Tensor got = full({64, 64}, 7.0, kCuda);
-      cuda::matmul::tf32x3_wgmma(q, ta_a.ref().data<float>(), tb_b.ref().data<float>(), got.ref().data<float>(), {},
-                                 be.stream());
+      cuda::matmul::tf32x3_wgmma(q, stored_a.ref().data<float>(), stored_b.ref().data<float>(), got.ref().data<float>(),
+                                 {}, be.stream());
       check_close(got, matmul(a, b), 1e-6, 0,
                   std::string("17_3xtf32_wgmma with inf and NaN inputs") + (ta ? ", A^T" : "") + (tb ? ", B^T" : ""));
     }

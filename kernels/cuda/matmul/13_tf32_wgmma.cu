@@ -1063,6 +1063,11 @@ void bf16_wgmma_split_k_run(const MatmulParams& p, const bf16* a, const bf16* b,
 // -> 857.8 [fig cuda.matmul.persistent.b512tf32.new.images-per-s]. Predicted about 20 µs [nofig] for the input
 // gradient; the consumers still wait on each item's first stage and run its store before the
 // next item's products, which one pair of consumer warpgroups on the same item cannot overlap.
+// Large products moved within a few per cent (docs/runs/2026-11-29-h200-persistent-17-large), µs:
+// 4096^3 1650 [fig cuda.matmul.persistent.4096.old.us] -> 1602 [fig cuda.matmul.persistent.4096.new.us]
+// (B^T 1625 [fig cuda.matmul.persistent.4096-bt.old.us] -> 1647 [fig cuda.matmul.persistent.4096-bt.new.us]),
+// 2048^3 217.2 [fig cuda.matmul.persistent.2048.old.us] -> 209.3 [fig cuda.matmul.persistent.2048.new.us]
+// (B^T 212.3 [fig cuda.matmul.persistent.2048-bt.old.us] -> 210.8 [fig cuda.matmul.persistent.2048-bt.new.us]).
 
 int64_t tf32x3_wgmma_splits(const MatmulParams& p, const float* a, const float* b, int sms) {
   if (p.batch != 1) return 1;
