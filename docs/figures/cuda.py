@@ -1028,6 +1028,11 @@ def define(figure, table, runs):
                         (("dx", "17_3xtf32_wgmma", "512x9216x128", dx), ("dw", "17_3xtf32_wgmma", "9216x128x512 A^T", dw),
                          ("dx-tf32", "production (TF32)", "512x9216x128", dx)))
         old_new_speeds(f"cuda.matmul.{key}", run, epochs, n, unit=1000)
+    walk = runs["2026-11-29-h200-ring-walk"]
+    old_new_kernels("cuda.conv2d.ring-walk.conv2", walk, "conv2d",
+                    [(f"{what}.{math.lower()}", f"{what} {v} wgmma ring {math}", conv2, "kernels_conv2_{when}.json")
+                     for what, v, math in (("bwd-weight", 6, "3xTF32"), ("bwd-weight", 6, "TF32"),
+                                           ("fwd", 12, "3xTF32"))])
     large = runs["2026-11-29-h200-persistent-17-large"]
     old_new_kernels("cuda.matmul.persistent", large, "matmul",
                     [(f"{n}{'-bt' if bt else ''}", "17_3xtf32_wgmma", f"{n}x{n}x{n}{' B^T' if bt else ''}",

@@ -1013,14 +1013,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
   // warpgroup k % 2's), and the ring's stages are split between them: warpgroup w's are the
   // sub-ring [sub_base(w), sub_end(w)), each stage used by its one warpgroup in order, so that a
   // wait on a stage's parity never meets a phase of the other's. Else both take every item, and
-  // every stage. Each side walks its sub-rings with `next`: a stage and its lap (the times round so
-  // far, whose parity the waits take), without divisions.
+  // every stage. Each side walks its sub-rings stage by stage (matmul::RingWalk).
   const int middle = plan.alternate ? (stages + 1) / 2 : stages;
   auto sub_base = [&](int w) { return w == 1 ? middle : 0; };
   auto sub_end = [&](int w) { return w == 1 ? stages : middle; };
-  auto next = [](int& stage, int& lap, int base, int end) {
-    if (++stage == end) stage = base, ++lap;
-  };
   auto item_at = [&](int i) {  // 32-bit divisions (items < 2^31: ring_plan_for)
     const unsigned r = static_cast<unsigned>(i) / a.tiles, r2 = r / static_cast<unsigned>(d.n);
     return Item{r2 / a.nblocks, int64_t{r2 % a.nblocks} * BN, r % static_cast<unsigned>(d.n),
@@ -1151,15 +1147,16 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     };
     int item = static_cast<int>(blockIdx.x), k = 0;  // k: the block's item ordinal
     int64_t chunk = 0;
-    // each sub-ring's next stage and lap (registers; as an array indexed by the warpgroup they
-    // went to local memory)
-    int stage0 = 0, lap0 = 0, stage1 = sub_base(1), lap1 = 0;
+    // each sub-ring's walk (two in registers; as an array indexed by the warpgroup they went to
+    // local memory)
+    matmul::RingWalk walk0, walk1{sub_base(1)};
     if constexpr (kBf16) gather(item, chunk);
     while (item < a.items) {
       const bool second = plan.alternate && (k & 1);  // item k is warpgroup k % 2's
-      const int stage = second ? stage1 : stage0, lap = second ? lap1 : lap0;
-      if (second) next(stage1, lap1, sub_base(1), sub_end(1));
-      else next(stage0, lap0, 0, sub_end(0));
+      const matmul::RingWalk at = second ? walk1 : walk0;
+      const int stage = at.stage, lap = at.lap;
+      if (second) walk1.next(sub_end(1), sub_base(1));
+      else walk0.next(sub_end(0));
       const int this_item = item;
       const int64_t this_chunk = chunk;
       if (++chunk == plan.chunks) chunk = 0, item += static_cast<int>(gridDim.x), ++k;
@@ -1196,7 +1193,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
     // MW on. The warpgroup walks its sub-ring (the whole ring, not alternating).
     const int grid = static_cast<int>(gridDim.x), base = sub_base(plan.alternate ? wg : 0);
     const int end = sub_end(plan.alternate ? wg : 0), half = plan.alternate ? 0 : wg, turn = plan.alternate ? 2 : 1;
-    int stage = base, lap = 0, before = base;  // the next stage, its lap, the stage before it
+    matmul::RingWalk walk{base};
+    int before = base;  // the stage before walk's
     for (int i = static_cast<int>(blockIdx.x) + (turn - 1) * wg * grid; i < a.items; i += turn * grid) {
       const Item it = item_at(i);
       const int first = it.p0 - it.p0 / cols * cols + half * MW * 64;  // the warpgroup's first pixel in the patch
@@ -1206,8 +1204,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) ring_conv_kernel(const __grid
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[s][r] = 0.0f;
       [[maybe_unused]] float part[MW][R];
-      for (int64_t chunk = 0; chunk < plan.chunks; ++chunk, before = stage, next(stage, lap, base, end)) {
-        matmul::mbar_wait(&full[stage], lap & 1);
+      for (int64_t chunk = 0; chunk < plan.chunks; ++chunk, before = walk.stage, walk.next(end, base)) {
+        const int stage = walk.stage;
+        matmul::mbar_wait(&full[stage], walk.lap & 1);
         // the producer's cp.async writes, seen through the barrier, made visible to the tensor
         // cores' reads
         matmul::fence_async_shared();

@@ -204,6 +204,16 @@
 // The producer's copy loop at 128
 // outputs needed 8 more registers for the offsets (104 bytes spilled at 104; 112 now, the
 // consumers 192).
+// Every side of the ring (the TMA thread, the helpers, the cp.async producer, the consumers) had
+// found its stage and phase as n % stages and n / stages, 64-bit divisions by a count known only
+// at run time, every stage; now each steps a matmul::RingWalk, as version 12 and matmul 17 do.
+// Against f7ac9e0 in one call (one H200, docs/runs/2026-11-29-h200-ring-walk), µs at conv2 (batch
+// 512 [nofig]): 3xTF32 159 [fig cuda.conv2d.ring-walk.conv2.bwd-weight.3xtf32.old.us]
+// -> 144.9 [fig cuda.conv2d.ring-walk.conv2.bwd-weight.3xtf32.new.us], TF32
+// 81.7 [fig cuda.conv2d.ring-walk.conv2.bwd-weight.tf32.old.us]
+// -> 78.6 [fig cuda.conv2d.ring-walk.conv2.bwd-weight.tf32.new.us]; version 12, whose code is the
+// same instructions on the shared walk, 143.9 [fig cuda.conv2d.ring-walk.conv2.fwd.3xtf32.old.us]
+// -> 143.9 [fig cuda.conv2d.ring-walk.conv2.fwd.3xtf32.new.us] (3xTF32 forward).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -525,9 +535,10 @@ __global__ void __launch_bounds__(kWtThreads, 1)
       // row ih0's first element, a channel's rows then read as one line; TMA takes a box's first
       // column on 16 bytes only, so the box starts up to 3 columns before (patch_lead).
       if (tid == 0) {
-        for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
-          const int stage = static_cast<int>(n % stages);
-          if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
+        matmul::RingWalk walk;
+        for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk, walk.next(stages)) {
+          const int stage = walk.stage;
+          if (walk.lap > 0) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((walk.lap - 1) & 1));
           uint8_t* st = ring + stage * plan.stage_bytes;
           const int img = static_cast<int>(chunk / plan.per_image);
           const int q0 = static_cast<int>(chunk % plan.per_image) * kWtBK, ih0 = q0 / ow * d.sh - d.ph;
@@ -546,10 +557,11 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         // once its boxes have landed, and then split its grad_y, so that the consumers never meet a
         // stage)
         const int helper = tid - (128 - kHelpers);
-        for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
-          const int stage = static_cast<int>(n % stages);
-          if (producer_splits) matmul::mbar_wait(&landed[stage], static_cast<uint32_t>((n / stages) & 1));
-          else if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
+        matmul::RingWalk walk;
+        for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk, walk.next(stages)) {
+          const int stage = walk.stage;
+          if (producer_splits) matmul::mbar_wait(&landed[stage], static_cast<uint32_t>(walk.lap & 1));
+          else if (walk.lap > 0) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((walk.lap - 1) & 1));
           write_pixel_offsets<E>(offsets + stage * kWtBK, plan, d, chunk, helper, kHelpers);
           if (producer_splits)
             split_grads(ring + stage * plan.stage_bytes + plan.patch_bytes, BN * kWtBK / 4, helper, kHelpers);
@@ -572,9 +584,10 @@ __global__ void __launch_bounds__(kWtThreads, 1)
         real |= uint32_t{lane + 32 * j < cols} << j;
         inside |= uint32_t{static_cast<unsigned>(lane + 32 * j - d.pw) < static_cast<unsigned>(w)} << j;
       }
-      for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
-        const int stage = static_cast<int>(n % stages);
-        if (n >= stages) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((n / stages - 1) & 1));
+      matmul::RingWalk walk;
+      for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk, walk.next(stages)) {
+        const int stage = walk.stage;
+        if (walk.lap > 0) matmul::mbar_wait(&empty[stage], static_cast<uint32_t>((walk.lap - 1) & 1));
         uint8_t* st = ring + stage * plan.stage_bytes;
         if (tid < kWtBK) {  // the stage's pixel offsets, a thread each, counted on "full" beside its copies
           write_pixel_offsets<E>(offsets + stage * kWtBK, plan, d, chunk, tid, kWtBK);
@@ -659,9 +672,10 @@ __global__ void __launch_bounds__(kWtThreads, 1)
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[s][r] = 0.0f;
       [[maybe_unused]] float part[NT > 0 ? NT : 1][R];
-      for (int64_t chunk = chunk_begin, n = 0; chunk < chunk_end; ++chunk, ++n) {
-        const int stage = static_cast<int>(n % stages);
-        matmul::mbar_wait(&full[stage], static_cast<uint32_t>((n / stages) & 1));
+      matmul::RingWalk walk;
+      for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk, walk.next(stages)) {
+        const int stage = walk.stage;
+        matmul::mbar_wait(&full[stage], static_cast<uint32_t>(walk.lap & 1));
         uint8_t* st = ring + stage * plan.stage_bytes;
         const uint32_t grads = ring_at + static_cast<uint32_t>(stage * plan.stage_bytes + plan.patch_bytes);
         if constexpr (kExact) {

@@ -289,11 +289,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 split || args.broadcast_a ? 0 : static_cast<int>(z),
                 split || args.broadcast_b ? 0 : static_cast<int>(z)};
   };
-  // Both sides walk the ring in the same order, slice after slice of item after item: `next`
-  // steps a stage and its lap (the times round the ring so far, whose parity the waits take).
-  auto next = [](int& stage, int& lap) {
-    if (++stage == STAGES) stage = 0, ++lap;
-  };
+  // Both sides walk the ring (RingWalk) in the same order, slice after slice of item after item.
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -313,12 +309,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     // accumulators, rise to 232 (128 x 40 + 256 x 232 <= 65536).
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      int stage = 0, lap = 0;
+      RingWalk walk;
       for (int64_t i = blockIdx.x; i < args.items; i = T::PERSISTENT ? i + gridDim.x : args.items) {
         const Item it = item_at(i);
-        for (int s = 0; s < it.slices; ++s, next(stage, lap)) {
-          const int k0 = (it.first_slice + s) * SK;
-          if (lap > 0) mbar_wait(&empty[stage], (lap - 1) & 1);
+        for (int s = 0; s < it.slices; ++s, walk.next(STAGES)) {
+          const int stage = walk.stage, k0 = (it.first_slice + s) * SK;
+          if (walk.lap > 0) mbar_wait(&empty[stage], (walk.lap - 1) & 1);
           uint8_t* st = smem + stage * STAGE_BYTES;
           mbar_arrive_expect_tx(&full[stage], T::LOAD_BYTES);
           if constexpr (MODE == Mode::kShared && !A_MN) {
@@ -349,7 +345,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // the warpgroup's 64 rows of A: 64 lines of 128 bytes K-major, the box wg MN-major (the same offset)
     const uint32_t a0 = smem_u32(smem) + wg * 64 * 128, b0 = smem_u32(smem) + A_BYTES;
     [[maybe_unused]] const RowFragment frag(wg, warp, lane);  // kRegisters: its loads and its rows
-    int stage = 0, lap = 0;  // the ring's next stage and its lap, as the producer's
+    RingWalk walk;  // as the producer's
     for (int64_t item = blockIdx.x; item < args.items; item = T::PERSISTENT ? item + gridDim.x : args.items) {
       const Item it = item_at(item);
       const int64_t z = it.z, tile_m = it.tile_m, tile_n = it.tile_n;
@@ -371,9 +367,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         // ptxas serialise the products: it reads them as accumulators in use.)
         constexpr int R = BN / 2, KF = SK / 8;
         float part[R];
-        auto split_stage = [&](int at, int at_lap) {
-          mbar_wait(&full[at], at_lap & 1);
-          auto* v4 = reinterpret_cast<uint4*>(smem + at * STAGE_BYTES + A_BYTES);
+        auto split_stage = [&](const RingWalk& at) {
+          mbar_wait(&full[at.stage], at.lap & 1);
+          auto* v4 = reinterpret_cast<uint4*>(smem + at.stage * STAGE_BYTES + A_BYTES);
           constexpr int kLoads = T::B_BYTES / 16;
           for (int i = static_cast<int>(threadIdx.x) - 128; i < kLoads; i += 256) {
             const uint4 v = v4[i];
@@ -393,8 +389,9 @@ __global__ void __launch_bounds__(THREADS, 1)
           const int r = wg * 64 + warp * 16 + g + 8 * (i % 2), chunk = 2 * kk + i / 2;
           return static_cast<uint32_t>(r * 128 + ((chunk ^ (r % 8)) * 16) + t * 4);
         };
-        if (slices > 0) split_stage(stage, lap);
+        if (slices > 0) split_stage(walk);
         for (int s = 0; s < slices; ++s) {
+          const int stage = walk.stage;
           const uint32_t base = smem_u32(smem) + stage * STAGE_BYTES;
           const uint64_t db = swizzled_descriptor(base + A_BYTES), db_lo = swizzled_descriptor(base + T::LOAD_BYTES);
           uint32_t hi[KF][4], lo[KF][4];
@@ -415,20 +412,21 @@ __global__ void __launch_bounds__(THREADS, 1)
             wgmma_tf32(part, hi[kk], db + 2 * kk);
           }
           wgmma_commit();
-          int after = stage, after_lap = lap;  // the next slice's stage
-          next(after, after_lap);
-          if (s + 1 < slices) split_stage(after, after_lap);
+          RingWalk after = walk;  // the next slice's stage
+          after.next(STAGES);
+          if (s + 1 < slices) split_stage(after);
           wgmma_wait<0>();
           fence_accumulators(part);
 #pragma unroll
           for (int i = 0; i < R; ++i) d[i] += part[i];
           if (lane == 0) mbar_arrive(&empty[stage]);
-          stage = after, lap = after_lap;
+          walk = after;
         }
       } else if constexpr (MODE == Mode::kShared) {
         int before = 0;  // the stage of the slice before
-        for (int s = 0; s < slices; ++s, next(stage, lap)) {
-          mbar_wait(&full[stage], lap & 1);
+        for (int s = 0; s < slices; ++s, walk.next(STAGES)) {
+          const int stage = walk.stage;
+          mbar_wait(&full[stage], walk.lap & 1);
           const uint32_t sa = a0 + stage * STAGE_BYTES, sb = b0 + stage * STAGE_BYTES;
           const uint64_t da = A_MN ? mn_descriptor(sa) : swizzled_descriptor(sa);
           const uint64_t db = B_MN ? mn_descriptor(sb) : swizzled_descriptor(sb);
@@ -449,8 +447,9 @@ __global__ void __launch_bounds__(THREADS, 1)
           if (slices > 0 && lane == 0) mbar_arrive(&empty[before]);
         }
       } else {
-        for (int s = 0; s < slices; ++s, next(stage, lap)) {
-          mbar_wait(&full[stage], lap & 1);
+        for (int s = 0; s < slices; ++s, walk.next(STAGES)) {
+          const int stage = walk.stage;
+          mbar_wait(&full[stage], walk.lap & 1);
           const uint32_t base = smem_u32(smem) + stage * STAGE_BYTES;
           uint32_t f[SK / 8][4];
 #pragma unroll

@@ -84,6 +84,16 @@ __device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_u32(bar)), "r"(parity)
         : "memory");
 }
+// A walk round a ring of stages [base, end), each with its mbarriers: the stage in use and its lap
+// (the times round so far), whose parity a wait on the stage takes (a wait on the stage's release
+// from the lap before takes lap - 1's). `next` steps it without a division: a 32-bit division by a
+// count known only at run time is a dozen instructions or more, and a ring's sides step every stage.
+struct RingWalk {
+  int stage = 0, lap = 0;
+  __device__ void next(int end, int base = 0) {
+    if (++stage == end) stage = base, ++lap;
+  }
+};
 // An arrival on `bar` once every cp.async this thread has issued has landed (noinc: the barrier's
 // arrival count includes it).
 __device__ inline void cp_async_arrive(uint64_t* bar) {
