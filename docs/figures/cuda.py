@@ -8,6 +8,7 @@ path, build c0ba136). A share ("pct-copy",
 column computes it (scripts/kernel_table.py: the copy bandwidth for GB/s rows, the reference of the
 same family and shape for TFLOP/s rows).
 """
+import csv
 import re
 
 
@@ -1033,6 +1034,21 @@ def define(figure, table, runs):
                     [(f"{what}.{math.lower()}", f"{what} {v} wgmma ring {math}", conv2, "kernels_conv2_{when}.json")
                      for what, v, math in (("bwd-weight", 6, "3xTF32"), ("bwd-weight", 6, "TF32"),
                                            ("fwd", 12, "3xTF32"))])
+    # ---- version 5's window kernel walking whole rounds of rows without a test at each, against
+    # d11671d in one call (docs/runs/2026-11-30-h200-window-rounds): the kernel's mean time in the
+    # step (ncu, its launches among 30 of it and sum_splits), mnist-train's epoch 2 of two runs ----
+    rounds = runs["2026-11-30-h200-window-rounds"]
+    for flavour, what in (("f32", "CNN batch 512, f32"), ("bf16", "CNN batch 512, bf16"), ("b64", "CNN batch 64, f32")):
+        for when in ("old", "new"):
+            lines = rounds.text(f"ncu_{flavour}_{when}.csv").splitlines()
+            table = list(csv.DictReader(lines[next(i for i, l in enumerate(lines) if l.startswith('"ID"')):]))
+            times = [float(r["Metric Value"].replace(",", "")) / 1000 for r in table
+                     if "backward_weight_window_kernel" in r["Kernel Name"]]
+            figure(f"cuda.conv2d.window-rounds.{flavour}.{when}.window.us", rounds, sum(times) / len(times),
+                   f"conv1's weight gradient window kernel in the step (ncu), {what}, {when} tree, µs")
+            speeds = [rounds.epoch(f"train_{flavour}_{when}_{i}.jsonl", 2)["images_per_s"] for i in (1, 2)]
+            figure(f"cuda.conv2d.window-rounds.{flavour}.{when}.images-per-s", rounds, sum(speeds) / len(speeds) / 1000,
+                   f"mnist-train {what}, {when} tree (H200): epoch 2 of two runs, thousands of images a second")
     large = runs["2026-11-29-h200-persistent-17-large"]
     old_new_kernels("cuda.matmul.persistent", large, "matmul",
                     [(f"{n}{'-bt' if bt else ''}", "17_3xtf32_wgmma", f"{n}x{n}x{n}{' B^T' if bt else ''}",

@@ -611,16 +611,33 @@ __global__ void __launch_bounds__(32 * kRowsWeightWarps) backward_weight_window_
     // in the f32 step (ncu, H200), the step from 975.0 [fig cuda.conv2d.window-sums.b512.old.step.us]
     // to 966.8 [fig cuda.conv2d.window-sums.b512.new.step.us], its sums from 10.4 [fig cuda.conv2d.window-sums.b512.old.sums.us]
     // to 8.2 [fig cuda.conv2d.window-sums.b512.new.sums.us].
-    for (int y = 0; y < b.band_rows; y += kWindowRowsAhead) {
+    // Whole rounds of rows take no test at each load and step, and the column's pointers move down
+    // a round at a time; then the band's last rows, each kept to the band. Against the rounds that
+    // tested every row (a runtime `whole`), in the step (ncu, H200): at batch 512 f32
+    // 59.26 [fig cuda.conv2d.window-rounds.f32.old.window.us] -> 46.48 µs [fig cuda.conv2d.window-rounds.f32.new.window.us],
+    // bf16 37.94 [fig cuda.conv2d.window-rounds.bf16.old.window.us] -> 33.44 [fig cuda.conv2d.window-rounds.bf16.new.window.us];
+    // at batch 64 (bands of 7 rows: no whole round) 12.95 [fig cuda.conv2d.window-rounds.b64.old.window.us]
+    // -> 14.08 [fig cuda.conv2d.window-rounds.b64.new.window.us], slower, not understood (NOTES.md).
+    // mnist-train, thousands of images a second: batch 512 f32 637.3 [fig cuda.conv2d.window-rounds.f32.old.images-per-s]
+    // -> 646.7 [fig cuda.conv2d.window-rounds.f32.new.images-per-s], bf16 925 [fig cuda.conv2d.window-rounds.bf16.old.images-per-s]
+    // -> 931 [fig cuda.conv2d.window-rounds.bf16.new.images-per-s], batch 64 332.1 [fig cuda.conv2d.window-rounds.b64.old.images-per-s]
+    // -> 331.1 [fig cuda.conv2d.window-rounds.b64.new.images-per-s] (docs/runs/2026-11-30-h200-window-rounds).
+    auto round = [&]<bool kWhole>(int y) {
       C gv[kWindowRowsAhead];
-      const bool whole = y + kWindowRowsAhead <= b.band_rows;
 #pragma unroll
       for (int u = 0; u < kWindowRowsAhead; ++u)
-        gv[u] = whole || y + u < b.band_rows ? grad_through(gcol, rcol, (y + u) * ow) : C(0);
+        gv[u] = kWhole || y + u < b.band_rows ? grad_through(gcol, rcol, u * ow) : C(0);
 #pragma unroll
       for (int u = 0; u < kWindowRowsAhead; ++u)
-        if (whole || y + u < b.band_rows) step(y + u, gv[u]);
+        if (kWhole || y + u < b.band_rows) step(y + u, gv[u]);
+    };
+    int y = 0;
+    for (; y + kWindowRowsAhead <= b.band_rows; y += kWindowRowsAhead) {
+      round.template operator()<true>(y);
+      gcol += kWindowRowsAhead * ow;
+      if (rcol != nullptr) rcol += kWindowRowsAhead * ow;
     }
+    if (y < b.band_rows) round.template operator()<false>(y);
   }
   store_weight_partials(acc, acc_bias, partials, bias, d, b.g, o, cg * kKH * kKW);
 }

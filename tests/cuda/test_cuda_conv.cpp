@@ -730,6 +730,47 @@ TEST_CASE("versions 7 and 8 (input rows in shared memory) match the CPU at strid
   CHECK(patched == 50);  // every case fits version 7's shared memory
 }
 
+TEST_CASE("version 8 matches the CPU at large batches and over chunks of channels, f32, f64 and bf16") {
+  namespace cv = cuda::conv2d;
+  cudaStream_t stream = cuda::backend(0).stream();
+  // thousands of blocks (bands of an image): conv1 at batch 600; twelve channels, past one chunk
+  // of eight, padded; groups with 5 x 5 taps (not the unrolled 3 x 3); dilation 2; bias and ReLU
+  // on some
+  Conv2dConfig padded, grouped, dilated;
+  padded.padding = {1, 1};
+  grouped.groups = 2, grouped.padding = {2, 2};
+  dilated.dilation = {2, 2}, dilated.padding = {1, 1};
+  const std::vector<ConvCase> cases = {
+      {{600, 1, 28, 28}, {32, 1, 3, 3}, {}, true, {600, 32, 26, 26}},
+      {{300, 12, 20, 20}, {8, 12, 3, 3}, padded, false, {300, 8, 20, 20}},
+      {{200, 6, 17, 23}, {10, 3, 5, 5}, grouped, true, {200, 10, 17, 23}},
+      {{250, 4, 15, 15}, {16, 4, 3, 3}, dilated, true, {250, 16, 13, 13}},
+  };
+  int index = 0;
+  for (const ConvCase& c : cases) {
+    const cv::Geometry g = geometry(c);
+    const Activation act = index++ % 2 == 0 ? Activation::relu : Activation::none;
+    auto check = [&](auto tag, DType t) {
+      using T = decltype(tag);
+      Tensor x = uniform(c.x, -1, 1).to(t), w = uniform(c.w, -1, 1).to(t), b = uniform({c.w[0]}, -1, 1).to(t);
+      Tensor dx = x.to(kCuda), dw = w.to(kCuda), db = b.to(kCuda);
+      const cuda::DeviceEpilogue<T> epilogue{c.bias ? device_ptr<T>(db) : nullptr, act};
+      Tensor y = full(c.y, 7.0, TensorOptions(t).device(kCuda));
+      const std::string what = "version 8 " + std::string(dtype_name(t)) + " " + c.str();
+      REQUIRE_MESSAGE(cv::forward_few_outputs_rows_applies<T>(device_ptr<T>(dx), device_ptr<T>(dw), epilogue,
+                                                              device_ptr<T>(y), g, stream),
+                      what);
+      const Tensor want = conv2d(x, w, c.bias ? b : Tensor(), c.config, act);
+      const int64_t length = c.w[1] * c.w[2] * c.w[3];
+      if (t == DType::bf16) check_close(y, want, 8e-3, 1e-6 * static_cast<double>(length), what);
+      else check_close(y, want, rtol_for(t), atol_for(t, length), what);
+    };
+    check(float{}, DType::f32);
+    check(double{}, DType::f64);
+    check(bf16{}, DType::bf16);
+  }
+}
+
 TEST_CASE("version 13 (few outputs, a warp across a row) matches the CPU, f32, f64 and bf16") {
   namespace cv = cuda::conv2d;
   cudaStream_t stream = cuda::backend(0).stream();
