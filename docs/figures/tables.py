@@ -33,7 +33,7 @@ def define(figure, table, runs):
           + printed(dist_table.mnist, scale.file("dist_train.jsonl"), scale.file("train_1gpu.jsonl"),
                     scale.file("dist_train_eager.jsonl")))
     # kernels/README.md: a training step's kernels under Nsight Compute
-    profile = runs["2026-11-29-h200-step-profile2"]
+    profile = runs["2026-11-30-h200-step-profile3"]
     table("step-profile", lambda: step_profile.table(profile, [
         ("b64", "profile_b64.csv", "batch 64, f32"), ("b64_tf32", "profile_b64_tf32.csv", "batch 64, `--tf32`"),
         ("b64_bf16", "profile_b64_bf16.csv", "batch 64, `--precision bf16`"),
