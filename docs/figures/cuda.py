@@ -8,7 +8,6 @@ path, build c0ba136). A share ("pct-copy",
 column computes it (scripts/kernel_table.py: the copy bandwidth for GB/s rows, the reference of the
 same family and shape for TFLOP/s rows).
 """
-import csv
 import re
 
 
@@ -1040,10 +1039,8 @@ def define(figure, table, runs):
     rounds = runs["2026-11-30-h200-window-rounds"]
     for flavour, what in (("f32", "CNN batch 512, f32"), ("bf16", "CNN batch 512, bf16"), ("b64", "CNN batch 64, f32")):
         for when in ("old", "new"):
-            lines = rounds.text(f"ncu_{flavour}_{when}.csv").splitlines()
-            table = list(csv.DictReader(lines[next(i for i, l in enumerate(lines) if l.startswith('"ID"')):]))
-            times = [float(r["Metric Value"].replace(",", "")) / 1000 for r in table
-                     if "backward_weight_window_kernel" in r["Kernel Name"]]
+            times = [us for name, us in step_profile.kernels(rounds.file(f"ncu_{flavour}_{when}.csv"))
+                     if name.endswith("backward_weight_window_kernel")]
             figure(f"cuda.conv2d.window-rounds.{flavour}.{when}.window.us", rounds, sum(times) / len(times),
                    f"conv1's weight gradient window kernel in the step (ncu), {what}, {when} tree, µs")
             speeds = [rounds.epoch(f"train_{flavour}_{when}_{i}.jsonl", 2)["images_per_s"] for i in (1, 2)]
